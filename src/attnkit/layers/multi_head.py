@@ -1,0 +1,194 @@
+"""Multi-head attention: self, cross and grouped-query (Vaswani et al., 2017; Ainslie et al., 2023).
+
+``MultiHead(Q, K, V) = Concat(head_1..head_H) W_O`` with
+``head_i = Attention(Q W_Q^i, K W_K^i, V W_V^i)``. With ``kv_heads < num_heads``
+groups of query heads share one key/value head (GQA; ``kv_heads=1`` is
+multi-query attention), which shrinks the KV cache by ``num_heads / kv_heads``.
+
+Shape legend: B batch, Tq/Tk query/key length, D model width, H heads, Dh head width.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, overload
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.functional import attention, merge_heads, split_heads
+from attnkit.layers.kv_cache import KVCache
+
+__all__ = ["MultiHeadAttention"]
+
+
+def _check_positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def check_dropout(value: object) -> float:
+    """Validate a dropout probability (shared by every layer)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"dropout must be a float in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_sequence(name: str, x: object, width: int) -> Tensor:
+    """Validate a batch-first sequence ``(B, T, width)``."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 3 or x.shape[-1] != width:
+        raise ValueError(f"{name} must be (B, T, {width}), got shape {tuple(x.shape)}")
+    return x
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, batch-first, with the attnkit mask rule.
+
+    Args:
+        d_model: model width D; must be divisible by ``num_heads``.
+        num_heads: query heads H.
+        kv_heads: key/value heads (grouped-query attention); must divide
+            ``num_heads``. Default ``num_heads``.
+        kdim, vdim: widths of the key and value inputs for cross-attention
+            (default ``d_model``).
+        bias: add biases to the projections.
+        dropout: attention-weight dropout, active in training mode only.
+
+    Shape:
+        query ``(B, Tq, D)``, key ``(B, Tk, kdim)``, value ``(B, Tk, vdim)``;
+        output ``(B, Tq, D)``; weights ``(B, H, Tq, Tk)``.
+    """
+
+    def __init__(
+        self, d_model: int, num_heads: int, *, kv_heads: int | None = None, kdim: int | None = None,
+        vdim: int | None = None, bias: bool = True, dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        _check_positive("d_model", d_model)
+        _check_positive("num_heads", num_heads)
+        if d_model % num_heads:
+            raise ValueError(
+                f"d_model={d_model} must be divisible by num_heads={num_heads} "
+                f"(each head gets d_model / num_heads features)"
+            )
+        kv_heads = num_heads if kv_heads is None else _check_positive("kv_heads", kv_heads)
+        if num_heads % kv_heads:
+            raise ValueError(f"kv_heads={kv_heads} must divide num_heads={num_heads}")
+        self.d_model, self.num_heads, self.kv_heads = d_model, num_heads, kv_heads
+        self.head_dim = d_model // num_heads
+        self.kdim = d_model if kdim is None else _check_positive("kdim", kdim)
+        self.vdim = d_model if vdim is None else _check_positive("vdim", vdim)
+        self.dropout = check_dropout(dropout)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, kv_heads * self.head_dim, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    @overload
+    def forward(
+        self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
+        mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        return_weights: Literal[False] = ..., cache: KVCache | None = ...,
+    ) -> Tensor: ...
+    @overload
+    def forward(
+        self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
+        mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        return_weights: Literal[True], cache: KVCache | None = ...,
+    ) -> tuple[Tensor, Tensor]: ...
+    def forward(
+        self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
+        mask: Tensor | None = None, bias: Tensor | None = None, causal: bool = False,
+        return_weights: bool = False, cache: KVCache | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend from ``query`` to ``key``/``value`` (to ``query`` itself when they are omitted).
+
+        ``mask`` is boolean, True where a query may attend to a key, and
+        broadcasts to ``(B, H, Tq, Tk)``; a ``(B, Tk)`` key-padding mask must
+        first go through :func:`attnkit.masks.from_lengths` or
+        :func:`attnkit.masks.from_key_padding_mask`. ``cache`` enables
+        incremental decoding: the projected keys and values of this call are
+        appended to it (or, for a static cache that is already filled, read
+        from it, and ``key``/``value`` may be omitted).
+
+        Shape:
+            query ``(B, Tq, D)``; key ``(B, Tk, kdim)``; value ``(B, Tk, vdim)``;
+            returns ``(B, Tq, D)`` and, on request, weights ``(B, H, Tq, Tk)``
+            where ``Tk`` includes cached steps.
+        """
+        check_sequence("query", query, self.d_model)
+        if (key is None) != (value is None):
+            raise ValueError("pass both key and value for cross-attention, or neither for self-attention")
+        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
+        if cache is not None and cache.static and cache.filled:
+            k, v = cache.keys, cache.values
+            assert k is not None and v is not None
+        else:
+            if key is None or value is None:
+                if cache is not None and cache.static:
+                    raise ValueError("an empty static cache needs key and value to fill it")
+                key, value = query, query
+                k_in, v_in = query, query
+            else:
+                k_in = check_sequence("key", key, self.kdim)
+                v_in = check_sequence("value", value, self.vdim)
+                if k_in.shape[:2] != v_in.shape[:2] or k_in.shape[0] != query.shape[0]:
+                    raise ValueError(
+                        f"key {tuple(k_in.shape)} and value {tuple(v_in.shape)} must share (B, Tk) "
+                        f"with batch B={query.shape[0]} of query"
+                    )
+            k = split_heads(self.k_proj(k_in), self.kv_heads)  # (B, Hkv, Tk, Dh)
+            v = split_heads(self.v_proj(v_in), self.kv_heads)  # (B, Hkv, Tk, Dh)
+            if cache is not None:
+                k, v = cache.update(k, v)
+        dropout = self.dropout if self.training else 0.0
+        result = attention(
+            q, k, v, mask=mask, bias=bias, causal=causal, dropout=dropout,
+            return_weights=return_weights,
+        )
+        if return_weights:
+            out, weights = result
+            return self.out_proj(merge_heads(out)), weights  # (B, Tq, D)
+        assert isinstance(result, Tensor)
+        return self.out_proj(merge_heads(result))  # (B, Tq, D)
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
+        """Build an equivalent layer from ``nn.MultiheadAttention``, copying its weights.
+
+        The result is batch-first whatever ``module.batch_first`` was, and reads
+        masks by attnkit's rule: convert PyTorch masks with
+        :func:`attnkit.masks.from_key_padding_mask` and
+        :func:`attnkit.masks.from_torch_attn_mask`. Modules with ``add_bias_kv``
+        or ``add_zero_attn`` have no equivalent and are rejected.
+        """
+        if not isinstance(module, nn.MultiheadAttention):
+            raise TypeError(f"module must be nn.MultiheadAttention, got {type(module).__name__}")
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("nn.MultiheadAttention with add_bias_kv or add_zero_attn is not supported")
+        d = module.embed_dim
+        has_bias = module.in_proj_bias is not None
+        layer = cls(
+            d, module.num_heads, kdim=module.kdim, vdim=module.vdim, bias=has_bias,
+            dropout=module.dropout,
+        )
+        with torch.no_grad():
+            if module.in_proj_weight is not None:
+                wq, wk, wv = module.in_proj_weight.chunk(3)
+            else:
+                wq, wk, wv = module.q_proj_weight, module.k_proj_weight, module.v_proj_weight
+            layer.q_proj.weight.copy_(wq)
+            layer.k_proj.weight.copy_(wk)
+            layer.v_proj.weight.copy_(wv)
+            layer.out_proj.weight.copy_(module.out_proj.weight)
+            if has_bias:
+                bq, bk, bv = module.in_proj_bias.chunk(3)
+                layer.q_proj.bias.copy_(bq)
+                layer.k_proj.bias.copy_(bk)
+                layer.v_proj.bias.copy_(bv)
+                layer.out_proj.bias.copy_(module.out_proj.bias)
+        return layer.to(module.out_proj.weight.dtype).train(module.training)
+
+

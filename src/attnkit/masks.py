@@ -1,0 +1,270 @@
+"""Attention masks: the one place where masks are built, checked and converted.
+
+The rule, everywhere in attnkit: a **boolean mask is True where a query MAY
+attend to a key**. It must broadcast to ``(B, H, Tq, Tk)``. A float tensor is
+an additive bias and is passed as ``bias=``, never as ``mask=``.
+
+PyTorch itself uses two opposite conventions (``nn.MultiheadAttention`` reads
+True as *ignore*, ``F.scaled_dot_product_attention`` reads True as *attend*).
+Masks in the True-means-ignore convention enter attnkit only through the
+converters whose names say so: :func:`from_key_padding_mask` and
+:func:`from_torch_attn_mask`.
+
+Shape legend: B batch, H heads, Tq query length, Tk key length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "causal",
+    "from_lengths",
+    "sliding_window",
+    "combine",
+    "to_additive",
+    "from_key_padding_mask",
+    "from_torch_attn_mask",
+    "check_mask",
+    "check_bias",
+    "rows_with_keys",
+]
+
+Align = Literal["bottom_right", "top_left"]
+
+
+def _offset(tq: int, tk: int, align: str) -> int:
+    if align == "bottom_right":
+        return tk - tq
+    if align == "top_left":
+        return 0
+    raise ValueError(f"align must be 'bottom_right' or 'top_left', got {align!r}")
+
+
+def _check_length(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+
+
+def causal(
+    tq: int, tk: int, *, align: Align = "bottom_right", device: torch.device | str | None = None
+) -> Tensor:
+    """Causal mask: query ``i`` may attend key ``j`` when ``j <= i + offset``.
+
+    ``align="bottom_right"`` (the default, and what ``attention(causal=True)``
+    uses) puts the last query on the last key, ``offset = Tk - Tq``: the
+    queries are the newest ``Tq`` positions of a ``Tk``-long sequence, as in
+    incremental decoding with a KV cache. ``align="top_left"`` puts the first
+    query on the first key (``offset = 0``), PyTorch's ``is_causal`` convention.
+    When ``Tq > Tk`` with bottom-right alignment the first ``Tq - Tk`` queries
+    have no key at all; attention returns zeros for them.
+
+    Shape:
+        returns ``(Tq, Tk)`` bool.
+    """
+    _check_length("tq", tq)
+    _check_length("tk", tk)
+    offset = _offset(tq, tk, align)
+    i = torch.arange(tq, device=device).unsqueeze(1)  # (Tq, 1)
+    j = torch.arange(tk, device=device).unsqueeze(0)  # (1, Tk)
+    return j <= i + offset
+
+
+def sliding_window(
+    tq: int,
+    tk: int,
+    window: int,
+    *,
+    align: Align = "bottom_right",
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Local (banded) mask: query ``i`` may attend key ``j`` when ``|j - (i + offset)| <= window``.
+
+    The band is symmetric; combine it with :func:`causal` for the causal
+    sliding window of Longformer/Mistral (each query sees itself and the
+    ``window`` keys before it). ``offset`` follows ``align`` as in :func:`causal`.
+
+    Shape:
+        returns ``(Tq, Tk)`` bool.
+    """
+    _check_length("tq", tq)
+    _check_length("tk", tk)
+    if not isinstance(window, int) or isinstance(window, bool) or window < 0:
+        raise ValueError(f"window must be a non-negative int, got {window!r}")
+    offset = _offset(tq, tk, align)
+    i = torch.arange(tq, device=device).unsqueeze(1)  # (Tq, 1)
+    j = torch.arange(tk, device=device).unsqueeze(0)  # (1, Tk)
+    return (j - (i + offset)).abs() <= window
+
+
+def from_lengths(lengths: Tensor | Sequence[int], max_len: int | None = None) -> Tensor:
+    """Key-padding mask from sequence lengths: key ``j`` of example ``b`` is valid when ``j < lengths[b]``.
+
+    Shape:
+        lengths ``(B,)`` ints; returns ``(B, 1, 1, Tk)`` bool with ``Tk = max_len``
+        (default ``max(lengths)``), ready to broadcast over heads and queries.
+    """
+    lengths_t = torch.as_tensor(lengths)
+    if lengths_t.dim() != 1:
+        raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths_t.shape)}")
+    if lengths_t.dtype.is_floating_point or lengths_t.dtype == torch.bool:
+        raise TypeError(f"lengths must hold integers, got dtype {lengths_t.dtype}")
+    if lengths_t.numel() and int(lengths_t.min()) < 0:
+        raise ValueError(f"lengths must be non-negative, got {lengths_t.tolist()}")
+    longest = int(lengths_t.max()) if lengths_t.numel() else 0
+    if max_len is None:
+        max_len = longest
+    _check_length("max_len", max_len)
+    if longest > max_len:
+        raise ValueError(f"max_len={max_len} is shorter than the longest length {longest}")
+    j = torch.arange(max_len, device=lengths_t.device)  # (Tk,)
+    valid = j.unsqueeze(0) < lengths_t.unsqueeze(1)  # (B, Tk)
+    return valid[:, None, None, :]  # (B, 1, 1, Tk)
+
+
+def combine(*masks: Tensor | None) -> Tensor | None:
+    """Intersect masks: a query may attend a key only where every mask allows it.
+
+    ``None`` entries are skipped; with no mask left the result is ``None``
+    (attend everywhere). Shapes broadcast as in ``torch.logical_and``.
+    """
+    result: Tensor | None = None
+    for index, m in enumerate(masks):
+        if m is None:
+            continue
+        if not isinstance(m, Tensor) or m.dtype != torch.bool:
+            raise TypeError(
+                f"combine() takes boolean masks; argument {index} is "
+                f"{type(m).__name__ if not isinstance(m, Tensor) else m.dtype}"
+            )
+        if result is None:
+            result = m
+        else:
+            try:
+                result = result & m
+            except RuntimeError as err:
+                raise ValueError(
+                    f"combine(): mask {index} of shape {tuple(m.shape)} does not broadcast "
+                    f"with shape {tuple(result.shape)}"
+                ) from err
+    return result
+
+
+def to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Convert a boolean mask to an additive bias: 0 where allowed, the dtype's minimum where not.
+
+    The dtype's own finite minimum is used instead of ``-inf`` or ``-1e9``:
+    ``-1e9`` overflows float16, and ``-inf`` turns a row with no key into NaN.
+    Prefer passing the boolean mask itself to :func:`attnkit.attention`, which
+    also zeroes rows that have no key.
+    """
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a boolean tensor, got {getattr(mask, 'dtype', type(mask))}")
+    if not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return bias.masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def from_key_padding_mask(key_padding_mask: Tensor) -> Tensor:
+    """Convert PyTorch's ``key_padding_mask`` (True = IGNORE this key) to attnkit's rule.
+
+    ``nn.MultiheadAttention`` and ``nn.TransformerEncoder`` mark padded keys
+    with True. attnkit marks keys that MAY be attended with True, so this
+    function inverts the mask and adds the head and query axes. A float
+    key-padding mask (PyTorch's additive form) is rejected: pass it as ``bias``.
+
+    Shape:
+        key_padding_mask ``(B, Tk)`` bool; returns ``(B, 1, 1, Tk)`` bool.
+    """
+    if not isinstance(key_padding_mask, Tensor):
+        raise TypeError(f"key_padding_mask must be a tensor, got {type(key_padding_mask).__name__}")
+    if key_padding_mask.dtype != torch.bool:
+        raise TypeError(
+            f"key_padding_mask must be boolean (True = ignore), got {key_padding_mask.dtype}; "
+            "pass additive float masks as bias"
+        )
+    if key_padding_mask.dim() != 2:
+        raise ValueError(
+            f"key_padding_mask must be 2-D (B, Tk), got shape {tuple(key_padding_mask.shape)}"
+        )
+    return (~key_padding_mask)[:, None, None, :]  # (B, 1, 1, Tk)
+
+
+def from_torch_attn_mask(attn_mask: Tensor, batch: int, heads: int) -> Tensor:
+    """Convert ``nn.MultiheadAttention``'s boolean ``attn_mask`` (True = IGNORE) to attnkit's rule.
+
+    Shape:
+        attn_mask ``(Tq, Tk)`` or ``(B * H, Tq, Tk)`` bool;
+        returns ``(1, 1, Tq, Tk)`` or ``(B, H, Tq, Tk)`` bool.
+    """
+    if attn_mask.dtype != torch.bool:
+        raise TypeError(
+            f"from_torch_attn_mask takes a boolean mask (True = ignore), got {attn_mask.dtype}; "
+            "pass additive float masks as bias"
+        )
+    if attn_mask.dim() == 2:
+        return (~attn_mask)[None, None]  # (1, 1, Tq, Tk)
+    if attn_mask.dim() == 3 and attn_mask.shape[0] == batch * heads:
+        return (~attn_mask).reshape(batch, heads, *attn_mask.shape[1:])  # (B, H, Tq, Tk)
+    raise ValueError(
+        f"attn_mask must be (Tq, Tk) or (B*H={batch * heads}, Tq, Tk), got shape {tuple(attn_mask.shape)}"
+    )
+
+
+def _check_broadcast(name: str, t: Tensor, target: tuple[int, ...]) -> None:
+    if t.dim() > len(target):
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} has more than {len(target)} dims; "
+            f"it must broadcast to (B, H, Tq, Tk) = {target}"
+        )
+    try:
+        shape = torch.broadcast_shapes(t.shape, target)
+    except RuntimeError:
+        shape = None
+    if shape != torch.Size(target):
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} does not broadcast to (B, H, Tq, Tk) = {target}"
+        )
+
+
+def check_mask(mask: object, target: tuple[int, ...], name: str = "mask") -> Tensor:
+    """Validate a boolean mask against the ``(B, H, Tq, Tk)`` it must broadcast to."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        hint = (
+            "; a float tensor is an additive bias: pass it as bias=, or convert a "
+            "True-means-ignore mask with masks.from_key_padding_mask"
+            if mask.dtype.is_floating_point
+            else "; build it with attnkit.masks or compare, e.g. mask = ids != pad_id"
+        )
+        raise TypeError(f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}{hint}")
+    _check_broadcast(name, mask, target)
+    return mask
+
+
+def check_bias(bias: object, target: tuple[int, ...], name: str = "bias") -> Tensor:
+    """Validate an additive float bias against the ``(B, H, Tq, Tk)`` it must broadcast to."""
+    if not isinstance(bias, Tensor):
+        raise TypeError(f"{name} must be a float torch.Tensor, got {type(bias).__name__}")
+    if not bias.dtype.is_floating_point:
+        raise TypeError(
+            f"{name} must be a floating tensor (an additive bias), got dtype {bias.dtype}; "
+            "pass boolean masks as mask="
+        )
+    _check_broadcast(name, bias, target)
+    return bias
+
+
+def rows_with_keys(mask: Tensor) -> Tensor:
+    """True for each query row that has at least one key it may attend to.
+
+    Shape:
+        mask ``(..., Tq, Tk)``; returns ``(..., Tq, 1)``.
+    """
+    return mask.any(dim=-1, keepdim=True)
