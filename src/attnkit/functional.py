@@ -191,7 +191,9 @@ def _scores(q: Tensor, k: Tensor, scale: float) -> Tensor:
     b, h, tq, dh = q.shape
     hkv, tk = k.shape[1], k.shape[2]
     group = h // hkv
-    # Scale q before the product so half-precision logits do not overflow.
+    if q.dtype in _HALF:
+        # float16 logits overflow past 65504; compute them in float32 like the fused kernels do.
+        q, k = q.float(), k.float()
     qg = (q * scale).reshape(b, hkv, group, tq, dh)  # (B, Hkv, G, Tq, Dh)
     scores = qg @ k.unsqueeze(2).transpose(-1, -2)  # (B, Hkv, G, Tq, Tk)
     return scores.reshape(b, h, tq, tk)  # (B, H, Tq, Tk)
@@ -211,9 +213,7 @@ def attention_weights(
     """
     tq, tk = q.shape[2], k.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = _scores(q, k, scale)  # (B, H, Tq, Tk)
-    if scores.dtype in _HALF:
-        scores = scores.float()
+    scores = _scores(q, k, scale)  # (B, H, Tq, Tk), float32 for half inputs
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
     full = _full_mask(mask, causal, tq, tk, q.device)
@@ -272,6 +272,12 @@ def attention(
     causal: bool = ..., dropout: float = ..., scale: float | None = ...,
     return_weights: Literal[True], backend: Backend = ...,
 ) -> tuple[Tensor, Tensor]: ...
+@overload
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ...,
+    causal: bool = ..., dropout: float = ..., scale: float | None = ...,
+    return_weights: bool = ..., backend: Backend = ...,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 def attention(
     q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None,
     causal: bool = False, dropout: float = 0.0, scale: float | None = None,

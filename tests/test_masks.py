@@ -1,0 +1,58 @@
+import pytest
+import torch
+
+from attnkit import masks
+
+
+def test_causal_alignments() -> None:
+    # bottom-right: the last query sees every key
+    m = masks.causal(2, 4)
+    assert m.tolist() == [[True, True, True, False], [True, True, True, True]]
+    m = masks.causal(2, 4, align="top_left")
+    assert m.tolist() == [[True, False, False, False], [True, True, False, False]]
+    # Tq > Tk bottom-right: the first queries have no key
+    m = masks.causal(4, 2)
+    assert m.any(-1).tolist() == [False, False, True, True]
+    assert torch.equal(masks.causal(5, 5), masks.causal(5, 5, align="top_left"))
+
+
+def test_from_lengths_and_padding_conversion() -> None:
+    m = masks.from_lengths(torch.tensor([3, 1]), 4)
+    assert m.shape == (2, 1, 1, 4)
+    assert m[:, 0, 0].tolist() == [[True, True, True, False], [True, False, False, False]]
+    # PyTorch's key_padding_mask marks padding with True: the converter inverts it
+    kpm = torch.tensor([[False, False, False, True], [False, True, True, True]])
+    assert torch.equal(masks.from_key_padding_mask(kpm), m)
+    attn = torch.tensor([[False, True], [False, False]])  # True = ignore
+    assert masks.from_torch_attn_mask(attn, 1, 1)[0, 0].tolist() == [[True, False], [True, True]]
+
+
+def test_sliding_window_combine_and_additive() -> None:
+    w = masks.sliding_window(5, 5, 1)
+    assert w.sum(-1).tolist() == [2, 3, 3, 3, 2]
+    local_causal = masks.combine(w, masks.causal(5, 5))
+    assert local_causal is not None
+    assert local_causal.sum(-1).tolist() == [1, 2, 2, 2, 2]
+    assert masks.combine(None, None) is None
+    add = masks.to_additive(masks.causal(3, 3), torch.float16)
+    assert add.dtype == torch.float16 and torch.isfinite(add).all()
+    assert add[0, 1] == torch.finfo(torch.float16).min and add[1, 0] == 0
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda: masks.causal(3, 3, align="left"), ValueError, "align"),
+        (lambda: masks.causal(-1, 3), ValueError, "tq"),
+        (lambda: masks.from_lengths(torch.tensor([1.5])), TypeError, "lengths"),
+        (lambda: masks.from_lengths([5], 3), ValueError, "max_len"),
+        (lambda: masks.sliding_window(3, 3, -2), ValueError, "window"),
+        (lambda: masks.combine(torch.ones(2, 3, dtype=torch.bool), torch.ones(4, 5, dtype=torch.bool)), ValueError, "broadcast"),
+        (lambda: masks.combine(torch.ones(3)), TypeError, "boolean"),
+        (lambda: masks.from_key_padding_mask(torch.zeros(2, 3)), TypeError, "key_padding_mask"),
+        (lambda: masks.to_additive(torch.ones(2)), TypeError, "mask"),
+    ],
+)
+def test_mask_errors_name_the_argument(call, error, words) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error, match=words):
+        call()
