@@ -1,0 +1,189 @@
+"""Additive (Bahdanau) attention (Bahdanau, Cho and Bengio, 2015, "Neural Machine Translation
+by Jointly Learning to Align and Translate").
+
+A small feed-forward network scores how well a query (a decoder state ``s``)
+matches each key (an encoder state ``h_j``)::
+
+    e_j     = v^T tanh(W_q s + W_k h_j + b)
+    alpha_j = softmax_j(e_j)             over the keys that may be attended
+    c       = sum_j alpha_j * value_j    (value_j = h_j unless values are given)
+
+Unlike dot-product attention the query and key widths may differ, and the
+score is a learned non-linear function. The price is a ``(B, Tq, Tk, A)``
+hidden tensor instead of a single matrix product. A decoder calls the layer
+once per output step with the same keys, so ``W_k h_j + b`` can be computed
+once with :meth:`AdditiveAttention.project_keys` and passed back as
+``projected_keys=``.
+
+The weights are always returned: they are the alignment the layer is known
+for. Masked keys get exactly zero weight; a query with no key to attend to
+gets a zero context, zero weights and zero gradients (see
+:func:`attnkit.functional.safe_softmax`).
+
+Shape legend: B batch, Tq/Tk query/key length, Dq/Dk/Dv query/key/value
+width, A hidden (alignment) width.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.functional import safe_softmax
+
+__all__ = ["AdditiveAttention"]
+
+
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _check_float(name: str, x: object, dims: tuple[int, ...], legend: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() not in dims:
+        raise ValueError(f"{name} must be {legend}, got shape {tuple(x.shape)}")
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype}")
+    return x
+
+
+def _key_mask(mask: object, b: int, tq: int, tk: int) -> Tensor:
+    """Read ``mask`` as a boolean tensor broadcastable to ``(B, Tq, Tk)``.
+
+    Accepted: ``(B, Tk)`` (a key mask shared by every query), anything 3-D
+    that broadcasts to ``(B, Tq, Tk)``, and the 4-D ``(B, 1, Tq or 1, Tk)``
+    masks that :mod:`attnkit.masks` builds (``from_lengths``).
+    """
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"mask must be a boolean torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"mask must be boolean (True = may attend), got dtype {mask.dtype}; "
+            "build it with attnkit.masks or a comparison such as ids != pad_id"
+        )
+    m = mask
+    if m.dim() == 4 and m.shape[1] == 1:
+        m = m[:, 0]  # (B, Tq or 1, Tk)
+    elif m.dim() == 2:
+        m = m[:, None, :]  # (B, 1, Tk)
+    target = (b, tq, tk)
+    ok = m.dim() == 3
+    if ok:
+        try:
+            ok = torch.broadcast_shapes(m.shape, target) == torch.Size(target)
+        except RuntimeError:
+            ok = False
+    if not ok:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} must be (B, Tk) = {(b, tk)} or broadcast to "
+            f"(B, Tq, Tk) = {target}"
+        )
+    return m
+
+
+class AdditiveAttention(nn.Module):
+    """Bahdanau additive attention: ``e_j = v^T tanh(W_q s + W_k h_j + b)``.
+
+    Args:
+        query_dim: width ``Dq`` of the queries (decoder states).
+        key_dim: width ``Dk`` of the keys (encoder states).
+        hidden_dim: width ``A`` of the alignment network.
+        value_dim: width ``Dv`` of the values, checked at the call; defaults to
+            ``key_dim`` (the keys are the values unless ``values`` is passed).
+            The layer has no value projection, so this sets no parameter.
+
+    Parameters: ``query_proj`` (``W_q``, no bias), ``key_proj`` (``W_k`` and the
+    one bias ``b``), ``score`` (``v``, no bias: a constant added to every score
+    cancels in the softmax).
+
+    Shape:
+        query ``(B, Dq)`` or ``(B, Tq, Dq)``; keys ``(B, Tk, Dk)``; values
+        ``(B, Tk, Dv)``; mask ``(B, Tk)`` or broadcastable to ``(B, Tq, Tk)``.
+        Returns context ``(B, Dv)`` and weights ``(B, Tk)`` for a 2-D query,
+        context ``(B, Tq, Dv)`` and weights ``(B, Tq, Tk)`` for a 3-D one.
+    """
+
+    def __init__(
+        self, query_dim: int, key_dim: int, hidden_dim: int, *, value_dim: int | None = None
+    ) -> None:
+        super().__init__()
+        self.query_dim = _positive("query_dim", query_dim)
+        self.key_dim = _positive("key_dim", key_dim)
+        self.hidden_dim = _positive("hidden_dim", hidden_dim)
+        self.value_dim = key_dim if value_dim is None else _positive("value_dim", value_dim)
+        self.query_proj = nn.Linear(query_dim, hidden_dim, bias=False)
+        self.key_proj = nn.Linear(key_dim, hidden_dim, bias=True)
+        self.score = nn.Linear(hidden_dim, 1, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """``W_k h_j + b`` for every key: compute it once per source sequence, reuse it each step.
+
+        Shape:
+            keys ``(B, Tk, Dk)``; returns ``(B, Tk, A)``.
+        """
+        _check_float("keys", keys, (3,), f"(B, Tk, {self.key_dim})")
+        if keys.shape[-1] != self.key_dim:
+            raise ValueError(f"keys must be (B, Tk, {self.key_dim}), got shape {tuple(keys.shape)}")
+        return self.key_proj(keys)  # (B, Tk, A)
+
+    def forward(
+        self, query: Tensor, keys: Tensor, values: Tensor | None = None, *,
+        mask: Tensor | None = None, projected_keys: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Score every key against the query and return ``(context, weights)``.
+
+        ``mask`` is boolean, True where a key may be attended. ``projected_keys``
+        is the output of :meth:`project_keys` for these ``keys``; when given,
+        the key projection is skipped.
+
+        Shape:
+            query ``(B, Dq)`` or ``(B, Tq, Dq)``; keys ``(B, Tk, Dk)``; values
+            ``(B, Tk, Dv)`` (default: keys); projected_keys ``(B, Tk, A)``.
+            Returns context ``(B, [Tq,] Dv)`` and weights ``(B, [Tq,] Tk)``.
+        """
+        _check_float("query", query, (2, 3), f"(B, {self.query_dim}) or (B, Tq, {self.query_dim})")
+        if query.shape[-1] != self.query_dim:
+            raise ValueError(
+                f"query must be (B, {self.query_dim}) or (B, Tq, {self.query_dim}), "
+                f"got shape {tuple(query.shape)}"
+            )
+        _check_float("keys", keys, (3,), f"(B, Tk, {self.key_dim})")
+        b, tk = keys.shape[0], keys.shape[1]
+        if keys.shape[-1] != self.key_dim or b != query.shape[0]:
+            raise ValueError(
+                f"keys must be (B, Tk, {self.key_dim}) with B={query.shape[0]} of query "
+                f"{tuple(query.shape)}, got shape {tuple(keys.shape)}"
+            )
+        values = keys if values is None else values
+        _check_float("values", values, (3,), f"(B, Tk, {self.value_dim})")
+        if values.shape != (b, tk, self.value_dim):
+            raise ValueError(
+                f"values must be (B, Tk, Dv) = {(b, tk, self.value_dim)}, got shape {tuple(values.shape)}"
+            )
+        if projected_keys is None:
+            projected_keys = self.key_proj(keys)  # (B, Tk, A)
+        else:
+            _check_float("projected_keys", projected_keys, (3,), f"(B, Tk, A) = {(b, tk, self.hidden_dim)}")
+            if projected_keys.shape != (b, tk, self.hidden_dim):
+                raise ValueError(
+                    f"projected_keys must be (B, Tk, A) = {(b, tk, self.hidden_dim)} "
+                    f"(from project_keys(keys)), got shape {tuple(projected_keys.shape)}"
+                )
+
+        single = query.dim() == 2
+        q = query[:, None, :] if single else query  # (B, Tq, Dq)
+        tq = q.shape[1]
+        full_mask = None if mask is None else _key_mask(mask, b, tq, tk)  # (B, Tq|1, Tk)
+
+        hidden = torch.tanh(
+            self.query_proj(q)[:, :, None, :] + projected_keys[:, None, :, :]
+        )  # (B, Tq, Tk, A)
+        scores = self.score(hidden).squeeze(-1)  # (B, Tq, Tk)
+        weights = safe_softmax(scores, full_mask)  # (B, Tq, Tk)
+        context = weights.to(values.dtype) @ values  # (B, Tq, Dv)
+        if single:
+            return context[:, 0], weights[:, 0]  # (B, Dv), (B, Tk)
+        return context, weights

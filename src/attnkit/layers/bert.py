@@ -1,0 +1,257 @@
+"""BERT's attention sub-layer (Devlin et al., 2019), with Hugging Face's parameter names.
+
+One BERT encoder layer starts with multi-head self-attention followed by a
+post-norm residual block::
+
+    context = MultiHead(x, x, x)                            (BertSelfAttention)
+    out     = LayerNorm(x + Dropout(context W_O + b_O))     (BertSelfOutput)
+
+The modules below keep the attribute names of ``transformers``'
+``BertAttention`` (``self.query/key/value``, ``output.dense``,
+``output.LayerNorm``), so the tensors under
+``encoder.layer.N.attention.`` of a BERT checkpoint load with
+``load_state_dict(..., strict=True)`` unchanged; see
+:func:`hf_attention_state_dict`. The attention runs through
+:func:`attnkit.attention` (fused when possible) and follows the attnkit mask
+rule: a boolean mask, True where a token may be attended. Hugging Face's
+``attention_mask`` (1 = real token, 0 = padding) goes through
+:func:`from_hf_attention_mask` first.
+
+One difference from Hugging Face: a query with no key to attend to gets zeros
+(the attnkit rule) where Hugging Face spreads its weight uniformly. Ordinary
+padding never produces such a row, because every sequence keeps ``[CLS]``.
+
+Shape legend: B batch, T length, D hidden size, H heads, Dh = D / H.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Literal, Protocol, overload
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.functional import attention, merge_heads, split_heads
+from attnkit.layers.multi_head import check_dropout, check_sequence
+
+__all__ = [
+    "BertSelfAttention",
+    "BertSelfOutput",
+    "BertAttention",
+    "from_hf_attention_mask",
+    "hf_attention_state_dict",
+]
+
+
+_LAYER = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.attention\.")
+
+
+class BertConfigLike(Protocol):
+    """The fields of a ``transformers.BertConfig`` that :meth:`BertAttention.from_config` reads."""
+
+    hidden_size: int
+    num_attention_heads: int
+    attention_probs_dropout_prob: float
+    hidden_dropout_prob: float
+    layer_norm_eps: float
+
+
+def from_hf_attention_mask(attention_mask: Tensor) -> Tensor:
+    """Convert Hugging Face's ``attention_mask`` (1 = token, 0 = padding) to attnkit's key mask.
+
+    Shape:
+        attention_mask ``(B, T)`` integer or bool; returns ``(B, 1, 1, T)`` bool.
+    """
+    if not isinstance(attention_mask, Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
+    if attention_mask.dtype.is_floating_point or attention_mask.dtype.is_complex:
+        raise TypeError(
+            f"attention_mask must hold integers 1/0 (or bools), got dtype {attention_mask.dtype}; "
+            "an already extended float mask is an additive bias: pass it as bias="
+        )
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be 2-D (B, T), got shape {tuple(attention_mask.shape)}")
+    if attention_mask.dtype != torch.bool and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+        raise ValueError(
+            f"attention_mask must hold only 0 and 1, got values {attention_mask.unique().tolist()}"
+        )
+    return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, T)
+
+
+def hf_attention_state_dict(state_dict: Mapping[str, Tensor], layer: int) -> dict[str, Tensor]:
+    """The tensors of encoder layer ``layer``'s attention, with the prefix removed.
+
+    Works for the state dict of a ``BertModel`` (``encoder.layer.N.attention.*``),
+    of a task model (``bert.encoder.layer.N.attention.*``) or of a
+    ``model.safetensors`` file. The result loads into :class:`BertAttention`
+    with ``strict=True``.
+    """
+    if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+        raise ValueError(f"layer must be a non-negative int, got {layer!r}")
+    part = f"encoder.layer.{layer}.attention."
+    found: dict[str, Tensor] = {}
+    for name, tensor in state_dict.items():
+        head, sep, tail = name.partition(part)
+        if sep and head in ("", "bert."):
+            found[tail] = tensor
+    if not found:
+        layers = sorted({int(m.group(1)) for n in state_dict if (m := _LAYER.search(n))})
+        raise ValueError(f"no tensors under '{part}' in the state dict; attention layers present: {layers}")
+    return found
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head self-attention with BERT's parameter names ``query``, ``key``, ``value``.
+
+    ``softmax(Q K^T / sqrt(Dh)) V`` per head, heads concatenated; the output
+    projection lives in :class:`BertSelfOutput`, as in BERT.
+
+    Args:
+        hidden_size: width D; divisible by ``num_attention_heads``.
+        num_attention_heads: heads H.
+        attention_probs_dropout_prob: dropout on the attention weights (training only).
+
+    Shape:
+        hidden_states ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].
+    """
+
+    def __init__(
+        self, hidden_size: int, num_attention_heads: int, attention_probs_dropout_prob: float = 0.1
+    ) -> None:
+        super().__init__()
+        for name, value in (("hidden_size", hidden_size), ("num_attention_heads", num_attention_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if hidden_size % num_attention_heads:
+            raise ValueError(
+                f"hidden_size={hidden_size} must be divisible by num_attention_heads={num_attention_heads}"
+            )
+        self.hidden_size, self.num_attention_heads = hidden_size, num_attention_heads
+        self.attention_probs_dropout_prob = check_dropout(attention_probs_dropout_prob)
+        self.query = nn.Linear(hidden_size, hidden_size)
+        self.key = nn.Linear(hidden_size, hidden_size)
+        self.value = nn.Linear(hidden_size, hidden_size)
+
+    @overload
+    def forward(
+        self, hidden_states: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[False] = ...
+    ) -> Tensor: ...
+    @overload
+    def forward(
+        self, hidden_states: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[True]
+    ) -> tuple[Tensor, Tensor]: ...
+    def forward(
+        self, hidden_states: Tensor, *, mask: Tensor | None = None, return_weights: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend over the sequence; ``mask`` is boolean, broadcast to ``(B, H, T, T)``.
+
+        Shape:
+            hidden_states ``(B, T, D)``; mask e.g. ``(B, 1, 1, T)``; returns the
+            concatenated heads ``(B, T, D)`` [and weights ``(B, H, T, T)``].
+        """
+        check_sequence("hidden_states", hidden_states, self.hidden_size)
+        h = self.num_attention_heads
+        q = split_heads(self.query(hidden_states), h)  # (B, H, T, Dh)
+        k = split_heads(self.key(hidden_states), h)  # (B, H, T, Dh)
+        v = split_heads(self.value(hidden_states), h)  # (B, H, T, Dh)
+        dropout = self.attention_probs_dropout_prob if self.training else 0.0
+        result = attention(q, k, v, mask=mask, dropout=dropout, return_weights=return_weights)
+        if isinstance(result, tuple):
+            return merge_heads(result[0]), result[1]  # (B, T, D), (B, H, T, T)
+        return merge_heads(result)  # (B, T, D)
+
+
+class BertSelfOutput(nn.Module):
+    """BERT's post-norm residual: ``LayerNorm(input + Dropout(dense(hidden)))``.
+
+    Shape:
+        hidden_states and input_tensor ``(B, T, D)``; returns ``(B, T, D)``.
+    """
+
+    def __init__(
+        self, hidden_size: int, *, layer_norm_eps: float = 1e-12, hidden_dropout_prob: float = 0.1
+    ) -> None:
+        super().__init__()
+        if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size <= 0:
+            raise ValueError(f"hidden_size must be a positive int, got {hidden_size!r}")
+        if not isinstance(layer_norm_eps, (int, float)) or not layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be a positive float, got {layer_norm_eps!r}")
+        self.hidden_size = hidden_size
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=float(layer_norm_eps))
+        self.dropout = nn.Dropout(check_dropout(hidden_dropout_prob))
+
+    def forward(self, hidden_states: Tensor, input_tensor: Tensor) -> Tensor:
+        """Project, drop out, add the residual ``input_tensor`` and normalise."""
+        check_sequence("hidden_states", hidden_states, self.hidden_size)
+        check_sequence("input_tensor", input_tensor, self.hidden_size)
+        if hidden_states.shape != input_tensor.shape:
+            raise ValueError(
+                f"hidden_states {tuple(hidden_states.shape)} and input_tensor "
+                f"{tuple(input_tensor.shape)} must have the same shape"
+            )
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)  # (B, T, D)
+
+
+class BertAttention(nn.Module):
+    """BERT's attention sub-layer: :class:`BertSelfAttention` then :class:`BertSelfOutput`.
+
+    Attribute names match ``transformers``' ``BertAttention`` (``self``,
+    ``output``), so ``layer.load_state_dict(hf_attention_state_dict(sd, i))``
+    loads a pretrained layer with ``strict=True``.
+
+    Args:
+        hidden_size: width D.
+        num_attention_heads: heads H.
+        attention_probs_dropout_prob: dropout on the attention weights.
+        hidden_dropout_prob: dropout before the residual sum.
+        layer_norm_eps: LayerNorm epsilon (BERT uses 1e-12).
+
+    Shape:
+        hidden_states ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].
+    """
+
+    def __init__(
+        self, hidden_size: int, num_attention_heads: int, *, attention_probs_dropout_prob: float = 0.1,
+        hidden_dropout_prob: float = 0.1, layer_norm_eps: float = 1e-12,
+    ) -> None:
+        super().__init__()
+        self.self = BertSelfAttention(hidden_size, num_attention_heads, attention_probs_dropout_prob)
+        self.output = BertSelfOutput(
+            hidden_size, layer_norm_eps=layer_norm_eps, hidden_dropout_prob=hidden_dropout_prob
+        )
+
+    @classmethod
+    def from_config(cls, config: BertConfigLike) -> BertAttention:
+        """Build the layer from a ``transformers.BertConfig`` (or any object with its fields)."""
+        return cls(
+            config.hidden_size, config.num_attention_heads,
+            attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+            hidden_dropout_prob=config.hidden_dropout_prob, layer_norm_eps=config.layer_norm_eps,
+        )
+
+    @overload
+    def forward(
+        self, hidden_states: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[False] = ...
+    ) -> Tensor: ...
+    @overload
+    def forward(
+        self, hidden_states: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[True]
+    ) -> tuple[Tensor, Tensor]: ...
+    def forward(
+        self, hidden_states: Tensor, *, mask: Tensor | None = None, return_weights: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Self-attention, output projection, residual and LayerNorm.
+
+        ``mask`` is boolean, True where a token may be attended, e.g.
+        ``from_hf_attention_mask(attention_mask)``.
+
+        Shape:
+            hidden_states ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].
+        """
+        result = self.self(hidden_states, mask=mask, return_weights=return_weights)
+        context, weights = result if isinstance(result, tuple) else (result, None)
+        out = self.output(context, hidden_states)  # (B, T, D)
+        return out if weights is None else (out, weights)
