@@ -1,0 +1,255 @@
+"""Relative-position self-attention of Shaw, Uszkoreit and Vaswani (2018).
+
+Each query-key pair gets two learned vectors chosen by their clipped distance,
+one added to the key and one to the value::
+
+    a^K_ij = w^K[clip(j - i, -k, k)],   a^V_ij = w^V[clip(j - i, -k, k)]
+    e_ij   = q_i · (k_j + a^K_ij) / sqrt(Dh)
+    α_ij   = softmax_j(e_ij)
+    z_i    = Σ_j α_ij (v_j + a^V_ij)
+
+with ``2k + 1`` vectors per table (``k = max_relative_position``), shared
+across heads as in the paper. Distances beyond ``k`` share the edge vector.
+
+Written out, ``a^K`` and ``a^V`` are ``(Tq, Tk, Dh)`` tensors, and the products
+with them cost ``(B, H, Tq, Tk, Dh)`` work and memory. This layer never builds
+them; both terms go through the ``2k + 1`` distance buckets instead:
+
+* key term: ``(q_i · w^K_b)`` for every bucket ``b`` is one small matmul
+  ``q @ w^K^T -> (B, H, Tq, 2k+1)``; gathering it by the bucket index of
+  ``(i, j)`` gives the ``(B, H, Tq, Tk)`` relative logits. They are scaled by
+  ``1/sqrt(Dh)`` here, because :func:`attnkit.attention` scales only ``q · k``
+  and adds ``bias`` as it is. The fused kernel then computes ``softmax(.) V``.
+* value term: ``Σ_j α_ij w^V_b(i,j) = Σ_b (Σ_{j in b} α_ij) w^V_b``: the weights
+  are summed into their buckets (``scatter_add -> (B, H, Tq, 2k+1)``), then
+  multiplied by ``w^V``.
+
+Queries are processed in blocks so that no intermediate exceeds about
+``2^20`` elements; memory is ``O(B·H·Tq·Tk)`` at most (the weights autograd
+keeps for the backward pass, or returned on request), never ``O(B·Tq·Tk·Dh)``,
+and in inference only ``O(2^20 + B·H·Tq·Dh)``.
+
+Shape legend: B batch, Tq/Tk query/key length, D model width, H heads, Dh head width.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, overload
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit import masks as _masks
+from attnkit.functional import attention, merge_heads, safe_softmax, split_heads
+from attnkit.layers.multi_head import check_dropout, check_sequence
+from attnkit.positional import clipped_relative_index
+
+__all__ = ["RelativePositionAttention", "relative_attention"]
+
+# Elements per (B, H, block, Tk) intermediate; bounds memory when weights are not kept.
+_BLOCK_ELEMENTS = 1 << 20
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _block_rows(t: Tensor | None, start: int, end: int) -> Tensor | None:
+    """Rows ``start:end`` of the query axis of a mask broadcastable to ``(B, H, Tq, Tk)``."""
+    if t is None or t.dim() < 2 or t.shape[-2] == 1:
+        return t
+    return t[..., start:end, :]
+
+
+def _causal_rows(tq: int, tk: int, start: int, end: int, device: torch.device) -> Tensor:
+    """Rows ``start:end`` of the bottom-right causal mask ``masks.causal(tq, tk)``."""
+    i = torch.arange(start, end, device=device).unsqueeze(1) + (tk - tq)  # (Tb, 1)
+    j = torch.arange(tk, device=device).unsqueeze(0)  # (1, Tk)
+    return j <= i  # (Tb, Tk)
+
+
+def _block(
+    q: Tensor, k: Tensor, v: Tensor, rel_k: Tensor, rel_v: Tensor, index: Tensor,
+    mask: Tensor | None, dropout: float, need_weights: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """Shaw attention for one block of queries; ``index`` holds its bucket per (query, key)."""
+    b, h, tb, dh = q.shape
+    tk = k.shape[2]
+    scale = 1.0 / math.sqrt(dh)
+    idx = index.expand(b, h, tb, tk)  # (B, H, Tb, Tk), a view
+    # Relative logits per bucket, scaled here since attention() adds bias unscaled.
+    rel_logits = (q * scale) @ rel_k.to(q.dtype).t()  # (B, H, Tb, 2k+1)
+    bias = rel_logits.gather(-1, idx)  # (B, H, Tb, Tk)
+    if dropout > 0.0:
+        # The value term must see the same dropped weights as softmax·V: one readable path.
+        scores = (q * scale) @ k.transpose(-1, -2) + bias  # (B, H, Tb, Tk)
+        full = mask.expand(b, h, tb, tk) if mask is not None else None
+        probs = safe_softmax(scores, full)  # (B, H, Tb, Tk)
+        used = F.dropout(probs, p=dropout, training=True)
+        out = used @ v  # (B, H, Tb, Dh)
+        weights: Tensor | None = probs if need_weights else None
+    else:
+        out, used = attention(q, k, v, mask=mask, bias=bias, return_weights=True)
+        weights = used if need_weights else None
+    buckets = used.new_zeros(b, h, tb, rel_v.shape[0]).scatter_add(-1, idx, used)  # (B, H, Tb, 2k+1)
+    out = out + buckets @ rel_v.to(out.dtype)  # (B, H, Tb, Dh)
+    return out, weights
+
+
+@overload
+def relative_attention(
+    q: Tensor, k: Tensor, v: Tensor, rel_k: Tensor, rel_v: Tensor, *, mask: Tensor | None = ...,
+    causal: bool = ..., dropout: float = ..., return_weights: Literal[False] = ...,
+) -> Tensor: ...
+@overload
+def relative_attention(
+    q: Tensor, k: Tensor, v: Tensor, rel_k: Tensor, rel_v: Tensor, *, mask: Tensor | None = ...,
+    causal: bool = ..., dropout: float = ..., return_weights: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+def relative_attention(
+    q: Tensor, k: Tensor, v: Tensor, rel_k: Tensor, rel_v: Tensor, *, mask: Tensor | None = None,
+    causal: bool = False, dropout: float = 0.0, return_weights: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Shaw et al. (2018) attention on split heads, without building ``(Tq, Tk, Dh)`` tensors.
+
+    ``max_relative_position`` is ``k = (rel_k.shape[0] - 1) / 2``; distances are
+    ``j - i`` bottom-right aligned (see :func:`attnkit.positional.relative_distance`).
+    ``mask`` and ``causal`` follow :func:`attnkit.attention`; a query with no key
+    gets zero output and zero weights.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, H, Tk, Dh)``, v ``(B, H, Tk, Dh)``,
+        rel_k and rel_v ``(2k + 1, Dh)``; returns ``(B, H, Tq, Dh)`` and, on
+        request, weights ``(B, H, Tq, Tk)``.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v), ("rel_k", rel_k), ("rel_v", rel_v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[:2] != k.shape[:2] \
+            or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q must be (B, H, Tq, Dh) and k, v (B, H, Tk, Dh) with the same B, H, Dh; "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    dh = q.shape[-1]
+    if rel_k.dim() != 2 or rel_k.shape != rel_v.shape or rel_k.shape[1] != dh or rel_k.shape[0] % 2 == 0:
+        raise ValueError(
+            f"rel_k and rel_v must both be (2k+1, Dh={dh}), got {tuple(rel_k.shape)} and {tuple(rel_v.shape)}"
+        )
+    b, h, tq, _ = q.shape
+    tk = k.shape[2]
+    if mask is not None:
+        _masks.check_mask(mask, (b, h, tq, tk))
+    dropout = check_dropout(dropout)
+    max_rel = (rel_k.shape[0] - 1) // 2
+    rows = max(1, _BLOCK_ELEMENTS // max(1, b * h * tk))  # query rows per block
+    outs: list[Tensor] = []
+    weights: list[Tensor] = []
+    for start in range(0, tq, rows):
+        end = min(tq, start + rows)
+        index = clipped_relative_index(tq, tk, max_rel, device=q.device, query_start=start, query_end=end)
+        block_mask = _block_rows(mask, start, end)
+        if causal:
+            block_mask = _masks.combine(block_mask, _causal_rows(tq, tk, start, end, q.device))
+        out, w = _block(q[:, :, start:end], k, v, rel_k, rel_v, index, block_mask, dropout, return_weights)
+        outs.append(out)
+        if w is not None:
+            weights.append(w)
+    result = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)  # (B, H, Tq, Dh)
+    if return_weights:
+        return result, torch.cat(weights, dim=2)  # (B, H, Tq, Tk)
+    return result
+
+
+class RelativePositionAttention(nn.Module):
+    """Multi-head self-attention with Shaw et al. (2018) clipped relative positions.
+
+    Args:
+        d_model: model width D; divisible by ``num_heads``.
+        num_heads: heads H.
+        max_relative_position: clipping distance ``k >= 1``; ``2k + 1`` learned
+            vectors of width Dh for keys and as many for values, shared by the heads.
+        bias: add biases to the projections.
+        dropout: attention-weight dropout, active in training mode only.
+
+    Shape:
+        x ``(B, Tq, D)``; optional key/value ``(B, Tk, D)`` for cross-attention
+        (distances then bottom-right aligned); returns ``(B, Tq, D)`` and, on
+        request, weights ``(B, H, Tq, Tk)``.
+    """
+
+    def __init__(
+        self, d_model: int, num_heads: int, max_relative_position: int, *, bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        _positive_int("d_model", d_model)
+        _positive_int("num_heads", num_heads)
+        _positive_int("max_relative_position", max_relative_position)
+        if d_model % num_heads:
+            raise ValueError(
+                f"d_model={d_model} must be divisible by num_heads={num_heads} "
+                f"(each head gets d_model / num_heads features)"
+            )
+        self.d_model, self.num_heads = d_model, num_heads
+        self.head_dim = d_model // num_heads
+        self.max_relative_position = max_relative_position
+        self.dropout = check_dropout(dropout)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        buckets = 2 * max_relative_position + 1
+        self.rel_k = nn.Parameter(torch.empty(buckets, self.head_dim))  # (2k+1, Dh)
+        self.rel_v = nn.Parameter(torch.empty(buckets, self.head_dim))  # (2k+1, Dh)
+        nn.init.xavier_uniform_(self.rel_k)
+        nn.init.xavier_uniform_(self.rel_v)
+
+    @overload
+    def forward(
+        self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
+        mask: Tensor | None = ..., causal: bool = ..., return_weights: Literal[False] = ...,
+    ) -> Tensor: ...
+    @overload
+    def forward(
+        self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
+        mask: Tensor | None = ..., causal: bool = ..., return_weights: Literal[True],
+    ) -> tuple[Tensor, Tensor]: ...
+    def forward(
+        self, x: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
+        mask: Tensor | None = None, causal: bool = False, return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend from ``x`` to itself (or to ``key``/``value``) with relative positions.
+
+        ``mask`` is boolean, True where a query may attend a key, broadcastable
+        to ``(B, H, Tq, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`).
+        """
+        check_sequence("x", x, self.d_model)
+        if (key is None) != (value is None):
+            raise ValueError("pass both key and value for cross-attention, or neither for self-attention")
+        if key is None or value is None:
+            key = value = x
+        else:
+            check_sequence("key", key, self.d_model)
+            check_sequence("value", value, self.d_model)
+            if key.shape[:2] != value.shape[:2] or key.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"key {tuple(key.shape)} and value {tuple(value.shape)} must share (B, Tk) "
+                    f"with batch B={x.shape[0]} of x"
+                )
+        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, Tq, Dh)
+        k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, Tk, Dh)
+        v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, Tk, Dh)
+        dropout = self.dropout if self.training else 0.0
+        if return_weights:
+            out, weights = relative_attention(
+                q, k, v, self.rel_k, self.rel_v, mask=mask, causal=causal, dropout=dropout,
+                return_weights=True,
+            )
+            return self.out_proj(merge_heads(out)), weights  # (B, Tq, D)
+        out = relative_attention(q, k, v, self.rel_k, self.rel_v, mask=mask, causal=causal, dropout=dropout)
+        return self.out_proj(merge_heads(out))  # (B, Tq, D)
