@@ -1,0 +1,72 @@
+"""Caches for incremental decoding with :class:`~attnkit.blocks.TransformerDecoder`.
+
+Each decoder layer keeps two :class:`~attnkit.layers.kv_cache.KVCache`:
+
+* ``self_attn`` grows by the new positions at every step (the keys and values
+  of earlier target positions never change under causal attention);
+* ``cross_attn`` is *static*: filled from the encoder memory on the first
+  step, then only read, so the memory is projected once per sequence.
+
+Shape legend: B batch, Hkv key/value heads, T cached length, Dh head width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from attnkit.layers.kv_cache import KVCache
+
+__all__ = ["DecoderLayerCache", "DecoderCache"]
+
+
+@dataclass
+class DecoderLayerCache:
+    """The self-attention and cross-attention caches of one decoder layer."""
+
+    self_attn: KVCache = field(default_factory=KVCache)
+    cross_attn: KVCache = field(default_factory=lambda: KVCache(static=True))
+
+    def __len__(self) -> int:
+        """Target positions cached so far."""
+        return len(self.self_attn)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch entries ``index`` (beam search). Shape: index ``(B',)``."""
+        self.self_attn.reorder(index)
+        self.cross_attn.reorder(index)
+
+
+class DecoderCache:
+    """Per-layer caches of a whole :class:`~attnkit.blocks.TransformerDecoder`.
+
+    ``offset`` is the number of target positions already decoded: read it
+    *before* a step and give it to the positional encoding, so that the new
+    token gets position ``offset`` (and the next ones ``offset + 1``...).
+    """
+
+    def __init__(self, num_layers: int) -> None:
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
+            raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+        self.layers = [DecoderLayerCache() for _ in range(num_layers)]
+
+    @property
+    def offset(self) -> int:
+        """Number of target positions cached so far (the position of the next token)."""
+        return len(self.layers[0])
+
+    def __len__(self) -> int:
+        return self.offset
+
+    def __iter__(self) -> Iterator[DecoderLayerCache]:
+        return iter(self.layers)
+
+    def __getitem__(self, index: int) -> DecoderLayerCache:
+        return self.layers[index]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch entries ``index`` in every layer (beam search). Shape: index ``(B',)``."""
+        for layer in self.layers:
+            layer.reorder(index)

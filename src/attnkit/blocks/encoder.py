@@ -1,0 +1,262 @@
+"""Transformer encoder layer and stack (Vaswani et al., 2017), post-norm or pre-norm.
+
+One layer, in its two orderings (Xiong et al., 2020, "On Layer Normalization
+in the Transformer Architecture")::
+
+    post-norm:  x = LN1(x + Drop(SelfAttn(x)))        x = LN2(x + Drop(FFN(x)))
+    pre-norm:   x = x + Drop(SelfAttn(LN1(x)))        x = x + Drop(FFN(LN2(x)))
+
+``Drop`` is residual dropout; the attention weights and the FFN's hidden
+activations get dropout too. That is exactly where ``nn.TransformerEncoderLayer``
+puts its four dropouts, so :meth:`TransformerEncoderLayer.from_torch` reproduces
+it in eval mode to rounding error.
+
+Shape legend: B batch, T length, D model width, H heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal, overload
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.blocks.config import (
+    LayerSpec,
+    TransformerLayerConfig,
+    build_layers,
+    check_bool,
+    check_eps,
+    final_layer_norm,
+)
+from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from_torch
+from attnkit.layers.multi_head import MultiHeadAttention, check_dropout, check_sequence
+
+__all__ = ["TransformerEncoderLayer", "TransformerEncoder"]
+
+
+class TransformerEncoderLayer(nn.Module):
+    """Self-attention then a feed-forward network, each in a residual branch with LayerNorm.
+
+    Args:
+        d_model: model width D.
+        num_heads: attention heads H.
+        d_ff: hidden width of the feed-forward network.
+        dropout: used for the attention weights, the FFN hidden activations and
+            both residual branches (training mode only).
+        activation: FFN activation: a registered name (``"relu"``, ``"gelu"``,
+            ``"swiglu"``...) or an ``nn.Module`` class.
+        norm_first: pre-norm (True) or post-norm (False, the original Transformer).
+        layer_norm_eps: LayerNorm epsilon.
+        kv_heads: key/value heads for grouped-query attention (default ``num_heads``).
+        bias: biases in every linear map and LayerNorm.
+
+    Attributes:
+        self_attn (:class:`~attnkit.layers.multi_head.MultiHeadAttention`),
+        ff (:class:`~attnkit.blocks.FeedForward`), norm1, norm2, dropout1, dropout2.
+
+    Shape:
+        x ``(B, T, D)``; returns ``(B, T, D)`` and, on request, weights ``(B, H, T, T)``.
+    """
+
+    def __init__(
+        self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.0,
+        activation: Activation = "relu", norm_first: bool = False, layer_norm_eps: float = 1e-5,
+        kv_heads: int | None = None, bias: bool = True,
+    ) -> None:
+        super().__init__()
+        dropout = check_dropout(dropout)
+        self.norm_first = check_bool("norm_first", norm_first)
+        eps = check_eps(layer_norm_eps)
+        self.d_model = d_model
+        self.self_attn = MultiHeadAttention(d_model, num_heads, kv_heads=kv_heads, bias=bias, dropout=dropout)
+        self.ff = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    @classmethod
+    def from_config(cls, config: TransformerLayerConfig) -> TransformerEncoderLayer:
+        """Build a layer from a :class:`~attnkit.blocks.TransformerLayerConfig`."""
+        return cls(config.d_model, config.num_heads, config.d_ff, **config.kwargs())
+
+    @overload
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        return_weights: Literal[False] = ...,
+    ) -> Tensor: ...
+    @overload
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        return_weights: Literal[True],
+    ) -> tuple[Tensor, Tensor]: ...
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None, causal: bool = False,
+        return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Run the layer.
+
+        Args:
+            x: input sequence.
+            mask: boolean, True where a query may attend to a key, broadcast to
+                ``(B, H, T, T)``; a PyTorch ``src_key_padding_mask`` goes through
+                :func:`attnkit.masks.from_key_padding_mask` first.
+            bias: optional additive attention bias (ALiBi, relative positions).
+            causal: forbid attention to later positions.
+            return_weights: also return the self-attention weights.
+
+        Shape:
+            x ``(B, T, D)``; mask ``(B, 1, 1, T)`` or any shape broadcasting to
+            ``(B, H, T, T)``; returns ``(B, T, D)`` and weights ``(B, H, T, T)``.
+        """
+        check_sequence("x", x, self.d_model)
+        check_bool("causal", causal)
+        weights: Tensor | None = None
+        if self.norm_first:
+            attn, weights = self._attend(self.norm1(x), mask, bias, causal, return_weights)
+            x = x + attn
+            x = x + self.dropout2(self.ff(self.norm2(x)))
+        else:
+            attn, weights = self._attend(x, mask, bias, causal, return_weights)
+            x = self.norm1(x + attn)
+            x = self.norm2(x + self.dropout2(self.ff(x)))
+        if return_weights:
+            assert weights is not None
+            return x, weights
+        return x
+
+    def _attend(
+        self, h: Tensor, mask: Tensor | None, bias: Tensor | None, causal: bool, return_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        if return_weights:
+            out, weights = self.self_attn(h, mask=mask, bias=bias, causal=causal, return_weights=True)
+            return self.dropout1(out), weights
+        return self.dropout1(self.self_attn(h, mask=mask, bias=bias, causal=causal)), None
+
+    @classmethod
+    def from_torch(cls, module: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
+        """Build an equivalent layer from ``nn.TransformerEncoderLayer``, copying its weights.
+
+        Copies the weights, activation, ``norm_first``, LayerNorm epsilon and
+        dropout probabilities, and keeps the source's dtype, device and
+        train/eval mode. The result is batch-first whatever ``batch_first`` the
+        source had, and reads masks by attnkit's rule: pass
+        ``mask=masks.from_key_padding_mask(src_key_padding_mask)`` and
+        ``causal=True`` where PyTorch gets a square subsequent mask.
+        """
+        if not isinstance(module, nn.TransformerEncoderLayer):
+            raise TypeError(f"module must be nn.TransformerEncoderLayer, got {type(module).__name__}")
+        attn = MultiHeadAttention.from_torch(module.self_attn)
+        layer = cls(
+            attn.d_model, attn.num_heads, module.linear1.out_features, dropout=module.dropout.p,
+            activation=activation_from_torch(module.activation), norm_first=module.norm_first,
+            layer_norm_eps=module.norm1.eps, bias=module.linear1.bias is not None,
+        )
+        layer.self_attn = attn
+        _copy_common(layer, module)
+        return layer
+
+
+def _copy_common(layer: nn.Module, module: nn.Module) -> None:
+    """Copy FFN, LayerNorm and residual-dropout settings shared by encoder and decoder layers."""
+    pairs = [("ff.linear1", "linear1"), ("ff.linear2", "linear2")]
+    pairs += [(f"norm{i}", f"norm{i}") for i in (1, 2, 3) if hasattr(layer, f"norm{i}")]
+    with torch.no_grad():
+        for ours, theirs in pairs:
+            dst, src = layer.get_submodule(ours), module.get_submodule(theirs)
+            for name, param in dst.named_parameters():
+                param.copy_(getattr(src, name))
+    for i in (1, 2, 3):
+        if hasattr(layer, f"dropout{i}"):
+            getattr(layer, f"dropout{i}").p = getattr(module, f"dropout{i}").p
+    ref = module.get_parameter("linear1.weight")
+    layer.to(device=ref.device, dtype=ref.dtype).train(module.training)
+
+
+class TransformerEncoder(nn.Module):
+    """A stack of :class:`TransformerEncoderLayer` with an optional final LayerNorm.
+
+    Args:
+        layer: a :class:`~attnkit.blocks.TransformerLayerConfig`, a layer to copy
+            ``num_layers`` times, or a factory (``lambda: TransformerEncoderLayer(...)``)
+            called once per layer.
+        num_layers: depth.
+        final_norm: add a LayerNorm after the last layer. Default: exactly when
+            the layers are pre-norm (their output is otherwise never normalised).
+
+    Attributes:
+        layers (``nn.ModuleList``), norm (``nn.LayerNorm`` or ``None``).
+
+    Shape:
+        x ``(B, T, D)``; returns ``(B, T, D)`` and, on request, a list of
+        ``num_layers`` weights ``(B, H, T, T)``.
+    """
+
+    norm: nn.LayerNorm | None
+
+    def __init__(self, layer: LayerSpec, num_layers: int, *, final_norm: bool | None = None) -> None:
+        super().__init__()
+        built = build_layers(layer, num_layers, TransformerEncoderLayer, TransformerEncoderLayer.from_config)
+        self.layers = nn.ModuleList(built)
+        self.norm = final_layer_norm(built[0], final_norm)
+        self.d_model = built[0].d_model
+
+    def __iter__(self) -> Iterator[TransformerEncoderLayer]:
+        return iter(self.layers)  # type: ignore[arg-type]
+
+    @overload
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        return_weights: Literal[False] = ...,
+    ) -> Tensor: ...
+    @overload
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        return_weights: Literal[True],
+    ) -> tuple[Tensor, list[Tensor]]: ...
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None, causal: bool = False,
+        return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """Run every layer with the same mask, bias and causal setting.
+
+        Shape:
+            x ``(B, T, D)``; returns ``(B, T, D)`` and, on request, one
+            ``(B, H, T, T)`` weight tensor per layer, first layer first.
+        """
+        check_sequence("x", x, self.d_model)
+        all_weights: list[Tensor] = []
+        for layer in self.layers:
+            if return_weights:
+                x, weights = layer(x, mask=mask, bias=bias, causal=causal, return_weights=True)
+                all_weights.append(weights)
+            else:
+                x = layer(x, mask=mask, bias=bias, causal=causal)
+        if self.norm is not None:
+            x = self.norm(x)
+        return (x, all_weights) if return_weights else x
+
+    @classmethod
+    def from_torch(cls, module: nn.TransformerEncoder) -> TransformerEncoder:
+        """Build an equivalent stack from ``nn.TransformerEncoder``, copying every layer and the final norm."""
+        if not isinstance(module, nn.TransformerEncoder):
+            raise TypeError(f"module must be nn.TransformerEncoder, got {type(module).__name__}")
+        converted = iter([TransformerEncoderLayer.from_torch(m) for m in module.layers])
+        stack = cls(lambda: next(converted), len(module.layers), final_norm=module.norm is not None)
+        _copy_final_norm(stack.norm, module.norm)
+        return stack
+
+
+def _copy_final_norm(ours: nn.LayerNorm | None, theirs: nn.Module | None) -> None:
+    if ours is None or theirs is None:
+        return
+    if not isinstance(theirs, nn.LayerNorm):
+        raise TypeError(f"the source's final norm must be nn.LayerNorm, got {type(theirs).__name__}")
+    ours.eps = theirs.eps
+    with torch.no_grad():
+        ours.weight.copy_(theirs.weight)
+        if ours.bias is not None and theirs.bias is not None:
+            ours.bias.copy_(theirs.bias)
+    ours.to(theirs.weight.device, theirs.weight.dtype)
