@@ -230,14 +230,16 @@ def _read_folder(root: Path, encoding: str) -> list[Example]:
 
 def _polarity_pair(path: Path) -> tuple[Path, Path]:
     if path.is_dir():
-        pos = sorted(e for e in path.iterdir() if _stem(e).suffix == ".pos")
-        neg = sorted(e for e in path.iterdir() if _stem(e).suffix == ".neg")
-        if len(pos) != 1 or len(neg) != 1:
+        found = {
+            kind: sorted(e for e in path.iterdir() if _stem(e).suffix == kind)
+            for kind in (".pos", ".neg")
+        }
+        if len(found[".pos"]) != 1 or len(found[".neg"]) != 1:
             raise DataFormatError(
                 path, None, f"expected exactly one *.pos and one *.neg file, found "
-                f"{[p.name for p in pos]} and {[n.name for n in neg]}"
+                f"{[e.name for e in found['.pos']]} and {[e.name for e in found['.neg']]}"
             )
-        return pos[0], neg[0]
+        return found[".pos"][0], found[".neg"][0]
     base = _stem(path).with_suffix("")
     gz = ".gz" if path.suffix == ".gz" else ""
     pos, neg = Path(f"{base}.pos{gz}"), Path(f"{base}.neg{gz}")

@@ -1,0 +1,130 @@
+"""Readers: every format, gzip, encodings, and errors that name the file and line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from attnkit.data.readers import DataFormatError, Example, guess_format, read_examples, read_lines
+
+MR = Path("/work/shared/data/mr")
+EXPECTED = [Example("a fine film", "pos"), Example("dull , slow", "neg")]
+
+
+def _write(path: Path, text: str, encoding: str = "utf-8") -> Path:
+    data = text.encode(encoding)
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("d.csv", 'label,text\npos,a fine film\nneg,"dull , slow"\n'),
+        ("d.tsv", "text\tlabel\na fine film\tpos\ndull , slow\tneg\n"),
+        ("d.jsonl", '{"text": "a fine film", "label": "pos"}\n\n{"label": "neg", "text": "dull , slow"}\n'),
+        ("d.txt", "pos\ta fine film\nneg\tdull , slow\n"),
+        ("d.csv.gz", "label,text\npos,a fine film\nneg,\"dull , slow\"\n"),
+        ("d.jsonl.gz", '{"text": "a fine film", "label": "pos"}\n{"text": "dull , slow", "label": "neg"}'),
+    ],
+)
+def test_each_file_format_guessed_and_read(tmp_path: Path, name: str, text: str) -> None:
+    path = _write(tmp_path / name, text)
+    assert read_examples(path) == EXPECTED
+
+
+def test_label_space_text_and_explicit_format(tmp_path: Path) -> None:
+    path = _write(tmp_path / "d.txt", "pos a fine film\r\nneg dull , slow\r\n")
+    assert guess_format(path) == "label-space-text"
+    assert read_examples(path) == EXPECTED
+    assert read_examples(path, format="label-space-text") == EXPECTED
+
+
+def test_csv_custom_fields_and_quoted_newline(tmp_path: Path) -> None:
+    path = _write(tmp_path / "d.csv", 'id,review,sentiment\n1,"two\nlines",pos\n2,ok,neg\n')
+    got = read_examples(path, text_field="review", label_field="sentiment")
+    assert got == [Example("two\nlines", "pos"), Example("ok", "neg")]
+
+
+def test_folder_format(tmp_path: Path) -> None:
+    for label, docs in (("neg", ["dull , slow"]), ("pos", ["a fine film", "great"])):
+        (tmp_path / label).mkdir()
+        for i, doc in enumerate(docs):
+            _write(tmp_path / label / f"{i}.txt", doc + "\n")
+    _write(tmp_path / "pos" / ".hidden", "ignored")
+    got = read_examples(tmp_path)
+    assert got == [Example("dull , slow", "neg"), Example("a fine film", "pos"), Example("great", "pos")]
+
+
+def test_polarity_latin1_splits_on_newline_only(tmp_path: Path) -> None:
+    # 0x85 decodes to U+0085, which str.splitlines() would treat as a line break.
+    pos = "it\x85s good\nfine caf\xe9\n"
+    _write(tmp_path / "rt.pos", pos, "latin-1")
+    _write(tmp_path / "rt.neg", "bad\x85really\n\nawful\n", "latin-1")
+    for path in (tmp_path, tmp_path / "rt.pos", tmp_path / "rt.neg"):
+        got = read_examples(path, encoding="latin-1")
+        assert [e.label for e in got] == ["pos", "pos", "neg", "neg"]
+        assert got[0].text == "it\x85s good" and got[1].text == "fine caf\xe9"
+    assert len("it\x85s good\nfine\n".splitlines()) == 3  # the trap this reader avoids
+
+
+def test_polarity_gzip_pair(tmp_path: Path) -> None:
+    _write(tmp_path / "rt.pos.gz", "good\n")
+    _write(tmp_path / "rt.neg.gz", "bad\n")
+    assert read_examples(tmp_path / "rt.pos.gz") == [Example("good", "pos"), Example("bad", "neg")]
+
+
+def test_wrong_encoding_names_file_and_line(tmp_path: Path) -> None:
+    path = _write(tmp_path / "d.txt", "pos\tok\nneg\tcaf\xe9\n", "latin-1")
+    with pytest.raises(DataFormatError, match=r"d\.txt, line 2: cannot decode byte 0xe9 as utf-8"):
+        read_examples(path)
+    assert read_examples(path, encoding="latin-1")[1].text == "caf\xe9"
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("d.jsonl", '{"text": "a", "label": "x"}\n{"text": "b"\n', r"d\.jsonl, line 2: invalid JSON"),
+        ("d.jsonl", '{"text": "a", "label": "x"}\n\n{"text": "b"}\n', r"line 3: missing field\(s\) \['label'\]"),
+        ("d.jsonl", '["a", "b"]\n', r"line 1: expected a JSON object"),
+        ("d.csv", "label,text\npos,ok\nneg,bad,extra\n", r"d\.csv, line 3: expected 2 fields"),
+        ("d.csv", "label,body\npos,ok\n", r"line 1: text_field='text' is not a column"),
+        ("d.tsv", "", r"line 1: empty file"),
+        ("d.txt", "pos\tok\n\nneg no tab here\tx\nnotab\n", r"d\.txt, line 4: expected 'label<TAB>text'"),
+    ],
+)
+def test_malformed_input_names_file_and_line(tmp_path: Path, name: str, text: str, message: str) -> None:
+    path = _write(tmp_path / name, text)
+    with pytest.raises(DataFormatError, match=message):
+        read_examples(path)
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    path = _write(tmp_path / "d.txt", "pos\tok\n")
+    with pytest.raises(ValueError, match=r"format must be one of \['csv', 'tsv'"):
+        read_examples(path, format="xml")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        read_examples(tmp_path / "missing.csv")
+    with pytest.raises(ValueError, match="cannot guess the format of folder"):
+        read_examples(tmp_path)
+    with pytest.raises(DataFormatError, match="not a gzip file"):
+        read_examples(_write(tmp_path / "x.csv", "a") .rename(tmp_path / "x.csv.gz"))
+
+
+def test_read_lines_keeps_alignment(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a.de.gz", "eins\n\ndrei\x85vier\n")
+    assert read_lines(path) == ["eins", "", "drei\x85vier"]
+
+
+@pytest.mark.skipif(not MR.is_dir(), reason=f"real data folder {MR} is absent")
+def test_mr_real_line_count() -> None:
+    examples = read_examples(MR, encoding="latin-1")
+    assert len(examples) == 10662
+    assert sum(e.label == "pos" for e in examples) == 5331
+    assert any("\x85" in e.text for e in examples)
+    with pytest.raises(DataFormatError, match=r"rt-polarity\.pos, line \d+: cannot decode"):
+        read_examples(MR)
+    json.dumps([e.text for e in examples])  # every text is a plain, serialisable str
