@@ -1,0 +1,100 @@
+"""The training configuration: one frozen dataclass, saved with every run."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TrainConfig", "warmup_linear_factor"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything the training loop needs besides the model and the data.
+
+    Args:
+        epochs: passes over the training set (at most; early stopping may end sooner).
+        batch_size: examples per optimizer step on each process.
+        lr: peak learning rate of AdamW (Loshchilov and Hutter, 2019).
+        weight_decay: decoupled weight decay, applied to parameters with two or
+            more dimensions only (biases and norm scales are not decayed).
+        warmup_ratio: share of all steps over which the rate rises linearly from
+            0 to ``lr``; it then falls linearly to ``lr * min_lr_ratio``.
+        min_lr_ratio: the final rate as a share of ``lr``.
+        clip_norm: clip the global gradient norm to this value; ``0`` turns clipping off.
+        patience: stop after this many epochs without a better validation
+            accuracy and restore the best weights; ``0`` turns early stopping off.
+        seed: seeds the weights' initialisation (by the caller), dropout and the batch order.
+        bucket: group examples of similar length into batches (less padding), still shuffled.
+        label_smoothing: cross-entropy label smoothing.
+        device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
+    """
+
+    epochs: int = 10
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    min_lr_ratio: float = 0.0
+    clip_norm: float = 1.0
+    patience: int = 3
+    seed: int = 0
+    bucket: bool = True
+    label_smoothing: float = 0.0
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        for name in ("patience", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        checks = {
+            "lr": lambda v: v > 0,
+            "weight_decay": lambda v: v >= 0,
+            "warmup_ratio": lambda v: 0 <= v < 1,
+            "min_lr_ratio": lambda v: 0 <= v <= 1,
+            "clip_norm": lambda v: v >= 0,
+            "label_smoothing": lambda v: 0 <= v < 1,
+        }
+        ranges = {"lr": "> 0", "weight_decay": ">= 0", "warmup_ratio": "in [0, 1)",
+                  "min_lr_ratio": "in [0, 1]", "clip_norm": ">= 0", "label_smoothing": "in [0, 1)"}
+        for name, ok in checks.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not ok(value):
+                raise ValueError(f"{name} must be a number {ranges[name]}, got {value!r}")
+        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        """Build from a dict; unknown keys raise a ValueError listing the valid ones."""
+        valid = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown TrainConfig key(s) {unknown}; valid keys: {valid}")
+        return cls(**d)
+
+
+def warmup_linear_factor(step: int, total_steps: int, warmup_steps: int, min_ratio: float = 0.0) -> float:
+    """Learning-rate multiplier at optimizer step ``step`` (0-based).
+
+    Rises linearly over ``warmup_steps`` steps (``(step + 1) / warmup_steps``),
+    then falls linearly from 1 to ``min_ratio`` at ``total_steps`` — the
+    schedule of BERT (Devlin et al., 2019). A pure function of the step, so
+    resuming only needs the step count.
+    """
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    remaining = max(total_steps - warmup_steps, 1)
+    progress = min(max(step - warmup_steps, 0) / remaining, 1.0)
+    return 1.0 - (1.0 - min_ratio) * progress
