@@ -1,0 +1,259 @@
+"""Efficient (linear) attention of Shen et al. (2021), "Efficient Attention: Attention with Linear Complexities".
+
+Softmax attention ``softmax(Q K^T) V`` costs ``O(T^2)``. Efficient attention
+normalises queries and keys separately, so the product can be re-associated::
+
+    out = softmax_D(Q) (softmax_T(K)^T V)
+
+``softmax_D`` runs over each query's Dh features, ``softmax_T`` over the key
+positions of each feature. ``softmax_T(K)^T V`` is a ``(Dh, Dv)`` context —
+``Dh`` global "templates", each a weighted average of the values — and every
+query mixes the templates with its feature weights. Cost ``O(T Dh Dv)``.
+The implied weights ``W = softmax_D(Q) softmax_T(K)^T`` are a proper
+attention matrix: non-negative rows summing to one.
+
+**Causal form.** ``softmax_T`` over *all* positions would let query ``i`` see
+later keys through the normaliser. Here each query normalises over its own
+prefix, feature by feature::
+
+    c_i[d]  = Σ_{j<=i} exp(k_jd) v_j / Σ_{j<=i} exp(k_jd)       # (Dh, Dv) per query
+    out_i   = Σ_d softmax_D(q_i)[d] c_i[d]
+
+so ``W_ij = Σ_d softmax_D(q_i)[d] exp(k_jd) / Σ_{j'<=i} exp(k_j'd)`` for
+``j <= i`` and 0 after: rows still sum to one, and position ``i`` depends only
+on positions ``<= i``. The prefix sums are computed by a **chunked scan**:
+inside a chunk of ``C`` positions a small ``(C, C)`` masked product, across
+chunks a running state ``(S, z) = (Σ exp(k) v^T, Σ exp(k))`` of size
+``Dh x Dv``. Time ``O(T (C + Dh) Dv)``, memory ``O(C^2 + C Dh + Dh Dv)`` per
+head — linear in ``T``, no ``(T, T)`` matrix. For stability ``exp(k)`` is
+shifted by the running per-feature maximum, updated once per chunk (the state
+is rescaled when it grows); results are exact up to rounding unless a
+feature's keys within one chunk span more than ~80 (float32), where the
+earliest terms underflow.
+
+**Key masks.** Masked keys contribute nothing: they are dropped from
+``softmax_T`` (and from the causal prefix sums). A query with no key left
+gets zero output and zero weights. Only key masks make sense here — the
+method never forms per-pair weights — so masks must be ``(B, Tk)`` or
+broadcast over heads and queries, ``(B, 1, 1, Tk)``.
+
+Shape legend: B batch, H heads, T/Tq/Tk lengths, D model width, Dh key width, Dv value width.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, overload
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.functional import merge_heads, safe_softmax, split_heads
+from attnkit.layers.multi_head import check_sequence
+
+__all__ = ["LinearAttention", "linear_attention", "linear_attention_weights"]
+
+CHUNK = 64  # positions per scan step: small enough for the (C, C) product, large enough to batch
+
+
+def _key_mask(key_mask: object, b: int, tk: int) -> Tensor | None:
+    """Normalise a key mask to ``(B, 1, Tk)`` bool (True = may attend)."""
+    if key_mask is None:
+        return None
+    if not isinstance(key_mask, Tensor) or key_mask.dtype != torch.bool:
+        raise TypeError(
+            "key_mask must be a boolean tensor (True = may attend), got "
+            f"{key_mask.dtype if isinstance(key_mask, Tensor) else type(key_mask).__name__}"
+        )
+    shape = tuple(key_mask.shape)
+    if key_mask.dim() == 4 and shape[1] == 1 and shape[2] == 1:
+        key_mask = key_mask[:, 0, 0]  # (B|1, Tk)
+    if key_mask.dim() != 2 or key_mask.shape[-1] != tk or key_mask.shape[0] not in (1, b):
+        raise ValueError(
+            f"key_mask must be a key-padding mask (B, Tk) or (B, 1, 1, Tk) with B={b}, Tk={tk}; "
+            f"got shape {shape} (linear attention cannot apply per-query masks)"
+        )
+    return key_mask.expand(b, tk).unsqueeze(1)  # (B, 1, Tk)
+
+
+def _check(q: object, k: object, v: object, causal: bool) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (B, H, T, Dh), got shape {tuple(t.shape)}")
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"{name} must be a floating tensor, got dtype {t.dtype}")
+    assert isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)
+    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            "q (B, H, Tq, Dh), k (B, H, Tk, Dh) and v (B, H, Tk, Dv) must agree; got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if causal and q.shape[2] != k.shape[2]:
+        raise ValueError(
+            f"causal linear attention needs Tq == Tk, got q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+
+
+def _causal_scan(qf: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, chunk: int) -> Tensor:
+    """Chunked prefix-sum scan of the causal form; ``qf`` is ``softmax_D(q)``."""
+    b, h, t, dh = k.shape
+    dv = v.shape[-1]
+    state = k.new_zeros(b, h, dh, dv)  # S = Σ exp(k - m) v^T     (B, H, Dh, Dv)
+    norm = k.new_zeros(b, h, 1, dh)  # z = Σ exp(k - m)            (B, H, 1, Dh)
+    run_max = k.new_full((b, h, 1, dh), float("-inf"))  # m        (B, H, 1, Dh)
+    tril = torch.ones(chunk, chunk, dtype=torch.bool, device=k.device).tril()
+    outs = []
+    for start in range(0, t, chunk):
+        end = min(t, start + chunk)
+        kc, vc, qc = k[:, :, start:end], v[:, :, start:end], qf[:, :, start:end]  # (B, H, C, .)
+        if keep is not None:
+            kc = kc.masked_fill(~keep[:, :, start:end, None], float("-inf"))
+        new_max = torch.maximum(run_max, kc.amax(dim=2, keepdim=True)).detach()  # (B, H, 1, Dh)
+        new_max = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
+        rescale = torch.exp(run_max - new_max)  # exp(-inf) = 0 before the first valid key
+        state = state * rescale.transpose(-1, -2)
+        norm = norm * rescale
+        e = torch.exp(kc - new_max)  # (B, H, C, Dh); masked keys give exactly 0
+        den = norm + e.cumsum(dim=2)  # (B, H, C, Dh): Σ_{j<=i} exp(k_j - m)
+        a = qc / torch.where(den > 0, den, torch.ones_like(den)) * (den > 0)  # (B, H, C, Dh)
+        c = end - start
+        local = (a @ e.transpose(-1, -2)).masked_fill(~tril[:c, :c], 0.0)  # (B, H, C, C)
+        outs.append(a @ state + local @ vc)  # (B, H, C, Dv)
+        state = state + e.transpose(-1, -2) @ vc
+        norm = den[:, :, -1:]
+        run_max = new_max
+    return torch.cat(outs, dim=2)  # (B, H, T, Dv)
+
+
+def linear_attention(
+    q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, key_mask: Tensor | None = None,
+    chunk: int = CHUNK,
+) -> Tensor:
+    """Efficient attention ``softmax_D(Q) (softmax_T(K)^T V)`` (Shen et al., 2021), linear in T.
+
+    Args:
+        q, k, v: split heads.
+        causal: prefix-normalised causal form (see the module docstring); needs ``Tq == Tk``.
+        key_mask: boolean ``(B, Tk)`` or ``(B, 1, 1, Tk)``, True where a key may be attended.
+        chunk: positions per step of the causal scan.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, H, Tk, Dh)``, v ``(B, H, Tk, Dv)``; returns ``(B, H, Tq, Dv)``.
+    """
+    _check(q, k, v, causal)
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
+        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    b, _, _, _ = k.shape
+    keep = _key_mask(key_mask, b, k.shape[2])  # (B, 1, Tk)
+    qf = safe_softmax(q, dim=-1)  # (B, H, Tq, Dh): each query's feature distribution
+    if causal:
+        return _causal_scan(qf, k, v, keep, chunk)
+    kt = k.transpose(-1, -2)  # (B, H, Dh, Tk)
+    kf = safe_softmax(kt, keep.unsqueeze(1) if keep is not None else None)  # softmax over positions
+    context = kf @ v  # (B, H, Dh, Dv)
+    return qf @ context  # (B, H, Tq, Dv)
+
+
+def linear_attention_weights(
+    q: Tensor, k: Tensor, *, causal: bool = False, key_mask: Tensor | None = None,
+) -> Tensor:
+    """The ``(Tq, Tk)`` weights that :func:`linear_attention` applies implicitly.
+
+    ``W_ij = Σ_d softmax_D(q_i)[d] · n_ijd`` where ``n`` is ``softmax_T(K)``, or
+    its prefix-normalised causal form. Quadratic in time and memory: for
+    inspection and plots only; the output path never builds it.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, H, Tk, Dh)``; returns ``(B, H, Tq, Tk)``.
+    """
+    _check(q, k, k, causal)
+    b, _, tq, _ = q.shape
+    tk = k.shape[2]
+    keep = _key_mask(key_mask, b, tk)
+    qf = safe_softmax(q, dim=-1)  # (B, H, Tq, Dh)
+    if not causal:
+        kf = safe_softmax(k.transpose(-1, -2), keep.unsqueeze(1) if keep is not None else None)
+        return qf @ kf  # (B, H, Tq, Tk)
+    kk = k if keep is None else k.masked_fill(~keep[..., None], float("-inf"))
+    shift = kk.amax(dim=2, keepdim=True)
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift)).detach()
+    e = torch.exp(kk - shift)  # (B, H, Tk, Dh)
+    den = e.cumsum(dim=2)  # (B, H, Tq, Dh)
+    a = qf / torch.where(den > 0, den, torch.ones_like(den)) * (den > 0)
+    return (a @ e.transpose(-1, -2)).tril()  # (B, H, Tq, Tk)
+
+
+class LinearAttention(nn.Module):
+    """Multi-head efficient attention (Shen et al., 2021) with linear cost in the length.
+
+    Args:
+        d_model: model width D; divisible by ``num_heads``.
+        num_heads: heads H.
+        causal: use the prefix-normalised causal form (self-attention only).
+        bias: add biases to the projections.
+
+    Shape:
+        x ``(B, Tq, D)``; optional key/value ``(B, Tk, D)``; returns ``(B, Tq, D)``
+        and, on request, the implied weights ``(B, H, Tq, Tk)`` — computed
+        explicitly, quadratic in the length, for inspection only.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, causal: bool = False, *, bias: bool = True) -> None:
+        super().__init__()
+        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if d_model % num_heads:
+            raise ValueError(
+                f"d_model={d_model} must be divisible by num_heads={num_heads} "
+                f"(each head gets d_model / num_heads features)"
+            )
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        self.d_model, self.num_heads, self.causal = d_model, num_heads, causal
+        self.head_dim = d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    @overload
+    def forward(
+        self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
+        mask: Tensor | None = ..., return_weights: Literal[False] = ...,
+    ) -> Tensor: ...
+    @overload
+    def forward(
+        self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
+        mask: Tensor | None = ..., return_weights: Literal[True],
+    ) -> tuple[Tensor, Tensor]: ...
+    def forward(
+        self, x: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
+        mask: Tensor | None = None, return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend from ``x`` to itself (or to ``key``/``value``).
+
+        ``mask`` is a boolean key mask, True where a key may be attended:
+        ``(B, Tk)`` or ``(B, 1, 1, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`).
+        """
+        check_sequence("x", x, self.d_model)
+        if (key is None) != (value is None):
+            raise ValueError("pass both key and value for cross-attention, or neither for self-attention")
+        if key is None or value is None:
+            key = value = x
+        else:
+            check_sequence("key", key, self.d_model)
+            check_sequence("value", value, self.d_model)
+            if key.shape[:2] != value.shape[:2] or key.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"key {tuple(key.shape)} and value {tuple(value.shape)} must share (B, Tk) "
+                    f"with batch B={x.shape[0]} of x"
+                )
+        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, Tq, Dh)
+        k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, Tk, Dh)
+        v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, Tk, Dh)
+        out = self.out_proj(merge_heads(linear_attention(q, k, v, causal=self.causal, key_mask=mask)))
+        if return_weights:
+            return out, linear_attention_weights(q, k, causal=self.causal, key_mask=mask)
+        return out  # (B, Tq, D)
