@@ -1,0 +1,191 @@
+"""Chunked attention with an online softmax, forward and backward (FlashAttention style).
+
+The ``(Tq, Tk)`` score matrix is never stored. Queries go through in blocks of
+``block_q``; for each block the keys stream by in blocks of ``block_k`` and a
+running maximum ``m``, running sum ``l`` and running output ``acc`` are
+rescaled as each key block arrives (Milakov & Gimelshein, 2018; Dao et al., 2022)::
+
+    m' = max(m, rowmax S_j),   P_j = exp(S_j - m'),   alpha = exp(m - m')
+    l' = alpha l + rowsum P_j,  acc' = alpha acc + P_j V_j,   O = acc / l
+
+The forward keeps only ``O`` and the row log-sum-exp ``L = m + log l``. The
+backward recomputes each block's probabilities from ``L`` (``P = exp(S - L)``)
+and, with ``D = rowsum(dO * O)``::
+
+    dV_j += P^T dO,  dP = dO V_j^T,  dS = P * (dP - D),
+    dQ += scale dS K_j,  dK_j += scale dS^T Q
+
+so extra memory is ``O(block_q * block_k)`` plus ``O(T)``: linear in the length.
+Rows with no key (``l = 0``) give zeros and zero gradients, as in the plain
+path. Mask and causal rules are those of :func:`attnkit.reference.attention.attention_forward`.
+
+Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk lengths, Dh/Dv head widths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnkit.reference.attention import check_qkv, check_scale
+from attnkit.reference.functional import check_mask
+from attnkit.reference.module import Module, check_positive
+
+__all__ = ["chunked_attention_forward", "chunked_attention_backward", "ChunkedAttention"]
+
+Array = np.ndarray
+
+
+def _block_mask(mask4: Array | None, causal: bool, b: int, h: int, qs: slice, ks: slice,
+                offset: int) -> Array | None:
+    """The allowed entries of one (query block, key block) tile, or None when all are allowed."""
+    allowed = None if mask4 is None else mask4[b, h, qs, ks]  # (bq, bk) view
+    if causal:
+        i = np.arange(qs.start, qs.stop)[:, None]
+        j = np.arange(ks.start, ks.stop)[None, :]
+        if ks.stop - 1 > qs.start + offset:  # some entry of the tile lies above the diagonal
+            tri = j <= i + offset
+            allowed = tri if allowed is None else allowed & tri
+    return allowed
+
+
+def _prepare(q: Array, k: Array, v: Array, mask: Array | None, scale: float | None,
+             block_q: int, block_k: int) -> tuple[Array | None, float]:
+    check_qkv(q, k, v)
+    check_positive("block_q", block_q)
+    check_positive("block_k", block_k)
+    b, h, tq, dh = q.shape
+    target = (b, h, tq, k.shape[2])
+    mask4 = None
+    if mask is not None:
+        check_mask(mask, target)
+        mask4 = np.broadcast_to(mask, target)  # a view: no (Tq, Tk) copy is made
+    return mask4, check_scale(scale, dh)
+
+
+def chunked_attention_forward(
+    q: Array, k: Array, v: Array, *, mask: Array | None = None, causal: bool = False,
+    scale: float | None = None, block_q: int = 256, block_k: int = 4096,
+) -> tuple[Array, Array]:
+    """Attention output and row log-sum-exp, computed tile by tile.
+
+    Returns ``(out, lse)``; ``lse`` is ``+inf`` on rows with no key.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
+        out ``(B, H, Tq, Dv)``, lse ``(B, H, Tq)``.
+    """
+    mask4, scale_f = _prepare(q, k, v, mask, scale, block_q, block_k)
+    bsz, heads, tq, _ = q.shape
+    hkv, tk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    group, offset = heads // hkv, tk - tq
+    out = np.empty((bsz, heads, tq, dv), dtype=q.dtype)
+    lse = np.empty((bsz, heads, tq), dtype=q.dtype)
+    for b in range(bsz):
+        for h in range(heads):
+            kh, vh = k[b, h // group], v[b, h // group]  # (Tk, Dh), (Tk, Dv)
+            for q0 in range(0, tq, block_q):
+                qs = slice(q0, min(q0 + block_q, tq))
+                qb = q[b, h, qs] * q.dtype.type(scale_f)  # (bq, Dh)
+                m = np.full((qb.shape[0], 1), -np.inf, dtype=q.dtype)
+                l = np.zeros((qb.shape[0], 1), dtype=q.dtype)
+                acc = np.zeros((qb.shape[0], dv), dtype=q.dtype)
+                # causal: keys past the block's last query never count
+                k_end = min(tk, qs.stop + offset) if causal else tk
+                for k0 in range(0, max(k_end, 0), block_k):
+                    ks = slice(k0, min(k0 + block_k, k_end))
+                    s = qb @ kh[ks].T  # (bq, bk)
+                    allowed = _block_mask(mask4, causal, b, h, qs, ks, offset)
+                    if allowed is not None:
+                        s[~allowed] = -np.inf
+                    m_new = np.maximum(m, s.max(axis=1, keepdims=True))
+                    m_safe = np.where(np.isfinite(m_new), m_new, 0.0).astype(q.dtype)
+                    np.subtract(s, m_safe, out=s)
+                    np.exp(s, out=s)  # P_j, zero where masked
+                    alpha = np.exp(m - m_safe)  # 0 while m is -inf
+                    l = l * alpha + s.sum(axis=1, keepdims=True)
+                    acc *= alpha
+                    acc += s @ vh[ks]
+                    m = m_new
+                ok = l > 0
+                out[b, h, qs] = acc / np.where(ok, l, 1.0)
+                m_fin = np.where(np.isfinite(m), m, 0.0)
+                lse[b, h, qs] = np.where(ok, m_fin + np.log(np.where(ok, l, 1.0)), np.inf)[:, 0]
+    return out, lse
+
+
+def chunked_attention_backward(
+    grad: Array, q: Array, k: Array, v: Array, out: Array, lse: Array, *,
+    mask: Array | None = None, causal: bool = False, scale: float | None = None,
+    block_q: int = 256, block_k: int = 4096,
+) -> tuple[Array, Array, Array]:
+    """Gradients ``(dq, dk, dv)`` recomputed tile by tile from ``out`` and ``lse``.
+
+    Shape:
+        grad and out ``(B, H, Tq, Dv)``, lse ``(B, H, Tq)``; returns the shapes of q, k, v.
+    """
+    mask4, scale_f = _prepare(q, k, v, mask, scale, block_q, block_k)
+    bsz, heads, tq, _ = q.shape
+    hkv, tk = k.shape[1], k.shape[2]
+    group, offset = heads // hkv, tk - tq
+    dq = np.zeros_like(q)
+    dk = np.zeros_like(k)
+    dv = np.zeros_like(v)
+    delta = np.sum(grad * out, axis=-1)  # (B, H, Tq)
+    for b in range(bsz):
+        for h in range(heads):
+            hk = h // group
+            kh, vh = k[b, hk], v[b, hk]
+            for q0 in range(0, tq, block_q):
+                qs = slice(q0, min(q0 + block_q, tq))
+                qb = q[b, h, qs]  # (bq, Dh)
+                gb = grad[b, h, qs]  # (bq, Dv)
+                lb = lse[b, h, qs][:, None]  # (bq, 1)
+                db = delta[b, h, qs][:, None]
+                k_end = min(tk, qs.stop + offset) if causal else tk
+                for k0 in range(0, max(k_end, 0), block_k):
+                    ks = slice(k0, min(k0 + block_k, k_end))
+                    s = (qb * q.dtype.type(scale_f)) @ kh[ks].T  # (bq, bk)
+                    allowed = _block_mask(mask4, causal, b, h, qs, ks, offset)
+                    if allowed is not None:
+                        s[~allowed] = -np.inf
+                    np.subtract(s, lb, out=s)
+                    p = np.exp(s, out=s)  # exactly 0 where masked or on empty rows (lse = +inf)
+                    dv[b, hk, ks] += p.T @ gb
+                    dp = gb @ vh[ks].T  # (bq, bk)
+                    dp -= db
+                    dp *= p  # dS
+                    dq[b, h, qs] += (dp @ kh[ks]) * scale_f
+                    dk[b, hk, ks] += (dp.T @ qb) * scale_f
+    return dq, dk, dv
+
+
+class ChunkedAttention(Module):
+    """Chunked attention as a layer: ``forward(q, k, v, ...)``, ``backward(grad) -> (dq, dk, dv)``.
+
+    Keeps ``q, k, v``, the output and the log-sum-exp for the backward pass:
+    memory linear in the sequence length.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
+        output ``(B, H, Tq, Dv)``.
+    """
+
+    def __init__(self, block_q: int = 256, block_k: int = 4096) -> None:
+        super().__init__()
+        self.block_q = check_positive("block_q", block_q)
+        self.block_k = check_positive("block_k", block_k)
+
+    def forward(self, q: Array, k: Array, v: Array, *, mask: Array | None = None,
+                causal: bool = False, scale: float | None = None) -> Array:
+        out, lse = chunked_attention_forward(
+            q, k, v, mask=mask, causal=causal, scale=scale, block_q=self.block_q, block_k=self.block_k
+        )
+        self._saved = (q, k, v, out, lse, mask, causal, scale)
+        return out
+
+    def backward(self, grad: Array) -> tuple[Array, Array, Array]:
+        q, k, v, out, lse, mask, causal, scale = self._saved
+        return chunked_attention_backward(
+            grad, q, k, v, out, lse, mask=mask, causal=causal, scale=scale,
+            block_q=self.block_q, block_k=self.block_k,
+        )
