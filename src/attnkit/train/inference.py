@@ -1,0 +1,104 @@
+"""Using a trained classifier: predictions with their most attended tokens, and attention focus.
+
+Every attnkit text classifier returns, on request, ``weights["pooling"]``: for
+each document a distribution over its token positions (zero on padding) that
+says how much each token contributed to the pooled document vector. The most
+attended tokens are the ``k`` positions with the largest pooling weight;
+the *attention focus* on a set of positions is the share of that weight they
+hold (1.0 = all attention on them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.data.batching import LabelVocab
+from attnkit.data.tokenization import encode_batch
+
+__all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus"]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted label, its probability, all class probabilities and the most attended tokens."""
+
+    text: str
+    label: str
+    probability: float
+    probabilities: dict[str, float]
+    top_tokens: tuple[tuple[str, float], ...] = ()
+
+
+def _batch(ids: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
+    lengths = torch.tensor([max(len(x), 1) for x in ids], dtype=torch.long)  # (B,)
+    out = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)  # (B, T), [PAD] = 0
+    for row, seq in enumerate(ids):
+        out[row, : len(seq)] = torch.tensor(list(seq) or [1], dtype=torch.long)  # empty -> [UNK]
+    return out, lengths
+
+
+@torch.no_grad()
+def pooling_weights(model: nn.Module, ids: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """Logits ``(B, C)`` and pooling weights ``(B, T)`` of ``model`` in eval mode.
+
+    Raises ValueError when the model's weights lack ``"pooling"`` (e.g. mean pooling).
+    """
+    model.eval()
+    out = model(ids, lengths, return_weights=True)
+    logits, weights = out
+    if not isinstance(weights, dict) or "pooling" not in weights:
+        raise ValueError("this model returns no 'pooling' attention weights (is its pooling 'mean'?)")
+    return logits, weights["pooling"]
+
+
+@torch.no_grad()
+def predict_texts(model: nn.Module, tokenizer: object, labels: LabelVocab, texts: Sequence[str], *,
+                  max_len: int, top_k: int = 0, batch_size: int = 64) -> list[Prediction]:
+    """Classify ``texts``; with ``top_k > 0`` also list each text's ``top_k`` most attended tokens."""
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings, got a single str")
+    model.eval()
+    results: list[Prediction] = []
+    for start in range(0, len(texts), batch_size):
+        chunk = list(texts[start : start + batch_size])
+        encoded = encode_batch(tokenizer, chunk, max_len)  # type: ignore[arg-type]
+        ids, lengths = _batch(encoded)
+        if top_k > 0:
+            logits, weights = pooling_weights(model, ids, lengths)
+        else:
+            logits, weights = model(ids, lengths), None
+        probs = logits.float().softmax(-1)  # (B, C)
+        for row, text in enumerate(chunk):
+            best = int(probs[row].argmax())
+            top: tuple[tuple[str, float], ...] = ()
+            if weights is not None:
+                n = int(lengths[row])
+                w = weights[row, :n].float()
+                order = torch.argsort(w, descending=True, stable=True)[:top_k].tolist()
+                token = tokenizer.id_to_token  # type: ignore[attr-defined]
+                top = tuple((str(token(int(ids[row, i]))), float(w[i])) for i in order)
+            results.append(Prediction(
+                text, labels.decode(best), float(probs[row, best]),
+                {labels.decode(c): float(p) for c, p in enumerate(probs[row].tolist())}, top))
+    return results
+
+
+def attention_focus(weights: Tensor, positions: Sequence[Sequence[int]]) -> Tensor:
+    """Share of each document's pooling weight on the given positions.
+
+    Shape:
+        weights ``(B, T)``, ``positions`` B lists of token indices; returns ``(B,)``.
+    """
+    if weights.dim() != 2 or weights.shape[0] != len(positions):
+        raise ValueError(f"weights must be (B, T) with B = len(positions) = {len(positions)}, "
+                         f"got {tuple(weights.shape)}")
+    pick = torch.zeros_like(weights, dtype=torch.bool)  # (B, T)
+    for row, pos in enumerate(positions):
+        keep = [p for p in pos if 0 <= p < weights.shape[1]]
+        pick[row, keep] = True
+    total = weights.sum(-1).clamp_min(torch.finfo(weights.dtype).tiny)
+    return (weights * pick).sum(-1) / total

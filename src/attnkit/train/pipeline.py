@@ -1,0 +1,191 @@
+"""From labelled examples to a trained, saved classifier: tokenizer, labels, model, trainer.
+
+:func:`fit_classifier` is what ``attnkit train``, ``attnkit cv``, ``attnkit
+demo`` and ``evals/mr_cv.py`` share: train a tokenizer on the training part
+only, encode the three parts, build a registered model (:mod:`attnkit.models`)
+sized to the vocabulary and the label set, train it with :class:`Trainer`,
+measure it on the test part and (optionally) save a checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnkit.data.batching import LabelVocab, TextClassificationDataset
+from attnkit.data.readers import Example
+from attnkit.data.splits import kfold, train_val_test_split
+from attnkit.data.tokenization import train_tokenizer
+from attnkit.train import checkpoint as ckpt
+from attnkit.train.config import TrainConfig
+from attnkit.train.distributed import DistInfo
+from attnkit.train.trainer import Trainer
+
+__all__ = ["DataSettings", "FitResult", "model_config_dict", "fit_classifier", "cross_validate", "new_run_id"]
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """How text becomes token ids: tokenizer kind and size, truncation length."""
+
+    tokenizer: str = "word"
+    vocab_size: int = 20000
+    min_frequency: int = 1
+    lowercase: bool = True
+    max_len: int = 256
+
+    def __post_init__(self) -> None:
+        if self.tokenizer not in ("word", "wordpiece", "bpe"):
+            raise ValueError(f"tokenizer must be one of ['word', 'wordpiece', 'bpe'], got {self.tokenizer!r}")
+        for name in ("vocab_size", "min_frequency", "max_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+@dataclass
+class FitResult:
+    model: nn.Module
+    tokenizer: Any
+    label_vocab: LabelVocab
+    model_config: dict[str, Any]
+    history: list[dict[str, Any]]
+    test: dict[str, Any] | None = None
+    test_data: TextClassificationDataset | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size: int, num_classes: int,
+                      max_len: int) -> dict[str, Any]:
+    """The full config dict of ``model_name``: its defaults, the data-given sizes, then ``overrides``.
+
+    Unknown keys raise a ValueError listing the valid ones (from the model's config class).
+    """
+    from attnkit.models import MODELS
+
+    if model_name not in MODELS:
+        raise ValueError(f"unknown model {model_name!r}; valid names: {sorted(MODELS)}")
+    config_cls = MODELS[model_name][1]
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise ValueError(f"unknown {model_name} model option(s) {unknown}; valid keys: {names}")
+    sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len}
+    base = {k: v for k, v in sizes.items() if k in names}
+    return {**base, **overrides}
+
+
+def _datasets(tokenizer: Any, labels: LabelVocab, max_len: int, *parts: Sequence[Example]
+              ) -> list[TextClassificationDataset]:
+    known = set(labels.labels)
+    for part in parts:
+        for e in part:
+            if e.label not in known:
+                raise ValueError(f"label {e.label!r} does not occur in the training data; "
+                                 f"known labels: {sorted(known)}")
+    return [TextClassificationDataset(list(p), tokenizer, labels, max_len) for p in parts]
+
+
+def fit_classifier(
+    train: Sequence[Example], val: Sequence[Example], test: Sequence[Example], *,
+    model_name: str, model_options: dict[str, Any] | None = None, train_config: TrainConfig,
+    data: DataSettings = DataSettings(), out_dir: str | Path | None = None, run_id: str | None = None,
+    overwrite: bool = False, resume: bool = False, quiet: bool = False, dist: DistInfo | None = None,
+    log: Callable[[str], None] | None = None, tokenizer: Any = None, label_vocab: LabelVocab | None = None,
+    extra: dict[str, Any] | None = None,
+) -> FitResult:
+    """Train ``model_name`` on ``train`` (early stopping on ``val``), measure on ``test``.
+
+    With ``out_dir`` the run is checkpointed there (config.json first, so an
+    interrupted run can be resumed with ``resume=True``, which reuses the
+    saved tokenizer and labels). ``tokenizer`` / ``label_vocab`` may be given
+    to skip building them.
+    """
+    if not train:
+        raise ValueError("the training data is empty")
+    dist = dist or DistInfo()
+    run_id = run_id or new_run_id()
+    if label_vocab is None:
+        label_vocab = LabelVocab(sorted({e.label for e in train}))
+    if len(label_vocab) < 2:
+        raise ValueError(f"need at least 2 classes in the training data, got {label_vocab.labels}")
+    if tokenizer is None:
+        tokenizer = train_tokenizer([e.text for e in train], kind=data.tokenizer,  # type: ignore[arg-type]
+                                    vocab_size=data.vocab_size, min_frequency=data.min_frequency,
+                                    lowercase=data.lowercase)
+    train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, data.max_len, train, val, test)
+    from attnkit.models import build_model
+
+    config = model_config_dict(model_name, model_options or {}, vocab_size=tokenizer.get_vocab_size(),
+                               num_classes=len(label_vocab), max_len=data.max_len)
+    torch.manual_seed(train_config.seed)
+    model = build_model(model_name, config)
+    meta = {"train_config": train_config.to_dict(), "data_settings": dataclasses.asdict(data),
+            "status": "training", **(extra or {})}
+    if out_dir is not None and dist.is_main:
+        ckpt.save_checkpoint(out_dir, model, model_name, config, tokenizer, label_vocab,
+                             run_id=run_id, overwrite=overwrite, extra=meta)
+    trainer = Trainer(model, train_config, train_ds, val_ds if len(val_ds) else None,
+                      lengths=train_ds.lengths, out_dir=out_dir if dist.is_main else None,
+                      quiet=quiet, dist=dist, log=log)
+    history = trainer.fit(resume=resume)
+    test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
+    if out_dir is not None and dist.is_main:
+        final = dict(meta, status="done", epochs_run=len(history),
+                     metrics={"test": test_metrics, "val_best": _best_val(history)})
+        ckpt.save_checkpoint(out_dir, model, model_name, config, tokenizer, label_vocab,
+                             run_id=run_id, extra=final)
+    return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds)
+
+
+def _best_val(history: list[dict[str, Any]]) -> float | None:
+    vals = [h["val_accuracy"] for h in history if "val_accuracy" in h]
+    return max(vals) if vals else None
+
+
+def split_examples(examples: Sequence[Example], *, val: float, test: float, seed: int
+                   ) -> tuple[list[Example], list[Example], list[Example]]:
+    """Stratified train / validation / test parts of ``examples``."""
+    tr, va, te = train_val_test_split(len(examples), val, test, seed, labels=[e.label for e in examples])
+    return [examples[i] for i in tr], [examples[i] for i in va], [examples[i] for i in te]
+
+
+def cross_validate(
+    examples: Sequence[Example], *, folds: int, model_name: str, model_options: dict[str, Any] | None,
+    train_config: TrainConfig, data: DataSettings = DataSettings(), val: float = 0.1,
+    max_folds: int | None = None, quiet: bool = True, log: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Stratified k-fold cross-validation; one dict per fold (``accuracy``, ``macro_f1``, ``epochs``).
+
+    Each fold trains from scratch: its own tokenizer on the fold's training
+    part, ``val`` of that part held out for early stopping, the fold's test
+    part used once at the end. ``max_folds`` runs only the first folds.
+    """
+    labels = [e.label for e in examples]
+    parts = kfold(len(examples), folds, train_config.seed, labels=labels)
+    results = []
+    for index, (train_idx, test_idx) in enumerate(parts[: max_folds or folds]):
+        fold_train = [examples[i] for i in train_idx]
+        tr, va, _ = split_examples(fold_train, val=val, test=0.0, seed=train_config.seed + index)
+        result = fit_classifier(tr, va, [examples[i] for i in test_idx], model_name=model_name,
+                                model_options=model_options, train_config=train_config, data=data,
+                                quiet=quiet)
+        assert result.test is not None
+        row = {"fold": index + 1, "accuracy": result.test["accuracy"],
+               "macro_f1": result.test["macro_f1"], "epochs": len(result.history)}
+        results.append(row)
+        if log is not None:
+            log(f"fold {index + 1:>2}/{folds}  accuracy {row['accuracy']:.4f}  "
+                f"macro-F1 {row['macro_f1']:.4f}  epochs {row['epochs']}")
+    return results
