@@ -1,0 +1,132 @@
+"""Shared helpers for model configs and model inputs.
+
+Every model takes one frozen dataclass config that inherits :class:`ModelConfig`:
+plain data, JSON-ready through :meth:`ModelConfig.to_dict`, rebuilt and
+validated by :meth:`ModelConfig.from_dict`. Unknown keys are an error that
+lists the valid fields -- a typo in a config file must not silently fall back
+to a default.
+
+The text classifiers share one input convention, checked by
+:func:`check_token_batch`: ``ids (B, T)`` token ids padded with anything past
+``lengths (B,)``; position ``t`` of document ``b`` is real when ``t < lengths[b]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "ModelConfig",
+    "check_positive_int",
+    "check_fraction",
+    "check_choice",
+    "check_token_batch",
+    "valid_positions",
+]
+
+C = TypeVar("C", bound="ModelConfig")
+
+
+def check_positive_int(name: str, value: object, *, allow_zero: bool = False) -> int:
+    """``value`` as an int > 0 (>= 0 with ``allow_zero``), else ValueError naming ``name``."""
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{name} must be a {kind} int, got {value!r}")
+    return value
+
+
+def check_fraction(name: str, value: object) -> float:
+    """``value`` as a float in ``[0, 1)`` (a dropout probability)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices``, else ValueError listing them."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+    return str(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Base of every model config: dict round trip with strict key checking."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (tuples become lists in JSON; :meth:`from_dict` restores them)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        """The valid keys of :meth:`from_dict`."""
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+        """Build and validate a config; unknown or missing keys raise ValueError listing the fields."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"config must be a dict, got {type(data).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ValueError(
+                f"unknown {cls.__name__} field(s) {unknown}; valid fields are {list(fields)}"
+            )
+        required = [
+            name for name, f in fields.items()
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ValueError(f"{cls.__name__} is missing required field(s) {missing}")
+        values = {}
+        for key, value in data.items():
+            # JSON has no tuples: restore the tuple fields that came back as lists.
+            if isinstance(value, list) and "tuple" in str(fields[key].type):
+                value = tuple(value)
+            values[key] = value
+        return cls(**values)
+
+
+def valid_positions(lengths: Tensor, t: int) -> Tensor:
+    """Boolean ``(B, T)``: True where position ``t < lengths[b]``."""
+    return torch.arange(t, device=lengths.device)[None, :] < lengths[:, None]  # (B, T)
+
+
+def check_token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Tensor, Tensor]:
+    """Validate a padded token batch and return ``(ids, lengths)``.
+
+    Shape:
+        ids ``(B, T)`` integer; lengths ``(B,)`` integer with ``1 <= lengths[b] <= T``.
+    """
+    if not isinstance(ids, Tensor) or not isinstance(lengths, Tensor):
+        raise TypeError(
+            f"ids and lengths must be torch.Tensors, got {type(ids).__name__} and "
+            f"{type(lengths).__name__}"
+        )
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() != 2:
+        raise ValueError(f"ids must be an integer (B, T) tensor, got {ids.dtype} {tuple(ids.shape)}")
+    if lengths.dtype.is_floating_point or lengths.shape != (ids.shape[0],):
+        raise ValueError(
+            f"lengths must be an integer (B,) = ({ids.shape[0]},) tensor, got "
+            f"{lengths.dtype} {tuple(lengths.shape)}"
+        )
+    if ids.numel() and (int(lengths.min()) < 1 or int(lengths.max()) > ids.shape[1]):
+        raise ValueError(
+            f"lengths must lie in [1, T={ids.shape[1]}], got min {int(lengths.min())}, "
+            f"max {int(lengths.max())}"
+        )
+    real = ids[valid_positions(lengths, ids.shape[1])]
+    if real.numel() and (int(real.min()) < 0 or int(real.max()) >= vocab_size):
+        raise ValueError(
+            f"ids must lie in [0, vocab_size={vocab_size}), got values from {int(real.min())} "
+            f"to {int(real.max())}"
+        )
+    return ids.long(), lengths.long()

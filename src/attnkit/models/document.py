@@ -1,0 +1,199 @@
+"""Transformer document classifier: embeddings, an encoder stack, pooling, a linear classifier.
+
+::
+
+    x      = Embed(ids) + PE                       (B, T, D)
+    x      = Encoder(x, mask = key padding)        num_layers Transformer layers (Vaswani et al., 2017)
+    x      = softmax(x x^T / sqrt(D)) x            parameter_free_layers times (optional)
+    doc    = Pool(x)                               attention pooling (Yang et al., 2016) or mean
+    logits = W doc + b                             (B, C)
+
+Padding never reaches the answer: padded keys are masked in every attention,
+and pooling gives padded positions exactly zero weight, so appending ``[PAD]``
+tokens leaves the logits unchanged.
+
+**The smallest attention model.** ``num_layers=0, parameter_free_layers=1,
+pooling="mean", positional="none"`` is a single self-attention layer with no
+parameters of its own -- queries, keys and values are the word embeddings
+themselves -- followed by mean pooling: each word is replaced by an
+attention-weighted average of the words similar to it, and the document is the
+mean of those. The only weights are the embedding table and the classifier,
+which makes it a clear baseline for what attention adds to a bag of embeddings
+(``parameter_free_layers=0``).
+
+Shape legend: B batch, T tokens, D model width, H heads, C classes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, overload
+
+from torch import Tensor, nn
+
+from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
+from attnkit.functional import attention
+from attnkit.layers.pooling import AttentionPooling
+from attnkit.models.config import (
+    ModelConfig,
+    check_choice,
+    check_fraction,
+    check_positive_int,
+    check_token_batch,
+    valid_positions,
+)
+from attnkit.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+
+__all__ = ["DocumentClassifierConfig", "DocumentClassifier", "POOLINGS", "POSITIONALS"]
+
+POOLINGS = ("attention", "mean")
+POSITIONALS = ("sinusoidal", "learned", "none")
+
+
+@dataclass(frozen=True)
+class DocumentClassifierConfig(ModelConfig):
+    """Configuration of :class:`DocumentClassifier`.
+
+    Attributes:
+        vocab_size, num_classes: sizes of the token vocabulary and the label set.
+        d_model, num_heads, d_ff: width, heads and feed-forward width of each layer.
+        num_layers: Transformer encoder layers (0 allowed).
+        dropout: embedding, attention, residual and classifier dropout.
+        pooling: ``"attention"`` (learned weights) or ``"mean"``.
+        pooling_hidden: hidden width of the attention-pooling scorer (None: linear score).
+        positional: ``"sinusoidal"``, ``"learned"`` or ``"none"``.
+        max_len: the longest input (the learned table's size).
+        norm_first: pre-norm layers (stabler for small data) or post-norm.
+        activation: feed-forward activation name.
+        parameter_free_layers: parameter-free self-attention layers after the encoder.
+    """
+
+    vocab_size: int
+    num_classes: int
+    d_model: int = 128
+    num_heads: int = 4
+    num_layers: int = 2
+    d_ff: int = 256
+    dropout: float = 0.1
+    pooling: str = "attention"
+    pooling_hidden: int | None = None
+    positional: str = "sinusoidal"
+    max_len: int = 512
+    norm_first: bool = True
+    activation: str = "gelu"
+    parameter_free_layers: int = 0
+
+    def __post_init__(self) -> None:
+        check_positive_int("vocab_size", self.vocab_size)
+        check_positive_int("num_classes", self.num_classes)
+        check_positive_int("d_model", self.d_model)
+        check_positive_int("num_heads", self.num_heads)
+        check_positive_int("num_layers", self.num_layers, allow_zero=True)
+        check_positive_int("d_ff", self.d_ff)
+        check_positive_int("max_len", self.max_len)
+        check_positive_int("parameter_free_layers", self.parameter_free_layers, allow_zero=True)
+        if self.pooling_hidden is not None:
+            check_positive_int("pooling_hidden", self.pooling_hidden)
+        check_fraction("dropout", self.dropout)
+        check_choice("pooling", self.pooling, POOLINGS)
+        check_choice("positional", self.positional, POSITIONALS)
+        if not isinstance(self.norm_first, bool):
+            raise ValueError(f"norm_first must be a bool, got {self.norm_first!r}")
+        if self.num_layers and self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}"
+            )
+
+
+class DocumentClassifier(nn.Module):
+    """Classify token sequences with a Transformer encoder and attention pooling.
+
+    Parameters are named ``embedding.weight``, ``positional.weight`` (learned
+    positions only), ``encoder.layers.{i}.*`` (:class:`attnkit.blocks.TransformerEncoder`),
+    ``encoder.norm.*`` (pre-norm), ``pooling.*`` (attention pooling) and
+    ``classifier.{weight,bias}``.
+
+    Shape:
+        ids ``(B, T)``, lengths ``(B,)``; returns logits ``(B, C)`` and, on
+        request, weights ``{"pooling": (B, T), "encoder.{i}": (B, H, T, T),
+        "parameter_free.{i}": (B, 1, T, T)}``.
+    """
+
+    def __init__(self, config: DocumentClassifierConfig) -> None:
+        super().__init__()
+        if not isinstance(config, DocumentClassifierConfig):
+            raise TypeError(f"config must be a DocumentClassifierConfig, got {type(config).__name__}")
+        self.config = c = config
+        self.embedding = nn.Embedding(c.vocab_size, c.d_model, padding_idx=0)
+        self.positional: nn.Module | None = None
+        if c.positional == "sinusoidal":
+            self.positional = SinusoidalPositionalEncoding(c.d_model, c.max_len)
+        elif c.positional == "learned":
+            self.positional = LearnedPositionalEmbedding(c.max_len, c.d_model)
+        self.dropout = nn.Dropout(c.dropout)
+        self.encoder: TransformerEncoder | None = None
+        if c.num_layers:
+            layer = TransformerLayerConfig(
+                c.d_model, c.num_heads, c.d_ff, dropout=c.dropout, activation=c.activation,
+                norm_first=c.norm_first,
+            )
+            self.encoder = TransformerEncoder(layer, c.num_layers)
+        self.pooling: AttentionPooling | None = (
+            AttentionPooling(c.d_model, hidden_dim=c.pooling_hidden) if c.pooling == "attention" else None
+        )
+        self.classifier = nn.Linear(c.d_model, c.num_classes)
+
+    @overload
+    def forward(self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[False] = ...) -> Tensor: ...
+    @overload
+    def forward(
+        self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[True]
+    ) -> tuple[Tensor, dict[str, Tensor]]: ...
+    def forward(
+        self, ids: Tensor, lengths: Tensor, *, return_weights: bool = False
+    ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
+        """Logits for each document (and the attention weights on request).
+
+        Shape:
+            ids ``(B, T)``, lengths ``(B,)``; returns ``(B, C)`` [and a dict of weights].
+        """
+        ids, lengths = check_token_batch(ids, lengths, self.config.vocab_size)
+        b, t = ids.shape
+        if self.config.positional == "learned" and t > self.config.max_len:
+            raise ValueError(
+                f"ids has T={t} positions but the learned position table holds max_len="
+                f"{self.config.max_len}; truncate the documents or raise max_len"
+            )
+        valid = valid_positions(lengths, t)  # (B, T)
+        mask = valid[:, None, None, :]  # (B, 1, 1, T): every query may attend the real keys
+        x = self.embedding(ids)  # (B, T, D)
+        if self.positional is not None:
+            x = self.positional(x)
+        x = self.dropout(x)
+        weights: dict[str, Tensor] = {}
+        if self.encoder is not None:
+            if return_weights:
+                x, per_layer = self.encoder(x, mask=mask, return_weights=True)
+                weights.update({f"encoder.{i}": w for i, w in enumerate(per_layer)})
+            else:
+                x = self.encoder(x, mask=mask)
+        for i in range(self.config.parameter_free_layers):
+            h = x[:, None]  # (B, 1, T, D): one head, queries = keys = values = x
+            scale = 1.0 / math.sqrt(self.config.d_model)
+            if return_weights:
+                out, w = attention(h, h, h, mask=mask, scale=scale, return_weights=True)
+                weights[f"parameter_free.{i}"] = w  # (B, 1, T, T)
+            else:
+                out = attention(h, h, h, mask=mask, scale=scale)
+            x = out[:, 0]  # (B, T, D)
+        if self.pooling is not None:
+            doc, pool_w = self.pooling(x, mask=valid, return_weights=True)  # (B, D), (B, T)
+        else:
+            pool_w = valid.to(x.dtype) / lengths[:, None].to(x.dtype)  # (B, T)
+            doc = (pool_w[:, :, None] * x).sum(dim=1)  # (B, D)
+        logits = self.classifier(self.dropout(doc))  # (B, C)
+        if return_weights:
+            weights["pooling"] = pool_w
+            return logits, weights
+        return logits
