@@ -13,7 +13,7 @@ import numpy as np
 
 from attnkit.reference.functional import safe_softmax, softmax_backward
 from attnkit.reference.layers import Linear
-from attnkit.reference.module import Module, check_array
+from attnkit.reference.module import Module, check_array, check_positive
 
 __all__ = ["MeanPooling", "AttentionPooling", "token_mask"]
 
@@ -49,30 +49,32 @@ class MeanPooling(Module):
 
 
 class AttentionPooling(Module):
-    """Attention pooling with a learned context vector (Yang et al., 2016)::
+    """Attention pooling (Yang et al., 2016), as :class:`attnkit.layers.pooling.AttentionPooling`::
 
-        u_t = tanh(W h_t + b),   a = softmax_t(u_t . query),   s = sum_t a_t h_t
+        u_t = tanh(W h_t + b)  (or u_t = h_t without ``hidden_dim``),
+        a = softmax_t(score . u_t),   s = sum_t a_t h_t
 
-    Parameters ``proj.weight``, ``proj.bias`` and ``query``. The pooling
-    weights of the last call are in ``weights`` ``(B, T)``.
+    Parameters ``proj.weight``, ``proj.bias`` (with ``hidden_dim``) and
+    ``score.weight`` ``(1, A)``. The pooling weights of the last call are in
+    ``weights`` ``(B, T)``.
 
     Shape:
         h ``(B, T, D)``; returns ``(B, D)``.
     """
 
-    def __init__(self, dim: int, *, rng: np.random.Generator | None = None,
-                 dtype: type = np.float32) -> None:
+    def __init__(self, dim: int, *, hidden_dim: int | None = None,
+                 rng: np.random.Generator | None = None, dtype: type = np.float32) -> None:
         super().__init__()
         gen = rng if rng is not None else np.random.default_rng()
-        self.proj = Linear(dim, dim, rng=gen, dtype=dtype)
-        self.add_param("query", (gen.standard_normal(dim) / np.sqrt(dim)).astype(dtype))
-        self.dim = dim
+        self.dim = check_positive("dim", dim)
+        self.proj = None if hidden_dim is None else Linear(dim, hidden_dim, rng=gen, dtype=dtype)
+        self.score = Linear(dim if hidden_dim is None else hidden_dim, 1, bias=False, rng=gen, dtype=dtype)
 
     def forward(self, h: Array, mask: Array | None = None) -> Array:
         check_array("h", h, 3, f"(B, T, {self.dim})", self.dim)
         m = token_mask(mask, h.shape[0], h.shape[1])
-        u = np.tanh(self.proj.forward(h))  # (B, T, D)
-        scores = u @ self.params["query"]  # (B, T)
+        u = h if self.proj is None else np.tanh(self.proj.forward(h))  # (B, T, A)
+        scores = self.score.forward(u)[..., 0]  # (B, T)
         a = safe_softmax(scores, m).astype(h.dtype, copy=False)  # (B, T)
         self._cache = (h, u, a)
         return np.einsum("bt,btd->bd", a, h)
@@ -86,6 +88,7 @@ class AttentionPooling(Module):
         dh = a[:, :, None] * grad[:, None, :]  # (B, T, D), through s = sum a h
         da = np.einsum("bd,btd->bt", grad, h)
         ds = softmax_backward(a, da)  # (B, T)
-        self.grads["query"] += np.einsum("bt,btd->d", ds, u)
-        du = ds[:, :, None] * self.params["query"]  # (B, T, D)
+        du = self.score.backward(ds[..., None])  # (B, T, A)
+        if self.proj is None:
+            return dh + du
         return dh + self.proj.backward(du * (1.0 - u * u))

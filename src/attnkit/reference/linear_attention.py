@@ -1,0 +1,105 @@
+"""Efficient (linear) attention of Shen et al. (2021), non-causal, forward and backward.
+
+Queries are normalised over their features and keys over positions, so the
+product re-associates and costs ``O(T Dh Dv)`` instead of ``O(T^2)``::
+
+    Qf = softmax_D(Q),   Kf = softmax_T(K)   (masked keys dropped),
+    C  = Kf^T V   (Dh, Dv),   O = Qf C
+
+Backward::
+
+    dQf = dO C^T,  dC = Qf^T dO,  dKf = V dC^T,  dV = Kf dC,
+    dQ = softmax_backward_D(Qf, dQf),   dK = softmax_backward_T(Kf, dKf)
+
+Same formulation and parameter names (``q_proj``, ``k_proj``, ``v_proj``,
+``out_proj``) as :class:`attnkit.layers.linear.LinearAttention`; only key masks
+``(B, Tk)`` or ``(B, 1, 1, Tk)`` apply. A query with no key left gets zeros.
+
+Shape legend: B batch, H heads, T lengths, D model width, Dh/Dv head widths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnkit.reference.functional import merge_heads, safe_softmax, softmax_backward, split_heads
+from attnkit.reference.layers import Linear
+from attnkit.reference.module import Module, check_array
+from attnkit.reference.multi_head import check_heads
+
+__all__ = ["key_mask", "linear_attention_forward", "linear_attention_backward", "LinearAttention"]
+
+Array = np.ndarray
+
+
+def key_mask(mask: object, b: int, tk: int) -> Array | None:
+    """Normalise a key mask to ``(B, 1, 1, Tk)`` bool (True = may attend)."""
+    if mask is None:
+        return None
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+        raise TypeError(f"key_mask must be a boolean array (True = may attend), got {getattr(mask, 'dtype', type(mask))}")
+    m = mask[:, 0, 0] if mask.ndim == 4 and mask.shape[1:3] == (1, 1) else mask
+    if m.ndim != 2 or m.shape[-1] != tk or m.shape[0] not in (1, b):
+        raise ValueError(
+            f"key_mask must be a key-padding mask (B, Tk) or (B, 1, 1, Tk) with B={b}, Tk={tk}; "
+            f"got shape {mask.shape} (linear attention cannot apply per-query masks)"
+        )
+    return np.broadcast_to(m, (b, tk))[:, None, None, :]  # (B, 1, 1, Tk)
+
+
+def linear_attention_forward(q: Array, k: Array, v: Array, key_mask_: Array | None = None
+                             ) -> tuple[Array, tuple[Array, Array, Array, Array]]:
+    """Output and cache. ``key_mask_`` is ``(B, 1, 1, Tk)`` from :func:`key_mask`.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, H, Tk, Dh)``, v ``(B, H, Tk, Dv)``; returns ``(B, H, Tq, Dv)``.
+    """
+    qf = safe_softmax(q)  # (B, H, Tq, Dh)
+    kt_mask = None if key_mask_ is None else key_mask_  # broadcasts over (B, H, Dh, Tk)
+    kf = safe_softmax(k.swapaxes(-1, -2), kt_mask).swapaxes(-1, -2)  # (B, H, Tk, Dh), softmax over T
+    context = kf.swapaxes(-1, -2) @ v  # (B, H, Dh, Dv)
+    return qf @ context, (qf, kf, v, context)
+
+
+def linear_attention_backward(grad: Array, cache: tuple[Array, Array, Array, Array]
+                              ) -> tuple[Array, Array, Array]:
+    qf, kf, v, context = cache
+    dqf = grad @ context.swapaxes(-1, -2)  # (B, H, Tq, Dh)
+    dcontext = qf.swapaxes(-1, -2) @ grad  # (B, H, Dh, Dv)
+    dkf = v @ dcontext.swapaxes(-1, -2)  # (B, H, Tk, Dh)
+    dv = kf @ dcontext  # (B, H, Tk, Dv)
+    dq = softmax_backward(qf, dqf)
+    dk = softmax_backward(kf.swapaxes(-1, -2), dkf.swapaxes(-1, -2)).swapaxes(-1, -2)
+    return dq, dk, dv
+
+
+class LinearAttention(Module):
+    """Multi-head efficient attention (non-causal) with projections.
+
+    Shape:
+        x ``(B, T, D)``; mask ``(B, T)`` or ``(B, 1, 1, T)``; returns ``(B, T, D)``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, *, bias: bool = True,
+                 rng: np.random.Generator | None = None, dtype: type = np.float32) -> None:
+        super().__init__()
+        self.d_model, self.num_heads, _ = check_heads(d_model, num_heads)
+        gen = rng if rng is not None else np.random.default_rng()
+        self.q_proj = Linear(d_model, d_model, bias=bias, rng=gen, dtype=dtype)
+        self.k_proj = Linear(d_model, d_model, bias=bias, rng=gen, dtype=dtype)
+        self.v_proj = Linear(d_model, d_model, bias=bias, rng=gen, dtype=dtype)
+        self.out_proj = Linear(d_model, d_model, bias=bias, rng=gen, dtype=dtype)
+
+    def forward(self, x: Array, *, mask: Array | None = None) -> Array:
+        check_array("x", x, 3, f"(B, T, {self.d_model})", self.d_model)
+        q = split_heads(self.q_proj.forward(x), self.num_heads)  # (B, H, T, Dh)
+        k = split_heads(self.k_proj.forward(x), self.num_heads)  # (B, H, T, Dh)
+        v = split_heads(self.v_proj.forward(x), self.num_heads)  # (B, H, T, Dh)
+        out, self._cache = linear_attention_forward(q, k, v, key_mask(mask, x.shape[0], x.shape[1]))
+        return self.out_proj.forward(merge_heads(out))  # (B, T, D)
+
+    def backward(self, grad: Array) -> Array:
+        g = split_heads(self.out_proj.backward(grad), self.num_heads)  # (B, H, T, Dh)
+        dq, dk, dv = linear_attention_backward(g, self._cache)
+        return (self.q_proj.backward(merge_heads(dq)) + self.k_proj.backward(merge_heads(dk))
+                + self.v_proj.backward(merge_heads(dv)))
