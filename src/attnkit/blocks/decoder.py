@@ -21,7 +21,9 @@ positions of the cached sequence and see every cached key::
         tokens = torch.cat([tokens, head(h).argmax(-1)], dim=1)
 
 Positions are the caller's business: read ``cache.offset`` *before* the call
-(the call appends to the cache) and pass it to the positional encoding. Several
+(the call appends to the cache) and pass it to the positional encoding, e.g.
+``attnkit.positional.SinusoidalPositionalEncoding``'s ``forward(x, offset)``
+(rotary encodings take the same ``offset`` in ``rotate``). Several
 positions may be fed at once (a prompt), and ``memory`` may be omitted once the
 cross-attention caches are filled; ``memory_mask`` must be passed at every step.
 
@@ -43,8 +45,8 @@ from attnkit.blocks.config import (
     check_eps,
     final_layer_norm,
 )
-from attnkit.blocks.encoder import _copy_common, _copy_final_norm
 from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from_torch
+from attnkit.blocks.torch_convert import copy_final_norm, copy_layer_weights
 from attnkit.layers.multi_head import MultiHeadAttention, check_dropout, check_sequence
 
 __all__ = ["DecoderWeights", "TransformerDecoderLayer", "TransformerDecoder"]
@@ -215,7 +217,7 @@ class TransformerDecoderLayer(nn.Module):
             layer_norm_eps=module.norm1.eps, bias=module.linear1.bias is not None,
         )
         layer.self_attn, layer.cross_attn = self_attn, cross_attn
-        _copy_common(layer, module)
+        copy_layer_weights(layer, module)
         return layer
 
 
@@ -298,5 +300,5 @@ class TransformerDecoder(nn.Module):
             raise TypeError(f"module must be nn.TransformerDecoder, got {type(module).__name__}")
         converted = iter([TransformerDecoderLayer.from_torch(m) for m in module.layers])
         stack = cls(lambda: next(converted), len(module.layers), final_norm=module.norm is not None)
-        _copy_final_norm(stack.norm, module.norm)
+        copy_final_norm(stack.norm, module.norm)
         return stack

@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Literal, overload
 
-import torch
 from torch import Tensor, nn
 
 from attnkit.blocks.config import (
@@ -31,6 +30,7 @@ from attnkit.blocks.config import (
     final_layer_norm,
 )
 from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from_torch
+from attnkit.blocks.torch_convert import copy_final_norm, copy_layer_weights
 from attnkit.layers.multi_head import MultiHeadAttention, check_dropout, check_sequence
 
 __all__ = ["TransformerEncoderLayer", "TransformerEncoder"]
@@ -154,25 +154,9 @@ class TransformerEncoderLayer(nn.Module):
             activation=activation_from_torch(module.activation), norm_first=module.norm_first,
             layer_norm_eps=module.norm1.eps, bias=module.linear1.bias is not None,
         )
-        layer.self_attn = attn
-        _copy_common(layer, module)
+        layer.self_attn = attn  # keeps the source's attention dropout and widths
+        copy_layer_weights(layer, module)
         return layer
-
-
-def _copy_common(layer: nn.Module, module: nn.Module) -> None:
-    """Copy FFN, LayerNorm and residual-dropout settings shared by encoder and decoder layers."""
-    pairs = [("ff.linear1", "linear1"), ("ff.linear2", "linear2")]
-    pairs += [(f"norm{i}", f"norm{i}") for i in (1, 2, 3) if hasattr(layer, f"norm{i}")]
-    with torch.no_grad():
-        for ours, theirs in pairs:
-            dst, src = layer.get_submodule(ours), module.get_submodule(theirs)
-            for name, param in dst.named_parameters():
-                param.copy_(getattr(src, name))
-    for i in (1, 2, 3):
-        if hasattr(layer, f"dropout{i}"):
-            getattr(layer, f"dropout{i}").p = getattr(module, f"dropout{i}").p
-    ref = module.get_parameter("linear1.weight")
-    layer.to(device=ref.device, dtype=ref.dtype).train(module.training)
 
 
 class TransformerEncoder(nn.Module):
@@ -245,18 +229,5 @@ class TransformerEncoder(nn.Module):
             raise TypeError(f"module must be nn.TransformerEncoder, got {type(module).__name__}")
         converted = iter([TransformerEncoderLayer.from_torch(m) for m in module.layers])
         stack = cls(lambda: next(converted), len(module.layers), final_norm=module.norm is not None)
-        _copy_final_norm(stack.norm, module.norm)
+        copy_final_norm(stack.norm, module.norm)
         return stack
-
-
-def _copy_final_norm(ours: nn.LayerNorm | None, theirs: nn.Module | None) -> None:
-    if ours is None or theirs is None:
-        return
-    if not isinstance(theirs, nn.LayerNorm):
-        raise TypeError(f"the source's final norm must be nn.LayerNorm, got {type(theirs).__name__}")
-    ours.eps = theirs.eps
-    with torch.no_grad():
-        ours.weight.copy_(theirs.weight)
-        if ours.bias is not None and theirs.bias is not None:
-            ours.bias.copy_(theirs.bias)
-    ours.to(theirs.weight.device, theirs.weight.dtype)
