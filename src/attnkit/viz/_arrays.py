@@ -17,7 +17,8 @@ __all__ = ["as_array", "stack_layers", "check_tokens", "check_ndim"]
 
 
 def as_array(x: Any, name: str = "weights", dtype: Any = np.float64) -> np.ndarray:
-    """Return ``x`` as a NumPy array of ``dtype``.
+    """Return ``x`` as a NumPy array of ``dtype`` (``None``: floats keep their precision,
+    anything else becomes float64).
 
     Accepts NumPy arrays, nested lists and torch tensors (on any device, with or
     without grad: they are detached and moved to the CPU first).
@@ -28,6 +29,8 @@ def as_array(x: Any, name: str = "weights", dtype: Any = np.float64) -> np.ndarr
             x = x.float()
     try:
         arr = np.asarray(x, dtype=dtype)
+        if dtype is None and not np.issubdtype(arr.dtype, np.floating):
+            arr = arr.astype(np.float64)
     except (TypeError, ValueError) as err:
         raise TypeError(
             f"{name}: expected an array, a torch tensor or nested lists of numbers, "
@@ -36,19 +39,19 @@ def as_array(x: Any, name: str = "weights", dtype: Any = np.float64) -> np.ndarr
     return arr
 
 
-def stack_layers(x: Any, name: str = "attentions") -> np.ndarray:
+def stack_layers(x: Any, name: str = "attentions", dtype: Any = np.float64) -> np.ndarray:
     """Stack a list/tuple of per-layer weights into one array along a new axis 0.
 
     A list of ``(H, Tq, Tk)`` (or ``(B, H, Tq, Tk)``) arrays or tensors becomes
     ``(L, H, Tq, Tk)`` (or ``(L, B, H, Tq, Tk)``); an array is returned as is.
     """
     if isinstance(x, (list, tuple)) and len(x) > 0 and not np.isscalar(x[0]) and not isinstance(x[0], (list, tuple)):
-        layers = [as_array(t, f"{name}[{i}]") for i, t in enumerate(x)]
+        layers = [as_array(t, f"{name}[{i}]", dtype) for i, t in enumerate(x)]
         shapes = {a.shape for a in layers}
         if len(shapes) != 1:
             raise ValueError(f"{name}: every layer must have the same shape, got {sorted(shapes)}")
         return np.stack(layers, axis=0)
-    return as_array(x, name)
+    return as_array(x, name, dtype)
 
 
 def check_ndim(arr: np.ndarray, ndims: Sequence[int], name: str, legend: str) -> None:
