@@ -176,7 +176,7 @@ def _split_examples(tokens: Any, attentions: Any, source_tokens: Any) -> list[tu
             raise ValueError(f"tokens{where}: expected at most {w.shape[-2]} tokens (Tq), got {len(q_tok)}")
         tq = len(q_tok)  # examples shorter than the padded batch are cut to their length
         cross = k_tok is not None
-        tk = len(k_tok) if cross else (tq if w.shape[-1] == w.shape[-2] else w.shape[-1])
+        tk = len(k_tok) if k_tok is not None else (tq if w.shape[-1] == w.shape[-2] else w.shape[-1])
         if tk > w.shape[-1]:
             raise ValueError(f"source_tokens{where}: expected at most {w.shape[-1]} tokens (Tk), got {tk}")
         w = w[..., :tq, :tk]
