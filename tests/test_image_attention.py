@@ -18,6 +18,7 @@ def reference_sagan(layer: SelfAttention2d, x: torch.Tensor,
 
     def conv1x1(conv: torch.nn.Conv2d, t: torch.Tensor) -> torch.Tensor:
         weight = conv.weight[:, :, 0, 0]  # (out, C)
+        assert conv.bias is not None
         return torch.einsum("oc,bcn->bon", weight, t.reshape(b, c, n)) + conv.bias[None, :, None]
 
     g = conv1x1(layer.query_conv, x).reshape(b, heads, -1, n)  # queries, (B, heads, d, N)
