@@ -149,12 +149,16 @@ def test_minilm_pretrained_layers_load_strict_and_match_hf() -> None:
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=attention_mask, output_attentions=True,
                     output_hidden_states=True)
-        got, weights = ours(out.hidden_states[0], mask=from_hf_attention_mask(attention_mask),
-                            return_weights=True)
-        layer = model.encoder.layer[0]
-        layer_out = layer.output(layer.intermediate(got), got)
-    torch.testing.assert_close(weights, out.attentions[0], atol=ATOL, rtol=0)
-    torch.testing.assert_close(layer_out, out.hidden_states[1], atol=ATOL, rtol=0)
+    mask = from_hf_attention_mask(attention_mask)
+    pretrained = model.state_dict()
+    for index, layer in enumerate(model.encoder.layer):  # all six pretrained layers
+        if index:
+            ours.load_state_dict(hf_attention_state_dict(pretrained, index), strict=True)
+        with torch.no_grad():
+            got, weights = ours(out.hidden_states[index], mask=mask, return_weights=True)
+            layer_out = layer.output(layer.intermediate(got), got)
+        torch.testing.assert_close(weights, out.attentions[index], atol=ATOL, rtol=0)
+        torch.testing.assert_close(layer_out, out.hidden_states[index + 1], atol=ATOL, rtol=0)
 
 
 def test_from_hf_attention_mask() -> None:
