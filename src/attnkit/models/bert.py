@@ -144,7 +144,11 @@ class BertLayer(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.attention = BertAttention.from_config(config)
+        self.attention = BertAttention(
+            config.hidden_size, config.num_attention_heads,
+            attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+            hidden_dropout_prob=config.hidden_dropout_prob, layer_norm_eps=config.layer_norm_eps,
+        )
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
