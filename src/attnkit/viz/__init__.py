@@ -36,7 +36,26 @@ _EXPORTS: dict[str, str] = {
     "bundled_minilm_dir": "attnkit.viz.bert",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "attention_entropy",
+    "attention_focus",
+    "attention_rollout",
+    "attentions_from_bert_dir",
+    "bundled_minilm_dir",
+    "most_attended",
+    "plot_alignment",
+    "plot_attention",
+    "plot_caption_attention",
+    "plot_classification",
+    "plot_heads",
+    "plot_image_attention",
+    "plot_layers_heads",
+    "plot_masked_attention",
+    "plot_positional_encoding",
+    "report_data",
+    "upsample",
+    "write_report",
+]
 
 if TYPE_CHECKING:
     from attnkit.viz.bert import attentions_from_bert_dir, bundled_minilm_dir
