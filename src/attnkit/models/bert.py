@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -28,7 +29,7 @@ from attnkit.layers.bert import BertAttention, from_hf_attention_mask
 
 __all__ = ["BertConfig", "BertModel", "BertModelOutput", "load_bert_tokenizer"]
 
-_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "gelu_new": lambda x: F.gelu(x, approximate="tanh")}
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "relu": F.relu, "gelu_new": lambda x: F.gelu(x, approximate="tanh")}
 
 
 @dataclass(frozen=True)
