@@ -87,7 +87,7 @@ def chunked_attention_forward(
                 qs = slice(q0, min(q0 + block_q, tq))
                 qb = q[b, h, qs] * q.dtype.type(scale_f)  # (bq, Dh)
                 m = np.full((qb.shape[0], 1), -np.inf, dtype=q.dtype)
-                l = np.zeros((qb.shape[0], 1), dtype=q.dtype)
+                row_sum = np.zeros((qb.shape[0], 1), dtype=q.dtype)
                 acc = np.zeros((qb.shape[0], dv), dtype=q.dtype)
                 # causal: keys past the block's last query never count
                 k_end = min(tk, qs.stop + offset) if causal else tk
@@ -102,14 +102,14 @@ def chunked_attention_forward(
                     np.subtract(s, m_safe, out=s)
                     np.exp(s, out=s)  # P_j, zero where masked
                     alpha = np.exp(m - m_safe)  # 0 while m is -inf
-                    l = l * alpha + s.sum(axis=1, keepdims=True)
+                    row_sum = row_sum * alpha + s.sum(axis=1, keepdims=True)
                     acc *= alpha
                     acc += s @ vh[ks]
                     m = m_new
-                ok = l > 0
-                out[b, h, qs] = acc / np.where(ok, l, 1.0)
+                ok = row_sum > 0
+                out[b, h, qs] = acc / np.where(ok, row_sum, 1.0)
                 m_fin = np.where(np.isfinite(m), m, 0.0)
-                lse[b, h, qs] = np.where(ok, m_fin + np.log(np.where(ok, l, 1.0)), np.inf)[:, 0]
+                lse[b, h, qs] = np.where(ok, m_fin + np.log(np.where(ok, row_sum, 1.0)), np.inf)[:, 0]
     return out, lse
 
 

@@ -124,7 +124,7 @@ def module_gradcheck(
     out = forward(**inputs)
     upstream = np.random.default_rng(seed + 1).standard_normal(out.shape)
     module.zero_grad()
-    got = module.backward(upstream)
+    got = module.backward(upstream)  # type: ignore[attr-defined]
     got_t = got if isinstance(got, tuple) else (got,)
     if len(got_t) != len(inputs):
         raise ValueError(f"backward returned {len(got_t)} gradients for {len(inputs)} inputs")

@@ -89,7 +89,7 @@ class Embedding(Module):
         self.num_embeddings = check_positive("num_embeddings", num_embeddings)
         self.dim = check_positive("dim", dim)
         self.padding_idx = padding_idx
-        w = _rng(rng).standard_normal((num_embeddings, dim)).astype(dtype)
+        w: np.ndarray = _rng(rng).standard_normal((num_embeddings, dim)).astype(dtype)
         if padding_idx is not None:
             w[padding_idx] = 0.0
         self.add_param("weight", w)

@@ -54,6 +54,11 @@ class Module:
     as attributes; both are found by :meth:`parameters` in definition order.
     """
 
+    params: dict[str, np.ndarray]
+    grads: dict[str, np.ndarray]
+    _children: dict[str, Module]
+    training: bool
+
     def __init__(self) -> None:
         object.__setattr__(self, "params", {})
         object.__setattr__(self, "grads", {})

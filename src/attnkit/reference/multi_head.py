@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnkit.reference.attention import attention_backward, attention_forward
+from attnkit.reference.attention import AttentionCache, attention_backward, attention_forward
 from attnkit.reference.functional import merge_heads, split_heads
 from attnkit.reference.layers import Linear
 from attnkit.reference.module import Module, check_array, check_dropout, check_positive
@@ -67,7 +67,7 @@ class MultiHeadAttention(Module):
         self.k_proj = Linear(self.kdim, kv_width, bias=bias, rng=gen, dtype=dtype)
         self.v_proj = Linear(self.vdim, kv_width, bias=bias, rng=gen, dtype=dtype)
         self.out_proj = Linear(d_model, d_model, bias=bias, rng=gen, dtype=dtype)
-        self._cache = None
+        self._cache: AttentionCache | None = None
         self._self_attention = True
 
     def forward(self, query: Array, key: Array | None = None, value: Array | None = None, *,

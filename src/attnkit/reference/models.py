@@ -1,0 +1,159 @@
+"""Two text classifiers of the NumPy twin, with torch-style parameter names.
+
+* :class:`DocumentClassifier` — the classic attention classifier: embedding,
+  one multi-head self-attention layer, attention pooling, linear layer.
+* :class:`TransformerClassifier` — embedding (scaled by ``sqrt(D)``) plus
+  sinusoidal positions, a stack of residual encoder layers, masked mean
+  pooling and a linear layer.
+
+Both read ``ids`` ``(B, T)`` with padding id 0 and return logits ``(B, C)``;
+``forward(ids)`` builds the key-padding mask from ``ids != pad_id``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from attnkit.reference.encoder import TransformerEncoder
+from attnkit.reference.layers import Dropout, Embedding, Linear, SinusoidalPositionalEncoding
+from attnkit.reference.module import Module
+from attnkit.reference.multi_head import MultiHeadAttention
+from attnkit.reference.pooling import AttentionPooling, MeanPooling
+
+__all__ = ["ClassifierConfig", "DocumentClassifier", "TransformerClassifier", "build_model"]
+
+Array = np.ndarray
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    """Configuration shared by both classifiers (saved as JSON beside the weights)."""
+
+    kind: str = "transformer"  # "transformer" or "document"
+    vocab_size: int = 1000
+    num_classes: int = 2
+    d_model: int = 64
+    num_heads: int = 4
+    num_layers: int = 1
+    dim_feedforward: int = 128
+    dropout: float = 0.1
+    activation: str = "relu"
+    norm_first: bool = False
+    pad_id: int = 0
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class _Classifier(Module):
+    config: ClassifierConfig
+
+    def padding_mask(self, ids: Array) -> Array:
+        """``(B, 1, 1, T)`` True on real tokens."""
+        if not isinstance(ids, np.ndarray) or ids.ndim != 2:
+            raise ValueError(f"ids must be a 2-D integer array (B, T), got {getattr(ids, 'shape', type(ids))}")
+        return (ids != self.config.pad_id)[:, None, None, :]  # (B, 1, 1, T)
+
+    def predict(self, ids: Array) -> Array:
+        """Class index per example, in eval mode. Shape: ids ``(B, T)``; returns ``(B,)``."""
+        was = self.training
+        self.eval()
+        logits = self.forward(ids)  # type: ignore[attr-defined]
+        self.train(was)
+        return np.asarray(logits.argmax(axis=-1))
+
+
+class DocumentClassifier(_Classifier):
+    """``embedding -> self_attn -> pooling -> classifier``.
+
+    Parameters ``embedding.weight``, ``self_attn.{q,k,v,out}_proj.*``,
+    ``pooling.score.weight``, ``classifier.{weight,bias}``.
+
+    Shape:
+        ids ``(B, T)``; returns logits ``(B, num_classes)``.
+    """
+
+    def __init__(self, config: ClassifierConfig, dtype: type = np.float32) -> None:
+        super().__init__()
+        self.config = config
+        rng = np.random.default_rng(config.seed)
+        d = config.d_model
+        self.embedding = Embedding(config.vocab_size, d, padding_idx=config.pad_id, rng=rng, dtype=dtype)
+        self.embed_dropout = Dropout(config.dropout, rng=rng)
+        self.self_attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout, rng=rng, dtype=dtype)
+        self.pooling = AttentionPooling(d, rng=rng, dtype=dtype)
+        self.classifier = Linear(d, config.num_classes, rng=rng, dtype=dtype)
+
+    def forward(self, ids: Array) -> Array:
+        mask = self.padding_mask(ids)
+        x = self.embed_dropout.forward(self.embedding.forward(ids))  # (B, T, D)
+        h = self.self_attn.forward(x, mask=mask)  # (B, T, D)
+        return self.classifier.forward(self.pooling.forward(h, mask))  # (B, C)
+
+    def backward(self, grad: Array) -> None:
+        g = self.pooling.backward(self.classifier.backward(grad))
+        dx = self.self_attn.backward(g)
+        assert isinstance(dx, np.ndarray)
+        self.embedding.backward(self.embed_dropout.backward(dx))
+
+    def attention_weights(self) -> Array:
+        """Self-attention weights of the last forward pass ``(B, H, T, T)``."""
+        return self.self_attn.weights
+
+
+class TransformerClassifier(_Classifier):
+    """``embedding * sqrt(D) + positions -> encoder -> mean pooling -> classifier``.
+
+    Parameters ``embedding.weight``, ``encoder.layers.{i}.self_attn.*``,
+    ``encoder.layers.{i}.norm1/norm2.*``, ``encoder.layers.{i}.ff.linear1/linear2.*``,
+    ``classifier.{weight,bias}``.
+
+    Shape:
+        ids ``(B, T)``; returns logits ``(B, num_classes)``.
+    """
+
+    def __init__(self, config: ClassifierConfig, dtype: type = np.float32) -> None:
+        super().__init__()
+        self.config = config
+        rng = np.random.default_rng(config.seed)
+        d = config.d_model
+        self.embedding = Embedding(config.vocab_size, d, padding_idx=config.pad_id, rng=rng, dtype=dtype)
+        self.embedding.params["weight"] *= np.asarray(1.0 / math.sqrt(d), dtype=dtype)
+        self.positions = SinusoidalPositionalEncoding(d)
+        self.embed_dropout = Dropout(config.dropout, rng=rng)
+        self.encoder = TransformerEncoder(
+            config.num_layers, d, config.num_heads, config.dim_feedforward, dropout=config.dropout,
+            activation=config.activation, norm_first=config.norm_first, rng=rng, dtype=dtype,
+        )
+        self.pool = MeanPooling()
+        self.classifier = Linear(d, config.num_classes, rng=rng, dtype=dtype)
+        self._scale = math.sqrt(d)
+
+    def forward(self, ids: Array) -> Array:
+        mask = self.padding_mask(ids)
+        x = self.embedding.forward(ids) * np.asarray(self._scale, dtype=self.embedding.params["weight"].dtype)
+        x = self.embed_dropout.forward(self.positions.forward(x))  # (B, T, D)
+        h = self.encoder.forward(x, mask)  # (B, T, D)
+        return self.classifier.forward(self.pool.forward(h, mask))  # (B, C)
+
+    def backward(self, grad: Array) -> None:
+        g = self.encoder.backward(self.pool.backward(self.classifier.backward(grad)))
+        g = self.positions.backward(self.embed_dropout.backward(g))
+        self.embedding.backward(g * self._scale)
+
+    def attention_weights(self, layer: int = -1) -> Array:
+        """Self-attention weights of one encoder layer in the last forward pass ``(B, H, T, T)``."""
+        return self.encoder.layers[layer].self_attn.weights  # type: ignore[attr-defined]
+
+
+def build_model(config: ClassifierConfig, dtype: type = np.float32) -> DocumentClassifier | TransformerClassifier:
+    """The classifier named by ``config.kind`` (``"transformer"`` or ``"document"``)."""
+    if config.kind == "transformer":
+        return TransformerClassifier(config, dtype)
+    if config.kind == "document":
+        return DocumentClassifier(config, dtype)
+    raise ValueError(f"config.kind must be one of ['document', 'transformer'], got {config.kind!r}")
