@@ -17,7 +17,9 @@ from attnkit import masks
 from attnkit.blocks import (
     DecoderCache,
     DecoderLayerCache,
+    SelfAttentionCache,
     TransformerDecoder,
+    TransformerEncoder,
     TransformerLayerConfig,
 )
 from attnkit.layers.kv_cache import KVCache
@@ -191,3 +193,41 @@ def test_cache_errors() -> None:
         DecoderCache(0)
     layer_cache = DecoderLayerCache()
     assert not layer_cache.self_attn.static and layer_cache.cross_attn.static
+
+
+# --------------------------------------------------------------------------- decoder-only stacks
+
+
+@pytest.mark.parametrize(("norm_first", "kv_heads"), [(False, None), (True, 2)])
+def test_causal_encoder_stack_decodes_with_cache(norm_first: bool, kv_heads: int | None) -> None:
+    """A causal TransformerEncoder is a decoder-only model; its cached steps equal the full pass."""
+    config = TransformerLayerConfig(D, H, FF, dropout=0.1, norm_first=norm_first, kv_heads=kv_heads)
+    stack = TransformerEncoder(config, 2).eval()
+    x = torch.randn(B, T, D)
+    with torch.no_grad():
+        full, full_weights = stack(x, causal=True, return_weights=True)
+        cache = stack.init_cache()
+        prompt = stack(x[:, :2], causal=True, cache=cache)
+        steps = []
+        for t in range(2, T):
+            out, weights = stack(x[:, t : t + 1], causal=True, cache=cache, return_weights=True)
+            assert weights[1].shape == (B, H, 1, t + 1)
+            assert _max_diff(weights[1][:, :, 0], full_weights[1][:, :, t, : t + 1]) <= TOL
+            steps.append(out)
+        # Negative control: without causal masking the full pass sees the future.
+        non_causal = stack(x)
+    assert cache.offset == T and cache.layers[0].keys is not None
+    assert cache.layers[0].keys.shape == (B, kv_heads or H, T, D // H)
+    assert _max_diff(torch.cat([prompt, *steps], dim=1), full) <= TOL
+    assert _max_diff(non_causal[:, :-1], full[:, :-1]) > 1e-3
+
+
+def test_self_attention_cache_errors() -> None:
+    stack = TransformerEncoder(TransformerLayerConfig(D, H, FF), 2)
+    x = torch.randn(B, 1, D)
+    with pytest.raises(ValueError, match="cache has 1 layers, the encoder has 2"):
+        stack(x, causal=True, cache=SelfAttentionCache(1))
+    with pytest.raises(TypeError, match="cache must be a SelfAttentionCache"):
+        stack(x, causal=True, cache=DecoderCache(2))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="growing"):
+        stack.layers[0](x, cache=KVCache(static=True))

@@ -6,7 +6,7 @@ where a query may attend a key). Layers convert from PyTorch's own with
 layer to copy, or a factory.
 """
 
-from attnkit.blocks.cache import DecoderCache, DecoderLayerCache
+from attnkit.blocks.cache import DecoderCache, DecoderLayerCache, SelfAttentionCache
 from attnkit.blocks.config import TransformerLayerConfig
 from attnkit.blocks.decoder import DecoderWeights, TransformerDecoder, TransformerDecoderLayer
 from attnkit.blocks.encoder import TransformerEncoder, TransformerEncoderLayer
@@ -23,4 +23,5 @@ __all__ = [
     "DecoderWeights",
     "DecoderLayerCache",
     "DecoderCache",
+    "SelfAttentionCache",
 ]

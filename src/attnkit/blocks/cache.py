@@ -1,6 +1,8 @@
 """Caches for incremental decoding with :class:`~attnkit.blocks.TransformerDecoder`.
 
-Each decoder layer keeps two :class:`~attnkit.layers.kv_cache.KVCache`:
+A decoder-only (causal) :class:`~attnkit.blocks.TransformerEncoder` keeps one
+growing :class:`~attnkit.layers.kv_cache.KVCache` per layer
+(:class:`SelfAttentionCache`). Each encoder-decoder layer keeps two :class:`~attnkit.layers.kv_cache.KVCache`:
 
 * ``self_attn`` grows by the new positions at every step (the keys and values
   of earlier target positions never change under causal attention);
@@ -19,7 +21,7 @@ from torch import Tensor
 
 from attnkit.layers.kv_cache import KVCache
 
-__all__ = ["DecoderLayerCache", "DecoderCache"]
+__all__ = ["DecoderLayerCache", "DecoderCache", "SelfAttentionCache"]
 
 
 @dataclass
@@ -65,6 +67,33 @@ class DecoderCache:
 
     def __getitem__(self, index: int) -> DecoderLayerCache:
         return self.layers[index]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch entries ``index`` in every layer (beam search). Shape: index ``(B',)``."""
+        for layer in self.layers:
+            layer.reorder(index)
+
+
+class SelfAttentionCache:
+    """Per-layer self-attention caches of a causal :class:`~attnkit.blocks.TransformerEncoder`
+    used as a decoder-only model (GPT-style).
+
+    ``offset`` is the number of positions already decoded; read it before a
+    step and give it to the positional encoding.
+    """
+
+    def __init__(self, num_layers: int) -> None:
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
+            raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+        self.layers = [KVCache() for _ in range(num_layers)]
+
+    @property
+    def offset(self) -> int:
+        """Number of positions cached so far (the position of the next token)."""
+        return len(self.layers[0])
+
+    def __len__(self) -> int:
+        return self.offset
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch entries ``index`` in every layer (beam search). Shape: index ``(B',)``."""

@@ -11,6 +11,14 @@ activations get dropout too. That is exactly where ``nn.TransformerEncoderLayer`
 puts its four dropouts, so :meth:`TransformerEncoderLayer.from_torch` reproduces
 it in eval mode to rounding error.
 
+A causal encoder stack is a decoder-only (GPT-style) model. It decodes token
+by token with :meth:`TransformerEncoder.init_cache`, exactly as
+:class:`~attnkit.blocks.TransformerDecoder` does (see :mod:`attnkit.blocks.decoder`
+for the loop and for passing ``cache.offset`` to the positional encoding)::
+
+    cache = stack.init_cache()
+    h = stack(positional(x_new, offset=cache.offset), causal=True, cache=cache)
+
 Shape legend: B batch, T length, D model width, H heads.
 """
 
@@ -21,6 +29,7 @@ from typing import Literal, overload
 
 from torch import Tensor, nn
 
+from attnkit.blocks.cache import SelfAttentionCache
 from attnkit.blocks.config import (
     LayerSpec,
     TransformerLayerConfig,
@@ -31,6 +40,7 @@ from attnkit.blocks.config import (
 )
 from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from_torch
 from attnkit.blocks.torch_convert import copy_final_norm, copy_layer_weights
+from attnkit.layers.kv_cache import KVCache
 from attnkit.layers.multi_head import MultiHeadAttention, check_dropout, check_sequence
 
 __all__ = ["TransformerEncoderLayer", "TransformerEncoder"]
@@ -85,16 +95,16 @@ class TransformerEncoderLayer(nn.Module):
     @overload
     def forward(
         self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
-        return_weights: Literal[False] = ...,
+        return_weights: Literal[False] = ..., cache: KVCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
         self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
-        return_weights: Literal[True],
+        return_weights: Literal[True], cache: KVCache | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None, causal: bool = False,
-        return_weights: bool = False,
+        return_weights: bool = False, cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Run the layer.
 
@@ -106,20 +116,26 @@ class TransformerEncoderLayer(nn.Module):
             bias: optional additive attention bias (ALiBi, relative positions).
             causal: forbid attention to later positions.
             return_weights: also return the self-attention weights.
+            cache: self-attention keys and values of earlier positions, for
+                incremental decoding in decoder-only (causal) models; this
+                call's positions are appended to it.
 
         Shape:
             x ``(B, T, D)``; mask ``(B, 1, 1, T)`` or any shape broadcasting to
-            ``(B, H, T, T)``; returns ``(B, T, D)`` and weights ``(B, H, T, T)``.
+            ``(B, H, T, T_total)``; returns ``(B, T, D)`` and weights
+            ``(B, H, T, T_total)`` (``T_total = T`` plus cached positions).
         """
         check_sequence("x", x, self.d_model)
         check_bool("causal", causal)
+        if cache is not None and (not isinstance(cache, KVCache) or cache.static):
+            raise TypeError(f"cache must be a growing (non-static) KVCache, got {cache!r}")
         weights: Tensor | None = None
         if self.norm_first:
-            attn, weights = self._attend(self.norm1(x), mask, bias, causal, return_weights)
+            attn, weights = self._attend(self.norm1(x), mask, bias, causal, return_weights, cache)
             x = x + attn
             x = x + self.dropout2(self.ff(self.norm2(x)))
         else:
-            attn, weights = self._attend(x, mask, bias, causal, return_weights)
+            attn, weights = self._attend(x, mask, bias, causal, return_weights, cache)
             x = self.norm1(x + attn)
             x = self.norm2(x + self.dropout2(self.ff(x)))
         if return_weights:
@@ -129,11 +145,14 @@ class TransformerEncoderLayer(nn.Module):
 
     def _attend(
         self, h: Tensor, mask: Tensor | None, bias: Tensor | None, causal: bool, return_weights: bool,
+        cache: KVCache | None,
     ) -> tuple[Tensor, Tensor | None]:
         if return_weights:
-            out, weights = self.self_attn(h, mask=mask, bias=bias, causal=causal, return_weights=True)
+            out, weights = self.self_attn(
+                h, mask=mask, bias=bias, causal=causal, return_weights=True, cache=cache
+            )
             return self.dropout1(out), weights
-        return self.dropout1(self.self_attn(h, mask=mask, bias=bias, causal=causal)), None
+        return self.dropout1(self.self_attn(h, mask=mask, bias=bias, causal=causal, cache=cache)), None
 
     @classmethod
     def from_torch(cls, module: nn.TransformerEncoderLayer) -> TransformerEncoderLayer:
@@ -187,37 +206,52 @@ class TransformerEncoder(nn.Module):
         self.norm = final_layer_norm(built[0], final_norm)
         self.d_model = built[0].d_model
 
+    def init_cache(self) -> SelfAttentionCache:
+        """Empty self-attention caches for token-by-token decoding of a causal (decoder-only) stack."""
+        return SelfAttentionCache(len(self.layers))
+
     def __iter__(self) -> Iterator[TransformerEncoderLayer]:
         return iter(self.layers)  # type: ignore[arg-type]
 
     @overload
     def forward(
         self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
-        return_weights: Literal[False] = ...,
+        return_weights: Literal[False] = ..., cache: SelfAttentionCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
         self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
-        return_weights: Literal[True],
+        return_weights: Literal[True], cache: SelfAttentionCache | None = ...,
     ) -> tuple[Tensor, list[Tensor]]: ...
     def forward(
         self, x: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None, causal: bool = False,
-        return_weights: bool = False,
+        return_weights: bool = False, cache: SelfAttentionCache | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Run every layer with the same mask, bias and causal setting.
 
+        With ``cache`` (from :meth:`init_cache`, decoder-only models with
+        ``causal=True``), ``x`` holds only the new positions, which sit at
+        positions ``cache.offset ...`` (read it before the call and pass it to
+        the positional encoding).
+
         Shape:
             x ``(B, T, D)``; returns ``(B, T, D)`` and, on request, one
-            ``(B, H, T, T)`` weight tensor per layer, first layer first.
+            ``(B, H, T, T_total)`` weight tensor per layer, first layer first.
         """
         check_sequence("x", x, self.d_model)
+        if cache is not None:
+            if not isinstance(cache, SelfAttentionCache):
+                raise TypeError(f"cache must be a SelfAttentionCache from init_cache(), got {type(cache).__name__}")
+            if len(cache.layers) != len(self.layers):
+                raise ValueError(f"cache has {len(cache.layers)} layers, the encoder has {len(self.layers)}")
         all_weights: list[Tensor] = []
-        for layer in self.layers:
+        for index, layer in enumerate(self.layers):
+            layer_cache = None if cache is None else cache.layers[index]
             if return_weights:
-                x, weights = layer(x, mask=mask, bias=bias, causal=causal, return_weights=True)
+                x, weights = layer(x, mask=mask, bias=bias, causal=causal, return_weights=True, cache=layer_cache)
                 all_weights.append(weights)
             else:
-                x = layer(x, mask=mask, bias=bias, causal=causal)
+                x = layer(x, mask=mask, bias=bias, causal=causal, cache=layer_cache)
         if self.norm is not None:
             x = self.norm(x)
         return (x, all_weights) if return_weights else x
