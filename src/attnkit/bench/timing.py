@@ -1,0 +1,100 @@
+"""Honest timing and peak-memory measurement on a shared CPU.
+
+Time: both sides run in the same process, after warm-up calls, interleaved
+(a, b, then b, a, ...) so that a burst of load from elsewhere on the machine
+hits both sides alike; each side reports the median of its repeats. Threads
+stay at torch's default.
+
+Memory: each side runs once in a fresh Python subprocess
+(``python -m attnkit.bench.memory``), after its inputs are built and one
+warm-up call (lazy one-time set-up is not the call's cost). The kernel's
+peak-RSS mark is reset (``/proc/self/clear_refs``), the call runs, and the
+figure is the peak RSS (``VmHWM``) minus the RSS just before the call. It
+counts every byte the call made resident (temporaries, outputs), from torch's
+allocator or elsewhere, and nothing left over from the other side. glibc's
+mmap threshold is fixed at 64 KiB in the subprocess so that freed blocks go
+back to the OS and resident memory follows live memory. Where the mark cannot
+be reset, the growth of ``getrusage`` ``ru_maxrss`` is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["time_pair", "time_one", "peak_memory_mib", "TIMING_METHOD", "MEMORY_METHOD"]
+
+TIMING_METHOD = "median of {repeats} interleaved repeats after {warmup} warm-up(s), {threads} threads"
+MEMORY_METHOD = (
+    "fresh subprocess per side (glibc mmap threshold 64 KiB), after a warm-up call: peak "
+    "RSS (VmHWM, reset just before) during one call minus RSS just before it, inputs built"
+)
+
+
+def _check_counts(warmup: int, repeats: int) -> None:
+    if warmup < 0 or repeats < 1:
+        raise ValueError(f"need warmup >= 0 and repeats >= 1, got warmup={warmup}, repeats={repeats}")
+
+
+def _once(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def time_one(fn: Callable[[], object], *, warmup: int = 1, repeats: int = 5) -> float:
+    """Median wall time of ``fn()`` in seconds, after ``warmup`` untimed calls."""
+    _check_counts(warmup, repeats)
+    for _ in range(warmup):
+        fn()
+    return statistics.median(_once(fn) for _ in range(repeats))
+
+
+def time_pair(
+    a: Callable[[], object], b: Callable[[], object], *, warmup: int = 1, repeats: int = 5
+) -> tuple[float, float]:
+    """Median wall times ``(t_a, t_b)`` in seconds of two callables measured interleaved.
+
+    Each repeat times both sides back to back, alternating which goes first.
+    """
+    _check_counts(warmup, repeats)
+    for _ in range(warmup):
+        a()
+        b()
+    times_a: list[float] = []
+    times_b: list[float] = []
+    for i in range(repeats):
+        if i % 2 == 0:
+            times_a.append(_once(a))
+            times_b.append(_once(b))
+        else:
+            times_b.append(_once(b))
+            times_a.append(_once(a))
+    return statistics.median(times_a), statistics.median(times_b)
+
+
+def peak_memory_mib(workload: str, params: dict[str, Any], *, timeout: float = 900.0) -> float:
+    """Peak extra resident memory in MiB of one call of ``workload`` in a fresh subprocess.
+
+    ``workload`` names an entry of :data:`attnkit.bench.memory.WORKLOADS`.
+    Raises ``RuntimeError`` with the subprocess' error output when it fails.
+    """
+    spec = json.dumps({"workload": workload, "params": params})
+    # A fixed mmap threshold makes glibc return freed blocks to the OS at once, so resident
+    # memory follows live memory and one call cannot hide in blocks cached by an earlier one.
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnkit.bench.memory", spec],
+        capture_output=True, text=True, timeout=timeout, check=False, env=env,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"memory worker for {workload!r} failed: {' | '.join(tail)}")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    return float(report["peak_mib"])

@@ -1,0 +1,61 @@
+"""The benchmark harness: structure of results, ratios, JSON output and errors (quick sizes)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from attnkit.bench import CASES, Result, run
+from attnkit.bench.result import judge
+from attnkit.bench.timing import time_pair
+
+
+def test_cases_listed() -> None:
+    assert CASES == ("mha", "mha-weights", "attention-flops", "relative", "linear")
+
+
+def test_quick_mha_measures_both_sides(tmp_path: Path) -> None:
+    lines: list[str] = []
+    out = tmp_path / "bench.json"
+    results = run(["mha", "mha-weights"], quick=True, out_json=str(out), echo=lines.append)
+    assert [r.case for r in results] == ["mha", "mha-weights", "mha-weights"]
+    for r in results:
+        assert isinstance(r, Result)
+        assert r.a is not None and r.b is not None and r.a > 0 and r.b > 0
+        assert r.ratio is not None and math.isclose(r.ratio, r.a / r.b)
+        assert r.status in ("PASS", "MISS", "INFO")
+        assert r.unit == "s" and r.params["T"] == 128
+    assert results[0].bound == 1.05 and results[0].status == ("PASS" if results[0].ratio <= 1.05 else "MISS")
+    assert results[2].status == "INFO"
+    text = "\n".join(lines)
+    assert "nn.MultiheadAttention(need_weights=False)" in text and "ratio a/b" in text
+    assert "interleaved" in text
+    saved = json.loads(out.read_text())
+    assert saved["quick"] is True and len(saved["results"]) == 3
+    assert saved["results"][0]["ratio"] == pytest.approx(results[0].ratio)
+    assert not list(tmp_path.glob(".bench-*"))  # the temporary file was renamed
+
+
+def test_judge_direction() -> None:
+    slow = judge("x", "t", "a", 2.0, "b", 1.0, unit="s", sense="<=", bound=1.5, method="m")
+    fast = judge("x", "r", "a", 2.0, "b", 1.0, unit="GFLOP/s", sense=">=", bound=1.5, method="m")
+    assert (slow.ratio, slow.status, fast.status) == (2.0, "MISS", "PASS")
+    with pytest.raises(ValueError, match="baseline"):
+        judge("x", "t", "a", 1.0, "b", 0.0, unit="s", sense="<=", bound=1.0, method="m")
+
+
+def test_time_pair_orders_sides() -> None:
+    calls: list[str] = []
+    ta, tb = time_pair(lambda: calls.append("a"), lambda: calls.append("b"), warmup=1, repeats=3)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]
+    assert ta >= 0 and tb >= 0
+    with pytest.raises(ValueError, match="repeats"):
+        time_pair(lambda: None, lambda: None, repeats=0)
+
+
+def test_unknown_case_lists_valid_ones() -> None:
+    with pytest.raises(ValueError, match="mha-weights"):
+        run(["nope"], quick=True, echo=lambda s: None)
