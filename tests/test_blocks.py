@@ -15,6 +15,8 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import Tensor, nn
 
 from attnkit import masks
@@ -342,6 +344,28 @@ def test_self_attention_is_permutation_equivariant() -> None:
     x = torch.randn(B, T, D)
     perm = torch.randperm(T)
     torch.testing.assert_close(layer(x)[:, perm], layer(x[:, perm]))
+
+
+_PROPERTY_ENCODER = TransformerEncoder(TransformerLayerConfig(D, H, FF, activation="swiglu", kv_heads=2), 2).eval()
+
+
+@settings(max_examples=10, deadline=None)
+@given(lengths=st.lists(st.integers(1, T), min_size=1, max_size=3), seed=st.integers(0, 2**16))
+def test_padded_content_never_reaches_valid_positions(lengths: list[int], seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(len(lengths), T, D, generator=generator)
+    noisy = x.clone()
+    for b, n in enumerate(lengths):
+        noisy[b, n:] = 50 * torch.randn(T - n, D, generator=generator)
+    mask = masks.from_lengths(lengths, T)
+    with torch.no_grad():
+        a, b_ = _PROPERTY_ENCODER(x, mask=mask), _PROPERTY_ENCODER(noisy, mask=mask)
+    for row, n in enumerate(lengths):
+        assert _max_diff_rows(a[row, :n], b_[row, :n]) <= 1e-5
+
+
+def _max_diff_rows(a: Tensor, b: Tensor) -> float:
+    return (a - b).abs().max().item()
 
 
 # --------------------------------------------------------------------------- construction

@@ -24,7 +24,6 @@ Shape legend: B batch, T length, D model width, H heads.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Literal, overload
 
 from torch import Tensor, nn
@@ -209,9 +208,6 @@ class TransformerEncoder(nn.Module):
     def init_cache(self) -> SelfAttentionCache:
         """Empty self-attention caches for token-by-token decoding of a causal (decoder-only) stack."""
         return SelfAttentionCache(len(self.layers))
-
-    def __iter__(self) -> Iterator[TransformerEncoderLayer]:
-        return iter(self.layers)  # type: ignore[arg-type]
 
     @overload
     def forward(
