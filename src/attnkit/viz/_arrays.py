@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_array", "stack_layers", "check_tokens", "check_ndim"]
+__all__ = ["as_array", "is_layer_list", "stack_layers", "check_tokens", "check_ndim"]
 
 
 def as_array(x: Any, name: str = "weights", dtype: Any = np.float64) -> np.ndarray:
@@ -39,13 +39,19 @@ def as_array(x: Any, name: str = "weights", dtype: Any = np.float64) -> np.ndarr
     return arr
 
 
+def is_layer_list(x: Any) -> bool:
+    """True for a list/tuple of per-layer arrays or tensors (not for nested lists of numbers)."""
+    return (isinstance(x, (list, tuple)) and len(x) > 0 and not np.isscalar(x[0])
+            and not isinstance(x[0], (list, tuple)))
+
+
 def stack_layers(x: Any, name: str = "attentions", dtype: Any = np.float64) -> np.ndarray:
     """Stack a list/tuple of per-layer weights into one array along a new axis 0.
 
     A list of ``(H, Tq, Tk)`` (or ``(B, H, Tq, Tk)``) arrays or tensors becomes
     ``(L, H, Tq, Tk)`` (or ``(L, B, H, Tq, Tk)``); an array is returned as is.
     """
-    if isinstance(x, (list, tuple)) and len(x) > 0 and not np.isscalar(x[0]) and not isinstance(x[0], (list, tuple)):
+    if is_layer_list(x):
         layers = [as_array(t, f"{name}[{i}]", dtype) for i, t in enumerate(x)]
         shapes = {a.shape for a in layers}
         if len(shapes) != 1:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from attnkit.viz._arrays import check_ndim, check_tokens, stack_layers
+from attnkit.viz._arrays import check_ndim, check_tokens, is_layer_list, stack_layers
 from attnkit.viz._report_assets import CSS, JS, PAGE
 from attnkit.viz.measures import attention_entropy
 
@@ -150,10 +150,11 @@ def _is_batch(tokens: Any) -> bool:
 
 def _split_examples(tokens: Any, attentions: Any, source_tokens: Any) -> list[tuple[np.ndarray, list[str], list[str], bool]]:
     """Normalise the accepted inputs to a list of ``(weights (L,H,Tq,Tk), queries, keys, cross)``."""
+    per_layer = is_layer_list(attentions)
     a = stack_layers(attentions, dtype=None)
     batch = _is_batch(tokens)
     if batch:
-        if a.ndim == 5 and a.shape[0] != len(tokens) and a.shape[1] == len(tokens):
+        if per_layer and a.ndim == 5:
             a = a.transpose(1, 0, 2, 3, 4)  # list per layer of (B, H, Tq, Tk) -> (B, L, H, Tq, Tk)
         check_ndim(a, (5,), "attentions", "(B, L, H, Tq, Tk) when tokens is one list per example")
         if a.shape[0] != len(tokens):
