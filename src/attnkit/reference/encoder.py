@@ -71,7 +71,9 @@ class TransformerEncoderLayer(Module):
 
 
 class TransformerEncoder(Module):
-    """A stack of :class:`TransformerEncoderLayer` named ``layers.{i}``.
+    """A stack of :class:`TransformerEncoderLayer` named ``layers.{i}``, closed by a
+    final LayerNorm ``norm`` exactly when the layers are pre-norm (whose residual
+    stream is never normalised inside the layers), as :class:`attnkit.blocks.TransformerEncoder`.
 
     Shape:
         x ``(B, T, D)``; returns ``(B, T, D)``.
@@ -88,13 +90,16 @@ class TransformerEncoder(Module):
                                     dtype=dtype)
             for _ in range(num_layers)
         ])
+        self.norm = LayerNorm(d_model, dtype=dtype) if norm_first else None
 
     def forward(self, x: Array, mask: Array | None = None) -> Array:
         for layer in self.layers:
             x = layer.forward(x, mask)  # type: ignore[attr-defined]
-        return x
+        return x if self.norm is None else self.norm.forward(x)
 
     def backward(self, grad: Array) -> Array:
+        if self.norm is not None:
+            grad = self.norm.backward(grad)
         for layer in reversed(list(self.layers)):
             grad = layer.backward(grad)  # type: ignore[attr-defined]
         return grad

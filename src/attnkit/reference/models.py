@@ -2,9 +2,10 @@
 
 * :class:`DocumentClassifier` — the classic attention classifier: embedding,
   one multi-head self-attention layer, attention pooling, linear layer.
-* :class:`TransformerClassifier` — embedding (scaled by ``sqrt(D)``) plus
-  sinusoidal positions, a stack of residual encoder layers, masked mean
-  pooling and a linear layer.
+* :class:`TransformerClassifier` — embedding plus sinusoidal positions, a
+  stack of residual encoder layers, masked mean (or attention) pooling and a
+  linear layer: the layout of the torch :class:`attnkit.models.document.DocumentClassifier`
+  with ``positional="sinusoidal"``, so weights copy across by name.
 
 Both read ``ids`` ``(B, T)`` with padding id 0 and return logits ``(B, C)``;
 ``forward(ids)`` builds the key-padding mask from ``ids != pad_id``.
@@ -12,7 +13,6 @@ Both read ``ids`` ``(B, T)`` with padding id 0 and return logits ``(B, C)``;
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -42,6 +42,7 @@ class ClassifierConfig:
     dropout: float = 0.1
     activation: str = "relu"
     norm_first: bool = False
+    pooling: str = "mean"  # "mean" or "attention" (Transformer classifier)
     pad_id: int = 0
     seed: int = 0
 
@@ -106,10 +107,14 @@ class DocumentClassifier(_Classifier):
 
 
 class TransformerClassifier(_Classifier):
-    """``embedding * sqrt(D) + positions -> encoder -> mean pooling -> classifier``.
+    """``embedding + positions -> encoder -> pooling -> classifier``::
 
-    Parameters ``embedding.weight``, ``encoder.layers.{i}.self_attn.*``,
+        x = dropout(E[ids] + PE),   h = Encoder(x, key padding mask),
+        doc = MeanPool(h) or AttentionPool(h),   logits = W dropout(doc) + b
+
+    Parameters ``embedding.weight``, ``encoder.layers.{i}.self_attn.{q,k,v,out}_proj.*``,
     ``encoder.layers.{i}.norm1/norm2.*``, ``encoder.layers.{i}.ff.linear1/linear2.*``,
+    ``encoder.norm.*`` (pre-norm only), ``pooling.*`` (attention pooling only),
     ``classifier.{weight,bias}``.
 
     Shape:
@@ -118,32 +123,35 @@ class TransformerClassifier(_Classifier):
 
     def __init__(self, config: ClassifierConfig, dtype: type = np.float32) -> None:
         super().__init__()
+        if config.pooling not in ("mean", "attention"):
+            raise ValueError(f"config.pooling must be one of ['attention', 'mean'], got {config.pooling!r}")
         self.config = config
         rng = np.random.default_rng(config.seed)
         d = config.d_model
         self.embedding = Embedding(config.vocab_size, d, padding_idx=config.pad_id, rng=rng, dtype=dtype)
-        self.embedding.params["weight"] *= np.asarray(1.0 / math.sqrt(d), dtype=dtype)
         self.positions = SinusoidalPositionalEncoding(d)
-        self.embed_dropout = Dropout(config.dropout, rng=rng)
+        self.dropout = Dropout(config.dropout, rng=rng)
         self.encoder = TransformerEncoder(
             config.num_layers, d, config.num_heads, config.dim_feedforward, dropout=config.dropout,
             activation=config.activation, norm_first=config.norm_first, rng=rng, dtype=dtype,
         )
-        self.pool = MeanPooling()
+        self.pooling: AttentionPooling | MeanPooling = (
+            AttentionPooling(d, rng=rng, dtype=dtype) if config.pooling == "attention" else MeanPooling()
+        )
+        self.classifier_dropout = Dropout(config.dropout, rng=rng)
         self.classifier = Linear(d, config.num_classes, rng=rng, dtype=dtype)
-        self._scale = math.sqrt(d)
 
     def forward(self, ids: Array) -> Array:
         mask = self.padding_mask(ids)
-        x = self.embedding.forward(ids) * np.asarray(self._scale, dtype=self.embedding.params["weight"].dtype)
-        x = self.embed_dropout.forward(self.positions.forward(x))  # (B, T, D)
+        x = self.dropout.forward(self.positions.forward(self.embedding.forward(ids)))  # (B, T, D)
         h = self.encoder.forward(x, mask)  # (B, T, D)
-        return self.classifier.forward(self.pool.forward(h, mask))  # (B, C)
+        doc = self.pooling.forward(h, mask)  # (B, D)
+        return self.classifier.forward(self.classifier_dropout.forward(doc))  # (B, C)
 
     def backward(self, grad: Array) -> None:
-        g = self.encoder.backward(self.pool.backward(self.classifier.backward(grad)))
-        g = self.positions.backward(self.embed_dropout.backward(g))
-        self.embedding.backward(g * self._scale)
+        g = self.classifier_dropout.backward(self.classifier.backward(grad))
+        g = self.encoder.backward(self.pooling.backward(g))
+        self.embedding.backward(self.dropout.backward(self.positions.backward(g)))
 
     def attention_weights(self, layer: int = -1) -> Array:
         """Self-attention weights of one encoder layer in the last forward pass ``(B, H, T, T)``."""

@@ -1,0 +1,109 @@
+"""Train the NumPy Transformer classifier from scratch on MR movie reviews.
+
+Data: /work/shared/data/mr (rt-polarity.pos / .neg, Latin-1, one review per
+line, split on "\\n" only). A fixed seeded 10% of the 10,662 reviews is the
+test set; 10% of the rest is the validation set for early stopping. The
+vocabulary is built on the training split only (whitespace tokens).
+
+Prints the learning curve (train loss, validation accuracy per epoch) and the
+final test accuracy, the wall time and the machine load.
+
+    nice -n 10 .venv/bin/python evals/mr_numpy.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnkit.reference.analysis import accuracy, attention_stats, most_attended_tokens
+from attnkit.reference.models import ClassifierConfig, TransformerClassifier
+from attnkit.reference.optim import AdamW
+from attnkit.reference.text import Vocabulary, pad_batch
+from attnkit.reference.trainer import Trainer, predict
+
+DATA = Path("/work/shared/data/mr")
+
+
+def read_mr(folder: Path) -> tuple[list[str], np.ndarray]:
+    texts: list[str] = []
+    labels: list[int] = []
+    for name, label in (("rt-polarity.neg", 0), ("rt-polarity.pos", 1)):
+        raw = (folder / name).read_bytes().decode("latin-1")
+        lines = [line.strip() for line in raw.split("\n") if line.strip()]
+        texts += lines
+        labels += [label] * len(lines)
+    return texts, np.asarray(labels, dtype=np.int64)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--d-model", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--dropout", type=float, default=0.3)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--weight-decay", type=float, default=0.05)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--min-count", type=int, default=2)
+    parser.add_argument("--patience", type=int, default=3)
+    args = parser.parse_args()
+    if not args.data.is_dir():
+        sys.exit(f"MR data not found in {args.data} (expected rt-polarity.pos/.neg)")
+
+    start = time.perf_counter()
+    load_before = os.getloadavg()
+    texts, labels = read_mr(args.data)
+    order = np.random.default_rng(1234).permutation(len(texts))  # the fixed test split
+    n_test = len(texts) // 10
+    test_idx, rest = order[:n_test], order[n_test:]
+    n_val = len(rest) // 10
+    val_idx, train_idx = rest[:n_val], rest[n_val:]
+    vocab = Vocabulary.build([texts[i] for i in train_idx], min_count=args.min_count)
+    encode = [vocab.encode(t, max_len=64) or [1] for t in texts]
+    print(f"MR: {len(texts)} reviews, train {len(train_idx)}, val {len(val_idx)}, test {len(test_idx)}; "
+          f"vocabulary {len(vocab)} (min count {args.min_count})")
+
+    config = ClassifierConfig(
+        vocab_size=len(vocab), num_classes=2, d_model=args.d_model, num_heads=args.heads,
+        num_layers=args.layers, dim_feedforward=2 * args.d_model, dropout=args.dropout,
+        pooling="mean", seed=args.seed,
+    )
+    model = TransformerClassifier(config)
+    print(f"model: {model.num_parameters():,} parameters, {config}")
+    opt = AdamW(model.parameters(), model.gradients(), lr=args.lr, weight_decay=args.weight_decay)
+    trainer = Trainer(model, opt, batch_size=args.batch_size, clip_norm=1.0,
+                      patience=args.patience, seed=args.seed)
+    history = trainer.fit(
+        [encode[i] for i in train_idx], labels[train_idx], epochs=args.epochs,
+        val_x=[encode[i] for i in val_idx], val_y=labels[val_idx], log=print,
+    )
+    test_x = [encode[i] for i in test_idx]
+    acc = accuracy(predict(model, test_x), labels[test_idx])
+    elapsed = time.perf_counter() - start
+    print(f"best epoch {history.best_epoch + 1} (val acc {max(history.val_accuracy):.4f}); "
+          f"stopped early: {history.stopped_early}")
+    ids = pad_batch(test_x[:512])
+    model.eval()
+    model.forward(ids)
+    mask = ids != 0
+    w = model.attention_weights()
+    print("attention stats (test, last layer):",
+          {k: round(v, 4) for k, v in attention_stats(w, mask).items()})
+    top = most_attended_tokens(w, ids, vocab.itos, k=10, mask=mask, min_count=5)
+    print("most attended tokens:", ", ".join(f"{t} {s:.3f}" for t, s, _ in top))
+    load_after = os.getloadavg()
+    print(f"TEST ACCURACY {acc:.4f}  ({len(test_idx)} reviews)  wall {elapsed:.0f}s  "
+          f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (2 cores)")
+
+
+if __name__ == "__main__":
+    main()
