@@ -32,7 +32,7 @@ Shape legend: B batch, Tq target length, Tk memory length, D model width, H head
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, overload
+from typing import Any, Literal, NamedTuple, overload
 
 from torch import Tensor, nn
 
@@ -161,41 +161,34 @@ class TransformerDecoderLayer(nn.Module):
                     f"x {tuple(x.shape)}, memory {tuple(memory.shape)}"
                 )
         self_cache = None if cache is None else cache.self_attn
-        w_self: Tensor | None = None
-        w_cross: Tensor | None = None
-
-        def self_block(h: Tensor) -> Tensor:
-            nonlocal w_self
-            if return_weights:
-                out, w_self = self.self_attn(
-                    h, mask=self_mask, bias=self_bias, causal=causal, return_weights=True, cache=self_cache
-                )
-            else:
-                out = self.self_attn(h, mask=self_mask, bias=self_bias, causal=causal, cache=self_cache)
-            return self.dropout1(out)
-
-        def cross_block(h: Tensor) -> Tensor:
-            nonlocal w_cross
-            if return_weights:
-                out, w_cross = self.cross_attn(
-                    h, memory, memory, mask=memory_mask, return_weights=True, cache=cross_cache
-                )
-            else:
-                out = self.cross_attn(h, memory, memory, mask=memory_mask, cache=cross_cache)
-            return self.dropout2(out)
-
+        self_kw = dict(mask=self_mask, bias=self_bias, causal=causal, cache=self_cache)
+        cross_kw = dict(mask=memory_mask, cache=cross_cache)
         if self.norm_first:
-            x = x + self_block(self.norm1(x))
-            x = x + cross_block(self.norm2(x))
+            h, w_self = self._attend(self.self_attn, self.norm1(x), None, return_weights, self_kw)
+            x = x + self.dropout1(h)
+            h, w_cross = self._attend(self.cross_attn, self.norm2(x), memory, return_weights, cross_kw)
+            x = x + self.dropout2(h)
             x = x + self.dropout3(self.ff(self.norm3(x)))
         else:
-            x = self.norm1(x + self_block(x))
-            x = self.norm2(x + cross_block(x))
+            h, w_self = self._attend(self.self_attn, x, None, return_weights, self_kw)
+            x = self.norm1(x + self.dropout1(h))
+            h, w_cross = self._attend(self.cross_attn, x, memory, return_weights, cross_kw)
+            x = self.norm2(x + self.dropout2(h))
             x = self.norm3(x + self.dropout3(self.ff(x)))
         if return_weights:
             assert w_self is not None and w_cross is not None
             return x, DecoderWeights(w_self, w_cross)
         return x
+
+    @staticmethod
+    def _attend(
+        attn: MultiHeadAttention, h: Tensor, memory: Tensor | None, return_weights: bool, kwargs: dict[str, Any],
+    ) -> tuple[Tensor, Tensor | None]:
+        """Self-attention (``memory`` None) or cross-attention, with weights on request."""
+        if return_weights:
+            out, weights = attn(h, memory, memory, return_weights=True, **kwargs)
+            return out, weights
+        return attn(h, memory, memory, **kwargs), None
 
     @classmethod
     def from_torch(cls, module: nn.TransformerDecoderLayer) -> TransformerDecoderLayer:
