@@ -68,6 +68,22 @@ def test_additive_separate_values_and_query_sequence() -> None:
     torch.testing.assert_close(context, weights @ values)
 
 
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), tq=st.integers(1, 4), tk=st.integers(1, 8),
+       keep=st.floats(0.0, 1.0))
+def test_additive_weights_rows_sum_to_one_or_zero(seed: int, tq: int, tk: int, keep: float) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    layer = AdditiveAttention(3, 4, 5)
+    query, keys = torch.randn(2, tq, 3, generator=gen), torch.randn(2, tk, 4, generator=gen)
+    mask = torch.rand(2, tq, tk, generator=gen) < keep
+    context, weights = layer(query, keys, mask=mask)
+    sums = weights.sum(-1)
+    has_key = mask.any(-1)
+    assert torch.allclose(sums[has_key], torch.ones(()), atol=1e-6)
+    assert (sums[~has_key] == 0).all() and (context[~has_key] == 0).all()
+    assert (weights[~mask] == 0).all() and (weights >= 0).all()
+
+
 def test_additive_projected_keys_reused_gives_same_result() -> None:
     layer = AdditiveAttention(4, 6, 5)
     keys = torch.randn(2, 7, 6)

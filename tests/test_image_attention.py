@@ -77,6 +77,24 @@ def test_position_mask_matches_reference_and_zero_weight() -> None:
     assert torch.equal(layer(x, mask=none_allowed), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_close_to_float32_and_no_nan(dtype: torch.dtype) -> None:
+    layer = SelfAttention2d(16, reduction=4, num_heads=2)
+    with torch.no_grad():
+        layer.gamma.fill_(1.0)
+    x = torch.randn(2, 16, 4, 4)
+    keep = torch.ones(2, 4, 4, dtype=torch.bool)
+    keep[1] = False  # the second map has no position to attend to
+    y32, w32 = layer(x, mask=keep, return_weights=True)
+    half = SelfAttention2d(16, reduction=4, num_heads=2).to(dtype)
+    half.load_state_dict(layer.state_dict())
+    y, w = half(x.to(dtype), mask=keep, return_weights=True)
+    assert y.dtype == dtype and not y.isnan().any() and not w.isnan().any()
+    torch.testing.assert_close(y.float(), y32, atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(w.float(), w32, atol=1e-2, rtol=5e-2)
+    assert torch.equal(y[1], x[1].to(dtype)) and (w[1] == 0).all()
+
+
 def test_gradients() -> None:
     layer = SelfAttention2d(8, reduction=2)
     x = torch.randn(2, 8, 3, 3, requires_grad=True)
