@@ -159,3 +159,14 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="rel_k"):
         relative_attention(torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4), torch.randn(1, 1, 3, 4),
                            torch.randn(4, 4), torch.randn(4, 4))
+
+
+def test_half_precision_runs_softmax_in_float32():
+    layer = RelativePositionAttention(16, 2, 2)
+    x = torch.randn(2, 6, 16)
+    mask = masks.from_lengths([3, 6], 6)
+    ref, ref_w = layer(x, mask=mask, return_weights=True)
+    out, w = layer.bfloat16()(x.bfloat16(), mask=mask, return_weights=True)
+    assert out.dtype == torch.bfloat16 and w.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, rtol=5e-2, atol=5e-2)
+    assert torch.all(w[0, :, :, 3:] == 0)
