@@ -7,6 +7,7 @@ import re
 import pytest
 import torch
 
+from attnkit.functional import last_backend
 from attnkit.layers.image import SelfAttention2d
 
 
@@ -36,6 +37,8 @@ def test_identity_at_init_and_shape() -> None:
     layer = SelfAttention2d(16)
     x = torch.randn(2, 16, 5, 3)
     y, w = layer(x, return_weights=True)
+    choice = last_backend()
+    assert choice is not None and choice.name == "fused"  # the output comes from the fused kernel
     assert y.shape == x.shape and torch.equal(y, x)
     assert w.shape == (2, 15, 15)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 15))
