@@ -90,7 +90,7 @@ def _top_k(a: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     if k >= tk:
         idx = np.broadcast_to(np.arange(tk), a.shape).copy()
     else:
-        idx = np.argpartition(-a, k - 1, axis=-1)[..., :k]
+        idx = np.argpartition(a, tk - k, axis=-1)[..., tk - k:]  # the k largest, unordered
     vals = np.take_along_axis(a, idx, axis=-1)
     order = np.argsort(-vals, axis=-1, kind="stable")
     return np.take_along_axis(idx, order, axis=-1), np.take_along_axis(vals, order, axis=-1)
@@ -213,7 +213,7 @@ def report_data(
         raise ValueError(f"example_names: expected {n} names, got {len(example_names)}")
     packed = []
     for b, (w, q, k, cross) in enumerate(examples):
-        if np.any(w < 0) or not np.all(np.isfinite(w)):
+        if w.size and (not np.isfinite(w.sum()) or w.min() < 0):
             raise ValueError(f"attentions: example {b} has negative or non-finite weights")
         name = str(example_names[b]) if example_names is not None else f"example {b}"
         packed.append(_example(w, q, k, cross, _prediction_text(preds[b], f"predictions[{b}]"),
