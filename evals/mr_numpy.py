@@ -19,13 +19,17 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# Small matrices: one BLAS thread is faster, and far faster on a loaded machine
+# (OpenBLAS threads spin while they wait for a core).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from attnkit.reference.analysis import accuracy, attention_stats, most_attended_tokens
-from attnkit.reference.models import ClassifierConfig, TransformerClassifier
-from attnkit.reference.optim import AdamW
-from attnkit.reference.text import Vocabulary, pad_batch
-from attnkit.reference.trainer import Trainer, predict
+import numpy as np  # noqa: E402
+
+from attnkit.reference.analysis import accuracy, attention_stats, most_attended_tokens  # noqa: E402
+from attnkit.reference.models import ClassifierConfig, TransformerClassifier  # noqa: E402
+from attnkit.reference.optim import AdamW  # noqa: E402
+from attnkit.reference.text import Vocabulary, pad_batch  # noqa: E402
+from attnkit.reference.trainer import Trainer, predict  # noqa: E402
 
 DATA = Path("/work/shared/data/mr")
 
