@@ -208,6 +208,9 @@ def test_from_torch_keeps_bias_free_layers_and_module_activations() -> None:
     ).eval()
     ours = TransformerEncoderLayer.from_torch(theirs)
     assert ours.norm1.bias is None and ours.ff.linear1.bias is None and ours.self_attn.q_proj.bias is None
+    training = TransformerDecoderLayer.from_torch(nn.TransformerDecoderLayer(D, H, FF, dropout=0.25))
+    assert training.training and training.dropout3.p == 0.25 and training.cross_attn.dropout == 0.25
+    assert training.ff.dropout.p == 0.25 and training.ff.activation_name == "relu"
     x = torch.randn(B, T, D, requires_grad=True)
     _assert_close("output", ours(x), theirs(x), 1e-5)
 
