@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from attnkit.data.readers import DataFormatError, Example, guess_format, read_examples, read_lines
 
@@ -128,3 +132,24 @@ def test_mr_real_line_count() -> None:
     with pytest.raises(DataFormatError, match=r"rt-polarity\.pos, line \d+: cannot decode"):
         read_examples(MR)
     json.dumps([e.text for e in examples])  # every text is a plain, serialisable str
+
+
+_labels = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zs", "Zl", "Zp")), min_size=1, max_size=8)
+_texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40).filter(
+    lambda t: t.strip() != ""
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.tuples(_texts, _labels), min_size=1, max_size=6))
+def test_csv_and_jsonl_round_trip_any_text(tmp_path: Path, rows: list[tuple[str, str]]) -> None:
+    # Quotes, commas, tabs, U+0085 and U+2028 inside a text never split or shift a record.
+    expected = [Example(text, label) for text, label in rows]
+    for name in ("rt.csv", "rt.tsv"):
+        buffer = io.StringIO(newline="")
+        writer = csv.writer(buffer, delimiter="," if name == "rt.csv" else "\t")  # \r\n rows
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
+        assert read_examples(_write(tmp_path / name, buffer.getvalue())) == expected
+    lines = [json.dumps({"text": t, "label": lab}, ensure_ascii=False) for t, lab in rows]
+    assert read_examples(_write(tmp_path / "rt.jsonl.gz", "\n".join(lines))) == expected

@@ -19,7 +19,8 @@ strings). Formats:
                     set of Pang & Lee (2005).
 =================== ==========================================================
 
-Lines are split on ``"\\n"`` only (a trailing ``"\\r"`` is dropped).
+Lines are split on ``"\\n"`` only (a trailing ``"\\r"`` is dropped); csv and tsv
+follow the ``csv`` module, which also ends an unquoted row at a bare ``"\\r"``.
 ``str.splitlines`` would also split on U+0085, U+2028 and friends, which a
 Latin-1 decode produces from ordinary bytes (MR has 0x85 inside sentences), and
 would silently invent documents. Blank lines are skipped. A ``.gz`` suffix is
