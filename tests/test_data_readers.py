@@ -153,3 +153,14 @@ def test_csv_and_jsonl_round_trip_any_text(tmp_path: Path, rows: list[tuple[str,
         assert read_examples(_write(tmp_path / name, buffer.getvalue())) == expected
     lines = [json.dumps({"text": t, "label": lab}, ensure_ascii=False) for t, lab in rows]
     assert read_examples(_write(tmp_path / "rt.jsonl.gz", "\n".join(lines))) == expected
+
+
+def test_utf8_byte_order_mark_and_other_encodings(tmp_path: Path) -> None:
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + "text,label\nna\u00efve,pos\n".encode())
+    assert read_examples(path) == [Example("na\u00efve", "pos")]
+    wide = tmp_path / "wide.tsv"
+    wide.write_bytes("text\tlabel\nna\u00efve\tpos\n".encode("utf-16"))
+    assert read_examples(wide, encoding="utf-16") == [Example("na\u00efve", "pos")]
+    with pytest.raises(ValueError, match="encoding: unknown encoding 'klingon'"):
+        read_examples(wide, encoding="klingon")
