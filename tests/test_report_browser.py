@@ -293,3 +293,16 @@ def test_long_report_renders_fast(browser: Browser, tmp_path: Path) -> None:
     assert browser.js("window.attnkitSelfCheck.switchMs") <= 2000
     browser.screenshot(tmp_path / "long.png")
     _clean(browser, page)
+
+
+def test_cross_attention_report_shows_source_and_target(browser: Browser, tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    source, target = ["ein", "Hund", "läuft", "</s>"], ["a", "dog", "runs", "<eos>", "<pad>"]
+    attn = _weights(rng, (2, 2, 5, 4))  # (L, H, Tt, Ts)
+    page = write_report(tmp_path / "cross.html", target[:4], attn, source_tokens=source)
+    check = browser.open(page)
+    assert check["tokens"] == 8 and check["errors"] == []
+    keys = browser.js("Array.prototype.map.call(document.querySelectorAll('text.tok[data-side=k]'),"
+                      " function(t){return t.firstChild.nodeValue;})")
+    assert keys == source
+    _clean(browser, page)
