@@ -143,3 +143,9 @@ def test_relative_distance_tables():
     torch.testing.assert_close(clipped_relative_index(4, 4, 1, query_start=1, query_end=3), idx[1:3])
     with pytest.raises(ValueError, match="max_distance"):
         clipped_relative_index(4, 4, 0)
+
+
+def test_rotary_frequencies_survive_module_dtype_casts():
+    x = torch.randn(1, 1, 50, 8, dtype=torch.float64)
+    ref = RotaryEmbedding(8).rotate(x)
+    torch.testing.assert_close(RotaryEmbedding(8).half().double().rotate(x), ref, rtol=0, atol=1e-12)

@@ -193,8 +193,6 @@ class RotaryEmbedding(nn.Module):
         q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``; returns rotated tensors of the same shapes.
     """
 
-    inv_freq: Tensor
-
     def __init__(self, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()
         _positive_int("head_dim", head_dim)
@@ -203,8 +201,8 @@ class RotaryEmbedding(nn.Module):
         if not isinstance(base, (int, float)) or isinstance(base, bool) or base <= 1:
             raise ValueError(f"base must be a number > 1, got {base!r}")
         self.head_dim, self.base = head_dim, float(base)
-        inv = 1.0 / self.base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-        self.register_buffer("inv_freq", inv, persistent=False)  # (Dh/2,)
+        # A plain float64 tensor, not a buffer: module.half() must not round the frequencies.
+        self.inv_freq = 1.0 / self.base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
         self._cache: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
 
     def cos_sin(self, length: int, *, device: torch.device | None = None,
@@ -214,7 +212,7 @@ class RotaryEmbedding(nn.Module):
         Shape:
             returns two ``(length, Dh)`` tensors (each frequency repeated for both halves).
         """
-        device = self.inv_freq.device if device is None else device
+        device = torch.device("cpu") if device is None else device
         work = torch.float64 if dtype == torch.float64 else torch.float32
         key = (torch.device(device), work)
         cached = self._cache.get(key)
