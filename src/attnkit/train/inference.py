@@ -17,9 +17,10 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.data.batching import LabelVocab
+from attnkit.data.readers import Example
 from attnkit.data.tokenization import encode_batch
 
-__all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus"]
+__all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus", "evaluate_examples"]
 
 
 @dataclass(frozen=True)
@@ -102,3 +103,31 @@ def attention_focus(weights: Tensor, positions: Sequence[Sequence[int]]) -> Tens
         pick[row, keep] = True
     total = weights.sum(-1).clamp_min(torch.finfo(weights.dtype).tiny)
     return (weights * pick).sum(-1) / total
+
+
+@torch.no_grad()
+def evaluate_examples(model: nn.Module, tokenizer: object, labels: LabelVocab, examples: Sequence[Example],
+                      *, max_len: int, batch_size: int = 128) -> dict[str, object]:
+    """Accuracy, macro-F1 and confusion matrix of ``model`` on labelled ``examples``.
+
+    Every label must be one the model knows; an unknown one raises ValueError naming it.
+    """
+    from attnkit.data.batching import TextClassificationDataset, collate
+    from attnkit.train.metrics import classification_report
+
+    if not examples:
+        raise ValueError("no examples to evaluate")
+    unknown = sorted({e.label for e in examples} - set(labels.labels))
+    if unknown:
+        raise ValueError(f"label(s) {unknown} are unknown to this model; it knows {list(labels.labels)}")
+    data = TextClassificationDataset(list(examples), tokenizer, labels, max_len)
+    model.eval()
+    preds, targets = [], []
+    for start in range(0, len(data), batch_size):
+        batch = collate([data[i] for i in range(start, min(len(data), start + batch_size))])
+        preds.append(model(batch["ids"], batch["lengths"]).argmax(-1))
+        targets.append(batch["labels"])
+    report = classification_report(torch.cat(targets), torch.cat(preds), len(labels))
+    report["n"] = len(data)
+    report["labels"] = list(labels.labels)
+    return report

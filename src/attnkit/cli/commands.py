@@ -1,0 +1,279 @@
+"""``attnkit train``, ``evaluate``, ``predict`` and ``cv``."""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from attnkit.cli.options import (
+    collect_data_settings,
+    collect_train_config,
+    config_option,
+    data_options,
+    model_options,
+    parse_model_options,
+    reader_kwargs,
+    reader_options,
+    train_options,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_MODEL = "sentiment"
+
+
+def friendly_errors(f: F) -> F:
+    """Turn expected failures (bad values, bad files) into a one-line ``Error: ...``."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except click.ClickException:
+            raise
+        except (ValueError, OSError) as err:
+            raise click.ClickException(str(err)) from None
+    return wrapper  # type: ignore[return-value]
+
+
+def _read(path: str, values: dict[str, Any]) -> list[Any]:
+    from attnkit.data.readers import read_examples
+
+    examples = read_examples(path, **reader_kwargs(values))
+    if not examples:
+        raise click.ClickException(f"{path} holds no examples")
+    return examples
+
+
+def _echo(line: str) -> None:
+    click.echo(line)
+
+
+def _print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tuple[str, ...]) -> None:
+    click.echo(f"{title}: accuracy {metrics['accuracy']:.4f}  macro-F1 {metrics['macro_f1']:.4f}  "
+               f"(n={metrics.get('n', '?')})")
+    width = max(8, *(len(lb) for lb in labels))
+    click.echo("confusion matrix (rows: true, columns: predicted)")
+    click.echo(" " * width + "".join(f"{lb[:width]:>{width + 1}}" for lb in labels))
+    for lb, row in zip(labels, metrics["confusion_matrix"], strict=True):
+        click.echo(f"{lb:<{width}}" + "".join(f"{v:>{width + 1}}" for v in row))
+
+
+# --- train ---------------------------------------------------------------------------------------
+
+
+@click.command()
+@config_option
+@click.option("--data", type=click.Path(exists=True), help="Labelled training data (file or folder).")
+@click.option("--val", "val_path", type=click.Path(exists=True), help="Validation data (default: split from --data).")
+@click.option("--test", "test_path", type=click.Path(exists=True), help="Test data (default: split from --data).")
+@click.option("--val-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+              help="Share of --data held out for validation when --val is absent.")
+@click.option("--test-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+              help="Share of --data held out for testing when --test is absent.")
+@reader_options
+@model_options
+@train_options
+@data_options
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
+@click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
+@click.option("--resume", is_flag=True,
+              help="Continue the interrupted run in --out with its saved settings (other flags ignored).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar or per-epoch lines.")
+@click.pass_context
+@friendly_errors
+def train(ctx: click.Context, **values: Any) -> None:
+    """Train a text classifier and save it as a run directory.
+
+    \b
+    Example:
+      attnkit train --data reviews.csv --model sentiment --out runs/reviews
+    Run on several processes with torchrun (gloo on CPU, nccl on GPU):
+      torchrun --nproc_per_node=2 -m attnkit train --data reviews.csv --out runs/ddp
+    """
+    from attnkit.train import checkpoint as ckpt
+    from attnkit.train.distributed import broadcast_object, init_distributed, shutdown_distributed
+    from attnkit.train.pipeline import DataSettings, fit_classifier, new_run_id, split_examples
+
+    out = Path(values["out"])
+    if values["resume"] and values["overwrite"]:
+        raise click.UsageError("--resume and --overwrite exclude each other")
+    tokenizer = label_vocab = None
+    if values["resume"]:
+        if not (out / "config.json").is_file():
+            raise click.UsageError(f"--resume: {out} holds no run to continue (no config.json)")
+        saved = ckpt.read_run_config(out)
+        from attnkit.data.batching import LabelVocab
+        from attnkit.data.tokenization import load_tokenizer
+
+        tokenizer = load_tokenizer(out / "tokenizer.json")
+        label_vocab = LabelVocab.from_dict(json.loads((out / "labels.json").read_text(encoding="utf-8")))
+        source = saved.get("data", {})
+        values.update({k: v for k, v in source.items() if k in values})
+        train_config = collect_train_config({}, **saved["train_config"])
+        data = DataSettings(**saved["data_settings"])
+        model_name, options, run_id = saved["model_name"], saved["model_config"], saved["run_id"]
+    else:
+        if not values["data"]:
+            raise click.UsageError("missing --data (the training data); see attnkit train --help")
+        train_config = collect_train_config(values)
+        data = collect_data_settings(values)
+        model_name = values["model"] or DEFAULT_MODEL
+        options = parse_model_options(ctx, values["model_opt"])
+        run_id = None
+    info = init_distributed(train_config.device)
+    try:
+        run_id = str(broadcast_object(run_id or new_run_id(), info))
+        ckpt.check_run_dir(out, run_id, overwrite=values["overwrite"])
+        if values["overwrite"] and info.is_main:
+            ckpt.clear_run(out)
+        examples = _read(values["data"], values)
+        split_seed = train_config.seed
+        val_ratio = 0.0 if values["val_path"] else values["val_ratio"]
+        test_ratio = 0.0 if values["test_path"] else values["test_ratio"]
+        tr, va, te = split_examples(examples, val=val_ratio, test=test_ratio, seed=split_seed)
+        if values["val_path"]:
+            va = _read(values["val_path"], values)
+        if values["test_path"]:
+            te = _read(values["test_path"], values)
+        source = {k: values[k] for k in ("data", "val_path", "test_path", "val_ratio", "test_ratio",
+                                          "data_format", "encoding", "text_field", "label_field")}
+        if info.is_main:
+            click.echo(f"{model_name}: {len(tr)} train, {len(va)} validation, {len(te)} test examples"
+                       + (f", {info.world_size} processes ({info.backend})" if info.enabled else ""))
+        result = fit_classifier(
+            tr, va, te, model_name=model_name, model_options=options, train_config=train_config, data=data,
+            out_dir=out, run_id=run_id, overwrite=values["overwrite"], resume=values["resume"],
+            quiet=values["quiet"], dist=info, log=None if values["quiet"] else _echo,
+            tokenizer=tokenizer, label_vocab=label_vocab, extra={"data": source})
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted; continue with: attnkit train --out {out} --resume", err=True)
+        sys.exit(130)
+    finally:
+        shutdown_distributed()
+    if info.is_main:
+        if result.test is not None:
+            _print_metrics("test", result.test, result.label_vocab.labels)
+        click.echo(f"saved run to {out}")
+
+
+# --- evaluate ----------------------------------------------------------------------------------
+
+
+@click.command()
+@config_option
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.option("--data", required=True, type=click.Path(exists=True), help="Labelled data to score.")
+@reader_options
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+@friendly_errors
+def evaluate(run: str, data: str, as_json: bool, **values: Any) -> None:
+    """Score a trained run on labelled data: accuracy, macro-F1, confusion matrix.
+
+    \b
+    Example:
+      attnkit evaluate runs/reviews --data test.csv
+    """
+    from attnkit.train.checkpoint import load_checkpoint
+    from attnkit.train.inference import evaluate_examples
+
+    model, tokenizer, labels, meta = load_checkpoint(run)
+    examples = _read(data, values)
+    metrics = evaluate_examples(model, tokenizer, labels, examples, max_len=meta["data_settings"]["max_len"])
+    if as_json:
+        click.echo(json.dumps(metrics, indent=2))
+    else:
+        _print_metrics(f"{run} on {data}", metrics, labels.labels)
+
+
+# --- predict -----------------------------------------------------------------------------------
+
+
+@click.command()
+@config_option
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.argument("texts", nargs=-1)
+@click.option("--file", "text_file", type=click.Path(exists=True, dir_okay=False),
+              help="Classify every line of this UTF-8 file as well.")
+@click.option("--explain", is_flag=True, help="List the most attended tokens of each prediction.")
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
+              help="How many tokens --explain lists.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@friendly_errors
+def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bool, top: int,
+            as_json: bool) -> None:
+    """Classify texts with a trained run.
+
+    \b
+    Example:
+      attnkit predict runs/reviews "a quietly moving film" --explain
+    """
+    from attnkit.train.checkpoint import load_checkpoint
+    from attnkit.train.inference import predict_texts
+
+    items = list(texts)
+    if text_file:
+        items += [line for line in Path(text_file).read_text(encoding="utf-8").split("\n") if line.strip()]
+    if not items:
+        raise click.UsageError("give at least one TEXT argument or --file")
+    model, tokenizer, labels, meta = load_checkpoint(run)
+    predictions = predict_texts(model, tokenizer, labels, items, max_len=meta["data_settings"]["max_len"],
+                                top_k=top if explain else 0)
+    for p in predictions:
+        if as_json:
+            click.echo(json.dumps({"text": p.text, "label": p.label, "probability": p.probability,
+                                   "probabilities": p.probabilities,
+                                   "top_tokens": [list(t) for t in p.top_tokens]}))
+            continue
+        click.echo(f"{p.label}\t{p.probability:.3f}\t{p.text}")
+        if explain:
+            click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p.top_tokens))
+
+
+# --- cv ----------------------------------------------------------------------------------------
+
+
+@click.command()
+@config_option
+@click.option("--data", required=True, type=click.Path(exists=True), help="Labelled data (file or folder).")
+@click.option("--folds", type=click.IntRange(min=2), default=10, show_default=True, help="Number of folds k.")
+@click.option("--max-folds", type=click.IntRange(min=1), help="Run only the first N folds.")
+@click.option("--val-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+              help="Share of each fold's training part held out for early stopping.")
+@reader_options
+@model_options
+@train_options
+@data_options
+@click.option("--json", "out_json", type=click.Path(dir_okay=False), help="Also write the fold results here.")
+@click.pass_context
+@friendly_errors
+def cv(ctx: click.Context, **values: Any) -> None:
+    """Stratified k-fold cross-validation; prints per-fold and mean accuracy.
+
+    \b
+    Example:
+      attnkit cv --data path/to/mr --folds 10
+    """
+    from attnkit.train.checkpoint import atomic_write_json
+    from attnkit.train.pipeline import cross_validate
+
+    examples = _read(values["data"], values)
+    model_name = values["model"] or DEFAULT_MODEL
+    train_config = collect_train_config(values, device="auto")
+    results = cross_validate(
+        examples, folds=values["folds"], model_name=model_name,
+        model_options=parse_model_options(ctx, values["model_opt"]), train_config=train_config,
+        data=collect_data_settings(values), val=values["val_ratio"], max_folds=values["max_folds"],
+        log=_echo)
+    accs = [r["accuracy"] for r in results]
+    spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
+    click.echo(f"mean accuracy over {len(accs)} fold(s): {statistics.mean(accs):.4f}{spread}")
+    if values["out_json"]:
+        atomic_write_json(values["out_json"], {"model": model_name, "folds": values["folds"], "results": results,
+                                               "mean_accuracy": statistics.mean(accs)})
