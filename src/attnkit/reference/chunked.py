@@ -82,13 +82,15 @@ def chunked_attention_forward(
     lse = np.empty((bsz, heads, tq), dtype=q.dtype)
     for b in range(bsz):
         for h in range(heads):
-            kh, vh = k[b, h // group], v[b, h // group]  # (Tk, Dh), (Tk, Dv)
+            kh = k[b, h // group]  # (Tk, Dh)
+            # A column of ones after V makes P_j @ [V | 1] return the row sums with the
+            # output, saving one pass over each (bq, bk) tile.
+            v1 = np.concatenate([v[b, h // group], np.ones((tk, 1), dtype=v.dtype)], axis=1)  # (Tk, Dv+1)
             for q0 in range(0, tq, block_q):
                 qs = slice(q0, min(q0 + block_q, tq))
                 qb = q[b, h, qs] * q.dtype.type(scale_f)  # (bq, Dh)
                 m = np.full((qb.shape[0], 1), -np.inf, dtype=q.dtype)
-                row_sum = np.zeros((qb.shape[0], 1), dtype=q.dtype)
-                acc = np.zeros((qb.shape[0], dv), dtype=q.dtype)
+                acc = np.zeros((qb.shape[0], dv + 1), dtype=q.dtype)  # [running output | running sum]
                 # causal: keys past the block's last query never count
                 k_end = min(tk, qs.stop + offset) if causal else tk
                 for k0 in range(0, max(k_end, 0), block_k):
@@ -96,18 +98,18 @@ def chunked_attention_forward(
                     s = qb @ kh[ks].T  # (bq, bk)
                     allowed = _block_mask(mask4, causal, b, h, qs, ks, offset)
                     if allowed is not None:
-                        s[~allowed] = -np.inf
+                        np.putmask(s, ~allowed, -np.inf)
                     m_new = np.maximum(m, s.max(axis=1, keepdims=True))
                     m_safe = np.where(np.isfinite(m_new), m_new, 0.0).astype(q.dtype)
                     np.subtract(s, m_safe, out=s)
                     np.exp(s, out=s)  # P_j, zero where masked
-                    alpha = np.exp(m - m_safe)  # 0 while m is -inf
-                    row_sum = row_sum * alpha + s.sum(axis=1, keepdims=True)
-                    acc *= alpha
-                    acc += s @ vh[ks]
+                    if k0:
+                        acc *= np.exp(m - m_safe)  # alpha; 0 while m is -inf
+                    acc += s @ v1[ks]
                     m = m_new
+                row_sum = acc[:, dv:]
                 ok = row_sum > 0
-                out[b, h, qs] = acc / np.where(ok, row_sum, 1.0)
+                out[b, h, qs] = acc[:, :dv] / np.where(ok, row_sum, 1.0)
                 m_fin = np.where(np.isfinite(m), m, 0.0)
                 lse[b, h, qs] = np.where(ok, m_fin + np.log(np.where(ok, row_sum, 1.0)), np.inf)[:, 0]
     return out, lse
@@ -147,7 +149,7 @@ def chunked_attention_backward(
                     s = (qb * q.dtype.type(scale_f)) @ kh[ks].T  # (bq, bk)
                     allowed = _block_mask(mask4, causal, b, h, qs, ks, offset)
                     if allowed is not None:
-                        s[~allowed] = -np.inf
+                        np.putmask(s, ~allowed, -np.inf)
                     np.subtract(s, lb, out=s)
                     p = np.exp(s, out=s)  # exactly 0 where masked or on empty rows (lse = +inf)
                     dv[b, hk, ks] += p.T @ gb
