@@ -21,15 +21,40 @@ _EXPORTS: dict[str, str] = {
     "choose_backend": "attnkit.functional",
     "last_backend": "attnkit.functional",
     "BackendChoice": "attnkit.functional",
-    "KVCache": "attnkit.layers.kv_cache",
-    "MultiHeadAttention": "attnkit.layers.multi_head",
+    "MultiHeadAttention": "attnkit.layers",
+    "AdditiveAttention": "attnkit.layers",
+    "AttentionPooling": "attnkit.layers",
+    "RelativePositionAttention": "attnkit.layers",
+    "LinearAttention": "attnkit.layers",
+    "SelfAttention2d": "attnkit.layers",
+    "BertAttention": "attnkit.layers",
+    "KVCache": "attnkit.layers",
+    "SinusoidalPositionalEncoding": "attnkit.positional",
+    "LearnedPositionalEmbedding": "attnkit.positional",
+    "RotaryEmbedding": "attnkit.positional",
+    "alibi_bias": "attnkit.positional",
+    "FeedForward": "attnkit.blocks",
+    "TransformerEncoderLayer": "attnkit.blocks",
+    "TransformerEncoder": "attnkit.blocks",
+    "TransformerDecoderLayer": "attnkit.blocks",
+    "TransformerDecoder": "attnkit.blocks",
 }
-_SUBMODULES = {"masks", "functional", "layers", "reference"}
+_SUBMODULES = {
+    "masks", "functional", "layers", "positional", "blocks", "models", "reference", "data",
+    "train", "viz",
+}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 
 if TYPE_CHECKING:
-    from attnkit import functional, layers, masks
+    from attnkit import blocks, data, functional, layers, masks, models, positional, train, viz
+    from attnkit.blocks import (
+        FeedForward,
+        TransformerDecoder,
+        TransformerDecoderLayer,
+        TransformerEncoder,
+        TransformerEncoderLayer,
+    )
     from attnkit.functional import (
         BackendChoice,
         attention,
@@ -37,8 +62,22 @@ if TYPE_CHECKING:
         choose_backend,
         last_backend,
     )
-    from attnkit.layers.kv_cache import KVCache
-    from attnkit.layers.multi_head import MultiHeadAttention
+    from attnkit.layers import (
+        AdditiveAttention,
+        AttentionPooling,
+        BertAttention,
+        KVCache,
+        LinearAttention,
+        MultiHeadAttention,
+        RelativePositionAttention,
+        SelfAttention2d,
+    )
+    from attnkit.positional import (
+        LearnedPositionalEmbedding,
+        RotaryEmbedding,
+        SinusoidalPositionalEncoding,
+        alibi_bias,
+    )
 
 
 def __getattr__(name: str) -> Any:
