@@ -96,6 +96,7 @@ def test_blocked_queries_match_one_block(monkeypatch):
     with torch.no_grad():
         whole = layer(x, mask=mask, causal=True)
         monkeypatch.setattr(relative_module, "_BLOCK_ELEMENTS", 2 * 2 * 11 * 3)  # 3 rows per block
+        monkeypatch.setattr(relative_module, "_MIN_ROWS", 1)
         blocked, w = layer(x, mask=mask, causal=True, return_weights=True)
     torch.testing.assert_close(blocked, whole, rtol=0, atol=1e-12)
     ref, ref_w = shaw_reference(layer, x, mask=mask, causal=True)

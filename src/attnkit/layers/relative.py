@@ -32,9 +32,9 @@ about 25% less CPU time (T=1024, H=8, Dh=64), with the same memory bound.
 The tests hold this path equal to the formula written out in full.
 
 Queries are processed in blocks so that no intermediate exceeds about
-``2^19`` elements; memory is ``O(B·H·Tq·Tk)`` at most (the weights autograd
+``2^19`` elements (or 16 query rows); memory is ``O(B·H·Tq·Tk)`` at most (the weights autograd
 keeps for the backward pass, or returned on request), never ``O(B·Tq·Tk·Dh)``,
-and in inference only ``O(2^19 + B·H·Tq·Dh)``.
+and in inference only ``O(max(2^19, 16·B·H·Tk) + B·H·Tq·Dh)``.
 
 Shape legend: B batch, Tq/Tk query/key length, D model width, H heads, Dh head width.
 """
@@ -57,6 +57,7 @@ __all__ = ["RelativePositionAttention", "relative_attention"]
 
 # Elements per (B, H, block, Tk) intermediate; bounds memory when weights are not kept.
 _BLOCK_ELEMENTS = 1 << 19
+_MIN_ROWS = 16  # fewer rows per block cost more in per-call overhead than they save
 _HALF = (torch.float16, torch.bfloat16)
 
 
@@ -154,9 +155,11 @@ def relative_attention(
         _masks.check_mask(mask, (b, h, tq, tk))
     dropout = check_dropout(dropout)
     max_rel = (rel_k.shape[0] - 1) // 2
-    rows = max(1, _BLOCK_ELEMENTS // max(1, b * h * tk))  # query rows per block
-    outs: list[Tensor] = []
-    weights: list[Tensor] = []
+    rows = max(_MIN_ROWS, _BLOCK_ELEMENTS // max(1, b * h * tk))  # query rows per block
+    # Blocks write into preallocated results: many small kept tensors interleaved with
+    # large temporaries fragment the CPU heap and inflate resident memory.
+    result = q.new_empty(b, h, tq, v.shape[-1])  # (B, H, Tq, Dh)
+    weights = q.new_empty(b, h, tq, tk) if return_weights else None  # (B, H, Tq, Tk)
     for start in range(0, tq, rows):
         end = min(tq, start + rows)
         index = clipped_relative_index(tq, tk, max_rel, device=q.device, query_start=start, query_end=end)
@@ -164,12 +167,11 @@ def relative_attention(
         if causal:
             block_mask = _masks.combine(block_mask, _causal_rows(tq, tk, start, end, q.device))
         out, w = _block(q[:, :, start:end], k, v, rel_k, rel_v, index, block_mask, dropout, return_weights)
-        outs.append(out)
-        if w is not None:
-            weights.append(w)
-    result = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)  # (B, H, Tq, Dh)
-    if return_weights:
-        return result, torch.cat(weights, dim=2)  # (B, H, Tq, Tk)
+        result[:, :, start:end] = out
+        if weights is not None and w is not None:
+            weights[:, :, start:end] = w
+    if weights is not None:
+        return result, weights
     return result
 
 
