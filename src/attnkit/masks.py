@@ -8,7 +8,8 @@ PyTorch itself uses two opposite conventions (``nn.MultiheadAttention`` reads
 True as *ignore*, ``F.scaled_dot_product_attention`` reads True as *attend*).
 Masks in the True-means-ignore convention enter attnkit only through the
 converters whose names say so: :func:`from_key_padding_mask` and
-:func:`from_torch_attn_mask`.
+:func:`from_torch_attn_mask`; Hugging Face's 1/0 ``attention_mask`` enters
+through :func:`from_hf_attention_mask`.
 
 Shape legend: B batch, H heads, Tq query length, Tk key length.
 """
@@ -29,6 +30,7 @@ __all__ = [
     "to_additive",
     "from_key_padding_mask",
     "from_torch_attn_mask",
+    "from_hf_attention_mask",
     "check_mask",
     "check_bias",
     "rows_with_keys",
@@ -214,6 +216,28 @@ def from_torch_attn_mask(attn_mask: Tensor, batch: int, heads: int) -> Tensor:
     raise ValueError(
         f"attn_mask must be (Tq, Tk) or (B*H={batch * heads}, Tq, Tk), got shape {tuple(attn_mask.shape)}"
     )
+
+
+def from_hf_attention_mask(attention_mask: Tensor) -> Tensor:
+    """Convert Hugging Face's ``attention_mask`` (1 = token, 0 = padding) to attnkit's key mask.
+
+    Shape:
+        attention_mask ``(B, T)`` integer or bool; returns ``(B, 1, 1, T)`` bool.
+    """
+    if not isinstance(attention_mask, Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
+    if attention_mask.dtype.is_floating_point or attention_mask.dtype.is_complex:
+        raise TypeError(
+            f"attention_mask must hold integers 1/0 (or bools), got dtype {attention_mask.dtype}; "
+            "an already extended float mask is an additive bias: pass it as bias="
+        )
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be 2-D (B, T), got shape {tuple(attention_mask.shape)}")
+    if attention_mask.dtype != torch.bool and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+        raise ValueError(
+            f"attention_mask must hold only 0 and 1, got values {attention_mask.unique().tolist()}"
+        )
+    return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, T)
 
 
 def _check_broadcast(name: str, t: Tensor, target: tuple[int, ...]) -> None:

@@ -30,11 +30,11 @@ import re
 from collections.abc import Mapping
 from typing import Literal, Protocol, overload
 
-import torch
 from torch import Tensor, nn
 
 from attnkit.functional import attention, merge_heads, split_heads
 from attnkit.layers.multi_head import check_dropout, check_sequence
+from attnkit.masks import from_hf_attention_mask
 
 __all__ = [
     "BertSelfAttention",
@@ -56,28 +56,6 @@ class BertConfigLike(Protocol):
     attention_probs_dropout_prob: float
     hidden_dropout_prob: float
     layer_norm_eps: float
-
-
-def from_hf_attention_mask(attention_mask: Tensor) -> Tensor:
-    """Convert Hugging Face's ``attention_mask`` (1 = token, 0 = padding) to attnkit's key mask.
-
-    Shape:
-        attention_mask ``(B, T)`` integer or bool; returns ``(B, 1, 1, T)`` bool.
-    """
-    if not isinstance(attention_mask, Tensor):
-        raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
-    if attention_mask.dtype.is_floating_point or attention_mask.dtype.is_complex:
-        raise TypeError(
-            f"attention_mask must hold integers 1/0 (or bools), got dtype {attention_mask.dtype}; "
-            "an already extended float mask is an additive bias: pass it as bias="
-        )
-    if attention_mask.dim() != 2:
-        raise ValueError(f"attention_mask must be 2-D (B, T), got shape {tuple(attention_mask.shape)}")
-    if attention_mask.dtype != torch.bool and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
-        raise ValueError(
-            f"attention_mask must hold only 0 and 1, got values {attention_mask.unique().tolist()}"
-        )
-    return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, T)
 
 
 def hf_attention_state_dict(state_dict: Mapping[str, Tensor], layer: int) -> dict[str, Tensor]:
