@@ -21,7 +21,7 @@ def test_quick_mha_measures_both_sides(tmp_path: Path) -> None:
     lines: list[str] = []
     out = tmp_path / "bench.json"
     results = run(["mha", "mha-weights"], quick=True, out_json=str(out), echo=lines.append)
-    assert [r.case for r in results] == ["mha", "mha-weights", "mha-weights"]
+    assert [r.case for r in results] == ["mha"] + ["mha-weights"] * 3
     for r in results:
         assert isinstance(r, Result)
         assert r.a is not None and r.b is not None and r.a > 0 and r.b > 0
@@ -29,12 +29,12 @@ def test_quick_mha_measures_both_sides(tmp_path: Path) -> None:
         assert r.status in ("PASS", "MISS", "INFO")
         assert r.unit == "s" and r.params["T"] == 128
     assert results[0].bound == 1.05 and results[0].status == ("PASS" if results[0].ratio <= 1.05 else "MISS")
-    assert results[2].status == "INFO"
+    assert results[1].bound == 1.4 and results[2].status == results[3].status == "INFO"
     text = "\n".join(lines)
     assert "nn.MultiheadAttention(need_weights=False)" in text and "ratio a/b" in text
     assert "interleaved" in text
     saved = json.loads(out.read_text())
-    assert saved["quick"] is True and len(saved["results"]) == 3
+    assert saved["quick"] is True and len(saved["results"]) == 4
     assert saved["results"][0]["ratio"] == pytest.approx(results[0].ratio)
     assert not list(tmp_path.glob(".bench-*"))  # the temporary file was renamed
 

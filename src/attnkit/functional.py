@@ -194,6 +194,9 @@ def _scores(q: Tensor, k: Tensor, scale: float) -> Tensor:
     if q.dtype in _HALF:
         # float16 logits overflow past 65504; compute them in float32 like the fused kernels do.
         q, k = q.float(), k.float()
+    if group == 1:
+        # Plain batched matmul: its backward needs no copy of the (B, H, Tq, Tk) gradient.
+        return (q * scale) @ k.transpose(-1, -2)  # (B, H, Tq, Tk)
     qg = (q * scale).reshape(b, hkv, group, tq, dh)  # (B, Hkv, G, Tq, Dh)
     scores = qg @ k.unsqueeze(2).transpose(-1, -2)  # (B, Hkv, G, Tq, Tk)
     return scores.reshape(b, h, tq, tk)  # (B, H, Tq, Tk)
@@ -214,10 +217,30 @@ def attention_weights(
     tq, tk = q.shape[2], k.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = _scores(q, k, scale)  # (B, H, Tq, Tk), float32 for half inputs
-    if bias is not None:
-        scores = scores + bias.to(scores.dtype)
     full = _full_mask(mask, causal, tq, tk, q.device)
-    return safe_softmax(scores, full).to(q.dtype)
+    if bias is not None:
+        if torch.isneginf(bias).any():
+            # -inf inside the bias masks entries too; the general softmax handles that.
+            return safe_softmax(scores + bias.to(scores.dtype), full).to(q.dtype)
+        scores = scores + bias.to(scores.dtype)
+    return _masked_softmax(scores, full).to(q.dtype)
+
+
+def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """:func:`safe_softmax` for scores without ``-inf``, through ``torch.softmax``.
+
+    ``torch.softmax`` is one fused kernel forward and one backward, where the
+    step-by-step formula makes several passes over the ``(B, H, Tq, Tk)``
+    tensor each way. A row with no allowed key is let attend everywhere (so
+    no ``-inf - -inf`` NaN arises, forward or backward) and then zeroed, which
+    also zeroes its gradient.
+    """
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    row_ok = _masks.rows_with_keys(mask)  # (..., Tq, 1)
+    allowed = mask | ~row_ok
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    return weights.masked_fill(~row_ok, 0.0)
 
 
 def _math_output(weights: Tensor, v: Tensor, dropout: float) -> Tensor:
