@@ -103,7 +103,7 @@ def _causal_scan(qf: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, chunk: i
     norm = k.new_zeros(b, h, 1, dh)  # z = Σ exp(k - m)            (B, H, 1, Dh)
     run_max = k.new_full((b, h, 1, dh), float("-inf"))  # m        (B, H, 1, Dh)
     tril = torch.ones(chunk, chunk, dtype=torch.bool, device=k.device).tril()
-    outs = []
+    out = v.new_empty(b, h, t, dv)  # (B, H, T, Dv), filled chunk by chunk
     for start in range(0, t, chunk):
         end = min(t, start + chunk)
         kc, vc, qc = k[:, :, start:end], v[:, :, start:end], qf[:, :, start:end]  # (B, H, C, .)
@@ -119,11 +119,11 @@ def _causal_scan(qf: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, chunk: i
         a = qc / torch.where(den > 0, den, torch.ones_like(den)) * (den > 0)  # (B, H, C, Dh)
         c = end - start
         local = (a @ e.transpose(-1, -2)).masked_fill(~tril[:c, :c], 0.0)  # (B, H, C, C)
-        outs.append(a @ state + local @ vc)  # (B, H, C, Dv)
+        out[:, :, start:end] = a @ state + local @ vc  # (B, H, C, Dv)
         state = state + e.transpose(-1, -2) @ vc
         norm = den[:, :, -1:]
         run_max = new_max
-    return torch.cat(outs, dim=2)  # (B, H, T, Dv)
+    return out
 
 
 def linear_attention(
