@@ -259,3 +259,20 @@ def test_clip_grad_norm_matches_torch(rng: np.random.Generator) -> None:
     assert abs(total - ref.item()) <= TOL
     for g, p in zip(grads.values(), tp, strict=True):
         _close(g, p.grad)
+
+
+@pytest.mark.parametrize("logit_scale", [1.0, 40.0])
+def test_chunked_large_logits_and_threads(logit_scale: float, rng: np.random.Generator) -> None:
+    """Logits far outside [-60, 60] take the max-shift path; threads change nothing."""
+    q = (rng.standard_normal((2, 3, 40, 8)) * logit_scale).astype(np.float32)
+    k, v = rng.standard_normal((2, 3, 50, 8)).astype(np.float32), rng.standard_normal((2, 3, 50, 4)).astype(np.float32)
+    mask = lengths_mask([50, 30], 50)
+    out, cache = attention_forward(q, k, v, mask=mask)
+    one, lse1 = chunked_attention_forward(q, k, v, mask=mask, block_q=16, block_k=16)
+    two, lse2 = chunked_attention_forward(q, k, v, mask=mask, block_q=16, block_k=16, workers=2)
+    assert np.isfinite(one).all() and np.max(np.abs(one - out)) <= 1e-5
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_array_equal(lse1, lse2)
+    scores = np.where(mask, np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) / np.sqrt(8), -np.inf)
+    lse_ref = np.log(np.exp(scores - scores.max(-1, keepdims=True)).sum(-1)) + scores.max(-1)
+    assert np.max(np.abs(lse1 - lse_ref) / np.maximum(1.0, np.abs(lse_ref))) <= 1e-5

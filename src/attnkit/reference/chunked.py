@@ -24,6 +24,8 @@ Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk lengths, Dh/Dv 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from attnkit.reference.attention import check_qkv, check_scale
@@ -62,56 +64,86 @@ def _prepare(q: Array, k: Array, v: Array, mask: Array | None, scale: float | No
     return mask4, check_scale(scale, dh)
 
 
+_BAND = 60.0  # |logit| below this: exp() neither overflows nor underflows a whole row in float32
+
+
+def _forward_head(q: Array, kh: Array, v1: Array, out: Array, lse: Array, mask4: Array | None,
+                  causal: bool, scale: float, b: int, h: int, block_q: int, block_k: int) -> None:
+    """One (batch, head): fill ``out[b, h]`` and ``lse[b, h]``; ``v1`` is ``[V | 1]``."""
+    tq, tk, dv = q.shape[2], kh.shape[0], v1.shape[1] - 1
+    offset = tk - tq
+    for q0 in range(0, tq, block_q):
+        qs = slice(q0, min(q0 + block_q, tq))
+        qb = q[b, h, qs] * q.dtype.type(scale)  # (bq, Dh)
+        m = np.full((qb.shape[0], 1), -np.inf, dtype=q.dtype)  # running shift
+        acc = np.zeros((qb.shape[0], dv + 1), dtype=q.dtype)  # [running output | running sum]
+        # causal: keys past the block's last query never count
+        k_end = min(tk, qs.stop + offset) if causal else tk
+        for k0 in range(0, max(k_end, 0), block_k):
+            ks = slice(k0, min(k0 + block_k, k_end))
+            s = qb @ kh[ks].T  # (bq, bk)
+            allowed = _block_mask(mask4, causal, b, h, qs, ks, offset)
+            if allowed is not None:
+                np.putmask(s, ~allowed, -np.inf)
+            row_max = s.max(axis=1, keepdims=True)
+            if np.all(np.abs(row_max) <= _BAND) and np.all((m == 0) | (m == -np.inf)):
+                # Any shift works as long as exp() stays finite and nonzero; with small
+                # logits the shift 0 saves a pass over the tile.
+                m_new = np.zeros_like(m)
+            else:
+                m_new = np.maximum(m, row_max)
+                m_new = np.where(np.isfinite(m_new), m_new, 0.0).astype(q.dtype)
+                np.subtract(s, m_new, out=s)
+            np.exp(s, out=s)  # P_j * exp(-shift), zero where masked
+            if k0:
+                acc *= np.exp(m - m_new)  # 0 while m is -inf
+            acc += s @ v1[ks]
+            m = m_new
+        row_sum = acc[:, dv:]
+        ok = row_sum > 0
+        out[b, h, qs] = acc[:, :dv] / np.where(ok, row_sum, 1.0)
+        lse[b, h, qs] = np.where(ok, m + np.log(np.where(ok, row_sum, 1.0)), np.inf)[:, 0]
+
+
 def chunked_attention_forward(
     q: Array, k: Array, v: Array, *, mask: Array | None = None, causal: bool = False,
-    scale: float | None = None, block_q: int = 256, block_k: int = 4096,
+    scale: float | None = None, block_q: int = 256, block_k: int = 4096, workers: int = 1,
 ) -> tuple[Array, Array]:
     """Attention output and row log-sum-exp, computed tile by tile.
 
-    Returns ``(out, lse)``; ``lse`` is ``+inf`` on rows with no key.
+    Returns ``(out, lse)``; ``lse`` is ``+inf`` on rows with no key. The running
+    shift is the row maximum, or 0 while every logit stays in ``[-60, 60]``
+    (the online softmax is exact for any shift that keeps ``exp`` finite).
+    ``workers > 1`` spreads the (batch, head) pairs over threads (NumPy and
+    BLAS release the GIL), useful with a single-threaded BLAS.
 
     Shape:
         q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
         out ``(B, H, Tq, Dv)``, lse ``(B, H, Tq)``.
     """
     mask4, scale_f = _prepare(q, k, v, mask, scale, block_q, block_k)
+    check_positive("workers", workers)
     bsz, heads, tq, _ = q.shape
     hkv, tk, dv = k.shape[1], k.shape[2], v.shape[-1]
-    group, offset = heads // hkv, tk - tq
+    group = heads // hkv
     out = np.empty((bsz, heads, tq, dv), dtype=q.dtype)
     lse = np.empty((bsz, heads, tq), dtype=q.dtype)
-    for b in range(bsz):
-        for h in range(heads):
-            kh = k[b, h // group]  # (Tk, Dh)
-            # A column of ones after V makes P_j @ [V | 1] return the row sums with the
-            # output, saving one pass over each (bq, bk) tile.
-            v1 = np.concatenate([v[b, h // group], np.ones((tk, 1), dtype=v.dtype)], axis=1)  # (Tk, Dv+1)
-            for q0 in range(0, tq, block_q):
-                qs = slice(q0, min(q0 + block_q, tq))
-                qb = q[b, h, qs] * q.dtype.type(scale_f)  # (bq, Dh)
-                m = np.full((qb.shape[0], 1), -np.inf, dtype=q.dtype)
-                acc = np.zeros((qb.shape[0], dv + 1), dtype=q.dtype)  # [running output | running sum]
-                # causal: keys past the block's last query never count
-                k_end = min(tk, qs.stop + offset) if causal else tk
-                for k0 in range(0, max(k_end, 0), block_k):
-                    ks = slice(k0, min(k0 + block_k, k_end))
-                    s = qb @ kh[ks].T  # (bq, bk)
-                    allowed = _block_mask(mask4, causal, b, h, qs, ks, offset)
-                    if allowed is not None:
-                        np.putmask(s, ~allowed, -np.inf)
-                    m_new = np.maximum(m, s.max(axis=1, keepdims=True))
-                    m_safe = np.where(np.isfinite(m_new), m_new, 0.0).astype(q.dtype)
-                    np.subtract(s, m_safe, out=s)
-                    np.exp(s, out=s)  # P_j, zero where masked
-                    if k0:
-                        acc *= np.exp(m - m_safe)  # alpha; 0 while m is -inf
-                    acc += s @ v1[ks]
-                    m = m_new
-                row_sum = acc[:, dv:]
-                ok = row_sum > 0
-                out[b, h, qs] = acc[:, :dv] / np.where(ok, row_sum, 1.0)
-                m_fin = np.where(np.isfinite(m), m, 0.0)
-                lse[b, h, qs] = np.where(ok, m_fin + np.log(np.where(ok, row_sum, 1.0)), np.inf)[:, 0]
+    ones = np.ones((tk, 1), dtype=v.dtype)
+
+    def run(bh: tuple[int, int]) -> None:
+        b, h = bh
+        # A column of ones after V makes P_j @ [V | 1] return the row sums with the
+        # output, saving one pass over each tile.
+        v1 = np.concatenate([v[b, h // group], ones], axis=1)  # (Tk, Dv+1)
+        _forward_head(q, k[b, h // group], v1, out, lse, mask4, causal, scale_f, b, h, block_q, block_k)
+
+    pairs = [(b, h) for b in range(bsz) for h in range(heads)]
+    if workers == 1:
+        for bh in pairs:
+            run(bh)
+    else:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(run, pairs))
     return out, lse
 
 
