@@ -28,7 +28,12 @@ from attnkit.reference.chunked import chunked_attention_forward
 from attnkit.reference.functional import lengths_mask
 from attnkit.reference.io import load_model, load_weights, save_model, save_weights
 from attnkit.reference.losses import SoftmaxCrossEntropy
-from attnkit.reference.models import ClassifierConfig, DocumentClassifier, TransformerClassifier, build_model
+from attnkit.reference.models import (
+    ClassifierConfig,
+    DocumentClassifier,
+    TransformerClassifier,
+    build_model,
+)
 from attnkit.reference.multi_head import MultiHeadAttention
 from attnkit.reference.optim import AdamW
 from attnkit.reference.text import Vocabulary, pad_batch
