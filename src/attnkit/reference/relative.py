@@ -16,6 +16,10 @@ Backward, with ``bucket(X)_ib = sum_{j: b(i,j)=b} X_ij`` and ``gather`` its adjo
 
 Parameter names: ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``, ``rel_k``, ``rel_v``.
 
+``bucket`` and ``gather`` are written as products with a one-hot
+``(Tq, Tk, 2k + 1)`` table: readable and exact, with memory
+``O(Tq Tk (2k + 1))`` -- this twin is for checking, the torch layer for long inputs.
+
 Shape legend: B batch, H heads, Tq/Tk lengths, D model width, Dh head width, K2 = 2k + 1.
 """
 
