@@ -289,3 +289,23 @@ def test_transformer_classifier_gradients_match_torch_autograd(tmp_path: Path, n
     named = dict(theirs.named_parameters())
     for name, g in ours.gradients().items():
         assert np.max(np.abs(g - named[name].grad.numpy())) <= 1e-10, name
+
+
+def test_attention_properties() -> None:
+    """Rows sum to 1 or 0, masked keys get exactly 0, causal outputs ignore later positions,
+    and self-attention without positions is permutation-equivariant."""
+    rng = np.random.default_rng(0)
+    mha = MultiHeadAttention(8, 2, rng=rng).astype(np.float64).eval()
+    x = rng.standard_normal((2, 6, 8))
+    mask = lengths_mask([6, 4], 6)
+    out = mha.forward(x, mask=mask)
+    w = mha.weights
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-12)
+    assert np.all(w[1, :, :, 4:] == 0.0)
+    perm = rng.permutation(6)
+    np.testing.assert_allclose(mha.forward(x[:, perm]), mha.forward(x)[:, perm], atol=1e-12)
+    causal = mha.forward(x, causal=True)
+    changed = x.copy()
+    changed[:, 4:] += 1.0
+    np.testing.assert_allclose(mha.forward(changed, causal=True)[:, :4], causal[:, :4], atol=1e-12)
+    assert out.shape == (2, 6, 8)
