@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import click
 
-from attnkit.cli.commands import cv, evaluate, predict, train
-from attnkit.cli.demo import demo
+from attnkit.cli import commands
+from attnkit.cli import demo as demo_module
 
 __all__ = ["main", "cli"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="attnkit", prog_name="attnkit")
-def cli() -> None:
+@click.option("--threads", type=click.IntRange(min=1), envvar="ATTNKIT_THREADS",
+              help="CPU threads for torch's intra-op parallelism (default: torch's choice).")
+def cli(threads: int | None) -> None:
     """attnkit: attention mechanisms, correct, fast and visible.
 
     \b
@@ -31,6 +33,10 @@ def cli() -> None:
       attnkit cv --data path/to/mr --folds 10
       torchrun --nproc_per_node=2 -m attnkit train --data reviews.csv --out runs/ddp
     """
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 @cli.command()
@@ -52,11 +58,9 @@ def bench(quick: bool, out_json: str | None, cases: tuple[str, ...]) -> None:
     bench_module.run(selected, quick=quick, out_json=out_json, echo=click.echo)
 
 
-cli.add_command(demo)
-cli.add_command(train)
-cli.add_command(evaluate)
-cli.add_command(predict)
-cli.add_command(cv)
+cli.add_command(demo_module.demo)
+for _command in (commands.train, commands.evaluate, commands.predict, commands.cv):
+    cli.add_command(_command)
 
 
 def main() -> None:

@@ -1,0 +1,288 @@
+"""Image captioning from the command line: ``train --task caption`` and ``caption``.
+
+``train_caption`` trains an :class:`~attnkit.models.captioner.ImageCaptioner`
+on the generated shapes set (:mod:`attnkit.data.shapes`) or on a real caption
+set (``--images`` folder plus ``--captions`` file) and writes a run
+directory::
+
+    config.json        run id, model config, vocabulary, training settings, metrics
+    model.safetensors  the weights
+    history.jsonl      one JSON line per epoch
+    metrics.json       held-out BLEU and losses
+
+Every file is written atomically; a directory holding a different run is
+never written into without ``--overwrite``. ``caption`` loads such a run and
+describes an image, optionally saving the per-word attention figure.
+
+The library half (:func:`fit_captioner`, :func:`save_caption_run`,
+:func:`load_caption_run`, :func:`corpus_bleu`) is importable on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+import torch
+from torch import Tensor
+
+from attnkit.cli.commands import friendly_errors
+from attnkit.data.captions import CaptionVocab
+from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+
+__all__ = [
+    "MODEL_NAME",
+    "fit_captioner",
+    "generate",
+    "corpus_bleu",
+    "save_caption_run",
+    "load_caption_run",
+    "train_caption",
+    "caption",
+]
+
+MODEL_NAME = "captioner"
+
+
+# --- library half --------------------------------------------------------------------------------
+
+
+def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengths: Tensor, *,
+                  epochs: int, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
+                  echo: Callable[[str], None] | None = None) -> list[dict[str, float]]:
+    """Train with teacher forcing: Adam, cosine learning-rate decay, gradient clipping at 5.
+
+    Returns one dict per epoch (``epoch``, ``loss``, ``nll``, ``attention_reg``, ``seconds``).
+
+    Shape:
+        images ``(N, 3, S, S)``; captions ``(N, T)``; lengths ``(N,)``.
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+    n = images.shape[0]
+    if captions.shape[0] != n or lengths.shape != (n,):
+        raise ValueError(f"images, captions and lengths must share N={n}, got {tuple(captions.shape)} "
+                         f"and {tuple(lengths.shape)}")
+    gen = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    steps = epochs * math.ceil(n / batch_size)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s / steps, 1.0))))
+    history = []
+    for epoch in range(1, epochs + 1):
+        model.train()
+        start, sums, count = time.perf_counter(), {"loss": 0.0, "nll": 0.0, "attention_reg": 0.0}, 0
+        for idx in torch.randperm(n, generator=gen).split(batch_size):
+            t = int(lengths[idx].max())
+            loss, parts = model.loss(images[idx], captions[idx, :t], lengths[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            optimizer.step()
+            schedule.step()
+            sums["loss"] += float(loss.detach()) * len(idx)
+            sums["nll"] += parts["nll"] * len(idx)
+            sums["attention_reg"] += parts["attention_reg"] * len(idx)
+            count += len(idx)
+        row = {"epoch": float(epoch), **{k: v / count for k, v in sums.items()},
+               "seconds": time.perf_counter() - start}
+        history.append(row)
+        if echo is not None:
+            echo(f"epoch {epoch}/{epochs}: loss {row['loss']:.4f} (nll {row['nll']:.4f}, "
+                 f"attention {row['attention_reg']:.4f}) {row['seconds']:.1f}s")
+    model.eval()
+    return history
+
+
+def generate(model: ImageCaptioner, images: Tensor, *, beam: int = 1,
+             batch_size: int = 128) -> list[Any]:
+    """Captions for many images: batched greedy decoding for ``beam == 1``, beam search otherwise."""
+    model.eval()
+    out: list[Any] = []
+    for chunk in images.split(batch_size):
+        out += model.greedy(chunk) if beam == 1 else model.beam_search(chunk, beam_size=beam)
+    return out
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> float:
+    """Corpus BLEU-4 on a 0–100 scale (sacrebleu; each hypothesis may have several references)."""
+    import sacrebleu
+
+    if len(hypotheses) != len(references) or not hypotheses:
+        raise ValueError(f"hypotheses and references must be equally long and not empty, got "
+                         f"{len(hypotheses)} and {len(references)}")
+    most = max(len(r) for r in references)
+    streams = [[r[i] if i < len(r) else r[0] for r in references] for i in range(most)]
+    return float(sacrebleu.corpus_bleu(list(hypotheses), streams).score)
+
+
+def save_caption_run(directory: str | Path, model: ImageCaptioner, vocab: CaptionVocab, *, run_id: str,
+                     overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
+    """Write ``model.safetensors`` then ``config.json`` (config, vocabulary, ``extra``) atomically."""
+    from attnkit.train import checkpoint as ckpt
+
+    path = Path(directory)
+    ckpt.check_run_dir(path, run_id, overwrite=overwrite)
+    path.mkdir(parents=True, exist_ok=True)
+    ckpt.save_tensors(path / "model.safetensors", model.state_dict(), metadata={"format": "pt"})
+    meta = {"run_id": run_id, "model_name": MODEL_NAME, "model_config": model.config.to_dict(),
+            "vocab": vocab.to_dict(), **(extra or {})}
+    ckpt.atomic_write_json(path / "config.json", meta)  # last: marks a complete run
+    return path
+
+
+def load_caption_run(directory: str | Path) -> tuple[ImageCaptioner, CaptionVocab, dict[str, Any]]:
+    """Rebuild ``(model in eval mode, vocabulary, config.json contents)`` from a run directory."""
+    from attnkit.train import checkpoint as ckpt
+
+    path = Path(directory)
+    meta = ckpt.read_run_config(path)
+    if meta.get("model_name") != MODEL_NAME:
+        raise ValueError(f"{path} holds a {meta.get('model_name')!r} run, not an image captioner")
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        raise ValueError(f"run directory {path} is incomplete: model.safetensors is missing")
+    model = ImageCaptioner(CaptionerConfig.from_dict(meta["model_config"]))
+    state = ckpt.load_tensors(weights)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{weights} does not fit the saved config: missing {sorted(missing)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]}")
+    return model.eval(), CaptionVocab.from_dict(meta["vocab"]), meta
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+def _shapes_data(n_train: int, n_val: int, seed: int, size: int) -> tuple[list[Any], list[Any], CaptionVocab]:
+    from attnkit.data.shapes import generate_scenes, shapes_vocab
+
+    train = [(s.image, s.caption) for s in generate_scenes(n_train, seed=seed, size=size)]
+    val = [(s.image, [s.caption]) for s in generate_scenes(n_val, seed=seed + 1_000_003, size=size)]
+    return train, val, shapes_vocab()
+
+
+def _real_data(images: str, captions: str, size: int, seed: int,
+               min_count: int) -> tuple[list[Any], list[Any], CaptionVocab]:
+    from attnkit.data.captions import load_caption_set
+
+    items = load_caption_set(images, captions, size=size)
+    order = torch.randperm(len(items), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = max(1, len(items) // 10) if len(items) > 1 else 0
+    val_items = [items[i] for i in order[:n_val]]
+    train_items = [items[i] for i in order[n_val:]]
+    train = [(it.image, c) for it in train_items for c in it.captions]
+    vocab = CaptionVocab.build([c for _, c in train], min_count=min_count)
+    return train, [(it.image, list(it.captions)) for it in val_items], vocab
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+@click.command("train_caption")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
+@click.option("--epochs", type=click.IntRange(min=1), default=12, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
+@click.option("--images", type=click.Path(exists=True, file_okay=False),
+              help="Folder of images of a real caption set (with --captions).")
+@click.option("--captions", type=click.Path(exists=True, dir_okay=False),
+              help="Flickr8k-style text or COCO-style JSON captions for --images.")
+@click.option("--train-size", type=click.IntRange(min=1), default=4000, show_default=True,
+              help="Generated training scenes (built-in shapes data).")
+@click.option("--val-size", type=click.IntRange(min=1), default=300, show_default=True,
+              help="Generated held-out scenes (built-in shapes data).")
+@click.option("--image-size", type=click.IntRange(min=32), default=48, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
+@click.option("--min-count", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Keep words seen at least this often (real caption sets).")
+@click.option("--quiet", "-q", is_flag=True, help="No per-epoch lines.")
+@friendly_errors
+def train_caption(**values: Any) -> None:
+    """Train an attention image captioner (default data: generated coloured shapes).
+
+    \b
+    Examples:
+      attnkit train --task caption --out runs/shapes
+      attnkit train --task caption --images flickr8k/images --captions captions.txt --out runs/f8k
+    """
+    from attnkit.data.captions import encode_captions, images_to_tensor
+    from attnkit.train import checkpoint as ckpt
+
+    if bool(values["images"]) != bool(values["captions"]):
+        raise click.UsageError("--images and --captions go together (a folder and its caption file)")
+    out, run_id = Path(values["out"]), uuid.uuid4().hex
+    ckpt.check_run_dir(out, run_id, overwrite=values["overwrite"])
+    torch.manual_seed(values["seed"])
+    size = values["image_size"]
+    if values["images"]:
+        train, val, vocab = _real_data(values["images"], values["captions"], size, values["seed"],
+                                       values["min_count"])
+        source = {"images": values["images"], "captions": values["captions"]}
+    else:
+        train, val, vocab = _shapes_data(values["train_size"], values["val_size"], values["seed"], size)
+        source = {"shapes": {"train_size": values["train_size"], "val_size": values["val_size"]}}
+    config = CaptionerConfig(vocab_size=len(vocab), image_size=size)
+    ids, lengths = encode_captions([c for _, c in train], vocab, max_len=config.max_len)
+    images = images_to_tensor([im for im, _ in train])
+    click.echo(f"{MODEL_NAME}: {len(train)} training pairs, {len(val)} held-out images, "
+               f"{len(vocab)} words, grid {ImageCaptioner(config).grid}")
+    model = ImageCaptioner(config)
+    echo = None if values["quiet"] else click.echo
+    history = fit_captioner(model, images, ids, lengths, epochs=values["epochs"],
+                            batch_size=values["batch_size"], lr=values["lr"], seed=values["seed"], echo=echo)
+    metrics: dict[str, Any] = {"train_loss": history[-1]["loss"]}
+    if val:
+        hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, images_to_tensor([im for im, _ in val]))]
+        metrics["val_bleu4"] = corpus_bleu(hyps, [refs for _, refs in val])
+        metrics["val_examples"] = [{"reference": refs[0], "generated": h} for (_, refs), h in
+                                   list(zip(val, hyps, strict=True))[:5]]
+        click.echo(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val)})")
+    if values["overwrite"]:
+        ckpt.clear_run(out)
+    extra = {"data": source, "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr")},
+             "metrics": metrics}
+    save_caption_run(out, model, vocab, run_id=run_id, overwrite=values["overwrite"], extra=extra)
+    ckpt.atomic_write_text(out / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+    ckpt.atomic_write_json(out / "metrics.json", metrics)
+    click.echo(f"saved {out}")
+
+
+@click.command("caption")
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
+@click.argument("image", type=click.Path(exists=True, dir_okay=False))
+@click.option("--beam", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Beam width (1 = greedy).")
+@click.option("--attention", "attention_path", type=click.Path(dir_okay=False),
+              help="Save a figure of the attention for each word to this file (.png, .svg, .pdf).")
+@friendly_errors
+def caption(checkpoint: str, image: str, beam: int, attention_path: str | None) -> None:
+    """Describe IMAGE with the captioner saved in CHECKPOINT.
+
+    \b
+    Example:
+      attnkit caption runs/shapes picture.png --beam 3 --attention attention.png
+    """
+    from attnkit.data.captions import images_to_tensor, load_image
+
+    model, vocab, _ = load_caption_run(checkpoint)
+    pixels = load_image(image, model.config.image_size)
+    (result,) = generate(model, images_to_tensor(pixels[None]), beam=beam)
+    words = vocab.decode(result.ids)
+    click.echo(" ".join(words) if words else "(empty caption)")
+    if attention_path:
+        if not words:
+            raise click.ClickException("the caption is empty: there is no attention to draw")
+        from attnkit.viz.explain import plot_caption_attention
+
+        maps = model.attention_maps(result.weights).numpy()  # (T, h, w)
+        plot_caption_attention(pixels, maps, words, path=attention_path,
+                               title=f"“{' '.join(words)}”: attention for each word")
+        click.echo(f"attention figure saved to {attention_path}")
