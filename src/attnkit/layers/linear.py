@@ -149,9 +149,9 @@ def linear_attention(
     qf = safe_softmax(q, dim=-1)  # (B, H, Tq, Dh): each query's feature distribution
     if causal:
         return _causal_scan(qf, k, v, keep, chunk)
-    kt = k.transpose(-1, -2)  # (B, H, Dh, Tk)
-    kf = safe_softmax(kt, keep.unsqueeze(1) if keep is not None else None)  # softmax over positions
-    context = kf @ v  # (B, H, Dh, Dv)
+    # Softmax over positions (dim 2), reading k in its own memory order.
+    kf = safe_softmax(k, keep[..., None] if keep is not None else None, dim=2)  # (B, H, Tk, Dh)
+    context = kf.transpose(-1, -2) @ v  # (B, H, Dh, Dv)
     return qf @ context  # (B, H, Tq, Dv)
 
 
