@@ -17,7 +17,7 @@ from attnkit.cli import demo as demo_module
 __all__ = ["main", "cli"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(name="attnkit", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="attnkit", prog_name="attnkit")
 @click.option("--threads", type=click.IntRange(min=1), envvar="ATTNKIT_THREADS",
               help="CPU threads for torch's intra-op parallelism (default: torch's choice).")

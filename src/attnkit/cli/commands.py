@@ -251,6 +251,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
 @train_options
 @data_options
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), help="Also write the fold results here.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @click.pass_context
 @friendly_errors
 def cv(ctx: click.Context, **values: Any) -> None:
@@ -270,7 +271,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
         examples, folds=values["folds"], model_name=model_name,
         model_options=parse_model_options(ctx, values["model_opt"]), train_config=train_config,
         data=collect_data_settings(values), val=values["val_ratio"], max_folds=values["max_folds"],
-        log=_echo)
+        quiet=values["quiet"], log=_echo)
     accs = [r["accuracy"] for r in results]
     spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
     click.echo(f"mean accuracy over {len(accs)} fold(s): {statistics.mean(accs):.4f}{spread}")

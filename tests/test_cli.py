@@ -1,0 +1,169 @@
+"""The attnkit command: help, train/evaluate/predict/cv, config files, errors, demo."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from attnkit.cli import cli
+from attnkit.data.synthetic import keyword_corpus
+from attnkit.train.checkpoint import load_tensors
+
+TINY = ["--model", "document", "--model-opt", "d_model=16", "--model-opt", "num_heads=2",
+        "--model-opt", "num_layers=0", "--model-opt", "dropout=0.0", "--epochs", "3", "--batch-size", "16",
+        "--lr", "0.01", "--device", "cpu", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def data_csv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "reviews.csv"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["text", "label"])
+        for ex in keyword_corpus(240, seed=3, length=(8, 12)):
+            writer.writerow([ex.text, ex.label])
+    return path
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_module_entry_point_prints_help() -> None:
+    proc = subprocess.run([sys.executable, "-m", "attnkit", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    for command in ("demo", "train", "evaluate", "predict", "cv", "bench"):
+        assert command in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["demo", "train", "evaluate", "predict", "cv", "bench"])
+def test_every_command_has_help(command: str) -> None:
+    result = _invoke(command, "--help")
+    assert result.exit_code == 0 and "Usage: attnkit " + command in result.output
+
+
+def test_train_evaluate_predict_and_refuse_overwrite(tmp_path, data_csv) -> None:
+    out = tmp_path / "run"
+    result = _invoke("train", "--data", str(data_csv), "--out", str(out), *TINY)
+    assert result.exit_code == 0, result.output
+    assert "test: accuracy" in result.output
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "labels.json", "history.jsonl"):
+        assert (out / name).is_file(), name
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["status"] == "done" and meta["model_config"]["d_model"] == 16
+    assert len((out / "history.jsonl").read_text().splitlines()) == meta["epochs_run"]
+
+    result = _invoke("evaluate", str(out), "--data", str(data_csv), "--json")
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.output)
+    assert metrics["n"] == 240 and sum(map(sum, metrics["confusion_matrix"])) == 240
+
+    result = _invoke("predict", str(out), "an excellent and wonderful film", "--explain", "--top", "2")
+    assert result.exit_code == 0, result.output
+    first, second = result.output.splitlines()[:2]
+    assert first.split("\t")[0] in ("positive", "negative")
+    assert second.strip().startswith("attended:") and second.count("(") == 2
+
+    before = (out / "model.safetensors").read_bytes()
+    again = CliRunner().invoke(cli, ["train", "--data", str(data_csv), "--out", str(out), *TINY])
+    assert again.exit_code == 1
+    assert "already holds a different run" in again.output and "Traceback" not in again.output
+    assert (out / "model.safetensors").read_bytes() == before
+    replaced = _invoke("train", "--data", str(data_csv), "--out", str(out), "--overwrite", *TINY)
+    assert replaced.exit_code == 0, replaced.output
+    assert json.loads((out / "config.json").read_text())["run_id"] != meta["run_id"]
+
+
+def test_config_file_sets_defaults_and_flags_override(tmp_path, data_csv) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("epochs: 1\nbatch-size: 8\nmodel: document\nmodel_options:\n  d_model: 8\n"
+                      "  num_heads: 2\n  num_layers: 0\n")
+    out = tmp_path / "run"
+    result = _invoke("train", "--config", str(config), "--data", str(data_csv), "--out", str(out),
+                     "--batch-size", "32", "--device", "cpu", "--quiet")
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["train_config"]["epochs"] == 1 and meta["train_config"]["batch_size"] == 32
+    assert meta["model_name"] == "document" and meta["model_config"]["d_model"] == 8
+
+
+def test_unknown_config_key_is_a_clear_error(tmp_path, data_csv) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("epochs = 1\nlearning_rate = 0.1\n")
+    result = CliRunner().invoke(cli, ["train", "--config", str(config), "--data", str(data_csv),
+                                      "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert "unknown key(s) ['learning_rate']" in result.output and "batch_size" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "transformer"], "unknown model 'transformer'"),
+    (["--model-opt", "depth=3"], "unknown document model option(s) ['depth']"),
+    (["--lr", "-1"], "lr must be a number > 0"),
+])
+def test_bad_values_give_one_line_errors(tmp_path, data_csv, args, message) -> None:
+    base = ["train", "--data", str(data_csv), "--out", str(tmp_path / "x"), "--model", "document",
+            "--quiet", "--device", "cpu"]
+    result = CliRunner().invoke(cli, base + args)
+    assert result.exit_code == 1 and message in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+def test_malformed_data_names_the_file(tmp_path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("words,label\nhello,pos\n")
+    result = CliRunner().invoke(cli, ["train", "--data", str(bad), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 1 and "bad.csv" in result.output and "Traceback" not in result.output
+
+
+def test_interrupted_cli_run_resumes_to_identical_weights(tmp_path, data_csv, monkeypatch) -> None:
+    straight = tmp_path / "straight"
+    assert _invoke("train", "--data", str(data_csv), "--out", str(straight), *TINY).exit_code == 0
+
+    from attnkit.train.trainer import Trainer
+
+    original = Trainer._train_epoch
+
+    def interrupt_in_epoch_two(self, epoch):
+        if epoch == 1:
+            raise KeyboardInterrupt
+        return original(self, epoch)
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(Trainer, "_train_epoch", interrupt_in_epoch_two)
+    stopped = CliRunner().invoke(cli, ["train", "--data", str(data_csv), "--out", str(run), *TINY])
+    assert stopped.exit_code == 130 and "--resume" in stopped.output
+    monkeypatch.setattr(Trainer, "_train_epoch", original)
+    resumed = _invoke("train", "--out", str(run), "--resume", "--quiet")
+    assert resumed.exit_code == 0, resumed.output
+    a, b = load_tensors(straight / "model.safetensors"), load_tensors(run / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_cv_prints_per_fold_and_mean(tmp_path, data_csv) -> None:
+    result = _invoke("cv", "--data", str(data_csv), "--folds", "3", "--max-folds", "2",
+                     "--json", str(tmp_path / "cv.json"), *TINY)
+    assert result.exit_code == 0, result.output
+    assert "fold  1/3" in result.output and "fold  2/3" in result.output
+    assert "mean accuracy over 2 fold(s)" in result.output
+    saved = json.loads((tmp_path / "cv.json").read_text())
+    assert len(saved["results"]) == 2
+
+
+def test_demo_quick_learns_and_writes_report(tmp_path) -> None:
+    out = tmp_path / "demo"
+    result = _invoke("demo", "--out", str(out), "--quick", "--quiet")
+    assert result.exit_code == 0, result.output
+    acc = float(result.output.split("test accuracy")[1].split()[0])
+    focus = float(result.output.split("attention focus")[1].split()[0])
+    assert acc >= 0.9 and focus >= 0.4  # chance focus is about 2/30
+    report = (out / "report.txt").read_text()
+    assert "class positive" in report and "class negative" in report
