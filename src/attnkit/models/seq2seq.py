@@ -210,6 +210,32 @@ class Seq2SeqTransformer(nn.Module):
             with torch.no_grad():
                 embed.weight[self.config.pad_id].zero_()
 
+    # --- weights -------------------------------------------------------------------------------
+
+    def tensors_to_save(self) -> dict[str, Tensor]:
+        """The state dict without tied aliases (safetensors stores each tensor once).
+
+        With ``shared_vocab`` the target embedding is the source embedding, and
+        with ``tie_embeddings`` the output projection is the target embedding;
+        only the first name of each shared tensor is kept.
+        """
+        seen: set[int] = set()
+        out: dict[str, Tensor] = {}
+        for name, tensor in self.state_dict().items():
+            if tensor.data_ptr() in seen:
+                continue
+            seen.add(tensor.data_ptr())
+            out[name] = tensor
+        return out
+
+    def load_saved_tensors(self, tensors: dict[str, Tensor]) -> None:
+        """Load what :meth:`tensors_to_save` wrote; any other missing or extra key is a ValueError."""
+        expected = set(self.tensors_to_save())
+        missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+        if missing or unexpected:
+            raise ValueError(f"weights do not fit this Seq2SeqTransformer: missing {missing}, unexpected {unexpected}")
+        self.load_state_dict(tensors, strict=False)
+
     # --- encoder -------------------------------------------------------------------------------
 
     @overload
