@@ -171,8 +171,9 @@ def test_relative_position_attention(rng: np.random.Generator) -> None:
     assert result.worst < 1e-6
 
 
-def test_linear_attention(rng: np.random.Generator) -> None:
-    lin = LinearAttention(4, 2, rng=rng)
+@pytest.mark.parametrize("causal", [False, True])
+def test_linear_attention(causal: bool, rng: np.random.Generator) -> None:
+    lin = LinearAttention(4, 2, causal, rng=rng)
     assert module_gradcheck(lin, {"x": _x(rng, 2, 5, 4)}, lambda x: lin.forward(x, mask=MASK)).worst < 1e-6
 
 

@@ -149,9 +149,10 @@ def test_relative_position_attention(rng: np.random.Generator) -> None:
                  lambda x: theirs(x, mask=mask, causal=True))
 
 
-def test_linear_attention(rng: np.random.Generator) -> None:
+@pytest.mark.parametrize("causal", [False, True])
+def test_linear_attention(causal: bool, rng: np.random.Generator) -> None:
     mask = torch.from_numpy(lengths_mask([6, 3], 6))
-    ours, theirs = LinearAttention(8, 2, rng=rng), TorchLinearAttention(8, 2)
+    ours, theirs = LinearAttention(8, 2, causal, rng=rng), TorchLinearAttention(8, 2, causal)
     _check_layer(ours, theirs, rng.standard_normal((2, 6, 8)),
                  lambda x: ours.forward(x, mask=mask.numpy()), lambda x: theirs(x, mask=mask))
 
