@@ -1,0 +1,109 @@
+"""Sentiment with a bidirectional LSTM and additive attention pooling.
+
+Before Transformers, attention was added *on top of* recurrent networks
+(Bahdanau et al., 2015; Yang et al., 2016). :class:`SentimentClassifier`:
+
+    h_t = [LSTM_fwd(x)_t ; LSTM_bwd(x)_t]          (B, T, 2H)
+    e_t = v^T tanh(W h_t + b),  a = softmax_t(e)    (B, T)   additive attention
+    logits = W_c sum_t a_t h_t                      (B, C)
+
+The LSTM carries word order and context (so "not good" can differ from
+"good"); attention picks the positions that decide. After training we print
+the attention over a few new sentences, word by word.
+
+Data: the MR movie reviews in /work/shared/data/mr when that folder exists,
+else (and in small mode) the generated keyword corpus.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+from _common import output_dir, saved, show, small
+from torch import nn
+
+from attnkit.data.batching import LabelVocab, TextClassificationDataset, bucket_batches, collate
+from attnkit.data.readers import Example, read_examples
+from attnkit.data.synthetic import keyword_corpus
+from attnkit.data.tokenization import encode_batch, train_tokenizer
+from attnkit.models.sentiment import SentimentClassifier, SentimentClassifierConfig
+from attnkit.viz.plots import plot_attention
+
+OUTPUTS = ["15_sentiment_attention.png", "15_results.txt"]
+MR = Path("/work/shared/data/mr")
+
+
+def load_data() -> tuple[str, list[Example]]:
+    if MR.is_dir() and not small():
+        examples = read_examples(MR, format="polarity", encoding="latin-1")
+        random.Random(0).shuffle(examples)
+        return "MR movie reviews", examples
+    return "generated keyword corpus", [Example(d.text, d.label) for d in keyword_corpus(400 if small() else 3000)]
+
+
+def main() -> None:
+    out = output_dir(__doc__)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    name, examples = load_data()
+    cut = int(0.9 * len(examples))
+    train, test = examples[:cut], examples[cut:]
+    tokenizer = train_tokenizer([e.text for e in train], vocab_size=20000)
+    labels = LabelVocab.from_examples(train)
+    train_set = TextClassificationDataset(train, tokenizer, labels, max_len=64)
+    test_set = TextClassificationDataset(test, tokenizer, labels, max_len=64)
+
+    config = SentimentClassifierConfig(vocab_size=tokenizer.get_vocab_size(), num_classes=len(labels),
+                                       embed_dim=64, hidden_size=64, attention_dim=64, dropout=0.3)
+    model = SentimentClassifier(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    epochs = 1 if small() else 4
+    for epoch in range(epochs):
+        model.train()
+        for batch_index in bucket_batches(train_set.lengths, 32, seed=epoch):
+            batch = collate([train_set[i] for i in batch_index])  # ids (B, T), lengths (B,), labels (B,)
+            loss = nn.functional.cross_entropy(model(batch["ids"], batch["lengths"]), batch["labels"])
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        print(f"epoch {epoch + 1}: last batch loss {loss.item():.3f}")
+
+    model.eval()
+    batch = collate([test_set[i] for i in range(len(test_set))])
+    with torch.no_grad():
+        logits = model(batch["ids"], batch["lengths"])
+    accuracy = (logits.argmax(-1) == batch["labels"]).float().mean().item()
+    lines = [f"data: {name} ({len(train)} train, {len(test)} test)", f"test accuracy: {accuracy:.4f}"]
+
+    sentences = ["a quietly moving film with a terrific cast",
+                 "the plot is dull and the acting is terrible",
+                 "not the delightful comedy it wants to be"]
+    ids = encode_batch(tokenizer, sentences, max_len=64)
+    padded = collate([{"ids": torch.tensor(s or [1]), "label": torch.tensor(0)} for s in ids])
+    with torch.no_grad():
+        logits, weights = model(padded["ids"], padded["lengths"], return_weights=True)
+    show("ids", padded["ids"])
+    show("logits", logits)
+    show("pooling weights", weights["pooling"])
+    for r, text in enumerate(sentences):
+        words = [tokenizer.id_to_token(i) for i in ids[r]]
+        label = labels.decode(int(logits[r].argmax()))
+        shaded = " ".join(f"{w}[{a:.2f}]" for w, a in zip(words, weights["pooling"][r].tolist(), strict=False))
+        lines.append(f"{label:>9}: {shaded}")
+    print("\n".join(lines))
+    (out / OUTPUTS[1]).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    # One row per sentence: the attention each word gets (rows padded with zeros).
+    longest = max(len(s) for s in ids)
+    plot_attention(weights["pooling"][:, :longest].numpy(), key_tokens=[f"w{i}" for i in range(longest)],
+                   tokens=[f"s{r}" for r in range(len(sentences))], xlabel="word position", ylabel="sentence",
+                   title="BiLSTM attention pooling per sentence", path=out / OUTPUTS[0])
+    saved(out / OUTPUTS[0])
+    saved(out / OUTPUTS[1])
+
+
+if __name__ == "__main__":
+    main()
