@@ -138,6 +138,7 @@ class LinearAttention(Module):
         super().__init__()
         self.d_model, self.num_heads, _ = check_heads(d_model, num_heads)
         self.causal = causal
+        self._cache: tuple[Array, ...] = ()
         gen = rng if rng is not None else np.random.default_rng()
         self.q_proj = Linear(d_model, d_model, bias=bias, rng=gen, dtype=dtype)
         self.k_proj = Linear(d_model, d_model, bias=bias, rng=gen, dtype=dtype)
@@ -150,13 +151,17 @@ class LinearAttention(Module):
         k = split_heads(self.k_proj.forward(x), self.num_heads)  # (B, H, T, Dh)
         v = split_heads(self.v_proj.forward(x), self.num_heads)  # (B, H, T, Dh)
         keys = key_mask(mask, x.shape[0], x.shape[1])
-        forward = causal_linear_attention_forward if self.causal else linear_attention_forward
-        out, self._cache = forward(q, k, v, keys)  # type: ignore[operator]
+        if self.causal:
+            out, self._cache = causal_linear_attention_forward(q, k, v, keys)
+        else:
+            out, self._cache = linear_attention_forward(q, k, v, keys)
         return self.out_proj.forward(merge_heads(out))  # (B, T, D)
 
     def backward(self, grad: Array) -> Array:
         g = split_heads(self.out_proj.backward(grad), self.num_heads)  # (B, H, T, Dh)
-        backward = causal_linear_attention_backward if self.causal else linear_attention_backward
-        dq, dk, dv = backward(g, self._cache)  # type: ignore[operator]
+        if self.causal:
+            dq, dk, dv = causal_linear_attention_backward(g, self._cache)
+        else:
+            dq, dk, dv = linear_attention_backward(g, self._cache)  # type: ignore[arg-type]
         return (self.q_proj.backward(merge_heads(dq)) + self.k_proj.backward(merge_heads(dk))
                 + self.v_proj.backward(merge_heads(dv)))
