@@ -55,6 +55,13 @@ __all__ = ["LinearAttention", "linear_attention", "linear_attention_weights"]
 CHUNK = 64  # positions per scan step: small enough for the (C, C) product, large enough to batch
 
 
+def _softmax(x: Tensor, dim: int) -> Tensor:
+    """One fused softmax pass, in float32 for half inputs (nothing is masked here)."""
+    if x.dtype in (torch.float16, torch.bfloat16):
+        return torch.softmax(x, dim=dim, dtype=torch.float32).to(x.dtype)
+    return torch.softmax(x, dim=dim)
+
+
 def _key_mask(key_mask: object, b: int, tk: int) -> Tensor | None:
     """Normalise a key mask to ``(B, 1, Tk)`` bool (True = may attend)."""
     if key_mask is None:
@@ -95,8 +102,8 @@ def _check(q: object, k: object, v: object, causal: bool) -> None:
         )
 
 
-def _causal_scan(qf: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, chunk: int) -> Tensor:
-    """Chunked prefix-sum scan of the causal form; ``qf`` is ``softmax_D(q)``."""
+def _causal_scan(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, chunk: int) -> Tensor:
+    """Chunked prefix-sum scan of the causal form (``softmax_D(q)`` is taken chunk by chunk)."""
     b, h, t, dh = k.shape
     dv = v.shape[-1]
     state = k.new_zeros(b, h, dh, dv)  # S = Σ exp(k - m) v^T     (B, H, Dh, Dv)
@@ -106,7 +113,8 @@ def _causal_scan(qf: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, chunk: i
     out = v.new_empty(b, h, t, dv)  # (B, H, T, Dv), filled chunk by chunk
     for start in range(0, t, chunk):
         end = min(t, start + chunk)
-        kc, vc, qc = k[:, :, start:end], v[:, :, start:end], qf[:, :, start:end]  # (B, H, C, .)
+        kc, vc = k[:, :, start:end], v[:, :, start:end]  # (B, H, C, Dh), (B, H, C, Dv)
+        qc = _softmax(q[:, :, start:end], dim=-1)  # (B, H, C, Dh)
         if keep is not None:
             kc = kc.masked_fill(~keep[:, :, start:end, None], float("-inf"))
         new_max = torch.maximum(run_max, kc.amax(dim=2, keepdim=True)).detach()  # (B, H, 1, Dh)
@@ -146,11 +154,14 @@ def linear_attention(
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
     b, _, _, _ = k.shape
     keep = _key_mask(key_mask, b, k.shape[2])  # (B, 1, Tk)
-    qf = safe_softmax(q, dim=-1)  # (B, H, Tq, Dh): each query's feature distribution
     if causal:
-        return _causal_scan(qf, k, v, keep, chunk)
+        return _causal_scan(q, k, v, keep, chunk)
+    qf = _softmax(q, dim=-1)  # (B, H, Tq, Dh): each query's feature distribution
     # Softmax over positions (dim 2), reading k in its own memory order.
-    kf = safe_softmax(k, keep[..., None] if keep is not None else None, dim=2)  # (B, H, Tk, Dh)
+    if keep is None:
+        kf = _softmax(k, dim=2)  # (B, H, Tk, Dh)
+    else:
+        kf = safe_softmax(k, keep[..., None], dim=2)  # masked keys get 0; no key left: all 0
     context = kf.transpose(-1, -2) @ v  # (B, H, Dh, Dv)
     return qf @ context  # (B, H, Tq, Dv)
 
