@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from test_train_helpers import TinyClassifier, TokenDataset, collate
 
 from attnkit.train.checkpoint import load_tensors
 from attnkit.train.config import TrainConfig, warmup_linear_factor
 from attnkit.train.metrics import accuracy, confusion_matrix, macro_f1
 from attnkit.train.trainer import Trainer, epoch_batches
-from test_train_helpers import TinyClassifier, TokenDataset, collate
 
 
 def _trainer(tmp_path, config, model_seed=0, **kw):
