@@ -171,3 +171,21 @@ def test_half_precision_runs_softmax_in_float32():
     assert out.dtype == torch.bfloat16 and w.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), ref, rtol=5e-2, atol=5e-2)
     assert torch.all(w[0, :, :, 3:] == 0)
+
+
+def test_benchmark_naive_form_matches_layer_function():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "naive_relative.py"
+    spec = importlib.util.spec_from_file_location("naive_relative", path)
+    assert spec is not None and spec.loader is not None
+    naive = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(naive)
+    q, k, v = (torch.randn(2, 3, 7, 4, dtype=torch.float64) for _ in range(3))
+    rel_k, rel_v = torch.randn(5, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
+    mask = masks.from_lengths([7, 4], 7)
+    out, w = relative_attention(q, k, v, rel_k, rel_v, mask=mask, return_weights=True)
+    ref, ref_w = naive.naive_relative_attention(q, k, v, rel_k, rel_v, 2, mask=mask)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-12)
