@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         results = cross_validate(
             examples, folds=args.folds, model_name=name, model_options=dict(options), train_config=config,
             data=DataSettings(max_len=64, vocab_size=30000), max_folds=args.max_folds,
-            log=lambda line: print(line, flush=True))
+            log=lambda line: print(line, flush=True), epoch_log=True)
         accs = [r["accuracy"] for r in results]
         spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
         elapsed = time.perf_counter() - start

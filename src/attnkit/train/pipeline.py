@@ -165,12 +165,14 @@ def cross_validate(
     examples: Sequence[Example], *, folds: int, model_name: str, model_options: dict[str, Any] | None,
     train_config: TrainConfig, data: DataSettings = DataSettings(), val: float = 0.1,
     max_folds: int | None = None, quiet: bool = True, log: Callable[[str], None] | None = None,
+    epoch_log: bool = False,
 ) -> list[dict[str, Any]]:
     """Stratified k-fold cross-validation; one dict per fold (``accuracy``, ``macro_f1``, ``epochs``).
 
     Each fold trains from scratch: its own tokenizer on the fold's training
     part, ``val`` of that part held out for early stopping, the fold's test
     part used once at the end. ``max_folds`` runs only the first folds.
+    ``log`` gets one line per fold (and per epoch with ``epoch_log``).
     """
     labels = [e.label for e in examples]
     parts = kfold(len(examples), folds, train_config.seed, labels=labels)
@@ -178,9 +180,13 @@ def cross_validate(
     for index, (train_idx, test_idx) in enumerate(parts[: max_folds or folds]):
         fold_train = [examples[i] for i in train_idx]
         tr, va, _ = split_examples(fold_train, val=val, test=0.0, seed=train_config.seed + index)
+        fold_log = None
+        if log is not None and epoch_log:
+            def fold_log(line: str, _fold: int = index + 1) -> None:
+                log(f"  fold {_fold}: {line}")
         result = fit_classifier(tr, va, [examples[i] for i in test_idx], model_name=model_name,
                                 model_options=model_options, train_config=train_config, data=data,
-                                quiet=quiet)
+                                quiet=quiet, log=fold_log)
         assert result.test is not None
         row = {"fold": index + 1, "accuracy": result.test["accuracy"],
                "macro_f1": result.test["macro_f1"], "epochs": len(result.history)}
