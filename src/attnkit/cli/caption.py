@@ -34,7 +34,7 @@ from torch import Tensor
 
 from attnkit.cli.commands import friendly_errors
 from attnkit.data.captions import CaptionVocab
-from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+from attnkit.models.captioner import CaptionerConfig, ImageCaptioner, load_backbone_weights
 
 __all__ = [
     "MODEL_NAME",
@@ -198,7 +198,12 @@ def _real_data(images: str, captions: str, size: int, seed: int,
               help="Generated training scenes (built-in shapes data).")
 @click.option("--val-size", type=click.IntRange(min=1), default=300, show_default=True,
               help="Generated held-out scenes (built-in shapes data).")
-@click.option("--image-size", type=click.IntRange(min=32), default=48, show_default=True)
+@click.option("--image-size", type=click.IntRange(min=32), default=48, show_default=True,
+              help="Images are resized to this square side.")
+@click.option("--backbone", default="small", show_default=True,
+              help="Image encoder: small (built-in CNN) or resnet18/34/50/101/152 (needs torchvision).")
+@click.option("--pretrained", type=click.Path(exists=True, dir_okay=False),
+              help="Local file of backbone weights (.safetensors, or a torch state dict).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
 @click.option("--min-count", type=click.IntRange(min=1), default=1, show_default=True,
@@ -229,12 +234,17 @@ def train_caption(**values: Any) -> None:
     else:
         train, val, vocab = _shapes_data(values["train_size"], values["val_size"], values["seed"], size)
         source = {"shapes": {"train_size": values["train_size"], "val_size": values["val_size"]}}
-    config = CaptionerConfig(vocab_size=len(vocab), image_size=size)
+    config = CaptionerConfig(vocab_size=len(vocab), image_size=size, backbone=values["backbone"])
+    try:
+        model = ImageCaptioner(config)
+    except ImportError as err:
+        raise click.ClickException(str(err)) from None
+    if values["pretrained"]:
+        load_backbone_weights(model, values["pretrained"])
     ids, lengths = encode_captions([c for _, c in train], vocab, max_len=config.max_len)
     images = images_to_tensor([im for im, _ in train])
     click.echo(f"{MODEL_NAME}: {len(train)} training pairs, {len(val)} held-out images, "
-               f"{len(vocab)} words, grid {ImageCaptioner(config).grid}")
-    model = ImageCaptioner(config)
+               f"{len(vocab)} words, grid {model.grid}")
     echo = None if values["quiet"] else click.echo
     history = fit_captioner(model, images, ids, lengths, epochs=values["epochs"],
                             batch_size=values["batch_size"], lr=values["lr"], seed=values["seed"], echo=echo)
@@ -247,7 +257,8 @@ def train_caption(**values: Any) -> None:
         click.echo(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val)})")
     if values["overwrite"]:
         ckpt.clear_run(out)
-    extra = {"data": source, "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr")},
+    extra = {"data": source,
+             "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr", "pretrained")},
              "metrics": metrics}
     save_caption_run(out, model, vocab, run_id=run_id, overwrite=values["overwrite"], extra=extra)
     ckpt.atomic_write_text(out / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))

@@ -73,6 +73,8 @@ class CaptionerConfig(ModelConfig):
         backbone: one of :data:`BACKBONES`.
         image_size: the square input side ``S`` the model expects.
         channels: widths of the built-in CNN's three stages (``"small"`` only).
+            The defaults are sized for the generated shapes set; real photos
+            want a ResNet backbone or wider stages.
         embed_dim: word embedding width (also the deep-output width).
         hidden_dim: LSTM width ``Hd``.
         attention_dim: hidden width of the additive attention.
@@ -85,10 +87,10 @@ class CaptionerConfig(ModelConfig):
     vocab_size: int
     backbone: str = "small"
     image_size: int = 48
-    channels: tuple[int, ...] = (32, 64, 128)
-    embed_dim: int = 64
-    hidden_dim: int = 256
-    attention_dim: int = 128
+    channels: tuple[int, ...] = (16, 32, 64)
+    embed_dim: int = 32
+    hidden_dim: int = 128
+    attention_dim: int = 64
     dropout: float = 0.1
     attention_reg: float = 1.0
     max_len: int = 20
