@@ -88,7 +88,7 @@ def main() -> None:
     show("ids", padded["ids"])
     show("logits", logits)
     show("pooling weights", weights["pooling"])
-    for r, text in enumerate(sentences):
+    for r in range(len(sentences)):
         words = [tokenizer.id_to_token(i) for i in ids[r]]
         label = labels.decode(int(logits[r].argmax()))
         shaded = " ".join(f"{w}[{a:.2f}]" for w, a in zip(words, weights["pooling"][r].tolist(), strict=False))
