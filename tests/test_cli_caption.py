@@ -1,0 +1,157 @@
+"""The captioning commands, called directly through click's CliRunner, and run save/load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from attnkit.cli.caption import (
+    caption,
+    corpus_bleu,
+    load_caption_run,
+    save_caption_run,
+    train_caption,
+)
+from attnkit.data.captions import images_to_tensor
+from attnkit.data.shapes import generate_scenes, shapes_vocab
+from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+
+SMALL = ["--train-size", "24", "--val-size", "4", "--epochs", "1", "--image-size", "32", "--batch-size", "12"]
+
+
+def _png(path: Path, pixels: np.ndarray) -> None:
+    from PIL import Image
+
+    Image.fromarray(pixels).save(path)
+
+
+@pytest.fixture(scope="module")
+def shapes_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "shapes"
+    result = CliRunner().invoke(train_caption, ["--out", str(out), *SMALL, "--quiet"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_train_writes_a_complete_run(shapes_run: Path) -> None:
+    meta = json.loads((shapes_run / "config.json").read_text())
+    assert meta["model_name"] == "captioner" and meta["model_config"]["image_size"] == 32
+    assert meta["vocab"]["words"] == shapes_vocab().words
+    assert 0.0 <= meta["metrics"]["val_bleu4"] <= 100.0
+    history = [json.loads(line) for line in (shapes_run / "history.jsonl").read_text().splitlines()]
+    assert len(history) == 1 and history[0]["epoch"] == 1
+    assert (shapes_run / "model.safetensors").is_file() and (shapes_run / "metrics.json").is_file()
+    assert not any(p.name.endswith(".tmp") for p in shapes_run.iterdir())
+
+
+def test_save_load_gives_the_same_caption(shapes_run: Path, tmp_path: Path) -> None:
+    model, vocab, _ = load_caption_run(shapes_run)
+    images = images_to_tensor([s.image for s in generate_scenes(4, seed=9, size=32)])
+    before = [(c.ids, c.weights) for c in model.beam_search(images, beam_size=2)]
+    save_caption_run(tmp_path / "copy", model, vocab, run_id="copy")
+    again, vocab2, meta = load_caption_run(tmp_path / "copy")
+    assert meta["run_id"] == "copy" and vocab2.words == vocab.words
+    for (ids, w), c in zip(before, again.beam_search(images, beam_size=2), strict=True):
+        assert ids == c.ids
+        assert torch.equal(w, c.weights)
+
+
+def test_caption_command_prints_the_model_caption_and_saves_the_figure(shapes_run: Path, tmp_path: Path) -> None:
+    scene = generate_scenes(1, seed=11, size=32)[0]
+    _png(tmp_path / "scene.png", scene.image)
+    model, vocab, _ = load_caption_run(shapes_run)
+    expected = " ".join(vocab.decode(model.greedy(images_to_tensor(scene.image[None]))[0].ids))
+    result = CliRunner().invoke(caption, [str(shapes_run), str(tmp_path / "scene.png")])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (expected or "(empty caption)")
+    result = CliRunner().invoke(caption, [str(shapes_run), str(tmp_path / "scene.png"), "--beam", "2",
+                                          "--attention", str(tmp_path / "att.png")])
+    assert result.exit_code == 0, result.output
+    if "(empty caption)" not in result.output:
+        assert (tmp_path / "att.png").stat().st_size > 1000
+
+
+def test_a_different_run_is_not_overwritten(shapes_run: Path) -> None:
+    before = (shapes_run / "config.json").read_text()
+    result = CliRunner().invoke(train_caption, ["--out", str(shapes_run), *SMALL, "--quiet"])
+    assert result.exit_code == 1
+    assert "already holds a different run" in result.output
+    assert (shapes_run / "config.json").read_text() == before
+
+
+def test_overwrite_replaces_the_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["--out", str(out), *SMALL, "--quiet"]
+    assert CliRunner().invoke(train_caption, args).exit_code == 0
+    first = json.loads((out / "config.json").read_text())["run_id"]
+    result = CliRunner().invoke(train_caption, [*args, "--overwrite", "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["run_id"] != first and meta["train"]["seed"] == 1
+
+
+def test_real_caption_set(tmp_path: Path) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    lines = []
+    for i, scene in enumerate(generate_scenes(12, seed=2, size=40)):
+        _png(folder / f"img{i}.png", scene.image)
+        lines += [f"img{i}.png#0\t{scene.caption.capitalize()}.", f"img{i}.png#1\tan image"]
+    (tmp_path / "captions.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(train_caption, ["--out", str(out), "--images", str(folder), "--captions",
+                                                str(tmp_path / "captions.txt"), "--epochs", "1",
+                                                "--image-size", "32", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "22 training pairs, 1 held-out images" in result.output
+    meta = json.loads((out / "config.json").read_text())
+    words = set(meta["vocab"]["words"])
+    assert {"an", "image", "a"} <= words
+    assert words - {"<pad>", "<bos>", "<eos>", "<unk>"} <= set(shapes_vocab().words) | {"an", "image"}
+    assert meta["data"]["captions"].endswith("captions.txt")
+
+
+def test_command_errors(tmp_path: Path, shapes_run: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(train_caption, ["--out", str(tmp_path / "x"), "--images", str(tmp_path)])
+    assert result.exit_code == 2 and "--images and --captions go together" in result.output
+    result = runner.invoke(train_caption, ["--out", str(tmp_path / "x"), *SMALL, "--backbone", "vgg"])
+    assert result.exit_code == 1 and "backbone must be one of ['small', 'resnet18'" in result.output
+    (tmp_path / "notes.txt").write_text("hello", encoding="utf-8")
+    result = runner.invoke(caption, [str(tmp_path), str(tmp_path / "notes.txt")])
+    assert result.exit_code == 1 and "no config.json" in result.output
+    result = runner.invoke(caption, [str(shapes_run), str(tmp_path / "notes.txt")])
+    assert result.exit_code == 1 and "notes.txt is not a readable image" in result.output
+
+
+def test_resnet_without_torchvision_is_a_clear_cli_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    monkeypatch.setitem(sys.modules, "torchvision.models", None)
+    result = CliRunner().invoke(train_caption, ["--out", str(tmp_path / "r"), *SMALL, "--backbone", "resnet18"])
+    assert result.exit_code == 1 and "needs torchvision" in result.output
+    assert not (tmp_path / "r").exists()
+
+
+def test_corpus_bleu_scale_and_errors() -> None:
+    assert corpus_bleu(["a red circle on the left"], [["a red circle on the left"]]) == pytest.approx(100.0)
+    low = corpus_bleu(["a blue square above a red circle"], [["a red circle on the left"]])
+    assert 0.0 <= low < 30.0
+    with pytest.raises(ValueError, match="equally long"):
+        corpus_bleu(["a"], [])
+
+
+def test_load_rejects_other_runs(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"run_id": "x", "model_name": "sentiment"}))
+    with pytest.raises(ValueError, match="not an image captioner"):
+        load_caption_run(tmp_path)
+    model = ImageCaptioner(CaptionerConfig(vocab_size=len(shapes_vocab()), image_size=32, channels=(2, 2, 2)))
+    save_caption_run(tmp_path / "ok", model, shapes_vocab(), run_id="a")
+    with pytest.raises(FileExistsError, match="different run"):
+        save_caption_run(tmp_path / "ok", model, shapes_vocab(), run_id="b")
