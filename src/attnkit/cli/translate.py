@@ -108,6 +108,10 @@ class Translation:
     alignment: torch.Tensor | None = None
 
 
+def _token_strings(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    return [tokenizer.id_to_token(i) or "[UNK]" for i in ids]
+
+
 class Translator:
     """A trained model with its tokenizers: text in, text out."""
 
@@ -123,7 +127,7 @@ class Translator:
             raise TypeError("texts must be a sequence of strings, got a single str")
         ids = self.tokenizers.encode_source(texts, self.max_src_len)
         for i, seq in enumerate(ids):
-            if not seq:
+            if not texts[i].strip() or not seq:
                 raise ValueError(f"text {i} ({texts[i]!r}) is empty after tokenization; nothing to translate")
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         results: dict[int, Translation] = {}
@@ -143,8 +147,8 @@ class Translator:
                 texts_out = self.tokenizers.decode_target(out.tokens)
                 for j, i in enumerate(chunk):
                     results[i] = Translation(
-                        texts[i], texts_out[j], [self.tokenizers.source.id_to_token(t) for t in ids[i]],
-                        [self.tokenizers.target.id_to_token(t) for t in out.tokens[j]], out.scores[j],
+                        texts[i], texts_out[j], _token_strings(self.tokenizers.source, ids[i]),
+                        _token_strings(self.tokenizers.target, out.tokens[j]), out.scores[j],
                         None if out.alignments is None else out.alignments[j])
         finally:
             self.model.train(was_training)
@@ -255,7 +259,7 @@ def fit_translation(
         f"{config.src_vocab_size}/{config.tgt_vocab_size}; {params / 1e6:.2f}M parameters")
     optimizer = torch.optim.Adam(model.parameters(), lr=train_config.lr, betas=(0.9, 0.98), eps=1e-9)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s + 1, train_config.warmup))
-    extra = {"train_config": dataclasses.asdict(train_config), "history": []}
+    extra: dict[str, Any] = {"train_config": dataclasses.asdict(train_config), "history": []}
     history: list[dict[str, Any]] = []
     start, step, out_of_time = time.monotonic(), 0, False
     model.train()
@@ -271,7 +275,7 @@ def fit_translation(
             scheduler.step()
             step += 1
             n = batch.num_target_tokens
-            total, count = total + float(loss) * n, count + n
+            total, count = total + loss.item() * n, count + n
             if step % 100 == 0:
                 say(f"  step {step}: loss {total / count:.3f} ({time.monotonic() - start:.0f} s)")
             budget = train_config.time_budget_s

@@ -295,6 +295,9 @@ class Seq2SeqTransformer(nn.Module):
     @overload
     def decode_step(self, tgt_ids: Tensor, encoded: EncoderOutput, cache: DecoderCache, *,
                     return_weights: Literal[True]) -> tuple[Tensor, list[DecoderWeights]]: ...
+    @overload
+    def decode_step(self, tgt_ids: Tensor, encoded: EncoderOutput, cache: DecoderCache, *,
+                    return_weights: bool = ...) -> Tensor | tuple[Tensor, list[DecoderWeights]]: ...
     def decode_step(
         self, tgt_ids: Tensor, encoded: EncoderOutput, cache: DecoderCache, *, return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, list[DecoderWeights]]:

@@ -1,0 +1,199 @@
+"""Parallel corpus reading, subword tokenizers, batching, translation runs and the two commands."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from attnkit.cli.translate import (
+    Translator,
+    load_translation_run,
+    save_translation_run,
+    train_translate,
+    translate,
+)
+from attnkit.data.parallel import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    ParallelCorpus,
+    batches_by_tokens,
+    collate_pairs,
+    encode_pairs,
+    read_parallel,
+    train_translation_tokenizers,
+)
+from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+
+WORDS_DE = ["ein", "hund", "mann", "läuft", "rot", "blau", "haus", "kind", "spielt", "im"]
+WORDS_EN = ["a", "dog", "man", "runs", "red", "blue", "house", "child", "plays", "in"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> None:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def toy_corpus(n: int, seed: int = 0) -> ParallelCorpus:
+    """Word-for-word 'translation' of random word strings: a task a tiny model can learn."""
+    rng = random.Random(seed)
+    src, tgt = [], []
+    for _ in range(n):
+        idx = [rng.randrange(len(WORDS_DE)) for _ in range(rng.randint(2, 5))]
+        src.append(" ".join(WORDS_DE[i] for i in idx) + ".")
+        tgt.append(" ".join(WORDS_EN[i] for i in idx) + ".")
+    return ParallelCorpus(src, tgt)
+
+
+def write_pair(folder: Path, corpus: ParallelCorpus, name: str, *, gz: bool = False) -> tuple[Path, Path]:
+    paths = []
+    for side, lines in (("de", corpus.sources), ("en", corpus.targets)):
+        data = ("\n".join(lines) + "\n").encode("utf-8")
+        path = folder / (f"{name}.{side}.gz" if gz else f"{name}.{side}")
+        path.write_bytes(gzip.compress(data) if gz else data)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+# --- reading ---------------------------------------------------------------------------------------
+
+
+def test_read_parallel_plain_and_gzip(tmp_path: Path) -> None:
+    corpus = toy_corpus(5)
+    for gz in (False, True):
+        src, tgt = write_pair(tmp_path, corpus, f"c{gz}", gz=gz)
+        read = read_parallel(src, tgt)
+        assert read.sources == corpus.sources and read.targets == corpus.targets and read.dropped == 0
+    (tmp_path / "a.de").write_bytes("\ufeffeins\r\n\nzwei\x85drei\n".encode())
+    (tmp_path / "a.en").write_text("one\nblank\ntwo\n", encoding="utf-8")
+    read = read_parallel(tmp_path / "a.de", tmp_path / "a.en")
+    assert read.sources == ["eins", "zwei\x85drei"] and read.targets == ["one", "two"] and read.dropped == 1
+
+
+def test_read_parallel_errors(tmp_path: Path) -> None:
+    (tmp_path / "a.de").write_text("eins\nzwei\ndrei\n", encoding="utf-8")
+    (tmp_path / "a.en").write_text("one\ntwo\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line counts differ: .*3 lines.*has 2"):
+        read_parallel(tmp_path / "a.de", tmp_path / "a.en")
+    (tmp_path / "e.de").write_text("\n\n", encoding="utf-8")
+    (tmp_path / "e.en").write_text("x\ny\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no sentence pair"):
+        read_parallel(tmp_path / "e.de", tmp_path / "e.en")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        read_parallel(tmp_path / "missing.de", tmp_path / "a.en")
+
+
+# --- tokenizers and batches ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_subword_tokenizers_round_trip_text(shared: bool) -> None:
+    corpus = toy_corpus(200)
+    toks = train_translation_tokenizers(corpus, vocab_size=60, shared=shared)
+    assert toks.shared == shared
+    for tok in (toks.source, toks.target):
+        assert [tok.token_to_id(t) for t in ("[PAD]", "[UNK]", "[BOS]", "[EOS]")] == [PAD_ID, 1, BOS_ID, EOS_ID]
+    ids = toks.target.encode("a blue house. a red dog.", add_special_tokens=False).ids
+    assert toks.decode_target([ids]) == ["a blue house. a red dog."]  # spaces restored exactly
+    pairs = encode_pairs(toks, corpus, max_len=3)
+    assert len(pairs) == len(corpus) and all(1 <= len(s) <= 3 and 1 <= len(t) <= 3 for s, t in pairs)
+    if not shared:
+        assert toks.source.token_to_id("▁hund") is not None and toks.source.token_to_id("▁dog") is None
+
+
+def test_batches_respect_the_token_budget_and_cover_every_pair() -> None:
+    rng = random.Random(0)
+    pairs = [([rng.randint(4, 9)] * rng.randint(1, 12), [rng.randint(4, 9)] * rng.randint(1, 12)) for _ in range(300)]
+    seen = 0
+    for batch in batches_by_tokens(pairs, 64, seed=3):
+        assert batch.src.numel() <= 64 and batch.tgt_in.numel() <= 64
+        words = (batch.tgt_out[:, :-1] != PAD_ID) & (batch.tgt_out[:, :-1] != EOS_ID)
+        assert torch.equal(batch.tgt_in[:, 1:][words], batch.tgt_out[:, :-1][words])  # shifted by one
+        assert torch.all(batch.tgt_in[:, 0] == BOS_ID)
+        assert int((batch.tgt_out == EOS_ID).sum()) == batch.src.shape[0]
+        seen += batch.src.shape[0]
+    assert seen == len(pairs)
+    with pytest.raises(ValueError, match="at least one token"):
+        collate_pairs([([], [5])])
+
+
+# --- runs and commands -----------------------------------------------------------------------------
+
+
+def tiny_translator(seed: int = 0) -> Translator:
+    torch.manual_seed(seed)
+    toks = train_translation_tokenizers(toy_corpus(100), vocab_size=50, shared=False)
+    config = Seq2SeqConfig(src_vocab_size=toks.source.get_vocab_size(), tgt_vocab_size=toks.target.get_vocab_size(),
+                           d_model=16, num_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0,
+                           tie_embeddings=False)
+    return Translator(Seq2SeqTransformer(config).eval(), toks)
+
+
+def test_save_load_gives_the_same_translations(tmp_path: Path) -> None:
+    translator = tiny_translator()
+    texts = ["ein hund läuft.", "ein rot haus im blau."]
+    before = translator.translate(texts, beam=3)
+    save_translation_run(tmp_path / "run", translator.model, translator.tokenizers, run_id="r1")
+    loaded = load_translation_run(tmp_path / "run")
+    after = loaded.translate(texts, beam=3)
+    assert [t.text for t in after] == [t.text for t in before]
+    assert [t.score for t in after] == pytest.approx([t.score for t in before], abs=1e-6)
+    meta = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert meta["model_name"] == "seq2seq" and meta["shared_tokenizer"] is False
+    with pytest.raises(FileExistsError, match="different run"):
+        save_translation_run(tmp_path / "run", translator.model, translator.tokenizers, run_id="r2")
+    with pytest.raises(ValueError, match="empty after tokenization"):
+        translator.translate(["ok", "   "])
+
+
+def test_train_and_translate_commands(tmp_path: Path) -> None:
+    src, tgt = write_pair(tmp_path, toy_corpus(250), "train", gz=True)
+    vsrc, vtgt = write_pair(tmp_path, toy_corpus(20, seed=1), "val")
+    out = tmp_path / "run"
+    args = ["--src", str(src), "--tgt", str(tgt), "--val-src", str(vsrc), "--val-tgt", str(vtgt), "--out", str(out),
+            "--vocab-size", "60", "--d-model", "32", "--heads", "4", "--d-ff", "64", "--encoder-layers", "1",
+            "--decoder-layers", "1", "--dropout", "0", "--epochs", "3", "--batch-tokens", "400", "--lr", "5e-3",
+            "--warmup", "20", "--label-smoothing", "0"]
+    result = CliRunner().invoke(train_translate, args)
+    assert result.exit_code == 0, result.output
+    assert "validation BLEU" in result.output and (out / "model.safetensors").is_file()
+    history = json.loads((out / "config.json").read_text())["history"]
+    assert len(history) == 3 and history[-1]["train_loss"] < 0.8 * history[0]["train_loss"]
+
+    again = CliRunner().invoke(train_translate, args)
+    assert again.exit_code == 1 and "different run" in again.output
+
+    plot = tmp_path / "align.png"
+    result = CliRunner().invoke(translate, [str(out), "ein hund läuft.", "ein kind spielt.", "--beam", "2",
+                                            "--alignment", str(plot)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().split("\n")
+    expected = load_translation_run(out).translate(["ein hund läuft.", "ein kind spielt."], beam=2)
+    assert lines == [t.text for t in expected]
+    assert plot.is_file() and plot.stat().st_size > 0
+
+
+def test_command_errors(tmp_path: Path) -> None:
+    (tmp_path / "a.de").write_text("eins\nzwei\n", encoding="utf-8")
+    (tmp_path / "a.en").write_text("one\n", encoding="utf-8")
+    result = CliRunner().invoke(train_translate, ["--src", str(tmp_path / "a.de"), "--tgt", str(tmp_path / "a.en"),
+                                                  "--out", str(tmp_path / "run")])
+    assert result.exit_code == 1 and "line counts differ" in result.output
+    result = CliRunner().invoke(translate, [str(tmp_path / "nowhere"), "hallo"])
+    assert result.exit_code == 1 and "nowhere" in result.output and "Traceback" not in result.output
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(translate, [str(tmp_path / "empty"), "hallo"])
+    assert result.exit_code == 1 and "not an attnkit run directory" in result.output
+    translator = tiny_translator()
+    save_translation_run(tmp_path / "run", translator.model, translator.tokenizers, run_id="r")
+    result = CliRunner().invoke(translate, [str(tmp_path / "run")])
+    assert result.exit_code == 2 and "at least one TEXT" in result.output
