@@ -311,9 +311,10 @@ def attention(
     ``softmax(Q K^T * scale + bias) V`` where ``mask`` is False (Vaswani et al., 2017).
 
     Args:
-        q, k, v: queries, keys and values. Grouped-query attention (Ainslie et
-            al., 2023) when ``Hkv`` divides ``H``: query head ``h`` uses key/value
-            head ``h // (H // Hkv)``.
+        q: queries. Grouped-query attention (Ainslie et al., 2023) when ``Hkv``
+            divides ``H``: query head ``h`` uses key/value head ``h // (H // Hkv)``.
+        k: keys.
+        v: values.
         mask: boolean, True where a query MAY attend to a key; broadcast to
             ``(B, H, Tq, Tk)``. Build it with :mod:`attnkit.masks`.
         bias: float additive bias broadcast to ``(B, H, Tq, Tk)`` (ALiBi,
