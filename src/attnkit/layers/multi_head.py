@@ -51,8 +51,8 @@ class MultiHeadAttention(nn.Module):
         num_heads: query heads H.
         kv_heads: key/value heads (grouped-query attention); must divide
             ``num_heads``. Default ``num_heads``.
-        kdim, vdim: widths of the key and value inputs for cross-attention
-            (default ``d_model``).
+        kdim: width of the key input for cross-attention (default ``d_model``).
+        vdim: width of the value input for cross-attention (default ``d_model``).
         bias: add biases to the projections.
         dropout: attention-weight dropout, active in training mode only.
 
