@@ -264,7 +264,8 @@ def read_examples(
         path: a file (optionally ``.gz``) or a folder (``"folder"``, ``"polarity"``).
         format: one of :data:`FORMATS`; guessed by :func:`guess_format` when None.
         encoding: text encoding of the files (MR is ``"latin-1"``).
-        text_field, label_field: column or key names for csv, tsv and jsonl.
+        text_field: column or key name of the text for csv, tsv and jsonl.
+        label_field: column or key name of the label for csv, tsv and jsonl.
 
     Returns:
         the examples in file order (folder: class folders and files sorted by
