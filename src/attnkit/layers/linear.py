@@ -141,7 +141,9 @@ def linear_attention(
     """Efficient attention ``softmax_D(Q) (softmax_T(K)^T V)`` (Shen et al., 2021), linear in T.
 
     Args:
-        q, k, v: split heads.
+        q: queries, split into heads.
+        k: keys, split into heads.
+        v: values, split into heads.
         causal: prefix-normalised causal form (see the module docstring); needs ``Tq == Tk``.
         key_mask: boolean ``(B, Tk)`` or ``(B, 1, 1, Tk)``, True where a key may be attended.
         chunk: positions per step of the causal scan.
