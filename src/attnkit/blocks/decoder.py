@@ -71,9 +71,15 @@ class TransformerDecoderLayer(nn.Module):
     applies to both attentions (and shrinks both caches).
 
     Attributes:
-        self_attn, cross_attn (:class:`~attnkit.layers.multi_head.MultiHeadAttention`),
-        ff (:class:`~attnkit.blocks.FeedForward`), norm1 (self), norm2 (cross),
-        norm3 (FFN), dropout1, dropout2, dropout3.
+        self_attn: masked self-attention, a :class:`~attnkit.layers.multi_head.MultiHeadAttention`.
+        cross_attn: attention over ``memory``, a :class:`~attnkit.layers.multi_head.MultiHeadAttention`.
+        ff: the :class:`~attnkit.blocks.FeedForward` network.
+        norm1: LayerNorm of the self-attention branch.
+        norm2: LayerNorm of the cross-attention branch.
+        norm3: LayerNorm of the feed-forward branch.
+        dropout1: dropout on the self-attention branch.
+        dropout2: dropout on the cross-attention branch.
+        dropout3: dropout on the feed-forward branch.
 
     Shape:
         x ``(B, Tq, D)``, memory ``(B, Tk, D)``; returns ``(B, Tq, D)``.
@@ -222,7 +228,8 @@ class TransformerDecoder(nn.Module):
     :meth:`init_cache` (see the module docstring for the loop and positions).
 
     Attributes:
-        layers (``nn.ModuleList``), norm (``nn.LayerNorm`` or ``None``).
+        layers: the layers, an ``nn.ModuleList``.
+        norm: the final ``nn.LayerNorm``, or ``None``.
 
     Shape:
         x ``(B, Tq, D)``, memory ``(B, Tk, D)``; returns ``(B, Tq, D)`` and, on

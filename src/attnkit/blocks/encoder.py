@@ -189,7 +189,8 @@ class TransformerEncoder(nn.Module):
             the layers are pre-norm (their output is otherwise never normalised).
 
     Attributes:
-        layers (``nn.ModuleList``), norm (``nn.LayerNorm`` or ``None``).
+        layers: the layers, an ``nn.ModuleList``.
+        norm: the final ``nn.LayerNorm``, or ``None``.
 
     Shape:
         x ``(B, T, D)``; returns ``(B, T, D)`` and, on request, a list of
