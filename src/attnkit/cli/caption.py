@@ -26,15 +26,17 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import torch
-from torch import Tensor
 
 from attnkit.cli.commands import friendly_errors
-from attnkit.data.captions import CaptionVocab
-from attnkit.models.captioner import CaptionerConfig, ImageCaptioner, load_backbone_weights
+
+if TYPE_CHECKING:  # torch loads only when a command runs, so that ``attnkit --help`` stays quick
+    from torch import Tensor
+
+    from attnkit.data.captions import CaptionVocab
+    from attnkit.models.captioner import ImageCaptioner
 
 __all__ = [
     "MODEL_NAME",
@@ -63,6 +65,8 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
     Shape:
         images ``(N, 3, S, S)``; captions ``(N, T)``; lengths ``(N,)``.
     """
+    import torch
+
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a positive int, got {epochs!r}")
     n = images.shape[0]
@@ -139,6 +143,8 @@ def save_caption_run(directory: str | Path, model: ImageCaptioner, vocab: Captio
 
 def load_caption_run(directory: str | Path) -> tuple[ImageCaptioner, CaptionVocab, dict[str, Any]]:
     """Rebuild ``(model in eval mode, vocabulary, config.json contents)`` from a run directory."""
+    from attnkit.data.captions import CaptionVocab
+    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
     from attnkit.train import checkpoint as ckpt
 
     path = Path(directory)
@@ -170,7 +176,9 @@ def _shapes_data(n_train: int, n_val: int, seed: int, size: int) -> tuple[list[A
 
 def _real_data(images: str, captions: str, size: int, seed: int,
                min_count: int) -> tuple[list[Any], list[Any], CaptionVocab]:
-    from attnkit.data.captions import load_caption_set
+    import torch
+
+    from attnkit.data.captions import CaptionVocab, load_caption_set
 
     items = load_caption_set(images, captions, size=size)
     order = torch.randperm(len(items), generator=torch.Generator().manual_seed(seed)).tolist()
@@ -218,7 +226,10 @@ def train_caption(**values: Any) -> None:
       attnkit train --task caption --out runs/shapes
       attnkit train --task caption --images flickr8k/images --captions captions.txt --out runs/f8k
     """
+    import torch
+
     from attnkit.data.captions import encode_captions, images_to_tensor
+    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner, load_backbone_weights
     from attnkit.train import checkpoint as ckpt
 
     if bool(values["images"]) != bool(values["captions"]):
