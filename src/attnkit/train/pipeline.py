@@ -137,7 +137,7 @@ def fit_classifier(
         ckpt.save_checkpoint(out_dir, model, model_name, config, tokenizer, label_vocab,
                              run_id=run_id, overwrite=overwrite, extra=meta)
     trainer = Trainer(model, train_config, train_ds, val_ds if len(val_ds) else None,
-                      lengths=train_ds.lengths, out_dir=out_dir if dist.is_main else None,
+                      lengths=train_ds.lengths, out_dir=out_dir,  # only rank 0 writes
                       quiet=quiet, dist=dist, log=log)
     history = trainer.fit(resume=resume)
     test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
