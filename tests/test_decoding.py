@@ -50,7 +50,8 @@ def test_beam_of_one_equals_greedy(seed: int) -> None:
 def _sequence_log_prob(model: Seq2SeqTransformer, src: torch.Tensor, lengths: torch.Tensor, seq: list[int]) -> float:
     """log P(seq | src) the way the decoders score it ([PAD] and [BOS] never produced)."""
     tgt_in = torch.tensor([[2, *seq[:-1]]]) if seq else torch.tensor([[2]])
-    logp = torch.log_softmax(model(src, lengths, tgt_in)[0].float(), dim=-1)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(src, lengths, tgt_in)[0].float(), dim=-1)
     return float(sum(logp[t, tok] for t, tok in enumerate(seq)))
 
 

@@ -151,12 +151,12 @@ def test_tiny_model_learns_the_copy_task() -> None:
     for _ in range(130):
         b = collate_pairs(_copy_pairs(rng, 64))
         loss = model.loss(model(b.src, b.src_lengths, b.tgt_in), b.tgt_out)
-        first = float(loss) if first is None else first
+        first = loss.item() if first is None else first
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         schedule.step()
-    assert first is not None and float(loss) < 0.2 * first
+    assert first is not None and loss.item() < 0.2 * first
     model.eval()
     test = _copy_pairs(random.Random(1), 200)  # unseen draws
     b = collate_pairs(test)

@@ -207,15 +207,16 @@ def beam_search(
         keep_beam = torch.zeros(b, k, dtype=torch.long, device=device)
         keep_token = torch.full((b, k), eos, dtype=torch.long, device=device)
         new_scores = torch.full((b, k), float("-inf"), device=device)
+        # Python lists: the bookkeeping below reads single entries, far cheaper than tensor indexing.
+        cand_scores, cand_beams, cand_tokens = top_scores.tolist(), top_beam.tolist(), top_token.tolist()
         for i in range(b):
             if done[i]:
                 continue
             live = 0
-            for rank in range(top_index.shape[1]):
-                score = float(top_scores[i, rank])
+            for rank, (score, beam, token) in enumerate(zip(cand_scores[i], cand_beams[i], cand_tokens[i],
+                                                            strict=True)):
                 if score == float("-inf"):
                     break
-                beam, token = int(top_beam[i, rank]), int(top_token[i, rank])
                 flat = i * k + beam
                 if token == eos:
                     if rank < k:
