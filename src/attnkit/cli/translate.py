@@ -207,6 +207,7 @@ class TranslationTrainConfig:
     clip_norm: float = 1.0
     time_budget_s: float | None = None
     eval_beam: int = 1
+    log_every: int = 100
 
 
 def _lr_factor(step: int, warmup: int) -> float:
@@ -276,8 +277,9 @@ def fit_translation(
             step += 1
             n = batch.num_target_tokens
             total, count = total + loss.item() * n, count + n
-            if step % 100 == 0:
-                say(f"  step {step}: loss {total / count:.3f} ({time.monotonic() - start:.0f} s)")
+            if step == 1 or step % train_config.log_every == 0:
+                say(f"  step {step}: mean loss this epoch {total / count:.3f}, last batch {loss.item():.3f} "
+                    f"({time.monotonic() - start:.0f} s)")
             budget = train_config.time_budget_s
             if budget is not None and time.monotonic() - start > budget:
                 out_of_time = True
