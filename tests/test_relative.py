@@ -189,3 +189,13 @@ def test_benchmark_naive_form_matches_layer_function():
     ref, ref_w = naive.naive_relative_attention(q, k, v, rel_k, rel_v, 2, mask=mask)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
     torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_blocks_with_constant_edge_regions_match_formula_and_gradients(monkeypatch, causal):
+    # 4-row blocks over 20 positions with k=2: most keys lie outside each block's window.
+    monkeypatch.setattr(relative_module, "_BLOCK_ELEMENTS", 2 * 2 * 20 * 4)
+    monkeypatch.setattr(relative_module, "_MIN_ROWS", 1)
+    layer = RelativePositionAttention(8, 2, 2).double()
+    x = torch.randn(2, 20, 8, dtype=torch.float64)
+    _compare(layer, x, 1e-10, causal=causal, mask=masks.from_lengths([20, 13], 20))
