@@ -26,7 +26,13 @@ __all__ = ["DecoderLayerCache", "DecoderCache", "SelfAttentionCache"]
 
 @dataclass
 class DecoderLayerCache:
-    """The self-attention and cross-attention caches of one decoder layer."""
+    """The self-attention and cross-attention caches of one decoder layer.
+
+    Shape:
+        ``self_attn`` keys/values ``(B, Hkv, T, Dh)`` for the ``T`` target
+        positions so far; ``cross_attn`` ``(B, Hkv, Tk, Dh)`` for the encoder
+        memory; ``reorder`` takes an index ``(B',)``.
+    """
 
     self_attn: KVCache = field(default_factory=KVCache)
     cross_attn: KVCache = field(default_factory=lambda: KVCache(static=True))
@@ -47,6 +53,9 @@ class DecoderCache:
     ``offset`` is the number of target positions already decoded: read it
     *before* a step and give it to the positional encoding, so that the new
     token gets position ``offset`` (and the next ones ``offset + 1``...).
+
+    Shape:
+        per layer, as :class:`DecoderLayerCache`; ``reorder`` takes an index ``(B',)``.
     """
 
     def __init__(self, num_layers: int) -> None:
@@ -80,6 +89,9 @@ class SelfAttentionCache:
 
     ``offset`` is the number of positions already decoded; read it before a
     step and give it to the positional encoding.
+
+    Shape:
+        per layer, keys/values ``(B, Hkv, T, Dh)``; ``reorder`` takes an index ``(B',)``.
     """
 
     def __init__(self, num_layers: int) -> None:
