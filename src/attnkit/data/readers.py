@@ -44,6 +44,7 @@ from pathlib import Path
 __all__ = ["Example", "DataFormatError", "FORMATS", "read_examples", "read_lines", "guess_format"]
 
 FORMATS = ("csv", "tsv", "jsonl", "label-tab-text", "label-space-text", "folder", "polarity")
+"""The format names :func:`read_examples` accepts."""
 _EXTENSIONS = {
     ".csv": "csv",
     ".tsv": "tsv",
