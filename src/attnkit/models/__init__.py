@@ -52,6 +52,7 @@ MODELS: dict[str, tuple[type[nn.Module], type[ModelConfig]]] = {
     "sentiment": (SentimentClassifier, SentimentClassifierConfig),
     "han": (HierarchicalAttentionNetwork, HierarchicalAttentionNetworkConfig),
 }
+"""Registered models: name -> (model class, config class), as :func:`build_model` reads them."""
 
 
 def _entry(name: str) -> tuple[type[nn.Module], type[ModelConfig]]:
