@@ -17,7 +17,11 @@ __all__ = ["accuracy", "attention_received", "most_attended_positions", "most_at
 
 
 def accuracy(predictions: np.ndarray, labels: np.ndarray) -> float:
-    """Fraction of ``predictions == labels``. Shape: both ``(N,)``."""
+    """Fraction of ``predictions == labels``.
+
+    Shape:
+        predictions and labels ``(N,)``.
+    """
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     if predictions.shape != labels.shape:
         raise ValueError(f"predictions {predictions.shape} and labels {labels.shape} differ in shape")
@@ -63,6 +67,9 @@ def most_attended_tokens(
 
     Returns ``(token, mean weight, count)`` for the ``k`` best tokens seen at
     least ``min_count`` times.
+
+    Shape:
+        weights ``(B, H, Tq, Tk)`` or ``(B, Tk)`` (pooling); ids and mask ``(B, Tk)``.
     """
     received = attention_received(weights, mask)  # (B, T)
     valid = np.ones(ids.shape, dtype=bool) if mask is None else mask

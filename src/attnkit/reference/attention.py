@@ -148,6 +148,10 @@ def attention_backward(
     """Gradients ``(dq, dk, dv, dbias)`` of the loss, given ``grad = dL/d output``.
 
     ``dbias`` has the shape of the bias passed forward (``None`` without one).
+
+    Shape:
+        grad ``(B, H, Tq, Dv)``; returns dq ``(B, H, Tq, Dh)``, dk ``(B, Hkv, Tk, Dh)``,
+        dv ``(B, Hkv, Tk, Dv)``, the shapes of the forward inputs.
     """
     q, k, v, p = cache.q, cache.k, cache.v, cache.weights
     b, h, tq, _ = q.shape

@@ -40,7 +40,11 @@ class History:
 
 
 def predict(model: Module, sequences: Sequences, batch_size: int = 256, max_len: int | None = None) -> np.ndarray:
-    """Class predictions in eval mode, batch by batch. Returns ``(N,)`` ints."""
+    """Class predictions in eval mode, batch by batch.
+
+    Shape:
+        ``N`` id sequences in; returns ``(N,)`` ints.
+    """
     was = model.training
     model.eval()
     out = []
@@ -62,6 +66,10 @@ class Trainer:
         patience: stop after this many epochs without a better validation accuracy.
         seed: seed of the shuffling generator.
         max_len: truncate sequences to this many tokens.
+
+    Shape:
+        ``train_step``: ids ``(B, T)``, labels ``(B,)``; ``fit``: ``N`` id
+        sequences and labels ``(N,)``.
     """
 
     def __init__(self, model: Module, optimizer: Optimizer, *, batch_size: int = 32,
