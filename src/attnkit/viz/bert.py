@@ -70,6 +70,9 @@ def attentions_from_bert_dir(
         For one text: ``tokens`` (``T`` strings) and attentions ``(L, H, T, T)``.
         For a list: one token list per text and ``(B, L, H, T, T)``, ``T`` the
         longest sequence.
+
+    Shape:
+        returns attentions ``(L, H, T, T)`` for one text, ``(B, L, H, T, T)`` for a list.
     """
     root = Path(folder)
     for name in ("config.json", "tokenizer.json"):

@@ -197,7 +197,12 @@ def report_data(
     example_names: Sequence[str] | None = None,
     limits: ReportLimits | None = None,
 ) -> dict[str, Any]:
-    """The JSON-ready data of a report (see :func:`write_report` for the arguments)."""
+    """The JSON-ready data of a report (see :func:`write_report` for the arguments).
+
+    Shape:
+        as :func:`write_report`: attentions ``(L, H, Tq, Tk)`` for one example,
+        ``(B, L, H, Tq, Tk)`` (or per-layer lists) for a batch.
+    """
     limits = limits or ReportLimits()
     examples = _split_examples(tokens, attentions, source_tokens)
     n = len(examples)
