@@ -169,7 +169,8 @@ def beam_search(
 
     Args:
         model: an :class:`IncrementalDecoder` in eval mode.
-        src_ids, src_lengths: the padded source batch.
+        src_ids: the padded source batch.
+        src_lengths: the source lengths.
         beam_size: hypotheses kept per source (K).
         max_len: most tokens generated per hypothesis (``[EOS]`` included).
         alpha: length-penalty exponent (0.6 in GNMT; 0 disables it).
