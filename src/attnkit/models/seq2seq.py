@@ -171,10 +171,12 @@ class Seq2SeqTransformer(nn.Module):
         config: a :class:`Seq2SeqConfig`.
 
     Attributes:
-        src_embed, tgt_embed (the same module when ``shared_vocab``), positional,
-        encoder (:class:`~attnkit.blocks.TransformerEncoder`), decoder
-        (:class:`~attnkit.blocks.TransformerDecoder`), out_proj (its weight is
-        ``tgt_embed.weight`` when ``tie_embeddings``).
+        src_embed: the source embedding.
+        tgt_embed: the target embedding (the same module as ``src_embed`` when ``shared_vocab``).
+        positional: the positional encoding.
+        encoder: the :class:`~attnkit.blocks.TransformerEncoder`.
+        decoder: the :class:`~attnkit.blocks.TransformerDecoder`.
+        out_proj: the output projection (its weight is ``tgt_embed.weight`` when ``tie_embeddings``).
 
     Shape:
         src_ids ``(B, Ts)``, src_lengths ``(B,)``, tgt_in_ids ``(B, Tt)``;
