@@ -34,11 +34,12 @@ import torch
 from attnkit.cli.caption import corpus_bleu, fit_captioner, generate
 from attnkit.data.captions import encode_captions, images_to_tensor
 from attnkit.data.shapes import ShapeScene, generate_scenes, shapes_vocab
-from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+from attnkit.models.captioner import ATTEND_WITH, CaptionerConfig, ImageCaptioner
 
 # The config defaults: a light model, which the scenes need and the machine affords.
 EVAL_MODEL: dict[str, Any] = {"channels": (16, 32, 64), "embed_dim": 32, "hidden_dim": 128,
-                              "attention_dim": 64, "dropout": 0.1, "attention_reg": 1.0}
+                              "attention_dim": 64, "dropout": 0.1, "attention_reg": 1.0,
+                              "attend_with": "previous_state"}
 
 
 def peak_inside(weights: torch.Tensor, grid: tuple[int, int], size: int,
@@ -97,6 +98,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--attention-reg", type=float, default=EVAL_MODEL["attention_reg"],
+                        help="λ of the doubly stochastic regulariser")
+    parser.add_argument("--attend-with", default=EVAL_MODEL["attend_with"], choices=ATTEND_WITH,
+                        help="query the attention with the LSTM state before or after reading the word")
     parser.add_argument("--quick", action="store_true", help="1000 scenes, 4 epochs")
     parser.add_argument("--json", help="write the figures to this JSON file")
     parser.add_argument("--figure", help="save the per-word attention of one test scene here")
@@ -109,7 +114,8 @@ def main() -> None:
     vocab = shapes_vocab()
     train = generate_scenes(args.train_size, seed=args.seed)
     test = generate_scenes(args.test_size, seed=args.seed + 1_000_003)
-    config = CaptionerConfig(vocab_size=len(vocab), **EVAL_MODEL)
+    config = CaptionerConfig(vocab_size=len(vocab), **{**EVAL_MODEL, "attention_reg": args.attention_reg,
+                                                           "attend_with": args.attend_with})
     model = ImageCaptioner(config)
     ids, lengths = encode_captions([s.caption for s in train], vocab)
     images = images_to_tensor([s.image for s in train])

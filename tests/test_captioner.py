@@ -13,6 +13,7 @@ from torch import nn
 from attnkit.data.captions import encode_captions, images_to_tensor
 from attnkit.data.shapes import generate_scenes, shapes_vocab
 from attnkit.models.captioner import (
+    ATTEND_WITH,
     BACKBONES,
     CaptionerConfig,
     ImageCaptioner,
@@ -44,8 +45,9 @@ def test_grid_and_shapes() -> None:
     assert out.weights.shape == (6, ids.shape[1] - 1, 16)
 
 
-def test_attention_sums_to_one_each_step_and_is_zero_past_the_end() -> None:
-    model = _tiny()
+@pytest.mark.parametrize("attend_with", ATTEND_WITH)
+def test_attention_sums_to_one_each_step_and_is_zero_past_the_end(attend_with: str) -> None:
+    model = _tiny(attend_with=attend_with)
     images, ids, lengths = _batch()
     weights = model(images, ids, lengths).weights  # (B, T-1, R)
     assert (weights >= 0).all()
@@ -60,9 +62,10 @@ def test_attention_sums_to_one_each_step_and_is_zero_past_the_end() -> None:
         assert model.attention_maps(cap.weights).shape == (len(cap.ids), 4, 4)
 
 
-def test_beam_of_one_is_greedy() -> None:
+@pytest.mark.parametrize("attend_with", ATTEND_WITH)
+def test_beam_of_one_is_greedy(attend_with: str) -> None:
     torch.manual_seed(3)
-    model = _tiny(max_len=6).eval()
+    model = _tiny(max_len=6, attend_with=attend_with).eval()
     images, _, _ = _batch(5, seed=4)
     greedy = model.greedy(images)
     beam = model.beam_search(images, beam_size=1)
@@ -103,8 +106,9 @@ def test_loss_falls_on_a_tiny_batch() -> None:
     assert losses[-1] < 0.3 * losses[0], losses[::8]
 
 
-def test_every_parameter_gets_a_gradient() -> None:
-    model = _tiny()
+@pytest.mark.parametrize("attend_with", ATTEND_WITH)
+def test_every_parameter_gets_a_gradient(attend_with: str) -> None:
+    model = _tiny(attend_with=attend_with)
     images, ids, lengths = _batch()
     loss, _ = model.loss(images, ids, lengths)
     loss.backward()
@@ -153,6 +157,8 @@ def test_image_and_caption_errors() -> None:
 def test_config_errors_list_valid_choices() -> None:
     with pytest.raises(ValueError, match=r"backbone must be one of \['small', 'resnet18'.*got 'vgg'"):
         CaptionerConfig(vocab_size=10, backbone="vgg")
+    with pytest.raises(ValueError, match=r"attend_with must be one of \['previous_state', 'current_state'\]"):
+        CaptionerConfig(vocab_size=10, attend_with="later")
     with pytest.raises(ValueError, match="channels must be a tuple of 3"):
         CaptionerConfig(vocab_size=10, channels=(4, 8))
     with pytest.raises(ValueError, match="eos_id must be < vocab_size=2"):

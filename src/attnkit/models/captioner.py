@@ -13,7 +13,12 @@ attention on its previous state and reads a gated weighted mean of them::
     h_t, c_t = LSTM([E y_{t-1}; ẑ_t], (h_{t-1}, c_{t-1}))
     p(y_t) = softmax(L_o(E y_{t-1} + L_h h_t + L_z ẑ_t))      deep output (paper eq. 7)
 
-``h_0`` and ``c_0`` come from the mean region through two small layers. The
+``h_0`` and ``c_0`` come from the mean region through two small layers.
+With ``attend_with="current_state"`` the order changes as in the spatial
+attention model of Lu et al. (2017, "Knowing When to Look"): the LSTM first
+reads ``[E y_{t-1}; mean_i a_i]``, then attention is queried with ``h_t`` and
+``ẑ_t`` feeds only the output layer, so the decoder cannot carry what it saw
+for one word over to the next and must look again. The
 loss is the word cross-entropy plus the *doubly stochastic* regulariser
 ``λ Σ_i (1 − Σ_t α_ti)²`` that asks every region to receive, over the whole
 caption, about one unit of attention. Deviation from the paper: the
@@ -43,9 +48,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.layers.additive import AdditiveAttention
-from attnkit.models.config import ModelConfig, check_fraction, check_positive_int
+from attnkit.models.config import ModelConfig, check_choice, check_fraction, check_positive_int
 
 __all__ = [
+    "ATTEND_WITH",
     "BACKBONES",
     "CaptionerConfig",
     "CaptionerOutput",
@@ -60,6 +66,7 @@ BACKBONES: dict[str, int | None] = {
     "small": None, "resnet18": 512, "resnet34": 512, "resnet50": 2048, "resnet101": 2048,
     "resnet152": 2048,
 }
+ATTEND_WITH = ("previous_state", "current_state")
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -81,6 +88,12 @@ class CaptionerConfig(ModelConfig):
         dropout: dropout before the output layer.
         attention_reg: ``λ`` of the doubly stochastic regulariser.
         max_len: longest caption generated, ``<eos>`` included.
+        attend_with: ``"previous_state"`` (Xu et al.): attention is queried
+            with ``h_{t-1}`` and its context enters the LSTM, which can then
+            remember what it saw; ``"current_state"`` (the spatial attention
+            of Lu et al., 2017, "Knowing When to Look"): the LSTM reads the
+            word and the mean region, and attention is queried with ``h_t``,
+            its context going only to the output, so each word must look again.
         pad_id, bos_id, eos_id: the special token ids.
     """
 
@@ -94,6 +107,7 @@ class CaptionerConfig(ModelConfig):
     dropout: float = 0.1
     attention_reg: float = 1.0
     max_len: int = 20
+    attend_with: str = "previous_state"
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
@@ -108,6 +122,7 @@ class CaptionerConfig(ModelConfig):
         for width in self.channels:
             check_positive_int("channels[i]", width)
         check_fraction("dropout", self.dropout)
+        check_choice("attend_with", self.attend_with, ATTEND_WITH)
         if isinstance(self.attention_reg, bool) or not isinstance(self.attention_reg, (int, float)) \
                 or self.attention_reg < 0:
             raise ValueError(f"attention_reg must be a float >= 0, got {self.attention_reg!r}")
@@ -249,16 +264,21 @@ class ImageCaptioner(nn.Module):
 
     def _step(self, prev: Tensor, h: Tensor, c: Tensor, features: Tensor,
               projected: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """One word: attend with ``h_{t-1}``, gate, update the LSTM, score the vocabulary.
+        """One word: attend, gate, update the LSTM, score the vocabulary (order per ``attend_with``).
 
         Shape:
             prev ``(B,)`` ids; h, c ``(B, Hd)``; returns logits ``(B, V)``,
             weights ``(B, R)``, new h, c.
         """
-        context, alpha = self.attention(h, features, projected_keys=projected)  # (B, C), (B, R)
-        z = torch.sigmoid(self.gate(h)) * context  # (B, C): β_t ẑ_t
         emb = self.embed(prev)  # (B, E)
-        h, c = self.lstm(torch.cat([emb, z], dim=-1), (h, c))  # (B, Hd) each
+        if self.config.attend_with == "previous_state":
+            context, alpha = self.attention(h, features, projected_keys=projected)  # (B, C), (B, R)
+            z = torch.sigmoid(self.gate(h)) * context  # (B, C): β_t ẑ_t
+            h, c = self.lstm(torch.cat([emb, z], dim=-1), (h, c))  # (B, Hd) each
+        else:  # "current_state": read the word and the whole image first, then look
+            h, c = self.lstm(torch.cat([emb, features.mean(dim=1)], dim=-1), (h, c))  # (B, Hd) each
+            context, alpha = self.attention(h, features, projected_keys=projected)  # (B, C), (B, R)
+            z = torch.sigmoid(self.gate(h)) * context  # (B, C)
         logits = self.out(self.drop(emb + self.out_h(h) + self.out_z(z)))  # (B, V)
         return logits, alpha, h, c
 
