@@ -55,7 +55,7 @@ def test_example_runs_and_writes_its_outputs(script: Path, tmp_path: Path, monke
         assert path.is_file(), f"{script.name} promised {name} but did not write it"
         assert path.stat().st_size > 0, f"{script.name} wrote an empty {name}"
         assert f"wrote {path}" in printed, f"{script.name} did not report writing {name}"
-    written = {p.name for p in out.iterdir()}
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
     assert written <= set(outputs), f"{script.name} wrote undeclared files {sorted(written - set(outputs))}"
     # Every script prints the shapes it produces: at least one "(d, d...)" tuple.
     assert any(line.rstrip().endswith(")") and "(" in line for line in printed.splitlines()), printed
