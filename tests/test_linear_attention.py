@@ -7,6 +7,7 @@ import torch
 
 from attnkit import masks
 from attnkit.functional import split_heads
+from attnkit.layers import linear as linear_module
 from attnkit.layers.linear import LinearAttention, linear_attention, linear_attention_weights
 
 
@@ -41,7 +42,8 @@ def _qkv(b=2, h=3, t=150, dh=8, dv=5, dtype=torch.float64):
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_matches_explicit_weights(dtype, tol, causal):
+def test_matches_explicit_weights(dtype, tol, causal, monkeypatch):
+    monkeypatch.setattr(linear_module, "_CONTEXT_CHUNK", 32)  # several non-causal chunks too
     q, k, v = _qkv(dtype=dtype)
     key_mask = masks.from_lengths([150, 97], 150)[:, 0, 0]  # (B, Tk)
     out = linear_attention(q, k, v, causal=causal, key_mask=key_mask, chunk=32)  # 5 chunks, last ragged
