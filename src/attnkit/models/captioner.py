@@ -94,7 +94,9 @@ class CaptionerConfig(ModelConfig):
             of Lu et al., 2017, "Knowing When to Look"): the LSTM reads the
             word and the mean region, and attention is queried with ``h_t``,
             its context going only to the output, so each word must look again.
-        pad_id, bos_id, eos_id: the special token ids.
+        pad_id: the id of ``<pad>``.
+        bos_id: the id of ``<bos>``.
+        eos_id: the id of ``<eos>``.
     """
 
     vocab_size: int
