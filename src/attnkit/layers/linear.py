@@ -160,7 +160,11 @@ def linear_attention(
     if causal:
         return _causal_scan(q, k, v, keep, chunk)
     context = _global_context(k, v, keep)  # (B, H, Dh, Dv)
-    return _softmax(q, dim=-1) @ context  # (B, H, Tq, Dv)
+    out = v.new_empty(*q.shape[:3], v.shape[-1])  # (B, H, Tq, Dv)
+    for start in range(0, q.shape[2], _CONTEXT_CHUNK):
+        stop = start + _CONTEXT_CHUNK
+        out[:, :, start:stop] = _softmax(q[:, :, start:stop], dim=-1) @ context
+    return out
 
 
 def _global_context(k: Tensor, v: Tensor, keep: Tensor | None) -> Tensor:
