@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-every", type=int, default=100, help="print the loss every N steps")
+    parser.add_argument("--val-bleu-sentences", type=int, help="decode only the first N validation sentences")
     args = parser.parse_args(argv)
     if not args.data.is_dir():
         print(f"no Multi30k folder at {args.data} (see /work/shared/data/README.md)", file=sys.stderr)
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                      "dropout": 0.1, "norm_first": True, "label_smoothing": 0.1, "tie_embeddings": True}
     config = TranslationTrainConfig(epochs=args.epochs, max_tokens=args.batch_tokens, lr=args.lr,
                                     warmup=args.warmup, seed=args.seed, vocab_size=args.vocab_size,
-                                    time_budget_s=60.0 * args.time_budget, log_every=args.log_every)
+                                    time_budget_s=60.0 * args.time_budget, log_every=args.log_every,
+                                    eval_sentences=args.val_bleu_sentences)
     summary = fit_translation(train, val, model_options=model_options, train_config=config, out_dir=args.out,
                               overwrite=True, shared_vocab=True, log=lambda line: print(line, flush=True))
     translator = load_translation_run(args.out)

@@ -207,6 +207,7 @@ class TranslationTrainConfig:
     clip_norm: float = 1.0
     time_budget_s: float | None = None
     eval_beam: int = 1
+    eval_sentences: int | None = None
     log_every: int = 100
 
 
@@ -301,9 +302,10 @@ def fit_translation(
                                "seconds": round(time.monotonic() - start, 1)}
     if val is not None:
         translator = Translator(model, tokenizers, max_src_len=train_config.max_len)
-        hyps = [t.text for t in translator.translate(val.sources, beam=train_config.eval_beam)]
-        summary["val_bleu"] = corpus_bleu(hyps, val.targets)
-        say(f"validation BLEU {summary['val_bleu']:.2f} (beam {train_config.eval_beam})")
+        n = len(val) if train_config.eval_sentences is None else min(len(val), train_config.eval_sentences)
+        hyps = [t.text for t in translator.translate(val.sources[:n], beam=train_config.eval_beam)]
+        summary["val_bleu"] = corpus_bleu(hyps, val.targets[:n])
+        say(f"validation BLEU {summary['val_bleu']:.2f} (beam {train_config.eval_beam}, {n} sentences)")
         extra["metrics"] = {"val_bleu": summary["val_bleu"]}
         save_translation_run(out, model, tokenizers, run_id=run_id, extra=extra)
     return summary
