@@ -227,3 +227,14 @@ def test_the_rule_can_fail() -> None:
 
     assert has_shape_section(documented)
     assert not involves_arrays(documented)
+
+
+def test_every_command_is_documented() -> None:
+    """docs/cli.md has a section for each command the ``attnkit`` group registers."""
+    from pathlib import Path
+
+    from attnkit.cli import cli
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    missing = [name for name in cli.commands if f"## attnkit {name}" not in page]
+    assert not missing, f"commands without a section in docs/cli.md: {missing}"
