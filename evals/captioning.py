@@ -38,7 +38,7 @@ from attnkit.models.captioner import ATTEND_WITH, CaptionerConfig, ImageCaptione
 
 # The config defaults: a light model, which the scenes need and the machine affords.
 EVAL_MODEL: dict[str, Any] = {"channels": (16, 32, 64), "embed_dim": 32, "hidden_dim": 128,
-                              "attention_dim": 64, "dropout": 0.1, "attention_reg": 1.0,
+                              "attention_dim": 64, "dropout": 0.1, "attention_reg": 0.0,
                               "attend_with": "previous_state"}
 
 
