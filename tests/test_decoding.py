@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from attnkit.decoding import beam_search, greedy_decode, length_penalty
+from attnkit.decoding import beam_search, gnmt_length_penalty, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 
@@ -38,13 +38,13 @@ def test_beam_of_one_equals_greedy(seed: int) -> None:
     model = model_with(12, seed)
     src, lengths = source()
     greedy = greedy_decode(model, src, lengths, max_len=8, return_alignment=True)
-    beam = beam_search(model, src, lengths, beam_size=1, alpha=0.0, max_len=8, return_alignment=True)
+    beam = beam_search(model, src, lengths, beam_size=1, length_penalty=0.0, max_len=8, return_alignment=True)
     assert beam.tokens == greedy.tokens
     assert beam.scores == pytest.approx(greedy.scores, abs=1e-5)
     assert beam.alignments is not None and greedy.alignments is not None
     for a, g in zip(beam.alignments, greedy.alignments, strict=True):
         torch.testing.assert_close(a, g)
-    assert beam_search(model, src, lengths, beam_size=1, alpha=1.0, max_len=8).tokens == greedy.tokens
+    assert beam_search(model, src, lengths, beam_size=1, length_penalty=1.0, max_len=8).tokens == greedy.tokens
 
 
 def _sequence_log_prob(model: Seq2SeqTransformer, src: torch.Tensor, lengths: torch.Tensor, seq: list[int]) -> float:
@@ -65,8 +65,8 @@ def test_wide_beam_finds_the_best_hypothesis_of_a_tiny_space(alpha: float) -> No
         candidates += [list(c) + [3] for c in itertools.product(outputs, repeat=n)]
     candidates += [list(c) for c in itertools.product(outputs, repeat=max_len)]  # cut at max_len
     best_score, best = max(
-        (_sequence_log_prob(model, src, lengths, c) / length_penalty(len(c), alpha), c) for c in candidates)
-    result = beam_search(model, src, lengths, beam_size=len(candidates), alpha=alpha, max_len=max_len)
+        (_sequence_log_prob(model, src, lengths, c) / gnmt_length_penalty(len(c), alpha), c) for c in candidates)
+    result = beam_search(model, src, lengths, beam_size=len(candidates), length_penalty=alpha, max_len=max_len)
     expected = best[:-1] if best[-1] == 3 else best
     assert result.tokens[0] == expected
     assert result.scores[0] == pytest.approx(best_score, abs=1e-4)
@@ -95,8 +95,8 @@ def test_batched_beam_search_equals_one_source_at_a_time() -> None:
 
 
 def test_length_penalty_and_bad_arguments() -> None:
-    assert length_penalty(1, 0.0) == 1.0
-    assert length_penalty(7, 1.0) == pytest.approx(2.0)
+    assert gnmt_length_penalty(1, 0.0) == 1.0
+    assert gnmt_length_penalty(7, 1.0) == pytest.approx(2.0)
     model = model_with(12, 0)
     src, lengths = source()
     with pytest.raises(ValueError, match="empty source"):
@@ -105,5 +105,5 @@ def test_length_penalty_and_bad_arguments() -> None:
         beam_search(model, src, lengths, beam_size=0, max_len=5)
     with pytest.raises(ValueError, match="max_len"):
         beam_search(model, src, lengths, beam_size=2, max_len=0)
-    with pytest.raises(ValueError, match="alpha"):
-        beam_search(model, src, lengths, beam_size=2, max_len=4, alpha=-1.0)
+    with pytest.raises(ValueError, match="length_penalty"):
+        beam_search(model, src, lengths, beam_size=2, max_len=4, length_penalty=-1.0)

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-__all__ = ["IncrementalDecoder", "DecodeResult", "greedy_decode", "beam_search", "length_penalty"]
+__all__ = ["IncrementalDecoder", "DecodeResult", "greedy_decode", "beam_search", "gnmt_length_penalty"]
 
 
 class IncrementalDecoder(Protocol):
@@ -69,7 +69,7 @@ class DecodeResult:
     alignments: list[Tensor] | None = None
 
 
-def length_penalty(length: int, alpha: float) -> float:
+def gnmt_length_penalty(length: int, alpha: float) -> float:
     """GNMT length penalty ``((5 + length) / 6) ** alpha`` (Wu et al., 2016)."""
     return ((5.0 + length) / 6.0) ** alpha
 
@@ -163,7 +163,7 @@ class _Hypothesis:
 @torch.no_grad()
 def beam_search(
     model: IncrementalDecoder, src_ids: Tensor, src_lengths: Tensor, *, beam_size: int = 4,
-    max_len: int, alpha: float = 0.6, return_alignment: bool = False, alignment_layer: int = -1,
+    max_len: int, length_penalty: float = 0.6, return_alignment: bool = False, alignment_layer: int = -1,
 ) -> DecodeResult:
     """Beam search with the GNMT length penalty; ``beam_size=1`` equals :func:`greedy_decode`.
 
@@ -173,7 +173,7 @@ def beam_search(
         src_lengths: the source lengths.
         beam_size: hypotheses kept per source (K).
         max_len: most tokens generated per hypothesis (``[EOS]`` included).
-        alpha: length-penalty exponent (0.6 in GNMT; 0 disables it).
+        length_penalty: the GNMT exponent alpha (0.6 in GNMT; 0 disables it).
         return_alignment: also return the best hypothesis' cross-attention.
         alignment_layer: decoder layer whose cross-attention is the alignment.
 
@@ -183,8 +183,9 @@ def beam_search(
     src_ids, src_lengths, max_len = _check_args(src_ids, src_lengths, max_len)
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
+    alpha = length_penalty
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0:
-        raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
+        raise ValueError(f"length_penalty must be a non-negative number (the GNMT alpha), got {alpha!r}")
     bos, eos = model.config.bos_id, model.config.eos_id
     b, k, device = src_ids.shape[0], beam_size, src_ids.device
     expand = torch.arange(b, device=device).repeat_interleave(k)  # (B*K,) source of each beam
@@ -223,7 +224,7 @@ def beam_search(
                     if rank < k:
                         hyp_align = None if align is None else align[flat, :, : int(src_lengths[i])].cpu()
                         finished[i].append(_Hypothesis(tokens[flat, 1:].tolist(),
-                                                       score / length_penalty(step, alpha), hyp_align))
+                                                       score / gnmt_length_penalty(step, alpha), hyp_align))
                     continue
                 keep_beam[i, live], keep_token[i, live], new_scores[i, live] = beam, token, score
                 live += 1
@@ -251,7 +252,7 @@ def beam_search(
                     flat = i * k + beam
                     hyp_align = None if align is None else align[flat, :, : int(src_lengths[i])].cpu()
                     finished[i].append(_Hypothesis(tokens[flat, 1:].tolist(),
-                                                   score / length_penalty(step, alpha), hyp_align))
+                                                   score / gnmt_length_penalty(step, alpha), hyp_align))
     best = [max(hyps, key=lambda h: h.score) for hyps in finished]
     alignments = [h.alignment for h in best] if return_alignment else None
     return DecodeResult([h.tokens for h in best], [h.score for h in best],

@@ -120,7 +120,7 @@ class Translator:
         self.model, self.tokenizers, self.max_src_len = model, tokenizers, max_src_len
         self.meta = meta or {}
 
-    def translate(self, texts: Sequence[str], *, beam: int = 1, alpha: float = 0.6, batch_size: int = 64,
+    def translate(self, texts: Sequence[str], *, beam: int = 1, length_penalty: float = 0.6, batch_size: int = 64,
                   return_alignment: bool = False) -> list[Translation]:
         """Translate ``texts`` (greedy for ``beam=1``); output length is at most ``1.5 * Ts + 10``."""
         if isinstance(texts, str):
@@ -142,7 +142,7 @@ class Translator:
                     out = greedy_decode(self.model, batch.src, batch.src_lengths, max_len=max_len,
                                         return_alignment=return_alignment)
                 else:
-                    out = beam_search(self.model, batch.src, batch.src_lengths, beam_size=beam, alpha=alpha,
+                    out = beam_search(self.model, batch.src, batch.src_lengths, beam_size=beam, length_penalty=length_penalty,
                                       max_len=max_len, return_alignment=return_alignment)
                 texts_out = self.tokenizers.decode_target(out.tokens)
                 for j, i in enumerate(chunk):
@@ -381,11 +381,12 @@ def train_translate(**v: Any) -> None:
 @click.option("--file", "text_file", type=click.Path(exists=True, dir_okay=False),
               help="Translate every non-blank line of this file (plain or .gz) as well.")
 @click.option("--beam", type=click.IntRange(min=1), default=4, show_default=True, help="Beam size (1: greedy).")
-@click.option("--alpha", type=click.FloatRange(0), default=0.6, show_default=True, help="Length-penalty exponent.")
+@click.option("--length-penalty", type=click.FloatRange(0), default=0.6, show_default=True,
+              help="GNMT length-penalty exponent alpha (0: raw log-probability).")
 @click.option("--alignment", "alignment_path", type=click.Path(dir_okay=False),
               help="Plot the cross-attention alignment of the first text to this image file.")
 @friendly_errors
-def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, beam: int, alpha: float,
+def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, beam: int, length_penalty: float,
               alignment_path: str | None) -> None:
     """Translate texts with a trained translation run; prints one translation per line.
 
@@ -401,7 +402,7 @@ def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, be
     if not items:
         raise click.UsageError("give at least one TEXT argument or --file")
     translator = load_translation_run(checkpoint)
-    results = translator.translate(items, beam=beam, alpha=alpha, return_alignment=alignment_path is not None)
+    results = translator.translate(items, beam=beam, length_penalty=length_penalty, return_alignment=alignment_path is not None)
     for r in results:
         click.echo(r.text)
     if alignment_path is not None:
