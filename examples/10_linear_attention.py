@@ -74,7 +74,7 @@ def main() -> None:
     ax.loglog(lengths, soft_ms, "o-", label="softmax attention, O(T²)")
     ax.loglog(lengths, lin_ms, "s-", label="linear attention, O(T)")
     ax.set_xticks(lengths, [str(t) for t in lengths])
-    ax.minorticks_off()
+    ax.tick_params(axis="x", which="minor", bottom=False, labelbottom=False)
     ax.set_xlabel("sequence length T")
     ax.set_ylabel("forward time (ms, best of runs)")
     ax.set_title(f"B={b}, H={h}, Dh={dh}, CPU")
