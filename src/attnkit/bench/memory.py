@@ -1,7 +1,7 @@
 """Subprocess worker that measures the peak memory of one call.
 
 Run as ``python -m attnkit.bench.memory '{"workload": NAME, "params": {...}}'``;
-prints one JSON line ``{"peak_mib": ..., "baseline_mib": ..., "how": ...}``. Running each
+prints one JSON line ``{"peak_mib": ..., "baseline_mib": ..., "seconds": ..., "how": ...}``. Running each
 side in its own fresh process keeps one side's allocations (and allocator
 caches) from hiding or inflating the other's.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import resource
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,28 +51,30 @@ def _reset_peak() -> bool:
         return False
 
 
-def measure_peak(call: Callable[[], object]) -> dict[str, float | str]:
-    """Run ``call()`` once to warm up, then once more, and return that call's peak extra memory.
+def measure_peak(call: Callable[[], object], warm_up: Callable[[], object] | None = None
+                 ) -> dict[str, float | str]:
+    """Run ``warm_up()`` (if given), then ``call()`` once; return the call's peak extra memory.
 
-    On Linux the peak mark ``VmHWM`` is reset to the current RSS first, so the
-    figure is ``VmHWM after - VmRSS before``: exactly the extra memory at the
-    call's high point. Elsewhere it falls back to the growth of ``ru_maxrss``,
-    which misses a call that stays below an earlier peak of the process.
+    The warm-up pays lazy one-time set-up (thread pools, kernel caches), which
+    is not the call's cost. On Linux the peak mark ``VmHWM`` is then reset to
+    the current RSS, so the figure is ``VmHWM after - VmRSS before``: exactly
+    the extra memory at the call's high point. Elsewhere it falls back to the
+    growth of ``ru_maxrss``, which misses a call that stays below an earlier
+    peak of the process. ``seconds`` is the call's wall time.
     """
-    warm = call()  # lazy one-time set-up (thread pools, kernel caches) is not the call's cost
-    del warm
+    if warm_up is not None:
+        warm = warm_up()
+        del warm
     rss_before = _status_mib("VmRSS")
-    if rss_before is not None and _reset_peak():
-        result = call()
-        hwm = _status_mib("VmHWM")
-        del result
-        if hwm is not None:
-            return {"peak_mib": hwm - rss_before, "baseline_mib": rss_before, "how": "VmHWM"}
-    before = peak_rss_mib()
+    how = "VmHWM" if rss_before is not None and _reset_peak() else "ru_maxrss"
+    before = rss_before if how == "VmHWM" else peak_rss_mib()
+    start = time.perf_counter()
     result = call()
-    after = peak_rss_mib()
+    seconds = time.perf_counter() - start
+    after = _status_mib("VmHWM") if how == "VmHWM" else peak_rss_mib()
     del result
-    return {"peak_mib": after - before, "baseline_mib": before, "how": "ru_maxrss"}
+    assert before is not None and after is not None
+    return {"peak_mib": after - before, "baseline_mib": before, "seconds": seconds, "how": how}
 
 
 def _relative_attnkit(p: dict[str, Any]) -> Call:
@@ -101,9 +104,12 @@ def main(argv: list[str]) -> int:
     name = spec["workload"]
     if name not in WORKLOADS:
         raise SystemExit(f"unknown workload {name!r}; valid: {', '.join(sorted(WORKLOADS))}")
-    call = WORKLOADS[name](spec["params"])
+    params = spec["params"]
+    call = WORKLOADS[name](params)
+    # Warm up on a short sequence: same code path, negligible cost even when T is long.
+    warm_up = WORKLOADS[name]({**params, "T": min(params.get("T", 128), 128)})
     with torch.no_grad():
-        report = measure_peak(call)
+        report = measure_peak(call, warm_up)
     print(json.dumps(report))
     return 0
 

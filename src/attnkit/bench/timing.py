@@ -7,7 +7,7 @@ stay at torch's default.
 
 Memory: each side runs once in a fresh Python subprocess
 (``python -m attnkit.bench.memory``), after its inputs are built and one
-warm-up call (lazy one-time set-up is not the call's cost). The kernel's
+warm-up call on a short sequence (lazy one-time set-up is not the call's cost). The kernel's
 peak-RSS mark is reset (``/proc/self/clear_refs``), the call runs, and the
 figure is the peak RSS (``VmHWM``) minus the RSS just before the call. It
 counts every byte the call made resident (temporaries, outputs), from torch's
@@ -32,7 +32,7 @@ __all__ = ["time_pair", "time_one", "peak_memory_mib", "TIMING_METHOD", "MEMORY_
 
 TIMING_METHOD = "median of {repeats} interleaved repeats after {warmup} warm-up(s), {threads} threads"
 MEMORY_METHOD = (
-    "fresh subprocess per side (glibc mmap threshold 64 KiB), after a warm-up call: peak "
+    "fresh subprocess per side (glibc mmap threshold 64 KiB), after a short warm-up call: peak "
     "RSS (VmHWM, reset just before) during one call minus RSS just before it, inputs built"
 )
 
@@ -79,8 +79,9 @@ def time_pair(
     return statistics.median(times_a), statistics.median(times_b)
 
 
-def peak_memory_mib(workload: str, params: dict[str, Any], *, timeout: float = 900.0) -> float:
-    """Peak extra resident memory in MiB of one call of ``workload`` in a fresh subprocess.
+def peak_memory_mib(workload: str, params: dict[str, Any], *, timeout: float = 900.0
+                    ) -> tuple[float, float]:
+    """Peak extra resident memory in MiB, and wall time in s, of one call in a fresh subprocess.
 
     ``workload`` names an entry of :data:`attnkit.bench.memory.WORKLOADS`.
     Raises ``RuntimeError`` with the subprocess' error output when it fails.
@@ -97,4 +98,4 @@ def peak_memory_mib(workload: str, params: dict[str, Any], *, timeout: float = 9
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         raise RuntimeError(f"memory worker for {workload!r} failed: {' | '.join(tail)}")
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    return float(report["peak_mib"])
+    return float(report["peak_mib"]), float(report["seconds"])
