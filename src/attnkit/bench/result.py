@@ -34,6 +34,7 @@ class Result:
         method: how the figures were measured.
         params: the sizes used.
         note: anything else worth knowing.
+        goal: a target that is not a ratio bound (e.g. ``"completes"``).
     """
 
     case: str
@@ -50,12 +51,13 @@ class Result:
     method: str
     params: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    goal: str = ""
 
     @property
     def target(self) -> str:
         """The target as text, e.g. ``"a/b <= 1.05"``."""
         if self.bound is None:
-            return "completes" if self.status == "PASS" else "no target (context)"
+            return self.goal or "no target (context)"
         return f"a/b {self.sense} {self.bound:g}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,13 +115,16 @@ def format_result(r: Result) -> str:
     return "\n".join(lines)
 
 
-def completed(case: str, check: str, a_label: str, a: float, b_label: str, b: float, *, unit: str,
-              method: str, params: dict[str, Any] | None = None, note: str = "") -> Result:
-    """A :class:`Result` whose target is only that side ``a`` ran to the end (it did: PASS).
+def completed(case: str, check: str, a_label: str, a: float | None, b_label: str, b: float, *,
+              unit: str, method: str, params: dict[str, Any] | None = None, note: str = "") -> Result:
+    """A :class:`Result` whose target is that side ``a`` runs to the end.
 
-    ``b`` gives scale, e.g. the same measure at a smaller size; ``ratio = a / b``.
+    ``a`` is its measure (PASS), or ``None`` when it did not finish (MISS;
+    ``note`` says why). ``b`` gives scale, e.g. the same measure at a smaller
+    size; ``ratio = a / b``.
     """
     if not b > 0:
         raise ValueError(f"reference side b must be positive to form a ratio, got {b!r} for {case}")
-    return Result(case, check, a_label, b_label, a, b, unit, a / b, "<=", None, "PASS", method,
-                  dict(params or {}), note or "target: completes")
+    ratio = None if a is None else a / b
+    return Result(case, check, a_label, b_label, a, b, unit, ratio, "<=", None,
+                  "MISS" if a is None else "PASS", method, dict(params or {}), note, "completes")
