@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnkit.bench import CASES, Result, run
-from attnkit.bench.result import judge
+from attnkit.bench.result import completed, judge
 from attnkit.bench.timing import time_pair
 
 
@@ -59,3 +59,24 @@ def test_time_pair_orders_sides() -> None:
 def test_unknown_case_lists_valid_ones() -> None:
     with pytest.raises(ValueError, match="mha-weights"):
         run(["nope"], quick=True, echo=lambda s: None)
+
+
+def test_measure_peak_sees_an_allocation() -> None:
+    import torch
+
+    from attnkit.bench.memory import measure_peak
+
+    big = measure_peak(lambda: torch.ones(16 * 2**20), warm_up=lambda: torch.ones(4))  # 64 MiB
+    small = measure_peak(lambda: torch.ones(4))
+    assert big["peak_mib"] >= 60.0
+    assert small["peak_mib"] < 16.0
+    assert float(big["seconds"]) >= 0.0
+
+
+def test_completed_goal() -> None:
+    done = completed("relative", "runs", "a", 3.0, "b", 1.5, unit="s", method="m")
+    failed = completed("relative", "runs", "a", None, "b", 1.5, unit="s", method="m", note="timeout")
+    assert (done.status, done.ratio, done.target) == ("PASS", 2.0, "completes")
+    assert (failed.status, failed.ratio, failed.target) == ("MISS", None, "completes")
+    assert "a/b <= 1.4" == judge("x", "t", "a", 1.0, "b", 1.0, unit="s", sense="<=", bound=1.4,
+                                 method="m").target
