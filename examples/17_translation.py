@@ -93,11 +93,12 @@ def main() -> None:
     show("alignment (cross-attention)", alignment)
     src_tokens = tokenizers.source.encode(test.sources[0]).tokens
     tgt_tokens = [tokenizers.target.id_to_token(i) for i in greedy.tokens[0]]
-    rows = min(len(tgt_tokens), alignment.shape[0])
-    if rows == len(src_tokens):  # one token per word: the right answer is the anti-diagonal
-        mirrored = float(sum(alignment[i, rows - 1 - i] for i in range(rows))) / rows
+    n = len(tgt_tokens)
+    if n == len(src_tokens) and n > 0:  # one token per word: the right answer is the anti-diagonal
+        mirrored = float(sum(alignment[i, n - 1 - i] for i in range(n))) / n
         print(f"share of each target token's attention on its mirrored source word: {mirrored:.2f}")
-    plot_alignment(alignment[:rows, : len(src_tokens)].numpy(), src_tokens, tgt_tokens[:rows],
+    labels = [*tgt_tokens, "[EOS]"][: alignment.shape[0]]  # the step that wrote [EOS] attends too
+    plot_alignment(alignment[: len(labels), : len(src_tokens)].numpy(), src_tokens, labels,
                    title="Cross-attention (last layer, mean of heads)", path=out / OUTPUTS[0])
     saved(out / OUTPUTS[0])
     saved(out / OUTPUTS[1])
