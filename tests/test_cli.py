@@ -167,3 +167,13 @@ def test_demo_quick_learns_and_writes_report(tmp_path) -> None:
     assert acc >= 0.9 and focus >= 0.4  # chance focus is about 2/30
     report = (out / "report.txt").read_text()
     assert "class positive" in report and "class negative" in report
+
+
+def test_train_task_routes_to_the_translation_and_caption_trainers() -> None:
+    listed = _invoke("--help").output
+    assert "translate" in listed and "caption" in listed
+    for task, words in (("translate", "translation"), ("caption", "captioner")):
+        result = _invoke("train", "--task", task, "--help")
+        assert result.exit_code == 0 and words in result.output, result.output
+        assert "--data" not in result.output  # not the classifier's options
+    assert "--data" in _invoke("train", "--task", "classify", "--help").output

@@ -9,15 +9,60 @@ inside the commands so that ``attnkit --help`` is quick. Expected failures
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from attnkit.cli import commands
 from attnkit.cli import demo as demo_module
 
-__all__ = ["main", "cli"]
+__all__ = ["main", "cli", "AttnkitGroup"]
+
+# Commands that live in their own modules, imported only when used.
+LAZY_COMMANDS = {"translate": "attnkit.cli.translate:translate", "caption": "attnkit.cli.caption:caption"}
+# ``attnkit train --task NAME ...`` hands the remaining arguments to these training commands.
+TRAIN_TASKS = {"translate": "attnkit.cli.translate:train_translate",
+               "caption": "attnkit.cli.caption:train_caption"}
 
 
-@click.group(name="attnkit", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def _load(target: str) -> click.Command:
+    module, _, attr = target.partition(":")
+    command = getattr(importlib.import_module(module), attr)
+    assert isinstance(command, click.Command)
+    return command
+
+
+def _pop_task(args: list[str]) -> tuple[str | None, list[str]]:
+    """The value of ``--task`` in ``args`` (``--task X`` or ``--task=X``) and the args without it."""
+    for i, arg in enumerate(args):
+        if arg == "--task" and i + 1 < len(args):
+            return args[i + 1], args[:i] + args[i + 2 :]
+        if arg.startswith("--task="):
+            return arg.split("=", 1)[1], args[:i] + args[i + 1 :]
+    return None, args
+
+
+class AttnkitGroup(click.Group):
+    """A group with lazily imported commands and ``train --task`` routing."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            return _load(LAZY_COMMANDS[cmd_name])
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name == "train":
+            task, remaining = _pop_task(list(rest))
+            if task in TRAIN_TASKS:
+                return name, _load(TRAIN_TASKS[task]), remaining
+        return name, command, rest
+
+
+@click.group(name="attnkit", cls=AttnkitGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="attnkit", prog_name="attnkit")
 @click.option("--threads", type=click.IntRange(min=1), envvar="ATTNKIT_THREADS",
               help="CPU threads for torch's intra-op parallelism (default: torch's choice).")
@@ -31,6 +76,8 @@ def cli(threads: int | None) -> None:
       attnkit evaluate runs/reviews --data test.csv
       attnkit predict runs/reviews "a quietly moving film" --explain
       attnkit cv --data path/to/mr --folds 10
+      attnkit train --task translate --src train.de.gz --tgt train.en.gz --out runs/de-en
+      attnkit train --task caption --out runs/shapes
       torchrun --nproc_per_node=2 -m attnkit train --data reviews.csv --out runs/ddp
     """
     if threads is not None:

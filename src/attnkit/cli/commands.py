@@ -70,6 +70,10 @@ def _print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tupl
 
 @click.command()
 @config_option
+@click.option("--task", type=click.Choice(["classify", "translate", "caption"]), default="classify",
+              show_default=True,
+              help="classify: this command; translate / caption: hand the other arguments to the "
+                   "translation or captioning trainer (see docs/cli.md).")
 @click.option("--data", type=click.Path(exists=True), help="Labelled training data (file or folder).")
 @click.option("--val", "val_path", type=click.Path(exists=True), help="Validation data (default: split from --data).")
 @click.option("--test", "test_path", type=click.Path(exists=True), help="Test data (default: split from --data).")
