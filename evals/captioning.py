@@ -31,15 +31,22 @@ from typing import Any
 
 import torch
 
-from attnkit.cli.caption import corpus_bleu, fit_captioner, generate
+from attnkit.cli.caption import (
+    corpus_bleu,
+    fit_captioner,
+    generate,
+    load_caption_run,
+    save_caption_run,
+)
 from attnkit.data.captions import encode_captions, images_to_tensor
 from attnkit.data.shapes import ShapeScene, generate_scenes, shapes_vocab
 from attnkit.models.captioner import ATTEND_WITH, CaptionerConfig, ImageCaptioner
+from attnkit.viz.explain import upsample
 
 # The config defaults: a light model, which the scenes need and the machine affords.
 EVAL_MODEL: dict[str, Any] = {"channels": (16, 32, 64), "embed_dim": 32, "hidden_dim": 128,
                               "attention_dim": 64, "dropout": 0.1, "attention_reg": 0.0,
-                              "attend_with": "previous_state"}
+                              "attend_with": "previous_state", "second_kernel": 3}
 
 
 def peak_inside(weights: torch.Tensor, grid: tuple[int, int], size: int,
@@ -52,6 +59,16 @@ def peak_inside(weights: torch.Tensor, grid: tuple[int, int], size: int,
     h, w = grid
     cell = int(weights.argmax())
     px, py = (cell % w + 0.5) * size / w, (cell // w + 0.5) * size / h
+    x0, y0, x1, y1 = box
+    return bool(x0 <= px < x1 and y0 <= py < y1)
+
+
+def peak_pixel_inside(weights: torch.Tensor, grid: tuple[int, int], size: int,
+                      box: tuple[int, int, int, int]) -> bool:
+    """Pointing game on the figure: upsample the map bilinearly to the image (as the plots do)
+    and test whether its brightest pixel lies in ``box``."""
+    full = upsample(weights.reshape(grid).numpy(), (size, size))  # (S, S)
+    py, px = divmod(int(full.argmax()), size)
     x0, y0, x1, y1 = box
     return bool(x0 <= px < x1 and y0 <= py < y1)
 
@@ -70,7 +87,8 @@ def localisation(model: ImageCaptioner, scenes: list[ShapeScene], images: torch.
     with torch.no_grad():
         forced = model(images, ids, lengths).weights  # (N, T-1, R)
     size = model.config.image_size
-    counts = {"forced": [0, 0], "generated": [0, 0], "forced_shape": [0, 0], "forced_colour": [0, 0]}
+    counts = {"forced": [0, 0], "generated": [0, 0], "forced_shape": [0, 0], "forced_colour": [0, 0],
+              "pixel_forced": [0, 0], "pixel_shape": [0, 0], "pixel_colour": [0, 0]}
     chance_sum = 0.0
     for n, scene in enumerate(scenes):
         words = scene.caption.split()
@@ -78,8 +96,10 @@ def localisation(model: ImageCaptioner, scenes: list[ShapeScene], images: torch.
         for index, box in scene.word_boxes.items():
             hit = peak_inside(forced[n, index], model.grid, size, box)
             kind = "forced_shape" if words[index] in ("circle", "square", "triangle") else "forced_colour"
-            for key in ("forced", kind):
-                counts[key][0] += hit
+            pixel_hit = peak_pixel_inside(forced[n, index], model.grid, size, box)
+            for key, value in (("forced", hit), (kind, hit), ("pixel_forced", pixel_hit),
+                               (kind.replace("forced", "pixel"), pixel_hit)):
+                counts[key][0] += value
                 counts[key][1] += 1
             chance_sum += chance(model.grid, size, box)
             if index < len(gen_ids) and vocab.words[gen_ids[index]] == words[index]:
@@ -104,6 +124,10 @@ def main() -> None:
                         help="query the attention with the LSTM state before or after reading the word")
     parser.add_argument("--quick", action="store_true", help="1000 scenes, 4 epochs")
     parser.add_argument("--json", help="write the figures to this JSON file")
+    parser.add_argument("--second-kernel", type=int, default=EVAL_MODEL["second_kernel"], choices=(1, 3),
+                        help="kernel of each CNN stage's second convolution (receptive field 15 or 43 px)")
+    parser.add_argument("--save", help="save the trained captioner as a run directory here")
+    parser.add_argument("--load", help="measure this saved run instead of training one")
     parser.add_argument("--figure", help="save the per-word attention of one test scene here")
     args = parser.parse_args()
     if args.quick:
@@ -112,18 +136,27 @@ def main() -> None:
     torch.manual_seed(args.seed)
 
     vocab = shapes_vocab()
-    train = generate_scenes(args.train_size, seed=args.seed)
     test = generate_scenes(args.test_size, seed=args.seed + 1_000_003)
-    config = CaptionerConfig(vocab_size=len(vocab), **{**EVAL_MODEL, "attention_reg": args.attention_reg,
-                                                           "attend_with": args.attend_with})
-    model = ImageCaptioner(config)
-    ids, lengths = encode_captions([s.caption for s in train], vocab)
-    images = images_to_tensor([s.image for s in train])
-    print(f"training on {len(train)} scenes, {args.epochs} epochs, grid {model.grid}, "
-          f"{sum(p.numel() for p in model.parameters()):,} parameters")
-    start = time.perf_counter()
-    fit_captioner(model, images, ids, lengths, epochs=args.epochs, seed=args.seed, echo=print)
-    train_seconds = time.perf_counter() - start
+    train_seconds = 0.0
+    if args.load:
+        model = load_caption_run(args.load)[0]
+        print(f"measuring the saved run {args.load}: {model.config}")
+    else:
+        train = generate_scenes(args.train_size, seed=args.seed)
+        config = CaptionerConfig(vocab_size=len(vocab), **{**EVAL_MODEL, "attention_reg": args.attention_reg,
+                                                               "attend_with": args.attend_with,
+                                                               "second_kernel": args.second_kernel})
+        model = ImageCaptioner(config)
+        ids, lengths = encode_captions([s.caption for s in train], vocab)
+        images = images_to_tensor([s.image for s in train])
+        print(f"training on {len(train)} scenes, {args.epochs} epochs, grid {model.grid}, "
+              f"{sum(p.numel() for p in model.parameters()):,} parameters, λ={config.attention_reg}, "
+              f"attend_with={config.attend_with}, second_kernel={config.second_kernel}")
+        start = time.perf_counter()
+        fit_captioner(model, images, ids, lengths, epochs=args.epochs, seed=args.seed, echo=print)
+        train_seconds = time.perf_counter() - start
+        if args.save:
+            save_caption_run(args.save, model, vocab, run_id=f"eval-seed{args.seed}", overwrite=True)
 
     test_images = images_to_tensor([s.image for s in test])
     refs = [[s.caption] for s in test]
@@ -141,7 +174,10 @@ def main() -> None:
     for key, label in (("forced", "teacher-forced, all object words"),
                        ("forced_shape", "teacher-forced, shape words"),
                        ("forced_colour", "teacher-forced, colour words"),
-                       ("generated", "greedy captions, matching words")):
+                       ("generated", "greedy captions, matching words"),
+                       ("pixel_forced", "brightest pixel of the upsampled map, all object words"),
+                       ("pixel_shape", "brightest pixel of the upsampled map, shape words"),
+                       ("pixel_colour", "brightest pixel of the upsampled map, colour words")):
         r = loc[key]
         print(f"attention peak inside the object's box ({label}): {r['inside']}/{r['cases']} "
               f"= {100 * r['share']:.1f}%")
@@ -158,7 +194,7 @@ def main() -> None:
         print(f"figure saved to {args.figure}")
     if args.json:
         figures = {"bleu4_greedy": bleu_greedy, "bleu4_beam3": bleu_beam, "exact": exact,
-                   "test_size": len(test), "train_size": len(train), "epochs": args.epochs,
+                   "test_size": len(test), "train_size": args.train_size, "epochs": args.epochs,
                    "train_seconds": train_seconds, "localisation": loc}
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(figures, fh, indent=2)

@@ -137,6 +137,17 @@ def test_loss_is_cross_entropy_plus_doubly_stochastic_term() -> None:
     assert reg > 0
 
 
+@pytest.mark.parametrize(("second_kernel", "reaches"), [(1, False), (3, True)])
+def test_second_kernel_sets_how_far_a_region_sees(second_kernel: int, reaches: bool) -> None:
+    model = _tiny(image_size=48, second_kernel=second_kernel).eval()
+    images = torch.rand(1, 3, 48, 48)
+    moved = images.clone()
+    moved[0, :, 20, 20] += 0.5  # a pixel 16 px from the corner region's centre
+    with torch.no_grad():
+        corner = model.encode(images)[0, 0], model.encode(moved)[0, 0]  # region (0, 0)
+    assert (not torch.equal(*corner)) == reaches
+
+
 def test_image_and_caption_errors() -> None:
     model = _tiny()
     images, ids, lengths = _batch(2)
@@ -159,6 +170,8 @@ def test_config_errors_list_valid_choices() -> None:
         CaptionerConfig(vocab_size=10, backbone="vgg")
     with pytest.raises(ValueError, match=r"attend_with must be one of \['previous_state', 'current_state'\]"):
         CaptionerConfig(vocab_size=10, attend_with="later")
+    with pytest.raises(ValueError, match="second_kernel must be 1 or 3, got 5"):
+        CaptionerConfig(vocab_size=10, second_kernel=5)
     with pytest.raises(ValueError, match="channels must be a tuple of 3"):
         CaptionerConfig(vocab_size=10, channels=(4, 8))
     with pytest.raises(ValueError, match="eos_id must be < vocab_size=2"):

@@ -82,6 +82,8 @@ class CaptionerConfig(ModelConfig):
         channels: widths of the built-in CNN's three stages (``"small"`` only).
             The defaults are sized for the generated shapes set; real photos
             want a ResNet backbone or wider stages.
+        second_kernel: 1 or 3, the kernel of each stage's second convolution
+            in the built-in CNN; it sets how far a region sees (see :class:`SmallCNN`).
         embed_dim: word embedding width (also the deep-output width).
         hidden_dim: LSTM width ``Hd``.
         attention_dim: hidden width of the additive attention.
@@ -107,6 +109,7 @@ class CaptionerConfig(ModelConfig):
     backbone: str = "small"
     image_size: int = 48
     channels: tuple[int, ...] = (16, 32, 64)
+    second_kernel: int = 3
     embed_dim: int = 32
     hidden_dim: int = 128
     attention_dim: int = 64
@@ -125,6 +128,8 @@ class CaptionerConfig(ModelConfig):
             raise ValueError(f"backbone must be one of {list(BACKBONES)}, got {self.backbone!r}")
         if not isinstance(self.channels, tuple) or len(self.channels) != 3:
             raise ValueError(f"channels must be a tuple of 3 stage widths, got {self.channels!r}")
+        if self.second_kernel not in (1, 3):
+            raise ValueError(f"second_kernel must be 1 or 3, got {self.second_kernel!r}")
         for width in self.channels:
             check_positive_int("channels[i]", width)
         check_fraction("dropout", self.dropout)
@@ -159,19 +164,25 @@ class GeneratedCaption:
 
 
 class SmallCNN(nn.Module):
-    """Three stride-2 stages of two 3×3 conv + BatchNorm + ReLU; input RGB plus x, y coordinates.
+    """Three stages of a stride-2 3×3 conv and a ``second_kernel`` conv, each with BatchNorm and
+    ReLU; the input is RGB plus x, y coordinate channels.
+
+    The receptive field of a region is 15 pixels with ``second_kernel=1`` (a
+    region describes its own neighbourhood) and 43 pixels with 3 (it sees
+    most of a 48-pixel image, so the decoder need not look where an object is).
 
     Shape:
         images ``(B, 3, S, S)``; returns ``(B, C, ⌈S/8⌉, ⌈S/8⌉)`` with ``C = channels[-1]``.
     """
 
-    def __init__(self, channels: tuple[int, ...]) -> None:
+    def __init__(self, channels: tuple[int, ...], second_kernel: int = 3) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         width = 5  # RGB + two coordinate channels
+        k = second_kernel
         for out in channels:
             layers += [nn.Conv2d(width, out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(out),
-                       nn.ReLU(inplace=True), nn.Conv2d(out, out, 3, padding=1, bias=False),
+                       nn.ReLU(inplace=True), nn.Conv2d(out, out, k, padding=k // 2, bias=False),
                        nn.BatchNorm2d(out), nn.ReLU(inplace=True)]
             width = out
         self.body = nn.Sequential(*layers)
@@ -227,7 +238,7 @@ class ImageCaptioner(nn.Module):
         if not isinstance(config, CaptionerConfig):
             raise TypeError(f"config must be a CaptionerConfig, got {type(config).__name__}")
         self.config = cfg = config
-        self.encoder = SmallCNN(cfg.channels) if cfg.backbone == "small" else _resnet(cfg.backbone)
+        self.encoder = SmallCNN(cfg.channels, cfg.second_kernel) if cfg.backbone == "small" else _resnet(cfg.backbone)
         width = BACKBONES[cfg.backbone] or cfg.channels[-1]
         self.feature_dim = width
         self.mean: Tensor
