@@ -174,6 +174,8 @@ class MultiHeadAttention(nn.Module):
             d, module.num_heads, kdim=module.kdim, vdim=module.vdim, bias=has_bias,
             dropout=module.dropout,
         )
+        # Match dtype and device before copying, so float64 weights are not rounded.
+        layer = layer.to(device=module.out_proj.weight.device, dtype=module.out_proj.weight.dtype)
         with torch.no_grad():
             if module.in_proj_weight is not None:
                 wq, wk, wv = module.in_proj_weight.chunk(3)
@@ -189,6 +191,6 @@ class MultiHeadAttention(nn.Module):
                 layer.k_proj.bias.copy_(bk)
                 layer.v_proj.bias.copy_(bv)
                 layer.out_proj.bias.copy_(module.out_proj.bias)
-        return layer.to(module.out_proj.weight.dtype).train(module.training)
+        return layer.train(module.training)
 
 
