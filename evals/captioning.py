@@ -46,7 +46,7 @@ from attnkit.viz.explain import upsample
 # The config defaults: a light model, which the scenes need and the machine affords.
 EVAL_MODEL: dict[str, Any] = {"channels": (16, 32, 64), "embed_dim": 32, "hidden_dim": 128,
                               "attention_dim": 64, "dropout": 0.1, "attention_reg": 0.0,
-                              "attend_with": "previous_state", "second_kernel": 3}
+                              "attend_with": "current_state", "second_kernel": 3}
 
 
 def peak_inside(weights: torch.Tensor, grid: tuple[int, int], size: int,

@@ -216,6 +216,10 @@ def _real_data(images: str, captions: str, size: int, seed: int,
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
 @click.option("--attention-reg", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="λ of the doubly stochastic attention regulariser (Xu et al. used 1).")
+@click.option("--attend-with", type=click.Choice(["current_state", "previous_state"]),
+              default="current_state", show_default=True,
+              help="Query the attention with the LSTM state after (Lu et al.) or before (Xu et al.) "
+                   "reading the previous word.")
 @click.option("--min-count", type=click.IntRange(min=1), default=1, show_default=True,
               help="Keep words seen at least this often (real caption sets).")
 @click.option("--quiet", "-q", is_flag=True, help="No per-epoch lines.")
@@ -248,7 +252,7 @@ def train_caption(**values: Any) -> None:
         train, val, vocab = _shapes_data(values["train_size"], values["val_size"], values["seed"], size)
         source = {"shapes": {"train_size": values["train_size"], "val_size": values["val_size"]}}
     config = CaptionerConfig(vocab_size=len(vocab), image_size=size, backbone=values["backbone"],
-                             attention_reg=values["attention_reg"])
+                             attention_reg=values["attention_reg"], attend_with=values["attend_with"])
     try:
         model = ImageCaptioner(config)
     except ImportError as err:
