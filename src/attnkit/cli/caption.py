@@ -241,7 +241,10 @@ def train_caption(**values: Any) -> None:
     if bool(values["images"]) != bool(values["captions"]):
         raise click.UsageError("--images and --captions go together (a folder and its caption file)")
     out, run_id = Path(values["out"]), uuid.uuid4().hex
-    ckpt.check_run_dir(out, run_id, overwrite=values["overwrite"])
+    try:
+        ckpt.check_run_dir(out, run_id, overwrite=values["overwrite"])
+    except ckpt.RunExistsError as err:  # the generic message offers --resume, which this command lacks
+        raise click.ClickException(str(err).split(";")[0] + "; use --overwrite to replace it") from None
     torch.manual_seed(values["seed"])
     size = values["image_size"]
     if values["images"]:
