@@ -80,3 +80,9 @@ def test_completed_goal() -> None:
     assert (failed.status, failed.ratio, failed.target) == ("MISS", None, "completes")
     assert "a/b <= 1.4" == judge("x", "t", "a", 1.0, "b", 1.0, unit="s", sense="<=", bound=1.4,
                                  method="m").target
+
+
+def test_time_pair_repeats_short_side() -> None:
+    calls: list[str] = []
+    time_pair(lambda: calls.append("a"), lambda: calls.append("b"), warmup=0, repeats=2, a_calls=3)
+    assert calls == ["a", "a", "a", "b", "b", "a", "a", "a"]

@@ -57,13 +57,19 @@ def time_one(fn: Callable[[], object], *, warmup: int = 1, repeats: int = 5) -> 
 
 
 def time_pair(
-    a: Callable[[], object], b: Callable[[], object], *, warmup: int = 1, repeats: int = 5
+    a: Callable[[], object], b: Callable[[], object], *, warmup: int = 1, repeats: int = 5,
+    a_calls: int = 1,
 ) -> tuple[float, float]:
     """Median wall times ``(t_a, t_b)`` in seconds of two callables measured interleaved.
 
     Each repeat times both sides back to back, alternating which goes first.
+    ``a_calls > 1`` times side ``a`` that many times per repeat (each call one
+    sample), so that a short ``a`` gets enough samples spread over the same
+    stretch of time as a long ``b``.
     """
     _check_counts(warmup, repeats)
+    if a_calls < 1:
+        raise ValueError(f"a_calls must be >= 1, got {a_calls}")
     for _ in range(warmup):
         a()
         b()
@@ -71,11 +77,11 @@ def time_pair(
     times_b: list[float] = []
     for i in range(repeats):
         if i % 2 == 0:
-            times_a.append(_once(a))
+            times_a.extend(_once(a) for _ in range(a_calls))
             times_b.append(_once(b))
         else:
             times_b.append(_once(b))
-            times_a.append(_once(a))
+            times_a.extend(_once(a) for _ in range(a_calls))
     return statistics.median(times_a), statistics.median(times_b)
 
 
