@@ -15,7 +15,26 @@ another seed:
   reference word at that position). Target: >= 80%. Chance is the share of
   grid cells whose centre lies in the box, also printed.
 
-Usage (about 3 minutes on a busy 2-core CPU)::
+Measured (4,000 training scenes, 12 epochs, 500 held-out scenes, seed 0;
+"in box" = peak cell's centre inside the object's box, teacher forcing, 1,610
+object words; chance 7.6%):
+
+==================== ===== ====== ====== ===== ======
+attend_with          λ     BLEU-4 in box  shape colour
+==================== ===== ====== ====== ===== ======
+current_state (dflt) 0     1.000  90.8%  91.7% 89.9%
+current_state        1     1.000  46.6%  27.6% 65.6%
+previous_state       0     1.000  47.0%  63.2% 30.8%
+previous_state       1     1.000  43.0%   5.7% 80.4%
+==================== ===== ====== ====== ===== ======
+
+With the paper's order (attention queried with ``h_{t-1}``, its context fed
+into the LSTM) the decoder looks at an object once and remembers it; the
+doubly stochastic regulariser then actively sends the next word's attention
+elsewhere. Querying with ``h_t`` and feeding the context only to the output
+(Lu et al., 2017) makes each object word look at its object.
+
+Usage (about 5 minutes on a busy 2-core CPU)::
 
     nice -n 10 .venv/bin/python evals/captioning.py
     nice -n 10 .venv/bin/python evals/captioning.py --quick        # smaller, for a smoke run
