@@ -32,8 +32,11 @@ DEFAULT_DATA = Path("/work/shared/data/mr")
 # Settings per model: (model options, train config). Chosen for MR's 10k short sentences:
 # heavy dropout and early stopping, as small-data text models need.
 SETTINGS: dict[str, tuple[dict[str, object], dict[str, object]]] = {
-    "sentiment": ({"embed_dim": 128, "hidden_size": 128, "attention_dim": 128, "dropout": 0.5},
-                  {"epochs": 8, "batch_size": 50, "lr": 2e-3, "weight_decay": 0.01, "patience": 2}),
+    # Fold 1: 75.7%; the first setting (embed 128, lr 2e-3, weight decay 0.01, no label
+    # smoothing, patience 2) reached 74.7%, and embed 200 / hidden 100 / lr 1e-3 stalled near 71%.
+    "sentiment": ({"embed_dim": 256, "hidden_size": 128, "attention_dim": 128, "dropout": 0.5},
+                  {"epochs": 10, "batch_size": 50, "lr": 2e-3, "weight_decay": 0.05, "patience": 3,
+                   "label_smoothing": 0.1}),
     # Attention pooling straight over the word embeddings (a bag of words weighted by
     # attention): fold 1 reached 75.6%, against 73.1% with one encoder layer below the pooling
     # (d_model 128, dropout 0.3, lr 3e-3) and 74.5% with d_model 128 and no label smoothing.
