@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=["sentiment", "document", "both"], default="both")
     parser.add_argument("--folds", type=int, default=10)
     parser.add_argument("--max-folds", type=int, default=None, help="run only the first N folds")
+    parser.add_argument("--fold", type=int, action="append", default=None,
+                        help="run only this fold, 1-based (repeatable)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
@@ -75,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         results = cross_validate(
             examples, folds=args.folds, model_name=name, model_options=dict(options), train_config=config,
             data=DataSettings(max_len=64, vocab_size=30000), max_folds=args.max_folds,
-            log=lambda line: print(line, flush=True), epoch_log=True)
+            log=lambda line: print(line, flush=True), epoch_log=True,
+            only=args.fold)
         accs = [r["accuracy"] for r in results]
         spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
         elapsed = time.perf_counter() - start

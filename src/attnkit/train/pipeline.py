@@ -165,19 +165,22 @@ def cross_validate(
     examples: Sequence[Example], *, folds: int, model_name: str, model_options: dict[str, Any] | None,
     train_config: TrainConfig, data: DataSettings = DataSettings(), val: float = 0.1,
     max_folds: int | None = None, quiet: bool = True, log: Callable[[str], None] | None = None,
-    epoch_log: bool = False,
+    epoch_log: bool = False, only: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
     """Stratified k-fold cross-validation; one dict per fold (``accuracy``, ``macro_f1``, ``epochs``).
 
     Each fold trains from scratch: its own tokenizer on the fold's training
     part, ``val`` of that part held out for early stopping, the fold's test
     part used once at the end. ``max_folds`` runs only the first folds.
-    ``log`` gets one line per fold (and per epoch with ``epoch_log``).
+    ``only`` runs just the listed folds (1-based). ``log`` gets one line per
+    fold (and per epoch with ``epoch_log``).
     """
     labels = [e.label for e in examples]
     parts = kfold(len(examples), folds, train_config.seed, labels=labels)
     results = []
     for index, (train_idx, test_idx) in enumerate(parts[: max_folds or folds]):
+        if only is not None and index + 1 not in only:
+            continue
         fold_train = [examples[i] for i in train_idx]
         tr, va, _ = split_examples(fold_train, val=val, test=0.0, seed=train_config.seed + index)
         fold_log = None
