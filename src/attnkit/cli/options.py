@@ -33,17 +33,17 @@ MODEL_OPTIONS_KEY = "model_options"
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Parse a ``.toml`` or ``.yaml``/``.yml`` file into a dict (keys with ``-`` become ``_``)."""
     p = Path(path)
-    text = p.read_text(encoding="utf-8")
     suffix = p.suffix.lower()
+    if suffix not in (".toml", ".yaml", ".yml"):
+        raise click.BadParameter(f"{p} must end in .toml, .yaml or .yml", param_hint="--config")
+    text = p.read_text(encoding="utf-8")
     try:
         if suffix == ".toml":
             data: Any = tomllib.loads(text)
-        elif suffix in (".yaml", ".yml"):
+        else:
             import yaml
 
             data = yaml.safe_load(text) or {}
-        else:
-            raise click.BadParameter(f"{p} must end in .toml, .yaml or .yml", param_hint="--config")
     except (tomllib.TOMLDecodeError, ValueError) as err:
         raise click.BadParameter(f"{p} is not valid {suffix[1:].upper()}: {err}", param_hint="--config") from None
     except Exception as err:  # yaml.YAMLError without importing yaml at module level
