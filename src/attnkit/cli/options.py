@@ -47,7 +47,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, ValueError) as err:
         raise click.BadParameter(f"{p} is not valid {suffix[1:].upper()}: {err}", param_hint="--config") from None
     except Exception as err:  # yaml.YAMLError without importing yaml at module level
-        raise click.BadParameter(f"{p} is not valid YAML: {err}", param_hint="--config") from None
+        raise click.BadParameter(f"{p} is not valid YAML: {' '.join(str(err).split())}",
+                                 param_hint="--config") from None
     if not isinstance(data, dict):
         raise click.BadParameter(f"{p} must hold a table/mapping of option values", param_hint="--config")
     return {str(k).replace("-", "_"): v for k, v in data.items()}
