@@ -51,7 +51,14 @@ __all__ = [
     "load_caption_set",
 ]
 
-PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+PAD = "<pad>"
+"""Padding word (id 0)."""
+BOS = "<bos>"
+"""Start-of-caption word, fed to the decoder first."""
+EOS = "<eos>"
+"""End-of-caption word: decoding stops after it."""
+UNK = "<unk>"
+"""Stands for words outside the vocabulary."""
 _SPECIALS = (PAD, BOS, EOS, UNK)
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
@@ -168,7 +175,11 @@ def images_to_tensor(images: np.ndarray | Sequence[np.ndarray]) -> Tensor:
 
 
 def load_image(path: str | Path, size: int) -> np.ndarray:
-    """Read an image file as RGB uint8 ``(size, size, 3)`` (bilinear resize)."""
+    """Read an image file as RGB uint8 (bilinear resize).
+
+    Shape:
+        returns ``(size, size, 3)`` uint8.
+    """
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -260,7 +271,11 @@ def read_captions(path: str | Path) -> dict[str, list[str]]:
 
 @dataclass(frozen=True)
 class CaptionedImage:
-    """One image of a caption set: its file, pixels ``(size, size, 3)`` uint8 and its captions."""
+    """One image of a caption set: its file, its pixels and its captions.
+
+    Shape:
+        pixels ``(size, size, 3)`` uint8.
+    """
 
     path: Path
     image: np.ndarray

@@ -43,13 +43,16 @@ __all__ = [
 ]
 
 SHAPES = ("circle", "square", "triangle")
+"""The shape words of the generated scenes."""
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40),
     "green": (40, 200, 60),
     "blue": (50, 80, 235),
     "yellow": (235, 215, 40),
 }
+"""Colour words and their RGB values."""
 POSITIONS = ("left", "right", "top", "bottom")
+"""Where an object may sit; captions say it (\"on the left\")."""
 Box = tuple[int, int, int, int]  # x0, y0, x1, y1 (x1, y1 exclusive)
 
 
@@ -69,6 +72,9 @@ class ShapeScene:
     ``word_boxes`` maps the index of a caption word (in
     :func:`~attnkit.data.captions.tokenize_caption` order) to the box of the
     object that word names.
+
+    Shape:
+        image ``(S, S, 3)`` uint8.
     """
 
     image: np.ndarray
@@ -78,7 +84,11 @@ class ShapeScene:
 
 
 def draw_shape(size: int, shape: str, cx: float, cy: float, extent: int) -> np.ndarray:
-    """A boolean ``(size, size)`` mask of one filled shape centred at ``(cx, cy)``, ``extent`` pixels wide."""
+    """A boolean mask of one filled shape centred at ``(cx, cy)``, ``extent`` pixels wide.
+
+    Shape:
+        returns ``(size, size)`` bool.
+    """
     if shape not in SHAPES:
         raise ValueError(f"shape must be one of {list(SHAPES)}, got {shape!r}")
     ys, xs = np.mgrid[0:size, 0:size].astype(np.float64) + 0.5  # pixel centres

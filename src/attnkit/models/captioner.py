@@ -66,7 +66,9 @@ BACKBONES: dict[str, int | None] = {
     "small": None, "resnet18": 512, "resnet34": 512, "resnet50": 2048, "resnet101": 2048,
     "resnet152": 2048,
 }
+"""Image encoders by name, with their feature channels (None: set by the config)."""
 ATTEND_WITH = ("previous_state", "current_state")
+"""Which LSTM state queries the attention: the paper's previous one, or the one after reading the word."""
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -149,8 +151,12 @@ class CaptionerConfig(ModelConfig):
 
 @dataclass
 class CaptionerOutput:
-    """Teacher-forced scores: ``logits (B, T-1, V)`` for the words after ``<bos>`` and the
-    attention ``weights (B, T-1, R)`` used for each (zero rows past a caption's end)."""
+    """Teacher-forced scores for the words after ``<bos>`` and the attention used for each.
+
+    Shape:
+        logits ``(B, T-1, V)``; weights ``(B, T-1, R)`` over the R regions (zero rows past
+        a caption's end).
+    """
 
     logits: Tensor
     weights: Tensor
@@ -159,7 +165,11 @@ class CaptionerOutput:
 @dataclass
 class GeneratedCaption:
     """One generated caption: word ``ids`` (no ``<bos>``/``<eos>``), its total log-probability
-    ``score``, and ``weights (len(ids), R)``: the attention used to produce each word."""
+    ``score``, and the attention used to produce each word.
+
+    Shape:
+        weights ``(len(ids), R)`` over the R regions.
+    """
 
     ids: list[int]
     score: float
