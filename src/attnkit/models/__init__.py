@@ -11,6 +11,7 @@ name       model                                 config
 document   :class:`DocumentClassifier`           :class:`DocumentClassifierConfig`
 sentiment  :class:`SentimentClassifier`          :class:`SentimentClassifierConfig`
 han        :class:`HierarchicalAttentionNetwork` :class:`HierarchicalAttentionNetworkConfig`
+bert       :class:`BertClassifier`               :class:`BertClassifierConfig`
 ========== ===================================== =====================================
 
 ``build_model("document", {"vocab_size": 20000, "num_classes": 2})`` builds one
@@ -24,6 +25,7 @@ from typing import Any
 
 from torch import nn
 
+from attnkit.models.bert_classifier import BertClassifier, BertClassifierConfig
 from attnkit.models.config import ModelConfig
 from attnkit.models.document import DocumentClassifier, DocumentClassifierConfig
 from attnkit.models.hierarchical import (
@@ -45,12 +47,15 @@ __all__ = [
     "SentimentClassifierConfig",
     "HierarchicalAttentionNetwork",
     "HierarchicalAttentionNetworkConfig",
+    "BertClassifier",
+    "BertClassifierConfig",
 ]
 
 MODELS: dict[str, tuple[type[nn.Module], type[ModelConfig]]] = {
     "document": (DocumentClassifier, DocumentClassifierConfig),
     "sentiment": (SentimentClassifier, SentimentClassifierConfig),
     "han": (HierarchicalAttentionNetwork, HierarchicalAttentionNetworkConfig),
+    "bert": (BertClassifier, BertClassifierConfig),
 }
 """Registered models: name -> (model class, config class), as :func:`build_model` reads them."""
 

@@ -44,6 +44,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "read_run_config",
+    "load_run_tokenizer",
     "save_train_state",
     "load_train_state",
     "capture_rng",
@@ -233,7 +234,6 @@ def load_checkpoint(
     in eval mode.
     """
     from attnkit.data.batching import LabelVocab
-    from attnkit.data.tokenization import load_tokenizer
     from attnkit.models import build_model
 
     path = Path(directory)
@@ -250,9 +250,28 @@ def load_checkpoint(
             f"missing {sorted(missing)}, unexpected {sorted(unexpected)}"
         )
     model.to(device).eval()
-    tokenizer = load_tokenizer(path / "tokenizer.json")
+    tokenizer = load_run_tokenizer(path, meta)
     label_vocab = LabelVocab.from_dict(_read_json(path / "labels.json"))
     return model, tokenizer, label_vocab, meta
+
+
+def load_run_tokenizer(directory: str | os.PathLike[str], meta: dict[str, Any]) -> Any:
+    """The ``tokenizer.json`` of a run.
+
+    attnkit's own tokenizers must map ``[PAD]`` to 0 and ``[UNK]`` to 1; a
+    pretrained BERT vocabulary (model ``"bert"``) keeps its own ids.
+    """
+    from attnkit.data.tokenization import load_tokenizer
+
+    path = Path(directory) / "tokenizer.json"
+    if meta.get("model_name") != "bert":
+        return load_tokenizer(path)
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+        raise ValueError(f"{path} is not a valid tokenizer.json ({exc})") from None
 
 
 # --- resumable state ---------------------------------------------------------------------------

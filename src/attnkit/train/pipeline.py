@@ -103,14 +103,15 @@ def fit_classifier(
     data: DataSettings = DataSettings(), out_dir: str | Path | None = None, run_id: str | None = None,
     overwrite: bool = False, resume: bool = False, quiet: bool = False, dist: DistInfo | None = None,
     log: Callable[[str], None] | None = None, tokenizer: Any = None, label_vocab: LabelVocab | None = None,
-    extra: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None, init_model: Callable[[nn.Module], None] | None = None,
 ) -> FitResult:
     """Train ``model_name`` on ``train`` (early stopping on ``val``), measure on ``test``.
 
     With ``out_dir`` the run is checkpointed there (config.json first, so an
     interrupted run can be resumed with ``resume=True``, which reuses the
     saved tokenizer and labels). ``tokenizer`` / ``label_vocab`` may be given
-    to skip building them.
+    to skip building them. ``init_model`` is called on the freshly built model
+    before training (e.g. to load pretrained weights).
     """
     if not train:
         raise ValueError("the training data is empty")
@@ -131,6 +132,8 @@ def fit_classifier(
                                num_classes=len(label_vocab), max_len=data.max_len)
     torch.manual_seed(train_config.seed)
     model = build_model(model_name, config)
+    if init_model is not None:
+        init_model(model)
     meta = {"train_config": train_config.to_dict(), "data_settings": dataclasses.asdict(data),
             "status": "training", **(extra or {})}
     if out_dir is not None and dist.is_main:

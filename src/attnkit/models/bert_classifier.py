@@ -1,0 +1,220 @@
+"""A BERT encoder with a classification head, for fine-tuning pretrained checkpoints.
+
+Devlin et al. (2019), section 4.1: the final hidden state of the ``[CLS]``
+token, ``h_[CLS]``, is the document vector; one linear layer maps it to the
+class logits, and every weight (encoder and head) is trained::
+
+    s      = [CLS] w_1 ... w_n [SEP]                 the tokens of one document
+    H      = BERT(s)                                 (B, T + 2, D)
+    doc    = H[:, 0]          (pooling="cls")        (B, D)
+           | mean_t H[:, t]   (pooling="mean", real tokens only)
+    logits = W dropout(doc) + b                      (B, C)
+
+The head reads ``h_[CLS]`` directly, not BERT's tanh pooler (the
+next-sentence head): many distilled checkpoints such as MiniLM never trained
+that pooler.
+
+**Token ids.** The model follows attnkit's text-classifier convention: it
+takes ``ids (B, T)`` *without* special tokens and ``lengths (B,)``, exactly as
+:class:`attnkit.data.batching.TextClassificationDataset` produces them with a
+WordPiece tokenizer, and inserts ``[CLS]`` in front and ``[SEP]`` after the
+last real token itself (their ids are config fields). So the training
+pipeline, ``attnkit evaluate`` and ``attnkit predict`` need nothing special
+for BERT, and ``T`` can be at most ``max_position_embeddings - 2``.
+
+**What ``weights["pooling"]`` means.** BERT has no pooling attention; the
+closest reading of "which words the answer looked at" is the ``[CLS]`` query
+row of the last layer's attention, averaged over heads. Its mass on ``[CLS]``
+and ``[SEP]`` themselves (often most of it: Clark et al., 2019, "What does
+BERT look at?") is dropped and the rest renormalised over the real tokens, so
+``weights["pooling"]`` is a ``(B, T)`` distribution over the input tokens that
+sums to 1 per document and is zero on padding -- what ``predict --explain``
+ranks. It is a reading aid, not an explanation of the whole network.
+``weights["layers"]`` holds every layer's full maps, special tokens included.
+
+Shape legend: B batch, T tokens (without specials), S = T + 2, D hidden size,
+H heads, L layers, C classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, overload
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.models.bert import BertConfig, BertModel
+from attnkit.models.config import (
+    ModelConfig,
+    check_choice,
+    check_fraction,
+    check_positive_int,
+    check_token_batch,
+    valid_positions,
+)
+
+__all__ = ["BertClassifierConfig", "BertClassifier", "BERT_POOLINGS"]
+
+BERT_POOLINGS = ("cls", "mean")
+_BERT_FIELDS = tuple(f.name for f in dataclasses.fields(BertConfig))
+
+
+@dataclass(frozen=True)
+class BertClassifierConfig(ModelConfig):
+    """Configuration of :class:`BertClassifier`: the BERT architecture plus the head.
+
+    The BERT fields (``vocab_size`` ... ``pad_token_id``) are those of
+    :class:`attnkit.models.bert.BertConfig`, so a saved run rebuilds the
+    network without the original pretrained folder.
+
+    Attributes:
+        num_classes: size of the label set.
+        pooling: ``"cls"`` (the ``[CLS]`` hidden state, as in the paper) or
+            ``"mean"`` (mean of the real tokens' hidden states).
+        classifier_dropout: dropout on the document vector before the head.
+        cls_token_id, sep_token_id: ids of ``[CLS]`` and ``[SEP]`` in the vocabulary.
+        max_len: the longest input ``T`` (without specials) the run feeds;
+            ``max_len + 2`` must fit ``max_position_embeddings``.
+    """
+
+    num_classes: int
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    cls_token_id: int = 101
+    sep_token_id: int = 102
+    pooling: str = "cls"
+    classifier_dropout: float = 0.1
+    max_len: int = 128
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int) or self.num_classes < 2:
+            raise ValueError(f"num_classes must be an int >= 2, got {self.num_classes!r}")
+        check_positive_int("vocab_size", self.vocab_size)
+        check_positive_int("max_len", self.max_len)
+        check_choice("pooling", self.pooling, BERT_POOLINGS)
+        check_fraction("classifier_dropout", self.classifier_dropout)
+        for name in ("pad_token_id", "cls_token_id", "sep_token_id"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.vocab_size:
+                raise ValueError(f"{name} must be an int in [0, vocab_size={self.vocab_size}), got {value!r}")
+        if self.max_len + 2 > self.max_position_embeddings:
+            raise ValueError(
+                f"max_len={self.max_len} plus [CLS] and [SEP] must fit max_position_embeddings="
+                f"{self.max_position_embeddings}; use max_len <= {self.max_position_embeddings - 2}"
+            )
+        self.bert_config()  # BertConfig checks the architecture fields
+
+    def bert_config(self) -> BertConfig:
+        """The encoder's :class:`BertConfig`."""
+        return BertConfig(**{name: getattr(self, name) for name in _BERT_FIELDS})
+
+    @classmethod
+    def from_bert(cls, bert: BertConfig, *, num_classes: int, **head: Any) -> BertClassifierConfig:
+        """A config with ``bert``'s architecture and the given head fields."""
+        return cls(num_classes=num_classes, **dataclasses.asdict(bert), **head)
+
+
+class BertClassifier(nn.Module):
+    """Sequence classification with a (pretrained) BERT encoder.
+
+    Parameters: ``bert.*`` (Hugging Face names, see
+    :class:`attnkit.models.bert.BertModel`) and ``classifier.*``.
+
+    Args:
+        config: a :class:`BertClassifierConfig`.
+
+    Shape:
+        ids ``(B, T)`` token ids without ``[CLS]``/``[SEP]``, lengths ``(B,)``;
+        returns logits ``(B, C)`` and, on request, ``{"pooling": (B, T),
+        "layers": (B, L, H, S, S)}`` with ``S = T + 2`` (see the module docstring).
+    """
+
+    def __init__(self, config: BertClassifierConfig) -> None:
+        super().__init__()
+        if not isinstance(config, BertClassifierConfig):
+            raise TypeError(f"config must be a BertClassifierConfig, got {type(config).__name__}")
+        self.config = config
+        self.bert = BertModel(config.bert_config())
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_classes)
+        nn.init.normal_(self.classifier.weight, std=0.02)  # BERT's initializer_range
+        nn.init.zeros_(self.classifier.bias)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, *, num_classes: int, **head: Any) -> BertClassifier:
+        """A classifier whose encoder holds the weights of a local BERT folder; the head is new.
+
+        ``head`` takes the non-BERT fields of :class:`BertClassifierConfig`
+        (``pooling``, ``classifier_dropout``, ``max_len``, ...).
+        """
+        encoder = BertModel.from_pretrained(directory)
+        model = cls(BertClassifierConfig.from_bert(encoder.config, num_classes=num_classes, **head))
+        model.bert.load_state_dict(encoder.state_dict())
+        return model
+
+    def add_special_tokens(self, ids: Tensor, lengths: Tensor) -> Tensor:
+        """``[CLS] ids[:length] [SEP] [PAD]...``: the BERT input of each document.
+
+        Shape:
+            ids ``(B, T)``, lengths ``(B,)``; returns ``(B, T + 2)``.
+        """
+        b, t = ids.shape
+        c = self.config
+        body = ids.masked_fill(~valid_positions(lengths, t), c.pad_token_id)  # (B, T)
+        tokens = torch.cat([ids.new_full((b, 1), c.cls_token_id), body, ids.new_full((b, 1), c.pad_token_id)], 1)
+        return tokens.scatter(1, (lengths + 1)[:, None], c.sep_token_id)  # (B, S)
+
+    @overload
+    def forward(self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[False] = ...) -> Tensor: ...
+
+    @overload
+    def forward(
+        self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[True]
+    ) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+    def forward(
+        self, ids: Tensor, lengths: Tensor, *, return_weights: bool = False
+    ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
+        """Logits for each document (and the attention weights on request).
+
+        Shape:
+            ids ``(B, T)``, lengths ``(B,)``; returns ``(B, C)`` [and a dict of weights].
+        """
+        ids, lengths = check_token_batch(ids, lengths, self.config.vocab_size)
+        t = ids.shape[1]
+        if t > self.config.max_position_embeddings - 2:
+            raise ValueError(
+                f"ids has T={t} tokens; with [CLS] and [SEP] this model takes at most "
+                f"{self.config.max_position_embeddings - 2}"
+            )
+        tokens = self.add_special_tokens(ids, lengths)  # (B, S)
+        attention_mask = valid_positions(lengths + 2, t + 2).long()  # (B, S), 1 = token
+        out = self.bert(tokens, attention_mask, return_weights=return_weights)
+        hidden = out.last_hidden_state  # (B, S, D)
+        if self.config.pooling == "cls":
+            doc = hidden[:, 0]  # (B, D)
+        else:
+            real = valid_positions(lengths, t).to(hidden.dtype)  # (B, T)
+            doc = (hidden[:, 1 : t + 1] * real[..., None]).sum(1) / lengths[:, None].to(hidden.dtype)
+        logits = self.classifier(self.dropout(doc))  # (B, C)
+        if not return_weights:
+            return logits
+        assert out.attentions is not None
+        maps = torch.stack(out.attentions, 1)  # (B, L, H, S, S)
+        cls_row = maps[:, -1, :, 0, 1 : t + 1].mean(1)  # (B, T): [CLS] -> real tokens, mean of heads
+        cls_row = cls_row * valid_positions(lengths, t)
+        total = cls_row.sum(-1, keepdim=True).clamp_min(torch.finfo(cls_row.dtype).tiny)
+        return logits, {"pooling": cls_row / total, "layers": maps}
