@@ -19,7 +19,11 @@ from attnkit.cli import demo as demo_module
 __all__ = ["main", "cli", "AttnkitGroup"]
 
 # Commands that live in their own modules, imported only when used.
-LAZY_COMMANDS = {"translate": "attnkit.cli.translate:translate", "caption": "attnkit.cli.caption:caption"}
+LAZY_COMMANDS = {
+    "translate": "attnkit.cli.translate:translate",
+    "caption": "attnkit.cli.caption:caption",
+    "visualize": "attnkit.cli.visualize:visualize",
+}
 # ``attnkit train --task NAME ...`` hands the remaining arguments to these training commands.
 TRAIN_TASKS = {"translate": "attnkit.cli.translate:train_translate",
                "caption": "attnkit.cli.caption:train_caption"}

@@ -1,0 +1,180 @@
+"""``attnkit visualize``: attention of a trained run or a BERT folder, as a report or a figure.
+
+The source is either an attnkit run directory (``config.json`` with a
+``model_name``, written by ``attnkit train`` or ``attnkit demo``) or a Hugging
+Face BERT folder (``config.json`` + ``model.safetensors`` + a tokenizer), read
+with attnkit's own :class:`~attnkit.models.bert.BertModel`.
+
+The output's extension picks the form: ``.html`` writes the interactive,
+offline report (every layer and head, every text of the batch); ``.png``,
+``.svg`` and ``.pdf`` write a static figure of the first text (tokens shaded
+by pooling attention for a classifier with attention pooling, else the
+layers x heads overview).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["visualize", "AttentionView", "run_attention", "bert_attention", "write_views"]
+
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+@dataclass
+class AttentionView:
+    """Attention of one text, ready for :mod:`attnkit.viz`.
+
+    Shape:
+        layers ``(L, H, T, T)`` self-attention maps (``L`` may be 0);
+        pooling ``(T,)`` pooling weights, or ``None``.
+    """
+
+    tokens: list[str]
+    layers: Any
+    pooling: Any
+    label: str | None = None
+    probability: float | None = None
+
+
+def _is_run(folder: Path) -> bool:
+    try:
+        meta = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "model_name" in meta
+
+
+def run_attention(folder: Path, texts: list[str]) -> list[AttentionView]:
+    """Run a trained classifier on ``texts`` and collect its attention per text."""
+    import torch
+
+    from attnkit.data.tokenization import encode_batch
+    from attnkit.train.checkpoint import load_checkpoint
+
+    model, tokenizer, labels, meta = load_checkpoint(folder)
+    views = []
+    for ids in encode_batch(tokenizer, texts, meta["data_settings"]["max_len"]):
+        ids = ids or [0]
+        x = torch.tensor([ids])  # (1, T)
+        with torch.no_grad():
+            logits, weights = model(x, torch.tensor([len(ids)]), return_weights=True)
+        probs = logits.softmax(-1)[0]  # (C,)
+        maps = [w[0] for name, w in weights.items() if name != "pooling" and w.dim() == 4]  # (H, T, T) each
+        layers = torch.stack(maps).numpy() if maps else torch.zeros(0, 1, len(ids), len(ids)).numpy()
+        pooling = weights["pooling"][0].numpy() if "pooling" in weights else None
+        best = int(probs.argmax())
+        tokens = [str(tokenizer.id_to_token(i)) for i in ids]
+        views.append(AttentionView(tokens, layers, pooling, labels.decode(best), float(probs[best])))
+    return views
+
+
+def bert_attention(folder: Path, texts: list[str], max_len: int) -> list[AttentionView]:
+    """Run a BERT folder on ``texts`` with attnkit's BertModel; all layers and heads per text."""
+    import torch
+
+    from attnkit.models.bert import BertModel, load_bert_tokenizer
+
+    model = BertModel.from_pretrained(folder)
+    tokenizer = load_bert_tokenizer(folder)
+    tokenizer.enable_truncation(max_length=min(max_len, model.config.max_position_embeddings))
+    views = []
+    for text in texts:
+        enc = tokenizer.encode(text)
+        with torch.no_grad():
+            out = model(torch.tensor([enc.ids]), return_weights=True)
+        assert out.attentions is not None
+        layers = torch.stack([a[0] for a in out.attentions]).numpy()  # (L, H, T, T)
+        views.append(AttentionView(list(enc.tokens), layers, None))
+    return views
+
+
+def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
+    """Write ``views`` as an HTML report (``.html``) or a figure of the first text."""
+    from attnkit.viz.explain import plot_classification
+    from attnkit.viz.plots import plot_layers_heads
+    from attnkit.viz.report import write_report
+
+    if out.suffix == ".html":
+        import numpy as np
+
+        predictions = [
+            {"label": v.label, "probability": v.probability} if v.label is not None else None
+            for v in views
+        ]
+        t = max(len(v.tokens) for v in views)
+        if all(v.layers.shape[0] > 0 for v in views):
+            stacked = np.zeros((len(views), *views[0].layers.shape[:2], t, t), np.float32)  # (B, L, H, T, T)
+            for b, v in enumerate(views):
+                n = len(v.tokens)
+                stacked[b, :, :, :n, :n] = v.layers
+            return write_report(out, [v.tokens for v in views], stacked, title=title,
+                                predictions=predictions)
+        # Pooling-only models: one query (the document) attending over its tokens.
+        pooled = np.zeros((len(views), 1, 1, 1, t), np.float32)  # (B, L=1, H=1, Tq=1, Tk)
+        for b, v in enumerate(views):
+            pooled[b, 0, 0, 0, : len(v.tokens)] = v.pooling
+        return write_report(out, [["[document]"] for _ in views], pooled, title=title,
+                            source_tokens=[v.tokens for v in views], predictions=predictions)
+    first = views[0]
+    if first.pooling is not None:
+        fig = plot_classification(first.tokens, first.pooling, label=first.label or "",
+                                  probability=first.probability or 0.0, title=title, path=out)
+    else:
+        fig = plot_layers_heads(first.layers, title=title, path=out)
+    del fig
+    return out
+
+
+@click.command()
+@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("texts", nargs=-1)
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Output file: .html (interactive report) or .png/.svg/.pdf (figure).")
+@click.option("--file", "text_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Also visualize every non-empty line of this UTF-8 file.")
+@click.option("--max-len", type=click.IntRange(min=2), default=512, show_default=True,
+              help="Longest token sequence kept for a BERT folder.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path | None,
+              max_len: int, overwrite: bool) -> None:
+    """Show where a trained run or a BERT folder attends, as a report or a figure.
+
+    \b
+    Examples:
+      attnkit visualize runs/demo "a brilliant and moving film" -o report.html
+      attnkit visualize path/to/bert "Attention filters noise." -o heads.png
+    """
+    items = list(texts)
+    if text_file is not None:
+        items += [line for line in text_file.read_text(encoding="utf-8").split("\n") if line.strip()]
+    if not items:
+        raise click.UsageError("give at least one TEXT argument or --file")
+    if out.suffix not in (".html", *FIGURE_SUFFIXES):
+        raise click.BadParameter(
+            f"unknown output type {out.suffix!r}; use one of ['.html', '.png', '.svg', '.pdf']",
+            param_hint="--out",
+        )
+    if out.exists() and not overwrite:
+        raise click.ClickException(f"{out} already exists; pass --overwrite to replace it")
+    try:
+        if _is_run(source):
+            views = run_attention(source, items)
+            title = f"attnkit run {source.name}"
+        elif (source / "model.safetensors").is_file() and (source / "config.json").is_file():
+            views = bert_attention(source, items, max_len)
+            title = f"BERT {source.name}"
+        else:
+            raise click.ClickException(
+                f"{source} is neither an attnkit run (config.json with model_name) nor a BERT "
+                "folder (config.json + model.safetensors)"
+            )
+        path = write_views(views, out, title)
+    except (ValueError, FileNotFoundError) as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(f"wrote {path}")
