@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 import click
@@ -55,6 +57,30 @@ def _echo(line: str) -> None:
     click.echo(line)
 
 
+def _numpy_backend() -> ModuleType:
+    """``attnkit.train.numpy_backend``, loaded without ``attnkit.train``'s torch-importing ``__init__``."""
+    name = "attnkit.train.numpy_backend"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "train"
+                                                      / "numpy_backend.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
+
+
+def _is_numpy_run(run: str) -> bool:
+    try:
+        return bool(json.loads((Path(run) / "config.json").read_text(encoding="utf-8")).get("backend") == "numpy")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tuple[str, ...]) -> None:
     click.echo(f"{title}: accuracy {metrics['accuracy']:.4f}  macro-F1 {metrics['macro_f1']:.4f}  "
                f"(n={metrics.get('n', '?')})")
@@ -85,6 +111,12 @@ def _print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tupl
 @model_options
 @train_options
 @data_options
+@click.option("--init-from", type=click.Path(),
+              help="Fine-tune a local Hugging Face BERT folder (config.json, model.safetensors, "
+                   "tokenizer.json or vocab.txt) with --model bert; defaults become lr 5e-5, 3 epochs, "
+                   "max-len 128, no early stopping.")
+@click.option("--backend", type=click.Choice(["torch", "numpy"]), default="torch", show_default=True,
+              help="numpy: train the NumPy twin's classifier (--model transformer or document) without torch.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @click.option("--resume", is_flag=True,
@@ -100,7 +132,14 @@ def train(ctx: click.Context, **values: Any) -> None:
       attnkit train --data reviews.csv --model sentiment --out runs/reviews
     Run on several processes with torchrun (gloo on CPU, nccl on GPU):
       torchrun --nproc_per_node=2 -m attnkit train --data reviews.csv --out runs/ddp
+    Fine-tune a pretrained BERT folder, or train the NumPy twin:
+      attnkit train --data reviews.csv --model bert --init-from path/to/bert --out runs/bert
+      attnkit train --data reviews.csv --backend numpy --out runs/numpy
     """
+    if values["backend"] == "numpy":  # before any torch import
+        _numpy_backend().train_command(values, parse_model_options(ctx, values["model_opt"]),
+                                       reader_kwargs(values), echo=_echo, report=_print_metrics)
+        return
     from attnkit.train import checkpoint as ckpt
     from attnkit.train.distributed import broadcast_object, init_distributed, shutdown_distributed
     from attnkit.train.pipeline import DataSettings, fit_classifier, new_run_id, split_examples
@@ -108,27 +147,43 @@ def train(ctx: click.Context, **values: Any) -> None:
     out = Path(values["out"])
     if values["resume"] and values["overwrite"]:
         raise click.UsageError("--resume and --overwrite exclude each other")
-    tokenizer = label_vocab = None
+    tokenizer = label_vocab = init_model = None
     if values["resume"]:
         if not (out / "config.json").is_file():
             raise click.UsageError(f"--resume: {out} holds no run to continue (no config.json)")
         saved = ckpt.read_run_config(out)
         from attnkit.data.batching import LabelVocab
-        from attnkit.data.tokenization import load_tokenizer
 
-        tokenizer = load_tokenizer(out / "tokenizer.json")
+        tokenizer = ckpt.load_run_tokenizer(out, saved)
         label_vocab = LabelVocab.from_dict(json.loads((out / "labels.json").read_text(encoding="utf-8")))
         source = saved.get("data", {})
         values.update({k: v for k, v in source.items() if k in values})
         train_config = collect_train_config({}, **saved["train_config"])
         data = DataSettings(**saved["data_settings"])
         model_name, options, run_id = saved["model_name"], saved["model_config"], saved["run_id"]
+    elif values["init_from"]:
+        from attnkit.train import finetune
+
+        if values["model"] not in (None, "bert"):
+            raise click.UsageError(f"--init-from fine-tunes a BERT folder and needs --model bert, "
+                                   f"got --model {values['model']}")
+        if not values["data"]:
+            raise click.UsageError("missing --data (the training data); see attnkit train --help")
+        tokenizer = finetune.load_finetune_tokenizer(values["init_from"])
+        options = finetune.bert_model_options(values["init_from"], tokenizer,
+                                              parse_model_options(ctx, values["model_opt"]))
+        train_config = collect_train_config(values, **finetune.FINETUNE_DEFAULTS)
+        data = collect_data_settings(values, max_len=finetune.FINETUNE_MAX_LEN, tokenizer="wordpiece")
+        model_name, run_id = "bert", None
+        init_model = finetune.pretrained_initializer(values["init_from"])
     else:
         if not values["data"]:
             raise click.UsageError("missing --data (the training data); see attnkit train --help")
         train_config = collect_train_config(values)
         data = collect_data_settings(values)
         model_name = values["model"] or DEFAULT_MODEL
+        if model_name == "bert":
+            raise click.UsageError("--model bert fine-tunes a pretrained folder: give --init-from DIR")
         options = parse_model_options(ctx, values["model_opt"])
         run_id = None
     info = init_distributed(train_config.device)
@@ -155,7 +210,9 @@ def train(ctx: click.Context, **values: Any) -> None:
             tr, va, te, model_name=model_name, model_options=options, train_config=train_config, data=data,
             out_dir=out, run_id=run_id, overwrite=values["overwrite"], resume=values["resume"],
             quiet=values["quiet"], dist=info, log=None if values["quiet"] else _echo,
-            tokenizer=tokenizer, label_vocab=label_vocab, extra={"data": source})
+            tokenizer=tokenizer, label_vocab=label_vocab, init_model=init_model,
+            extra={"data": source, **({"init_from": str(Path(values["init_from"]).resolve())}
+                                      if values["init_from"] and not values["resume"] else {})})
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted; continue with: attnkit train --out {out} --resume", err=True)
         sys.exit(130)
@@ -184,6 +241,18 @@ def evaluate(run: str, data: str, as_json: bool, **values: Any) -> None:
     Example:
       attnkit evaluate runs/reviews --data test.csv
     """
+    if _is_numpy_run(run):
+        backend = _numpy_backend()
+        numpy_run = backend.load_numpy_run(run)
+        examples = backend.read_examples(data, **reader_kwargs(values))
+        if not examples:
+            raise click.ClickException(f"{data} holds no examples")
+        metrics = backend.evaluate_numpy_run(numpy_run, examples)
+        if as_json:
+            click.echo(json.dumps(metrics, indent=2))
+        else:
+            _print_metrics(f"{run} on {data}", metrics, numpy_run.labels)
+        return
     from attnkit.train.checkpoint import load_checkpoint
     from attnkit.train.inference import evaluate_examples
 
@@ -226,6 +295,16 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
         items += [line for line in Path(text_file).read_text(encoding="utf-8").split("\n") if line.strip()]
     if not items:
         raise click.UsageError("give at least one TEXT argument or --file")
+    if _is_numpy_run(run):
+        backend = _numpy_backend()
+        for p in backend.predict_numpy_run(backend.load_numpy_run(run), items, top_k=top if explain else 0):
+            if as_json:
+                click.echo(json.dumps({**p, "top_tokens": [list(t) for t in p["top_tokens"]]}))
+                continue
+            click.echo(f"{p['label']}\t{p['probability']:.3f}\t{p['text']}")
+            if explain:
+                click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"]))
+        return
     model, tokenizer, labels, meta = load_checkpoint(run)
     predictions = predict_texts(model, tokenizer, labels, items, max_len=meta["data_settings"]["max_len"],
                                 top_k=top if explain else 0)

@@ -1,0 +1,432 @@
+"""``attnkit train --backend numpy``: train, save, evaluate and use the NumPy twin's classifiers.
+
+The NumPy twin (:mod:`attnkit.reference`) has its own models
+(:class:`~attnkit.reference.models.TransformerClassifier`, the default, and
+:class:`~attnkit.reference.models.DocumentClassifier`), whitespace vocabulary,
+AdamW and training loop (hand-written backward passes, no autograd). This
+module gives them the same command-line life as the torch models -- read the
+user's data, split it, train with early stopping, print test metrics, save a
+run directory that ``attnkit evaluate`` and ``attnkit predict`` read -- and
+never imports torch, so it runs where torch is not installed.
+
+A numpy run directory holds::
+
+    config.json        "backend": "numpy", model kind and ClassifierConfig, training
+                       settings, data settings, run id, metrics (written last)
+    model.safetensors  the weights, torch-style names (attnkit.reference.io)
+    vocab.json         {"itos": [...]}: the whitespace vocabulary, 0 = <pad>, 1 = <unk>
+    labels.json        {"labels": [...]}: class id -> label
+
+Every file is written to a temporary name and renamed; a directory holding a
+different run is refused unless ``overwrite`` is given.
+
+Differences from the torch path, by design of the reference trainer: a constant
+learning rate (no warmup or decay), no label smoothing, CPU only, documents
+tokenized on whitespace after optional lower-casing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from attnkit.reference.analysis import attention_received
+from attnkit.reference.io import load_weights, save_weights
+from attnkit.reference.models import ClassifierConfig, build_model
+from attnkit.reference.module import Module
+from attnkit.reference.optim import AdamW
+from attnkit.reference.text import Vocabulary, pad_batch
+from attnkit.reference.trainer import Trainer
+
+__all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "light_module", "read_examples",
+           "split_examples", "train_numpy_run", "save_numpy_run", "train_command",
+           "load_numpy_run", "is_numpy_run", "evaluate_numpy_run", "predict_numpy_run", "metrics"]
+
+BACKEND = "numpy"
+NUMPY_KINDS = ("transformer", "document")
+RUN_FILES = ("config.json", "model.safetensors", "vocab.json", "labels.json")
+
+
+def light_module(name: str) -> ModuleType:
+    """Import a torch-free attnkit submodule without running its package's ``__init__``.
+
+    ``attnkit.data`` and ``attnkit.train`` re-export torch code from their
+    ``__init__``, so a plain ``import attnkit.data.readers`` loads torch. The
+    readers, the splits and this module use only the standard library and
+    NumPy: when the package is not imported yet, the file is loaded on its own
+    under its usual name (a later ``import attnkit.data`` reuses it).
+    """
+    if name in sys.modules:
+        return sys.modules[name]
+    package, _, leaf = name.rpartition(".")
+    if package in sys.modules:
+        return importlib.import_module(name)
+    path = Path(__file__).resolve().parents[1].joinpath(*package.split(".")[1:], f"{leaf}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {name} from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def read_examples(path: str | Path, **kwargs: Any) -> list[Any]:
+    """:func:`attnkit.data.readers.read_examples` without loading torch."""
+    return list(light_module("attnkit.data.readers").read_examples(path, **kwargs))
+
+
+def split_examples(examples: Sequence[Any], *, val: float, test: float, seed: int
+                   ) -> tuple[list[Any], list[Any], list[Any]]:
+    """Stratified train / validation / test parts, the same as the torch pipeline's split."""
+    split = light_module("attnkit.data.splits").train_val_test_split
+    tr, va, te = split(len(examples), val, test, seed, labels=[e.label for e in examples])
+    return [examples[i] for i in tr], [examples[i] for i in va], [examples[i] for i in te]
+
+
+@dataclass(frozen=True)
+class NumpyTrainSettings:
+    """Training and tokenization settings of a numpy run (saved in its config.json).
+
+    Args:
+        epochs, batch_size, lr, weight_decay, clip_norm, patience, seed: as in
+            :class:`attnkit.train.config.TrainConfig` (``clip_norm=0`` and
+            ``patience=0`` turn clipping and early stopping off).
+        max_len: truncate documents to this many words.
+        lowercase: lower-case text before splitting on whitespace.
+        min_frequency: keep training words seen at least this often.
+        vocab_size: keep at most this many words (plus ``<pad>`` and ``<unk>``).
+    """
+
+    epochs: int = 10
+    batch_size: int = 32
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+    patience: int = 3
+    seed: int = 0
+    max_len: int = 256
+    lowercase: bool = True
+    min_frequency: int = 1
+    vocab_size: int = 20000
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "max_len", "min_frequency", "vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        for name in ("patience", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        for name, low in (("lr", 0.0), ("weight_decay", 0.0), ("clip_norm", 0.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) \
+                    or value < low or (name == "lr" and value == 0):
+                raise ValueError(f"{name} must be a number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
+
+
+@dataclass
+class NumpyRun:
+    """A trained (or loaded) numpy classifier with its vocabulary and labels."""
+
+    model: Module
+    vocab: Vocabulary
+    labels: list[str]
+    settings: NumpyTrainSettings
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Word ids of each text (lower-cased if the run was), truncated, never empty (``<unk>``)."""
+        lower = self.settings.lowercase
+        return [self.vocab.encode(t.lower() if lower else t, max_len=self.settings.max_len) or [1]
+                for t in texts]
+
+    def logits(self, texts: Sequence[str], batch_size: int = 256) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Logits ``(N, C)`` and, per text, how much each of its tokens counts ``(T_i,)``.
+
+        The per-token weights are the attention pooling weights when the model
+        pools by attention, else the attention each token receives in the last
+        self-attention layer (mean over heads and real queries).
+        """
+        ids_all = self.encode(texts)
+        model = self.model
+        model.eval()
+        out, weights = [], []
+        for start in range(0, len(ids_all), batch_size):
+            chunk = ids_all[start : start + batch_size]
+            ids = pad_batch(chunk)  # (B, T)
+            out.append(model.forward(ids))  # type: ignore[attr-defined]
+            pooling = getattr(model, "pooling", None)
+            w = getattr(pooling, "weights", None)
+            if w is None:
+                w = attention_received(model.attention_weights(), ids != 0)  # type: ignore[attr-defined]
+            weights += [np.asarray(w[row, : len(seq)]) for row, seq in enumerate(chunk)]
+        return (np.concatenate(out) if out else np.zeros((0, len(self.labels)))), weights
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    z = np.exp(x - x.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+def metrics(predictions: np.ndarray, targets: np.ndarray, num_classes: int) -> dict[str, Any]:
+    """Accuracy, macro-F1 and confusion matrix (rows: true, columns: predicted), as the torch path reports."""
+    matrix = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(matrix, (targets, predictions), 1)
+    tp = np.diag(matrix).astype(np.float64)
+    precision = tp / np.maximum(matrix.sum(0), 1)
+    recall = tp / np.maximum(matrix.sum(1), 1)
+    f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
+    return {"accuracy": float(tp.sum() / max(len(targets), 1)), "macro_f1": float(f1.mean()),
+            "confusion_matrix": matrix.tolist(), "n": int(len(targets))}
+
+
+def _label_ids(labels: Sequence[str], examples: Sequence[Any]) -> np.ndarray:
+    index = {label: i for i, label in enumerate(labels)}
+    unknown = sorted({e.label for e in examples} - set(index))
+    if unknown:
+        raise ValueError(f"label(s) {unknown} are unknown to this model; it knows {list(labels)}")
+    return np.asarray([index[e.label] for e in examples], dtype=np.int64)
+
+
+# --- run directory ---------------------------------------------------------------------------------
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _check_out(path: Path, run_id: str, overwrite: bool) -> None:
+    """Refuse a directory that holds other files or a different run (unless ``overwrite``)."""
+    if not path.exists() or overwrite:
+        return
+    if not path.is_dir():
+        raise FileExistsError(f"output path {path} exists and is not a directory")
+    if not any(path.iterdir()):
+        return
+    config = path / "config.json"
+    if config.is_file():
+        try:
+            other = json.loads(config.read_text(encoding="utf-8")).get("run_id")
+        except (ValueError, AttributeError):
+            other = None
+        if other == run_id:
+            return
+        raise FileExistsError(f"output directory {path} already holds a different run (run_id {other}); "
+                              "use --overwrite to replace it")
+    raise FileExistsError(f"output directory {path} is not empty and holds no attnkit run; "
+                          "choose another --out or use --overwrite")
+
+
+def save_numpy_run(run: NumpyRun, directory: str | Path, *, run_id: str, overwrite: bool = False) -> Path:
+    """Write ``run`` into ``directory`` (config.json last, so it marks a complete run)."""
+    path = Path(directory)
+    _check_out(path, run_id, overwrite)
+    path.mkdir(parents=True, exist_ok=True)
+    save_weights(run.model, path / "model.safetensors")
+    _atomic_json(path / "vocab.json", {"itos": run.vocab.itos})
+    _atomic_json(path / "labels.json", {"labels": list(run.labels)})
+    config = run.model.config  # type: ignore[attr-defined]
+    meta = {**run.meta, "run_id": run_id, "backend": BACKEND, "model_name": config.kind,
+            "model_config": config.to_dict(), "settings": run.settings.__dict__,
+            "data_settings": {"max_len": run.settings.max_len}}
+    _atomic_json(path / "config.json", meta)
+    return path
+
+
+def is_numpy_run(directory: str | Path) -> bool:
+    """True when ``directory/config.json`` says ``"backend": "numpy"``."""
+    config = Path(directory) / "config.json"
+    try:
+        return bool(json.loads(config.read_text(encoding="utf-8")).get("backend") == BACKEND)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def load_numpy_run(directory: str | Path) -> NumpyRun:
+    """Rebuild a numpy run saved by :func:`save_numpy_run`."""
+    path = Path(directory)
+    for name in RUN_FILES:
+        if not (path / name).is_file():
+            raise ValueError(f"numpy run directory {path} is incomplete: {name} is missing")
+    try:
+        meta = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        itos = json.loads((path / "vocab.json").read_text(encoding="utf-8"))["itos"]
+        labels = json.loads((path / "labels.json").read_text(encoding="utf-8"))["labels"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path} holds a malformed numpy run: {err}") from None
+    model = build_model(ClassifierConfig(**meta["model_config"]))
+    load_weights(model, path / "model.safetensors")
+    vocab = Vocabulary(itos[2:])
+    if vocab.itos != itos:
+        raise ValueError(f"{path / 'vocab.json'} must start with <pad>, <unk> and list each word once")
+    return NumpyRun(model, vocab, list(labels), NumpyTrainSettings(**meta["settings"]), meta)
+
+
+# --- train, evaluate, predict ----------------------------------------------------------------------
+
+
+def train_numpy_run(
+    train: Sequence[Any], val: Sequence[Any], test: Sequence[Any], *, kind: str = "transformer",
+    model_options: dict[str, Any] | None = None, settings: NumpyTrainSettings = NumpyTrainSettings(),
+    out_dir: str | Path | None = None, overwrite: bool = False, log: Callable[[str], None] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> tuple[NumpyRun, dict[str, Any] | None]:
+    """Train the NumPy classifier ``kind`` on ``train`` (early stopping on ``val``); score ``test``.
+
+    ``train``/``val``/``test`` are :class:`attnkit.data.readers.Example` lists.
+    ``model_options`` are :class:`~attnkit.reference.models.ClassifierConfig`
+    fields (``vocab_size``, ``num_classes`` and ``seed`` come from the data and
+    the settings). Returns the run and the test metrics (None without test data).
+    """
+    if kind not in NUMPY_KINDS:
+        raise ValueError(f"--backend numpy trains model 'transformer' or 'document', got {kind!r}")
+    if not train:
+        raise ValueError("the training data is empty")
+    run_id = uuid.uuid4().hex
+    if out_dir is not None:
+        _check_out(Path(out_dir), run_id, overwrite)
+    labels = sorted({e.label for e in train})
+    if len(labels) < 2:
+        raise ValueError(f"need at least 2 classes in the training data, got {labels}")
+    lower = settings.lowercase
+    vocab = Vocabulary.build([e.text.lower() if lower else e.text for e in train],
+                             min_count=settings.min_frequency, max_size=settings.vocab_size)
+    options = dict(model_options or {})
+    valid = [name for name in ClassifierConfig.__dataclass_fields__ if name not in ("kind", "vocab_size",
+                                                                                    "num_classes", "seed")]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown numpy {kind} model option(s) {unknown}; valid keys: {valid}")
+    config = ClassifierConfig(kind=kind, vocab_size=len(vocab), num_classes=len(labels), seed=settings.seed,
+                              **options)
+    run = NumpyRun(build_model(config), vocab, labels, settings)
+    encode = run.encode
+    model = run.model
+    optimizer = AdamW(model.parameters(), model.gradients(), lr=settings.lr, weight_decay=settings.weight_decay)
+    trainer = Trainer(model, optimizer, batch_size=settings.batch_size, clip_norm=settings.clip_norm or None,
+                      patience=settings.patience or None, seed=settings.seed, max_len=settings.max_len)
+    start = time.perf_counter()
+    history = trainer.fit(encode([e.text for e in train]), _label_ids(labels, train), epochs=settings.epochs,
+                          val_x=encode([e.text for e in val]) if val else None,
+                          val_y=_label_ids(labels, val) if val else None, log=log)
+    test_metrics = evaluate_numpy_run(run, test) if test else None
+    run.meta = {**(extra or {}), "status": "done", "epochs_run": len(history.train_loss),
+                "seconds": round(time.perf_counter() - start, 2),
+                "history": {"train_loss": history.train_loss, "val_accuracy": history.val_accuracy,
+                            "best_epoch": history.best_epoch + 1},
+                "metrics": {"test": test_metrics,
+                            "val_best": max(history.val_accuracy) if history.val_accuracy else None}}
+    if out_dir is not None:
+        save_numpy_run(run, out_dir, run_id=run_id, overwrite=overwrite)
+    return run, test_metrics
+
+
+def evaluate_numpy_run(run: NumpyRun, examples: Sequence[Any]) -> dict[str, Any]:
+    """Accuracy, macro-F1 and confusion matrix of ``run`` on labelled examples."""
+    if not examples:
+        raise ValueError("no examples to evaluate")
+    targets = _label_ids(run.labels, examples)
+    logits, _ = run.logits([e.text for e in examples])
+    report = metrics(logits.argmax(-1), targets, len(run.labels))
+    report["labels"] = list(run.labels)
+    return report
+
+
+def predict_numpy_run(run: NumpyRun, texts: Sequence[str], *, top_k: int = 0) -> list[dict[str, Any]]:
+    """Label, probabilities and (with ``top_k``) the most attended words of each text."""
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings, got a single str")
+    logits, weights = run.logits(texts)
+    probs = _softmax(logits.astype(np.float64))  # (N, C)
+    encoded = run.encode(texts)
+    out = []
+    for row, text in enumerate(texts):
+        best = int(probs[row].argmax())
+        order = np.argsort(-weights[row], kind="stable")[:top_k] if top_k else []
+        top = [(run.vocab.itos[encoded[row][i]], float(weights[row][i])) for i in order]
+        out.append({"text": text, "label": run.labels[best], "probability": float(probs[row, best]),
+                    "probabilities": {lb: float(p) for lb, p in zip(run.labels, probs[row], strict=True)},
+                    "top_tokens": top})
+    return out
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+_SETTING_FLAGS = ("epochs", "batch_size", "lr", "weight_decay", "clip_norm", "patience", "seed", "max_len",
+                  "min_frequency", "vocab_size")
+_UNSUPPORTED = {"warmup_ratio": "--warmup-ratio", "label_smoothing": "--label-smoothing", "resume": "--resume",
+                "init_from": "--init-from", "tokenizer": "--tokenizer"}
+
+
+def train_command(values: dict[str, Any], model_options: dict[str, Any], reader_kwargs: dict[str, Any], *,
+                  echo: Callable[[str], None], report: Callable[[str, dict[str, Any], list[str]], None]) -> NumpyRun:
+    """What ``attnkit train --backend numpy`` does with its parsed option ``values``.
+
+    Reads ``--data`` (and ``--val``/``--test``), splits it as the torch path
+    does, trains, prints the test metrics through ``report`` and saves the
+    run into ``--out``. Options the NumPy trainer has no counterpart for are
+    an error naming them.
+    """
+    given = [flag for key, flag in _UNSUPPORTED.items() if values.get(key)]
+    if values.get("device") not in (None, "auto", "cpu"):
+        given.append("--device")
+    if given:
+        raise ValueError(f"--backend numpy does not support {', '.join(given)}; "
+                         "the NumPy trainer runs on the CPU at a constant learning rate")
+    if not values.get("data"):
+        raise ValueError("missing --data (the training data); see attnkit train --help")
+    kind = values.get("model") or "transformer"
+    settings = NumpyTrainSettings(**{k: values[k] for k in _SETTING_FLAGS if values.get(k) is not None})
+
+    def read(path: str) -> list[Any]:
+        examples = read_examples(path, **reader_kwargs)
+        if not examples:
+            raise ValueError(f"{path} holds no examples")
+        return examples
+
+    examples = read(values["data"])
+    val_ratio = 0.0 if values.get("val_path") else values.get("val_ratio", 0.1)
+    test_ratio = 0.0 if values.get("test_path") else values.get("test_ratio", 0.1)
+    tr, va, te = split_examples(examples, val=val_ratio, test=test_ratio, seed=settings.seed)
+    if values.get("val_path"):
+        va = read(values["val_path"])
+    if values.get("test_path"):
+        te = read(values["test_path"])
+    echo(f"numpy {kind}: {len(tr)} train, {len(va)} validation, {len(te)} test examples")
+    source = {k: values.get(k) for k in ("data", "val_path", "test_path", "val_ratio", "test_ratio",
+                                          "data_format", "encoding", "text_field", "label_field")}
+    run, test_metrics = train_numpy_run(
+        tr, va, te, kind=kind, model_options=model_options, settings=settings, out_dir=values["out"],
+        overwrite=bool(values.get("overwrite")), log=None if values.get("quiet") else echo,
+        extra={"data": source})
+    if test_metrics is not None:
+        report("test", test_metrics, run.labels)
+    echo(f"saved run to {values['out']}")
+    return run
