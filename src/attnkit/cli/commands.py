@@ -287,9 +287,6 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
     Example:
       attnkit predict runs/reviews "a quietly moving film" --explain
     """
-    from attnkit.train.checkpoint import load_checkpoint
-    from attnkit.train.inference import predict_texts
-
     items = list(texts)
     if text_file:
         items += [line for line in Path(text_file).read_text(encoding="utf-8").split("\n") if line.strip()]
@@ -305,6 +302,9 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
             if explain:
                 click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"]))
         return
+    from attnkit.train.checkpoint import load_checkpoint
+    from attnkit.train.inference import predict_texts
+
     model, tokenizer, labels, meta = load_checkpoint(run)
     predictions = predict_texts(model, tokenizer, labels, items, max_len=meta["data_settings"]["max_len"],
                                 top_k=top if explain else 0)
