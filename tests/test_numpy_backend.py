@@ -1,0 +1,152 @@
+"""``attnkit train --backend numpy``: learns, never imports torch, saves a run that reloads the same."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from attnkit.cli import cli
+from attnkit.data.readers import Example
+from attnkit.data.synthetic import keyword_corpus
+from attnkit.train.numpy_backend import (
+    NumpyTrainSettings,
+    evaluate_numpy_run,
+    is_numpy_run,
+    load_numpy_run,
+    metrics,
+    predict_numpy_run,
+    train_numpy_run,
+)
+
+FAST = ["--epochs", "6", "--batch-size", "32", "--lr", "0.005", "--model-opt", "d_model=32",
+        "--model-opt", "dim_feedforward=64", "--model-opt", "pooling=attention", "--model-opt", "dropout=0.0"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "keywords.tsv"
+    docs = keyword_corpus(480, seed=3, length=(6, 12))
+    path.write_text("".join(f"{d.label}\t{d.text}\n" for d in docs), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def numpy_run(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("runs") / "numpy"
+    result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text",
+                                      "--backend", "numpy", "--out", str(out), "-q", *FAST])
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_cli_training_learns_the_keywords(numpy_run: tuple[Path, str]) -> None:
+    out, output = numpy_run
+    test_line = next(line for line in output.splitlines() if line.startswith("test: accuracy"))
+    assert float(test_line.split()[2]) >= 0.9, output
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["backend"] == "numpy" and meta["model_name"] == "transformer"
+    assert meta["metrics"]["test"]["accuracy"] >= 0.9
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "labels.json", "model.safetensors", "vocab.json"]
+    assert is_numpy_run(out)
+
+
+def test_cli_training_imports_no_torch(corpus: Path, tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from attnkit.cli import cli\n"
+        f"args = ['train', '--data', {str(corpus)!r}, '--format', 'label-tab-text', '--backend', 'numpy',\n"
+        f"        '--out', {str(tmp_path / 'run')!r}, '-q', '--epochs', '1', '--model-opt', 'd_model=16']\n"
+        "r = CliRunner().invoke(cli, args)\n"
+        "assert r.exit_code == 0, r.output\n"
+        f"r = CliRunner().invoke(cli, ['predict', {str(tmp_path / 'run')!r}, 'a b c', '--explain'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print('torch' in sys.modules, 'attnkit.data.readers' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+
+
+def test_run_reloads_and_predicts_the_same(numpy_run: tuple[Path, str], corpus: Path) -> None:
+    out, _ = numpy_run
+    run = load_numpy_run(out)
+    again = load_numpy_run(out)
+    texts = [line.split("\t", 1)[1] for line in corpus.read_text().splitlines()[:40]]
+    first, second = run.logits(texts)[0], again.logits(texts)[0]
+    np.testing.assert_array_equal(first, second)
+    result = CliRunner().invoke(cli, ["predict", str(out), *texts[:3], "--json", "--explain", "--top", "2"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    direct = predict_numpy_run(run, texts[:3], top_k=2)
+    assert [r["label"] for r in rows] == [d["label"] for d in direct]
+    assert [r["probability"] for r in rows] == pytest.approx([d["probability"] for d in direct])
+    assert all(len(r["top_tokens"]) == 2 for r in rows)
+
+
+def test_evaluate_command_scores_a_numpy_run(numpy_run: tuple[Path, str], corpus: Path) -> None:
+    out, _ = numpy_run
+    result = CliRunner().invoke(cli, ["evaluate", str(out), "--data", str(corpus), "--format", "label-tab-text",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["n"] == 480 and report["accuracy"] >= 0.9
+    assert sum(map(sum, report["confusion_matrix"])) == 480
+
+
+def test_explain_points_at_key_words(numpy_run: tuple[Path, str]) -> None:
+    run = load_numpy_run(numpy_run[0])
+    docs = keyword_corpus(30, seed=11, length=(6, 12), max_keywords=1)
+    preds = predict_numpy_run(run, [d.text for d in docs], top_k=1)
+    hits = sum(p["top_tokens"][0][0] == d.text.split()[d.key_positions[0]] for p, d in zip(preds, docs, strict=True))
+    # Chance (one word of 6-12) would give about 3 of 30; the encoder layer below the pooling
+    # spreads the key word over its neighbours, so the top word is not always the key word itself.
+    assert hits >= 12, hits
+
+
+def test_occupied_out_is_refused(numpy_run: tuple[Path, str], corpus: Path) -> None:
+    out, _ = numpy_run
+    before = (out / "model.safetensors").read_bytes()
+    result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text",
+                                      "--backend", "numpy", "--out", str(out), "--epochs", "1"])
+    assert result.exit_code == 1 and "different run" in result.output
+    assert (out / "model.safetensors").read_bytes() == before
+
+
+def test_unsupported_flags_are_named(corpus: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--backend", "numpy", "--out",
+                                      str(tmp_path / "r"), "--warmup-ratio", "0.2", "--label-smoothing", "0.1"])
+    assert result.exit_code == 1
+    assert "--warmup-ratio" in result.output and "--label-smoothing" in result.output
+    result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text", "--backend",
+                                      "numpy", "--out", str(tmp_path / "r"), "--model", "han"])
+    assert result.exit_code == 1 and "'transformer' or 'document'" in result.output
+    result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text", "--backend",
+                                      "numpy", "--out", str(tmp_path / "r"), "--model-opt", "d_modle=8"])
+    assert result.exit_code == 1 and "d_modle" in result.output and "d_model" in result.output
+
+
+def test_document_kind_and_unknown_labels(tmp_path: Path) -> None:
+    docs = keyword_corpus(120, seed=5, length=(5, 8))
+    train = [Example(d.text, d.label) for d in docs]
+    settings = NumpyTrainSettings(epochs=2, batch_size=16, lr=0.01)
+    run, test = train_numpy_run(train[:100], [], train[100:], kind="document", model_options={"d_model": 16},
+                                settings=settings, out_dir=tmp_path / "doc")
+    assert test is not None and test["n"] == 20
+    assert load_numpy_run(tmp_path / "doc").model.config.kind == "document"  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="unknown to this model"):
+        evaluate_numpy_run(run, [Example("a b", "neutral")])
+
+
+def test_metrics_against_hand_count() -> None:
+    report = metrics(np.array([0, 1, 1, 2, 2, 2]), np.array([0, 1, 2, 2, 2, 0]), 3)
+    assert report["confusion_matrix"] == [[1, 0, 1], [0, 1, 0], [0, 1, 2]]
+    assert report["accuracy"] == pytest.approx(4 / 6)
+    f1 = [2 * 1 * 0.5 / 1.5, 2 * 0.5 * 1 / 1.5, 2 * (2 / 3) * (2 / 3) / (4 / 3)]
+    assert report["macro_f1"] == pytest.approx(sum(f1) / 3)
