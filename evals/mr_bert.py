@@ -30,7 +30,12 @@ from attnkit.data.batching import LabelVocab, TextClassificationDataset, collate
 from attnkit.data.readers import read_examples
 from attnkit.models.bert_classifier import BertClassifier
 from attnkit.train.config import TrainConfig
-from attnkit.train.finetune import FINETUNE_DEFAULTS, bert_model_options, finetune_bert, load_finetune_tokenizer
+from attnkit.train.finetune import (
+    FINETUNE_DEFAULTS,
+    bert_model_options,
+    finetune_bert,
+    load_finetune_tokenizer,
+)
 from attnkit.train.pipeline import split_examples
 
 DEFAULT_DATA = Path("/work/shared/data/mr")

@@ -369,7 +369,7 @@ def predict_numpy_run(run: NumpyRun, texts: Sequence[str], *, top_k: int = 0) ->
     out = []
     for row, text in enumerate(texts):
         best = int(probs[row].argmax())
-        order = np.argsort(-weights[row], kind="stable")[:top_k] if top_k else []
+        order: list[int] = np.argsort(-weights[row], kind="stable")[:top_k].tolist() if top_k else []
         top = [(run.vocab.itos[encoded[row][i]], float(weights[row][i])) for i in order]
         out.append({"text": text, "label": run.labels[best], "probability": float(probs[row, best]),
                     "probabilities": {lb: float(p) for lb, p in zip(run.labels, probs[row], strict=True)},
