@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import json
 import statistics
@@ -58,20 +59,27 @@ def _echo(line: str) -> None:
 
 
 def _numpy_backend() -> ModuleType:
-    """``attnkit.train.numpy_backend``, loaded without ``attnkit.train``'s torch-importing ``__init__``."""
+    """``attnkit.train.numpy_backend``, loaded without ``attnkit.train``'s torch-importing ``__init__``.
+
+    When ``attnkit.train`` is not imported yet, the file is loaded under a
+    private name (see ``numpy_backend.light_module``), so nothing here pulls in torch.
+    """
     name = "attnkit.train.numpy_backend"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "train"
+    if "attnkit.train" in sys.modules:
+        return importlib.import_module(name)
+    private = f"_attnkit_light.{name}"
+    if private not in sys.modules:
+        spec = importlib.util.spec_from_file_location(private, Path(__file__).resolve().parents[1] / "train"
                                                       / "numpy_backend.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+        sys.modules[private] = module
         try:
             spec.loader.exec_module(module)
         except BaseException:
-            del sys.modules[name]
+            del sys.modules[private]
             raise
-    return sys.modules[name]
+    return sys.modules[private]
 
 
 def _is_numpy_run(run: str) -> bool:

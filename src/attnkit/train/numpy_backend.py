@@ -57,6 +57,7 @@ __all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "light_mo
 BACKEND = "numpy"
 NUMPY_KINDS = ("transformer", "document")
 RUN_FILES = ("config.json", "model.safetensors", "vocab.json", "labels.json")
+LIGHT_PREFIX = "_attnkit_light."
 
 
 def light_module(name: str) -> ModuleType:
@@ -65,24 +66,27 @@ def light_module(name: str) -> ModuleType:
     ``attnkit.data`` and ``attnkit.train`` re-export torch code from their
     ``__init__``, so a plain ``import attnkit.data.readers`` loads torch. The
     readers, the splits and this module use only the standard library and
-    NumPy: when the package is not imported yet, the file is loaded on its own
-    under its usual name (a later ``import attnkit.data`` reuses it).
+    NumPy: when the package is already imported the usual module is returned;
+    otherwise the file is loaded on its own under the private name
+    ``_attnkit_light.<name>``, which leaves the package free to import
+    normally later.
     """
-    if name in sys.modules:
-        return sys.modules[name]
     package, _, leaf = name.rpartition(".")
-    if package in sys.modules:
+    if name in sys.modules or package in sys.modules:
         return importlib.import_module(name)
+    private = f"{LIGHT_PREFIX}{name}"
+    if private in sys.modules:
+        return sys.modules[private]
     path = Path(__file__).resolve().parents[1].joinpath(*package.split(".")[1:], f"{leaf}.py")
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(private, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {name} from {path}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    sys.modules[private] = module  # dataclasses look their module up while the file runs
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules[name]
+        del sys.modules[private]
         raise
     return module
 
