@@ -167,6 +167,9 @@ def test_demo_quick_learns_and_writes_report(tmp_path) -> None:
     assert acc >= 0.9 and focus >= 0.4  # chance focus is about 2/30
     report = (out / "report.txt").read_text()
     assert "class positive" in report and "class negative" in report
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "[document]" in html and "Content-Security-Policy" in html
+    assert (out / "explanation.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_train_task_routes_to_the_translation_and_caption_trainers() -> None:

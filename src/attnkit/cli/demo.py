@@ -111,11 +111,36 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
     accuracy = float(result.test["accuracy"])
     if out is not None:
         ckpt.atomic_write_text(Path(out) / "report.txt", format_report(table, accuracy, focus))
+        write_demo_figures(Path(out), tokens, rows, result.model, batch, result.label_vocab)
     # tokens / weights / labels / key_positions: the test documents' per-token pooling
     # attention, ready for an HTML report.
     return {"accuracy": accuracy, "focus": focus, "seconds": time.perf_counter() - start, "table": table,
             "documents": n, "tokens": tokens, "weights": rows, "labels": [d.label for d in test_docs],
             "key_positions": [d.key_positions for d in test_docs]}
+
+
+REPORT_DOCUMENTS = 12  # test documents shown in report.html
+
+
+def write_demo_figures(out: Path, tokens: list[list[str]], weights: list[list[float]], model: Any,
+                       batch: dict[str, Any], labels: Any) -> None:
+    """Write ``report.html`` (the interactive report of the first test documents) and
+    ``explanation.png`` (the first document, tokens shaded by attention)."""
+    import numpy as np
+    import torch
+
+    from attnkit.cli.visualize import AttentionView, write_views
+
+    n = min(REPORT_DOCUMENTS, len(tokens))
+    with torch.no_grad():
+        probs = model(batch["ids"][:n], batch["lengths"][:n]).softmax(-1)  # (n, C)
+    views = [
+        AttentionView(tokens[i], np.zeros((0, 1, 1, 1)), np.asarray(weights[i], dtype=np.float32),
+                      labels.decode(int(probs[i].argmax())), float(probs[i].max()))
+        for i in range(n)
+    ]
+    write_views(views, out / "report.html", "attnkit demo: where the classifier looks")
+    write_views(views[:1], out / "explanation.png", "attnkit demo: why the model predicted this")
 
 
 @click.command()
@@ -130,12 +155,14 @@ def demo(out: str, quick: bool, seed: int, overwrite: bool, quiet: bool) -> None
     """Train an attention classifier on a generated keyword corpus and show where it looks.
 
     Prints the test accuracy and the attention focus (mean share of the
-    pooling attention on the key words), and writes a checkpoint and
-    report.txt (most attended words per class) to --out.
+    pooling attention on the key words), and writes a checkpoint,
+    report.txt (most attended words per class), report.html (the offline
+    interactive attention report) and explanation.png to --out.
     """
     summary = run_demo(Path(out), quick=quick, seed=seed, overwrite=overwrite, quiet=quiet)
     click.echo(f"test accuracy     {summary['accuracy']:.4f}")
     click.echo(f"attention focus   {summary['focus']:.4f}  (share of pooling attention on the key words)")
     for c, rows in summary["table"].items():
         click.echo(f"most attended ({c}): " + ", ".join(t for t, _ in rows[:5]))
-    click.echo(f"wrote {out}/ (model.safetensors, config.json, report.txt) in {summary['seconds']:.1f}s")
+    click.echo(f"wrote {out}/ (model.safetensors, config.json, report.txt, report.html, explanation.png) "
+               f"in {summary['seconds']:.1f}s")
