@@ -38,16 +38,33 @@ _EXPORTS: dict[str, str] = {
     "TransformerEncoder": "attnkit.blocks",
     "TransformerDecoderLayer": "attnkit.blocks",
     "TransformerDecoder": "attnkit.blocks",
+    "Seq2SeqTransformer": "attnkit.models.seq2seq",
+    "greedy_decode": "attnkit.decoding",
+    "beam_search": "attnkit.decoding",
+    "Trainer": "attnkit.train",
+    "TrainConfig": "attnkit.train",
 }
 _SUBMODULES = {
     "masks", "functional", "layers", "positional", "blocks", "models", "reference", "data",
-    "train", "viz",
+    "train", "viz", "decoding", "bench",
 }
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 
 if TYPE_CHECKING:
-    from attnkit import blocks, data, functional, layers, masks, models, positional, train, viz
+    from attnkit import (
+        bench,
+        blocks,
+        data,
+        decoding,
+        functional,
+        layers,
+        masks,
+        models,
+        positional,
+        train,
+        viz,
+    )
     from attnkit.blocks import (
         FeedForward,
         TransformerDecoder,
@@ -55,6 +72,7 @@ if TYPE_CHECKING:
         TransformerEncoder,
         TransformerEncoderLayer,
     )
+    from attnkit.decoding import beam_search, greedy_decode
     from attnkit.functional import (
         BackendChoice,
         attention,
@@ -72,12 +90,14 @@ if TYPE_CHECKING:
         RelativePositionAttention,
         SelfAttention2d,
     )
+    from attnkit.models.seq2seq import Seq2SeqTransformer
     from attnkit.positional import (
         LearnedPositionalEmbedding,
         RotaryEmbedding,
         SinusoidalPositionalEncoding,
         alibi_bias,
     )
+    from attnkit.train import TrainConfig, Trainer
 
 
 def __getattr__(name: str) -> Any:

@@ -43,7 +43,12 @@ __all__ = ["IncrementalDecoder", "DecodeResult", "greedy_decode", "beam_search",
 
 
 class IncrementalDecoder(Protocol):
-    """What :func:`greedy_decode` and :func:`beam_search` need from a model."""
+    """What :func:`greedy_decode` and :func:`beam_search` need from a model.
+
+    Shape:
+        src_ids ``(B, Ts)`` and src_lengths ``(B,)`` for ``encode``; ``decode_step``
+        takes the newest target ids ``(B, Tnew)`` and returns logits ``(B, Tnew, V)``.
+    """
 
     config: Any  # provides pad_id, bos_id and eos_id
 
@@ -62,6 +67,9 @@ class DecodeResult:
             length-normalised for beam search with ``alpha > 0``).
         alignments: per source, a ``(Tt, Ts_b)`` tensor (``Tt`` = generated tokens
             including ``[EOS]`` when emitted, ``Ts_b`` = that source's length), or None.
+
+    Shape:
+        alignments: one ``(Tt, Ts_b)`` tensor per source.
     """
 
     tokens: list[list[int]]

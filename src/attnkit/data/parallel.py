@@ -41,7 +41,15 @@ __all__ = [
 ]
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]")
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+"""The special tokens of translation tokenizers, in id order."""
+PAD_ID = 0
+"""Padding id."""
+UNK_ID = 1
+"""Id of subwords outside the vocabulary."""
+BOS_ID = 2
+"""Start-of-sentence id, the decoder's first input."""
+EOS_ID = 3
+"""End-of-sentence id: decoding stops after it."""
 
 
 # --- reading -------------------------------------------------------------------------------------
