@@ -45,6 +45,7 @@ _CASE_FUNCTIONS: dict[str, Callable[[bool], list[Result]]] = {
 
 #: Names of the benchmark cases, in the order :func:`run` runs them.
 CASES: tuple[str, ...] = tuple(_CASE_FUNCTIONS)
+"""The benchmark cases, in the order `run` prints them."""
 
 
 def _write_json(path: str, payload: dict[str, object]) -> None:
