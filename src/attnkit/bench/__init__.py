@@ -43,7 +43,6 @@ _CASE_FUNCTIONS: dict[str, Callable[[bool], list[Result]]] = {
     "linear": linear,
 }
 
-#: Names of the benchmark cases, in the order :func:`run` runs them.
 CASES: tuple[str, ...] = tuple(_CASE_FUNCTIONS)
 """The benchmark cases, in the order `run` prints them."""
 
