@@ -181,7 +181,8 @@ def train(ctx: click.Context, **values: Any) -> None:
         options = finetune.bert_model_options(values["init_from"], tokenizer,
                                               parse_model_options(ctx, values["model_opt"]))
         train_config = collect_train_config(values, **finetune.FINETUNE_DEFAULTS)
-        data = collect_data_settings(values, max_len=finetune.FINETUNE_MAX_LEN, tokenizer="wordpiece")
+        data = collect_data_settings(values, max_len=finetune.FINETUNE_MAX_LEN, tokenizer="wordpiece",
+                                     vocab_size=int(options["vocab_size"]))
         model_name, run_id = "bert", None
         init_model = finetune.pretrained_initializer(values["init_from"])
     else:
