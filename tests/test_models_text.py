@@ -219,7 +219,7 @@ def test_han_pre_split_input_and_sentence_end_ids() -> None:
 
 def test_registry_and_config_errors() -> None:
     assert set(MODELS) == {"document", "sentiment", "han", "bert"}
-    with pytest.raises(ValueError, match=r"unknown model 'cnn'; valid names are \['document', 'han', 'sentiment'\]"):
+    with pytest.raises(ValueError, match=r"unknown model 'cnn'; valid names are \['bert', 'document', 'han', 'sentiment'\]"):
         build_model("cnn", {"vocab_size": 10, "num_classes": 2})
     with pytest.raises(ValueError, match=r"unknown DocumentClassifierConfig field\(s\) \['d_modle'\]; valid fields are \['vocab_size'"):
         build_model("document", {"vocab_size": 10, "num_classes": 2, "d_modle": 8})

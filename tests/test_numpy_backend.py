@@ -67,7 +67,7 @@ def test_cli_training_imports_no_torch(corpus: Path, tmp_path: Path) -> None:
         "assert r.exit_code == 0, r.output\n"
         f"r = CliRunner().invoke(cli, ['predict', {str(tmp_path / 'run')!r}, 'a b c', '--explain'])\n"
         "assert r.exit_code == 0, r.output\n"
-        "print('torch' in sys.modules, '_attnkit_light.attnkit.data.readers' in sys.modules)\n"
+        "print('torch' in sys.modules, 'attnkit.data.readers' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -9,8 +9,9 @@ twin) never loads torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from attnkit._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -100,15 +101,4 @@ if TYPE_CHECKING:
     from attnkit.train import TrainConfig, Trainer
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    if name in _SUBMODULES:
-        return importlib.import_module(f"attnkit.{name}")
-    raise AttributeError(f"module 'attnkit' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, _SUBMODULES)

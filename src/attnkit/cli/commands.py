@@ -59,27 +59,8 @@ def _echo(line: str) -> None:
 
 
 def _numpy_backend() -> ModuleType:
-    """``attnkit.train.numpy_backend``, loaded without ``attnkit.train``'s torch-importing ``__init__``.
-
-    When ``attnkit.train`` is not imported yet, the file is loaded under a
-    private name (see ``numpy_backend.light_module``), so nothing here pulls in torch.
-    """
-    name = "attnkit.train.numpy_backend"
-    if "attnkit.train" in sys.modules:
-        return importlib.import_module(name)
-    private = f"_attnkit_light.{name}"
-    if private not in sys.modules:
-        spec = importlib.util.spec_from_file_location(private, Path(__file__).resolve().parents[1] / "train"
-                                                      / "numpy_backend.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[private] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[private]
-            raise
-    return sys.modules[private]
+    """``attnkit.train.numpy_backend``, imported only when a numpy run needs it (it loads no torch)."""
+    return importlib.import_module("attnkit.train.numpy_backend")
 
 
 def _is_numpy_run(run: str) -> bool:

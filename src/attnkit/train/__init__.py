@@ -1,11 +1,25 @@
 """Training: one explicit loop, metrics, checkpoints and data-parallel runs.
 
 ``Trainer`` and ``TrainConfig`` are the entry points; ``checkpoint`` saves and
-loads runs, ``distributed`` joins a torchrun process group.
+loads runs, ``distributed`` joins a torchrun process group. Names load on first
+use, so ``attnkit.train.numpy_backend`` runs without torch.
 """
 
-from attnkit.train.config import TrainConfig
-from attnkit.train.metrics import accuracy, confusion_matrix, macro_f1
-from attnkit.train.trainer import Trainer
+from typing import TYPE_CHECKING
 
-__all__ = ["Trainer", "TrainConfig", "accuracy", "macro_f1", "confusion_matrix"]
+from attnkit._lazy import lazy_exports
+
+_EXPORTS = {
+    "Trainer": "attnkit.train.trainer",
+    "TrainConfig": "attnkit.train.config",
+    "accuracy": "attnkit.train.metrics",
+    "macro_f1": "attnkit.train.metrics",
+    "confusion_matrix": "attnkit.train.metrics",
+}
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+
+if TYPE_CHECKING:
+    from attnkit.train.config import TrainConfig
+    from attnkit.train.metrics import accuracy, confusion_matrix, macro_f1
+    from attnkit.train.trainer import Trainer

@@ -27,17 +27,14 @@ tokenized on whitespace after optional lower-casing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -50,56 +47,26 @@ from attnkit.reference.optim import AdamW
 from attnkit.reference.text import Vocabulary, pad_batch
 from attnkit.reference.trainer import Trainer
 
-__all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "light_module", "read_examples",
+__all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "read_examples",
            "split_examples", "train_numpy_run", "save_numpy_run", "train_command",
            "load_numpy_run", "is_numpy_run", "evaluate_numpy_run", "predict_numpy_run", "metrics"]
 
 BACKEND = "numpy"
 NUMPY_KINDS = ("transformer", "document")
 RUN_FILES = ("config.json", "model.safetensors", "vocab.json", "labels.json")
-LIGHT_PREFIX = "_attnkit_light."
-
-
-def light_module(name: str) -> ModuleType:
-    """Import a torch-free attnkit submodule without running its package's ``__init__``.
-
-    ``attnkit.data`` and ``attnkit.train`` re-export torch code from their
-    ``__init__``, so a plain ``import attnkit.data.readers`` loads torch. The
-    readers, the splits and this module use only the standard library and
-    NumPy: when the package is already imported the usual module is returned;
-    otherwise the file is loaded on its own under the private name
-    ``_attnkit_light.<name>``, which leaves the package free to import
-    normally later.
-    """
-    package, _, leaf = name.rpartition(".")
-    if name in sys.modules or package in sys.modules:
-        return importlib.import_module(name)
-    private = f"{LIGHT_PREFIX}{name}"
-    if private in sys.modules:
-        return sys.modules[private]
-    path = Path(__file__).resolve().parents[1].joinpath(*package.split(".")[1:], f"{leaf}.py")
-    spec = importlib.util.spec_from_file_location(private, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {name} from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[private] = module  # dataclasses look their module up while the file runs
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[private]
-        raise
-    return module
 
 
 def read_examples(path: str | Path, **kwargs: Any) -> list[Any]:
     """:func:`attnkit.data.readers.read_examples` without loading torch."""
-    return list(light_module("attnkit.data.readers").read_examples(path, **kwargs))
+    from attnkit.data.readers import read_examples as read
+
+    return list(read(path, **kwargs))
 
 
 def split_examples(examples: Sequence[Any], *, val: float, test: float, seed: int
                    ) -> tuple[list[Any], list[Any], list[Any]]:
     """Stratified train / validation / test parts, the same as the torch pipeline's split."""
-    split = light_module("attnkit.data.splits").train_val_test_split
+    from attnkit.data.splits import train_val_test_split as split
     tr, va, te = split(len(examples), val, test, seed, labels=[e.label for e in examples])
     return [examples[i] for i in tr], [examples[i] for i in va], [examples[i] for i in te]
 
