@@ -48,7 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.functional import merge_heads, safe_softmax, split_heads
-from attnkit.layers.multi_head import check_sequence
+from attnkit.layers.multi_head import check_sequence, resolve_key_value
 
 __all__ = ["LinearAttention", "linear_attention", "linear_attention_weights"]
 
@@ -267,18 +267,7 @@ class LinearAttention(nn.Module):
         ``(B, Tk)`` or ``(B, 1, 1, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`).
         """
         check_sequence("x", x, self.d_model)
-        if (key is None) != (value is None):
-            raise ValueError("pass both key and value for cross-attention, or neither for self-attention")
-        if key is None or value is None:
-            key = value = x
-        else:
-            check_sequence("key", key, self.d_model)
-            check_sequence("value", value, self.d_model)
-            if key.shape[:2] != value.shape[:2] or key.shape[0] != x.shape[0]:
-                raise ValueError(
-                    f"key {tuple(key.shape)} and value {tuple(value.shape)} must share (B, Tk) "
-                    f"with batch B={x.shape[0]} of x"
-                )
+        key, value = resolve_key_value(x, key, value, self.d_model)
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, Tq, Dh)
         k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, Tk, Dh)
         v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, Tk, Dh)

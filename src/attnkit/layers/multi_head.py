@@ -43,6 +43,28 @@ def check_sequence(name: str, x: object, width: int) -> Tensor:
     return x
 
 
+def resolve_key_value(
+    x: Tensor, key: Tensor | None, value: Tensor | None, width: int
+) -> tuple[Tensor, Tensor]:
+    """Keys and values of a layer call: ``x`` itself for self-attention, else the checked pair.
+
+    Shape:
+        x ``(B, Tq, width)``; key and value ``(B, Tk, width)``; returns ``(key, value)``.
+    """
+    if (key is None) != (value is None):
+        raise ValueError("pass both key and value for cross-attention, or neither for self-attention")
+    if key is None or value is None:
+        return x, x
+    check_sequence("key", key, width)
+    check_sequence("value", value, width)
+    if key.shape[:2] != value.shape[:2] or key.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"key {tuple(key.shape)} and value {tuple(value.shape)} must share (B, Tk) "
+            f"with batch B={x.shape[0]} of x"
+        )
+    return key, value
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch-first, with the attnkit mask rule.
 
