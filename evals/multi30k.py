@@ -45,15 +45,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with train/val/test_2016_flickr .de/.en.gz")
     parser.add_argument("--out", type=Path, default=Path("runs/multi30k"), help="run directory to write")
     parser.add_argument("--time-budget", type=float, default=90.0, help="training minutes (decoding not counted)")
-    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--epochs", type=int, default=60)
     parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--warmup", type=int, default=800)
+    parser.add_argument("--warmup", type=int, default=400)
+    parser.add_argument("--dropout", type=float, default=0.1, help="residual and embedding dropout")
+    parser.add_argument("--attention-dropout", type=float, default=0.0)
+    parser.add_argument("--activation-dropout", type=float, default=0.0)
+    parser.add_argument("--average-last", type=int, default=5, help="average the weights of the last N epochs")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--train-limit", type=int, help="use only the first N training pairs")
     parser.add_argument("--beam", type=int, default=4, help="beam size for the test translation")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--resume", action="store_true", help="go on with the interrupted run in --out")
     parser.add_argument("--log-every", type=int, default=100, help="print the loss every N steps")
     parser.add_argument("--val-bleu-sentences", type=int, help="decode only the first N validation sentences")
     args = parser.parse_args(argv)
@@ -69,13 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Multi30k de→en: {len(train)} train, {len(val)} val, {len(test)} test pairs; "
           f"{torch.get_num_threads()} threads; budget {args.time_budget} min", flush=True)
     model_options = {"d_model": 256, "num_heads": 8, "d_ff": 1024, "encoder_layers": 3, "decoder_layers": 3,
-                     "dropout": 0.1, "norm_first": True, "label_smoothing": 0.1, "tie_embeddings": True}
+                     "dropout": args.dropout, "attention_dropout": args.attention_dropout,
+                     "activation_dropout": args.activation_dropout, "norm_first": True, "label_smoothing": 0.1, "tie_embeddings": True}
     config = TranslationTrainConfig(epochs=args.epochs, max_tokens=args.batch_tokens, lr=args.lr,
                                     warmup=args.warmup, seed=args.seed, vocab_size=args.vocab_size,
                                     time_budget_s=60.0 * args.time_budget, log_every=args.log_every,
-                                    eval_sentences=args.val_bleu_sentences)
+                                    eval_sentences=args.val_bleu_sentences, average_last=args.average_last)
     summary = fit_translation(train, val, model_options=model_options, train_config=config, out_dir=args.out,
-                              overwrite=True, shared_vocab=True, log=lambda line: print(line, flush=True))
+                              overwrite=not args.resume, shared_vocab=True, log=lambda line: print(line, flush=True),
+                              resume=args.resume)
     translator = load_translation_run(args.out)
     start = time.monotonic()
     hyps = [t.text for t in translator.translate(test.sources, beam=args.beam)]

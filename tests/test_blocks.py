@@ -449,3 +449,18 @@ def test_forward_argument_errors() -> None:
         dec(torch.randn(2, 5, D), torch.randn(2, 3, 4))
     with pytest.raises(ValueError, match="memory batch 3 differs from x batch 2"):
         dec(torch.randn(2, 5, D), torch.randn(3, 4, D))
+
+
+@pytest.mark.parametrize("layer_cls", [TransformerEncoderLayer, TransformerDecoderLayer])
+def test_attention_and_activation_dropout_override_the_shared_rate(layer_cls: type) -> None:
+    layer = layer_cls(16, 4, 32, dropout=0.3, attention_dropout=0.0, activation_dropout=0.2)
+    assert layer.self_attn.dropout == 0.0 and layer.ff.dropout.p == 0.2 and layer.dropout1.p == 0.3
+    same = layer_cls(16, 4, 32, dropout=0.3)
+    assert same.self_attn.dropout == 0.3 and same.ff.dropout.p == 0.3
+    with pytest.raises(ValueError, match="dropout"):
+        layer_cls(16, 4, 32, attention_dropout=1.5)
+    # with attention and activation dropout off, the only randomness is on the residual branches
+    quiet = layer_cls(16, 4, 32, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0).train()
+    x = torch.randn(2, 5, 16)
+    args = (x,) if layer_cls is TransformerEncoderLayer else (x, torch.randn(2, 3, 16))
+    assert torch.equal(quiet(*args), quiet(*args))

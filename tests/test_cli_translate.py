@@ -197,3 +197,79 @@ def test_command_errors(tmp_path: Path) -> None:
     save_translation_run(tmp_path / "run", translator.model, translator.tokenizers, run_id="r")
     result = CliRunner().invoke(translate, [str(tmp_path / "run")])
     assert result.exit_code == 2 and "at least one TEXT" in result.output
+
+
+def _fit(out: Path, epochs: int, *, resume: bool = False, average_last: int = 1, lr: float = 5e-3,
+         dropout: float = 0.1) -> dict:
+    from attnkit.cli.translate import TranslationTrainConfig, fit_translation
+
+    options = {"d_model": 32, "num_heads": 4, "d_ff": 64, "encoder_layers": 1, "decoder_layers": 1,
+               "dropout": dropout, "attention_dropout": 0.0, "label_smoothing": 0.1}
+    config = TranslationTrainConfig(epochs=epochs, max_tokens=300, lr=lr, warmup=10, vocab_size=60,
+                                    average_last=average_last)
+    return fit_translation(toy_corpus(120), toy_corpus(12, seed=1), model_options=options, train_config=config,
+                           out_dir=out, resume=resume)
+
+
+def _weights(out: Path) -> dict[str, torch.Tensor]:
+    from attnkit.train.checkpoint import load_tensors
+
+    return load_tensors(out / "model.safetensors")
+
+
+def test_resumed_translation_training_equals_an_uninterrupted_run(tmp_path: Path) -> None:
+    whole = _fit(tmp_path / "whole", 3, average_last=2)
+    _fit(tmp_path / "split", 1, average_last=2)  # "interrupted" after its first epoch
+    (tmp_path / "split" / "train_state" / "state.json").unlink()  # an epoch saved half-way is not a state
+    with pytest.raises(ValueError, match="no train_state"):
+        _fit(tmp_path / "split", 3, resume=True, average_last=2)
+    _fit(tmp_path / "split2", 1, average_last=2)
+    resumed = _fit(tmp_path / "split2", 3, resume=True, average_last=2)
+    assert resumed["steps"] == whole["steps"] and resumed["run_id"] != whole["run_id"]
+    assert [h["train_loss"] for h in resumed["history"]] == [h["train_loss"] for h in whole["history"]]
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "split2")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # only the snapshots still needed for averaging are kept
+    kept = sorted(p.name for p in (tmp_path / "split2" / "train_state").glob("epoch-*.safetensors"))
+    assert kept == ["epoch-2.safetensors", "epoch-3.safetensors"]
+
+
+def test_resume_refuses_changed_settings_and_missing_runs(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="holds no translation run"):
+        _fit(tmp_path / "none", 2, resume=True)
+    _fit(tmp_path / "run", 1)
+    with pytest.raises(ValueError, match=r"different settings: lr \(0\.005 -> 0\.001\)"):
+        _fit(tmp_path / "run", 2, resume=True, lr=1e-3)
+
+
+def test_weight_averaging_is_the_mean_of_the_last_epochs(tmp_path: Path) -> None:
+    from attnkit.train.checkpoint import load_tensors
+
+    summary = _fit(tmp_path / "avg", 3, average_last=3, dropout=0.0)
+    meta = json.loads((tmp_path / "avg" / "config.json").read_text())
+    snaps = [load_tensors(tmp_path / "avg" / "train_state" / f"epoch-{e}.safetensors") for e in (1, 2, 3)]
+    final = _weights(tmp_path / "avg")
+    if meta.get("averaged_epochs") == 3:
+        assert meta["averaged_val_loss"] <= summary["history"][-1]["val_loss"]
+        expected = {k: torch.stack([s[k] for s in snaps]).mean(0) for k in final}
+    else:  # the average was worse on validation: the last epoch's weights stay
+        expected = snaps[-1]
+    assert all(torch.allclose(final[k], expected[k], atol=1e-7) for k in final)
+    assert not all(torch.equal(snaps[0][k], snaps[-1][k]) for k in final)
+
+
+def test_train_translate_resume_flag(tmp_path: Path) -> None:
+    src, tgt = write_pair(tmp_path, toy_corpus(120), "train")
+    out = tmp_path / "run"
+    base = ["--src", str(src), "--tgt", str(tgt), "--out", str(out), "--vocab-size", "60", "--d-model", "32",
+            "--heads", "4", "--d-ff", "64", "--encoder-layers", "1", "--decoder-layers", "1",
+            "--batch-tokens", "300", "--warmup", "10", "--attention-dropout", "0", "--activation-dropout", "0"]
+    assert CliRunner().invoke(train_translate, [*base, "--epochs", "1"]).exit_code == 0
+    both = CliRunner().invoke(train_translate, [*base, "--epochs", "2", "--resume", "--overwrite"])
+    assert both.exit_code == 2 and "give one" in both.output
+    result = CliRunner().invoke(train_translate, [*base, "--epochs", "2", "--resume"])
+    assert result.exit_code == 0, result.output
+    assert "resuming" in result.output
+    meta = json.loads((out / "config.json").read_text())
+    assert [h["epoch"] for h in meta["history"]] == [1, 2]
+    assert meta["model_config"]["attention_dropout"] == 0.0

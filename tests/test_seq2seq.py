@@ -45,8 +45,12 @@ def test_config_checks() -> None:
         Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=10, d_model=10, num_heads=4)
     with pytest.raises(ValueError, match="unknown Seq2SeqConfig field"):
         Seq2SeqConfig.from_dict({"src_vocab_size": 10, "tgt_vocab_size": 10, "layers": 2})
-    config = Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=12, norm_first=False)
+    with pytest.raises(ValueError, match="attention_dropout"):
+        Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=10, attention_dropout=1.0)
+    config = Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=12, norm_first=False, activation_dropout=0.0)
     assert Seq2SeqConfig.from_dict(config.to_dict()) == config
+    model = Seq2SeqTransformer(config)
+    assert model.decoder.layers[0].ff.dropout.p == 0.0 and model.decoder.layers[0].self_attn.dropout == 0.1
 
 
 def test_forward_shapes_and_cross_attention_alignments() -> None:

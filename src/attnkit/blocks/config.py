@@ -41,6 +41,8 @@ class TransformerLayerConfig:
     layer_norm_eps: float = 1e-5
     kv_heads: int | None = None
     bias: bool = True
+    attention_dropout: float | None = None
+    activation_dropout: float | None = None
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:

@@ -88,16 +88,19 @@ class TransformerDecoderLayer(nn.Module):
     def __init__(
         self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.0,
         activation: Activation = "relu", norm_first: bool = False, layer_norm_eps: float = 1e-5,
-        kv_heads: int | None = None, bias: bool = True,
+        kv_heads: int | None = None, bias: bool = True, attention_dropout: float | None = None,
+        activation_dropout: float | None = None,
     ) -> None:
         super().__init__()
         dropout = check_dropout(dropout)
+        attn_p = dropout if attention_dropout is None else check_dropout(attention_dropout)
+        ff_p = dropout if activation_dropout is None else check_dropout(activation_dropout)
         self.norm_first = check_bool("norm_first", norm_first)
         eps = check_eps(layer_norm_eps)
         self.d_model = d_model
-        self.self_attn = MultiHeadAttention(d_model, num_heads, kv_heads=kv_heads, bias=bias, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, kv_heads=kv_heads, bias=bias, dropout=dropout)
-        self.ff = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, kv_heads=kv_heads, bias=bias, dropout=attn_p)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, kv_heads=kv_heads, bias=bias, dropout=attn_p)
+        self.ff = FeedForward(d_model, d_ff, activation=activation, dropout=ff_p, bias=bias)
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.norm3 = nn.LayerNorm(d_model, eps=eps, bias=bias)

@@ -60,6 +60,11 @@ class TransformerEncoderLayer(nn.Module):
         layer_norm_eps: LayerNorm epsilon.
         kv_heads: key/value heads for grouped-query attention (default ``num_heads``).
         bias: biases in every linear map and LayerNorm.
+        attention_dropout: dropout on the attention weights instead of
+            ``dropout`` (0 lets training keep the fused kernel's speed).
+        activation_dropout: dropout on the FFN hidden activations instead of
+            ``dropout``. Leaving both at ``None`` gives PyTorch's placement;
+            ``0`` for both is the fairseq default (residual dropout only).
 
     Attributes:
         self_attn (:class:`~attnkit.layers.multi_head.MultiHeadAttention`),
@@ -72,15 +77,18 @@ class TransformerEncoderLayer(nn.Module):
     def __init__(
         self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.0,
         activation: Activation = "relu", norm_first: bool = False, layer_norm_eps: float = 1e-5,
-        kv_heads: int | None = None, bias: bool = True,
+        kv_heads: int | None = None, bias: bool = True, attention_dropout: float | None = None,
+        activation_dropout: float | None = None,
     ) -> None:
         super().__init__()
         dropout = check_dropout(dropout)
+        attn_p = dropout if attention_dropout is None else check_dropout(attention_dropout)
+        ff_p = dropout if activation_dropout is None else check_dropout(activation_dropout)
         self.norm_first = check_bool("norm_first", norm_first)
         eps = check_eps(layer_norm_eps)
         self.d_model = d_model
-        self.self_attn = MultiHeadAttention(d_model, num_heads, kv_heads=kv_heads, bias=bias, dropout=dropout)
-        self.ff = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, kv_heads=kv_heads, bias=bias, dropout=attn_p)
+        self.ff = FeedForward(d_model, d_ff, activation=activation, dropout=ff_p, bias=bias)
         self.norm1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
         self.dropout1 = nn.Dropout(dropout)

@@ -19,9 +19,11 @@ holding a different run is never written into without ``--overwrite``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -194,7 +196,11 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], *, lowerca
 @dataclass(frozen=True)
 class TranslationTrainConfig:
     """Training settings: Adam (0.9, 0.98), linear warm-up then inverse square-root decay
-    (Vaswani et al., 2017, eq. 3, with ``lr`` as the peak)."""
+    (Vaswani et al., 2017, eq. 3, with ``lr`` as the peak).
+
+    ``average_last`` > 1 averages the weights saved at the end of the last
+    that many epochs (Vaswani et al., 2017, section 6.1) and keeps the average
+    when its validation loss is no worse than the last epoch's."""
 
     epochs: int = 10
     max_tokens: int = 4096
@@ -209,6 +215,7 @@ class TranslationTrainConfig:
     eval_beam: int = 1
     eval_sentences: int | None = None
     log_every: int = 100
+    average_last: int = 1
 
 
 def _lr_factor(step: int, warmup: int) -> float:
@@ -229,59 +236,153 @@ def _validation_loss(model: Seq2SeqTransformer, pairs: list[tuple[list[int], lis
     return total / max(count, 1)
 
 
+# Settings that must not change when a run is resumed (the rest may: epochs, time budget, logging).
+RESUME_FIXED = ("max_tokens", "lr", "warmup", "seed", "max_len", "vocab_size", "lowercase", "clip_norm")
+
+
+def _average_snapshots(model: Seq2SeqTransformer, snapshots: list[dict[str, torch.Tensor]],
+                       val_pairs: list[tuple[list[int], list[int]]], train_config: TranslationTrainConfig,
+                       history: list[dict[str, Any]], extra: dict[str, Any], say: Callable[[str], None]) -> None:
+    """Load the mean of ``snapshots`` into ``model``; put the last one back if validation says it is worse."""
+    last = snapshots[-1]
+    averaged = {k: torch.stack([s[k] for s in snapshots]).mean(0) if v.is_floating_point() else v
+                for k, v in last.items()}
+    model.load_saved_tensors(averaged)
+    if not val_pairs:
+        extra["averaged_epochs"] = len(snapshots)
+        say(f"averaged the weights of the last {len(snapshots)} epochs")
+        return
+    loss = _validation_loss(model, val_pairs, train_config.max_tokens)
+    last_loss = history[-1]["val_loss"]
+    if loss <= last_loss:
+        extra["averaged_epochs"] = len(snapshots)
+        extra["averaged_val_loss"] = loss
+        say(f"averaged the weights of the last {len(snapshots)} epochs: val loss {loss:.3f} (last epoch {last_loss:.3f})")
+    else:
+        model.load_saved_tensors(last)
+        say(f"kept the last epoch's weights: the average of {len(snapshots)} has val loss {loss:.3f} > {last_loss:.3f}")
+
+
+def _snapshot_path(out: Path, epoch: int) -> Path:
+    return out / ckpt.STATE_DIR / f"epoch-{epoch}.safetensors"
+
+
+def _save_progress(out: Path, model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer,
+                   progress: dict[str, Any], keep: int) -> None:
+    """Resumable state after a finished epoch: last weights, optimizer, RNG, and the snapshots to average."""
+    epoch = int(progress["epoch"])
+    weights = model.tensors_to_save()
+    (out / ckpt.STATE_DIR).mkdir(parents=True, exist_ok=True)
+    if keep > 1:
+        ckpt.save_tensors(_snapshot_path(out, epoch), weights)
+    ckpt.save_train_state(out, {"model": weights, "best": None, "optimizer": optimizer,
+                                "progress": dict(progress, snapshots=list(range(max(1, epoch - keep + 1), epoch + 1))
+                                                 if keep > 1 else [])})
+    for old in (out / ckpt.STATE_DIR).glob("epoch-*.safetensors"):
+        number = old.stem.removeprefix("epoch-")
+        if not number.isdigit() or int(number) <= epoch - keep:
+            old.unlink(missing_ok=True)
+
+
+def _resume_state(out: Path, train_config: TranslationTrainConfig) -> dict[str, Any]:
+    """Everything :func:`fit_translation` needs to go on with the run in ``out`` (ValueError when it cannot)."""
+    if not (out / "config.json").is_file():
+        raise ValueError(f"cannot resume: {out} holds no translation run (config.json is missing)")
+    translator = load_translation_run(out)
+    state = ckpt.load_train_state(out)
+    if state is None:
+        raise ValueError(f"cannot resume: {out} has no {ckpt.STATE_DIR}/ folder (it was not saved by a resumable run)")
+    saved = translator.meta.get("train_config", {})
+    changed = [f"{k} ({saved.get(k)!r} -> {getattr(train_config, k)!r})" for k in RESUME_FIXED
+               if saved.get(k) != getattr(train_config, k)]
+    if changed:
+        raise ValueError(f"cannot resume {out} with different settings: {', '.join(changed)}")
+    return {"translator": translator, "state": state, "run_id": translator.meta["run_id"]}
+
+
 def fit_translation(
     train: ParallelCorpus, val: ParallelCorpus | None, *, model_options: dict[str, Any],
     train_config: TranslationTrainConfig, out_dir: str | os.PathLike[str], overwrite: bool = False,
-    shared_vocab: bool = True, log: Callable[[str], None] | None = None,
+    shared_vocab: bool = True, log: Callable[[str], None] | None = None, resume: bool = False,
 ) -> dict[str, Any]:
     """Train tokenizers (on ``train`` only) and a Seq2SeqTransformer, save the run, return its summary.
 
-    Saves after every epoch; stops early when ``time_budget_s`` is spent.
-    Returns ``{"run_id", "history", "val_bleu" (when val is given), "steps", "seconds"}``.
+    Saves the run and a resumable ``train_state/`` after every epoch; stops
+    early when ``time_budget_s`` is spent (time before an interruption counts).
+    With ``resume=True`` an interrupted run in ``out_dir`` goes on after its
+    last finished epoch with the saved tokenizers, weights, optimizer and RNG
+    state, so the result equals an uninterrupted run; ``model_options`` and
+    ``shared_vocab`` are then taken from the run. Returns ``{"run_id",
+    "history", "val_bleu" (when val is given), "steps", "seconds"}``.
     """
     import uuid
 
     say = log or (lambda _line: None)
     out = Path(out_dir)
-    run_id = uuid.uuid4().hex
-    ckpt.check_run_dir(out, run_id, overwrite=overwrite)
-    if overwrite and out.is_dir():
-        _clear_translation_run(out)
-    torch.manual_seed(train_config.seed)
-    tokenizers = train_translation_tokenizers(train, vocab_size=train_config.vocab_size, shared=shared_vocab,
-                                              lowercase=train_config.lowercase)
+    keep = max(1, train_config.average_last)
+    snapshots: collections.deque[dict[str, torch.Tensor]] = collections.deque(maxlen=keep)
+    if resume:
+        resumed = _resume_state(out, train_config)
+        run_id, tokenizers = resumed["run_id"], resumed["translator"].tokenizers
+        model = resumed["translator"].model
+        model.load_saved_tensors(resumed["state"]["model"])
+        progress = resumed["state"]["progress"]
+        first_epoch, step, elapsed = int(progress["epoch"]) + 1, int(progress["step"]), float(progress["seconds"])
+        history: list[dict[str, Any]] = list(progress["history"])
+        for epoch in progress.get("snapshots", []):
+            if _snapshot_path(out, int(epoch)).is_file():
+                snapshots.append(ckpt.load_tensors(_snapshot_path(out, int(epoch))))
+        say(f"resuming {out} after epoch {first_epoch - 1} (step {step}, {elapsed:.0f} s of training)")
+    else:
+        run_id = uuid.uuid4().hex
+        ckpt.check_run_dir(out, run_id, overwrite=overwrite)
+        if overwrite and out.is_dir():
+            _clear_translation_run(out)
+            shutil.rmtree(out / ckpt.STATE_DIR, ignore_errors=True)
+        torch.manual_seed(train_config.seed)
+        tokenizers = train_translation_tokenizers(train, vocab_size=train_config.vocab_size, shared=shared_vocab,
+                                                  lowercase=train_config.lowercase)
+        first_epoch, step, elapsed, history = 1, 0, 0.0, []
     train_pairs = encode_pairs(tokenizers, train, max_len=train_config.max_len)
     val_pairs = encode_pairs(tokenizers, val, max_len=train_config.max_len) if val is not None else []
-    config = Seq2SeqConfig.from_dict({
-        "src_vocab_size": tokenizers.source.get_vocab_size(), "tgt_vocab_size": tokenizers.target.get_vocab_size(),
-        "shared_vocab": shared_vocab, **model_options})
-    model = Seq2SeqTransformer(config)
+    if not resume:
+        config = Seq2SeqConfig.from_dict({
+            "src_vocab_size": tokenizers.source.get_vocab_size(), "tgt_vocab_size": tokenizers.target.get_vocab_size(),
+            "shared_vocab": shared_vocab, **model_options})
+        model = Seq2SeqTransformer(config)
+    config = model.config
     params = sum(p.numel() for p in model.parameters())
     say(f"{len(train_pairs)} training pairs, {len(val_pairs)} validation pairs; vocab "
         f"{config.src_vocab_size}/{config.tgt_vocab_size}; {params / 1e6:.2f}M parameters")
     optimizer = torch.optim.Adam(model.parameters(), lr=train_config.lr, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s + 1, train_config.warmup))
-    extra: dict[str, Any] = {"train_config": dataclasses.asdict(train_config), "history": []}
-    history: list[dict[str, Any]] = []
-    start, step, out_of_time = time.monotonic(), 0, False
+    if resume:
+        ckpt.optimizer_from_tensors(optimizer, *resumed["state"]["optimizer"])
+        ckpt.restore_rng(*resumed["state"]["rng"])
+    extra: dict[str, Any] = {"train_config": dataclasses.asdict(train_config), "history": history}
+    start, out_of_time = time.monotonic() - elapsed, False
+    budget = train_config.time_budget_s
+    if budget is not None and elapsed > budget:
+        out_of_time = True
     model.train()
-    for epoch in range(1, train_config.epochs + 1):
+    for epoch in range(first_epoch, train_config.epochs + 1):
+        if out_of_time:
+            break
         total, count = 0.0, 0
         for batch in batches_by_tokens(train_pairs, train_config.max_tokens, seed=train_config.seed + epoch):
+            step += 1
+            for group in optimizer.param_groups:
+                group["lr"] = train_config.lr * _lr_factor(step, train_config.warmup)
             logits = model(batch.src, batch.src_lengths, batch.tgt_in)
             loss = model.loss(logits, batch.tgt_out)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.clip_norm)
             optimizer.step()
-            scheduler.step()
-            step += 1
             n = batch.num_target_tokens
             total, count = total + loss.item() * n, count + n
             if step == 1 or step % train_config.log_every == 0:
                 say(f"  step {step}: mean loss this epoch {total / count:.3f}, last batch {loss.item():.3f} "
                     f"({time.monotonic() - start:.0f} s)")
-            budget = train_config.time_budget_s
             if budget is not None and time.monotonic() - start > budget:
                 out_of_time = True
                 break
@@ -295,8 +396,12 @@ def fit_translation(
             + f" ({entry['seconds']:.0f} s)" + (" — time budget spent" if out_of_time else ""))
         extra["history"] = history
         save_translation_run(out, model, tokenizers, run_id=run_id, extra=extra)
-        if out_of_time:
-            break
+        snapshots.append({k: v.detach().clone() for k, v in model.tensors_to_save().items()})
+        _save_progress(out, model, optimizer, {"epoch": epoch, "step": step, "seconds": time.monotonic() - start,
+                                               "history": history}, keep)
+    if len(snapshots) > 1:
+        _average_snapshots(model, list(snapshots), val_pairs, train_config, history, extra, say)
+        save_translation_run(out, model, tokenizers, run_id=run_id, extra=extra)
     model.eval()
     summary: dict[str, Any] = {"run_id": run_id, "history": history, "steps": step,
                                "seconds": round(time.monotonic() - start, 1)}
@@ -331,6 +436,10 @@ def fit_translation(
 @click.option("--encoder-layers", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--decoder-layers", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True)
+@click.option("--attention-dropout", type=click.FloatRange(0, 1, max_open=True),
+              help="Dropout on attention weights (default: --dropout).")
+@click.option("--activation-dropout", type=click.FloatRange(0, 1, max_open=True),
+              help="Dropout on the feed-forward hidden activations (default: --dropout).")
 @click.option("--post-norm", is_flag=True, help="Post-norm layers (the original Transformer) instead of pre-norm.")
 @click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--batch-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
@@ -341,8 +450,12 @@ def fit_translation(
 @click.option("--max-len", type=click.IntRange(min=1), default=100, show_default=True,
               help="Longest sentence in subword tokens (longer ones are truncated).")
 @click.option("--time-budget", type=click.FloatRange(0, min_open=True), help="Stop training after this many minutes.")
+@click.option("--average-last", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Average the weights of the last N epochs at the end (kept when validation agrees).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
+@click.option("--resume", is_flag=True,
+              help="Go on with the interrupted run in --out after its last finished epoch (same settings).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 @friendly_errors
 def train_translate(**v: Any) -> None:
@@ -355,22 +468,25 @@ def train_translate(**v: Any) -> None:
     """
     if (v["val_src"] is None) != (v["val_tgt"] is None):
         raise click.UsageError("give both --val-src and --val-tgt, or neither")
+    if v["resume"] and v["overwrite"]:
+        raise click.UsageError("--resume continues the run in --out and --overwrite replaces it; give one")
     train = read_parallel(v["src_path"], v["tgt_path"])
     val = read_parallel(v["val_src"], v["val_tgt"]) if v["val_src"] else None
     model_options = {"d_model": v["d_model"], "num_heads": v["heads"], "d_ff": v["d_ff"],
                      "encoder_layers": v["encoder_layers"], "decoder_layers": v["decoder_layers"],
-                     "dropout": v["dropout"], "norm_first": not v["post_norm"],
+                     "dropout": v["dropout"], "attention_dropout": v["attention_dropout"],
+                     "activation_dropout": v["activation_dropout"], "norm_first": not v["post_norm"],
                      "label_smoothing": v["label_smoothing"], "tie_embeddings": True}
     budget = None if v["time_budget"] is None else 60.0 * v["time_budget"]
     config = TranslationTrainConfig(epochs=v["epochs"], max_tokens=v["batch_tokens"], lr=v["lr"],
                                     warmup=v["warmup"], seed=v["seed"], max_len=v["max_len"],
-                                    vocab_size=v["vocab_size"], time_budget_s=budget)
+                                    vocab_size=v["vocab_size"], time_budget_s=budget, average_last=v["average_last"])
     try:
         summary = fit_translation(train, val, model_options=model_options, train_config=config,
                                   out_dir=v["out"], overwrite=v["overwrite"], shared_vocab=not v["separate_vocab"],
-                                  log=None if v["quiet"] else click.echo)
+                                  log=None if v["quiet"] else click.echo, resume=v["resume"])
     except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; the last finished epoch is saved in {v['out']}", err=True)
+        click.echo(f"\ninterrupted; the last finished epoch is saved in {v['out']} (go on with --resume)", err=True)
         sys.exit(130)
     click.echo(f"saved run to {v['out']} ({summary['steps']} steps, {summary['seconds']:.0f} s)")
 
