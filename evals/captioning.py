@@ -50,16 +50,16 @@ from typing import Any
 
 import torch
 
-from attnkit.cli.caption import (
+from attnkit.data.captions import encode_captions, images_to_tensor
+from attnkit.data.shapes import ShapeScene, generate_scenes, shapes_vocab
+from attnkit.models.captioner import ATTEND_WITH, CaptionerConfig, ImageCaptioner
+from attnkit.train.captioning import (
     corpus_bleu,
     fit_captioner,
     generate,
     load_caption_run,
     save_caption_run,
 )
-from attnkit.data.captions import encode_captions, images_to_tensor
-from attnkit.data.shapes import ShapeScene, generate_scenes, shapes_vocab
-from attnkit.models.captioner import ATTEND_WITH, CaptionerConfig, ImageCaptioner
 from attnkit.viz.explain import upsample
 
 # The config defaults: a light model, which the scenes need and the machine affords.

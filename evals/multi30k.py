@@ -29,13 +29,13 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cli.translate import (
+from attnkit.data.parallel import read_parallel
+from attnkit.train.translation import (
     TranslationTrainConfig,
     corpus_bleu,
     fit_translation,
     load_translation_run,
 )
-from attnkit.data.parallel import read_parallel
 
 DEFAULT_DATA = Path("/work/shared/data/multi30k")
 

@@ -10,16 +10,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from attnkit.cli.caption import (
-    caption,
-    corpus_bleu,
-    load_caption_run,
-    save_caption_run,
-    train_caption,
-)
+from attnkit.cli.caption import caption, train_caption
 from attnkit.data.captions import images_to_tensor
 from attnkit.data.shapes import generate_scenes, shapes_vocab
 from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+from attnkit.train.captioning import corpus_bleu, load_caption_run, save_caption_run
 
 SMALL = ["--train-size", "24", "--val-size", "4", "--epochs", "1", "--image-size", "32", "--batch-size", "12"]
 

@@ -11,13 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from attnkit.cli.translate import (
-    Translator,
-    load_translation_run,
-    save_translation_run,
-    train_translate,
-    translate,
-)
+from attnkit.cli.translate import train_translate, translate
 from attnkit.data.parallel import (
     BOS_ID,
     EOS_ID,
@@ -30,6 +24,7 @@ from attnkit.data.parallel import (
     train_translation_tokenizers,
 )
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from attnkit.train.translation import Translator, load_translation_run, save_translation_run
 
 WORDS_DE = ["ein", "hund", "mann", "läuft", "rot", "blau", "haus", "kind", "spielt", "im"]
 WORDS_EN = ["a", "dog", "man", "runs", "red", "blue", "house", "child", "plays", "in"]
@@ -201,7 +196,7 @@ def test_command_errors(tmp_path: Path) -> None:
 
 def _fit(out: Path, epochs: int, *, resume: bool = False, average_last: int = 1, lr: float = 5e-3,
          dropout: float = 0.1) -> dict:
-    from attnkit.cli.translate import TranslationTrainConfig, fit_translation
+    from attnkit.train.translation import TranslationTrainConfig, fit_translation
 
     options = {"d_model": 32, "num_heads": 4, "d_ff": 64, "encoder_layers": 1, "decoder_layers": 1,
                "dropout": dropout, "attention_dropout": 0.0, "label_smoothing": 0.1}

@@ -14,153 +14,32 @@ Every file is written atomically; a directory holding a different run is
 never written into without ``--overwrite``. ``caption`` loads such a run and
 describes an image, optionally saving the per-word attention figure.
 
-The library half (:func:`fit_captioner`, :func:`save_caption_run`,
-:func:`load_caption_run`, :func:`corpus_bleu`) is importable on its own.
+The library half lives in :mod:`attnkit.train.captioning`.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import time
 import uuid
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from attnkit.cli.commands import friendly_errors
+from attnkit.train.captioning import (
+    MODEL_NAME,
+    corpus_bleu,
+    fit_captioner,
+    generate,
+    load_caption_run,
+    save_caption_run,
+)
 
 if TYPE_CHECKING:  # torch loads only when a command runs, so that ``attnkit --help`` stays quick
-    from torch import Tensor
-
     from attnkit.data.captions import CaptionVocab
-    from attnkit.models.captioner import ImageCaptioner
 
-__all__ = [
-    "MODEL_NAME",
-    "fit_captioner",
-    "generate",
-    "corpus_bleu",
-    "save_caption_run",
-    "load_caption_run",
-    "train_caption",
-    "caption",
-]
-
-MODEL_NAME = "captioner"
-
-
-# --- library half --------------------------------------------------------------------------------
-
-
-def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengths: Tensor, *,
-                  epochs: int, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
-                  echo: Callable[[str], None] | None = None) -> list[dict[str, float]]:
-    """Train with teacher forcing: Adam, cosine learning-rate decay, gradient clipping at 5.
-
-    Returns one dict per epoch (``epoch``, ``loss``, ``nll``, ``attention_reg``, ``seconds``).
-
-    Shape:
-        images ``(N, 3, S, S)``; captions ``(N, T)``; lengths ``(N,)``.
-    """
-    import torch
-
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
-    n = images.shape[0]
-    if captions.shape[0] != n or lengths.shape != (n,):
-        raise ValueError(f"images, captions and lengths must share N={n}, got {tuple(captions.shape)} "
-                         f"and {tuple(lengths.shape)}")
-    gen = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    steps = epochs * math.ceil(n / batch_size)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s / steps, 1.0))))
-    history = []
-    for epoch in range(1, epochs + 1):
-        model.train()
-        start, sums, count = time.perf_counter(), {"loss": 0.0, "nll": 0.0, "attention_reg": 0.0}, 0
-        for idx in torch.randperm(n, generator=gen).split(batch_size):
-            t = int(lengths[idx].max())
-            loss, parts = model.loss(images[idx], captions[idx, :t], lengths[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            optimizer.step()
-            schedule.step()
-            sums["loss"] += float(loss.detach()) * len(idx)
-            sums["nll"] += parts["nll"] * len(idx)
-            sums["attention_reg"] += parts["attention_reg"] * len(idx)
-            count += len(idx)
-        row = {"epoch": float(epoch), **{k: v / count for k, v in sums.items()},
-               "seconds": time.perf_counter() - start}
-        history.append(row)
-        if echo is not None:
-            echo(f"epoch {epoch}/{epochs}: loss {row['loss']:.4f} (nll {row['nll']:.4f}, "
-                 f"attention {row['attention_reg']:.4f}) {row['seconds']:.1f}s")
-    model.eval()
-    return history
-
-
-def generate(model: ImageCaptioner, images: Tensor, *, beam: int = 1,
-             batch_size: int = 128) -> list[Any]:
-    """Captions for many images: batched greedy decoding for ``beam == 1``, beam search otherwise."""
-    model.eval()
-    out: list[Any] = []
-    for chunk in images.split(batch_size):
-        out += model.greedy(chunk) if beam == 1 else model.beam_search(chunk, beam_size=beam)
-    return out
-
-
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> float:
-    """Corpus BLEU-4 on a 0–100 scale (sacrebleu; each hypothesis may have several references)."""
-    import sacrebleu
-
-    if len(hypotheses) != len(references) or not hypotheses:
-        raise ValueError(f"hypotheses and references must be equally long and not empty, got "
-                         f"{len(hypotheses)} and {len(references)}")
-    most = max(len(r) for r in references)
-    streams = [[r[i] if i < len(r) else r[0] for r in references] for i in range(most)]
-    return float(sacrebleu.corpus_bleu(list(hypotheses), streams).score)
-
-
-def save_caption_run(directory: str | Path, model: ImageCaptioner, vocab: CaptionVocab, *, run_id: str,
-                     overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``model.safetensors`` then ``config.json`` (config, vocabulary, ``extra``) atomically."""
-    from attnkit.train import checkpoint as ckpt
-
-    path = Path(directory)
-    ckpt.check_run_dir(path, run_id, overwrite=overwrite)
-    path.mkdir(parents=True, exist_ok=True)
-    ckpt.save_tensors(path / "model.safetensors", model.state_dict(), metadata={"format": "pt"})
-    meta = {"run_id": run_id, "model_name": MODEL_NAME, "model_config": model.config.to_dict(),
-            "vocab": vocab.to_dict(), **(extra or {})}
-    ckpt.atomic_write_json(path / "config.json", meta)  # last: marks a complete run
-    return path
-
-
-def load_caption_run(directory: str | Path) -> tuple[ImageCaptioner, CaptionVocab, dict[str, Any]]:
-    """Rebuild ``(model in eval mode, vocabulary, config.json contents)`` from a run directory."""
-    from attnkit.data.captions import CaptionVocab
-    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
-    from attnkit.train import checkpoint as ckpt
-
-    path = Path(directory)
-    meta = ckpt.read_run_config(path)
-    if meta.get("model_name") != MODEL_NAME:
-        raise ValueError(f"{path} holds a {meta.get('model_name')!r} run, not an image captioner")
-    weights = path / "model.safetensors"
-    if not weights.is_file():
-        raise ValueError(f"run directory {path} is incomplete: model.safetensors is missing")
-    model = ImageCaptioner(CaptionerConfig.from_dict(meta["model_config"]))
-    state = ckpt.load_tensors(weights)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{weights} does not fit the saved config: missing {sorted(missing)[:5]}, "
-                         f"unexpected {sorted(unexpected)[:5]}")
-    return model.eval(), CaptionVocab.from_dict(meta["vocab"]), meta
+__all__ = ["train_caption", "caption"]
 
 
 # --- data ----------------------------------------------------------------------------------------

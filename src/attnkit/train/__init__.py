@@ -1,7 +1,9 @@
 """Training: one explicit loop, metrics, checkpoints and data-parallel runs.
 
-``Trainer`` and ``TrainConfig`` are the entry points; ``checkpoint`` saves and
-loads runs, ``distributed`` joins a torchrun process group. Names load on first
+``Trainer`` and ``TrainConfig`` are the entry points for classification;
+``translation`` and ``captioning`` train and run the sequence-to-sequence and
+image-captioning models; ``checkpoint`` saves and loads runs, ``distributed``
+joins a torchrun process group. Names load on first
 use, so ``attnkit.train.numpy_backend`` runs without torch.
 """
 
