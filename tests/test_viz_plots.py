@@ -158,3 +158,13 @@ def test_image_overlay_and_caption_panels() -> None:
         explain.plot_caption_attention(image, rng.random((5, 15)), words)
     with pytest.raises(ValueError, match="image"):
         explain.plot_image_attention(rng.random((4, 4, 2)), rng.random((2, 2)))
+
+
+@pytest.mark.parametrize(("cmap", "dark_end"), [("viridis", "low"), ("Greys", "high"), ("Reds", "high")])
+def test_cell_values_stay_readable_on_any_colormap(cmap: str, dark_end: str) -> None:
+    w = np.array([[0.95, 0.05], [0.5, 0.5]])
+    ax = plots.plot_attention(w, ["a", "b"], cmap=cmap).axes[0]
+    colours = {t.get_text(): t.get_color() for t in ax.texts}
+    # the darkest cell gets white text, the lightest black text, whichever end of the map is dark
+    high, low = colours["0.95"], colours["0.05"]
+    assert (high, low) == (("black", "white") if dark_end == "low" else ("white", "black"))

@@ -28,6 +28,12 @@ __all__ = [
 ]
 
 
+def _text_colour(rgba: Any) -> str:
+    """Black or white, whichever reads better on a cell of colour ``rgba`` (any colormap)."""
+    r, g, b = rgba[:3]
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+
 def _matrix(weights: Any, name: str = "weights") -> np.ndarray:
     w = as_array(weights, name)
     while w.ndim > 2 and w.shape[0] == 1:  # drop leading batch/head axes of size 1
@@ -79,7 +85,7 @@ def plot_attention(
         for i in range(tq):
             for j in range(tk):
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if w[i, j] < 0.6 * vmax else "black")
+                        color=_text_colour(im.cmap(im.norm(w[i, j]))))
     fig.colorbar(im, ax=ax, label="attention weight")
     return save(fig, path)
 
