@@ -22,7 +22,7 @@ import numpy as np
 from _common import output_dir, saved, show, small
 
 from attnkit.reference.analysis import accuracy, most_attended_tokens
-from attnkit.reference.gradcheck import module_gradcheck
+from attnkit.reference.checking import module_gradcheck
 from attnkit.reference.io import load_model, save_model
 from attnkit.reference.models import ClassifierConfig, TransformerClassifier
 from attnkit.reference.multi_head import MultiHeadAttention

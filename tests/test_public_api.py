@@ -48,8 +48,8 @@ SHAPE_EXEMPT: dict[str, str] = {
     "attnkit.reference.layers.GELU": "element-wise: output shape = input shape",
     "attnkit.reference.layers.Dropout": "element-wise: output shape = input shape",
     "attnkit.reference.module.Module": "abstract base class; each layer documents its shapes",
-    "attnkit.reference.gradcheck.gradcheck": "shape-generic: checks parameters of any shape",
-    "attnkit.reference.gradcheck.module_gradcheck": "shape-generic: checks parameters of any shape",
+    "attnkit.reference.checking.gradcheck": "shape-generic: checks parameters of any shape",
+    "attnkit.reference.checking.module_gradcheck": "shape-generic: checks parameters of any shape",
     "attnkit.layers.bert.hf_attention_state_dict": "renames parameter tensors; their shapes are unchanged",
     "attnkit.viz.bert.bundled_minilm_dir": "returns a folder path, no array",
 }

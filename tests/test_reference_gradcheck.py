@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from attnkit.reference.attention import ScaledDotProductAttention
+from attnkit.reference.checking import GradcheckError, gradcheck, module_gradcheck
 from attnkit.reference.chunked import ChunkedAttention
 from attnkit.reference.encoder import TransformerEncoder, TransformerEncoderLayer
 from attnkit.reference.functional import lengths_mask, safe_softmax, softmax_backward
-from attnkit.reference.gradcheck import GradcheckError, gradcheck, module_gradcheck
 from attnkit.reference.layers import (
     GELU,
     Dropout,

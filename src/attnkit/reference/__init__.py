@@ -20,6 +20,7 @@ from attnkit.reference.attention import (
     attention_backward,
     attention_forward,
 )
+from attnkit.reference.checking import GradcheckError, gradcheck, module_gradcheck
 from attnkit.reference.chunked import (
     ChunkedAttention,
     chunked_attention_backward,
@@ -27,7 +28,6 @@ from attnkit.reference.chunked import (
 )
 from attnkit.reference.encoder import TransformerEncoder, TransformerEncoderLayer
 from attnkit.reference.functional import causal_mask, lengths_mask, safe_softmax
-from attnkit.reference.gradcheck import GradcheckError, gradcheck, module_gradcheck
 from attnkit.reference.io import load_model, load_weights, save_model, save_weights
 from attnkit.reference.layers import (
     GELU,
