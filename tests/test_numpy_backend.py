@@ -121,9 +121,9 @@ def test_occupied_out_is_refused(numpy_run: tuple[Path, str], corpus: Path) -> N
 
 def test_unsupported_flags_are_named(corpus: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--backend", "numpy", "--out",
-                                      str(tmp_path / "r"), "--warmup-ratio", "0.2", "--label-smoothing", "0.1"])
+                                      str(tmp_path / "r"), "--resume", "--label-smoothing", "0.1"])
     assert result.exit_code == 1
-    assert "--warmup-ratio" in result.output and "--label-smoothing" in result.output
+    assert "--resume" in result.output and "--label-smoothing" in result.output
     result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text", "--backend",
                                       "numpy", "--out", str(tmp_path / "r"), "--model", "han"])
     assert result.exit_code == 1 and "'transformer' or 'document'" in result.output
@@ -150,3 +150,14 @@ def test_metrics_against_hand_count() -> None:
     assert report["accuracy"] == pytest.approx(4 / 6)
     f1 = [2 * 1 * 0.5 / 1.5, 2 * 0.5 * 1 / 1.5, 2 * (2 / 3) * (2 / 3) / (4 / 3)]
     assert report["macro_f1"] == pytest.approx(sum(f1) / 3)
+
+
+def test_warmup_ratio_trains_with_the_torch_schedule(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "warm"
+    result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text", "--backend",
+                                      "numpy", "--out", str(out), "-q", *FAST, "--warmup-ratio", "0.2"])
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["settings"]["warmup_ratio"] == 0.2
+    test_line = next(line for line in result.output.splitlines() if line.startswith("test: accuracy"))
+    assert float(test_line.split()[2]) >= 0.9, result.output

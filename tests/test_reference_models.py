@@ -259,8 +259,8 @@ def _run(code: str) -> str:
 
 
 def test_reference_package_imports_no_torch() -> None:
-    modules = ("attention chunked encoder functional gradcheck io layers linear_attention losses models "
-               "multi_head optim pooling relative text trainer analysis").split()
+    modules = sorted(p.stem for p in Path(SRC, "attnkit", "reference").glob("*.py") if p.stem != "__init__")
+    assert {"attention", "checking", "chunked", "trainer"} <= set(modules)
     code = ("import sys, importlib\n"
             f"for m in {modules!r}: importlib.import_module('attnkit.reference.' + m)\n"
             "import attnkit.reference\n"
@@ -309,3 +309,37 @@ def test_attention_properties() -> None:
     changed[:, 4:] += 1.0
     np.testing.assert_allclose(mha.forward(changed, causal=True)[:, :4], causal[:, :4], atol=1e-12)
     assert out.shape == (2, 6, 8)
+
+
+def test_lr_factor_warms_up_then_decays_to_zero() -> None:
+    from attnkit.reference.trainer import lr_factor
+
+    assert [lr_factor(s, 10, 4) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert lr_factor(4, 10, 4) == 1.0 and lr_factor(7, 10, 4) == pytest.approx(0.5)
+    assert lr_factor(10, 10, 4) == 0.0 and lr_factor(3, 10, 0) == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("warmup_ratio", [None, 0.25])
+def test_trainer_follows_the_schedule_and_restores_the_rate(warmup_ratio: float | None) -> None:
+    model = build_model(ClassifierConfig(kind="document", vocab_size=20, num_classes=2, d_model=8, seed=0))
+    optimizer = AdamW(model.parameters(), model.gradients(), lr=0.01)
+    seen: list[float] = []
+    step = optimizer.step
+
+    def recording_step() -> None:
+        seen.append(optimizer.lr)
+        step()
+
+    optimizer.step = recording_step  # type: ignore[method-assign]
+    rng = np.random.default_rng(0)
+    xs = [list(rng.integers(2, 20, size=5)) for _ in range(16)]
+    ys = rng.integers(0, 2, size=16)
+    Trainer(model, optimizer, batch_size=4, warmup_ratio=warmup_ratio).fit(xs, ys, epochs=2)
+    assert len(seen) == 8 and optimizer.lr == 0.01
+    if warmup_ratio is None:
+        assert seen == [0.01] * 8
+    else:  # 2 warm-up steps of 8, then linear decay to 0
+        assert seen == pytest.approx([0.005, 0.01, 0.01, 0.01 * 5 / 6, 0.01 * 4 / 6, 0.01 * 3 / 6, 0.01 * 2 / 6,
+                                      0.01 / 6])
+    with pytest.raises(ValueError, match="warmup_ratio"):
+        Trainer(model, optimizer, warmup_ratio=1.0)

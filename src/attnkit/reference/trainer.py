@@ -23,7 +23,7 @@ from attnkit.reference.module import Module
 from attnkit.reference.optim import Optimizer, clip_grad_norm
 from attnkit.reference.text import pad_batch
 
-__all__ = ["History", "Trainer", "predict"]
+__all__ = ["History", "Trainer", "lr_factor", "predict"]
 
 Sequences = Sequence[Sequence[int]]
 
@@ -55,6 +55,18 @@ def predict(model: Module, sequences: Sequences, batch_size: int = 256, max_len:
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
+def lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
+    """Learning-rate multiplier at step ``step`` (0-based): linear warm-up, then linear decay to 0.
+
+    ``(step + 1) / warmup_steps`` during the warm-up, then falling linearly
+    from 1 to 0 at ``total_steps`` (the schedule of BERT, Devlin et al., 2019).
+    """
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    remaining = max(total_steps - warmup_steps, 1)
+    return 1.0 - min(max(step - warmup_steps, 0) / remaining, 1.0)
+
+
 class Trainer:
     """Mini-batch training with shuffling, clipping, validation and early stopping.
 
@@ -66,6 +78,10 @@ class Trainer:
         patience: stop after this many epochs without a better validation accuracy.
         seed: seed of the shuffling generator.
         max_len: truncate sequences to this many tokens.
+        warmup_ratio: ``None`` keeps the optimizer's rate constant; a share
+            ``r`` in ``[0, 1)`` raises it linearly over the first ``r`` of all
+            steps of :meth:`fit` and then lowers it linearly to 0 at the last
+            step (the torch trainer's schedule, :func:`lr_factor`).
 
     Shape:
         ``train_step``: ids ``(B, T)``, labels ``(B,)``; ``fit``: ``N`` id
@@ -74,9 +90,12 @@ class Trainer:
 
     def __init__(self, model: Module, optimizer: Optimizer, *, batch_size: int = 32,
                  clip_norm: float | None = 1.0, patience: int | None = None, seed: int = 0,
-                 max_len: int | None = None) -> None:
+                 max_len: int | None = None, warmup_ratio: float | None = None) -> None:
         if batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if warmup_ratio is not None and (isinstance(warmup_ratio, bool) or not 0.0 <= warmup_ratio < 1.0):
+            raise ValueError(f"warmup_ratio must be None or a number in [0, 1), got {warmup_ratio!r}")
+        self.warmup_ratio = warmup_ratio
         self.model, self.optimizer = model, optimizer
         self.batch_size, self.clip_norm, self.patience = batch_size, clip_norm, patience
         self.max_len = max_len
@@ -104,6 +123,9 @@ class Trainer:
         history = History()
         best_acc, best_params, waited = -1.0, None, 0
         labels = np.asarray(train_y)
+        base_lr, step = self.optimizer.lr, 0
+        total = epochs * -(-len(train_x) // self.batch_size)
+        warmup = int((self.warmup_ratio or 0.0) * total)
         for epoch in range(epochs):
             start = time.perf_counter()
             order = self.rng.permutation(len(train_x))
@@ -111,7 +133,10 @@ class Trainer:
             for i in range(0, len(order), self.batch_size):
                 idx = order[i : i + self.batch_size]
                 ids = pad_batch([train_x[j] for j in idx], self.max_len)
+                if self.warmup_ratio is not None:
+                    self.optimizer.lr = base_lr * lr_factor(step, total, warmup)
                 losses.append(self.train_step(ids, labels[idx]))
+                step += 1
             history.train_loss.append(float(np.mean(losses)))
             history.epoch_seconds.append(time.perf_counter() - start)
             line = f"epoch {epoch + 1:2d}  train loss {history.train_loss[-1]:.4f}"
@@ -133,4 +158,5 @@ class Trainer:
         if best_params is not None:
             for k, v in self.model.parameters().items():
                 v[...] = best_params[k]
+        self.optimizer.lr = base_lr
         return history

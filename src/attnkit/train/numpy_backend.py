@@ -20,8 +20,9 @@ A numpy run directory holds::
 Every file is written to a temporary name and renamed; a directory holding a
 different run is refused unless ``overwrite`` is given.
 
-Differences from the torch path, by design of the reference trainer: a constant
-learning rate (no warmup or decay), no label smoothing, CPU only, documents
+Differences from the torch path, by design of the reference trainer: a
+constant learning rate unless ``--warmup-ratio`` is given (then the torch
+trainer's warm-up and linear decay), no label smoothing, CPU only, documents
 tokenized on whitespace after optional lower-casing.
 """
 
@@ -83,6 +84,8 @@ class NumpyTrainSettings:
         lowercase: lower-case text before splitting on whitespace.
         min_frequency: keep training words seen at least this often.
         vocab_size: keep at most this many words (plus ``<pad>`` and ``<unk>``).
+        warmup_ratio: ``None`` for a constant learning rate, or the share of
+            steps to warm up over before a linear decay to 0.
     """
 
     epochs: int = 10
@@ -96,8 +99,13 @@ class NumpyTrainSettings:
     lowercase: bool = True
     min_frequency: int = 1
     vocab_size: int = 20000
+    warmup_ratio: float | None = None
 
     def __post_init__(self) -> None:
+        ratio = self.warmup_ratio
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
+                                  or not 0.0 <= ratio < 1.0):
+            raise ValueError(f"warmup_ratio must be None or a number in [0, 1), got {ratio!r}")
         for name in ("epochs", "batch_size", "max_len", "min_frequency", "vocab_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -302,7 +310,8 @@ def train_numpy_run(
     model = run.model
     optimizer = AdamW(model.parameters(), model.gradients(), lr=settings.lr, weight_decay=settings.weight_decay)
     trainer = Trainer(model, optimizer, batch_size=settings.batch_size, clip_norm=settings.clip_norm or None,
-                      patience=settings.patience or None, seed=settings.seed, max_len=settings.max_len)
+                      patience=settings.patience or None, seed=settings.seed, max_len=settings.max_len,
+                      warmup_ratio=settings.warmup_ratio)
     start = time.perf_counter()
     history = trainer.fit(encode([e.text for e in train]), _label_ids(labels, train), epochs=settings.epochs,
                           val_x=encode([e.text for e in val]) if val else None,
@@ -351,8 +360,8 @@ def predict_numpy_run(run: NumpyRun, texts: Sequence[str], *, top_k: int = 0) ->
 # --- the command line ------------------------------------------------------------------------------
 
 _SETTING_FLAGS = ("epochs", "batch_size", "lr", "weight_decay", "clip_norm", "patience", "seed", "max_len",
-                  "min_frequency", "vocab_size")
-_UNSUPPORTED = {"warmup_ratio": "--warmup-ratio", "label_smoothing": "--label-smoothing", "resume": "--resume",
+                  "min_frequency", "vocab_size", "warmup_ratio")
+_UNSUPPORTED = {"label_smoothing": "--label-smoothing", "resume": "--resume",
                 "init_from": "--init-from", "tokenizer": "--tokenizer"}
 
 
@@ -370,7 +379,7 @@ def train_command(values: dict[str, Any], model_options: dict[str, Any], reader_
         given.append("--device")
     if given:
         raise ValueError(f"--backend numpy does not support {', '.join(given)}; "
-                         "the NumPy trainer runs on the CPU at a constant learning rate")
+                         "the NumPy trainer runs on the CPU without label smoothing or resume")
     if not values.get("data"):
         raise ValueError("missing --data (the training data); see attnkit train --help")
     kind = values.get("model") or "transformer"
