@@ -151,6 +151,23 @@ def test_chunked_attention(causal: bool, rng: np.random.Generator) -> None:
     assert module_gradcheck(attn, {"q": q, "k": k, "v": v}, call).worst < 1e-6
 
 
+@pytest.mark.parametrize("bias_shape", [(2, 2, 7, 6), (1, 2, 7, 6), (2, 1, 1, 6), (7, 1)])
+def test_chunked_attention_with_bias(bias_shape: tuple[int, ...], rng: np.random.Generator) -> None:
+    attn = ChunkedAttention(block_q=3, block_k=2)
+    q, k, v = _x(rng, 2, 2, 7, 3), _x(rng, 2, 1, 6, 3), _x(rng, 2, 1, 6, 4)
+    bias = _x(rng, *bias_shape)
+    mask = lengths_mask([6, 4], 6)
+
+    def call(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        return attn.forward(q, k, v, mask=mask, bias=bias, causal=True)
+
+    up = rng.standard_normal(call(q, k, v, bias).shape)
+    dq, dk, dv = attn.backward(up)
+    assert attn.bias_grad is not None and attn.bias_grad.shape == bias.shape
+    grads = {"q": dq, "k": dk, "v": dv, "bias": attn.bias_grad}
+    gradcheck(lambda: float(np.sum(call(q, k, v, bias) * up)), {"q": q, "k": k, "v": v, "bias": bias}, grads)
+
+
 @pytest.mark.parametrize("cross", [False, True])
 def test_multi_head_attention(cross: bool, rng: np.random.Generator) -> None:
     if cross:

@@ -97,9 +97,27 @@ def test_chunked_matches_plain_float32(rng: np.random.Generator) -> None:
     up = rng.standard_normal(out.shape).astype(np.float32)
     plain = attention_backward(up, cache)[:3]
     chunk = chunked_attention_backward(up, q, k, v, out_c, lse, mask=mask, causal=True, block_q=64, block_k=48)
+    assert chunk[3] is None
+    chunk = chunk[:3]
     assert out_c.dtype == np.float32
     assert np.max(np.abs(out - out_c)) <= 1e-5
     for a, b in zip(plain, chunk, strict=True):
+        assert np.max(np.abs(a - b)) <= 1e-5
+
+
+def test_chunked_with_alibi_bias_matches_plain_float32(rng: np.random.Generator) -> None:
+    q, k, v = (rng.standard_normal((1, 4, 200, 16)).astype(np.float32) for _ in range(3))
+    slopes = 2.0 ** -np.arange(1, 5, dtype=np.float32)
+    distance = np.arange(200, dtype=np.float32)[None, :] - np.arange(200, dtype=np.float32)[:, None]
+    bias = (slopes[:, None, None] * distance)[None]  # (1, 4, 200, 200): ALiBi
+    out, cache = attention_forward(q, k, v, bias=bias, causal=True)
+    out_c, lse = chunked_attention_forward(q, k, v, bias=bias, causal=True, block_q=48, block_k=64)
+    up = rng.standard_normal(out.shape).astype(np.float32)
+    plain = attention_backward(up, cache)
+    chunk = chunked_attention_backward(up, q, k, v, out_c, lse, bias=bias, causal=True, block_q=48, block_k=64)
+    assert np.max(np.abs(out - out_c)) <= 1e-5
+    for a, b in zip(plain, chunk, strict=True):
+        assert a is not None and b is not None and a.shape == b.shape
         assert np.max(np.abs(a - b)) <= 1e-5
 
 
@@ -107,7 +125,7 @@ def test_chunked_matches_torch_sdpa_float64(rng: np.random.Generator) -> None:
     q, k, v = (rng.standard_normal((2, 2, 33, 8)) for _ in range(3))
     out, lse = chunked_attention_forward(q, k, v, causal=True, block_q=8, block_k=5)
     up = rng.standard_normal(out.shape)
-    dq, dk, dv = chunked_attention_backward(up, q, k, v, out, lse, causal=True, block_q=8, block_k=5)
+    dq, dk, dv, _ = chunked_attention_backward(up, q, k, v, out, lse, causal=True, block_q=8, block_k=5)
     qt, kt, vt = _t(q), _t(k), _t(v)
     ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
     ref.backward(torch.from_numpy(up))

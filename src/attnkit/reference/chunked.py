@@ -17,7 +17,10 @@ and, with ``D = rowsum(dO * O)``::
 
 so extra memory is ``O(block_q * block_k)`` plus ``O(T)``: linear in the length.
 Rows with no key (``l = 0``) give zeros and zero gradients, as in the plain
-path. Mask and causal rules are those of :func:`attnkit.reference.attention.attention_forward`.
+path. Mask, bias and causal rules are those of
+:func:`attnkit.reference.attention.attention_forward`: an additive ``bias``
+(ALiBi, relative positions) is read tile by tile from a broadcast view, and its
+gradient ``dbias = dS`` is summed tile by tile into the bias's own shape.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk lengths, Dh/Dv head widths.
 """
@@ -29,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from attnkit.reference.attention import check_qkv, check_scale
-from attnkit.reference.functional import check_mask
+from attnkit.reference.functional import check_bias, check_mask
 from attnkit.reference.module import Module, check_positive
 
 __all__ = ["chunked_attention_forward", "chunked_attention_backward", "ChunkedAttention"]
@@ -50,25 +53,29 @@ def _block_mask(mask4: Array | None, causal: bool, b: int, h: int, qs: slice, ks
     return allowed
 
 
-def _prepare(q: Array, k: Array, v: Array, mask: Array | None, scale: float | None,
-             block_q: int, block_k: int) -> tuple[Array | None, float]:
+def _prepare(q: Array, k: Array, v: Array, mask: Array | None, bias: Array | None, scale: float | None,
+             block_q: int, block_k: int) -> tuple[Array | None, Array | None, float]:
     check_qkv(q, k, v)
     check_positive("block_q", block_q)
     check_positive("block_k", block_k)
     b, h, tq, dh = q.shape
     target = (b, h, tq, k.shape[2])
-    mask4 = None
+    mask4 = bias4 = None
     if mask is not None:
         check_mask(mask, target)
         mask4 = np.broadcast_to(mask, target)  # a view: no (Tq, Tk) copy is made
-    return mask4, check_scale(scale, dh)
+    if bias is not None:
+        check_bias(bias, target)
+        bias4 = np.broadcast_to(bias, target)
+    return mask4, bias4, check_scale(scale, dh)
 
 
 _BAND = 60.0  # |logit| below this: exp() neither overflows nor underflows a whole row in float32
 
 
 def _forward_head(q: Array, kh: Array, v1: Array, out: Array, lse: Array, mask4: Array | None,
-                  causal: bool, scale: float, b: int, h: int, block_q: int, block_k: int) -> None:
+                  bias4: Array | None, causal: bool, scale: float, b: int, h: int, block_q: int,
+                  block_k: int) -> None:
     """One (batch, head): fill ``out[b, h]`` and ``lse[b, h]``; ``v1`` is ``[V | 1]``."""
     tq, tk, dv = q.shape[2], kh.shape[0], v1.shape[1] - 1
     offset = tk - tq
@@ -82,6 +89,8 @@ def _forward_head(q: Array, kh: Array, v1: Array, out: Array, lse: Array, mask4:
         for k0 in range(0, max(k_end, 0), block_k):
             ks = slice(k0, min(k0 + block_k, k_end))
             s = qb @ kh[ks].T  # (bq, bk)
+            if bias4 is not None:
+                s += bias4[b, h, qs, ks]
             allowed = _block_mask(mask4, causal, b, h, qs, ks, offset)
             if allowed is not None:
                 np.putmask(s, ~allowed, -np.inf)
@@ -106,8 +115,9 @@ def _forward_head(q: Array, kh: Array, v1: Array, out: Array, lse: Array, mask4:
 
 
 def chunked_attention_forward(
-    q: Array, k: Array, v: Array, *, mask: Array | None = None, causal: bool = False,
-    scale: float | None = None, block_q: int = 256, block_k: int = 4096, workers: int = 1,
+    q: Array, k: Array, v: Array, *, mask: Array | None = None, bias: Array | None = None,
+    causal: bool = False, scale: float | None = None, block_q: int = 256, block_k: int = 4096,
+    workers: int = 1,
 ) -> tuple[Array, Array]:
     """Attention output and row log-sum-exp, computed tile by tile.
 
@@ -121,7 +131,7 @@ def chunked_attention_forward(
         q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
         out ``(B, H, Tq, Dv)``, lse ``(B, H, Tq)``.
     """
-    mask4, scale_f = _prepare(q, k, v, mask, scale, block_q, block_k)
+    mask4, bias4, scale_f = _prepare(q, k, v, mask, bias, scale, block_q, block_k)
     check_positive("workers", workers)
     bsz, heads, tq, _ = q.shape
     hkv, tk, dv = k.shape[1], k.shape[2], v.shape[-1]
@@ -135,7 +145,7 @@ def chunked_attention_forward(
         # A column of ones after V makes P_j @ [V | 1] return the row sums with the
         # output, saving one pass over each tile.
         v1 = np.concatenate([v[b, h // group], ones], axis=1)  # (Tk, Dv+1)
-        _forward_head(q, k[b, h // group], v1, out, lse, mask4, causal, scale_f, b, h, block_q, block_k)
+        _forward_head(q, k[b, h // group], v1, out, lse, mask4, bias4, causal, scale_f, b, h, block_q, block_k)
 
     pairs = [(b, h) for b in range(bsz) for h in range(heads)]
     if workers == 1:
@@ -149,15 +159,24 @@ def chunked_attention_forward(
 
 def chunked_attention_backward(
     grad: Array, q: Array, k: Array, v: Array, out: Array, lse: Array, *,
-    mask: Array | None = None, causal: bool = False, scale: float | None = None,
-    block_q: int = 256, block_k: int = 4096,
-) -> tuple[Array, Array, Array]:
-    """Gradients ``(dq, dk, dv)`` recomputed tile by tile from ``out`` and ``lse``.
+    mask: Array | None = None, bias: Array | None = None, causal: bool = False,
+    scale: float | None = None, block_q: int = 256, block_k: int = 4096,
+) -> tuple[Array, Array, Array, Array | None]:
+    """Gradients ``(dq, dk, dv, dbias)`` recomputed tile by tile from ``out`` and ``lse``.
+
+    Pass the ``mask``, ``bias``, ``causal`` and ``scale`` of the forward call.
+    ``dbias`` has the shape of ``bias`` (summed over its broadcast axes), or
+    is ``None`` without a bias, as in :func:`~attnkit.reference.attention.attention_backward`.
 
     Shape:
-        grad and out ``(B, H, Tq, Dv)``, lse ``(B, H, Tq)``; returns the shapes of q, k, v.
+        grad and out ``(B, H, Tq, Dv)``, lse ``(B, H, Tq)``; returns the shapes
+        of q, k, v and bias.
     """
-    mask4, scale_f = _prepare(q, k, v, mask, scale, block_q, block_k)
+    mask4, bias4, scale_f = _prepare(q, k, v, mask, bias, scale, block_q, block_k)
+    dbias4 = None
+    if bias is not None:
+        shape4 = (1,) * (4 - bias.ndim) + bias.shape
+        dbias4 = np.zeros(shape4, dtype=np.result_type(bias.dtype, q.dtype))
     bsz, heads, tq, _ = q.shape
     hkv, tk = k.shape[1], k.shape[2]
     group, offset = heads // hkv, tk - tq
@@ -179,6 +198,8 @@ def chunked_attention_backward(
                 for k0 in range(0, max(k_end, 0), block_k):
                     ks = slice(k0, min(k0 + block_k, k_end))
                     s = (qb * q.dtype.type(scale_f)) @ kh[ks].T  # (bq, bk)
+                    if bias4 is not None:
+                        s += bias4[b, h, qs, ks]
                     allowed = _block_mask(mask4, causal, b, h, qs, ks, offset)
                     if allowed is not None:
                         np.putmask(s, ~allowed, -np.inf)
@@ -190,14 +211,29 @@ def chunked_attention_backward(
                     dp *= p  # dS
                     dq[b, h, qs] += (dp @ kh[ks]) * scale_f
                     dk[b, hk, ks] += (dp.T @ qb) * scale_f
-    return dq, dk, dv
+                    if dbias4 is not None:
+                        _add_bias_grad(dbias4, dp, b, h, qs, ks)
+    dbias = None if dbias4 is None or bias is None else dbias4.reshape(bias.shape)
+    return dq, dk, dv, dbias
+
+
+def _add_bias_grad(dbias4: Array, ds: Array, b: int, h: int, qs: slice, ks: slice) -> None:
+    """Add one tile's ``dS`` into the bias gradient, summing over the bias's broadcast axes."""
+    _, _, n_q, n_k = dbias4.shape
+    if n_q == 1:
+        ds, qs = ds.sum(axis=0, keepdims=True), slice(0, 1)
+    if n_k == 1:
+        ds, ks = ds.sum(axis=1, keepdims=True), slice(0, 1)
+    dbias4[b if dbias4.shape[0] > 1 else 0, h if dbias4.shape[1] > 1 else 0, qs, ks] += ds
 
 
 class ChunkedAttention(Module):
     """Chunked attention as a layer: ``forward(q, k, v, ...)``, ``backward(grad) -> (dq, dk, dv)``.
 
     Keeps ``q, k, v``, the output and the log-sum-exp for the backward pass:
-    memory linear in the sequence length.
+    memory linear in the sequence length (plus the bias, when one is passed).
+    The bias gradient of the last backward, if a bias was passed, is kept in
+    ``bias_grad``.
 
     Shape:
         q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
@@ -208,18 +244,21 @@ class ChunkedAttention(Module):
         super().__init__()
         self.block_q = check_positive("block_q", block_q)
         self.block_k = check_positive("block_k", block_k)
+        self.bias_grad: Array | None = None
 
     def forward(self, q: Array, k: Array, v: Array, *, mask: Array | None = None,
-                causal: bool = False, scale: float | None = None) -> Array:
+                bias: Array | None = None, causal: bool = False, scale: float | None = None) -> Array:
         out, lse = chunked_attention_forward(
-            q, k, v, mask=mask, causal=causal, scale=scale, block_q=self.block_q, block_k=self.block_k
+            q, k, v, mask=mask, bias=bias, causal=causal, scale=scale, block_q=self.block_q,
+            block_k=self.block_k,
         )
-        self._saved = (q, k, v, out, lse, mask, causal, scale)
+        self._saved = (q, k, v, out, lse, mask, bias, causal, scale)
         return out
 
     def backward(self, grad: Array) -> tuple[Array, Array, Array]:
-        q, k, v, out, lse, mask, causal, scale = self._saved
-        return chunked_attention_backward(
-            grad, q, k, v, out, lse, mask=mask, causal=causal, scale=scale,
+        q, k, v, out, lse, mask, bias, causal, scale = self._saved
+        dq, dk, dv, self.bias_grad = chunked_attention_backward(
+            grad, q, k, v, out, lse, mask=mask, bias=bias, causal=causal, scale=scale,
             block_q=self.block_q, block_k=self.block_k,
         )
+        return dq, dk, dv
