@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from torch import nn
 
 from attnkit.blocks.feed_forward import ACTIVATIONS
+from attnkit.layers.multi_head import check_dropout
 
 __all__ = ["TransformerLayerConfig", "LayerSpec"]
 
@@ -70,6 +71,14 @@ def check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     return value
+
+
+def resolve_dropouts(dropout: object, attention_dropout: object, activation_dropout: object) -> tuple[float, float, float]:
+    """``(residual, attention, activation)`` rates; the last two fall back to ``dropout`` when None."""
+    rate = check_dropout(dropout)
+    attn = rate if attention_dropout is None else check_dropout(attention_dropout)
+    ff = rate if activation_dropout is None else check_dropout(activation_dropout)
+    return rate, attn, ff
 
 
 def check_eps(value: object) -> float:

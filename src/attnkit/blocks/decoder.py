@@ -44,10 +44,11 @@ from attnkit.blocks.config import (
     check_bool,
     check_eps,
     final_layer_norm,
+    resolve_dropouts,
 )
 from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from_torch
 from attnkit.blocks.torch_convert import copy_final_norm, copy_layer_weights
-from attnkit.layers.multi_head import MultiHeadAttention, check_dropout, check_sequence
+from attnkit.layers.multi_head import MultiHeadAttention, check_sequence
 
 __all__ = ["DecoderWeights", "TransformerDecoderLayer", "TransformerDecoder"]
 
@@ -92,9 +93,7 @@ class TransformerDecoderLayer(nn.Module):
         activation_dropout: float | None = None,
     ) -> None:
         super().__init__()
-        dropout = check_dropout(dropout)
-        attn_p = dropout if attention_dropout is None else check_dropout(attention_dropout)
-        ff_p = dropout if activation_dropout is None else check_dropout(activation_dropout)
+        dropout, attn_p, ff_p = resolve_dropouts(dropout, attention_dropout, activation_dropout)
         self.norm_first = check_bool("norm_first", norm_first)
         eps = check_eps(layer_norm_eps)
         self.d_model = d_model
