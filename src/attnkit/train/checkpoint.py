@@ -20,10 +20,8 @@ new file, never half of one. A directory that holds a *different* run (another
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,16 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save
 from torch import nn
+
+from attnkit.train.rundir import (
+    RunExistsError,
+    _read_json,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    check_run_dir,
+    read_run_config,
+)
 
 __all__ = [
     "RunExistsError",
@@ -61,34 +69,6 @@ STATE_FILES = ("state.json", "last.safetensors", "best.safetensors", "optimizer.
                "rng.safetensors")
 
 
-class RunExistsError(FileExistsError):
-    """The output directory already holds another run (or other files)."""
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
 def save_tensors(path: str | os.PathLike[str], tensors: dict[str, torch.Tensor],
                  metadata: dict[str, str] | None = None) -> None:
     """Save named tensors as safetensors, atomically (tensors are made contiguous, on CPU)."""
@@ -104,55 +84,6 @@ def unwrap(model: nn.Module) -> nn.Module:
     """The module inside a DistributedDataParallel / DataParallel wrapper (or the model itself)."""
     inner = getattr(model, "module", None)
     return inner if isinstance(inner, nn.Module) else model
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from None
-
-
-def read_run_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``config.json`` of a run directory (ValueError if there is none)."""
-    path = Path(directory) / "config.json"
-    if not path.is_file():
-        raise ValueError(f"{directory} is not an attnkit run directory (no config.json)")
-    data = _read_json(path)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object")
-    return data
-
-
-def check_run_dir(directory: str | os.PathLike[str], run_id: str, *, overwrite: bool = False) -> None:
-    """Refuse to write run ``run_id`` into a directory that holds something else.
-
-    Passes when the directory is missing or empty, when it holds the same run
-    (same ``run_id`` in its config.json), or when ``overwrite`` is true.
-    """
-    path = Path(directory)
-    if overwrite or not path.exists():
-        return
-    if not path.is_dir():
-        raise RunExistsError(f"output path {path} exists and is not a directory")
-    if not any(path.iterdir()):
-        return
-    config = path / "config.json"
-    if config.is_file():
-        try:
-            other = _read_json(config).get("run_id")
-        except (ValueError, AttributeError):
-            other = None
-        if other == run_id:
-            return
-        raise RunExistsError(
-            f"output directory {path} already holds a different run (run_id {other}); "
-            "use --overwrite to replace it or --resume to continue it"
-        )
-    raise RunExistsError(
-        f"output directory {path} is not empty and holds no attnkit run; "
-        "choose another --out or use --overwrite"
-    )
 
 
 def clear_run(directory: str | os.PathLike[str]) -> None:

@@ -29,8 +29,6 @@ tokenized on whitespace after optional lower-casing.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -47,6 +45,7 @@ from attnkit.reference.module import Module
 from attnkit.reference.optim import AdamW
 from attnkit.reference.text import Vocabulary, pad_batch
 from attnkit.reference.trainer import Trainer
+from attnkit.train.rundir import atomic_write_json, check_run_dir
 
 __all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "read_examples",
            "split_examples", "train_numpy_run", "save_numpy_run", "train_command",
@@ -188,54 +187,19 @@ def _label_ids(labels: Sequence[str], examples: Sequence[Any]) -> np.ndarray:
 # --- run directory ---------------------------------------------------------------------------------
 
 
-def _atomic_json(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _check_out(path: Path, run_id: str, overwrite: bool) -> None:
-    """Refuse a directory that holds other files or a different run (unless ``overwrite``)."""
-    if not path.exists() or overwrite:
-        return
-    if not path.is_dir():
-        raise FileExistsError(f"output path {path} exists and is not a directory")
-    if not any(path.iterdir()):
-        return
-    config = path / "config.json"
-    if config.is_file():
-        try:
-            other = json.loads(config.read_text(encoding="utf-8")).get("run_id")
-        except (ValueError, AttributeError):
-            other = None
-        if other == run_id:
-            return
-        raise FileExistsError(f"output directory {path} already holds a different run (run_id {other}); "
-                              "use --overwrite to replace it")
-    raise FileExistsError(f"output directory {path} is not empty and holds no attnkit run; "
-                          "choose another --out or use --overwrite")
-
-
 def save_numpy_run(run: NumpyRun, directory: str | Path, *, run_id: str, overwrite: bool = False) -> Path:
     """Write ``run`` into ``directory`` (config.json last, so it marks a complete run)."""
     path = Path(directory)
-    _check_out(path, run_id, overwrite)
+    check_run_dir(path, run_id, overwrite=overwrite, resumable=False)
     path.mkdir(parents=True, exist_ok=True)
     save_weights(run.model, path / "model.safetensors")
-    _atomic_json(path / "vocab.json", {"itos": run.vocab.itos})
-    _atomic_json(path / "labels.json", {"labels": list(run.labels)})
+    atomic_write_json(path / "vocab.json", {"itos": run.vocab.itos})
+    atomic_write_json(path / "labels.json", {"labels": list(run.labels)})
     config = run.model.config  # type: ignore[attr-defined]
     meta = {**run.meta, "run_id": run_id, "backend": BACKEND, "model_name": config.kind,
             "model_config": config.to_dict(), "settings": run.settings.__dict__,
             "data_settings": {"max_len": run.settings.max_len}}
-    _atomic_json(path / "config.json", meta)
+    atomic_write_json(path / "config.json", meta)
     return path
 
 
@@ -290,7 +254,7 @@ def train_numpy_run(
         raise ValueError("the training data is empty")
     run_id = uuid.uuid4().hex
     if out_dir is not None:
-        _check_out(Path(out_dir), run_id, overwrite)
+        check_run_dir(out_dir, run_id, overwrite=overwrite, resumable=False)
     labels = sorted({e.label for e in train})
     if len(labels) < 2:
         raise ValueError(f"need at least 2 classes in the training data, got {labels}")

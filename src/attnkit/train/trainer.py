@@ -16,6 +16,7 @@ restored with the rest.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -231,7 +232,7 @@ class Trainer:
         ckpt.save_train_state(self.out_dir, {
             "model": self.model.state_dict(), "best": self.best_state,
             "optimizer": self.optimizer, "progress": self._progress_state()})
-        lines = "".join(ckpt.json.dumps(h, sort_keys=True) + "\n" for h in self.history)
+        lines = "".join(json.dumps(h, sort_keys=True) + "\n" for h in self.history)
         ckpt.atomic_write_text(self.out_dir / "history.jsonl", lines)
 
     def _load_state(self) -> bool:
