@@ -55,16 +55,20 @@ def predict(model: Module, sequences: Sequences, batch_size: int = 256, max_len:
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
-def lr_factor(step: int, total_steps: int, warmup_steps: int) -> float:
-    """Learning-rate multiplier at step ``step`` (0-based): linear warm-up, then linear decay to 0.
+def lr_factor(step: int, total_steps: int, warmup_steps: int, min_ratio: float = 0.0) -> float:
+    """Learning-rate multiplier at optimizer step ``step`` (0-based).
 
-    ``(step + 1) / warmup_steps`` during the warm-up, then falling linearly
-    from 1 to 0 at ``total_steps`` (the schedule of BERT, Devlin et al., 2019).
+    Rises linearly over ``warmup_steps`` steps (``(step + 1) / warmup_steps``),
+    then falls linearly from 1 to ``min_ratio`` at ``total_steps`` — the
+    schedule of BERT (Devlin et al., 2019). A pure function of the step, so
+    resuming only needs the step count. The torch trainer uses the same
+    function (``attnkit.train.config.warmup_linear_factor``).
     """
     if warmup_steps > 0 and step < warmup_steps:
         return (step + 1) / warmup_steps
     remaining = max(total_steps - warmup_steps, 1)
-    return 1.0 - min(max(step - warmup_steps, 0) / remaining, 1.0)
+    progress = min(max(step - warmup_steps, 0) / remaining, 1.0)
+    return 1.0 - (1.0 - min_ratio) * progress
 
 
 class Trainer:

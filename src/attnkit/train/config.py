@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from attnkit.reference.trainer import lr_factor as warmup_linear_factor
+
 __all__ = ["TrainConfig", "warmup_linear_factor"]
 
 
@@ -83,18 +85,3 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown TrainConfig key(s) {unknown}; valid keys: {valid}")
         return cls(**d)
-
-
-def warmup_linear_factor(step: int, total_steps: int, warmup_steps: int, min_ratio: float = 0.0) -> float:
-    """Learning-rate multiplier at optimizer step ``step`` (0-based).
-
-    Rises linearly over ``warmup_steps`` steps (``(step + 1) / warmup_steps``),
-    then falls linearly from 1 to ``min_ratio`` at ``total_steps`` — the
-    schedule of BERT (Devlin et al., 2019). A pure function of the step, so
-    resuming only needs the step count.
-    """
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    remaining = max(total_steps - warmup_steps, 1)
-    progress = min(max(step - warmup_steps, 0) / remaining, 1.0)
-    return 1.0 - (1.0 - min_ratio) * progress
