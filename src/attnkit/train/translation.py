@@ -269,9 +269,7 @@ def _save_progress(out: Path, model: Seq2SeqTransformer, optimizer: torch.optim.
     (out / ckpt.STATE_DIR).mkdir(parents=True, exist_ok=True)
     if keep > 1:
         ckpt.save_tensors(_snapshot_path(out, epoch), weights)
-    ckpt.save_train_state(out, {"model": weights, "best": None, "optimizer": optimizer,
-                                "progress": dict(progress, snapshots=list(range(max(1, epoch - keep + 1), epoch + 1))
-                                                 if keep > 1 else [])})
+    ckpt.save_train_state(out, {"model": weights, "best": None, "optimizer": optimizer, "progress": progress})
     for old in (out / ckpt.STATE_DIR).glob("epoch-*.safetensors"):
         number = old.stem.removeprefix("epoch-")
         if not number.isdigit() or int(number) <= epoch - keep:
@@ -323,9 +321,9 @@ def fit_translation(
         progress = resumed["state"]["progress"]
         first_epoch, step, elapsed = int(progress["epoch"]) + 1, int(progress["step"]), float(progress["seconds"])
         history: list[dict[str, Any]] = list(progress["history"])
-        for epoch in progress.get("snapshots", []):
-            if _snapshot_path(out, int(epoch)).is_file():
-                snapshots.append(ckpt.load_tensors(_snapshot_path(out, int(epoch))))
+        for epoch in range(max(1, first_epoch - keep), first_epoch):  # the snapshots still kept on disk
+            if keep > 1 and _snapshot_path(out, epoch).is_file():
+                snapshots.append(ckpt.load_tensors(_snapshot_path(out, epoch)))
         say(f"resuming {out} after epoch {first_epoch - 1} (step {step}, {elapsed:.0f} s of training)")
     else:
         run_id = uuid.uuid4().hex
