@@ -11,7 +11,6 @@ fast path is compared separately, on outputs, in :func:`test_encoder_matches_tor
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -35,15 +34,6 @@ from attnkit.blocks import (
 D, H, FF, B, T, S = 16, 4, 24, 3, 6, 5
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """These tensors are tiny: with one intra-op thread torch does not spin-wait for a busy
-    second core (measured 60x faster on a loaded 2-core machine). Restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -30,13 +30,6 @@ WORDS_DE = ["ein", "hund", "mann", "läuft", "rot", "blau", "haus", "kind", "spi
 WORDS_EN = ["a", "dog", "man", "runs", "red", "blue", "house", "child", "plays", "in"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> None:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def toy_corpus(n: int, seed: int = 0) -> ParallelCorpus:
     """Word-for-word 'translation' of random word strings: a task a tiny model can learn."""

@@ -11,14 +11,6 @@ from attnkit.decoding import beam_search, gnmt_length_penalty, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> None:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def model_with(vocab: int, seed: int) -> Seq2SeqTransformer:
     torch.manual_seed(seed)
     model = Seq2SeqTransformer(Seq2SeqConfig(

@@ -9,8 +9,6 @@ padded memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import Tensor
@@ -30,15 +28,6 @@ from attnkit.positional import SinusoidalPositionalEncoding
 D, H, FF, B, T, S = 16, 4, 32, 3, 7, 5
 TOL = 1e-5
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """These tensors are tiny: with one intra-op thread torch does not spin-wait for a busy
-    second core (measured 60x faster on a loaded 2-core machine). Restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _decoder(norm_first: bool = False, kv_heads: int | None = None, activation: str = "relu") -> TransformerDecoder:

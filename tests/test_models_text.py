@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +46,6 @@ SMALL: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    # Tiny RNNs spend their time in thread hand-offs; one thread is many times faster.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def make(key: str, vocab_size: int = V, num_classes: int = 3) -> nn.Module:

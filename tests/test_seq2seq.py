@@ -12,15 +12,6 @@ from attnkit.decoding import greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> None:
-    # Tiny tensors: thread start-up costs more than it saves on a shared machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny(**overrides: object) -> Seq2SeqTransformer:
     options: dict[str, object] = dict(src_vocab_size=17, tgt_vocab_size=13, d_model=16, num_heads=4, d_ff=32,
                                       encoder_layers=2, decoder_layers=2, dropout=0.0)
