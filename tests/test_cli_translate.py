@@ -30,7 +30,6 @@ WORDS_DE = ["ein", "hund", "mann", "läuft", "rot", "blau", "haus", "kind", "spi
 WORDS_EN = ["a", "dog", "man", "runs", "red", "blue", "house", "child", "plays", "in"]
 
 
-
 def toy_corpus(n: int, seed: int = 0) -> ParallelCorpus:
     """Word-for-word 'translation' of random word strings: a task a tiny model can learn."""
     rng = random.Random(seed)

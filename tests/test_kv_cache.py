@@ -29,7 +29,6 @@ D, H, FF, B, T, S = 16, 4, 32, 3, 7, 5
 TOL = 1e-5
 
 
-
 def _decoder(norm_first: bool = False, kv_heads: int | None = None, activation: str = "relu") -> TransformerDecoder:
     config = TransformerLayerConfig(
         D, H, FF, dropout=0.1, activation=activation, norm_first=norm_first, kv_heads=kv_heads,

@@ -47,7 +47,6 @@ SMALL: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-
 def make(key: str, vocab_size: int = V, num_classes: int = 3) -> nn.Module:
     name, extra = SMALL[key]
     return build_model(name, {"vocab_size": vocab_size, "num_classes": num_classes, **extra})
