@@ -13,9 +13,12 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from attnkit.data.readers import SkippedRows
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,7 +28,8 @@ else:  # pragma: no cover - Python 3.10
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["config_option", "read_config_file", "train_options", "data_options", "reader_options",
-           "model_options", "parse_model_options", "collect_train_config", "collect_data_settings"]
+           "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
+           "reader_kwargs", "report_skipped_rows"]
 
 MODEL_OPTIONS_KEY = "model_options"
 
@@ -124,6 +128,9 @@ def reader_options(f: F) -> F:
         click.option("--encoding", type=str, help="Text encoding of the data [utf-8]."),
         click.option("--text-field", type=str, help="Text column/field for csv, tsv, jsonl [text]."),
         click.option("--label-field", type=str, help="Label column/field for csv, tsv, jsonl [label]."),
+        click.option("--skip-bad-rows", is_flag=True,
+                     help="Skip rows with an empty text or an empty or null label, and say on stderr "
+                          "how many and where, instead of stopping at the first with an error."),
     )(f)
 
 
@@ -169,12 +176,29 @@ def collect_data_settings(values: dict[str, Any], **defaults: Any) -> Any:
     return DataSettings(**{**defaults, **given})
 
 
+def report_skipped_rows(report: SkippedRows) -> None:
+    """Print a :class:`attnkit.data.readers.SkippedRows` as one line on stderr.
+
+    ``skipped 3 bad row(s) in data.csv: line 4 (empty text), line 9 (empty label), ...``
+    -- the first five positions, then ``…``.
+    """
+    click.echo(report.summary(limit=5), err=True)
+
+
 def reader_kwargs(values: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments for ``read_examples`` from the reader options that were given."""
+    """Keyword arguments for ``read_examples`` from the reader options that were given.
+
+    ``--skip-bad-rows`` adds ``skip_bad_rows=True`` and :func:`report_skipped_rows`
+    as ``on_skipped``, so every command that reads through these keywords
+    reports what it skipped.
+    """
     out: dict[str, Any] = {}
     if values.get("data_format"):
         out["format"] = values["data_format"]
     for key in ("encoding", "text_field", "label_field"):
         if values.get(key):
             out[key] = values[key]
+    if values.get("skip_bad_rows"):
+        out["skip_bad_rows"] = True
+        out["on_skipped"] = report_skipped_rows
     return out

@@ -3,21 +3,24 @@
 Every reader returns a list of :class:`Example` (``text``, ``label``; both
 strings). Formats:
 
-=================== ==========================================================
-``"csv"``/``"tsv"`` a header row naming the columns; ``text_field`` and
-                    ``label_field`` pick the two columns. Quoted fields may
-                    span lines.
-``"jsonl"``         one JSON object per line with ``text_field``/``label_field``.
-``"label-tab-text"`` ``label<TAB>text`` per line.
-``"label-space-text"`` ``label text`` per line (label up to the first space).
-``"folder"``        one sub-folder per class, one document per file
-                    (``train/pos/1.txt`` ...), as the IMDb and 20-Newsgroups
-                    archives are laid out.
-``"polarity"``      a pair of files ``NAME.pos``/``NAME.neg`` (or a folder
-                    holding one such pair), one document per line, labels
-                    ``"pos"``/``"neg"`` -- the layout of the MR movie-review
-                    set of Pang & Lee (2005).
-=================== ==========================================================
+====================== =======================================================
+``"csv"``/``"tsv"``    a header row naming the columns; ``text_field`` and
+                       ``label_field`` pick the two columns. Quoted fields may
+                       span lines.
+``"jsonl"``            one JSON object per line with ``text_field``/``label_field``.
+                       The text must be a string; a number or ``true`` as label
+                       becomes its JSON spelling (``3`` -> ``"3"``).
+``"label-tab-text"``   ``label<TAB>text`` per line.
+``"label-space-text"`` ``label text`` per line (label up to the first space, so
+                       a line that starts with a space has an empty label).
+``"folder"``           one sub-folder per class, one document per file
+                       (``train/pos/1.txt`` ...), as the IMDb and 20-Newsgroups
+                       archives are laid out.
+``"polarity"``         a pair of files ``NAME.pos``/``NAME.neg`` (or a folder
+                       holding one such pair), one document per line, labels
+                       ``"pos"``/``"neg"`` -- the layout of the MR movie-review
+                       set of Pang & Lee (2005).
+====================== =======================================================
 
 Lines are split on ``"\\n"`` only (a trailing ``"\\r"`` is dropped); csv and tsv
 follow the ``csv`` module, which also ends an unquoted row at a bare ``"\\r"``.
@@ -28,6 +31,24 @@ decompressed transparently, and the format is guessed from the name underneath.
 
 Malformed input raises :class:`DataFormatError` (a ``ValueError``) naming the
 file and the 1-based line.
+
+Bad rows. A row whose text is empty or whitespace only, or whose label is
+empty, whitespace only, ``null`` or missing (a jsonl object without the
+field), is a *bad row*: a model would learn from an empty document, or a class
+called ``""`` or ``"None"``. Public data sets contain such rows, so they are
+refused by default, naming the file, the line and the reason (``empty text``,
+``text is null``, ``empty label``, ``label is null``,
+``missing field(s) ['label']``). ``skip_bad_rows=True`` (the command line's ``--skip-bad-rows``)
+leaves them out instead and reports them in a :class:`SkippedRows` -- to
+``on_skipped`` or, without one, as a warning.
+
+Which formats can have bad rows: csv, tsv, jsonl, label-tab-text and
+label-space-text any of them; folder an empty document file (the label is the
+folder's name); polarity none (a blank line is skipped, as in every line
+format). Structural errors -- invalid JSON, a missing column, a line without a
+tab in label-tab-text, a JSON text that is neither a string nor null, a list or
+object as label -- stay errors either way, and so does a file whose every row
+is bad, which usually means a wrong ``text_field``/``label_field``.
 """
 
 from __future__ import annotations
@@ -37,11 +58,13 @@ import gzip
 import io
 import json
 import os
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Example", "DataFormatError", "FORMATS", "read_examples", "read_lines", "guess_format"]
+__all__ = ["Example", "DataFormatError", "BadRow", "SkippedRows", "FORMATS", "read_examples",
+           "read_lines", "guess_format"]
 
 FORMATS = ("csv", "tsv", "jsonl", "label-tab-text", "label-space-text", "folder", "polarity")
 """The format names :func:`read_examples` accepts."""
@@ -73,6 +96,88 @@ class DataFormatError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
+MAX_REPORTED = 100
+"""How many bad rows a :class:`SkippedRows` lists by position (it counts them all)."""
+_SKIP_HINT = ("; fix or remove the row, or skip such rows "
+              "(--skip-bad-rows on the command line, skip_bad_rows=True in Python)")
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """One row that was left out: its file, 1-based line (None for a whole file) and why."""
+
+    path: str
+    line: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class SkippedRows:
+    """What ``read_examples(path, skip_bad_rows=True)`` left out of ``path``.
+
+    ``count`` counts every skipped row; ``rows`` holds the first
+    :data:`MAX_REPORTED` of them in reading order. A row of a file inside
+    ``path`` (a folder) carries that file's path.
+    """
+
+    path: str
+    count: int
+    rows: tuple[BadRow, ...]
+
+    def positions(self, limit: int = 5) -> str:
+        """``line 4 (empty text), line 9 (empty label)``: the first ``limit`` rows, then ``…``."""
+        shown = [f"{self._where(row)} ({row.reason})" for row in self.rows[:limit]]
+        return ", ".join(shown + (["…"] if self.count > len(shown) else []))
+
+    def summary(self, limit: int = 5) -> str:
+        """``skipped 3 bad row(s) in data.csv: line 4 (empty text), ...`` -- one line for a log."""
+        return f"skipped {self.count} bad row(s) in {self.path}: {self.positions(limit)}"
+
+    def _where(self, row: BadRow) -> str:
+        if row.path == self.path:
+            return f"line {row.line}"
+        try:
+            name = Path(row.path).relative_to(self.path).as_posix()
+        except ValueError:  # not under path: name the file alone
+            name = Path(row.path).name
+        return name if row.line is None else f"{name}, line {row.line}"
+
+
+class _BadRows:
+    """Refuses a bad row (the default), or counts it for the :class:`SkippedRows` report."""
+
+    def __init__(self, skip: bool) -> None:
+        self.skip = skip
+        self.count = 0
+        self.rows: list[BadRow] = []
+
+    def reject(self, path: Path, line: int | None, reason: str, detail: str = "") -> None:
+        """Raise for a bad row, or record it when skipping; ``detail`` only goes into the error."""
+        if not self.skip:
+            raise DataFormatError(path, line, reason + detail + _SKIP_HINT)
+        self.count += 1
+        if len(self.rows) < MAX_REPORTED:
+            self.rows.append(BadRow(str(path), line, reason))
+
+    def add(self, out: list[Example], path: Path, line: int | None, text: str | None,
+            label: str | None) -> None:
+        """Append ``Example(text, label)`` to ``out`` unless the text or the label is empty or null."""
+        problems = []
+        if text is None:
+            problems.append("text is null")
+        elif not text.strip():
+            problems.append("empty text")
+        if label is None:
+            problems.append("label is null")
+        elif not label.strip():
+            problems.append("empty label")
+        if problems:
+            self.reject(path, line, " and ".join(problems))
+        else:
+            assert text is not None and label is not None  # for the type checker
+            out.append(Example(text, label))
+
+
 def _stem(path: Path) -> Path:
     """The path without a trailing ``.gz``."""
     return path.with_suffix("") if path.suffix == ".gz" else path
@@ -95,8 +200,8 @@ def _read_text(path: Path, encoding: str) -> str:
         bad = raw[exc.start : exc.start + 1].hex()
         raise DataFormatError(
             path, line,
-            f"cannot decode byte 0x{bad} as {encoding}; pass the file's encoding, "
-            f"e.g. encoding='latin-1'",
+            f"cannot decode byte 0x{bad} as {encoding}; pass the file's encoding "
+            "(--encoding latin-1 on the command line, encoding='latin-1' in Python)",
         ) from None
 
 
@@ -152,7 +257,7 @@ def guess_format(path: str | os.PathLike[str]) -> str:
 
 
 def _read_delimited(path: Path, text: str, delimiter: str, text_field: str,
-                    label_field: str) -> list[Example]:
+                    label_field: str, bad: _BadRows) -> list[Example]:
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
         header = next(reader)
@@ -175,15 +280,16 @@ def _read_delimited(path: Path, text: str, delimiter: str, text_field: str,
                 raise DataFormatError(
                     path, start, f"expected {len(header)} fields ({header}), got {len(row)}"
                 )
-            out.append(Example(row[ti], row[li].strip()))
+            bad.add(out, path, start, row[ti], row[li].strip())
             start = reader.line_num + 1
     except csv.Error as exc:
         raise DataFormatError(path, reader.line_num, f"malformed row ({exc})") from None
     return out
 
 
-def _read_jsonl(path: Path, text: str, text_field: str, label_field: str) -> list[Example]:
-    out = []
+def _read_jsonl(path: Path, text: str, text_field: str, label_field: str,
+                bad: _BadRows) -> list[Example]:
+    out: list[Example] = []
     for number, line in _lines(text):
         try:
             record = json.loads(line)
@@ -193,39 +299,48 @@ def _read_jsonl(path: Path, text: str, text_field: str, label_field: str) -> lis
             raise DataFormatError(path, number, f"expected a JSON object, got {type(record).__name__}")
         missing = [f for f in (text_field, label_field) if f not in record]
         if missing:
+            bad.reject(path, number, f"missing field(s) {missing}", f"; the object has {sorted(record)}")
+            continue
+        body, label = record[text_field], record[label_field]
+        if body is not None and not isinstance(body, str):
             raise DataFormatError(
-                path, number, f"missing field(s) {missing}; the object has {sorted(record)}"
-            )
-        if not isinstance(record[text_field], str):
-            raise DataFormatError(path, number, f"field {text_field!r} must be a string")
-        out.append(Example(record[text_field], str(record[label_field])))
+                path, number, f"field {text_field!r} must be a string, got {type(body).__name__}")
+        if label is not None and not isinstance(label, (str, int, float)):  # bool is an int
+            raise DataFormatError(
+                path, number, f"field {label_field!r} must be a string or a number, got "
+                f"{type(label).__name__}")
+        # A number keeps its JSON spelling (3 -> "3", true -> "true"); null stays None, a bad row.
+        bad.add(out, path, number, body, label if label is None or isinstance(label, str) else json.dumps(label))
     return out
 
 
-def _read_label_text(path: Path, text: str, sep: str | None, fmt: str) -> list[Example]:
-    out = []
+def _read_label_text(path: Path, text: str, sep: str | None, fmt: str, bad: _BadRows) -> list[Example]:
+    """``label<TAB>text`` (``sep="\\t"``) or ``label text`` (``sep=None``: the first whitespace)."""
+    out: list[Example] = []
     for number, line in _lines(text):
-        parts = line.split(sep, 1) if sep else line.strip().split(None, 1)
-        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
-            want = "label<TAB>text" if sep else "label text"
-            raise DataFormatError(
-                path, number, f"expected '{want}' ({fmt}), got {line[:60]!r}"
-            )
-        out.append(Example(parts[1].strip(), parts[0].strip()))
+        if sep:
+            label, found, body = line.partition(sep)
+            if not found:
+                raise DataFormatError(
+                    path, number, f"expected 'label<TAB>text' ({fmt}), got {line[:60]!r}")
+        elif line[0].isspace():  # nothing before the first space: an empty label
+            label, body = "", line
+        else:
+            label, *rest = line.split(None, 1)
+            body = rest[0] if rest else ""
+        bad.add(out, path, number, body.strip(), label.strip())
     return out
 
 
-def _read_folder(root: Path, encoding: str) -> list[Example]:
+def _read_folder(root: Path, encoding: str, bad: _BadRows) -> list[Example]:
     classes = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if not classes:
         raise DataFormatError(root, None, "expected one sub-folder per class, found none")
-    out = []
+    out: list[Example] = []
     for folder in classes:
         for file in sorted(f for f in folder.iterdir() if f.is_file() and not f.name.startswith(".")):
-            text = _read_text(file, encoding).strip()
-            if text:
-                out.append(Example(text, folder.name))
-    if not out:
+            bad.add(out, file, None, _read_text(file, encoding).strip(), folder.name)
+    if not out and not bad.count:
         raise DataFormatError(root, None, "the class folders hold no non-empty documents")
     return out
 
@@ -258,6 +373,8 @@ def read_examples(
     encoding: str = "utf-8",
     text_field: str = "text",
     label_field: str = "label",
+    skip_bad_rows: bool = False,
+    on_skipped: Callable[[SkippedRows], None] | None = None,
 ) -> list[Example]:
     """Read labelled documents from ``path`` in one of :data:`FORMATS`.
 
@@ -267,24 +384,55 @@ def read_examples(
         encoding: text encoding of the files (MR is ``"latin-1"``).
         text_field: column or key name of the text for csv, tsv and jsonl.
         label_field: column or key name of the label for csv, tsv and jsonl.
+        skip_bad_rows: leave out rows with an empty or whitespace-only text, or
+            an empty, whitespace-only, null or missing label, instead of
+            raising :class:`DataFormatError` at the first of them.
+        on_skipped: called once with a :class:`SkippedRows` when rows were
+            skipped; without it, the same report is a ``UserWarning``. Never
+            called when nothing was skipped.
 
     Returns:
         the examples in file order (folder: class folders and files sorted by
         name; polarity: all ``pos`` lines, then all ``neg`` lines).
 
     Raises:
-        DataFormatError: malformed input, naming the file and line.
+        DataFormatError: malformed input or a bad row, naming the file and
+            line; with ``skip_bad_rows``, a ``path`` whose every row is bad.
         ValueError: an unknown ``format``.
+
+    Example:
+        >>> reports = []
+        >>> examples = read_examples("reviews.csv", skip_bad_rows=True,
+        ...                          on_skipped=reports.append)  # doctest: +SKIP
+        >>> print(reports[0].summary())  # doctest: +SKIP
+        skipped 2 bad row(s) in reviews.csv: line 4 (empty text), line 9 (empty label)
     """
-    p = Path(path)
+    bad = _BadRows(skip_bad_rows)
+    examples = _read_format(Path(path), format, encoding, text_field, label_field, bad)
+    if bad.count:
+        report = SkippedRows(str(path), bad.count, tuple(bad.rows))
+        if not examples:
+            raise DataFormatError(
+                path, None, f"every row is bad ({report.positions()}); nothing is left to read -- "
+                "check the format and text_field/label_field")
+        if on_skipped is not None:
+            on_skipped(report)
+        else:
+            warnings.warn(report.summary(), UserWarning, stacklevel=2)
+    return examples
+
+
+def _read_format(p: Path, format: str | None, encoding: str, text_field: str, label_field: str,
+                 bad: _BadRows) -> list[Example]:
     fmt = guess_format(p) if format is None else format
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {list(FORMATS)}, got {fmt!r}")
     if fmt == "folder":
         if not p.is_dir():
             raise ValueError(f"path: format 'folder' needs a folder, got {str(p)!r}")
-        return _read_folder(p, encoding)
+        return _read_folder(p, encoding, bad)
     if fmt == "polarity":
+        # One document per non-blank line, so a polarity pair has no bad rows to check.
         out = []
         for file, label in zip(_polarity_pair(p), ("pos", "neg"), strict=True):
             out += [Example(line.strip(), label) for _, line in _lines(_read_text(file, encoding))]
@@ -293,7 +441,7 @@ def read_examples(
         raise ValueError(f"path: format {fmt!r} needs a file, got the folder {str(p)!r}")
     text = _read_text(p, encoding).removeprefix("\ufeff")
     if fmt in ("csv", "tsv"):
-        return _read_delimited(p, text, "," if fmt == "csv" else "\t", text_field, label_field)
+        return _read_delimited(p, text, "," if fmt == "csv" else "\t", text_field, label_field, bad)
     if fmt == "jsonl":
-        return _read_jsonl(p, text, text_field, label_field)
-    return _read_label_text(p, text, "\t" if fmt == "label-tab-text" else None, fmt)
+        return _read_jsonl(p, text, text_field, label_field, bad)
+    return _read_label_text(p, text, "\t" if fmt == "label-tab-text" else None, fmt, bad)
