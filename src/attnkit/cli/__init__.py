@@ -4,19 +4,27 @@ Each command turns flags (and an optional ``--config`` file) into the
 library's config dataclasses and calls the library; heavy imports happen
 inside the commands so that ``attnkit --help`` is quick. Expected failures
 (bad files, bad values, an occupied output directory) end with a one-line
-``Error: ...`` and exit status 1 or 2, never a traceback.
+``Error: ...`` and exit status 1 or 2, never a traceback. An unexpected
+exception ends the same way, naming its type, unless ``--debug`` (or
+``ATTNKIT_DEBUG=1``) asks for the traceback; Ctrl-C ends with status 130.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from typing import Any
 
 import click
 
+from attnkit._console import missing_extra_message
 from attnkit.cli import commands
 from attnkit.cli import demo as demo_module
 
-__all__ = ["main", "cli", "AttnkitGroup"]
+__all__ = ["main", "cli", "AttnkitGroup", "DEBUG_HINT"]
+
+DEBUG_HINT = "run with --debug or ATTNKIT_DEBUG=1 for the traceback"
 
 # Commands that live in their own modules, imported only when used.
 LAZY_COMMANDS = {
@@ -65,12 +73,37 @@ class AttnkitGroup(click.Group):
                 return name, _load(TRAIN_TASKS[task]), remaining
         return name, command, rest
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; an unexpected exception becomes a one-line error unless ``--debug``."""
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted", err=True)
+            sys.exit(130)
+        except Exception as err:
+            if ctx.params.get("debug"):
+                raise
+            raise click.ClickException(unexpected_error_message(err)) from err
+
+
+def unexpected_error_message(err: BaseException) -> str:
+    """One line for an exception nobody expected: its type, its message and how to see more."""
+    hint = missing_extra_message(err) if isinstance(err, ImportError) else None
+    if hint is not None:
+        return hint
+    text = " ".join(str(err).split()) or "(no message)"
+    return f"{type(err).__name__}: {text} ({DEBUG_HINT})"
+
 
 @click.group(name="attnkit", cls=AttnkitGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="attnkit", prog_name="attnkit")
 @click.option("--threads", type=click.IntRange(min=1), envvar="ATTNKIT_THREADS",
               help="CPU threads for torch's intra-op parallelism (default: torch's choice).")
-def cli(threads: int | None) -> None:
+@click.option("--debug", is_flag=True, envvar="ATTNKIT_DEBUG",
+              help="Show the full traceback of an unexpected error (env: ATTNKIT_DEBUG=1).")
+def cli(threads: int | None, debug: bool) -> None:
     """attnkit: attention mechanisms, correct, fast and visible.
 
     \b
@@ -115,5 +148,21 @@ for _command in (commands.train, commands.evaluate, commands.predict, commands.c
 
 
 def main() -> None:
-    """Console entry point (``attnkit`` and ``python -m attnkit``)."""
-    cli(prog_name="attnkit")
+    """Run the ``attnkit`` group (the console script starts in :mod:`attnkit._console`).
+
+    Errors inside a command are handled by :meth:`AttnkitGroup.invoke`; this
+    catches what escapes click itself (an option callback, ``--version``).
+    """
+    try:
+        cli.main(prog_name="attnkit")
+    except Exception as err:
+        if _debug_requested(sys.argv[1:]):
+            raise
+        click.echo(f"Error: {unexpected_error_message(err)}", err=True)
+        sys.exit(1)
+
+
+def _debug_requested(args: list[str]) -> bool:
+    if "--debug" in args:
+        return True
+    return os.environ.get("ATTNKIT_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")

@@ -14,12 +14,13 @@ layers x heads overview).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
+
+from attnkit.cli.inputs import read_text_lines, truncation_notice
 
 __all__ = ["visualize", "AttentionView", "run_attention", "bert_attention", "write_views"]
 
@@ -33,6 +34,9 @@ class AttentionView:
     Shape:
         layers ``(L, H, T, T)`` self-attention maps (``L`` may be 0);
         pooling ``(T,)`` pooling weights, or ``None``.
+
+    ``total_tokens`` counts the text's tokens before it was cut to the
+    model's maximum length (``len(tokens)`` when nothing was cut).
     """
 
     tokens: list[str]
@@ -40,14 +44,16 @@ class AttentionView:
     pooling: Any
     label: str | None = None
     probability: float | None = None
+    total_tokens: int | None = None
 
 
 def _is_run(folder: Path) -> bool:
-    try:
-        meta = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """Whether ``folder`` is an attnkit run; a damaged config.json raises a ValueError naming it."""
+    from attnkit.train.rundir import read_run_config
+
+    if not any((folder / name).exists() for name in ("config.json", "current.json", "checkpoints")):
         return False
-    return isinstance(meta, dict) and "model_name" in meta
+    return "model_name" in read_run_config(folder)
 
 
 def run_attention(folder: Path, texts: list[str]) -> list[AttentionView]:
@@ -58,8 +64,10 @@ def run_attention(folder: Path, texts: list[str]) -> list[AttentionView]:
     from attnkit.train.checkpoint import load_checkpoint
 
     model, tokenizer, labels, meta = load_checkpoint(folder)
+    max_len = meta["data_settings"]["max_len"]
+    totals = [len(e.ids) for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
     views = []
-    for ids in encode_batch(tokenizer, texts, meta["data_settings"]["max_len"]):
+    for ids, total in zip(encode_batch(tokenizer, texts, max_len), totals, strict=True):
         ids = ids or [0]
         x = torch.tensor([ids])  # (1, T)
         with torch.no_grad():
@@ -70,7 +78,8 @@ def run_attention(folder: Path, texts: list[str]) -> list[AttentionView]:
         pooling = weights["pooling"][0].numpy() if "pooling" in weights else None
         best = int(probs.argmax())
         tokens = [str(tokenizer.id_to_token(i)) for i in ids]
-        views.append(AttentionView(tokens, layers, pooling, labels.decode(best), float(probs[best])))
+        views.append(AttentionView(tokens, layers, pooling, labels.decode(best), float(probs[best]),
+                                   total_tokens=max(total, len(tokens))))
     return views
 
 
@@ -82,15 +91,17 @@ def bert_attention(folder: Path, texts: list[str], max_len: int) -> list[Attenti
 
     model = BertModel.from_pretrained(folder)
     tokenizer = load_bert_tokenizer(folder)
+    tokenizer.no_truncation()
+    totals = [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
     tokenizer.enable_truncation(max_length=min(max_len, model.config.max_position_embeddings))
     views = []
-    for text in texts:
+    for text, total in zip(texts, totals, strict=True):
         enc = tokenizer.encode(text)
         with torch.no_grad():
             out = model(torch.tensor([enc.ids]), return_weights=True)
         assert out.attentions is not None
         layers = torch.stack([a[0] for a in out.attentions]).numpy()  # (L, H, T, T)
-        views.append(AttentionView(list(enc.tokens), layers, None))
+        views.append(AttentionView(list(enc.tokens), layers, None, total_tokens=total))
     return views
 
 
@@ -137,12 +148,13 @@ def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Output file: .html (interactive report) or .png/.svg/.pdf (figure).")
 @click.option("--file", "text_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Also visualize every non-empty line of this UTF-8 file.")
+              help="Also visualize every non-empty line of this text file.")
+@click.option("--encoding", default="utf-8", show_default=True, help="Text encoding of --file.")
 @click.option("--max-len", type=click.IntRange(min=2), default=512, show_default=True,
               help="Longest token sequence kept for a BERT folder.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path | None,
-              max_len: int, overwrite: bool) -> None:
+              encoding: str, max_len: int, overwrite: bool) -> None:
     """Show where a trained run or a BERT folder attends, as a report or a figure.
 
     \b
@@ -152,7 +164,8 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
     """
     items = list(texts)
     if text_file is not None:
-        items += [line for line in text_file.read_text(encoding="utf-8").split("\n") if line.strip()]
+        lines = read_text_lines(text_file, encoding, encoding_flag="--encoding")
+        items += [line for line in lines if line.strip()]
     if not items:
         raise click.UsageError("give at least one TEXT argument or --file")
     if out.suffix not in (".html", *FIGURE_SUFFIXES):
@@ -166,14 +179,20 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
         if _is_run(source):
             views = run_attention(source, items)
             title = f"attnkit run {source.name}"
+            limit = "the run's maximum length"
         elif (source / "model.safetensors").is_file() and (source / "config.json").is_file():
             views = bert_attention(source, items, max_len)
             title = f"BERT {source.name}"
+            limit = "--max-len or the model's position limit"
         else:
             raise click.ClickException(
                 f"{source} is neither an attnkit run (config.json with model_name) nor a BERT "
                 "folder (config.json + model.safetensors)"
             )
+        notice = truncation_notice([(len(v.tokens), v.total_tokens or len(v.tokens)) for v in views],
+                                   what=limit)
+        if notice is not None:
+            click.echo(notice, err=True)
         path = write_views(views, out, title)
     except (ValueError, FileNotFoundError) as err:
         raise click.ClickException(str(err)) from None

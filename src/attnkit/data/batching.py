@@ -109,11 +109,10 @@ class LabelVocab:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> LabelVocab:
         """Read a file written by :meth:`save`."""
-        with open(path, encoding="utf-8") as handle:
-            try:
-                data = json.load(handle)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"path: {str(path)!r} is not valid JSON ({exc.msg})") from None
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path} is not valid JSON: {exc}") from None
         return cls.from_dict(data)
 
 

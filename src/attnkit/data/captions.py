@@ -237,7 +237,7 @@ def read_coco_captions(path: str | Path) -> dict[str, list[str]]:
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CaptionFormatError(f"{path} is not valid JSON: {err}") from None
     except OSError as err:
         raise CaptionFormatError(f"cannot read caption file {path}: {err}") from None

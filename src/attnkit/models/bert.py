@@ -73,9 +73,14 @@ class BertConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> BertConfig:
-        """Read a ``config.json``."""
-        with open(path, encoding="utf-8") as f:
-            return cls.from_dict(json.load(f))
+        """Read a ``config.json``; a ValueError names the file when it is not valid JSON."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path} is not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
 
 
 class BertModelOutput(NamedTuple):
