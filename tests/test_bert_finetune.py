@@ -17,6 +17,7 @@ from attnkit.models.bert import BertConfig, BertModel
 from attnkit.models.bert_classifier import BertClassifier, BertClassifierConfig
 from attnkit.train.checkpoint import load_checkpoint
 from attnkit.train.finetune import check_bert_folder
+from attnkit.train.rundir import committed_dir
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TINY = BertConfig(vocab_size=0, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -64,7 +65,7 @@ def finetuned(bert_folder: Path, corpus: Path, tmp_path_factory: pytest.TempPath
 def test_cli_finetune_writes_a_loadable_run(finetuned: tuple[Path, str], bert_folder: Path) -> None:
     out, output = finetuned
     assert "test: accuracy" in output
-    meta = json.loads((out / "config.json").read_text())
+    meta = json.loads((committed_dir(out) / "config.json").read_text())
     assert meta["model_name"] == "bert" and meta["status"] == "done"
     assert meta["train_config"]["lr"] == 1e-3 and meta["train_config"]["patience"] == 0  # fine-tuning default
     assert meta["data_settings"]["max_len"] == 16

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from attnkit.cli import cli
 from attnkit.data.synthetic import keyword_corpus
 from attnkit.train.checkpoint import load_tensors
+from attnkit.train.rundir import committed_dir
 
 TINY = ["--model", "document", "--model-opt", "d_model=16", "--model-opt", "num_heads=2",
         "--model-opt", "num_layers=0", "--model-opt", "dropout=0.0", "--epochs", "3", "--batch-size", "16",
@@ -55,10 +56,10 @@ def test_train_evaluate_predict_and_refuse_overwrite(tmp_path, data_csv) -> None
     assert result.exit_code == 0, result.output
     assert "test: accuracy" in result.output
     for name in ("model.safetensors", "config.json", "tokenizer.json", "labels.json", "history.jsonl"):
-        assert (out / name).is_file(), name
-    meta = json.loads((out / "config.json").read_text())
+        assert (committed_dir(out) / name).is_file(), name
+    meta = json.loads((committed_dir(out) / "config.json").read_text())
     assert meta["status"] == "done" and meta["model_config"]["d_model"] == 16
-    assert len((out / "history.jsonl").read_text().splitlines()) == meta["epochs_run"]
+    assert len((committed_dir(out) / "history.jsonl").read_text().splitlines()) == meta["epochs_run"]
 
     result = _invoke("evaluate", str(out), "--data", str(data_csv), "--json")
     assert result.exit_code == 0, result.output
@@ -71,14 +72,14 @@ def test_train_evaluate_predict_and_refuse_overwrite(tmp_path, data_csv) -> None
     assert first.split("\t")[0] in ("positive", "negative")
     assert second.strip().startswith("attended:") and second.count("(") == 2
 
-    before = (out / "model.safetensors").read_bytes()
+    before = (committed_dir(out) / "model.safetensors").read_bytes()
     again = CliRunner().invoke(cli, ["train", "--data", str(data_csv), "--out", str(out), *TINY])
     assert again.exit_code == 1
     assert "already holds a different run" in again.output and "Traceback" not in again.output
-    assert (out / "model.safetensors").read_bytes() == before
+    assert (committed_dir(out) / "model.safetensors").read_bytes() == before
     replaced = _invoke("train", "--data", str(data_csv), "--out", str(out), "--overwrite", *TINY)
     assert replaced.exit_code == 0, replaced.output
-    assert json.loads((out / "config.json").read_text())["run_id"] != meta["run_id"]
+    assert json.loads((committed_dir(out) / "config.json").read_text())["run_id"] != meta["run_id"]
 
 
 def test_config_file_sets_defaults_and_flags_override(tmp_path, data_csv) -> None:
@@ -89,7 +90,7 @@ def test_config_file_sets_defaults_and_flags_override(tmp_path, data_csv) -> Non
     result = _invoke("train", "--config", str(config), "--data", str(data_csv), "--out", str(out),
                      "--batch-size", "32", "--device", "cpu", "--quiet")
     assert result.exit_code == 0, result.output
-    meta = json.loads((out / "config.json").read_text())
+    meta = json.loads((committed_dir(out) / "config.json").read_text())
     assert meta["train_config"]["epochs"] == 1 and meta["train_config"]["batch_size"] == 32
     assert meta["model_name"] == "document" and meta["model_config"]["d_model"] == 8
 
@@ -144,7 +145,7 @@ def test_interrupted_cli_run_resumes_to_identical_weights(tmp_path, data_csv, mo
     monkeypatch.setattr(Trainer, "_train_epoch", original)
     resumed = _invoke("train", "--out", str(run), "--resume", "--quiet")
     assert resumed.exit_code == 0, resumed.output
-    a, b = load_tensors(straight / "model.safetensors"), load_tensors(run / "model.safetensors")
+    a, b = load_tensors(committed_dir(straight) / "model.safetensors"), load_tensors(committed_dir(run) / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 

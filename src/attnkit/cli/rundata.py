@@ -1,0 +1,87 @@
+"""Where a run's data came from, recorded so that ``--resume`` trains on exactly the same data.
+
+A run stores each data path resolved (absolute), relative to the run
+directory, and with the SHA-256 of its content. ``attnkit train --out RUN
+--resume`` finds the data at the stored path, or next to the run by the same
+relative path (a run copied with its data), or where ``--data`` (``--val``,
+``--test``) points; in every case the content must match the hash.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from attnkit.train.rundir import data_fingerprint
+
+__all__ = ["data_source", "resumed_data_source", "DATA_PATHS"]
+
+# option name -> flag, for the paths a classification run reads
+DATA_PATHS = {"data": "--data", "val_path": "--val", "test_path": "--test"}
+READER_KEYS = ("val_ratio", "test_ratio", "data_format", "encoding", "text_field", "label_field",
+               "skip_bad_rows")
+
+
+def data_source(values: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The JSON-ready record of the data options in ``values`` (paths resolved, with content hashes)."""
+    source: dict[str, Any] = {k: values[k] for k in READER_KEYS if k in values}
+    run = out.resolve()
+    for key in DATA_PATHS:
+        path = values.get(key)
+        if not path:
+            source[key] = None
+            continue
+        resolved = Path(path).resolve()
+        source[key] = str(resolved)
+        source[f"{key}_relative_to_run"] = os.path.relpath(resolved, run)
+        source[f"{key}_sha256"] = data_fingerprint(resolved)
+    return source
+
+
+def resumed_data_source(saved: dict[str, Any], values: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The data options for resuming run ``out``: the saved ones, with each path located and checked.
+
+    A path given on the command line replaces the stored one; its content must
+    match the stored hash. Raises ``click.UsageError`` naming the flag when the
+    data cannot be found or differs.
+    """
+    resolved: dict[str, Any] = {k: saved[k] for k in READER_KEYS if k in saved}
+    for key, flag in DATA_PATHS.items():
+        stored = saved.get(key)
+        given = values.get(key)
+        if not stored:
+            if given:
+                raise click.UsageError(f"{flag}: run {out} was trained without {flag}; leave it out to resume")
+            resolved[key] = None
+            continue
+        digest = saved.get(f"{key}_sha256")
+        candidates = [Path(given)] if given else _stored_candidates(saved, key, out)
+        found = next((c for c in candidates if c.exists()), None)
+        if found is None:
+            where = " or ".join(str(c) for c in candidates)
+            raise click.UsageError(
+                f"the data run {out} was trained on is gone ({where}); give {flag} PATH to a copy"
+                + (f" (its content has SHA-256 {digest[:16]}…)" if digest else ""))
+        if digest is not None and data_fingerprint(found) != digest:
+            raise click.UsageError(
+                f"{flag} {found} is not the data run {out} was trained on (its content changed: SHA-256 "
+                f"{data_fingerprint(found)[:16]}…, expected {digest[:16]}…); resuming needs the same data — "
+                "start a new run for new data")
+        resolved[key] = str(found)
+        for suffix in ("_relative_to_run", "_sha256"):
+            if f"{key}{suffix}" in saved:
+                resolved[f"{key}{suffix}"] = saved[f"{key}{suffix}"]
+    return resolved
+
+
+def _stored_candidates(saved: dict[str, Any], key: str, out: Path) -> list[Path]:
+    paths = [Path(saved[key])]
+    relative = saved.get(f"{key}_relative_to_run")
+    if relative:
+        beside = (out / relative).resolve()
+        if beside not in paths:
+            paths.append(beside)
+    return paths
