@@ -52,7 +52,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _failing(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
-    def fail(folder: Path, texts: list[str]) -> None:
+    def fail(folder: Path, texts: list[str], **_options: object) -> None:
         raise error
 
     monkeypatch.setattr(visualize_module, "run_attention", fail)

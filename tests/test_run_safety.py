@@ -326,7 +326,8 @@ def test_overwrite_killed_before_its_first_commit_keeps_the_old_run(tmp_path, fi
 
 def test_unfinished_runs_are_refused_unless_allowed(tmp_path, data_csv, monkeypatch) -> None:
     run = _unfinished(tmp_path, data_csv, monkeypatch)
-    for args in (["predict", str(run), "a film"], ["evaluate", str(run), "--data", str(data_csv)]):
+    for args in (["predict", str(run), "a film"], ["evaluate", str(run), "--data", str(data_csv)],
+                 ["visualize", str(run), "a film", "-o", str(tmp_path / "report.html")]):
         result = _invoke(*args)
         assert result.exit_code == 1
         assert "did not finish training" in result.output and "--resume" in result.output
@@ -355,7 +356,8 @@ def test_damaged_weights_are_named_in_one_line(tmp_path, finished, data_csv, dam
         name = next(k for k, v in state.items() if v.dim() == 2)
         state[name] = torch.zeros(3, 3)
         ckpt.save_tensors(weights, state)
-    for args in (["predict", str(run), "a film"], ["evaluate", str(run), "--data", str(data_csv)]):
+    for args in (["predict", str(run), "a film"], ["evaluate", str(run), "--data", str(data_csv)],
+                 ["visualize", str(run), "a film", "-o", str(tmp_path / "r.html")]):
         result = _invoke(*args)
         assert result.exit_code == 1, result.output
         assert "model.safetensors" in result.output and "Traceback" not in result.output

@@ -15,11 +15,14 @@ from typing import Any, TypeVar
 
 import click
 
+from attnkit.cli.inputs import read_text_lines, warn_truncated
 from attnkit.cli.options import (
+    allow_unfinished_option,
     collect_data_settings,
     collect_train_config,
     config_option,
     data_options,
+    load_run,
     model_options,
     parse_model_options,
     reader_kwargs,
@@ -79,22 +82,6 @@ def _print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tupl
     click.echo(" " * width + "".join(f"{lb[:width]:>{width + 1}}" for lb in labels))
     for lb, row in zip(labels, metrics["confusion_matrix"], strict=True):
         click.echo(f"{lb:<{width}}" + "".join(f"{v:>{width + 1}}" for v in row))
-
-
-def allow_unfinished_option(f: F) -> F:
-    return click.option(
-        "--allow-unfinished", is_flag=True,
-        help="Use a run whose training did not finish (its best weights so far) instead of refusing it.")(f)
-
-
-def load_run(run: str, allow_unfinished: bool) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """``load_checkpoint`` for a command: an unfinished run is refused, or served with a warning line."""
-    from attnkit.train.checkpoint import load_checkpoint
-
-    model, tokenizer, labels, meta = load_checkpoint(run, allow_unfinished=allow_unfinished)
-    if meta.get("notice"):
-        click.echo(meta["notice"], err=True)
-    return model, tokenizer, labels, meta
 
 
 # --- train ---------------------------------------------------------------------------------------
@@ -300,7 +287,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
     """
     items = list(texts)
     if text_file:
-        items += [line for line in Path(text_file).read_text(encoding="utf-8").split("\n") if line.strip()]
+        items += [line for line in read_text_lines(text_file) if line.strip()]
     if not items:
         raise click.UsageError("give at least one TEXT argument or --file")
     if _is_numpy_run(run):
@@ -316,6 +303,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
     from attnkit.train.inference import predict_texts
 
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
+    warn_truncated(tokenizer, items, meta["data_settings"]["max_len"])
     predictions = predict_texts(model, tokenizer, labels, items, max_len=meta["data_settings"]["max_len"],
                                 top_k=top if explain else 0)
     for p in predictions:

@@ -27,7 +27,7 @@ else:  # pragma: no cover - Python 3.10
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["config_option", "read_config_file", "train_options", "data_options", "reader_options",
+__all__ = ["allow_unfinished_option", "load_run", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
            "reader_kwargs", "report_skipped_rows"]
 
@@ -202,3 +202,19 @@ def reader_kwargs(values: dict[str, Any]) -> dict[str, Any]:
         out["skip_bad_rows"] = True
         out["on_skipped"] = report_skipped_rows
     return out
+
+
+def allow_unfinished_option(f: F) -> F:
+    return click.option(
+        "--allow-unfinished", is_flag=True,
+        help="Use a run whose training did not finish (its best weights so far) instead of refusing it.")(f)
+
+
+def load_run(run: str, allow_unfinished: bool) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """``load_checkpoint`` for a command: an unfinished run is refused, or served with a warning line."""
+    from attnkit.train.checkpoint import load_checkpoint
+
+    model, tokenizer, labels, meta = load_checkpoint(run, allow_unfinished=allow_unfinished)
+    if meta.get("notice"):
+        click.echo(meta["notice"], err=True)
+    return model, tokenizer, labels, meta

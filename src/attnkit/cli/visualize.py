@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from attnkit.cli.inputs import read_text_lines, truncation_notice
+from attnkit.cli.options import allow_unfinished_option
 
 __all__ = ["visualize", "AttentionView", "run_attention", "bert_attention", "write_views"]
 
@@ -56,14 +57,18 @@ def _is_run(folder: Path) -> bool:
     return "model_name" in read_run_config(folder)
 
 
-def run_attention(folder: Path, texts: list[str]) -> list[AttentionView]:
-    """Run a trained classifier on ``texts`` and collect its attention per text."""
+def run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = False) -> list[AttentionView]:
+    """Run a trained classifier on ``texts`` and collect its attention per text.
+
+    A run whose training did not finish is refused unless ``allow_unfinished``
+    (then a warning line says which weights are shown).
+    """
     import torch
 
+    from attnkit.cli.options import load_run
     from attnkit.data.tokenization import encode_batch
-    from attnkit.train.checkpoint import load_checkpoint
 
-    model, tokenizer, labels, meta = load_checkpoint(folder)
+    model, tokenizer, labels, meta = load_run(str(folder), allow_unfinished)
     max_len = meta["data_settings"]["max_len"]
     totals = [len(e.ids) for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
     views = []
@@ -153,8 +158,9 @@ def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
 @click.option("--max-len", type=click.IntRange(min=2), default=512, show_default=True,
               help="Longest token sequence kept for a BERT folder.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@allow_unfinished_option
 def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path | None,
-              encoding: str, max_len: int, overwrite: bool) -> None:
+              encoding: str, max_len: int, overwrite: bool, allow_unfinished: bool) -> None:
     """Show where a trained run or a BERT folder attends, as a report or a figure.
 
     \b
@@ -177,7 +183,7 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
         raise click.ClickException(f"{out} already exists; pass --overwrite to replace it")
     try:
         if _is_run(source):
-            views = run_attention(source, items)
+            views = run_attention(source, items, allow_unfinished=allow_unfinished)
             title = f"attnkit run {source.name}"
             limit = "the run's maximum length"
         elif (source / "model.safetensors").is_file() and (source / "config.json").is_file():
