@@ -123,3 +123,35 @@ def test_resume_refuses_a_different_plan(tmp_path) -> None:
     other = _trainer(tmp_path, TrainConfig(epochs=1, batch_size=8, device="cpu"))
     with pytest.raises(ValueError, match="cannot resume"):
         other.fit(resume=True)
+
+
+def test_trainer_steps_equal_a_hand_written_adamw_loop() -> None:
+    """Each step of the loop: fresh gradients (zero_grad), the scheduled rate, AdamW with decay
+    on matrices only. Two epochs of the Trainer equal the same steps written out by hand."""
+    cfg = TrainConfig(epochs=2, batch_size=16, lr=0.05, weight_decay=0.1, warmup_ratio=0.25, clip_norm=0,
+                      patience=0, device="cpu", bucket=False)
+    torch.manual_seed(0)
+    model = TinyClassifier(dropout=0.0)
+    data = TokenDataset(48, seed=1)
+    trainer = Trainer(model, cfg, data, collate_fn=collate, quiet=True)
+    torch.manual_seed(0)
+    twin = TinyClassifier(dropout=0.0)
+    decay = [p for p in twin.parameters() if p.dim() >= 2]
+    rest = [p for p in twin.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=cfg.lr)
+    total = trainer.total_steps
+    step = 0
+    for epoch in range(cfg.epochs):
+        for batch_ids in epoch_batches(len(data), cfg.batch_size, cfg.seed, epoch):
+            batch = collate([data[i] for i in batch_ids])
+            for group in opt.param_groups:
+                group["lr"] = cfg.lr * warmup_linear_factor(step, total, int(0.25 * total), 0.0)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(twin(batch["ids"], batch["lengths"]), batch["labels"]).backward()
+            opt.step()
+            step += 1
+    trainer.fit()
+    assert trainer.step == step == 6
+    for (name, a), b in zip(trainer.model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
