@@ -84,6 +84,73 @@ def _print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tupl
         click.echo(f"{lb:<{width}}" + "".join(f"{v:>{width + 1}}" for v in row))
 
 
+def _data_plan(values: dict[str, Any], out: Path) -> Any:
+    from attnkit.train.plan import DataPlan
+
+    return DataPlan(train=values["data"], val=values["val_path"], test=values["test_path"],
+                    val_ratio=values["val_ratio"], test_ratio=values["test_ratio"], reader=reader_kwargs(values),
+                    record=data_source(values, out))
+
+
+def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
+    """The plan of a new run (or an overwrite) from the flags: from scratch, or fine-tuning ``--init-from``."""
+    from attnkit.train.plan import ClassifierPlan
+
+    if not values["data"]:
+        raise click.UsageError("missing --data (the training data); see attnkit train --help")
+    common = {"out": out, "data": _data_plan(values, out), "quiet": values["quiet"],
+              "mode": "overwrite" if values["overwrite"] else "new"}
+    if values["init_from"]:
+        from attnkit.train import finetune
+
+        if values["model"] not in (None, "bert"):
+            raise click.UsageError(f"--init-from fine-tunes a BERT folder and needs --model bert, "
+                                   f"got --model {values['model']}")
+        tokenizer = finetune.load_finetune_tokenizer(values["init_from"])
+        options = finetune.bert_model_options(values["init_from"], tokenizer,
+                                              parse_model_options(ctx, values["model_opt"]))
+        return ClassifierPlan(
+            model_name="bert", model_options=options, tokenizer=tokenizer, init_from=values["init_from"],
+            train_config=collect_train_config(values, **finetune.FINETUNE_DEFAULTS),
+            data_settings=collect_data_settings(values, max_len=finetune.FINETUNE_MAX_LEN, tokenizer="wordpiece",
+                                                vocab_size=int(options["vocab_size"])), **common)
+    model_name = values["model"] or DEFAULT_MODEL
+    if model_name == "bert":
+        raise click.UsageError("--model bert fine-tunes a pretrained folder: give --init-from DIR")
+    return ClassifierPlan(model_name=model_name, model_options=parse_model_options(ctx, values["model_opt"]),
+                          train_config=collect_train_config(values), data_settings=collect_data_settings(values),
+                          **common)
+
+
+def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
+    """The plan that continues run ``out`` with its saved settings (None when it is finished).
+
+    Everything is read and checked here, before anything is written.
+    """
+    from attnkit.data.batching import LabelVocab
+    from attnkit.train import checkpoint as ckpt
+    from attnkit.train.pipeline import DataSettings
+    from attnkit.train.plan import ClassifierPlan
+
+    saved = ckpt.read_run_config(out)
+    if ckpt.run_status(saved) == "done":
+        return None
+    folder = ckpt.committed_dir(out)
+    for key in ("model_name", "model_config", "run_id", "train_config", "data_settings"):
+        if key not in saved:
+            raise ckpt.RunFileError(f"{folder / 'config.json'} lacks {key!r}; it cannot be resumed")
+    try:
+        label_vocab = LabelVocab.from_dict(ckpt.read_json(folder / "labels.json"))
+    except (KeyError, TypeError) as err:
+        raise ckpt.RunFileError(f"{folder / 'labels.json'} is not a label vocabulary: {err}") from None
+    values.update(resumed_data_source(saved.get("data", {}), values, out))
+    return ClassifierPlan(
+        out=out, model_name=saved["model_name"], model_options=saved["model_config"], mode="resume",
+        run_id=saved["run_id"], tokenizer=ckpt.load_run_tokenizer(out, saved), label_vocab=label_vocab,
+        train_config=collect_train_config({}, **saved["train_config"]),
+        data_settings=DataSettings(**saved["data_settings"]), data=_data_plan(values, out), quiet=values["quiet"])
+
+
 # --- train ---------------------------------------------------------------------------------------
 
 
@@ -133,89 +200,24 @@ def train(ctx: click.Context, **values: Any) -> None:
         _numpy_backend().train_command(values, parse_model_options(ctx, values["model_opt"]),
                                        reader_kwargs(values), echo=_echo, report=_print_metrics)
         return
-    from attnkit.train import checkpoint as ckpt
-    from attnkit.train.distributed import broadcast_object, init_distributed, shutdown_distributed
-    from attnkit.train.pipeline import DataSettings, fit_classifier, new_run_id, split_examples
+    from attnkit.train.plan import run_plan
 
-    out = Path(values["out"])
     if values["resume"] and values["overwrite"]:
         raise click.UsageError("--resume and --overwrite exclude each other")
-    tokenizer = label_vocab = init_model = None
+    out = Path(values["out"])
     if values["resume"]:
-        saved = ckpt.read_run_config(out)
-        if ckpt.run_status(saved) == "done":
+        plan = _resume_plan(out, values)
+        if plan is None:
             click.echo(f"{out} finished training already; nothing to resume (it was left as it is)")
             return
-        from attnkit.data.batching import LabelVocab
-
-        for key in ("model_name", "model_config", "run_id", "train_config", "data_settings"):
-            if key not in saved:
-                raise ckpt.RunFileError(f"{ckpt.committed_dir(out) / 'config.json'} lacks {key!r}; "
-                                        "it cannot be resumed")
-        tokenizer = ckpt.load_run_tokenizer(out, saved)
-        label_vocab = LabelVocab.from_dict(ckpt.read_json(ckpt.committed_dir(out) / "labels.json"))
-        values.update(resumed_data_source(saved.get("data", {}), values, out))
-        train_config = collect_train_config({}, **saved["train_config"])
-        data = DataSettings(**saved["data_settings"])
-        model_name, options, run_id = saved["model_name"], saved["model_config"], saved["run_id"]
-    elif values["init_from"]:
-        from attnkit.train import finetune
-
-        if values["model"] not in (None, "bert"):
-            raise click.UsageError(f"--init-from fine-tunes a BERT folder and needs --model bert, "
-                                   f"got --model {values['model']}")
-        if not values["data"]:
-            raise click.UsageError("missing --data (the training data); see attnkit train --help")
-        tokenizer = finetune.load_finetune_tokenizer(values["init_from"])
-        options = finetune.bert_model_options(values["init_from"], tokenizer,
-                                              parse_model_options(ctx, values["model_opt"]))
-        train_config = collect_train_config(values, **finetune.FINETUNE_DEFAULTS)
-        data = collect_data_settings(values, max_len=finetune.FINETUNE_MAX_LEN, tokenizer="wordpiece",
-                                     vocab_size=int(options["vocab_size"]))
-        model_name, run_id = "bert", None
-        init_model = finetune.pretrained_initializer(values["init_from"])
     else:
-        if not values["data"]:
-            raise click.UsageError("missing --data (the training data); see attnkit train --help")
-        train_config = collect_train_config(values)
-        data = collect_data_settings(values)
-        model_name = values["model"] or DEFAULT_MODEL
-        if model_name == "bert":
-            raise click.UsageError("--model bert fine-tunes a pretrained folder: give --init-from DIR")
-        options = parse_model_options(ctx, values["model_opt"])
-        run_id = None
-    info = init_distributed(train_config.device)
+        plan = _new_plan(ctx, out, values)
     try:
-        run_id = str(broadcast_object(run_id or new_run_id(), info))
-        ckpt.check_run_dir(out, run_id, overwrite=values["overwrite"])
-        if info.is_main:
-            ckpt.check_unlocked(out)
-        examples = _read(values["data"], values)
-        split_seed = train_config.seed
-        val_ratio = 0.0 if values["val_path"] else values["val_ratio"]
-        test_ratio = 0.0 if values["test_path"] else values["test_ratio"]
-        tr, va, te = split_examples(examples, val=val_ratio, test=test_ratio, seed=split_seed)
-        if values["val_path"]:
-            va = _read(values["val_path"], values)
-        if values["test_path"]:
-            te = _read(values["test_path"], values)
-        source = data_source(values, out)
-        if info.is_main:
-            click.echo(f"{model_name}: {len(tr)} train, {len(va)} validation, {len(te)} test examples"
-                       + (f", {info.world_size} processes ({info.backend})" if info.enabled else ""))
-        result = fit_classifier(
-            tr, va, te, model_name=model_name, model_options=options, train_config=train_config, data=data,
-            out_dir=out, run_id=run_id, overwrite=values["overwrite"], resume=values["resume"],
-            quiet=values["quiet"], dist=info, log=None if values["quiet"] else _echo,
-            tokenizer=tokenizer, label_vocab=label_vocab, init_model=init_model,
-            extra={"data": source, **({"init_from": str(Path(values["init_from"]).resolve())}
-                                      if values["init_from"] and not values["resume"] else {})})
+        result = run_plan(plan, log=_echo)
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted; continue with: attnkit train --out {out} --resume", err=True)
         sys.exit(130)
-    finally:
-        shutdown_distributed()
-    if info.is_main:
+    if result.is_main:
         if result.test is not None:
             _print_metrics("test", result.test, result.label_vocab.labels)
         click.echo(f"saved run to {out}")

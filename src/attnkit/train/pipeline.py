@@ -62,6 +62,7 @@ class FitResult:
     test: dict[str, Any] | None = None
     test_data: TextClassificationDataset | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    is_main: bool = True  # False on the other processes of a data-parallel run
 
 
 def new_run_id() -> str:
@@ -156,7 +157,8 @@ def fit_classifier(
             run.commit(unwrap(model).state_dict(), status="done", history=history, progress=trainer._summary(),
                        meta={"epochs_run": len(history),
                              "metrics": {"test": test_metrics, "val_best": _best_val(history)}})
-    return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds)
+    return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds,
+                     is_main=dist.is_main)
 
 
 def _best_val(history: list[dict[str, Any]]) -> float | None:

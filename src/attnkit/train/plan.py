@@ -1,0 +1,134 @@
+"""A classification run described as data: what ``attnkit train`` decided, in typed form.
+
+The command line turns its flags into a :class:`ClassifierPlan`; :func:`run_plan`
+carries it out (data reading and splitting, processes, training, the run
+directory). Nothing below the command line knows a flag's spelling, and a
+plan can be built in Python as well::
+
+    plan = ClassifierPlan(out=Path("runs/a"), model_name="document", data=DataPlan(train="reviews.csv"))
+    result = run_plan(plan)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from attnkit.train.config import TrainConfig
+from attnkit.train.pipeline import (
+    DataSettings,
+    FitResult,
+    fit_classifier,
+    new_run_id,
+    split_examples,
+)
+
+__all__ = ["DataPlan", "ClassifierPlan", "run_plan"]
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """Where the examples come from and how they are split.
+
+    Attributes:
+        train: the labelled data (file or folder).
+        val / test: separate files; without them ``val_ratio`` / ``test_ratio``
+            of ``train`` are split off (stratified, seeded by the train config).
+        reader: keywords for :func:`attnkit.data.readers.read_examples`
+            (``format``, ``encoding``, ``text_field``, ``label_field``,
+            ``skip_bad_rows``, ``on_skipped``).
+        record: what the run's ``config.json`` stores about the data (resolved
+            paths and content hashes, so that a resume finds the same data).
+    """
+
+    train: str
+    val: str | None = None
+    test: str | None = None
+    val_ratio: float = 0.1
+    test_ratio: float = 0.1
+    reader: dict[str, Any] = field(default_factory=dict)
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClassifierPlan:
+    """One classification run: model, optimisation, tokenization, data and run directory.
+
+    ``mode`` is ``"new"`` (refuse a directory holding another run),
+    ``"overwrite"`` (replace it at the first commit) or ``"resume"`` (continue
+    the committed state; ``run_id``, ``tokenizer`` and ``label_vocab`` come
+    from the run). ``init_from`` is a pretrained BERT folder to start from.
+    """
+
+    out: Path
+    model_name: str
+    data: DataPlan
+    model_options: dict[str, Any] = field(default_factory=dict)
+    train_config: TrainConfig = field(default_factory=TrainConfig)
+    data_settings: DataSettings = field(default_factory=DataSettings)
+    mode: Literal["new", "overwrite", "resume"] = "new"
+    run_id: str | None = None
+    tokenizer: Any = None
+    label_vocab: Any = None
+    init_from: str | None = None
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("new", "overwrite", "resume"):
+            raise ValueError(f"mode must be one of ['new', 'overwrite', 'resume'], got {self.mode!r}")
+        if self.mode == "resume" and (self.run_id is None or self.tokenizer is None or self.label_vocab is None):
+            raise ValueError("a resume plan needs the run's run_id, tokenizer and label_vocab")
+
+
+def _read(path: str, reader: dict[str, Any]) -> list[Any]:
+    from attnkit.data.readers import read_examples
+
+    examples = read_examples(path, **reader)
+    if not examples:
+        raise ValueError(f"{path} holds no examples")
+    return examples
+
+
+def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) -> FitResult:
+    """Carry out ``plan``: join the torchrun processes if any, read and split the data, train.
+
+    ``log`` gets the one-line summary of the data and, unless the plan is
+    quiet, one line per epoch (main process only).
+    """
+    from attnkit.train import checkpoint as ckpt
+    from attnkit.train.distributed import broadcast_object, init_distributed, shutdown_distributed
+
+    info = init_distributed(plan.train_config.device)
+    echo = log if (log is not None and info.is_main) else (lambda _line: None)
+    try:
+        run_id = str(broadcast_object(plan.run_id or new_run_id(), info))
+        overwrite = plan.mode == "overwrite"
+        ckpt.check_run_dir(plan.out, run_id, overwrite=overwrite)
+        if info.is_main:
+            ckpt.check_unlocked(plan.out)
+        data = plan.data
+        examples = _read(data.train, data.reader)
+        tr, va, te = split_examples(examples, val=0.0 if data.val else data.val_ratio,
+                                    test=0.0 if data.test else data.test_ratio, seed=plan.train_config.seed)
+        va = _read(data.val, data.reader) if data.val else va
+        te = _read(data.test, data.reader) if data.test else te
+        echo(f"{plan.model_name}: {len(tr)} train, {len(va)} validation, {len(te)} test examples"
+             + (f", {info.world_size} processes ({info.backend})" if info.enabled else ""))
+        init_model = None
+        extra: dict[str, Any] = {"data": data.record}
+        if plan.init_from and plan.mode != "resume":
+            from attnkit.train import finetune
+
+            init_model = finetune.pretrained_initializer(plan.init_from)
+            extra["init_from"] = str(Path(plan.init_from).resolve())
+        return fit_classifier(
+            tr, va, te, model_name=plan.model_name, model_options=plan.model_options,
+            train_config=plan.train_config, data=plan.data_settings, out_dir=plan.out, run_id=run_id,
+            overwrite=overwrite, resume=plan.mode == "resume", quiet=plan.quiet, dist=info,
+            log=None if plan.quiet else echo, tokenizer=plan.tokenizer, label_vocab=plan.label_vocab,
+            init_model=init_model, extra=extra)
+    finally:
+        shutdown_distributed()
+
