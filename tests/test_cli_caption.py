@@ -15,6 +15,7 @@ from attnkit.data.captions import images_to_tensor
 from attnkit.data.shapes import generate_scenes, shapes_vocab
 from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
 from attnkit.train.captioning import corpus_bleu, load_caption_run, save_caption_run
+from attnkit.train.rundir import committed_dir
 
 SMALL = ["--train-size", "24", "--val-size", "4", "--epochs", "1", "--image-size", "32", "--batch-size", "12"]
 
@@ -34,14 +35,18 @@ def shapes_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_train_writes_a_complete_run(shapes_run: Path) -> None:
-    meta = json.loads((shapes_run / "config.json").read_text())
+    folder = committed_dir(shapes_run)
+    meta = json.loads((folder / "config.json").read_text())
     assert meta["model_name"] == "captioner" and meta["model_config"]["image_size"] == 32
     assert meta["vocab"]["words"] == shapes_vocab().words
     assert 0.0 <= meta["metrics"]["val_bleu4"] <= 100.0
-    history = [json.loads(line) for line in (shapes_run / "history.jsonl").read_text().splitlines()]
+    assert meta["status"] == "done" and meta["progress"] == {"epoch": 1, "epochs": 1}
+    history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
     assert len(history) == 1 and history[0]["epoch"] == 1
-    assert (shapes_run / "model.safetensors").is_file() and (shapes_run / "metrics.json").is_file()
-    assert not any(p.name.endswith(".tmp") for p in shapes_run.iterdir())
+    assert (folder / "model.safetensors").is_file()
+    assert json.loads((folder / "metrics.json").read_text()) == meta["metrics"]
+    assert sorted(p.name for p in shapes_run.iterdir()) == [".lock", "checkpoints", "current.json"]
+    assert not any(p.name.endswith(".tmp") for p in folder.iterdir())
 
 
 def test_save_load_gives_the_same_caption(shapes_run: Path, tmp_path: Path) -> None:
@@ -72,21 +77,21 @@ def test_caption_command_prints_the_model_caption_and_saves_the_figure(shapes_ru
 
 
 def test_a_different_run_is_not_overwritten(shapes_run: Path) -> None:
-    before = (shapes_run / "config.json").read_text()
+    before = (shapes_run / "current.json").read_text()
     result = CliRunner().invoke(train_caption, ["--out", str(shapes_run), *SMALL, "--quiet"])
     assert result.exit_code == 1
     assert "already holds a different run" in result.output and "--resume" not in result.output
-    assert (shapes_run / "config.json").read_text() == before
+    assert (shapes_run / "current.json").read_text() == before
 
 
 def test_overwrite_replaces_the_run(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = ["--out", str(out), *SMALL, "--quiet"]
     assert CliRunner().invoke(train_caption, args).exit_code == 0
-    first = json.loads((out / "config.json").read_text())["run_id"]
+    first = json.loads((committed_dir(out) / "config.json").read_text())["run_id"]
     result = CliRunner().invoke(train_caption, [*args, "--overwrite", "--seed", "1"])
     assert result.exit_code == 0, result.output
-    meta = json.loads((out / "config.json").read_text())
+    meta = json.loads((committed_dir(out) / "config.json").read_text())
     assert meta["run_id"] != first and meta["train"]["seed"] == 1
 
 
@@ -104,7 +109,7 @@ def test_real_caption_set(tmp_path: Path) -> None:
                                                 "--image-size", "32", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "22 training pairs, 1 held-out images" in result.output
-    meta = json.loads((out / "config.json").read_text())
+    meta = json.loads((committed_dir(out) / "config.json").read_text())
     words = set(meta["vocab"]["words"])
     assert {"an", "image", "a"} <= words
     assert words - {"<pad>", "<bos>", "<eos>", "<unk>"} <= set(shapes_vocab().words) | {"an", "image"}
@@ -119,7 +124,7 @@ def test_command_errors(tmp_path: Path, shapes_run: Path) -> None:
     assert result.exit_code == 1 and "backbone must be one of ['small', 'resnet18'" in result.output
     (tmp_path / "notes.txt").write_text("hello", encoding="utf-8")
     result = runner.invoke(caption, [str(tmp_path), str(tmp_path / "notes.txt")])
-    assert result.exit_code == 1 and "no config.json" in result.output
+    assert result.exit_code == 1 and "not an attnkit run directory" in result.output
     result = runner.invoke(caption, [str(shapes_run), str(tmp_path / "notes.txt")])
     assert result.exit_code == 1 and "notes.txt is not a readable image" in result.output
 

@@ -24,6 +24,7 @@ from attnkit.data.parallel import (
     train_translation_tokenizers,
 )
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from attnkit.train.rundir import committed_dir
 from attnkit.train.translation import Translator, load_translation_run, save_translation_run
 
 WORDS_DE = ["ein", "hund", "mann", "läuft", "rot", "blau", "haus", "kind", "spielt", "im"]
@@ -134,8 +135,8 @@ def test_save_load_gives_the_same_translations(tmp_path: Path) -> None:
     after = loaded.translate(texts, beam=3)
     assert [t.text for t in after] == [t.text for t in before]
     assert [t.score for t in after] == pytest.approx([t.score for t in before], abs=1e-6)
-    meta = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert meta["model_name"] == "seq2seq" and meta["shared_tokenizer"] is False
+    meta = json.loads((committed_dir(tmp_path / "run") / "config.json").read_text())
+    assert meta["model_name"] == "seq2seq" and meta["shared_tokenizer"] is False and meta["status"] == "done"
     with pytest.raises(FileExistsError, match="different run"):
         save_translation_run(tmp_path / "run", translator.model, translator.tokenizers, run_id="r2")
     with pytest.raises(ValueError, match="empty after tokenization"):
@@ -152,8 +153,8 @@ def test_train_and_translate_commands(tmp_path: Path) -> None:
             "--warmup", "20", "--label-smoothing", "0"]
     result = CliRunner().invoke(train_translate, args)
     assert result.exit_code == 0, result.output
-    assert "validation BLEU" in result.output and (out / "model.safetensors").is_file()
-    history = json.loads((out / "config.json").read_text())["history"]
+    assert "validation BLEU" in result.output and (committed_dir(out) / "model.safetensors").is_file()
+    history = json.loads((committed_dir(out) / "config.json").read_text())["history"]
     assert len(history) == 3 and history[-1]["train_loss"] < 0.8 * history[0]["train_loss"]
 
     again = CliRunner().invoke(train_translate, args)
@@ -201,30 +202,61 @@ def _fit(out: Path, epochs: int, *, resume: bool = False, average_last: int = 1,
 def _weights(out: Path) -> dict[str, torch.Tensor]:
     from attnkit.train.checkpoint import load_tensors
 
-    return load_tensors(out / "model.safetensors")
+    return load_tensors(committed_dir(out) / "model.safetensors")
 
 
-def test_resumed_translation_training_equals_an_uninterrupted_run(tmp_path: Path) -> None:
+def interrupt_in_epoch(monkeypatch: pytest.MonkeyPatch, epoch: int, seed: int = 0) -> None:
+    """Make the training batches of ``epoch`` raise KeyboardInterrupt, as a Ctrl-C would."""
+    import attnkit.train.translation as translation
+
+    batches = translation.batches_by_tokens
+
+    def interrupted(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        if kwargs.get("seed") == seed + epoch:
+            raise KeyboardInterrupt
+        return batches(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(translation, "batches_by_tokens", interrupted)
+
+
+def test_resumed_translation_training_equals_an_uninterrupted_run(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     whole = _fit(tmp_path / "whole", 3, average_last=2)
-    _fit(tmp_path / "split", 1, average_last=2)  # "interrupted" after its first epoch
-    (tmp_path / "split" / "train_state" / "state.json").unlink()  # an epoch saved half-way is not a state
-    with pytest.raises(ValueError, match="no train_state"):
-        _fit(tmp_path / "split", 3, resume=True, average_last=2)
-    _fit(tmp_path / "split2", 1, average_last=2)
-    resumed = _fit(tmp_path / "split2", 3, resume=True, average_last=2)
+    with monkeypatch.context() as patch:
+        interrupt_in_epoch(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            _fit(tmp_path / "split", 3, average_last=2)
+    assert json.loads((committed_dir(tmp_path / "split") / "config.json").read_text())["status"] == "training"
+    resumed = _fit(tmp_path / "split", 3, resume=True, average_last=2)
     assert resumed["steps"] == whole["steps"] and resumed["run_id"] != whole["run_id"]
     assert [h["train_loss"] for h in resumed["history"]] == [h["train_loss"] for h in whole["history"]]
-    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "split2")
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "split")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     # only the snapshots still needed for averaging are kept
-    kept = sorted(p.name for p in (tmp_path / "split2" / "train_state").glob("epoch-*.safetensors"))
+    kept = sorted(p.name for p in (committed_dir(tmp_path / "split") / "train_state").glob("epoch-*.safetensors"))
     assert kept == ["epoch-2.safetensors", "epoch-3.safetensors"]
+    with pytest.raises(ValueError, match="finished training already"):
+        _fit(tmp_path / "split", 4, resume=True, average_last=2)
 
 
-def test_resume_refuses_changed_settings_and_missing_runs(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="holds no translation run"):
+def test_resume_needs_a_train_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as patch:
+        interrupt_in_epoch(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            _fit(tmp_path / "split", 3)
+    (committed_dir(tmp_path / "split") / "train_state" / "state.json").unlink()
+    with pytest.raises(ValueError, match=r"train_state/state\.json is missing"):
+        _fit(tmp_path / "split", 3, resume=True)
+
+
+def test_resume_refuses_changed_settings_and_missing_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="cannot resume: .*not an attnkit run directory"):
         _fit(tmp_path / "none", 2, resume=True)
-    _fit(tmp_path / "run", 1)
+    assert not (tmp_path / "none").exists()
+    with monkeypatch.context() as patch:
+        interrupt_in_epoch(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            _fit(tmp_path / "run", 2)
     with pytest.raises(ValueError, match=r"different settings: lr \(0\.005 -> 0\.001\)"):
         _fit(tmp_path / "run", 2, resume=True, lr=1e-3)
 
@@ -233,8 +265,9 @@ def test_weight_averaging_is_the_mean_of_the_last_epochs(tmp_path: Path) -> None
     from attnkit.train.checkpoint import load_tensors
 
     summary = _fit(tmp_path / "avg", 3, average_last=3, dropout=0.0)
-    meta = json.loads((tmp_path / "avg" / "config.json").read_text())
-    snaps = [load_tensors(tmp_path / "avg" / "train_state" / f"epoch-{e}.safetensors") for e in (1, 2, 3)]
+    folder = committed_dir(tmp_path / "avg")
+    meta = json.loads((folder / "config.json").read_text())
+    snaps = [load_tensors(folder / "train_state" / f"epoch-{e}.safetensors") for e in (1, 2, 3)]
     final = _weights(tmp_path / "avg")
     if meta.get("averaged_epochs") == 3:
         assert meta["averaged_val_loss"] <= summary["history"][-1]["val_loss"]
@@ -245,18 +278,24 @@ def test_weight_averaging_is_the_mean_of_the_last_epochs(tmp_path: Path) -> None
     assert not all(torch.equal(snaps[0][k], snaps[-1][k]) for k in final)
 
 
-def test_train_translate_resume_flag(tmp_path: Path) -> None:
+def test_train_translate_resume_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src, tgt = write_pair(tmp_path, toy_corpus(120), "train")
     out = tmp_path / "run"
     base = ["--src", str(src), "--tgt", str(tgt), "--out", str(out), "--vocab-size", "60", "--d-model", "32",
             "--heads", "4", "--d-ff", "64", "--encoder-layers", "1", "--decoder-layers", "1",
-            "--batch-tokens", "300", "--warmup", "10", "--attention-dropout", "0", "--activation-dropout", "0"]
-    assert CliRunner().invoke(train_translate, [*base, "--epochs", "1"]).exit_code == 0
-    both = CliRunner().invoke(train_translate, [*base, "--epochs", "2", "--resume", "--overwrite"])
+            "--batch-tokens", "300", "--warmup", "10", "--attention-dropout", "0", "--activation-dropout", "0",
+            "--epochs", "2"]
+    with monkeypatch.context() as patch:
+        interrupt_in_epoch(patch, 2)
+        stopped = CliRunner().invoke(train_translate, base)
+    assert stopped.exit_code == 130 and "--resume" in stopped.output
+    both = CliRunner().invoke(train_translate, [*base, "--resume", "--overwrite"])
     assert both.exit_code == 2 and "give one" in both.output
-    result = CliRunner().invoke(train_translate, [*base, "--epochs", "2", "--resume"])
+    result = CliRunner().invoke(train_translate, [*base, "--resume"])
     assert result.exit_code == 0, result.output
     assert "resuming" in result.output
-    meta = json.loads((out / "config.json").read_text())
-    assert [h["epoch"] for h in meta["history"]] == [1, 2]
+    meta = json.loads((committed_dir(out) / "config.json").read_text())
+    assert [h["epoch"] for h in meta["history"]] == [1, 2] and meta["status"] == "done"
     assert meta["model_config"]["attention_dropout"] == 0.0
+    again = CliRunner().invoke(train_translate, [*base, "--resume"])
+    assert again.exit_code == 0 and "finished training already" in again.output

@@ -23,6 +23,7 @@ from attnkit.train.numpy_backend import (
     predict_numpy_run,
     train_numpy_run,
 )
+from attnkit.train.rundir import committed_dir
 
 FAST = ["--epochs", "6", "--batch-size", "32", "--lr", "0.005", "--model-opt", "d_model=32",
         "--model-opt", "dim_feedforward=64", "--model-opt", "pooling=attention", "--model-opt", "dropout=0.0"]
@@ -49,11 +50,13 @@ def test_cli_training_learns_the_keywords(numpy_run: tuple[Path, str]) -> None:
     out, output = numpy_run
     test_line = next(line for line in output.splitlines() if line.startswith("test: accuracy"))
     assert float(test_line.split()[2]) >= 0.9, output
-    meta = json.loads((out / "config.json").read_text())
-    assert meta["backend"] == "numpy" and meta["model_name"] == "transformer"
+    folder = committed_dir(out)
+    meta = json.loads((folder / "config.json").read_text())
+    assert meta["backend"] == "numpy" and meta["model_name"] == "transformer" and meta["status"] == "done"
     assert meta["metrics"]["test"]["accuracy"] >= 0.9
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "labels.json", "model.safetensors", "vocab.json"]
-    assert is_numpy_run(out)
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "checkpoints", "current.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "labels.json", "model.safetensors", "vocab.json"]
+    assert is_numpy_run(out) and not is_numpy_run(folder.parent)
 
 
 def test_cli_training_imports_no_torch(corpus: Path, tmp_path: Path) -> None:
@@ -112,11 +115,11 @@ def test_explain_points_at_key_words(numpy_run: tuple[Path, str]) -> None:
 
 def test_occupied_out_is_refused(numpy_run: tuple[Path, str], corpus: Path) -> None:
     out, _ = numpy_run
-    before = (out / "model.safetensors").read_bytes()
+    before = (committed_dir(out) / "model.safetensors").read_bytes(), (out / "current.json").read_bytes()
     result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text",
                                       "--backend", "numpy", "--out", str(out), "--epochs", "1"])
     assert result.exit_code == 1 and "different run" in result.output
-    assert (out / "model.safetensors").read_bytes() == before
+    assert ((committed_dir(out) / "model.safetensors").read_bytes(), (out / "current.json").read_bytes()) == before
 
 
 def test_unsupported_flags_are_named(corpus: Path, tmp_path: Path) -> None:
@@ -157,7 +160,7 @@ def test_warmup_ratio_trains_with_the_torch_schedule(corpus: Path, tmp_path: Pat
     result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text", "--backend",
                                       "numpy", "--out", str(out), "-q", *FAST, "--warmup-ratio", "0.2"])
     assert result.exit_code == 0, result.output
-    meta = json.loads((out / "config.json").read_text())
+    meta = json.loads((committed_dir(out) / "config.json").read_text())
     assert meta["settings"]["warmup_ratio"] == 0.2
     test_line = next(line for line in result.output.splitlines() if line.startswith("test: accuracy"))
     assert float(test_line.split()[2]) >= 0.9, result.output

@@ -3,37 +3,38 @@
 ``train_caption`` trains an :class:`~attnkit.models.captioner.ImageCaptioner`
 on the generated shapes set (:mod:`attnkit.data.shapes`) or on a real caption
 set (``--images`` folder plus ``--captions`` file) and writes a run
-directory::
+directory, one committed generation per epoch (status ``training``) and a
+last one (status ``done``), each ``RUN/checkpoints/NNNNNN/`` holding::
 
-    config.json        run id, model config, vocabulary, training settings, metrics
+    config.json        run id, model config, vocabulary, training settings, status, progress, metrics
     model.safetensors  the weights
     history.jsonl      one JSON line per epoch
-    metrics.json       held-out BLEU and losses
+    metrics.json       held-out BLEU and losses (the last generation)
 
-Every file is written atomically; a directory holding a different run is
-never written into without ``--overwrite``. ``caption`` loads such a run and
-describes an image, optionally saving the per-word attention figure.
+A directory holding a different run is replaced only with ``--overwrite``,
+and only at the first commit. ``caption`` loads a finished run (an unfinished
+one with ``--allow-unfinished``) and describes an image, optionally saving
+the per-word attention figure.
 
 The library half lives in :mod:`attnkit.train.captioning`.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from attnkit.cli.commands import friendly_errors
+from attnkit.cli.commands import allow_unfinished_option, friendly_errors
 from attnkit.train.captioning import (
     MODEL_NAME,
+    commit_caption_run,
     corpus_bleu,
     fit_captioner,
     generate,
     load_caption_run,
-    save_caption_run,
 )
 
 if TYPE_CHECKING:  # torch loads only when a command runs, so that ``attnkit --help`` stays quick
@@ -115,15 +116,14 @@ def train_caption(**values: Any) -> None:
 
     from attnkit.data.captions import encode_captions, images_to_tensor
     from attnkit.models.captioner import CaptionerConfig, ImageCaptioner, load_backbone_weights
-    from attnkit.train import checkpoint as ckpt
+    from attnkit.train.rundir import RunLockedError, RunWriter
 
     if bool(values["images"]) != bool(values["captions"]):
         raise click.UsageError("--images and --captions go together (a folder and its caption file)")
-    out, run_id = Path(values["out"]), uuid.uuid4().hex
-    try:
-        ckpt.check_run_dir(out, run_id, overwrite=values["overwrite"])
-    except ckpt.RunExistsError as err:  # the generic message offers --resume, which this command lacks
-        raise click.ClickException(str(err).split(";")[0] + "; use --overwrite to replace it") from None
+    out = Path(values["out"])
+    # Refuses an occupied --out now; takes the lock only once every input has been read and checked,
+    # and replaces an old run (with --overwrite) only at the end of the first epoch.
+    writer = RunWriter(out, uuid.uuid4().hex, overwrite=values["overwrite"], resumable=False)
     torch.manual_seed(values["seed"])
     size = values["image_size"]
     if values["images"]:
@@ -146,23 +146,28 @@ def train_caption(**values: Any) -> None:
     click.echo(f"{MODEL_NAME}: {len(train)} training pairs, {len(val)} held-out images, "
                f"{len(vocab)} words, grid {model.grid}")
     echo = None if values["quiet"] else click.echo
-    history = fit_captioner(model, images, ids, lengths, epochs=values["epochs"],
-                            batch_size=values["batch_size"], lr=values["lr"], seed=values["seed"], echo=echo)
-    metrics: dict[str, Any] = {"train_loss": history[-1]["loss"]}
-    if val:
-        hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, images_to_tensor([im for im, _ in val]))]
-        metrics["val_bleu4"] = corpus_bleu(hyps, [refs for _, refs in val])
-        metrics["val_examples"] = [{"reference": refs[0], "generated": h} for (_, refs), h in
-                                   list(zip(val, hyps, strict=True))[:5]]
-        click.echo(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val)})")
-    if values["overwrite"]:
-        ckpt.clear_run(out)
-    extra = {"data": source,
-             "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr", "pretrained")},
-             "metrics": metrics}
-    save_caption_run(out, model, vocab, run_id=run_id, overwrite=values["overwrite"], extra=extra)
-    ckpt.atomic_write_text(out / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))
-    ckpt.atomic_write_json(out / "metrics.json", metrics)
+    epochs = values["epochs"]
+    meta = {"data": source, "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr", "pretrained")}}
+
+    def commit_epoch(history: list[dict[str, float]]) -> None:
+        commit_caption_run(writer, model, vocab, status="training", meta=meta, history=history,
+                           progress={"epoch": len(history), "epochs": epochs})
+
+    try:
+        with writer:
+            history = fit_captioner(model, images, ids, lengths, epochs=epochs, batch_size=values["batch_size"],
+                                    lr=values["lr"], seed=values["seed"], echo=echo, on_epoch=commit_epoch)
+            metrics: dict[str, Any] = {"train_loss": history[-1]["loss"]}
+            if val:
+                hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, images_to_tensor([im for im, _ in val]))]
+                metrics["val_bleu4"] = corpus_bleu(hyps, [refs for _, refs in val])
+                metrics["val_examples"] = [{"reference": refs[0], "generated": h} for (_, refs), h in
+                                           list(zip(val, hyps, strict=True))[:5]]
+                click.echo(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val)})")
+            commit_caption_run(writer, model, vocab, status="done", meta=meta, history=history, metrics=metrics,
+                               progress={"epoch": len(history), "epochs": epochs})
+    except RunLockedError as err:
+        raise click.ClickException(str(err)) from None
     click.echo(f"saved {out}")
 
 
@@ -173,8 +178,9 @@ def train_caption(**values: Any) -> None:
               help="Beam width (1 = greedy).")
 @click.option("--attention", "attention_path", type=click.Path(dir_okay=False),
               help="Save a figure of the attention for each word to this file (.png, .svg, .pdf).")
+@allow_unfinished_option
 @friendly_errors
-def caption(checkpoint: str, image: str, beam: int, attention_path: str | None) -> None:
+def caption(checkpoint: str, image: str, beam: int, attention_path: str | None, allow_unfinished: bool) -> None:
     """Describe IMAGE with the captioner saved in CHECKPOINT.
 
     \b
@@ -183,7 +189,9 @@ def caption(checkpoint: str, image: str, beam: int, attention_path: str | None) 
     """
     from attnkit.data.captions import images_to_tensor, load_image
 
-    model, vocab, _ = load_caption_run(checkpoint)
+    model, vocab, meta = load_caption_run(checkpoint, allow_unfinished=allow_unfinished)
+    if meta.get("notice"):
+        click.echo(meta["notice"], err=True)
     pixels = load_image(image, model.config.image_size)
     (result,) = generate(model, images_to_tensor(pixels[None]), beam=beam)
     words = vocab.decode(result.ids)

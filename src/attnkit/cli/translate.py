@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
-from attnkit.cli.commands import friendly_errors
+from attnkit.cli.commands import allow_unfinished_option, friendly_errors
 from attnkit.data.parallel import read_parallel
+from attnkit.train.rundir import RunLockedError, read_run_config, run_status
 from attnkit.train.translation import TranslationTrainConfig, fit_translation, load_translation_run
 
 __all__ = ["train_translate", "translate"]
@@ -74,6 +75,9 @@ def train_translate(**v: Any) -> None:
         raise click.UsageError("give both --val-src and --val-tgt, or neither")
     if v["resume"] and v["overwrite"]:
         raise click.UsageError("--resume continues the run in --out and --overwrite replaces it; give one")
+    if v["resume"] and _finished(v["out"]):
+        click.echo(f"{v['out']} finished training already; nothing to resume (it was left as it is)")
+        return
     train = read_parallel(v["src_path"], v["tgt_path"])
     val = read_parallel(v["val_src"], v["val_tgt"]) if v["val_src"] else None
     model_options = {"d_model": v["d_model"], "num_heads": v["heads"], "d_ff": v["d_ff"],
@@ -90,9 +94,19 @@ def train_translate(**v: Any) -> None:
                                   out_dir=v["out"], overwrite=v["overwrite"], shared_vocab=not v["separate_vocab"],
                                   log=None if v["quiet"] else click.echo, resume=v["resume"])
     except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; the last finished epoch is saved in {v['out']} (go on with --resume)", err=True)
+        click.echo(f"\ninterrupted; {v['out']} holds the last finished epoch, if any (go on with --resume)", err=True)
         sys.exit(130)
+    except RunLockedError as err:
+        raise click.ClickException(str(err)) from None
     click.echo(f"saved run to {v['out']} ({summary['steps']} steps, {summary['seconds']:.0f} s)")
+
+
+def _finished(out: str) -> bool:
+    """Whether ``out`` holds a finished run (False for anything else: fit_translation then says what is wrong)."""
+    try:
+        return run_status(read_run_config(out)) == "done"
+    except ValueError:
+        return False
 
 
 @click.command("translate")
@@ -105,9 +119,10 @@ def train_translate(**v: Any) -> None:
               help="GNMT length-penalty exponent alpha (0: raw log-probability).")
 @click.option("--alignment", "alignment_path", type=click.Path(dir_okay=False),
               help="Plot the cross-attention alignment of the first text to this image file.")
+@allow_unfinished_option
 @friendly_errors
 def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, beam: int, length_penalty: float,
-              alignment_path: str | None) -> None:
+              alignment_path: str | None, allow_unfinished: bool) -> None:
     """Translate texts with a trained translation run; prints one translation per line.
 
     \b
@@ -121,7 +136,9 @@ def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, be
         items += [line for line in read_lines(text_file) if line.strip()]
     if not items:
         raise click.UsageError("give at least one TEXT argument or --file")
-    translator = load_translation_run(checkpoint)
+    translator = load_translation_run(checkpoint, allow_unfinished=allow_unfinished)
+    if translator.meta.get("notice"):
+        click.echo(translator.meta["notice"], err=True)
     results = translator.translate(items, beam=beam, length_penalty=length_penalty, return_alignment=alignment_path is not None)
     for r in results:
         click.echo(r.text)

@@ -3,18 +3,27 @@
 :func:`fit_captioner` is the training loop (teacher forcing, the doubly
 stochastic attention regulariser when the config asks for it),
 :func:`generate` decodes many images, :func:`corpus_bleu` scores captions
-against one or more references, and :func:`save_caption_run` /
-:func:`load_caption_run` write and read a run directory::
+against one or more references, :func:`commit_caption_run` (through an open
+:class:`~attnkit.train.rundir.RunWriter`), :func:`save_caption_run` and
+:func:`load_caption_run` write and read a run directory. It is a transaction
+(:mod:`attnkit.train.rundir`) whose committed generation ``RUN/checkpoints/NNNNNN/`` holds::
 
-    config.json        run id, model config, vocabulary, training settings, metrics
-    model.safetensors  the weights
+    config.json        run id, model config, vocabulary, training settings, status, progress, metrics
+    model.safetensors  the weights (after the last finished epoch while training)
+    history.jsonl      one JSON line per finished epoch (when training wrote it)
+    metrics.json       held-out BLEU and losses (once training is done)
+
+Training commits one generation per epoch (status ``training``) and a last
+one (status ``done``); readers refuse an unfinished run unless asked.
 
 The commands in :mod:`attnkit.cli.caption` are built on these.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,18 +34,22 @@ if TYPE_CHECKING:  # torch loads inside the functions, so that importing this mo
 
     from attnkit.data.captions import CaptionVocab
     from attnkit.models.captioner import ImageCaptioner
+    from attnkit.train.rundir import RunWriter
 
-__all__ = ["MODEL_NAME", "fit_captioner", "generate", "corpus_bleu", "save_caption_run", "load_caption_run"]
+__all__ = ["MODEL_NAME", "fit_captioner", "generate", "corpus_bleu", "commit_caption_run", "save_caption_run",
+           "load_caption_run"]
 
 MODEL_NAME = "captioner"
 
 
 def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengths: Tensor, *,
                   epochs: int, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
-                  echo: Callable[[str], None] | None = None) -> list[dict[str, float]]:
+                  echo: Callable[[str], None] | None = None,
+                  on_epoch: Callable[[list[dict[str, float]]], None] | None = None) -> list[dict[str, float]]:
     """Train with teacher forcing: Adam, cosine learning-rate decay, gradient clipping at 5.
 
-    Returns one dict per epoch (``epoch``, ``loss``, ``nll``, ``attention_reg``, ``seconds``).
+    Returns one dict per epoch (``epoch``, ``loss``, ``nll``, ``attention_reg``, ``seconds``);
+    ``on_epoch`` gets the history so far after each epoch (to commit the run, say).
 
     Shape:
         images ``(N, 3, S, S)``; captions ``(N, T)``; lengths ``(N,)``.
@@ -76,6 +89,8 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
         if echo is not None:
             echo(f"epoch {epoch}/{epochs}: loss {row['loss']:.4f} (nll {row['nll']:.4f}, "
                  f"attention {row['attention_reg']:.4f}) {row['seconds']:.1f}s")
+        if on_epoch is not None:
+            on_epoch(history)
     model.eval()
     return history
 
@@ -102,38 +117,68 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) 
     return float(sacrebleu.corpus_bleu(list(hypotheses), streams).score)
 
 
-def save_caption_run(directory: str | Path, model: ImageCaptioner, vocab: CaptionVocab, *, run_id: str,
-                     overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``model.safetensors`` then ``config.json`` (config, vocabulary, ``extra``) atomically."""
+def commit_caption_run(writer: RunWriter, model: ImageCaptioner, vocab: CaptionVocab, *, status: str,
+                       meta: dict[str, Any] | None = None, history: Sequence[dict[str, Any]] | None = None,
+                       metrics: dict[str, Any] | None = None, progress: dict[str, Any] | None = None) -> Path:
+    """Commit one generation through the open ``writer``: the weights, config.json (config,
+    vocabulary, ``meta``, ``status``, ``progress``, ``metrics``), and history.jsonl / metrics.json when given."""
     from attnkit.train import checkpoint as ckpt
 
-    path = Path(directory)
-    ckpt.check_run_dir(path, run_id, overwrite=overwrite)
-    path.mkdir(parents=True, exist_ok=True)
-    ckpt.save_tensors(path / "model.safetensors", model.state_dict(), metadata={"format": "pt"})
-    meta = {"run_id": run_id, "model_name": MODEL_NAME, "model_config": model.config.to_dict(),
-            "vocab": vocab.to_dict(), **(extra or {})}
-    ckpt.atomic_write_json(path / "config.json", meta)  # last: marks a complete run
-    return path
+    staging = writer.stage()
+    ckpt.save_tensors(staging / "model.safetensors", model.state_dict(), metadata={"format": "pt"})
+    if history is not None:
+        ckpt.atomic_write_text(staging / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+    if metrics is not None:
+        ckpt.atomic_write_json(staging / "metrics.json", metrics)
+    config = {"run_id": writer.run_id, "model_name": MODEL_NAME, "model_config": model.config.to_dict(),
+              "vocab": vocab.to_dict(), **(meta or {}), "status": status}
+    if progress is not None:
+        config["progress"] = progress
+    if metrics is not None:
+        config["metrics"] = metrics
+    ckpt.atomic_write_json(staging / "config.json", config)
+    return writer.commit(staging, status=status, epoch=(progress or {}).get("epoch"))
 
 
-def load_caption_run(directory: str | Path) -> tuple[ImageCaptioner, CaptionVocab, dict[str, Any]]:
-    """Rebuild ``(model in eval mode, vocabulary, config.json contents)`` from a run directory."""
+def save_caption_run(directory: str | Path, model: ImageCaptioner, vocab: CaptionVocab, *, run_id: str,
+                     overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
+    """Commit ``model``, its vocabulary and ``extra`` (``status``: ``"done"`` unless given) as one generation."""
+    from attnkit.train.rundir import RunWriter
+
+    meta = dict(extra or {})
+    status = str(meta.pop("status", "done"))
+    with RunWriter(directory, run_id, overwrite=overwrite, resumable=False) as writer:
+        return commit_caption_run(writer, model, vocab, status=status, meta=meta)
+
+
+def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False
+                     ) -> tuple[ImageCaptioner, CaptionVocab, dict[str, Any]]:
+    """Rebuild ``(model in eval mode, vocabulary, config.json contents)`` from a run's committed generation.
+
+    A run whose training did not finish raises :class:`~attnkit.train.rundir.UnfinishedRunError`
+    unless ``allow_unfinished`` (then ``meta["notice"]`` says which weights are served); a
+    missing, damaged or foreign file raises :class:`~attnkit.train.rundir.RunFileError` naming it.
+    """
     from attnkit.data.captions import CaptionVocab
     from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
     from attnkit.train import checkpoint as ckpt
 
     path = Path(directory)
-    meta = ckpt.read_run_config(path)
+    folder, meta = ckpt.committed_dir(path), ckpt.read_run_config(path)
     if meta.get("model_name") != MODEL_NAME:
-        raise ValueError(f"{path} holds a {meta.get('model_name')!r} run, not an image captioner")
-    weights = path / "model.safetensors"
-    if not weights.is_file():
-        raise ValueError(f"run directory {path} is incomplete: model.safetensors is missing")
-    model = ImageCaptioner(CaptionerConfig.from_dict(meta["model_config"]))
-    state = ckpt.load_tensors(weights)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{weights} does not fit the saved config: missing {sorted(missing)[:5]}, "
-                         f"unexpected {sorted(unexpected)[:5]}")
-    return model.eval(), CaptionVocab.from_dict(meta["vocab"]), meta
+        raise ckpt.RunFileError(f"{path} holds a {meta.get('model_name')!r} run, not an image captioner")
+    try:
+        notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished)
+    except ckpt.UnfinishedRunError as err:  # captioning cannot be resumed: the way on is to train again
+        again = f"train it again with 'attnkit train --task caption --out {path} --overwrite'"
+        raise ckpt.UnfinishedRunError(re.sub(r"continue it with '[^']*'", again, str(err))) from None
+    if notice:
+        meta["notice"] = notice
+    weights = folder / "model.safetensors"
+    try:
+        model = ImageCaptioner(CaptionerConfig.from_dict(meta["model_config"]))
+        vocab = CaptionVocab.from_dict(meta["vocab"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ckpt.RunFileError(f"{folder / 'config.json'} holds a config that does not build: {err}") from None
+    ckpt.load_weights_into(model, ckpt.load_tensors(weights), weights, "the captioner of its config.json")
+    return model.eval(), vocab, meta

@@ -9,16 +9,17 @@ user's data, split it, train with early stopping, print test metrics, save a
 run directory that ``attnkit evaluate`` and ``attnkit predict`` read -- and
 never imports torch, so it runs where torch is not installed.
 
-A numpy run directory holds::
+A numpy run directory is a transaction (:mod:`attnkit.train.rundir`, which
+loads no torch) committed once, when training is done; ``RUN/checkpoints/NNNNNN/`` holds::
 
     config.json        "backend": "numpy", model kind and ClassifierConfig, training
-                       settings, data settings, run id, metrics (written last)
+                       settings, data settings, run id, status "done", metrics
     model.safetensors  the weights, torch-style names (attnkit.reference.io)
     vocab.json         {"itos": [...]}: the whitespace vocabulary, 0 = <pad>, 1 = <unk>
     labels.json        {"labels": [...]}: class id -> label
 
-Every file is written to a temporary name and renamed; a directory holding a
-different run is refused unless ``overwrite`` is given.
+The writer's lock is taken before training, so a second writer is refused at
+once; a different run in the directory is replaced only with ``overwrite``, at the commit.
 
 Differences from the torch path, by design of the reference trainer: a
 constant learning rate unless ``--warmup-ratio`` is given (then the torch
@@ -28,7 +29,7 @@ tokenized on whitespace after optional lower-casing.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -39,13 +40,21 @@ from typing import Any
 import numpy as np
 
 from attnkit.reference.analysis import attention_received
-from attnkit.reference.io import load_weights, save_weights
+from attnkit.reference.io import load_weights
 from attnkit.reference.models import ClassifierConfig, build_model
 from attnkit.reference.module import Module
 from attnkit.reference.optim import AdamW
 from attnkit.reference.text import Vocabulary, pad_batch
 from attnkit.reference.trainer import Trainer
-from attnkit.train.rundir import atomic_write_json, check_run_dir
+from attnkit.train.rundir import (
+    RunFileError,
+    RunWriter,
+    atomic_write_bytes,
+    atomic_write_json,
+    committed_dir,
+    read_json,
+    read_run_config,
+)
 
 __all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "read_examples",
            "split_examples", "train_numpy_run", "save_numpy_run", "train_command",
@@ -53,7 +62,6 @@ __all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "read_exa
 
 BACKEND = "numpy"
 NUMPY_KINDS = ("transformer", "document")
-RUN_FILES = ("config.json", "model.safetensors", "vocab.json", "labels.json")
 
 
 def read_examples(path: str | Path, **kwargs: Any) -> list[Any]:
@@ -188,48 +196,66 @@ def _label_ids(labels: Sequence[str], examples: Sequence[Any]) -> np.ndarray:
 
 
 def save_numpy_run(run: NumpyRun, directory: str | Path, *, run_id: str, overwrite: bool = False) -> Path:
-    """Write ``run`` into ``directory`` (config.json last, so it marks a complete run)."""
-    path = Path(directory)
-    check_run_dir(path, run_id, overwrite=overwrite, resumable=False)
-    path.mkdir(parents=True, exist_ok=True)
-    save_weights(run.model, path / "model.safetensors")
-    atomic_write_json(path / "vocab.json", {"itos": run.vocab.itos})
-    atomic_write_json(path / "labels.json", {"labels": list(run.labels)})
+    """Commit ``run`` to ``directory`` as one generation (status ``"done"``); returns its folder."""
+    with RunWriter(directory, run_id, overwrite=overwrite, resumable=False) as writer:
+        return _commit(writer, run)
+
+
+def _commit(writer: RunWriter, run: NumpyRun) -> Path:
+    """Write ``run`` into a staging folder of the open ``writer`` and commit it."""
+    from safetensors.numpy import save
+
+    staging = writer.stage()
+    tensors = {k: np.ascontiguousarray(v) for k, v in run.model.parameters().items()}
+    atomic_write_bytes(staging / "model.safetensors", save(tensors))
+    atomic_write_json(staging / "vocab.json", {"itos": run.vocab.itos})
+    atomic_write_json(staging / "labels.json", {"labels": list(run.labels)})
     config = run.model.config  # type: ignore[attr-defined]
-    meta = {**run.meta, "run_id": run_id, "backend": BACKEND, "model_name": config.kind,
+    meta = {**run.meta, "run_id": writer.run_id, "backend": BACKEND, "model_name": config.kind,
             "model_config": config.to_dict(), "settings": run.settings.__dict__,
-            "data_settings": {"max_len": run.settings.max_len}}
-    atomic_write_json(path / "config.json", meta)
-    return path
+            "data_settings": {"max_len": run.settings.max_len}, "status": "done"}
+    atomic_write_json(staging / "config.json", meta)
+    return writer.commit(staging, status="done")
 
 
 def is_numpy_run(directory: str | Path) -> bool:
-    """True when ``directory/config.json`` says ``"backend": "numpy"``."""
-    config = Path(directory) / "config.json"
+    """True when the committed ``config.json`` of run ``directory`` says ``"backend": "numpy"``."""
     try:
-        return bool(json.loads(config.read_text(encoding="utf-8")).get("backend") == BACKEND)
-    except (OSError, ValueError, AttributeError):
+        return read_run_config(directory).get("backend") == BACKEND
+    except (OSError, ValueError):
         return False
 
 
 def load_numpy_run(directory: str | Path) -> NumpyRun:
-    """Rebuild a numpy run saved by :func:`save_numpy_run`."""
-    path = Path(directory)
-    for name in RUN_FILES:
-        if not (path / name).is_file():
-            raise ValueError(f"numpy run directory {path} is incomplete: {name} is missing")
+    """Rebuild the numpy run committed in ``directory``; a missing, damaged or foreign file
+    raises :class:`~attnkit.train.rundir.RunFileError` naming it."""
+    from safetensors import SafetensorError
+
+    folder, meta = committed_dir(directory), read_run_config(directory)
+    if meta.get("backend") != BACKEND:
+        raise RunFileError(f"{folder / 'config.json'} is not a numpy run's config (no \"backend\": \"numpy\")")
+    itos, labels = read_json(folder / "vocab.json"), read_json(folder / "labels.json")
     try:
-        meta = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        itos = json.loads((path / "vocab.json").read_text(encoding="utf-8"))["itos"]
-        labels = json.loads((path / "labels.json").read_text(encoding="utf-8"))["labels"]
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path} holds a malformed numpy run: {err}") from None
-    model = build_model(ClassifierConfig(**meta["model_config"]))
-    load_weights(model, path / "model.safetensors")
-    vocab = Vocabulary(itos[2:])
-    if vocab.itos != itos:
-        raise ValueError(f"{path / 'vocab.json'} must start with <pad>, <unk> and list each word once")
-    return NumpyRun(model, vocab, list(labels), NumpyTrainSettings(**meta["settings"]), meta)
+        itos, labels = itos["itos"], list(labels["labels"])
+    except (KeyError, TypeError) as err:
+        raise RunFileError(f"{folder} holds a malformed vocab.json or labels.json: missing {err}") from None
+    try:
+        model = build_model(ClassifierConfig(**meta["model_config"]))
+        settings = NumpyTrainSettings(**meta["settings"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise RunFileError(f"{folder / 'config.json'} holds a numpy run config that does not build: {err}") from None
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        raise RunFileError(f"numpy run directory {directory} is incomplete: {weights} is missing")
+    try:
+        load_weights(model, weights)
+    except (SafetensorError, OSError, ValueError) as err:
+        raise RunFileError(f"{weights} is not readable as this run's weights ({weights.stat().st_size} bytes): "
+                           f"{' '.join(str(err).split())[:400]}") from None
+    vocab = Vocabulary(itos[2:]) if isinstance(itos, list) else None
+    if vocab is None or vocab.itos != itos:
+        raise RunFileError(f"{folder / 'vocab.json'} must start with <pad>, <unk> and list each word once")
+    return NumpyRun(model, vocab, labels, settings, meta)
 
 
 # --- train, evaluate, predict ----------------------------------------------------------------------
@@ -252,9 +278,8 @@ def train_numpy_run(
         raise ValueError(f"--backend numpy trains model 'transformer' or 'document', got {kind!r}")
     if not train:
         raise ValueError("the training data is empty")
-    run_id = uuid.uuid4().hex
-    if out_dir is not None:
-        check_run_dir(out_dir, run_id, overwrite=overwrite, resumable=False)
+    # Refuses an occupied out_dir now; the lock is taken once the inputs are checked, before training.
+    writer = None if out_dir is None else RunWriter(out_dir, uuid.uuid4().hex, overwrite=overwrite, resumable=False)
     labels = sorted({e.label for e in train})
     if len(labels) < 2:
         raise ValueError(f"need at least 2 classes in the training data, got {labels}")
@@ -276,19 +301,22 @@ def train_numpy_run(
     trainer = Trainer(model, optimizer, batch_size=settings.batch_size, clip_norm=settings.clip_norm or None,
                       patience=settings.patience or None, seed=settings.seed, max_len=settings.max_len,
                       warmup_ratio=settings.warmup_ratio)
-    start = time.perf_counter()
-    history = trainer.fit(encode([e.text for e in train]), _label_ids(labels, train), epochs=settings.epochs,
-                          val_x=encode([e.text for e in val]) if val else None,
-                          val_y=_label_ids(labels, val) if val else None, log=log)
-    test_metrics = evaluate_numpy_run(run, test) if test else None
-    run.meta = {**(extra or {}), "status": "done", "epochs_run": len(history.train_loss),
-                "seconds": round(time.perf_counter() - start, 2),
-                "history": {"train_loss": history.train_loss, "val_accuracy": history.val_accuracy,
-                            "best_epoch": history.best_epoch + 1},
-                "metrics": {"test": test_metrics,
-                            "val_best": max(history.val_accuracy) if history.val_accuracy else None}}
-    if out_dir is not None:
-        save_numpy_run(run, out_dir, run_id=run_id, overwrite=overwrite)
+    train_x, train_y = encode([e.text for e in train]), _label_ids(labels, train)
+    val_x, val_y = (encode([e.text for e in val]), _label_ids(labels, val)) if val else (None, None)
+    if test:
+        _label_ids(labels, test)
+    with writer if writer is not None else contextlib.nullcontext():
+        start = time.perf_counter()
+        history = trainer.fit(train_x, train_y, epochs=settings.epochs, val_x=val_x, val_y=val_y, log=log)
+        test_metrics = evaluate_numpy_run(run, test) if test else None
+        run.meta = {**(extra or {}), "status": "done", "epochs_run": len(history.train_loss),
+                    "seconds": round(time.perf_counter() - start, 2),
+                    "history": {"train_loss": history.train_loss, "val_accuracy": history.val_accuracy,
+                                "best_epoch": history.best_epoch + 1},
+                    "metrics": {"test": test_metrics,
+                                "val_best": max(history.val_accuracy) if history.val_accuracy else None}}
+        if writer is not None:
+            _commit(writer, run)
     return run, test_metrics
 
 

@@ -2,17 +2,21 @@
 
 :func:`fit_translation` trains the tokenizers and the model (resumable, with
 weight averaging), :func:`save_translation_run` and :func:`load_translation_run`
-write and read a run directory, :class:`Translator` turns text into text, and
-:func:`corpus_bleu` scores it. The commands in :mod:`attnkit.cli.translate`
-are built on these. A translation run directory holds::
+write and read a run directory, :class:`Translator` turns text into text (these
+three live in :mod:`attnkit.train.translation_run`), and :func:`corpus_bleu` scores it. The commands in :mod:`attnkit.cli.translate`
+are built on these. A translation run directory is a transaction
+(:mod:`attnkit.train.rundir`); its committed generation ``RUN/checkpoints/NNNNNN/`` holds::
 
-    config.json          run id, model config, training settings, history, metrics (written last)
-    model.safetensors    the weights (tied tensors stored once)
+    config.json          run id, model config, training settings, history, status, progress, metrics
+    model.safetensors    the weights (tied tensors stored once): after the last finished epoch while
+                         training, the final (perhaps averaged) ones once done
     tokenizer.json       the joint BPE tokenizer  -- or src_tokenizer.json + tgt_tokenizer.json
-    train_state/         last weights, optimizer, RNG and the epoch snapshots to average (for --resume)
+    train_state/         last weights, optimizer, RNG, and the epoch-N.safetensors snapshots to average
 
-Every file is written atomically (temporary file + rename), and a directory
-holding a different run is never written into without ``overwrite``.
+Each finished epoch commits one generation (status ``training``), the end of
+training one more (status ``done``); an unchanged file is linked from the
+previous generation, not written again. A directory holding a different run
+is replaced only with ``overwrite``, and only at the first commit.
 """
 
 from __future__ import annotations
@@ -21,159 +25,39 @@ import collections
 import dataclasses
 import math
 import os
-import shutil
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer
 
 from attnkit.data.parallel import (
     ParallelCorpus,
     TranslationTokenizers,
     batches_by_tokens,
-    collate_pairs,
     encode_pairs,
     train_translation_tokenizers,
 )
-from attnkit.decoding import beam_search, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
+from attnkit.train.rundir import RunFileError, RunWriter
+from attnkit.train.translation_run import (
+    MODEL_NAME,
+    Translation,
+    Translator,
+    commit_translation_run,
+    load_translation_run,
+    save_translation_run,
+    snapshot_name,
+)
 
 __all__ = [
     "TranslationTrainConfig", "Translation", "Translator", "fit_translation", "save_translation_run",
     "load_translation_run", "corpus_bleu",
 ]
-
-MODEL_NAME = "seq2seq"
-TOKENIZER_FILES = ("tokenizer.json", "src_tokenizer.json", "tgt_tokenizer.json")
-
-
-# --- run directory -------------------------------------------------------------------------------
-
-
-def save_translation_run(directory: str | os.PathLike[str], model: Seq2SeqTransformer,
-                         tokenizers: TranslationTokenizers, *, run_id: str, overwrite: bool = False,
-                         extra: dict[str, Any] | None = None) -> Path:
-    """Write model weights, tokenizers and config.json (last) into ``directory``.
-
-    Raises :class:`attnkit.train.checkpoint.RunExistsError` when the directory
-    holds a different run and ``overwrite`` is false.
-    """
-    path = Path(directory)
-    ckpt.check_run_dir(path, run_id, overwrite=overwrite)
-    path.mkdir(parents=True, exist_ok=True)
-    ckpt.save_tensors(path / "model.safetensors", model.tensors_to_save(), metadata={"format": "pt"})
-    if tokenizers.shared:
-        ckpt.atomic_write_text(path / "tokenizer.json", tokenizers.source.to_str())
-    else:
-        ckpt.atomic_write_text(path / "src_tokenizer.json", tokenizers.source.to_str())
-        ckpt.atomic_write_text(path / "tgt_tokenizer.json", tokenizers.target.to_str())
-    config = {"run_id": run_id, "model_name": MODEL_NAME, "model_config": model.config.to_dict(),
-              "shared_tokenizer": tokenizers.shared, **(extra or {})}
-    ckpt.atomic_write_json(path / "config.json", config)
-    return path
-
-
-def _clear_translation_run(directory: Path) -> None:
-    for name in ("config.json", "model.safetensors", *TOKENIZER_FILES):
-        (directory / name).unlink(missing_ok=True)
-
-
-def _load_tokenizer(path: Path) -> Tokenizer:
-    if not path.is_file():
-        raise ValueError(f"run directory {path.parent} is incomplete: {path.name} is missing")
-    try:
-        return Tokenizer.from_file(str(path))
-    except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
-        raise ValueError(f"{path} is not a valid tokenizer file ({exc})") from None
-
-
-@dataclass(frozen=True)
-class Translation:
-    """One translated text, with its subword tokens and (on request) the alignment ``(Tt, Ts)``."""
-
-    source: str
-    text: str
-    source_tokens: list[str]
-    target_tokens: list[str]
-    score: float
-    alignment: torch.Tensor | None = None
-
-
-def _token_strings(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
-    return [tokenizer.id_to_token(i) or "[UNK]" for i in ids]
-
-
-class Translator:
-    """A trained model with its tokenizers: text in, text out."""
-
-    def __init__(self, model: Seq2SeqTransformer, tokenizers: TranslationTokenizers, *,
-                 max_src_len: int = 256, meta: dict[str, Any] | None = None) -> None:
-        self.model, self.tokenizers, self.max_src_len = model, tokenizers, max_src_len
-        self.meta = meta or {}
-
-    def translate(self, texts: Sequence[str], *, beam: int = 1, length_penalty: float = 0.6, batch_size: int = 64,
-                  return_alignment: bool = False) -> list[Translation]:
-        """Translate ``texts`` (greedy for ``beam=1``); output length is at most ``1.5 * Ts + 10``."""
-        if isinstance(texts, str):
-            raise TypeError("texts must be a sequence of strings, got a single str")
-        ids = self.tokenizers.encode_source(texts, self.max_src_len)
-        for i, seq in enumerate(ids):
-            if not texts[i].strip() or not seq:
-                raise ValueError(f"text {i} ({texts[i]!r}) is empty after tokenization; nothing to translate")
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        results: dict[int, Translation] = {}
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for start in range(0, len(order), batch_size):
-                chunk = order[start : start + batch_size]
-                batch = collate_pairs([(ids[i], [0]) for i in chunk])
-                max_len = int(1.5 * batch.src.shape[1]) + 10
-                if beam == 1:
-                    out = greedy_decode(self.model, batch.src, batch.src_lengths, max_len=max_len,
-                                        return_alignment=return_alignment)
-                else:
-                    out = beam_search(self.model, batch.src, batch.src_lengths, beam_size=beam, length_penalty=length_penalty,
-                                      max_len=max_len, return_alignment=return_alignment)
-                texts_out = self.tokenizers.decode_target(out.tokens)
-                for j, i in enumerate(chunk):
-                    results[i] = Translation(
-                        texts[i], texts_out[j], _token_strings(self.tokenizers.source, ids[i]),
-                        _token_strings(self.tokenizers.target, out.tokens[j]), out.scores[j],
-                        None if out.alignments is None else out.alignments[j])
-        finally:
-            self.model.train(was_training)
-        return [results[i] for i in range(len(ids))]
-
-
-def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cpu") -> Translator:
-    """Load a run written by :func:`save_translation_run` (ValueError for anything else)."""
-    path = Path(directory)
-    if not path.is_dir():
-        raise ValueError(f"checkpoint {str(path)!r} is not a directory")
-    meta = ckpt.read_run_config(path)
-    if meta.get("model_name") != MODEL_NAME:
-        raise ValueError(f"{path} holds a {meta.get('model_name')!r} run, not a translation ({MODEL_NAME!r}) run")
-    if not (path / "model.safetensors").is_file():
-        raise ValueError(f"run directory {path} is incomplete: model.safetensors is missing")
-    config = Seq2SeqConfig.from_dict(meta["model_config"])
-    model = Seq2SeqTransformer(config)
-    model.load_saved_tensors(ckpt.load_tensors(path / "model.safetensors"))
-    model.to(device).eval()
-    if meta.get("shared_tokenizer", True):
-        joint = _load_tokenizer(path / "tokenizer.json")
-        tokenizers = TranslationTokenizers(joint, joint)
-    else:
-        tokenizers = TranslationTokenizers(_load_tokenizer(path / "src_tokenizer.json"),
-                                           _load_tokenizer(path / "tgt_tokenizer.json"))
-    max_src = int(meta.get("train_config", {}).get("max_len", 256))
-    return Translator(model, tokenizers, max_src_len=max_src, meta=meta)
-
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = False) -> float:
     """Corpus BLEU (Papineni et al., 2002) with sacreBLEU's standard ``13a`` tokenization."""
@@ -257,39 +141,55 @@ def _average_snapshots(model: Seq2SeqTransformer, snapshots: list[dict[str, torc
         say(f"kept the last epoch's weights: the average of {len(snapshots)} has val loss {loss:.3f} > {last_loss:.3f}")
 
 
-def _snapshot_path(out: Path, epoch: int) -> Path:
-    return out / ckpt.STATE_DIR / f"epoch-{epoch}.safetensors"
+@dataclass
+class _Start:
+    """Where training starts: a fresh run, or the committed state of an unfinished one."""
+
+    run_id: str
+    tokenizers: TranslationTokenizers
+    model: Seq2SeqTransformer
+    epoch: int = 0
+    step: int = 0
+    seconds: float = 0.0
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    state: dict[str, Any] | None = None
+    snapshots: list[dict[str, torch.Tensor]] = dataclasses.field(default_factory=list)
 
 
-def _save_progress(out: Path, model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer,
-                   progress: dict[str, Any], keep: int) -> None:
-    """Resumable state after a finished epoch: last weights, optimizer, RNG, and the snapshots to average."""
-    epoch = int(progress["epoch"])
-    weights = model.tensors_to_save()
-    (out / ckpt.STATE_DIR).mkdir(parents=True, exist_ok=True)
-    if keep > 1:
-        ckpt.save_tensors(_snapshot_path(out, epoch), weights)
-    ckpt.save_train_state(out, {"model": weights, "best": None, "optimizer": optimizer, "progress": progress})
-    for old in (out / ckpt.STATE_DIR).glob("epoch-*.safetensors"):
-        number = old.stem.removeprefix("epoch-")
-        if not number.isdigit() or int(number) <= epoch - keep:
-            old.unlink(missing_ok=True)
-
-
-def _resume_state(out: Path, train_config: TranslationTrainConfig) -> dict[str, Any]:
-    """Everything :func:`fit_translation` needs to go on with the run in ``out`` (ValueError when it cannot)."""
-    if not (out / "config.json").is_file():
-        raise ValueError(f"cannot resume: {out} holds no translation run (config.json is missing)")
-    translator = load_translation_run(out)
+def _resume_state(out: Path, train_config: TranslationTrainConfig, keep: int) -> _Start:
+    """The committed state of the unfinished run in ``out``, read whole before anything is written."""
+    try:
+        meta = ckpt.read_run_config(out)
+    except RunFileError as err:
+        raise RunFileError(f"cannot resume: {err}") from None
+    if meta.get("model_name") != MODEL_NAME:
+        raise RunFileError(f"cannot resume: {out} holds a {meta.get('model_name')!r} run, not a translation run")
+    if ckpt.run_status(meta) == "done":
+        raise ValueError(f"{out} finished training already; nothing to resume (it was left as it is)")
+    translator = load_translation_run(out, allow_unfinished=True)
     state = ckpt.load_train_state(out)
+    folder = ckpt.committed_dir(out)
     if state is None:
-        raise ValueError(f"cannot resume: {out} has no {ckpt.STATE_DIR}/ folder (it was not saved by a resumable run)")
-    saved = translator.meta.get("train_config", {})
+        raise RunFileError(f"cannot resume: {folder / ckpt.STATE_DIR / 'state.json'} is missing "
+                           "(the run was not saved by a resumable training)")
+    saved = meta.get("train_config", {})
     changed = [f"{k} ({saved.get(k)!r} -> {getattr(train_config, k)!r})" for k in RESUME_FIXED
                if saved.get(k) != getattr(train_config, k)]
     if changed:
         raise ValueError(f"cannot resume {out} with different settings: {', '.join(changed)}")
-    return {"translator": translator, "state": state, "run_id": translator.meta["run_id"]}
+    progress = state["progress"]
+    model = translator.model
+    try:
+        model.load_saved_tensors(state["model"])
+        last = int(progress["epoch"])
+        start = _Start(meta["run_id"], translator.tokenizers, model, last, int(progress["step"]),
+                       float(progress["seconds"]), list(progress["history"]), state)
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise RunFileError(f"{folder / ckpt.STATE_DIR} does not hold a translation train state: {err}") from None
+    for epoch in range(max(1, last + 1 - keep), last + 1):  # the snapshots kept for averaging
+        if keep > 1 and (folder / snapshot_name(epoch)).is_file():
+            start.snapshots.append(ckpt.load_tensors(folder / snapshot_name(epoch)))
+    return start
 
 
 def fit_translation(
@@ -299,110 +199,118 @@ def fit_translation(
 ) -> dict[str, Any]:
     """Train tokenizers (on ``train`` only) and a Seq2SeqTransformer, save the run, return its summary.
 
-    Saves the run and a resumable ``train_state/`` after every epoch; stops
-    early when ``time_budget_s`` is spent (time before an interruption counts).
-    With ``resume=True`` an interrupted run in ``out_dir`` goes on after its
-    last finished epoch with the saved tokenizers, weights, optimizer and RNG
+    Commits the run after every epoch (status ``training``: the last weights and
+    the resumable state) and once more at the end (status ``done``: the final,
+    perhaps averaged, weights and the metrics); stops early when
+    ``time_budget_s`` is spent (time before an interruption counts). With
+    ``resume=True`` the unfinished run in ``out_dir`` goes on after its last
+    committed epoch with the saved tokenizers, weights, optimizer and RNG
     state, so the result equals an uninterrupted run; ``model_options`` and
-    ``shared_vocab`` are then taken from the run. Returns ``{"run_id",
-    "history", "val_bleu" (when val is given), "steps", "seconds"}``.
+    ``shared_vocab`` are then taken from the run. Every input is checked before
+    the directory is touched: a refused resume leaves the run as it was, and
+    ``overwrite`` replaces the old run only at the first commit. Returns
+    ``{"run_id", "history", "val_bleu" (when val is given), "steps", "seconds"}``.
     """
-    import uuid
-
     say = log or (lambda _line: None)
     out = Path(out_dir)
+    if resume and overwrite:
+        raise ValueError("resume continues the run in out_dir and overwrite replaces it; give one")
+    if out.is_dir():
+        ckpt.check_unlocked(out)
     keep = max(1, train_config.average_last)
-    snapshots: collections.deque[dict[str, torch.Tensor]] = collections.deque(maxlen=keep)
     if resume:
-        resumed = _resume_state(out, train_config)
-        run_id, tokenizers = resumed["run_id"], resumed["translator"].tokenizers
-        model = resumed["translator"].model
-        model.load_saved_tensors(resumed["state"]["model"])
-        progress = resumed["state"]["progress"]
-        first_epoch, step, elapsed = int(progress["epoch"]) + 1, int(progress["step"]), float(progress["seconds"])
-        history: list[dict[str, Any]] = list(progress["history"])
-        for epoch in range(max(1, first_epoch - keep), first_epoch):  # the snapshots still kept on disk
-            if keep > 1 and _snapshot_path(out, epoch).is_file():
-                snapshots.append(ckpt.load_tensors(_snapshot_path(out, epoch)))
-        say(f"resuming {out} after epoch {first_epoch - 1} (step {step}, {elapsed:.0f} s of training)")
-    else:
-        run_id = uuid.uuid4().hex
-        ckpt.check_run_dir(out, run_id, overwrite=overwrite)
-        if overwrite and out.is_dir():
-            _clear_translation_run(out)
-            shutil.rmtree(out / ckpt.STATE_DIR, ignore_errors=True)
+        start = _resume_state(out, train_config, keep)
+        say(f"resuming {out} after epoch {start.epoch} (step {start.step}, {start.seconds:.0f} s of training)")
+    writer = RunWriter(out, start.run_id if resume else uuid.uuid4().hex, overwrite=overwrite)
+    if not resume:
         torch.manual_seed(train_config.seed)
         tokenizers = train_translation_tokenizers(train, vocab_size=train_config.vocab_size, shared=shared_vocab,
                                                   lowercase=train_config.lowercase)
-        first_epoch, step, elapsed, history = 1, 0, 0.0, []
+        model = Seq2SeqTransformer(Seq2SeqConfig.from_dict({
+            "src_vocab_size": tokenizers.source.get_vocab_size(), "tgt_vocab_size": tokenizers.target.get_vocab_size(),
+            "shared_vocab": shared_vocab, **model_options}))
+        start = _Start(writer.run_id, tokenizers, model)
+    tokenizers, model = start.tokenizers, start.model
     train_pairs = encode_pairs(tokenizers, train, max_len=train_config.max_len)
     val_pairs = encode_pairs(tokenizers, val, max_len=train_config.max_len) if val is not None else []
-    if not resume:
-        config = Seq2SeqConfig.from_dict({
-            "src_vocab_size": tokenizers.source.get_vocab_size(), "tgt_vocab_size": tokenizers.target.get_vocab_size(),
-            "shared_vocab": shared_vocab, **model_options})
-        model = Seq2SeqTransformer(config)
     config = model.config
-    params = sum(p.numel() for p in model.parameters())
     say(f"{len(train_pairs)} training pairs, {len(val_pairs)} validation pairs; vocab "
-        f"{config.src_vocab_size}/{config.tgt_vocab_size}; {params / 1e6:.2f}M parameters")
+        f"{config.src_vocab_size}/{config.tgt_vocab_size}; {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M "
+        "parameters")
     optimizer = torch.optim.Adam(model.parameters(), lr=train_config.lr, betas=(0.9, 0.98), eps=1e-9)
-    if resume:
-        ckpt.optimizer_from_tensors(optimizer, *resumed["state"]["optimizer"])
-        ckpt.restore_rng(*resumed["state"]["rng"])
-    extra: dict[str, Any] = {"train_config": dataclasses.asdict(train_config), "history": history}
-    start, out_of_time = time.monotonic() - elapsed, False
+    if start.state is not None:
+        try:
+            ckpt.optimizer_from_tensors(optimizer, *start.state["optimizer"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            raise RunFileError(f"{ckpt.committed_dir(out) / ckpt.STATE_DIR / 'optimizer.safetensors'} does not "
+                               f"fit this model's optimizer: {err}") from None
+    history, step, epochs = start.history, start.step, train_config.epochs
+    snapshots: collections.deque[dict[str, torch.Tensor]] = collections.deque(start.snapshots, maxlen=keep)
+    meta: dict[str, Any] = {"train_config": dataclasses.asdict(train_config), "history": history,
+                            "progress": {"epoch": start.epoch, "epochs": epochs}}
+    clock = time.monotonic() - start.seconds
     budget = train_config.time_budget_s
-    if budget is not None and elapsed > budget:
-        out_of_time = True
-    model.train()
-    for epoch in range(first_epoch, train_config.epochs + 1):
-        if out_of_time:
-            break
-        total, count = 0.0, 0
-        for batch in batches_by_tokens(train_pairs, train_config.max_tokens, seed=train_config.seed + epoch):
-            step += 1
-            for group in optimizer.param_groups:
-                group["lr"] = train_config.lr * _lr_factor(step, train_config.warmup)
-            logits = model(batch.src, batch.src_lengths, batch.tgt_in)
-            loss = model.loss(logits, batch.tgt_out)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.clip_norm)
-            optimizer.step()
-            n = batch.num_target_tokens
-            total, count = total + loss.item() * n, count + n
-            if step == 1 or step % train_config.log_every == 0:
-                say(f"  step {step}: mean loss this epoch {total / count:.3f}, last batch {loss.item():.3f} "
-                    f"({time.monotonic() - start:.0f} s)")
-            if budget is not None and time.monotonic() - start > budget:
-                out_of_time = True
+    out_of_time = budget is not None and start.seconds > budget
+    with writer:  # the lock, from here to the last commit
+        if start.state is not None:
+            ckpt.restore_rng(*start.state["rng"])
+        model.train()
+        for epoch in range(start.epoch + 1, epochs + 1):
+            if out_of_time:
                 break
-        entry: dict[str, Any] = {"epoch": epoch, "steps": step, "train_loss": total / max(count, 1),
-                                 "seconds": round(time.monotonic() - start, 1)}
-        if val_pairs:
-            entry["val_loss"] = _validation_loss(model, val_pairs, train_config.max_tokens)
-        history.append(entry)
-        say("epoch {epoch}: train loss {train_loss:.3f}".format(**entry)
-            + (f", val loss {entry['val_loss']:.3f}" if "val_loss" in entry else "")
-            + f" ({entry['seconds']:.0f} s)" + (" — time budget spent" if out_of_time else ""))
-        extra["history"] = history
-        save_translation_run(out, model, tokenizers, run_id=run_id, extra=extra)
-        snapshots.append({k: v.detach().clone() for k, v in model.tensors_to_save().items()})
-        _save_progress(out, model, optimizer, {"epoch": epoch, "step": step, "seconds": time.monotonic() - start,
-                                               "history": history}, keep)
-    if len(snapshots) > 1:
-        _average_snapshots(model, list(snapshots), val_pairs, train_config, history, extra, say)
-        save_translation_run(out, model, tokenizers, run_id=run_id, extra=extra)
-    model.eval()
-    summary: dict[str, Any] = {"run_id": run_id, "history": history, "steps": step,
-                               "seconds": round(time.monotonic() - start, 1)}
-    if val is not None:
-        translator = Translator(model, tokenizers, max_src_len=train_config.max_len)
-        n = len(val) if train_config.eval_sentences is None else min(len(val), train_config.eval_sentences)
-        hyps = [t.text for t in translator.translate(val.sources[:n], beam=train_config.eval_beam)]
-        summary["val_bleu"] = corpus_bleu(hyps, val.targets[:n])
-        say(f"validation BLEU {summary['val_bleu']:.2f} (beam {train_config.eval_beam}, {n} sentences)")
-        extra["metrics"] = {"val_bleu": summary["val_bleu"]}
-        save_translation_run(out, model, tokenizers, run_id=run_id, extra=extra)
+            step, loss, out_of_time = _train_epoch(model, optimizer, train_pairs, train_config, epoch, step,
+                                                   clock, say)
+            entry: dict[str, Any] = {"epoch": epoch, "steps": step, "train_loss": loss,
+                                     "seconds": round(time.monotonic() - clock, 1)}
+            if val_pairs:
+                entry["val_loss"] = _validation_loss(model, val_pairs, train_config.max_tokens)
+            history.append(entry)
+            say("epoch {epoch}: train loss {train_loss:.3f}".format(**entry)
+                + (f", val loss {entry['val_loss']:.3f}" if "val_loss" in entry else "")
+                + f" ({entry['seconds']:.0f} s)" + (" — time budget spent" if out_of_time else ""))
+            snapshots.append({k: v.detach().clone() for k, v in model.tensors_to_save().items()})
+            meta["progress"] = {"epoch": epoch, "epochs": epochs}
+            progress = {"epoch": epoch, "step": step, "seconds": time.monotonic() - clock, "history": history}
+            commit_translation_run(writer, model, tokenizers, meta, status="training", epoch=epoch,
+                                   state={"optimizer": optimizer, "progress": progress},
+                                   snapshots=range(max(1, epoch + 1 - keep), epoch + 1) if keep > 1 else ())
+        if len(snapshots) > 1:
+            _average_snapshots(model, list(snapshots), val_pairs, train_config, history, meta, say)
+        model.eval()
+        summary: dict[str, Any] = {"run_id": writer.run_id, "history": history, "steps": step,
+                                   "seconds": round(time.monotonic() - clock, 1)}
+        if val is not None:
+            translator = Translator(model, tokenizers, max_src_len=train_config.max_len)
+            n = len(val) if train_config.eval_sentences is None else min(len(val), train_config.eval_sentences)
+            hyps = [t.text for t in translator.translate(val.sources[:n], beam=train_config.eval_beam)]
+            summary["val_bleu"] = corpus_bleu(hyps, val.targets[:n])
+            say(f"validation BLEU {summary['val_bleu']:.2f} (beam {train_config.eval_beam}, {n} sentences)")
+            meta["metrics"] = {"val_bleu": summary["val_bleu"]}
+        last = history[-1]["epoch"] if history else None
+        commit_translation_run(writer, model, tokenizers, meta, status="done", epoch=last)
     return summary
+
+
+def _train_epoch(model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer, pairs: list[tuple[list[int], list[int]]],
+                 train_config: TranslationTrainConfig, epoch: int, step: int, clock: float,
+                 say: Callable[[str], None]) -> tuple[int, float, bool]:
+    """One epoch of teacher-forced training; returns the step count, the mean loss, whether time ran out."""
+    total, count, budget = 0.0, 0, train_config.time_budget_s
+    for batch in batches_by_tokens(pairs, train_config.max_tokens, seed=train_config.seed + epoch):
+        step += 1
+        for group in optimizer.param_groups:
+            group["lr"] = train_config.lr * _lr_factor(step, train_config.warmup)
+        logits = model(batch.src, batch.src_lengths, batch.tgt_in)
+        loss = model.loss(logits, batch.tgt_out)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.clip_norm)
+        optimizer.step()
+        n = batch.num_target_tokens
+        total, count = total + loss.item() * n, count + n
+        if step == 1 or step % train_config.log_every == 0:
+            say(f"  step {step}: mean loss this epoch {total / count:.3f}, last batch {loss.item():.3f} "
+                f"({time.monotonic() - clock:.0f} s)")
+        if budget is not None and time.monotonic() - clock > budget:
+            return step, total / max(count, 1), True
+    return step, total / max(count, 1), False

@@ -1,0 +1,198 @@
+"""The translation run directory and the :class:`Translator` it serves.
+
+:func:`save_translation_run` commits a model and its tokenizers as one
+generation, :func:`load_translation_run` reads the committed one back (an
+unfinished run only when asked) as a :class:`Translator`, which turns text
+into text. Training (:func:`attnkit.train.translation.fit_translation`)
+commits each generation through :func:`commit_translation_run`. The layout
+is described in :mod:`attnkit.train.translation`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+
+from attnkit.data.parallel import TranslationTokenizers, collate_pairs
+from attnkit.decoding import beam_search, greedy_decode
+from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from attnkit.train import checkpoint as ckpt
+from attnkit.train.rundir import RunFileError, RunWriter, UnfinishedRunError, fs
+
+__all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
+           "commit_translation_run", "snapshot_name"]
+
+MODEL_NAME = "seq2seq"
+TOKENIZER_FILES = ("tokenizer.json", "src_tokenizer.json", "tgt_tokenizer.json")
+
+
+def save_translation_run(directory: str | os.PathLike[str], model: Seq2SeqTransformer,
+                         tokenizers: TranslationTokenizers, *, run_id: str, overwrite: bool = False,
+                         extra: dict[str, Any] | None = None) -> Path:
+    """Commit model weights, tokenizers and config.json to ``directory`` as one generation.
+
+    ``extra`` adds entries to config.json (``status``: ``"done"`` unless given).
+    Raises :class:`attnkit.train.checkpoint.RunExistsError` when the directory
+    holds a different run and ``overwrite`` is false. Returns the generation folder.
+    """
+    meta = dict(extra or {})
+    status = str(meta.pop("status", "done"))
+    with RunWriter(directory, run_id, overwrite=overwrite) as writer:
+        return commit_translation_run(writer, model, tokenizers, meta, status=status, carry=False)
+
+
+def commit_translation_run(writer: RunWriter, model: Seq2SeqTransformer, tokenizers: TranslationTokenizers,
+                           meta: dict[str, Any], *, status: str, epoch: int | None = None, carry: bool = True,
+                           state: dict[str, Any] | None = None, snapshots: Sequence[int] = ()) -> Path:
+    """Write and commit one generation.
+
+    With ``carry`` the tokenizers come from the committed generation (the same
+    run's), and without ``state`` so does its ``train_state/``. ``state``
+    (``optimizer``, ``progress``) writes a new train state holding the weights
+    as the last ones; of ``snapshots`` (epochs to keep for averaging) the
+    current ``epoch`` is these weights and the others are carried.
+    """
+    names: list[str] = list(TOKENIZER_FILES) if carry else []
+    current = writer.current()
+    if carry and state is None and current is not None and (current / ckpt.STATE_DIR).is_dir():
+        names += [f"{ckpt.STATE_DIR}/{p.name}" for p in (current / ckpt.STATE_DIR).iterdir()]
+    names += [snapshot_name(e) for e in snapshots if e != epoch]
+    staging = writer.stage(carry=names)
+    weights = model.tensors_to_save()
+    ckpt.save_tensors(staging / "model.safetensors", weights, metadata={"format": "pt"})
+    if state is not None:
+        ckpt.save_train_state(staging, {"model": weights, "best": None, **state})
+        if epoch is not None and epoch in snapshots:
+            fs.link(staging / "model.safetensors", staging / snapshot_name(epoch))
+    sides = {"tokenizer.json": tokenizers.source} if tokenizers.shared else \
+        {"src_tokenizer.json": tokenizers.source, "tgt_tokenizer.json": tokenizers.target}
+    for name, tokenizer in sides.items():
+        if not (staging / name).is_file():
+            ckpt.atomic_write_text(staging / name, tokenizer.to_str())
+    config = {"run_id": writer.run_id, "model_name": MODEL_NAME, "model_config": model.config.to_dict(),
+              "shared_tokenizer": tokenizers.shared, **meta, "status": status}
+    ckpt.atomic_write_json(staging / "config.json", config)
+    return writer.commit(staging, status=status, epoch=epoch)
+
+
+def snapshot_name(epoch: int) -> str:
+    """The name, in a generation, of the weights after ``epoch`` kept for averaging."""
+    return f"{ckpt.STATE_DIR}/epoch-{epoch}.safetensors"
+
+
+def _load_tokenizer(path: Path) -> Tokenizer:
+    if not path.is_file():
+        raise RunFileError(f"run directory is incomplete: {path} is missing")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+        raise RunFileError(f"{path} is not a valid tokenizer file ({exc})") from None
+
+
+@dataclass(frozen=True)
+class Translation:
+    """One translated text, with its subword tokens and (on request) the alignment ``(Tt, Ts)``."""
+
+    source: str
+    text: str
+    source_tokens: list[str]
+    target_tokens: list[str]
+    score: float
+    alignment: torch.Tensor | None = None
+
+
+def _token_strings(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    return [tokenizer.id_to_token(i) or "[UNK]" for i in ids]
+
+
+class Translator:
+    """A trained model with its tokenizers: text in, text out."""
+
+    def __init__(self, model: Seq2SeqTransformer, tokenizers: TranslationTokenizers, *,
+                 max_src_len: int = 256, meta: dict[str, Any] | None = None) -> None:
+        self.model, self.tokenizers, self.max_src_len = model, tokenizers, max_src_len
+        self.meta = meta or {}
+
+    def translate(self, texts: Sequence[str], *, beam: int = 1, length_penalty: float = 0.6, batch_size: int = 64,
+                  return_alignment: bool = False) -> list[Translation]:
+        """Translate ``texts`` (greedy for ``beam=1``); output length is at most ``1.5 * Ts + 10``."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of strings, got a single str")
+        ids = self.tokenizers.encode_source(texts, self.max_src_len)
+        for i, seq in enumerate(ids):
+            if not texts[i].strip() or not seq:
+                raise ValueError(f"text {i} ({texts[i]!r}) is empty after tokenization; nothing to translate")
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        results: dict[int, Translation] = {}
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
+                batch = collate_pairs([(ids[i], [0]) for i in chunk])
+                max_len = int(1.5 * batch.src.shape[1]) + 10
+                if beam == 1:
+                    out = greedy_decode(self.model, batch.src, batch.src_lengths, max_len=max_len,
+                                        return_alignment=return_alignment)
+                else:
+                    out = beam_search(self.model, batch.src, batch.src_lengths, beam_size=beam, length_penalty=length_penalty,
+                                      max_len=max_len, return_alignment=return_alignment)
+                texts_out = self.tokenizers.decode_target(out.tokens)
+                for j, i in enumerate(chunk):
+                    results[i] = Translation(
+                        texts[i], texts_out[j], _token_strings(self.tokenizers.source, ids[i]),
+                        _token_strings(self.tokenizers.target, out.tokens[j]), out.scores[j],
+                        None if out.alignments is None else out.alignments[j])
+        finally:
+            self.model.train(was_training)
+        return [results[i] for i in range(len(ids))]
+
+
+def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cpu",
+                         allow_unfinished: bool = False) -> Translator:
+    """Load the committed generation of a translation run.
+
+    A run whose training did not finish raises :class:`UnfinishedRunError`
+    unless ``allow_unfinished`` (then ``meta["notice"]`` says which weights are
+    served). A missing, damaged or foreign file raises :class:`RunFileError` naming it.
+    """
+    path = Path(directory)
+    if not path.is_dir():
+        raise RunFileError(f"checkpoint {str(path)!r} is not a directory")
+    folder, meta = ckpt.committed_dir(path), ckpt.read_run_config(path)
+    if meta.get("model_name") != MODEL_NAME:
+        raise RunFileError(f"{path} holds a {meta.get('model_name')!r} run, not a translation ({MODEL_NAME!r}) run")
+    try:
+        notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished)
+    except UnfinishedRunError as err:
+        raise UnfinishedRunError(str(err).replace("attnkit train --out", "attnkit train --task translate "
+                                                  "--src ... --tgt ... --out")) from None
+    if notice:
+        meta["notice"] = notice
+    weights = folder / "model.safetensors"
+    try:
+        model = Seq2SeqTransformer(Seq2SeqConfig.from_dict(meta["model_config"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise RunFileError(f"{folder / 'config.json'} holds a model config that does not build: {err}") from None
+    try:
+        model.load_saved_tensors(ckpt.load_tensors(weights))
+    except (RuntimeError, ValueError) as err:
+        if isinstance(err, RunFileError):
+            raise
+        raise RunFileError(f"{weights} does not fit the model of {folder / 'config.json'}: "
+                           f"{' '.join(str(err).split())[:400]}") from None
+    model.to(device).eval()
+    if meta.get("shared_tokenizer", True):
+        joint = _load_tokenizer(folder / "tokenizer.json")
+        tokenizers = TranslationTokenizers(joint, joint)
+    else:
+        tokenizers = TranslationTokenizers(_load_tokenizer(folder / "src_tokenizer.json"),
+                                           _load_tokenizer(folder / "tgt_tokenizer.json"))
+    max_src = int(meta.get("train_config", {}).get("max_len", 256))
+    return Translator(model, tokenizers, max_src_len=max_src, meta=meta)
