@@ -39,6 +39,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from attnkit._checks import positive_int
+
 __all__ = ["IncrementalDecoder", "DecodeResult", "greedy_decode", "beam_search", "gnmt_length_penalty"]
 
 
@@ -91,9 +93,7 @@ def _check_args(src_ids: object, src_lengths: object, max_len: object) -> tuple[
         raise ValueError(f"src_lengths must be (B,) = ({src_ids.shape[0]},), got {tuple(src_lengths.shape)}")
     if int(src_lengths.min()) < 1:
         raise ValueError("src_lengths must be >= 1: an empty source cannot be translated")
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
-    return src_ids, src_lengths, max_len
+    return src_ids, src_lengths, positive_int("max_len", max_len)
 
 
 def _alignment_row(weights: list[Any], layer: int) -> Tensor:
@@ -189,8 +189,7 @@ def beam_search(
         src_ids ``(B, Ts)``, src_lengths ``(B,)``.
     """
     src_ids, src_lengths, max_len = _check_args(src_ids, src_lengths, max_len)
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
+    positive_int("beam_size", beam_size)
     alpha = length_penalty
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0:
         raise ValueError(f"length_penalty must be a non-negative number (the GNMT alpha), got {alpha!r}")

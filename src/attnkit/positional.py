@@ -27,6 +27,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from attnkit._checks import non_negative_int, positive_int
+
 __all__ = [
     "sinusoidal_table",
     "SinusoidalPositionalEncoding",
@@ -38,18 +40,6 @@ __all__ = [
     "relative_distance",
     "clipped_relative_index",
 ]
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def _non_negative_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return value
 
 
 def _check_btd(name: str, x: object, width: int) -> Tensor:
@@ -76,9 +66,9 @@ def sinusoidal_table(
     Shape:
         returns ``(length, d_model)``.
     """
-    _non_negative_int("length", length)
-    _positive_int("d_model", d_model)
-    _non_negative_int("offset", offset)
+    non_negative_int("length", length)
+    positive_int("d_model", d_model)
+    non_negative_int("offset", offset)
     pos = torch.arange(offset, offset + length, dtype=torch.float64, device=device)  # (T,)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (ceil(D/2),)
     angle = pos[:, None] / base ** (two_i / d_model)  # (T, ceil(D/2))
@@ -109,8 +99,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int = 4096, *, base: float = 10000.0) -> None:
         super().__init__()
-        self.d_model = _positive_int("d_model", d_model)
-        self.max_len = _positive_int("max_len", max_len)
+        self.d_model = positive_int("d_model", d_model)
+        self.max_len = positive_int("max_len", max_len)
         if not isinstance(base, (int, float)) or isinstance(base, bool) or base <= 1:
             raise ValueError(f"base must be a number > 1, got {base!r}")
         self.base = float(base)
@@ -118,7 +108,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         _check_btd("x", x, self.d_model)
-        _non_negative_int("offset", offset)
+        non_negative_int("offset", offset)
         t = x.shape[1]
         if offset + t <= self.max_len:
             pe = self.table[offset : offset + t]  # (T, D)
@@ -140,14 +130,14 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int) -> None:
         super().__init__()
-        self.max_len = _positive_int("max_len", max_len)
-        self.d_model = _positive_int("d_model", d_model)
+        self.max_len = positive_int("max_len", max_len)
+        self.d_model = positive_int("d_model", d_model)
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         _check_btd("x", x, self.d_model)
-        _non_negative_int("offset", offset)
+        non_negative_int("offset", offset)
         t = x.shape[1]
         if offset + t > self.max_len:
             raise ValueError(
@@ -195,7 +185,7 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()
-        _positive_int("head_dim", head_dim)
+        positive_int("head_dim", head_dim)
         if head_dim % 2:
             raise ValueError(f"head_dim must be even for rotary embedding (features rotate in pairs), got {head_dim}")
         if not isinstance(base, (int, float)) or isinstance(base, bool) or base <= 1:
@@ -235,7 +225,7 @@ class RotaryEmbedding(nn.Module):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 4 or x.shape[-1] != self.head_dim:
             raise ValueError(f"x must be (B, H, T, {self.head_dim}), got shape {tuple(x.shape)}")
-        _non_negative_int("offset", offset)
+        non_negative_int("offset", offset)
         t = x.shape[2]
         cos, sin = self.cos_sin(offset + t, device=x.device, dtype=x.dtype)
         cos, sin = cos[offset:], sin[offset:]  # (T, Dh)
@@ -261,7 +251,7 @@ def alibi_slopes(num_heads: int) -> Tensor:
     Shape:
         returns ``(num_heads,)`` float32.
     """
-    _positive_int("num_heads", num_heads)
+    positive_int("num_heads", num_heads)
 
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)
@@ -284,8 +274,8 @@ def relative_distance(tq: int, tk: int, *, device: torch.device | str | None = N
     Shape:
         returns ``(Tq, Tk)`` int64.
     """
-    _non_negative_int("tq", tq)
-    _non_negative_int("tk", tk)
+    non_negative_int("tq", tq)
+    non_negative_int("tk", tk)
     i = torch.arange(tq, device=device).unsqueeze(1) + (tk - tq)  # (Tq, 1)
     j = torch.arange(tk, device=device).unsqueeze(0)  # (1, Tk)
     return j - i  # (Tq, Tk)
@@ -303,7 +293,7 @@ def clipped_relative_index(
     Shape:
         returns ``(query_end - query_start, Tk)`` int64 (default all ``Tq`` rows).
     """
-    _positive_int("max_distance", max_distance)
+    positive_int("max_distance", max_distance)
     end = tq if query_end is None else query_end
     i = torch.arange(query_start, end, device=device).unsqueeze(1) + (tk - tq)  # (Tb, 1)
     j = torch.arange(tk, device=device).unsqueeze(0)  # (1, Tk)

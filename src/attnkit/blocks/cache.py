@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from attnkit._checks import positive_int
 from attnkit.layers.kv_cache import KVCache
 
 __all__ = ["DecoderLayerCache", "DecoderCache", "SelfAttentionCache"]
@@ -59,8 +60,7 @@ class DecoderCache:
     """
 
     def __init__(self, num_layers: int) -> None:
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
-            raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+        positive_int("num_layers", num_layers)
         self.layers = [DecoderLayerCache() for _ in range(num_layers)]
 
     @property
@@ -95,8 +95,7 @@ class SelfAttentionCache:
     """
 
     def __init__(self, num_layers: int) -> None:
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
-            raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+        positive_int("num_layers", num_layers)
         self.layers = [KVCache() for _ in range(num_layers)]
 
     @property

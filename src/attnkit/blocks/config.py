@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from torch import nn
 
+from attnkit._checks import positive_float, positive_int
 from attnkit.blocks.feed_forward import ACTIVATIONS
 from attnkit.layers.multi_head import check_dropout
 
@@ -82,24 +83,21 @@ def resolve_dropouts(dropout: object, attention_dropout: object, activation_drop
 
 
 def check_eps(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"layer_norm_eps must be a positive float, got {value!r}")
-    return float(value)
+    return positive_float("layer_norm_eps", value)
 
 
 def build_layers(
     spec: object, num_layers: object, layer_cls: type[LayerT], from_config: Callable[[TransformerLayerConfig], LayerT],
 ) -> list[LayerT]:
     """Build ``num_layers`` independent layers of type ``layer_cls`` from a :data:`LayerSpec`."""
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
-        raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+    count = positive_int("num_layers", num_layers)
     layers: list[nn.Module]
     if isinstance(spec, TransformerLayerConfig):
-        layers = [from_config(spec) for _ in range(num_layers)]
+        layers = [from_config(spec) for _ in range(count)]
     elif isinstance(spec, nn.Module):
-        layers = [copy.deepcopy(spec) for _ in range(num_layers)]
+        layers = [copy.deepcopy(spec) for _ in range(count)]
     elif callable(spec):
-        layers = [spec() for _ in range(num_layers)]
+        layers = [spec() for _ in range(count)]
     else:
         raise TypeError(
             f"layer must be a TransformerLayerConfig, a {layer_cls.__name__} or a factory returning one, "

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit._checks import positive_int
 from attnkit.layers.multi_head import check_dropout
 
 __all__ = ["FeedForward", "ACTIVATIONS", "ActivationSpec", "activation_from_torch"]
@@ -50,12 +51,6 @@ ACTIVATIONS: dict[str, ActivationSpec] = {
 """Activation names accepted by :class:`FeedForward` (and every block that takes ``activation``)."""
 
 Activation = str | type[nn.Module] | nn.Module
-
-
-def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 def _resolve_activation(activation: object) -> tuple[nn.Module, bool, str | None]:
@@ -108,8 +103,8 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        self.d_model = _check_positive("d_model", d_model)
-        self.d_ff = _check_positive("d_ff", d_ff)
+        self.d_model = positive_int("d_model", d_model)
+        self.d_ff = positive_int("d_ff", d_ff)
         self.activation, self.gated, self.activation_name = _resolve_activation(activation)
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear_gate = nn.Linear(d_model, d_ff, bias=bias) if self.gated else None

@@ -29,15 +29,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from attnkit._checks import positive_int
 from attnkit.functional import safe_softmax
 
 __all__ = ["AdditiveAttention"]
-
-
-def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 def _check_float(name: str, x: object, dims: tuple[int, ...], legend: str) -> Tensor:
@@ -110,10 +105,10 @@ class AdditiveAttention(nn.Module):
         self, query_dim: int, key_dim: int, hidden_dim: int, *, value_dim: int | None = None
     ) -> None:
         super().__init__()
-        self.query_dim = _positive("query_dim", query_dim)
-        self.key_dim = _positive("key_dim", key_dim)
-        self.hidden_dim = _positive("hidden_dim", hidden_dim)
-        self.value_dim = key_dim if value_dim is None else _positive("value_dim", value_dim)
+        self.query_dim = positive_int("query_dim", query_dim)
+        self.key_dim = positive_int("key_dim", key_dim)
+        self.hidden_dim = positive_int("hidden_dim", hidden_dim)
+        self.value_dim = key_dim if value_dim is None else positive_int("value_dim", value_dim)
         self.query_proj = nn.Linear(query_dim, hidden_dim, bias=False)
         self.key_proj = nn.Linear(key_dim, hidden_dim, bias=True)
         self.score = nn.Linear(hidden_dim, 1, bias=False)

@@ -32,6 +32,7 @@ from typing import Literal, Protocol, overload
 
 from torch import Tensor, nn
 
+from attnkit._checks import non_negative_int, positive_float, positive_int
 from attnkit.functional import attention, merge_heads, split_heads
 from attnkit.layers.multi_head import check_dropout, check_sequence
 from attnkit.masks import from_hf_attention_mask
@@ -66,8 +67,7 @@ def hf_attention_state_dict(state_dict: Mapping[str, Tensor], layer: int) -> dic
     ``model.safetensors`` file. The result loads into :class:`BertAttention`
     with ``strict=True``.
     """
-    if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
-        raise ValueError(f"layer must be a non-negative int, got {layer!r}")
+    non_negative_int("layer", layer)
     part = f"encoder.layer.{layer}.attention."
     found: dict[str, Tensor] = {}
     for name, tensor in state_dict.items():
@@ -99,9 +99,8 @@ class BertSelfAttention(nn.Module):
         self, hidden_size: int, num_attention_heads: int, attention_probs_dropout_prob: float = 0.1
     ) -> None:
         super().__init__()
-        for name, value in (("hidden_size", hidden_size), ("num_attention_heads", num_attention_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        positive_int("hidden_size", hidden_size)
+        positive_int("num_attention_heads", num_attention_heads)
         if hidden_size % num_attention_heads:
             raise ValueError(
                 f"hidden_size={hidden_size} must be divisible by num_attention_heads={num_attention_heads}"
@@ -152,13 +151,10 @@ class BertSelfOutput(nn.Module):
         self, hidden_size: int, *, layer_norm_eps: float = 1e-12, hidden_dropout_prob: float = 0.1
     ) -> None:
         super().__init__()
-        if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size <= 0:
-            raise ValueError(f"hidden_size must be a positive int, got {hidden_size!r}")
-        if not isinstance(layer_norm_eps, (int, float)) or not layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps must be a positive float, got {layer_norm_eps!r}")
-        self.hidden_size = hidden_size
+        self.hidden_size = positive_int("hidden_size", hidden_size)
+        eps = positive_float("layer_norm_eps", layer_norm_eps)
         self.dense = nn.Linear(hidden_size, hidden_size)
-        self.LayerNorm = nn.LayerNorm(hidden_size, eps=float(layer_norm_eps))
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=eps)
         self.dropout = nn.Dropout(check_dropout(hidden_dropout_prob))
 
     def forward(self, hidden_states: Tensor, input_tensor: Tensor) -> Tensor:

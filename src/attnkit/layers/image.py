@@ -34,15 +34,10 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
+from attnkit._checks import positive_int
 from attnkit.functional import attention
 
 __all__ = ["SelfAttention2d"]
-
-
-def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 def _position_mask(mask: object, b: int, h: int, w: int) -> Tensor:
@@ -83,9 +78,9 @@ class SelfAttention2d(nn.Module):
         self, in_channels: int, *, reduction: int = 8, num_heads: int = 1, scaled: bool = False
     ) -> None:
         super().__init__()
-        self.in_channels = _positive("in_channels", in_channels)
-        self.reduction = _positive("reduction", reduction)
-        self.num_heads = _positive("num_heads", num_heads)
+        self.in_channels = positive_int("in_channels", in_channels)
+        self.reduction = positive_int("reduction", reduction)
+        self.num_heads = positive_int("num_heads", num_heads)
         qk = in_channels // reduction
         if qk < 1 or qk % num_heads or in_channels % num_heads:
             raise ValueError(

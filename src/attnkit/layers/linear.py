@@ -47,6 +47,7 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
+from attnkit._checks import positive_int
 from attnkit.functional import merge_heads, safe_softmax, split_heads
 from attnkit.layers.multi_head import check_sequence, resolve_key_value
 
@@ -153,8 +154,7 @@ def linear_attention(
         q ``(B, H, Tq, Dh)``, k ``(B, H, Tk, Dh)``, v ``(B, H, Tk, Dv)``; returns ``(B, H, Tq, Dv)``.
     """
     _check(q, k, v, causal)
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
-        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    positive_int("chunk", chunk)
     b, _, _, _ = k.shape
     keep = _key_mask(key_mask, b, k.shape[2])  # (B, 1, Tk)
     if causal:
@@ -230,9 +230,8 @@ class LinearAttention(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, causal: bool = False, *, bias: bool = True) -> None:
         super().__init__()
-        for name, value in (("d_model", d_model), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        positive_int("d_model", d_model)
+        positive_int("num_heads", num_heads)
         if d_model % num_heads:
             raise ValueError(
                 f"d_model={d_model} must be divisible by num_heads={num_heads} "

@@ -15,23 +15,16 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
+from attnkit._checks import positive_int, probability
 from attnkit.functional import attention, merge_heads, split_heads
 from attnkit.layers.kv_cache import KVCache
 
 __all__ = ["MultiHeadAttention"]
 
 
-def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 def check_dropout(value: object) -> float:
     """Validate a dropout probability (shared by every layer)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"dropout must be a float in [0, 1), got {value!r}")
-    return float(value)
+    return probability("dropout", value)
 
 
 def check_sequence(name: str, x: object, width: int) -> Tensor:
@@ -88,20 +81,20 @@ class MultiHeadAttention(nn.Module):
         vdim: int | None = None, bias: bool = True, dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        _check_positive("d_model", d_model)
-        _check_positive("num_heads", num_heads)
+        positive_int("d_model", d_model)
+        positive_int("num_heads", num_heads)
         if d_model % num_heads:
             raise ValueError(
                 f"d_model={d_model} must be divisible by num_heads={num_heads} "
                 f"(each head gets d_model / num_heads features)"
             )
-        kv_heads = num_heads if kv_heads is None else _check_positive("kv_heads", kv_heads)
+        kv_heads = num_heads if kv_heads is None else positive_int("kv_heads", kv_heads)
         if num_heads % kv_heads:
             raise ValueError(f"kv_heads={kv_heads} must divide num_heads={num_heads}")
         self.d_model, self.num_heads, self.kv_heads = d_model, num_heads, kv_heads
         self.head_dim = d_model // num_heads
-        self.kdim = d_model if kdim is None else _check_positive("kdim", kdim)
-        self.vdim = d_model if vdim is None else _check_positive("vdim", vdim)
+        self.kdim = d_model if kdim is None else positive_int("kdim", kdim)
+        self.vdim = d_model if vdim is None else positive_int("vdim", vdim)
         self.dropout = check_dropout(dropout)
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(self.kdim, kv_heads * self.head_dim, bias=bias)

@@ -30,16 +30,11 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
+from attnkit._checks import positive_int
 from attnkit.functional import safe_softmax
 from attnkit.layers.multi_head import check_sequence
 
 __all__ = ["AttentionPooling"]
-
-
-def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 def _position_mask(mask: object, b: int, t: int) -> Tensor:
@@ -78,9 +73,9 @@ class AttentionPooling(nn.Module):
 
     def __init__(self, d_model: int, *, hidden_dim: int | None = None, num_queries: int = 1) -> None:
         super().__init__()
-        self.d_model = _positive("d_model", d_model)
-        self.hidden_dim = None if hidden_dim is None else _positive("hidden_dim", hidden_dim)
-        self.num_queries = _positive("num_queries", num_queries)
+        self.d_model = positive_int("d_model", d_model)
+        self.hidden_dim = None if hidden_dim is None else positive_int("hidden_dim", hidden_dim)
+        self.num_queries = positive_int("num_queries", num_queries)
         self.proj = None if hidden_dim is None else nn.Linear(d_model, hidden_dim)
         self.score = nn.Linear(d_model if hidden_dim is None else hidden_dim, num_queries, bias=False)
 

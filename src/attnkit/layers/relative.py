@@ -54,6 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit import masks as _masks
+from attnkit._checks import positive_int
 from attnkit.functional import merge_heads, split_heads
 from attnkit.layers.multi_head import check_dropout, check_sequence, resolve_key_value
 
@@ -63,12 +64,6 @@ __all__ = ["RelativePositionAttention", "relative_attention"]
 _BLOCK_ELEMENTS = 1 << 19
 _MIN_ROWS = 16  # fewer rows per block cost more in per-call overhead than they save
 _HALF = (torch.float16, torch.bfloat16)
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 def _block_rows(t: Tensor | None, start: int, end: int) -> Tensor | None:
@@ -225,9 +220,9 @@ class RelativePositionAttention(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        _positive_int("d_model", d_model)
-        _positive_int("num_heads", num_heads)
-        _positive_int("max_relative_position", max_relative_position)
+        positive_int("d_model", d_model)
+        positive_int("num_heads", num_heads)
+        positive_int("max_relative_position", max_relative_position)
         if d_model % num_heads:
             raise ValueError(
                 f"d_model={d_model} must be divisible by num_heads={num_heads} "

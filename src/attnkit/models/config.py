@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from attnkit._checks import non_negative_int, one_of, positive_int, probability
+
 __all__ = [
     "ModelConfig",
     "check_positive_int",
@@ -34,25 +36,17 @@ C = TypeVar("C", bound="ModelConfig")
 
 def check_positive_int(name: str, value: object, *, allow_zero: bool = False) -> int:
     """``value`` as an int > 0 (>= 0 with ``allow_zero``), else ValueError naming ``name``."""
-    low = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        kind = "non-negative" if allow_zero else "positive"
-        raise ValueError(f"{name} must be a {kind} int, got {value!r}")
-    return value
+    return non_negative_int(name, value) if allow_zero else positive_int(name, value)
 
 
 def check_fraction(name: str, value: object) -> float:
     """``value`` as a float in ``[0, 1)`` (a dropout probability)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {value!r}")
-    return float(value)
+    return probability(name, value)
 
 
 def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
     """``value`` if it is one of ``choices``, else ValueError listing them."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
-    return str(value)
+    return str(one_of(name, value, choices))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from attnkit._checks import positive_int
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 
 __all__ = ["TrainConfig", "warmup_linear_factor"]
@@ -49,9 +50,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            positive_int(name, getattr(self, name))
         for name in ("patience", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
