@@ -68,10 +68,8 @@ def _numpy_backend() -> ModuleType:
 
 
 def _is_numpy_run(run: str) -> bool:
-    try:
-        return bool(json.loads((Path(run) / "config.json").read_text(encoding="utf-8")).get("backend") == "numpy")
-    except (OSError, ValueError, AttributeError):
-        return False
+    """Whether run ``run`` (its committed config) was trained by the NumPy twin; torch-free."""
+    return bool(_numpy_backend().is_numpy_run(run))
 
 
 def _print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tuple[str, ...]) -> None:

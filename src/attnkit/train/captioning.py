@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -167,11 +166,8 @@ def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False
     folder, meta = ckpt.committed_dir(path), ckpt.read_run_config(path)
     if meta.get("model_name") != MODEL_NAME:
         raise ckpt.RunFileError(f"{path} holds a {meta.get('model_name')!r} run, not an image captioner")
-    try:
-        notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished)
-    except ckpt.UnfinishedRunError as err:  # captioning cannot be resumed: the way on is to train again
-        again = f"train it again with 'attnkit train --task caption --out {path} --overwrite'"
-        raise ckpt.UnfinishedRunError(re.sub(r"continue it with '[^']*'", again, str(err))) from None
+    notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished, hint=(
+        f"train it again with attnkit train --task caption --out {path} --overwrite"))
     if notice:
         meta["notice"] = notice
     weights = folder / "model.safetensors"

@@ -57,7 +57,7 @@ class RunExistsError(FileExistsError):
     """The output directory already holds another run (or other files)."""
 
 
-class RunLockedError(RuntimeError):
+class RunLockedError(BlockingIOError):
     """Another live process is writing the run."""
 
 
@@ -228,11 +228,12 @@ def run_status(meta: dict[str, Any]) -> str:
 
 
 def require_finished(directory: str | os.PathLike[str], meta: dict[str, Any], *,
-                     allow_unfinished: bool = False) -> str | None:
+                     allow_unfinished: bool = False, hint: str | None = None) -> str | None:
     """Refuse a run whose training did not finish, unless ``allow_unfinished``.
 
     Returns None for a finished run, else (when allowed) one line that says
-    which weights are served, for the caller to show.
+    which weights are served, for the caller to show. ``hint`` says how to
+    finish the run (default: ``attnkit train --out RUN --resume``).
     """
     if run_status(meta) == "done":
         return None
@@ -243,8 +244,8 @@ def require_finished(directory: str | os.PathLike[str], meta: dict[str, Any], *,
     if not allow_unfinished:
         raise UnfinishedRunError(
             f"{directory} did not finish training (stopped after epoch {epoch} of {epochs}); "
-            f"continue it with 'attnkit train --out {directory} --resume', or pass --allow-unfinished "
-            f"to use {weights}")
+            f"{hint or f'continue it with attnkit train --out {directory} --resume'}, or pass "
+            f"--allow-unfinished to use {weights}")
     return f"warning: {directory} is unfinished (epoch {epoch} of {epochs}); using {weights}"
 
 

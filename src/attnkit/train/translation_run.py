@@ -23,7 +23,7 @@ from attnkit.data.parallel import TranslationTokenizers, collate_pairs
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
-from attnkit.train.rundir import RunFileError, RunWriter, UnfinishedRunError, fs
+from attnkit.train.rundir import RunFileError, RunWriter, fs
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
            "commit_translation_run", "snapshot_name"]
@@ -168,11 +168,8 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     folder, meta = ckpt.committed_dir(path), ckpt.read_run_config(path)
     if meta.get("model_name") != MODEL_NAME:
         raise RunFileError(f"{path} holds a {meta.get('model_name')!r} run, not a translation ({MODEL_NAME!r}) run")
-    try:
-        notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished)
-    except UnfinishedRunError as err:
-        raise UnfinishedRunError(str(err).replace("attnkit train --out", "attnkit train --task translate "
-                                                  "--src ... --tgt ... --out")) from None
+    notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished, hint=(
+        f"continue it with attnkit train --task translate --src ... --tgt ... --out {path} --resume"))
     if notice:
         meta["notice"] = notice
     weights = folder / "model.safetensors"
