@@ -39,6 +39,7 @@ H heads, L layers, C classes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -62,13 +63,18 @@ BERT_POOLINGS = ("cls", "mean")
 _BERT_FIELDS = tuple(f.name for f in dataclasses.fields(BertConfig))
 
 
-@dataclass(frozen=True)
-class BertClassifierConfig(ModelConfig):
+@dataclass(frozen=True, kw_only=True)
+class BertClassifierConfig(BertConfig, ModelConfig):
     """Configuration of :class:`BertClassifier`: the BERT architecture plus the head.
 
-    The BERT fields (``vocab_size`` ... ``pad_token_id``) are those of
-    :class:`attnkit.models.bert.BertConfig`, so a saved run rebuilds the
-    network without the original pretrained folder.
+    It *is* a :class:`attnkit.models.bert.BertConfig` (it inherits the
+    architecture fields ``vocab_size`` ... ``pad_token_id``, their defaults and
+    their checks) with the head's fields added, so a saved run rebuilds the
+    network without the original pretrained folder. The fields stay flat: the
+    dict of :meth:`to_dict` (what a run's ``config.json`` stores), the keys of
+    ``--model-opt`` and the dicts saved by earlier versions are all the same
+    one-level mapping, read by the strict :meth:`from_dict`. The head's fields
+    are keyword-only.
 
     Attributes:
         num_classes: size of the label set.
@@ -81,18 +87,6 @@ class BertClassifierConfig(ModelConfig):
     """
 
     num_classes: int
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
     cls_token_id: int = 101
     sep_token_id: int = 102
     pooling: str = "cls"
@@ -100,6 +94,7 @@ class BertClassifierConfig(ModelConfig):
     max_len: int = 128
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # BertConfig checks the architecture fields
         if isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int) or self.num_classes < 2:
             raise ValueError(f"num_classes must be an int >= 2, got {self.num_classes!r}")
         check_positive_int("vocab_size", self.vocab_size)
@@ -115,10 +110,19 @@ class BertClassifierConfig(ModelConfig):
                 f"max_len={self.max_len} plus [CLS] and [SEP] must fit max_position_embeddings="
                 f"{self.max_position_embeddings}; use max_len <= {self.max_position_embeddings - 2}"
             )
-        self.bert_config()  # BertConfig checks the architecture fields
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BertClassifierConfig:
+        """Build and validate a config from its flat dict (every field at the top level).
+
+        Strict, as for every model config (unlike :meth:`BertConfig.from_dict`,
+        which reads a Hugging Face ``config.json`` and skips unknown keys):
+        an unknown or missing key raises ValueError listing the fields.
+        """
+        return super(BertConfig, cls).from_dict(data)
 
     def bert_config(self) -> BertConfig:
-        """The encoder's :class:`BertConfig`."""
+        """The encoder's architecture alone, as a plain :class:`BertConfig`."""
         return BertConfig(**{name: getattr(self, name) for name in _BERT_FIELDS})
 
     @classmethod

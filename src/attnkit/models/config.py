@@ -24,6 +24,7 @@ from attnkit._checks import non_negative_int, one_of, positive_int, probability
 
 __all__ = [
     "ModelConfig",
+    "TextClassifierConfig",
     "check_positive_int",
     "check_fraction",
     "check_choice",
@@ -87,6 +88,23 @@ class ModelConfig:
                 value = tuple(value)
             values[key] = value
         return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextClassifierConfig(ModelConfig):
+    """Base of the text-classifier configs: the two sizes that every one of them starts with.
+
+    Attributes:
+        vocab_size: size of the token vocabulary (ids lie in ``[0, vocab_size)``).
+        num_classes: size of the label set.
+    """
+
+    vocab_size: int
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        check_positive_int("vocab_size", self.vocab_size)
+        check_positive_int("num_classes", self.num_classes)
 
 
 def valid_positions(lengths: Tensor, t: int) -> Tensor:

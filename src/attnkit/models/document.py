@@ -36,7 +36,7 @@ from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
 from attnkit.functional import attention
 from attnkit.layers.pooling import AttentionPooling
 from attnkit.models.config import (
-    ModelConfig,
+    TextClassifierConfig,
     check_choice,
     check_fraction,
     check_positive_int,
@@ -52,7 +52,7 @@ POSITIONALS = ("sinusoidal", "learned", "none")
 
 
 @dataclass(frozen=True)
-class DocumentClassifierConfig(ModelConfig):
+class DocumentClassifierConfig(TextClassifierConfig):
     """Configuration of :class:`DocumentClassifier`.
 
     Attributes:
@@ -69,8 +69,6 @@ class DocumentClassifierConfig(ModelConfig):
         parameter_free_layers: parameter-free self-attention layers after the encoder.
     """
 
-    vocab_size: int
-    num_classes: int
     d_model: int = 128
     num_heads: int = 4
     num_layers: int = 2
@@ -85,8 +83,7 @@ class DocumentClassifierConfig(ModelConfig):
     parameter_free_layers: int = 0
 
     def __post_init__(self) -> None:
-        check_positive_int("vocab_size", self.vocab_size)
-        check_positive_int("num_classes", self.num_classes)
+        super().__post_init__()
         check_positive_int("d_model", self.d_model)
         check_positive_int("num_heads", self.num_heads)
         check_positive_int("num_layers", self.num_layers, allow_zero=True)

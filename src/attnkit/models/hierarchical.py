@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from attnkit.layers.pooling import AttentionPooling
 from attnkit.models.config import (
-    ModelConfig,
+    TextClassifierConfig,
     check_fraction,
     check_positive_int,
     check_token_batch,
@@ -98,7 +98,7 @@ def split_sentences(
 
 
 @dataclass(frozen=True)
-class HierarchicalAttentionNetworkConfig(ModelConfig):
+class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
     """Configuration of :class:`HierarchicalAttentionNetwork` (defaults from the paper).
 
     Attributes:
@@ -111,8 +111,6 @@ class HierarchicalAttentionNetworkConfig(ModelConfig):
         sentence_len: a sentence longer than this is cut into pieces.
     """
 
-    vocab_size: int
-    num_classes: int
     embed_dim: int = 200
     word_hidden: int = 50
     sentence_hidden: int = 50
@@ -122,8 +120,8 @@ class HierarchicalAttentionNetworkConfig(ModelConfig):
     sentence_len: int = 50
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "num_classes", "embed_dim", "word_hidden", "sentence_hidden",
-                     "attention_dim", "sentence_len"):
+        super().__post_init__()
+        for name in ("embed_dim", "word_hidden", "sentence_hidden", "attention_dim", "sentence_len"):
             check_positive_int(name, getattr(self, name))
         check_fraction("dropout", self.dropout)
         ids = self.sentence_end_ids

@@ -27,7 +27,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnkit.layers.pooling import AttentionPooling
 from attnkit.models.config import (
-    ModelConfig,
+    TextClassifierConfig,
     check_fraction,
     check_positive_int,
     check_token_batch,
@@ -38,7 +38,7 @@ __all__ = ["SentimentClassifierConfig", "SentimentClassifier", "run_packed"]
 
 
 @dataclass(frozen=True)
-class SentimentClassifierConfig(ModelConfig):
+class SentimentClassifierConfig(TextClassifierConfig):
     """Configuration of :class:`SentimentClassifier`.
 
     Attributes:
@@ -50,8 +50,6 @@ class SentimentClassifierConfig(ModelConfig):
         dropout: on the embeddings, between LSTM layers and before the classifier.
     """
 
-    vocab_size: int
-    num_classes: int
     embed_dim: int = 128
     hidden_size: int = 128
     num_layers: int = 1
@@ -59,8 +57,8 @@ class SentimentClassifierConfig(ModelConfig):
     dropout: float = 0.3
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "num_classes", "embed_dim", "hidden_size", "num_layers",
-                     "attention_dim"):
+        super().__post_init__()
+        for name in ("embed_dim", "hidden_size", "num_layers", "attention_dim"):
             check_positive_int(name, getattr(self, name))
         check_fraction("dropout", self.dropout)
 
