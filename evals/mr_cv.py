@@ -8,7 +8,8 @@ stopping, and scores its test part once.
     .venv/bin/python evals/mr_cv.py                         # both models, 10 folds
     .venv/bin/python evals/mr_cv.py --model sentiment --max-folds 1   # a quick first look
 
-Reads /work/shared/data/mr (rt-polarity.pos/.neg, Latin-1, split on "\\n" only).
+Reads ``--data``, else ``$ATTNKIT_DATA/mr``, else ``../shared/data/mr`` next to the repository
+(rt-polarity.pos/.neg, Latin-1, split on "\\n" only).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from pathlib import Path
 
 import torch
 
+from attnkit.data.locations import DataNotFoundError, data_path
 from attnkit.data.readers import read_examples
 from attnkit.train.checkpoint import atomic_write_json
 from attnkit.train.config import TrainConfig
 from attnkit.train.pipeline import DataSettings, cross_validate
 
-DEFAULT_DATA = Path("/work/shared/data/mr")
+REPO = Path(__file__).resolve().parents[1]
 
 # Settings per model: (model options, train config). Chosen for MR's 10k short sentences:
 # heavy dropout and early stopping, as small-data text models need.
@@ -49,7 +51,8 @@ SETTINGS: dict[str, tuple[dict[str, object], dict[str, object]]] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with rt-polarity.pos/.neg")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="folder with rt-polarity.pos/.neg (default: $ATTNKIT_DATA/mr, else ../shared/data/mr next to the repository)")
     parser.add_argument("--model", choices=["sentiment", "document", "both"], default="both")
     parser.add_argument("--folds", type=int, default=10)
     parser.add_argument("--max-folds", type=int, default=None, help="run only the first N folds")
@@ -59,12 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
-    if not args.data.exists():
-        print(f"MR data not found at {args.data} (expected /work/shared/data/mr)", file=sys.stderr)
+    try:
+        data = data_path("mr", args.data, base=REPO)
+    except DataNotFoundError as err:
+        print(err, file=sys.stderr)
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    examples = read_examples(args.data, format="polarity", encoding="latin-1")
+    examples = read_examples(data, format="polarity", encoding="latin-1")
     print(f"MR: {len(examples)} sentences, {args.folds}-fold CV, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads", flush=True)
     names = ["sentiment", "document"] if args.model == "both" else [args.model]

@@ -1,7 +1,8 @@
 """Train the NumPy Transformer classifier from scratch on MR movie reviews.
 
-Data: /work/shared/data/mr (rt-polarity.pos / .neg, Latin-1, one review per
-line, split on "\\n" only). A fixed seeded 10% of the 10,662 reviews is the
+Data: ``--data``, else ``$ATTNKIT_DATA/mr``, else ``../shared/data/mr`` next to the
+repository (rt-polarity.pos / .neg, Latin-1, one review per line, split on "\\n"
+only). A fixed seeded 10% of the 10,662 reviews is the
 test set; 10% of the rest is the validation set for early stopping. The
 vocabulary is built on the training split only (whitespace tokens).
 
@@ -25,13 +26,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+from attnkit.data.locations import DataNotFoundError, data_path  # noqa: E402
 from attnkit.reference.analysis import accuracy, attention_stats, most_attended_tokens  # noqa: E402
 from attnkit.reference.models import ClassifierConfig, TransformerClassifier  # noqa: E402
 from attnkit.reference.optim import AdamW  # noqa: E402
 from attnkit.reference.text import Vocabulary, pad_batch  # noqa: E402
 from attnkit.reference.trainer import Trainer, predict  # noqa: E402
 
-DATA = Path("/work/shared/data/mr")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def read_mr(folder: Path) -> tuple[list[str], np.ndarray]:
@@ -47,7 +49,8 @@ def read_mr(folder: Path) -> tuple[list[str], np.ndarray]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--data", type=Path, default=None,
+                        help="folder with rt-polarity.pos/.neg (default: $ATTNKIT_DATA/mr, else ../shared/data/mr next to the repository)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--d-model", type=int, default=64)
@@ -60,12 +63,14 @@ def main() -> None:
     parser.add_argument("--min-count", type=int, default=2)
     parser.add_argument("--patience", type=int, default=3)
     args = parser.parse_args()
-    if not args.data.is_dir():
-        sys.exit(f"MR data not found in {args.data} (expected rt-polarity.pos/.neg)")
+    try:
+        data = data_path("mr", args.data, base=REPO)
+    except DataNotFoundError as err:
+        sys.exit(str(err))
 
     start = time.perf_counter()
     load_before = os.getloadavg()
-    texts, labels = read_mr(args.data)
+    texts, labels = read_mr(data)
     order = np.random.default_rng(1234).permutation(len(texts))  # the fixed test split
     n_test = len(texts) // 10
     test_idx, rest = order[:n_test], order[n_test:]

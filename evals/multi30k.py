@@ -13,7 +13,8 @@ idle 2-core CPU: 35.83 (beam 4), 35.18 (greedy).
 BLEU is sacreBLEU corpus BLEU (13a tokenization) of the detokenised output
 against the raw references, cased; the lower-cased figure is printed beside it.
 
-Usage (the data folder is /work/shared/data/multi30k by default)::
+Usage (the data folder is ``--data``, else ``$ATTNKIT_DATA/multi30k``, else
+``../shared/data/multi30k`` next to the repository)::
 
     .venv/bin/python evals/multi30k.py --time-budget 90 --out runs/multi30k
     .venv/bin/python evals/multi30k.py --time-budget 90 --out runs/multi30k --resume   # after an interruption
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.data.locations import DataNotFoundError, data_path
 from attnkit.data.parallel import read_parallel
 from attnkit.train.translation import (
     TranslationTrainConfig,
@@ -41,12 +43,14 @@ from attnkit.train.translation import (
     load_translation_run,
 )
 
-DEFAULT_DATA = Path("/work/shared/data/multi30k")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with train/val/test_2016_flickr .de/.en.gz")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="folder with train/val/test_2016_flickr .de/.en.gz (default: $ATTNKIT_DATA/multi30k, "
+                             "else ../shared/data/multi30k next to the repository)")
     parser.add_argument("--out", type=Path, default=Path("runs/multi30k"), help="run directory to write")
     parser.add_argument("--time-budget", type=float, default=90.0, help="training minutes (decoding not counted)")
     parser.add_argument("--epochs", type=int, default=60)
@@ -69,12 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.resume and args.overwrite:
         parser.error("--resume continues the run in --out and --overwrite replaces it; give one")
-    if not args.data.is_dir():
-        print(f"no Multi30k folder at {args.data} (see /work/shared/data/README.md)", file=sys.stderr)
+    try:
+        d = data_path("multi30k", args.data, base=REPO)
+    except DataNotFoundError as err:
+        print(err, file=sys.stderr)
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    d = args.data
     train = read_parallel(d / "train.de.gz", d / "train.en.gz", limit=args.train_limit)
     val = read_parallel(d / "val.de.gz", d / "val.en.gz")
     test = read_parallel(d / "test_2016_flickr.de.gz", d / "test_2016_flickr.en.gz")

@@ -10,7 +10,8 @@ The pooling weights ``a`` say how much each token counts for the answer, so
 after training we analyse them: test accuracy, the most attended words of each
 class, and one explained prediction.
 
-Data: the MR movie reviews in /work/shared/data/mr when that folder exists,
+Data: the MR movie reviews when their folder exists (``--data``, else
+``$ATTNKIT_DATA/mr``, else ``../shared/data/mr`` next to the repository),
 else (and in small mode) attnkit's generated keyword corpus, where one to
 three key words of the class hide among neutral words — there the right
 answer for "where should the model look" is known, and we measure it.
@@ -23,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from _common import output_dir, saved, show, small
+from _common import optional_data, parse_args, saved, show, small
 from torch import nn
 
 from attnkit.data.batching import LabelVocab, TextClassificationDataset, bucket_batches, collate
@@ -34,13 +35,13 @@ from attnkit.models.document import DocumentClassifier, DocumentClassifierConfig
 from attnkit.viz.explain import plot_classification
 
 OUTPUTS = ["14_explained_prediction.png", "14_results.txt"]
-MR = Path("/work/shared/data/mr")
 
 
-def load_data() -> tuple[str, list[Example], list[tuple[int, ...]] | None]:
+def load_data(data: Path | None) -> tuple[str, list[Example], list[tuple[int, ...]] | None]:
     """The examples, the data set's name and (keyword corpus only) the key word positions."""
-    if MR.is_dir() and not small():
-        examples = read_examples(MR, format="polarity", encoding="latin-1")
+    mr = None if small() else optional_data("mr", data)
+    if mr is not None:
+        examples = read_examples(mr, format="polarity", encoding="latin-1")
         random.Random(0).shuffle(examples)
         return "MR movie reviews", examples, None
     docs = keyword_corpus(400 if small() else 3000, seed=0)
@@ -48,10 +49,11 @@ def load_data() -> tuple[str, list[Example], list[tuple[int, ...]] | None]:
 
 
 def main() -> None:
-    out = output_dir(__doc__)
+    args = parse_args(__doc__, data="mr")
+    out = args.out
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    name, examples, key_positions = load_data()
+    name, examples, key_positions = load_data(args.data)
     cut = int(0.9 * len(examples))
     train, test = examples[:cut], examples[cut:]
     tokenizer = train_tokenizer([e.text for e in train], vocab_size=20000)

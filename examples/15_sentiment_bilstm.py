@@ -11,7 +11,8 @@ The LSTM carries word order and context (so "not good" can differ from
 "good"); attention picks the positions that decide. After training we print
 the attention over a few new sentences, word by word.
 
-Data: the MR movie reviews in /work/shared/data/mr when that folder exists,
+Data: the MR movie reviews when their folder exists (``--data``, else
+``$ATTNKIT_DATA/mr``, else ``../shared/data/mr`` next to the repository),
 else (and in small mode) the generated keyword corpus.
 """
 
@@ -21,7 +22,7 @@ import random
 from pathlib import Path
 
 import torch
-from _common import output_dir, saved, show, small
+from _common import optional_data, parse_args, saved, show, small
 from torch import nn
 
 from attnkit.data.batching import LabelVocab, TextClassificationDataset, bucket_batches, collate
@@ -32,22 +33,23 @@ from attnkit.models.sentiment import SentimentClassifier, SentimentClassifierCon
 from attnkit.viz.plots import plot_attention
 
 OUTPUTS = ["15_sentiment_attention.png", "15_results.txt"]
-MR = Path("/work/shared/data/mr")
 
 
-def load_data() -> tuple[str, list[Example]]:
-    if MR.is_dir() and not small():
-        examples = read_examples(MR, format="polarity", encoding="latin-1")
+def load_data(data: Path | None) -> tuple[str, list[Example]]:
+    mr = None if small() else optional_data("mr", data)
+    if mr is not None:
+        examples = read_examples(mr, format="polarity", encoding="latin-1")
         random.Random(0).shuffle(examples)
         return "MR movie reviews", examples
     return "generated keyword corpus", [Example(d.text, d.label) for d in keyword_corpus(400 if small() else 3000)]
 
 
 def main() -> None:
-    out = output_dir(__doc__)
+    args = parse_args(__doc__, data="mr")
+    out = args.out
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    name, examples = load_data()
+    name, examples = load_data(args.data)
     cut = int(0.9 * len(examples))
     train, test = examples[:cut], examples[cut:]
     tokenizer = train_tokenizer([e.text for e in train], vocab_size=20000)

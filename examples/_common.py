@@ -1,8 +1,12 @@
-"""What every example shares: the ``--out`` flag, the small mode and shape printing.
+"""What every example shares: the ``--out`` and ``--data`` flags, the small mode and shape printing.
 
 ``ATTNKIT_EXAMPLES_SMALL=1`` shrinks every example (small sizes, few steps) so
 that the whole tour runs in seconds in the test suite; the figures and files
 it writes keep their names.
+
+An example that can use a real data set finds it with :func:`optional_data`:
+``--data``, else ``$ATTNKIT_DATA/NAME``, else ``../shared/data/NAME`` next to
+the repository (:mod:`attnkit.data.locations`).
 """
 
 from __future__ import annotations
@@ -12,20 +16,49 @@ import os
 from pathlib import Path
 from typing import Any
 
+from attnkit.data.locations import ENV_VAR, data_path
+
+REPO = Path(__file__).resolve().parents[1]
+
 
 def small() -> bool:
     """True when ``ATTNKIT_EXAMPLES_SMALL=1`` asks for small sizes and few steps."""
     return os.environ.get("ATTNKIT_EXAMPLES_SMALL", "") not in ("", "0")
 
 
-def output_dir(description: str | None) -> Path:
-    """Parse ``--out`` (default ``./example_output``), create it and return it."""
+def parse_args(description: str | None, *, data: str | None = None) -> argparse.Namespace:
+    """Parse ``--out`` (default ``./example_output``, created) and, when ``data`` names a data set, ``--data``."""
     parser = argparse.ArgumentParser(description=(description or "").strip().splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("example_output"),
                         help="folder for the figures and files this example writes")
-    out: Path = parser.parse_args().out
-    out.mkdir(parents=True, exist_ok=True)
+    if data is not None:
+        parser.add_argument("--data", type=Path, default=None,
+                            help=f"the {data} data set folder (default: ${ENV_VAR}/{data}, else "
+                                 f"../shared/data/{data} next to the repository; absent: generated data)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def output_dir(description: str | None) -> Path:
+    """Parse ``--out`` (default ``./example_output``), create it and return it."""
+    out: Path = parse_args(description).out
     return out
+
+
+def optional_data(name: str, given: Path | None) -> Path | None:
+    """Data set ``name``'s folder, or None when it is absent and nobody asked for it.
+
+    A folder asked for with ``--data`` or ``ATTNKIT_DATA`` must exist
+    (:class:`attnkit.data.locations.DataNotFoundError` otherwise); the default
+    location may be absent, and the example then uses generated data.
+    """
+    path = data_path(name, given, base=REPO, must_exist=False)
+    if path.exists():
+        return path
+    if given is not None or os.environ.get(ENV_VAR, "").strip():
+        return data_path(name, given, base=REPO)  # raises, naming --data and ATTNKIT_DATA
+    return None
 
 
 def show(name: str, value: Any) -> None:

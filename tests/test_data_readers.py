@@ -12,9 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from attnkit.data.locations import data_path
 from attnkit.data.readers import DataFormatError, Example, guess_format, read_examples, read_lines
 
-MR = Path("/work/shared/data/mr")
+REPO = Path(__file__).resolve().parents[1]
+# The real MR data set is optional: $ATTNKIT_DATA/mr, else ../shared/data/mr next to the repository.
+MR = data_path("mr", base=REPO, must_exist=False)
 EXPECTED = [Example("a fine film", "pos"), Example("dull , slow", "neg")]
 
 
@@ -123,15 +126,28 @@ def test_read_lines_keeps_alignment(tmp_path: Path) -> None:
     assert read_lines(path) == ["eins", "", "drei\x85vier"]
 
 
-@pytest.mark.skipif(not MR.is_dir(), reason=f"real data folder {MR} is absent")
-def test_mr_real_line_count() -> None:
-    examples = read_examples(MR, encoding="latin-1")
-    assert len(examples) == 10662
-    assert sum(e.label == "pos" for e in examples) == 5331
+def _check_mr(folder: Path, total: int, positives: int) -> None:
+    """MR's layout and quirks: rt-polarity.pos/.neg in Latin-1, with U+0085 inside reviews."""
+    examples = read_examples(folder, encoding="latin-1")
+    assert len(examples) == total
+    assert sum(e.label == "pos" for e in examples) == positives
     assert any("\x85" in e.text for e in examples)
     with pytest.raises(DataFormatError, match=r"rt-polarity\.pos, line \d+: cannot decode"):
-        read_examples(MR)
+        read_examples(folder)
     json.dumps([e.text for e in examples])  # every text is a plain, serialisable str
+
+
+def test_mr_layout_on_a_sample(tmp_path: Path) -> None:
+    # A few reviews written the way MR stores them: Latin-1, 0x85 (an ellipsis) inside a line.
+    _write(tmp_path / "rt-polarity.pos", "a quietly moving film\x85 truly\nthe caf\xe9 scene sings\nfun\n", "latin-1")
+    _write(tmp_path / "rt-polarity.neg", "dull , slow\nit never\x85 ends\n", "latin-1")
+    _check_mr(tmp_path, 5, 3)
+
+
+@pytest.mark.skipif(not MR.is_dir(), reason=f"the real MR data set is absent at {MR} (set ATTNKIT_DATA to the "
+                                            "folder that holds mr/)")
+def test_mr_real_line_count() -> None:
+    _check_mr(MR, 10662, 5331)
 
 
 _labels = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zs", "Zl", "Zp")), min_size=1, max_size=8)
@@ -164,3 +180,32 @@ def test_utf8_byte_order_mark_and_other_encodings(tmp_path: Path) -> None:
     assert read_examples(wide, encoding="utf-16") == [Example("na\u00efve", "pos")]
     with pytest.raises(ValueError, match="encoding: unknown encoding 'klingon'"):
         read_examples(wide, encoding="klingon")
+
+
+def test_data_locations_order_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnkit.data.locations import DataNotFoundError, data_root
+
+    repo = tmp_path / "repo"
+    shared = tmp_path / "shared" / "data" / "mr"
+    shared.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "mr").mkdir(parents=True)
+    monkeypatch.delenv("ATTNKIT_DATA", raising=False)
+    assert data_root(repo) == tmp_path / "shared" / "data"  # ../shared/data next to the repository
+    assert data_path("mr", base=repo) == shared
+    monkeypatch.chdir(repo.parent)
+    assert data_root() == (repo.parent / ".." / "shared" / "data").resolve()  # no base: the working directory
+    monkeypatch.setenv("ATTNKIT_DATA", str(elsewhere))
+    assert data_path("mr", base=repo) == elsewhere / "mr"
+    assert data_path("mr", shared, base=repo) == shared  # --data wins
+    with pytest.raises(DataNotFoundError, match=r"'multi30k' not found at .*elsewhere/multi30k \(from ATTNKIT_DATA=.*"
+                                                r"; pass --data FOLDER, or set ATTNKIT_DATA"):
+        data_path("multi30k", base=repo)
+    with pytest.raises(DataNotFoundError, match=r"given with --data; without it the folder is \$ATTNKIT_DATA/mr"):
+        data_path("mr", tmp_path / "missing", base=repo)
+    monkeypatch.delenv("ATTNKIT_DATA")
+    with pytest.raises(FileNotFoundError, match=r"the default \.\./shared/data, as ATTNKIT_DATA is unset"):
+        data_path("imdb", base=repo)
+    assert data_path("imdb", base=repo, must_exist=False) == tmp_path / "shared" / "data" / "imdb"
+    with pytest.raises(ValueError, match="one data set folder name"):
+        data_path("mr/train", base=repo)

@@ -1,4 +1,4 @@
-"""Text data: readers for the common formats, tokenizers, batching, splits and a generated corpus.
+"""Text data: readers for the common formats, tokenizers, batching, splits, a generated corpus and data locations.
 
 Nothing here imports the models: the pipeline hands padded id batches
 ``{"ids", "lengths", "labels"}`` to whoever trains.
@@ -29,6 +29,9 @@ _EXPORTS = {
     "train_val_test_split": "attnkit.data.splits",
     "KeywordExample": "attnkit.data.synthetic",
     "keyword_corpus": "attnkit.data.synthetic",
+    "DataNotFoundError": "attnkit.data.locations",
+    "data_path": "attnkit.data.locations",
+    "data_root": "attnkit.data.locations",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
         collate,
         padding_fraction,
     )
+    from attnkit.data.locations import DataNotFoundError, data_path, data_root
     from attnkit.data.readers import (
         FORMATS,
         DataFormatError,
