@@ -214,3 +214,91 @@ def test_every_command_is_documented() -> None:
     page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
     missing = [name for name in cli.commands if f"## attnkit {name}" not in page]
     assert not missing, f"commands without a section in docs/cli.md: {missing}"
+
+
+# --- the README's "What is inside" table ----------------------------------------------------------
+
+README = "README.md"
+# Names the table mentions that attnkit calls but does not define: name -> the module that does.
+EXTERNAL_NAMES = {"scaled_dot_product_attention": "torch.nn.functional"}
+_CODE = re.compile(r"`([^`]+)`")
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*(?:\(\))?")
+
+
+def readme_inside_table(text: str) -> list[tuple[str, str, str]]:
+    """(part, where, what) for each row of the table under ``## What is inside``."""
+    section = text.split("## What is inside", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    assert cells and cells[0] == ["part", "where", "what"], f"unexpected table header: {cells[:1]}"
+    return [(c[0], c[1], c[2]) for c in cells[2:]]
+
+
+def _where(cell: str) -> tuple[list[ModuleType], bool]:
+    """The modules a row's ``where`` names (a function such as ``attnkit.attention`` stands for its
+    package) and whether it names the ``attnkit`` command line."""
+    modules = []
+    for target in _CODE.findall(cell):
+        try:
+            modules.append(importlib.import_module(target))
+        except ModuleNotFoundError:
+            package, _, attr = target.rpartition(".")
+            module = importlib.import_module(package)
+            assert hasattr(module, attr), f"README names {target}, which is neither a module nor in {package}"
+            modules.append(module)
+    return modules, bool(re.search(r"`attnkit` CLI", cell))
+
+
+def _commands() -> set[str]:
+    import click
+
+    from attnkit.cli import cli
+
+    return set(cli.list_commands(click.Context(cli)))
+
+
+def unlisted_names(rows: list[tuple[str, str, str]]) -> tuple[list[str], int]:
+    """Names in the ``what`` cells that their row's modules do not provide, and how many were checked.
+
+    A name resolves when it is importable from one of the row's modules, is a
+    method of a class one of them exports (``from_torch``), is an ``attnkit``
+    command (rows that name the CLI), or is listed in ``EXTERNAL_NAMES``.
+    """
+    missing, checked = [], 0
+    for part, where, what in rows:
+        modules, cli_row = _where(where)
+        for code in _CODE.findall(what):
+            if not _IDENTIFIER.fullmatch(code):
+                continue
+            name = code.removesuffix("()")
+            checked += 1
+            if any(hasattr(m, name) for m in modules):
+                continue
+            classes = [getattr(m, n, None) for m in modules for n in getattr(m, "__all__", ())]
+            if any(inspect.isclass(c) and hasattr(c, name) for c in classes):
+                continue
+            if cli_row and name in _commands():
+                continue
+            if name in EXTERNAL_NAMES and hasattr(importlib.import_module(EXTERNAL_NAMES[name]), name):
+                continue
+            missing.append(f"{part}: {name} (from {where})")
+    return missing, checked
+
+
+def test_readme_inside_table_names_are_importable() -> None:
+    """Every name the README lists under a module can be imported from that module."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / README).read_text(encoding="utf-8")
+    rows = readme_inside_table(text)
+    missing, checked = unlisted_names(rows)
+    assert not missing, f"README 'What is inside' lists names its modules do not provide: {missing}"
+    assert checked >= 30, f"only {checked} names found in the README table: did its layout change?"
+
+
+def test_readme_table_check_can_fail() -> None:
+    rows = [("models", "`attnkit.models`", "`DocumentClassifier`, `NoSuchModel`"),
+            ("pipeline", "`attnkit.data` CLI", "`train`")]
+    missing, checked = unlisted_names(rows)
+    assert checked == 3
+    assert missing == ["models: NoSuchModel (from `attnkit.models`)", "pipeline: train (from `attnkit.data` CLI)"]

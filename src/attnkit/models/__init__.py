@@ -16,15 +16,28 @@ bert       :class:`BertClassifier`               :class:`BertClassifierConfig`
 
 ``build_model("document", {"vocab_size": 20000, "num_classes": 2})`` builds one
 by name; the config dict is what a checkpoint's ``config.json`` stores.
+
+The other models have calls of their own and are not in the registry; they
+are importable from here too, each loaded on first use:
+
+* :class:`BertModel` (:class:`BertConfig`): the BERT encoder, which loads
+  Hugging Face checkpoints;
+* :class:`Seq2SeqTransformer` (:class:`Seq2SeqConfig`): the encoder-decoder
+  Transformer of the translation task;
+* :class:`ImageCaptioner` (:class:`CaptionerConfig`): a CNN encoder and an
+  LSTM decoder with additive attention, for the captioning task;
+* :class:`VisualAttentionClassifier` (:class:`VisualAttentionConfig`): a CNN
+  with 2-D self-attention that classifies images.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from attnkit._lazy import lazy_exports
 from attnkit.models.bert_classifier import BertClassifier, BertClassifierConfig
 from attnkit.models.config import ModelConfig
 from attnkit.models.document import DocumentClassifier, DocumentClassifierConfig
@@ -49,7 +62,39 @@ __all__ = [
     "HierarchicalAttentionNetworkConfig",
     "BertClassifier",
     "BertClassifierConfig",
+    "BertModel",
+    "BertConfig",
+    "Seq2SeqTransformer",
+    "Seq2SeqConfig",
+    "ImageCaptioner",
+    "CaptionerConfig",
+    "VisualAttentionClassifier",
+    "VisualAttentionConfig",
 ]
+
+# Models outside the registry: public name -> module, imported on first use.
+_EXPORTS = {
+    "BertModel": "attnkit.models.bert",
+    "BertConfig": "attnkit.models.bert",
+    "Seq2SeqTransformer": "attnkit.models.seq2seq",
+    "Seq2SeqConfig": "attnkit.models.seq2seq",
+    "ImageCaptioner": "attnkit.models.captioner",
+    "CaptionerConfig": "attnkit.models.captioner",
+    "VisualAttentionClassifier": "attnkit.models.visual",
+    "VisualAttentionConfig": "attnkit.models.visual",
+}
+__getattr__ = lazy_exports(globals(), _EXPORTS)[0]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:
+    from attnkit.models.bert import BertConfig, BertModel
+    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+    from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+    from attnkit.models.visual import VisualAttentionClassifier, VisualAttentionConfig
 
 MODELS: dict[str, tuple[type[nn.Module], type[ModelConfig]]] = {
     "document": (DocumentClassifier, DocumentClassifierConfig),
