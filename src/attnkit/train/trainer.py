@@ -1,23 +1,27 @@
-"""One explicit training loop for text classifiers.
+"""The one training loop, for every task: classification, translation, captioning.
 
-Each optimizer step: forward ``model(ids, lengths) -> logits (B, C)``,
-cross-entropy loss, backward, global gradient-norm clipping, an AdamW step
-(Loshchilov and Hutter, 2019) at the rate of a linear warmup then linear decay
-schedule. After each epoch: validation (accuracy, macro-F1, loss), one line in
-``history.jsonl``, early stopping on validation accuracy, and — when the
-trainer has an output directory — the complete resumable state, so that a run
-interrupted at any moment and resumed with ``fit(resume=True)`` ends with
-exactly the weights an uninterrupted run would have.
+Each optimizer step: the task's loss of one batch (:mod:`attnkit.train.tasks`),
+backward, global gradient-norm clipping, an optimizer step at the rate of a
+schedule (:mod:`attnkit.train.schedules`). After each epoch: the task's
+validation, one history record, the best weights and early stopping, and —
+through the ``checkpoint`` callback or ``out_dir`` — a commit of the complete
+resumable state, so that a run interrupted at any moment and resumed with
+``fit(resume=True)`` ends with exactly the weights an uninterrupted run would
+have. An optional time budget ends training early (time before an interruption
+counts).
 
-Repeatability: the batch order of epoch ``e`` is a pure function of
-``(seed, e)``; dropout draws from torch's global RNG, whose state is saved and
+Defaults are the text classifiers': AdamW (Loshchilov and Hutter, 2019) with
+decay on matrices only, linear warm-up then linear decay. Translation passes
+Adam and the inverse square-root schedule, captioning Adam and a cosine.
+
+Repeatability: the batches of epoch ``e`` are a pure function of the task's
+seed and ``e``; dropout draws from torch's global RNG, whose state is saved and
 restored with the rest.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 import uuid
@@ -26,65 +30,52 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from attnkit.train import checkpoint as ckpt
-from attnkit.train.config import TrainConfig, warmup_linear_factor
+from attnkit.train import schedules
+from attnkit.train.config import TrainConfig
 from attnkit.train.distributed import DistInfo, all_reduce_sum, resolve_device
-from attnkit.train.metrics import accuracy, confusion_matrix, macro_f1
+from attnkit.train.tasks import ClassificationTask, StepOutput, TrainTask, epoch_batches
 
-__all__ = ["Trainer", "epoch_batches"]
-
-Batch = dict[str, Tensor]
-Collate = Callable[[list[Any]], Batch]
-_POOL = 50  # batches per length-sorting pool when bucketing
-
-
-def epoch_batches(
-    n: int, batch_size: int, seed: int, epoch: int, *, lengths: Sequence[int] | None = None,
-    rank: int = 0, world_size: int = 1,
-) -> list[list[int]]:
-    """The batches (lists of example indices) of one epoch for one process.
-
-    A seeded permutation of ``range(n)``; with several processes each takes
-    every ``world_size``-th index (the permutation wrapped around so all get the
-    same count, as ``DistributedSampler`` does). With ``lengths``, indices are
-    sorted by length within pools of ``50 * batch_size`` before batching and the
-    batches are shuffled again, which cuts padding without fixing the order.
-    """
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    perm = torch.randperm(n, generator=g).tolist()
-    if world_size > 1:
-        per_rank = math.ceil(n / world_size)
-        perm = (perm * world_size)[: per_rank * world_size] if n else perm
-        perm = perm[rank::world_size]
-    if lengths is None:
-        return [perm[i : i + batch_size] for i in range(0, len(perm), batch_size)]
-    batches: list[list[int]] = []
-    pool = batch_size * _POOL
-    for start in range(0, len(perm), pool):
-        chunk = sorted(perm[start : start + pool], key=lambda i: lengths[i])
-        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
-    order = torch.randperm(len(batches), generator=g).tolist()
-    return [batches[i] for i in order]
+__all__ = ["Trainer", "epoch_batches", "StepOutput", "TrainTask"]
 
 
 def _progress(total: int, desc: str, enabled: bool) -> tqdm:
     return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True, disable=not enabled)
 
 
+def _weights(model: nn.Module) -> dict[str, Tensor]:
+    """The tensors that describe ``model`` (a model with tied weights stores each tensor once)."""
+    saver = getattr(model, "tensors_to_save", None)
+    return dict(saver()) if callable(saver) else model.state_dict()
+
+
+def _load_weights(model: nn.Module, tensors: dict[str, Tensor], source: Path) -> None:
+    loader = getattr(model, "load_saved_tensors", None)
+    if not callable(loader):
+        ckpt.load_weights_into(model, tensors, source)
+        return
+    try:
+        loader(tensors)
+    except (KeyError, RuntimeError, ValueError) as err:
+        raise ckpt.RunFileError(f"{source} does not fit the model: {err}") from None
+
+
 class Trainer:
-    """Train and evaluate a classifier ``model(ids, lengths) -> logits``.
+    """Train ``model`` on a task; classification by default.
 
     Args:
-        model: any ``nn.Module`` with that forward signature.
-        config: a :class:`TrainConfig`.
-        train_data: a ``Dataset`` whose items ``collate_fn`` turns into a batch
-            dict with ``ids``, ``lengths`` and ``labels``.
-        val_data: validation set for early stopping (optional).
+        model: the ``nn.Module`` to train.
+        config: a :class:`TrainConfig` (epochs, lr, clipping, patience, seed,
+            device...; the classification task also reads batch size, label
+            smoothing and bucketing from it).
+        train_data / val_data: for the default classification task: datasets
+            whose items ``collate_fn`` turns into batches with ``ids``,
+            ``lengths`` and ``labels`` (``model(ids, lengths) -> logits``).
+        task: any :class:`~attnkit.train.tasks.TrainTask` instead of the data.
         collate_fn: default :func:`attnkit.data.batching.collate`.
         lengths: token counts of ``train_data``'s items, for length bucketing.
         out_dir: the run directory: ``fit(resume=True)`` continues from its
@@ -94,39 +85,50 @@ class Trainer:
             resumable state (``model``, ``best``, ``optimizer``, ``progress``,
             ``summary``); :meth:`attnkit.train.checkpoint.RunCheckpointer.epoch_hook`
             commits a whole generation with it.
+        optimizer: builds the optimizer from the model (default: AdamW, weight
+            decay on parameters with two or more dimensions).
+        schedule: ``schedule(step, total_steps) -> factor`` of ``config.lr``
+            (default: warm-up then linear decay, :func:`schedules.for_config`).
+        reseed: seed torch's RNG with ``config.seed`` (plus the rank) when
+            training starts afresh; False keeps the caller's stream.
+        time_budget_s: stop after this much training time (across resumes).
+        extendable: a resumed run may change ``config.epochs`` (for schedules
+            that do not depend on the total number of steps); otherwise the
+            resumed plan must have the same total.
+        log_every: also log the running loss every this many steps (0: never).
         quiet: no progress bar (it is also off when stderr is not a terminal).
         dist: this process's place in a data-parallel run.
         log: called with one line of text per epoch (rank 0 only).
-
-    Shape:
-        batch ``ids`` ``(B, T)`` (or ``(B, S, T)`` for hierarchical models),
-        ``lengths`` ``(B,)``, ``labels`` ``(B,)``; logits ``(B, C)``.
     """
 
     def __init__(
-        self, model: nn.Module, config: TrainConfig, train_data: Dataset, val_data: Dataset | None = None,
-        *, collate_fn: Collate | None = None, lengths: Sequence[int] | None = None,
-        out_dir: str | Path | None = None, quiet: bool = False, dist: DistInfo | None = None,
-        log: Callable[[str], None] | None = None, checkpoint: Callable[[dict[str, Any]], None] | None = None,
+        self, model: nn.Module, config: TrainConfig, train_data: Dataset | None = None,
+        val_data: Dataset | None = None, *, task: TrainTask | None = None, collate_fn: Any = None,
+        lengths: Sequence[int] | None = None, out_dir: str | Path | None = None, quiet: bool = False,
+        dist: DistInfo | None = None, log: Callable[[str], None] | None = None,
+        checkpoint: Callable[[dict[str, Any]], None] | None = None,
+        optimizer: Callable[[nn.Module], torch.optim.Optimizer] | None = None,
+        schedule: schedules.Schedule | None = None, reseed: bool = True, time_budget_s: float | None = None,
+        log_every: int = 0, extendable: bool = False,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-        n = len(train_data)  # type: ignore[arg-type]
-        if n == 0:
-            raise ValueError("train_data is empty")
-        if lengths is not None and len(lengths) != n:
-            raise ValueError(f"lengths must have one entry per training example ({n}), got {len(lengths)}")
-        if collate_fn is None:
-            from attnkit.data.batching import collate as collate_fn
-        self.config, self.train_data, self.val_data = config, train_data, val_data
-        self.collate: Collate = collate_fn  # type: ignore[assignment]
-        self.lengths = lengths if config.bucket else None
-        self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.checkpoint = checkpoint
+        self.config = config
         self.dist = dist or DistInfo()
         self.device = resolve_device(config.device, self.dist)
+        if task is None:
+            if train_data is None:
+                raise ValueError("give train_data (classification) or a task")
+            task = ClassificationTask(train_data, val_data, collate=collate_fn,
+                                      lengths=lengths if config.bucket else None, batch_size=config.batch_size,
+                                      seed=config.seed, label_smoothing=config.label_smoothing,
+                                      device=self.device)
+        self.task = task
+        self.train_data, self.val_data = train_data, val_data
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.checkpoint = checkpoint
         self.show_progress = not quiet and self.dist.is_main and sys.stderr.isatty()
         self.log = log if (log is not None and self.dist.is_main) else (lambda _line: None)
         self.model = model.to(self.device)
@@ -135,18 +137,22 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel as DDP
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.net = DDP(self.model, device_ids=ids)
-        self.optimizer = torch.optim.AdamW(self._param_groups(), lr=config.lr)
-        self.steps_per_epoch = len(self._batches(0))
+        self.optimizer = optimizer(self.model) if optimizer is not None else torch.optim.AdamW(
+            self._param_groups(), lr=config.lr)
+        self.schedule = schedule or schedules.for_config(config)
+        self.reseed, self.time_budget_s, self.log_every = reseed, time_budget_s, log_every
+        self.extendable = extendable
+        self.steps_per_epoch = sum(1 for _ in self._batches(0))
         self.total_steps = self.steps_per_epoch * config.epochs
         self.warmup_steps = int(config.warmup_ratio * self.total_steps)
         self.step = 0
         self.epoch = 0  # finished epochs
-        self.best_score: tuple[float, float] | None = None
+        self.seconds = 0.0  # training time so far, across resumes
+        self.best_score: tuple[float, ...] | None = None
         self.best_state: dict[str, Tensor] | None = None
         self.bad_epochs = 0
         self.history: list[dict[str, Any]] = []
-
-    # --- set-up ------------------------------------------------------------------------------
+        self.out_of_time = False
 
     def _param_groups(self) -> list[dict[str, Any]]:
         decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
@@ -154,83 +160,70 @@ class Trainer:
         return [{"params": decay, "weight_decay": self.config.weight_decay},
                 {"params": rest, "weight_decay": 0.0}]
 
-    def _batches(self, epoch: int) -> list[list[int]]:
-        return epoch_batches(len(self.train_data), self.config.batch_size, self.config.seed, epoch,  # type: ignore[arg-type]
-                             lengths=self.lengths, rank=self.dist.rank, world_size=self.dist.world_size)
+    def _batches(self, epoch: int) -> Any:
+        return self.task.batches(epoch, rank=self.dist.rank, world_size=self.dist.world_size)
 
-    def _to_device(self, batch: Batch) -> Batch:
-        return {k: v.to(self.device, non_blocking=True) if isinstance(v, Tensor) else v
-                for k, v in batch.items()}
+    # --- evaluation (classification) -----------------------------------------------------------
 
-    # --- one epoch -----------------------------------------------------------------------------
+    def predict(self, data: Dataset, *, batch_size: int | None = None) -> tuple[Tensor, Tensor]:
+        """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data`` (classification task)."""
+        return self._classification().predict(self.model, data, batch_size=batch_size or max(self.config.batch_size, 64))
 
-    def _train_epoch(self, epoch: int) -> tuple[float, float]:
+    def evaluate(self, data: Dataset) -> dict[str, Any]:
+        """Loss, accuracy, macro-F1 and confusion matrix on ``data`` (classification task)."""
+        return self._classification().evaluate(self.model, data)
+
+    def _classification(self) -> ClassificationTask:
+        if not isinstance(self.task, ClassificationTask):
+            raise TypeError(f"predict/evaluate belong to the classification task, not {type(self.task).__name__}")
+        return self.task
+
+    # --- one epoch -------------------------------------------------------------------------------
+
+    def _train_epoch(self, epoch: int) -> dict[str, float]:
+        """One pass over the task's batches; the weighted mean loss and metrics."""
         self.net.train()
-        batches = self._batches(epoch)
-        loss_sum, correct, seen = 0.0, 0.0, 0.0
+        batches = list(self._batches(epoch))
+        sums: dict[str, float] = {"loss": 0.0}
+        seen = 0.0
+        clock = time.monotonic() - self.seconds
         bar = _progress(len(batches), f"epoch {epoch + 1}/{self.config.epochs}", self.show_progress)
-        for index_list in batches:
-            batch = self._to_device(self.collate([self.train_data[i] for i in index_list]))
-            lr = self.config.lr * warmup_linear_factor(
-                self.step, self.total_steps, self.warmup_steps, self.config.min_lr_ratio)
+        for batch in batches:
+            lr = self.config.lr * self.schedule(self.step, self.total_steps)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            logits = self.net(batch["ids"], batch["lengths"])
-            loss = F.cross_entropy(logits, batch["labels"], label_smoothing=self.config.label_smoothing)
+            out = self.task.step(self.net, batch)
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            out.loss.backward()
             if self.config.clip_norm > 0:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
             self.optimizer.step()
             self.step += 1
-            b = batch["labels"].shape[0]
-            loss_sum += float(loss.detach()) * b
-            correct += float((logits.detach().argmax(-1) == batch["labels"]).sum())
-            seen += b
+            loss = float(out.loss.detach())
+            sums["loss"] += loss * out.weight
+            for key, value in out.metrics.items():
+                sums[key] = sums.get(key, 0.0) + value * out.weight
+            seen += out.weight
             bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{correct / seen:.3f}")
+            bar.set_postfix(loss=f"{sums['loss'] / seen:.4f}")
+            self.seconds = time.monotonic() - clock
+            if self.log_every and (self.step == 1 or self.step % self.log_every == 0):
+                self.log(f"  step {self.step}: mean loss this epoch {sums['loss'] / seen:.3f}, "
+                         f"last batch {loss:.3f} ({self.seconds:.0f} s)")
+            if self.time_budget_s is not None and self.seconds > self.time_budget_s:
+                self.out_of_time = True
+                break
         bar.close()
-        loss_sum, correct, seen = all_reduce_sum([loss_sum, correct, seen], self.dist, self.device)
-        return loss_sum / max(seen, 1), correct / max(seen, 1)
-
-    @torch.no_grad()
-    def predict(self, data: Dataset, *, batch_size: int | None = None) -> tuple[Tensor, Tensor]:
-        """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data``, in order (eval mode)."""
-        was_training = self.model.training
-        self.model.eval()
-        n = len(data)  # type: ignore[arg-type]
-        size = batch_size or max(self.config.batch_size, 64)
-        logits, labels = [], []
-        for start in range(0, n, size):
-            batch = self._to_device(self.collate([data[i] for i in range(start, min(n, start + size))]))
-            logits.append(self.model(batch["ids"], batch["lengths"]).float().cpu())
-            labels.append(batch["labels"].cpu())
-        self.model.train(was_training)
-        if not logits:
-            return torch.zeros(0, 0), torch.zeros(0, dtype=torch.long)
-        return torch.cat(logits), torch.cat(labels)
-
-    def evaluate(self, data: Dataset) -> dict[str, Any]:
-        """Loss, accuracy, macro-F1 and confusion matrix of the model on ``data``."""
-        logits, labels = self.predict(data)
-        if labels.numel() == 0:
-            raise ValueError("cannot evaluate on an empty dataset")
-        pred = logits.argmax(-1)
-        c = logits.shape[-1]
-        return {
-            "loss": float(F.cross_entropy(logits, labels)),
-            "accuracy": accuracy(labels, pred),
-            "macro_f1": macro_f1(labels, pred, c),
-            "confusion_matrix": confusion_matrix(labels, pred, c).tolist(),
-            "n": int(labels.numel()),
-        }
+        keys = sorted(sums)
+        totals = all_reduce_sum([sums[k] for k in keys] + [seen], self.dist, self.device)
+        return {k: v / max(totals[-1], 1) for k, v in zip(keys, totals[:-1], strict=True)}
 
     # --- state -----------------------------------------------------------------------------------
 
     def _progress_state(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "step": self.step, "bad_epochs": self.bad_epochs,
+        return {"epoch": self.epoch, "step": self.step, "bad_epochs": self.bad_epochs, "seconds": self.seconds,
                 "best_score": list(self.best_score) if self.best_score else None,
-                "history": self.history, "total_steps": self.total_steps,
+                "history": self.history, "total_steps": self.total_steps, "steps_per_epoch": self.steps_per_epoch,
                 "train_config": self.config.to_dict()}
 
     def _summary(self) -> dict[str, Any]:
@@ -241,7 +234,7 @@ class Trainer:
     def _save_state(self) -> None:
         if not self.dist.is_main or self.checkpoint is None:
             return
-        self.checkpoint({"model": self.model.state_dict(), "best": self.best_state, "optimizer": self.optimizer,
+        self.checkpoint({"model": _weights(self.model), "best": self.best_state, "optimizer": self.optimizer,
                          "progress": self._progress_state(), "summary": self._summary()})
 
     def _bare_run(self) -> Any:
@@ -267,17 +260,21 @@ class Trainer:
 
     def _load_state(self) -> bool:
         if self.out_dir is None:
-            raise ValueError("resume=True needs an out_dir holding a train_state/ folder")
+            raise ValueError("resume=True needs an out_dir holding a committed train state")
         state = ckpt.load_train_state(self.out_dir)
         if state is None:
             return False
         progress = state["progress"]
-        if progress.get("total_steps") != self.total_steps:
+        if self.extendable and progress.get("steps_per_epoch") != self.steps_per_epoch:
+            raise ValueError(
+                f"cannot resume from {self.out_dir}: its epochs had {progress.get('steps_per_epoch')} steps, "
+                f"this run's have {self.steps_per_epoch} (different data or batch size)")
+        if not self.extendable and progress.get("total_steps") != self.total_steps:
             raise ValueError(
                 f"cannot resume from {self.out_dir}: it planned {progress.get('total_steps')} steps, "
                 f"this run plans {self.total_steps} (different data, batch size or epochs)")
         source = ckpt.committed_dir(self.out_dir) / ckpt.STATE_DIR
-        ckpt.load_weights_into(self.model, state["model"], source / "last.safetensors")
+        _load_weights(self.model, state["model"], source / "last.safetensors")
         try:
             ckpt.optimizer_from_tensors(self.optimizer, *state["optimizer"])
         except (KeyError, TypeError, ValueError, RuntimeError) as err:
@@ -287,20 +284,21 @@ class Trainer:
         self.best_state = state["best"]
         self.epoch, self.step = int(progress["epoch"]), int(progress["step"])
         self.bad_epochs = int(progress["bad_epochs"])
+        self.seconds = float(progress.get("seconds", 0.0))
         best = progress.get("best_score")
-        self.best_score = (float(best[0]), float(best[1])) if best else None
+        self.best_score = tuple(float(b) for b in best) if best else None
         self.history = list(progress["history"])
         return True
 
     # --- the loop --------------------------------------------------------------------------------
 
     def fit(self, *, resume: bool = False) -> list[dict[str, Any]]:
-        """Train for ``config.epochs`` epochs (or until early stopping); returns the history.
+        """Train for ``config.epochs`` epochs (or until early stopping or the time budget); the history.
 
-        With ``resume=True`` the loop continues from the state saved in
-        ``out_dir`` (after the last finished epoch); without a saved state it
-        starts afresh. At the end the best validation weights are restored
-        when there is validation data.
+        With ``resume=True`` the loop continues from the state committed in
+        ``out_dir`` (after the last finished epoch); without a committed state
+        it starts afresh. At the end the best validation weights are restored
+        when the task keeps them.
         """
         writer = None
         if self.checkpoint is None and self.out_dir is not None and self.dist.is_main:
@@ -313,45 +311,51 @@ class Trainer:
 
     def _fit(self, resume: bool) -> list[dict[str, Any]]:
         resumed = resume and self._load_state()
-        if not resumed:
+        if not resumed and self.reseed:
             # Dropout streams differ per process; the batch order does not need the global RNG.
             torch.manual_seed(self.config.seed + 7919 * self.dist.rank)
-        use_val = self.val_data is not None and len(self.val_data) > 0  # type: ignore[arg-type]
-        stopped = self.config.patience > 0 and use_val and self.bad_epochs >= self.config.patience
-        while self.epoch < self.config.epochs and not stopped:
+        keep_best = getattr(self.task, "keep_best", False)
+        stopped = self._patience_spent()
+        self.out_of_time = self.time_budget_s is not None and self.seconds > self.time_budget_s
+        while self.epoch < self.config.epochs and not stopped and not self.out_of_time:
             start = time.perf_counter()
-            train_loss, train_acc = self._train_epoch(self.epoch)
-            record: dict[str, Any] = {
-                "epoch": self.epoch + 1, "step": self.step, "train_loss": train_loss,
-                "train_accuracy": train_acc,
-                "lr": self.optimizer.param_groups[0]["lr"]}
-            if use_val:
-                assert self.val_data is not None
-                val = self.evaluate(self.val_data)
-                record.update(val_loss=val["loss"], val_accuracy=val["accuracy"], val_macro_f1=val["macro_f1"])
-                score = (val["accuracy"], -val["loss"])
+            train = self._train_epoch(self.epoch)
+            record: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.step,
+                                      **{f"train_{k}": v for k, v in train.items()},
+                                      "lr": self.optimizer.param_groups[0]["lr"]}
+            val = self.task.validate(self.model)
+            if val is not None:
+                record.update({f"val_{k}": v for k, v in val.items()})
+                score = self.task.score(val)
                 improved = self.best_score is None or score > self.best_score
                 if improved:
                     self.best_score = score
-                    self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+                    if keep_best:
+                        self.best_state = {k: v.detach().clone() for k, v in _weights(self.model).items()}
                     self.bad_epochs = 0
                 else:
                     self.bad_epochs += 1
                 record["best"] = improved
-                stopped = self.config.patience > 0 and self.bad_epochs >= self.config.patience
+                stopped = self._patience_spent()
             record["seconds"] = round(time.perf_counter() - start, 3)
             self.epoch += 1
             self.history.append(record)
             self._save_state()
             self.log(self._format(record))
-        if use_val and self.best_state is not None:
-            self.model.load_state_dict(self.best_state)
+        if keep_best and self.best_state is not None:
+            _load_weights(self.model, self.best_state, Path("the best weights"))
         return self.history
 
+    def _patience_spent(self) -> bool:
+        return self.config.patience > 0 and self.best_score is not None and self.bad_epochs >= self.config.patience
+
     def _format(self, r: dict[str, Any]) -> str:
-        line = (f"epoch {r['epoch']:>3}/{self.config.epochs}  loss {r['train_loss']:.4f}  "
-                f"acc {r['train_accuracy']:.4f}")
+        line = f"epoch {r['epoch']:>3}/{self.config.epochs}  loss {r['train_loss']:.4f}"
+        if "train_accuracy" in r:
+            line += f"  acc {r['train_accuracy']:.4f}"
         if "val_accuracy" in r:
             line += f"  val_loss {r['val_loss']:.4f}  val_acc {r['val_accuracy']:.4f}  val_f1 {r['val_macro_f1']:.4f}"
-            line += " *" if r.get("best") else ""
-        return line + f"  ({r['seconds']:.1f}s)"
+        elif "val_loss" in r:
+            line += f"  val_loss {r['val_loss']:.4f}"
+        line += " *" if r.get("best") else ""
+        return line + f"  ({r['seconds']:.1f}s)" + ("  — time budget spent" if self.out_of_time else "")

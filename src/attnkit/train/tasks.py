@@ -1,0 +1,190 @@
+"""What differs between training tasks: the small interface :class:`~attnkit.train.Trainer` drives.
+
+A task knows its data and its loss; the trainer owns everything else (the
+optimizer step, the schedule, clipping, validation bookkeeping, early stopping,
+checkpoints, exact resume, data-parallel processes). A task provides:
+
+``batches(epoch, rank, world_size)``
+    the training batches of one epoch (0-based), a pure function of the epoch
+    so that a resumed run sees the same batches;
+``step(net, batch) -> StepOutput``
+    the loss of one batch (and per-item metrics such as accuracy);
+``validate(model) -> dict | None``
+    validation metrics after an epoch (None: the task has no validation data);
+``score(metrics) -> tuple``
+    the ordering of validation results (bigger is better) for the best weights
+    and early stopping.
+
+and two attributes: ``keep_best`` (restore the best validation weights at the
+end) and ``weights_kind``. :class:`ClassificationTask` is the text classifiers'
+task; :mod:`attnkit.train.translation` and :mod:`attnkit.train.captioning`
+define theirs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+
+from attnkit.train.metrics import accuracy, confusion_matrix, macro_f1
+
+__all__ = ["StepOutput", "TrainTask", "ClassificationTask", "epoch_batches"]
+
+Batch = dict[str, Tensor]
+Collate = Callable[[list[Any]], Batch]
+_POOL = 50  # batches per length-sorting pool when bucketing
+
+
+@dataclass
+class StepOutput:
+    """The loss of one batch, the number of items it averages over, and per-item mean metrics."""
+
+    loss: Tensor
+    weight: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class TrainTask(Protocol):
+    """The interface :class:`~attnkit.train.Trainer` drives (see the module docstring)."""
+
+    keep_best: bool
+
+    def batches(self, epoch: int, rank: int = 0, world_size: int = 1) -> Iterable[Any]: ...
+
+    def step(self, net: nn.Module, batch: Any) -> StepOutput: ...
+
+    def validate(self, model: nn.Module) -> dict[str, float] | None: ...
+
+    def score(self, metrics: dict[str, float]) -> tuple[float, ...]: ...
+
+
+def epoch_batches(
+    n: int, batch_size: int, seed: int, epoch: int, *, lengths: Sequence[int] | None = None,
+    rank: int = 0, world_size: int = 1,
+) -> list[list[int]]:
+    """The batches (lists of example indices) of one epoch for one process.
+
+    A seeded permutation of ``range(n)``; with several processes each takes
+    every ``world_size``-th index (the permutation wrapped around so all get the
+    same count, as ``DistributedSampler`` does). With ``lengths``, indices are
+    sorted by length within pools of ``50 * batch_size`` before batching and the
+    batches are shuffled again, which cuts padding without fixing the order.
+    """
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    perm = torch.randperm(n, generator=g).tolist()
+    if world_size > 1:
+        per_rank = math.ceil(n / world_size)
+        perm = (perm * world_size)[: per_rank * world_size] if n else perm
+        perm = perm[rank::world_size]
+    if lengths is None:
+        return [perm[i : i + batch_size] for i in range(0, len(perm), batch_size)]
+    batches: list[list[int]] = []
+    pool = batch_size * _POOL
+    for start in range(0, len(perm), pool):
+        chunk = sorted(perm[start : start + pool], key=lambda i: lengths[i])
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    order = torch.randperm(len(batches), generator=g).tolist()
+    return [batches[i] for i in order]
+
+
+class ClassificationTask:
+    """Text classification: ``model(ids, lengths) -> logits (B, C)`` with cross-entropy.
+
+    Args:
+        train_data / val_data: datasets whose items ``collate`` turns into
+            batch dicts with ``ids``, ``lengths`` and ``labels``.
+        collate: default :func:`attnkit.data.batching.collate`.
+        lengths: token counts of ``train_data``'s items, for length bucketing
+            (None: plain shuffled batches).
+        batch_size, seed: the batches of epoch ``e`` are a pure function of
+            ``(seed, e)`` (:func:`epoch_batches`).
+        label_smoothing: cross-entropy label smoothing.
+        device: where batches go.
+
+    Validation metrics: ``loss``, ``accuracy``, ``macro_f1``; the best epoch
+    has the highest accuracy, ties broken by the lower loss.
+
+    Shape:
+        batch ``ids`` ``(B, T)`` (or ``(B, S, T)`` for hierarchical models),
+        ``lengths`` ``(B,)``, ``labels`` ``(B,)``; logits ``(B, C)``.
+    """
+
+    keep_best = True
+
+    def __init__(self, train_data: Dataset, val_data: Dataset | None = None, *, collate: Collate | None = None,
+                 lengths: Sequence[int] | None = None, batch_size: int = 32, seed: int = 0,
+                 label_smoothing: float = 0.0, device: torch.device | str = "cpu") -> None:
+        n = len(train_data)  # type: ignore[arg-type]
+        if n == 0:
+            raise ValueError("train_data is empty")
+        if lengths is not None and len(lengths) != n:
+            raise ValueError(f"lengths must have one entry per training example ({n}), got {len(lengths)}")
+        if collate is None:
+            from attnkit.data.batching import collate
+        self.train_data, self.val_data = train_data, val_data
+        self.collate: Collate = collate  # type: ignore[assignment]
+        self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
+        self.label_smoothing = label_smoothing
+        self.device = torch.device(device)
+
+    def batches(self, epoch: int, rank: int = 0, world_size: int = 1) -> list[list[int]]:
+        return epoch_batches(len(self.train_data), self.batch_size, self.seed, epoch,  # type: ignore[arg-type]
+                             lengths=self.lengths, rank=rank, world_size=world_size)
+
+    def _to_device(self, batch: Batch) -> Batch:
+        return {k: v.to(self.device, non_blocking=True) if isinstance(v, Tensor) else v
+                for k, v in batch.items()}
+
+    def step(self, net: nn.Module, batch: list[int]) -> StepOutput:
+        data = self._to_device(self.collate([self.train_data[i] for i in batch]))
+        logits = net(data["ids"], data["lengths"])
+        loss = F.cross_entropy(logits, data["labels"], label_smoothing=self.label_smoothing)
+        correct = float((logits.detach().argmax(-1) == data["labels"]).float().mean())
+        return StepOutput(loss, data["labels"].shape[0], {"accuracy": correct})
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, data: Dataset, *, batch_size: int = 64) -> tuple[Tensor, Tensor]:
+        """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data``, in order (eval mode)."""
+        was_training = model.training
+        model.eval()
+        n = len(data)  # type: ignore[arg-type]
+        logits, labels = [], []
+        for start in range(0, n, batch_size):
+            batch = self._to_device(self.collate([data[i] for i in range(start, min(n, start + batch_size))]))
+            logits.append(model(batch["ids"], batch["lengths"]).float().cpu())
+            labels.append(batch["labels"].cpu())
+        model.train(was_training)
+        if not logits:
+            return torch.zeros(0, 0), torch.zeros(0, dtype=torch.long)
+        return torch.cat(logits), torch.cat(labels)
+
+    def evaluate(self, model: nn.Module, data: Dataset) -> dict[str, Any]:
+        """Loss, accuracy, macro-F1 and confusion matrix of ``model`` on ``data``."""
+        logits, labels = self.predict(model, data, batch_size=max(self.batch_size, 64))
+        if labels.numel() == 0:
+            raise ValueError("cannot evaluate on an empty dataset")
+        pred = logits.argmax(-1)
+        c = logits.shape[-1]
+        return {
+            "loss": float(F.cross_entropy(logits, labels)),
+            "accuracy": accuracy(labels, pred),
+            "macro_f1": macro_f1(labels, pred, c),
+            "confusion_matrix": confusion_matrix(labels, pred, c).tolist(),
+            "n": int(labels.numel()),
+        }
+
+    def validate(self, model: nn.Module) -> dict[str, float] | None:
+        if self.val_data is None or len(self.val_data) == 0:  # type: ignore[arg-type]
+            return None
+        metrics = self.evaluate(model, self.val_data)
+        return {"loss": metrics["loss"], "accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"]}
+
+    def score(self, metrics: dict[str, float]) -> tuple[float, ...]:
+        return (metrics["accuracy"], -metrics["loss"])
