@@ -99,6 +99,10 @@ class Trainer:
         quiet: no progress bar (it is also off when stderr is not a terminal).
         dist: this process's place in a data-parallel run.
         log: called with one line of text per epoch (rank 0 only).
+
+    Shape:
+        classification batches: ``ids`` ``(B, T)`` (or ``(B, S, T)`` for
+        hierarchical models), ``lengths`` ``(B,)``, ``labels`` ``(B,)``; logits ``(B, C)``.
     """
 
     def __init__(

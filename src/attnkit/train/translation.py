@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import math
 import os
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,7 +41,9 @@ from attnkit.data.parallel import (
 )
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
+from attnkit.train import schedules
 from attnkit.train.rundir import RunFileError, RunWriter
+from attnkit.train.tasks import StepOutput
 from attnkit.train.translation_run import (
     MODEL_NAME,
     Translation,
@@ -94,11 +94,6 @@ class TranslationTrainConfig:
     eval_sentences: int | None = None
     log_every: int = 100
     average_last: int = 1
-
-
-def _lr_factor(step: int, warmup: int) -> float:
-    step = max(step, 1)
-    return min(step / warmup, math.sqrt(warmup / step)) if warmup > 0 else 1.0
 
 
 def _validation_loss(model: Seq2SeqTransformer, pairs: list[tuple[list[int], list[int]]], max_tokens: int) -> float:
@@ -192,6 +187,34 @@ def _resume_state(out: Path, train_config: TranslationTrainConfig, keep: int) ->
     return start
 
 
+class TranslationTask:
+    """Teacher-forced translation for :class:`~attnkit.train.Trainer`: token-budget batches of similar
+    length (a new shuffle each epoch), cross-entropy per target token, validation loss."""
+
+    keep_best = False
+
+    def __init__(self, train_pairs: list[tuple[list[int], list[int]]],
+                 val_pairs: list[tuple[list[int], list[int]]], *, max_tokens: int, seed: int) -> None:
+        self.train_pairs, self.val_pairs = train_pairs, val_pairs
+        self.max_tokens, self.seed = max_tokens, seed
+
+    def batches(self, epoch: int, rank: int = 0, world_size: int = 1) -> list[Any]:
+        return list(batches_by_tokens(self.train_pairs, self.max_tokens, seed=self.seed + epoch + 1))
+
+    def step(self, net: torch.nn.Module, batch: Any) -> StepOutput:
+        model: Any = getattr(net, "module", net)
+        logits = net(batch.src, batch.src_lengths, batch.tgt_in)
+        return StepOutput(model.loss(logits, batch.tgt_out), batch.num_target_tokens)
+
+    def validate(self, model: torch.nn.Module) -> dict[str, float] | None:
+        if not self.val_pairs:
+            return None
+        return {"loss": _validation_loss(model, self.val_pairs, self.max_tokens)}  # type: ignore[arg-type]
+
+    def score(self, metrics: dict[str, float]) -> tuple[float, ...]:
+        return (-metrics["loss"],)
+
+
 def fit_translation(
     train: ParallelCorpus, val: ParallelCorpus | None, *, model_options: dict[str, Any],
     train_config: TranslationTrainConfig, out_dir: str | os.PathLike[str], overwrite: bool = False,
@@ -199,18 +222,23 @@ def fit_translation(
 ) -> dict[str, Any]:
     """Train tokenizers (on ``train`` only) and a Seq2SeqTransformer, save the run, return its summary.
 
-    Commits the run after every epoch (status ``training``: the last weights and
-    the resumable state) and once more at the end (status ``done``: the final,
-    perhaps averaged, weights and the metrics); stops early when
-    ``time_budget_s`` is spent (time before an interruption counts). With
-    ``resume=True`` the unfinished run in ``out_dir`` goes on after its last
-    committed epoch with the saved tokenizers, weights, optimizer and RNG
-    state, so the result equals an uninterrupted run; ``model_options`` and
-    ``shared_vocab`` are then taken from the run. Every input is checked before
+    The loop is :class:`~attnkit.train.Trainer`'s with :class:`TranslationTask`:
+    Adam (0.9, 0.98) at the inverse square-root schedule. It commits the run
+    after every epoch (status ``training``: the last weights and the resumable
+    state) and once more at the end (status ``done``: the final, perhaps
+    averaged, weights and the metrics); stops early when ``time_budget_s`` is
+    spent (time before an interruption counts). With ``resume=True`` the
+    unfinished run in ``out_dir`` goes on after its last committed epoch with
+    the saved tokenizers, weights, optimizer and RNG state, so the result
+    equals an uninterrupted run; ``model_options`` and ``shared_vocab`` are then
+    taken from the run, and ``epochs`` may grow. Every input is checked before
     the directory is touched: a refused resume leaves the run as it was, and
     ``overwrite`` replaces the old run only at the first commit. Returns
     ``{"run_id", "history", "val_bleu" (when val is given), "steps", "seconds"}``.
     """
+    from attnkit.train.config import TrainConfig
+    from attnkit.train.trainer import Trainer
+
     say = log or (lambda _line: None)
     out = Path(out_dir)
     if resume and overwrite:
@@ -231,54 +259,42 @@ def fit_translation(
             "shared_vocab": shared_vocab, **model_options}))
         start = _Start(writer.run_id, tokenizers, model)
     tokenizers, model = start.tokenizers, start.model
-    train_pairs = encode_pairs(tokenizers, train, max_len=train_config.max_len)
-    val_pairs = encode_pairs(tokenizers, val, max_len=train_config.max_len) if val is not None else []
+    task = TranslationTask(encode_pairs(tokenizers, train, max_len=train_config.max_len),
+                           encode_pairs(tokenizers, val, max_len=train_config.max_len) if val is not None else [],
+                           max_tokens=train_config.max_tokens, seed=train_config.seed)
     config = model.config
-    say(f"{len(train_pairs)} training pairs, {len(val_pairs)} validation pairs; vocab "
+    say(f"{len(task.train_pairs)} training pairs, {len(task.val_pairs)} validation pairs; vocab "
         f"{config.src_vocab_size}/{config.tgt_vocab_size}; {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M "
         "parameters")
-    optimizer = torch.optim.Adam(model.parameters(), lr=train_config.lr, betas=(0.9, 0.98), eps=1e-9)
-    if start.state is not None:
-        try:
-            ckpt.optimizer_from_tensors(optimizer, *start.state["optimizer"])
-        except (KeyError, TypeError, ValueError, RuntimeError) as err:
-            raise RunFileError(f"{ckpt.committed_dir(out) / ckpt.STATE_DIR / 'optimizer.safetensors'} does not "
-                               f"fit this model's optimizer: {err}") from None
-    history, step, epochs = start.history, start.step, train_config.epochs
+    epochs = train_config.epochs
     snapshots: collections.deque[dict[str, torch.Tensor]] = collections.deque(start.snapshots, maxlen=keep)
-    meta: dict[str, Any] = {"train_config": dataclasses.asdict(train_config), "history": history,
+    meta: dict[str, Any] = {"train_config": dataclasses.asdict(train_config), "history": start.history,
                             "progress": {"epoch": start.epoch, "epochs": epochs}}
-    clock = time.monotonic() - start.seconds
-    budget = train_config.time_budget_s
-    out_of_time = budget is not None and start.seconds > budget
+
+    def commit_epoch(state: dict[str, Any]) -> None:
+        epoch = int(state["progress"]["epoch"])
+        snapshots.append({k: v.detach().clone() for k, v in state["model"].items()})
+        meta.update(history=state["progress"]["history"], progress={"epoch": epoch, "epochs": epochs})
+        commit_translation_run(writer, model, tokenizers, meta, status="training", epoch=epoch,
+                               state={"optimizer": state["optimizer"], "progress": state["progress"]},
+                               snapshots=range(max(1, epoch + 1 - keep), epoch + 1) if keep > 1 else ())
+
+    lr, warmup = train_config.lr, train_config.warmup
+    trainer = Trainer(
+        model, TrainConfig(epochs=epochs, lr=lr, clip_norm=train_config.clip_norm, patience=0, seed=train_config.seed,
+                           device="cpu"),
+        task=task, out_dir=out, log=say, checkpoint=commit_epoch, reseed=False, quiet=True, extendable=True,
+        optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9),
+        schedule=lambda step, _total: schedules.inverse_sqrt(step, warmup),
+        time_budget_s=train_config.time_budget_s, log_every=train_config.log_every)
     with writer:  # the lock, from here to the last commit
-        if start.state is not None:
-            ckpt.restore_rng(*start.state["rng"])
-        model.train()
-        for epoch in range(start.epoch + 1, epochs + 1):
-            if out_of_time:
-                break
-            step, loss, out_of_time = _train_epoch(model, optimizer, train_pairs, train_config, epoch, step,
-                                                   clock, say)
-            entry: dict[str, Any] = {"epoch": epoch, "steps": step, "train_loss": loss,
-                                     "seconds": round(time.monotonic() - clock, 1)}
-            if val_pairs:
-                entry["val_loss"] = _validation_loss(model, val_pairs, train_config.max_tokens)
-            history.append(entry)
-            say("epoch {epoch}: train loss {train_loss:.3f}".format(**entry)
-                + (f", val loss {entry['val_loss']:.3f}" if "val_loss" in entry else "")
-                + f" ({entry['seconds']:.0f} s)" + (" — time budget spent" if out_of_time else ""))
-            snapshots.append({k: v.detach().clone() for k, v in model.tensors_to_save().items()})
-            meta["progress"] = {"epoch": epoch, "epochs": epochs}
-            progress = {"epoch": epoch, "step": step, "seconds": time.monotonic() - clock, "history": history}
-            commit_translation_run(writer, model, tokenizers, meta, status="training", epoch=epoch,
-                                   state={"optimizer": optimizer, "progress": progress},
-                                   snapshots=range(max(1, epoch + 1 - keep), epoch + 1) if keep > 1 else ())
+        history = trainer.fit(resume=resume)
+        meta["history"] = history
         if len(snapshots) > 1:
-            _average_snapshots(model, list(snapshots), val_pairs, train_config, history, meta, say)
+            _average_snapshots(model, list(snapshots), task.val_pairs, train_config, history, meta, say)
         model.eval()
-        summary: dict[str, Any] = {"run_id": writer.run_id, "history": history, "steps": step,
-                                   "seconds": round(time.monotonic() - clock, 1)}
+        summary: dict[str, Any] = {"run_id": writer.run_id, "history": history, "steps": trainer.step,
+                                   "seconds": round(trainer.seconds, 1)}
         if val is not None:
             translator = Translator(model, tokenizers, max_src_len=train_config.max_len)
             n = len(val) if train_config.eval_sentences is None else min(len(val), train_config.eval_sentences)
@@ -289,28 +305,3 @@ def fit_translation(
         last = history[-1]["epoch"] if history else None
         commit_translation_run(writer, model, tokenizers, meta, status="done", epoch=last)
     return summary
-
-
-def _train_epoch(model: Seq2SeqTransformer, optimizer: torch.optim.Optimizer, pairs: list[tuple[list[int], list[int]]],
-                 train_config: TranslationTrainConfig, epoch: int, step: int, clock: float,
-                 say: Callable[[str], None]) -> tuple[int, float, bool]:
-    """One epoch of teacher-forced training; returns the step count, the mean loss, whether time ran out."""
-    total, count, budget = 0.0, 0, train_config.time_budget_s
-    for batch in batches_by_tokens(pairs, train_config.max_tokens, seed=train_config.seed + epoch):
-        step += 1
-        for group in optimizer.param_groups:
-            group["lr"] = train_config.lr * _lr_factor(step, train_config.warmup)
-        logits = model(batch.src, batch.src_lengths, batch.tgt_in)
-        loss = model.loss(logits, batch.tgt_out)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.clip_norm)
-        optimizer.step()
-        n = batch.num_target_tokens
-        total, count = total + loss.item() * n, count + n
-        if step == 1 or step % train_config.log_every == 0:
-            say(f"  step {step}: mean loss this epoch {total / count:.3f}, last batch {loss.item():.3f} "
-                f"({time.monotonic() - clock:.0f} s)")
-        if budget is not None and time.monotonic() - clock > budget:
-            return step, total / max(count, 1), True
-    return step, total / max(count, 1), False
