@@ -149,15 +149,15 @@ def train_caption(**values: Any) -> None:
     epochs = values["epochs"]
     meta = {"data": source, "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr", "pretrained")}}
 
-    def commit_epoch(history: list[dict[str, float]]) -> None:
-        commit_caption_run(writer, model, vocab, status="training", meta=meta, history=history,
-                           progress={"epoch": len(history), "epochs": epochs})
+    def commit_epoch(state: dict[str, Any]) -> None:
+        commit_caption_run(writer, model, vocab, status="training", meta=meta, history=state["progress"]["history"],
+                           progress=state["summary"], train_state=state)
 
     try:
         with writer:
             history = fit_captioner(model, images, ids, lengths, epochs=epochs, batch_size=values["batch_size"],
-                                    lr=values["lr"], seed=values["seed"], echo=echo, on_epoch=commit_epoch)
-            metrics: dict[str, Any] = {"train_loss": history[-1]["loss"]}
+                                    lr=values["lr"], seed=values["seed"], echo=echo, checkpoint=commit_epoch)
+            metrics: dict[str, Any] = {"train_loss": history[-1]["train_loss"]}
             if val:
                 hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, images_to_tensor([im for im, _ in val]))]
                 metrics["val_bleu4"] = corpus_bleu(hyps, [refs for _, refs in val])

@@ -22,8 +22,6 @@ The commands in :mod:`attnkit.cli.caption` are built on these.
 from __future__ import annotations
 
 import json
-import math
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +32,7 @@ if TYPE_CHECKING:  # torch loads inside the functions, so that importing this mo
     from attnkit.data.captions import CaptionVocab
     from attnkit.models.captioner import ImageCaptioner
     from attnkit.train.rundir import RunWriter
+    from attnkit.train.tasks import StepOutput
 
 __all__ = ["MODEL_NAME", "fit_captioner", "generate", "corpus_bleu", "commit_caption_run", "save_caption_run",
            "load_caption_run"]
@@ -41,55 +40,78 @@ __all__ = ["MODEL_NAME", "fit_captioner", "generate", "corpus_bleu", "commit_cap
 MODEL_NAME = "captioner"
 
 
+class CaptionTask:
+    """Teacher-forced captioning for :class:`~attnkit.train.Trainer`: shuffled batches of images
+    (the order of epoch ``e`` is a pure function of the seed and ``e``), the captioner's loss
+    (negative log-likelihood plus the doubly stochastic attention regulariser)."""
+
+    keep_best = False
+
+    def __init__(self, images: Tensor, captions: Tensor, lengths: Tensor, *, batch_size: int, seed: int) -> None:
+        n = images.shape[0]
+        if captions.shape[0] != n or lengths.shape != (n,):
+            raise ValueError(f"images, captions and lengths must share N={n}, got {tuple(captions.shape)} "
+                             f"and {tuple(lengths.shape)}")
+        self.images, self.captions, self.lengths = images, captions, lengths
+        self.batch_size, self.seed = batch_size, seed
+
+    def batches(self, epoch: int, rank: int = 0, world_size: int = 1) -> list[Tensor]:
+        import torch
+
+        gen = torch.Generator().manual_seed(self.seed)
+        n = self.images.shape[0]
+        for _ in range(epoch):  # one generator across epochs, replayed: the order never depends on a resume
+            torch.randperm(n, generator=gen)
+        return list(torch.randperm(n, generator=gen).split(self.batch_size))
+
+    def step(self, net: Any, idx: Tensor) -> StepOutput:
+        from attnkit.train.tasks import StepOutput
+
+        t = int(self.lengths[idx].max())
+        loss, parts = net.loss(self.images[idx], self.captions[idx, :t], self.lengths[idx])
+        return StepOutput(loss, len(idx), {"nll": parts["nll"], "attention_reg": parts["attention_reg"]})
+
+    def validate(self, model: Any) -> dict[str, float] | None:
+        return None
+
+    def score(self, metrics: dict[str, float]) -> tuple[float, ...]:
+        return ()
+
+
 def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengths: Tensor, *,
                   epochs: int, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
                   echo: Callable[[str], None] | None = None,
-                  on_epoch: Callable[[list[dict[str, float]]], None] | None = None) -> list[dict[str, float]]:
-    """Train with teacher forcing: Adam, cosine learning-rate decay, gradient clipping at 5.
+                  checkpoint: Callable[[dict[str, Any]], None] | None = None,
+                  out_dir: str | Path | None = None, resume: bool = False) -> list[dict[str, Any]]:
+    """Train with teacher forcing through :class:`~attnkit.train.Trainer`: Adam, a cosine decay of
+    the rate to 5% of ``lr``, gradient clipping at 5.
 
-    Returns one dict per epoch (``epoch``, ``loss``, ``nll``, ``attention_reg``, ``seconds``);
-    ``on_epoch`` gets the history so far after each epoch (to commit the run, say).
+    Returns one record per epoch (``epoch``, ``train_loss``, ``train_nll``,
+    ``train_attention_reg``, ``lr``, ``seconds``). ``checkpoint`` gets the
+    resumable state after each epoch (the trainer's callback: commit it with
+    :func:`commit_caption_run`); ``resume=True`` continues the state committed
+    in ``out_dir``, ending with the weights an uninterrupted run would have.
 
     Shape:
         images ``(N, 3, S, S)``; captions ``(N, T)``; lengths ``(N,)``.
     """
     import torch
 
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
-    n = images.shape[0]
-    if captions.shape[0] != n or lengths.shape != (n,):
-        raise ValueError(f"images, captions and lengths must share N={n}, got {tuple(captions.shape)} "
-                         f"and {tuple(lengths.shape)}")
-    gen = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    steps = epochs * math.ceil(n / batch_size)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s / steps, 1.0))))
-    history = []
-    for epoch in range(1, epochs + 1):
-        model.train()
-        start, sums, count = time.perf_counter(), {"loss": 0.0, "nll": 0.0, "attention_reg": 0.0}, 0
-        for idx in torch.randperm(n, generator=gen).split(batch_size):
-            t = int(lengths[idx].max())
-            loss, parts = model.loss(images[idx], captions[idx, :t], lengths[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            optimizer.step()
-            schedule.step()
-            sums["loss"] += float(loss.detach()) * len(idx)
-            sums["nll"] += parts["nll"] * len(idx)
-            sums["attention_reg"] += parts["attention_reg"] * len(idx)
-            count += len(idx)
-        row = {"epoch": float(epoch), **{k: v / count for k, v in sums.items()},
-               "seconds": time.perf_counter() - start}
-        history.append(row)
-        if echo is not None:
-            echo(f"epoch {epoch}/{epochs}: loss {row['loss']:.4f} (nll {row['nll']:.4f}, "
-                 f"attention {row['attention_reg']:.4f}) {row['seconds']:.1f}s")
-        if on_epoch is not None:
-            on_epoch(history)
+    from attnkit._checks import positive_int
+    from attnkit.train import schedules
+    from attnkit.train.config import TrainConfig
+    from attnkit.train.trainer import Trainer
+
+    positive_int("epochs", epochs)
+    task = CaptionTask(images, captions, lengths, batch_size=batch_size, seed=seed)
+    trainer = Trainer(
+        model, TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, clip_norm=5.0, patience=0, seed=seed,
+                           device="cpu"),
+        task=task, out_dir=out_dir, checkpoint=checkpoint, reseed=False, quiet=True,
+        log=(lambda line: echo(line)) if echo is not None else None,
+        optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=lr),
+        schedule=lambda step, total: schedules.cosine(step, total, floor=0.05))
+    history = trainer.fit(resume=resume)
     model.eval()
     return history
 
@@ -118,12 +140,17 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) 
 
 def commit_caption_run(writer: RunWriter, model: ImageCaptioner, vocab: CaptionVocab, *, status: str,
                        meta: dict[str, Any] | None = None, history: Sequence[dict[str, Any]] | None = None,
-                       metrics: dict[str, Any] | None = None, progress: dict[str, Any] | None = None) -> Path:
+                       metrics: dict[str, Any] | None = None, progress: dict[str, Any] | None = None,
+                       train_state: dict[str, Any] | None = None) -> Path:
     """Commit one generation through the open ``writer``: the weights, config.json (config,
-    vocabulary, ``meta``, ``status``, ``progress``, ``metrics``), and history.jsonl / metrics.json when given."""
+    vocabulary, ``meta``, ``status``, ``progress``, ``metrics``), history.jsonl / metrics.json
+    when given, and the trainer's resumable ``train_state`` (else the previous generation's)."""
     from attnkit.train import checkpoint as ckpt
 
-    staging = writer.stage()
+    carry = [] if train_state is not None else [f"{ckpt.STATE_DIR}/{n}" for n in ckpt.STATE_FILES]
+    staging = writer.stage(carry=carry)
+    if train_state is not None:
+        ckpt.save_train_state(staging, train_state)
     ckpt.save_tensors(staging / "model.safetensors", model.state_dict(), metadata={"format": "pt"})
     if history is not None:
         ckpt.atomic_write_text(staging / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))

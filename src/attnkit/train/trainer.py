@@ -357,6 +357,8 @@ class Trainer:
         line = f"epoch {r['epoch']:>3}/{self.config.epochs}  loss {r['train_loss']:.4f}"
         if "train_accuracy" in r:
             line += f"  acc {r['train_accuracy']:.4f}"
+        for key in sorted(k for k in r if k.startswith("train_") and k not in ("train_loss", "train_accuracy")):
+            line += f"  {key.removeprefix('train_')} {r[key]:.4f}"
         if "val_accuracy" in r:
             line += f"  val_loss {r['val_loss']:.4f}  val_acc {r['val_accuracy']:.4f}  val_f1 {r['val_macro_f1']:.4f}"
         elif "val_loss" in r:
