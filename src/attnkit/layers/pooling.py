@@ -30,6 +30,7 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
+from attnkit import masks as _masks
 from attnkit._checks import positive_int
 from attnkit.functional import safe_softmax
 from attnkit.layers.multi_head import check_sequence
@@ -37,19 +38,20 @@ from attnkit.layers.multi_head import check_sequence
 __all__ = ["AttentionPooling"]
 
 
-def _position_mask(mask: object, b: int, t: int) -> Tensor:
-    """Read ``mask`` as ``(B, 1, T)`` bool: ``(B, T)`` or the ``(B, 1, 1, T)`` of ``masks.from_lengths``."""
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"mask must be a boolean torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"mask must be boolean (True = valid position), got dtype {mask.dtype}; "
-            "build it with attnkit.masks.from_lengths or a comparison such as ids != pad_id"
-        )
-    m = mask.reshape(mask.shape[0], mask.shape[-1]) if mask.dim() == 4 and mask.shape[1:3] == (1, 1) else mask
-    if m.dim() != 2 or m.shape[1] != t or m.shape[0] not in (1, b):
-        raise ValueError(f"mask must be (B, T) = {(b, t)}, got shape {tuple(mask.shape)}")
-    return m[:, None, :]  # (B, 1, T)
+def _check_key_mask(mask: object, b: int, r: int, t: int) -> Tensor:
+    """Check ``mask`` by the attnkit rule for ``r`` pooling queries over ``T`` keys.
+
+    The pooling is attention from ``r`` learned queries (one head) to the
+    ``T`` positions, so a mask broadcasting to ``(B, 1, r, T)`` -- such as the
+    ``(B, 1, 1, T)`` of :func:`attnkit.masks.from_lengths` that a model built
+    at its entry -- is used as it is. A ``(B, T)`` position mask only gets the
+    two axes it lacks (a view).
+    """
+    if isinstance(mask, Tensor) and mask.dim() == 2:
+        if mask.dtype == torch.bool and (mask.shape[1] != t or mask.shape[0] not in (1, b)):
+            raise ValueError(f"mask must be (B, T) = {(b, t)}, got shape {tuple(mask.shape)}")
+        mask = mask[:, None, None, :]  # (B, 1, 1, T)
+    return _masks.check_mask(mask, (b, 1, r, t))
 
 
 class AttentionPooling(nn.Module):
@@ -66,7 +68,8 @@ class AttentionPooling(nn.Module):
     ``score`` (the context vectors ``u``, one row per query).
 
     Shape:
-        x ``(B, T, D)``; mask ``(B, T)`` bool, True = valid position.
+        x ``(B, T, D)``; mask ``(B, T)`` bool, True = valid position, or a
+        key mask broadcasting to ``(B, 1, r, T)`` such as ``(B, 1, 1, T)``.
         Returns ``(B, D)`` and weights ``(B, T)`` when ``num_queries == 1``,
         else ``(B, r, D)`` and weights ``(B, r, T)``.
     """
@@ -93,18 +96,19 @@ class AttentionPooling(nn.Module):
         """Weighted average ``sum_t alpha_t x_t`` of the valid positions.
 
         Shape:
-            x ``(B, T, D)``; mask ``(B, T)`` (or ``(B, 1, 1, T)`` from
-            :func:`attnkit.masks.from_lengths`). Returns ``(B, D)`` [and weights
+            x ``(B, T, D)``; mask ``(B, T)``, or ``(B, 1, 1, T)`` from
+            :func:`attnkit.masks.from_lengths` (anything broadcasting to
+            ``(B, 1, r, T)``). Returns ``(B, D)`` [and weights
             ``(B, T)``], or ``(B, r, D)`` [and ``(B, r, T)``] when ``num_queries > 1``.
         """
         check_sequence("x", x, self.d_model)
         if not x.dtype.is_floating_point:
             raise TypeError(f"x must be a floating tensor, got dtype {x.dtype}")
         b, t, _ = x.shape
-        valid = None if mask is None else _position_mask(mask, b, t)  # (B, 1, T)
+        keys = None if mask is None else _check_key_mask(mask, b, self.num_queries, t)
         hidden = x if self.proj is None else torch.tanh(self.proj(x))  # (B, T, A)
-        scores = self.score(hidden).transpose(1, 2)  # (B, r, T)
-        weights = safe_softmax(scores, valid)  # (B, r, T)
+        scores = self.score(hidden).transpose(1, 2)[:, None]  # (B, 1, r, T): one head, r queries
+        weights = safe_softmax(scores, keys)[:, 0]  # (B, r, T)
         pooled = weights.to(x.dtype) @ x  # (B, r, D)
         if self.num_queries == 1:
             pooled, weights = pooled[:, 0], weights[:, 0]  # (B, D), (B, T)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.layers.bert import BertAttention, from_hf_attention_mask
+from attnkit.masks import check_mask
 
 __all__ = ["BertConfig", "BertModel", "BertModelOutput", "load_bert_tokenizer"]
 
@@ -205,12 +206,25 @@ class BertModel(nn.Module):
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None, *, return_weights: bool = False,
+        token_type_ids: Tensor | None = None, *, mask: Tensor | None = None,
+        return_weights: bool | Collection[int] = False,
     ) -> BertModelOutput:
-        """Encode token ids; ``return_weights=True`` fills ``attentions``.
+        """Encode token ids; ``return_weights`` fills ``attentions``.
 
-        A padded key gets exactly zero attention; padded positions still get
-        hidden states (as in BERT), which callers ignore.
+        Padding comes either as Hugging Face's ``attention_mask`` (1 = token,
+        0 = padding), converted here, or -- from a model that built its mask
+        already -- as ``mask``, attnkit's boolean key mask (True = may be
+        attended), which every layer uses as it is. A padded key gets exactly
+        zero attention; padded positions still get hidden states (as in BERT),
+        which callers ignore.
+
+        ``return_weights=True`` returns every layer's weights; a collection of
+        layer indices (negative ones count from the end) returns those layers'
+        weights only, in layer order, and the other layers run without them.
+
+        Shape:
+            input_ids ``(B, T)``; attention_mask ``(B, T)``; mask broadcasting
+            to ``(B, H, T, T)``, e.g. ``(B, 1, 1, T)``.
         """
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.dtype.is_floating_point:
             raise ValueError(
@@ -223,8 +237,11 @@ class BertModel(nn.Module):
                 f"input_ids has {t} tokens; this model takes at most "
                 f"max_position_embeddings={self.config.max_position_embeddings}"
             )
-        mask = None
-        if attention_mask is not None:
+        if attention_mask is not None and mask is not None:
+            raise ValueError("pass attention_mask (Hugging Face's 1/0) or mask (attnkit's boolean), not both")
+        if mask is not None:
+            check_mask(mask, (input_ids.shape[0], self.config.num_attention_heads, t, t))
+        elif attention_mask is not None:
             if attention_mask.shape != input_ids.shape:
                 raise ValueError(
                     f"attention_mask shape {tuple(attention_mask.shape)} must equal "
@@ -233,17 +250,31 @@ class BertModel(nn.Module):
             mask = from_hf_attention_mask(attention_mask)  # (B, 1, 1, T)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
+        wanted = self._weight_layers(return_weights)
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
         hidden: list[Tensor] = [x]
         attentions: list[Tensor] = []
-        for layer in self.encoder.layer:
-            x, weights = layer(x, mask, return_weights)
+        for index, layer in enumerate(self.encoder.layer):
+            x, weights = layer(x, mask, index in wanted)
             hidden.append(x)
             if weights is not None:
                 attentions.append(weights)
         return BertModelOutput(
-            x, self.pooler(x), tuple(hidden), tuple(attentions) if return_weights else None
+            x, self.pooler(x), tuple(hidden), tuple(attentions) if return_weights is not False else None
         )
+
+    def _weight_layers(self, request: bool | Collection[int]) -> set[int]:
+        """The indices of the layers whose weights ``return_weights=request`` asks for."""
+        n = self.config.num_hidden_layers
+        if isinstance(request, bool):
+            return set(range(n)) if request else set()
+        if not isinstance(request, Collection) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and -n <= i < n for i in request
+        ):
+            raise ValueError(
+                f"return_weights must be a bool or a collection of layer indices in [-{n}, {n}), got {request!r}"
+            )
+        return {i % n for i in request}
 
     @classmethod
     def from_pretrained(cls, directory: str | Path) -> BertModel:

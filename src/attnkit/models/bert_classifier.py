@@ -42,18 +42,18 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.bert import BertConfig, BertModel
 from attnkit.models.config import (
     ModelConfig,
     check_choice,
     check_fraction,
     check_positive_int,
-    check_token_batch,
     valid_positions,
 )
 
@@ -131,7 +131,7 @@ class BertClassifierConfig(BertConfig, ModelConfig):
         return cls(num_classes=num_classes, **dataclasses.asdict(bert), **head)
 
 
-class BertClassifier(nn.Module):
+class BertClassifier(TextClassifier):
     """Sequence classification with a (pretrained) BERT encoder.
 
     Parameters: ``bert.*`` (Hugging Face names, see
@@ -144,7 +144,11 @@ class BertClassifier(nn.Module):
         ids ``(B, T)`` token ids without ``[CLS]``/``[SEP]``, lengths ``(B,)``;
         returns logits ``(B, C)`` and, on request, ``{"pooling": (B, T),
         "layers": (B, L, H, S, S)}`` with ``S = T + 2`` (see the module docstring).
+        ``return_weights="pooling"`` computes the last layer's weights only.
     """
+
+    WEIGHTS = ("pooling", "layers")
+    config: BertClassifierConfig
 
     def __init__(self, config: BertClassifierConfig) -> None:
         super().__init__()
@@ -175,50 +179,55 @@ class BertClassifier(nn.Module):
         Shape:
             ids ``(B, T)``, lengths ``(B,)``; returns ``(B, T + 2)``.
         """
-        b, t = ids.shape
+        return self._with_specials(ids, lengths, valid_positions(lengths, ids.shape[1]))
+
+    def _with_specials(self, ids: Tensor, lengths: Tensor, real: Tensor) -> Tensor:
+        b = ids.shape[0]
         c = self.config
-        body = ids.masked_fill(~valid_positions(lengths, t), c.pad_token_id)  # (B, T)
+        body = ids.masked_fill(~real, c.pad_token_id)  # (B, T)
         tokens = torch.cat([ids.new_full((b, 1), c.cls_token_id), body, ids.new_full((b, 1), c.pad_token_id)], 1)
         return tokens.scatter(1, (lengths + 1)[:, None], c.sep_token_id)  # (B, S)
 
-    @overload
-    def forward(self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[False] = ...) -> Tensor: ...
+    def classify(
+        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Logits for a prepared batch, and the weights in ``weights``.
 
-    @overload
-    def forward(
-        self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[True]
-    ) -> tuple[Tensor, dict[str, Tensor]]: ...
-
-    def forward(
-        self, ids: Tensor, lengths: Tensor, *, return_weights: bool = False
-    ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
-        """Logits for each document (and the attention weights on request).
+        ``mask`` ``(B, 1, 1, T)`` marks the real tokens; BERT's key mask over
+        ``[CLS] tokens [SEP]`` is that same mask with two True columns in front
+        (key ``j + 2`` is valid exactly when token ``j`` is real: the shift by
+        two moves ``[SEP]``, at ``lengths + 1``, into place). ``"pooling"``
+        alone needs only the last layer's weights; the others run without.
 
         Shape:
-            ids ``(B, T)``, lengths ``(B,)``; returns ``(B, C)`` [and a dict of weights].
+            ids ``(B, T)``, lengths ``(B,)``, mask ``(B, 1, 1, T)``; returns ``(B, C)`` and a dict of weights.
         """
-        ids, lengths = check_token_batch(ids, lengths, self.config.vocab_size)
         t = ids.shape[1]
         if t > self.config.max_position_embeddings - 2:
             raise ValueError(
                 f"ids has T={t} tokens; with [CLS] and [SEP] this model takes at most "
                 f"{self.config.max_position_embeddings - 2}"
             )
-        tokens = self.add_special_tokens(ids, lengths)  # (B, S)
-        attention_mask = valid_positions(lengths + 2, t + 2).long()  # (B, S), 1 = token
-        out = self.bert(tokens, attention_mask, return_weights=return_weights)
+        real = mask[:, 0, 0]  # (B, T)
+        keys = torch.cat([mask.new_ones(mask.shape[0], 1, 1, 2), mask], -1)  # (B, 1, 1, S)
+        tokens = self._with_specials(ids, lengths, real)  # (B, S)
+        layers: bool | list[int] = False
+        if weights is not None:
+            layers = True if "layers" in weights else [-1]
+        out = self.bert(tokens, mask=keys, return_weights=layers)
         hidden = out.last_hidden_state  # (B, S, D)
         if self.config.pooling == "cls":
             doc = hidden[:, 0]  # (B, D)
         else:
-            real = valid_positions(lengths, t).to(hidden.dtype)  # (B, T)
             doc = (hidden[:, 1 : t + 1] * real[..., None]).sum(1) / lengths[:, None].to(hidden.dtype)
         logits = self.classifier(self.dropout(doc))  # (B, C)
-        if not return_weights:
-            return logits
+        if weights is None:
+            return logits, {}
         assert out.attentions is not None
-        maps = torch.stack(out.attentions, 1)  # (B, L, H, S, S)
-        cls_row = maps[:, -1, :, 0, 1 : t + 1].mean(1)  # (B, T): [CLS] -> real tokens, mean of heads
-        cls_row = cls_row * valid_positions(lengths, t)
+        cls_row = out.attentions[-1][:, :, 0, 1 : t + 1].mean(1)  # (B, T): [CLS] -> real tokens, mean of heads
+        cls_row = cls_row * real
         total = cls_row.sum(-1, keepdim=True).clamp_min(torch.finfo(cls_row.dtype).tiny)
-        return logits, {"pooling": cls_row / total, "layers": maps}
+        found = {"pooling": cls_row / total}
+        if "layers" in weights:
+            found["layers"] = torch.stack(out.attentions, 1)  # (B, L, H, S, S)
+        return logits, found

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from attnkit import masks
 from attnkit._checks import non_negative_int, one_of, positive_int, probability
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "check_fraction",
     "check_choice",
     "check_token_batch",
+    "token_batch",
     "valid_positions",
 ]
 
@@ -118,6 +120,21 @@ def check_token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Te
     Shape:
         ids ``(B, T)`` integer; lengths ``(B,)`` integer with ``1 <= lengths[b] <= T``.
     """
+    ids, lengths, _ = token_batch(ids, lengths, vocab_size)
+    return ids, lengths
+
+
+def token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Validate a padded token batch and build its key-padding mask, once.
+
+    The mask comes from :func:`attnkit.masks.from_lengths`, in the form every
+    attnkit layer takes (True where a position may be attended); a model built
+    on this batch carries it down instead of deriving another one from ``lengths``.
+
+    Shape:
+        ids ``(B, T)`` integer; lengths ``(B,)`` integer with ``1 <= lengths[b] <= T``;
+        returns ``(ids, lengths, mask)`` with ids and lengths as int64 and mask ``(B, 1, 1, T)`` bool.
+    """
     if not isinstance(ids, Tensor) or not isinstance(lengths, Tensor):
         raise TypeError(
             f"ids and lengths must be torch.Tensors, got {type(ids).__name__} and "
@@ -135,10 +152,12 @@ def check_token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Te
             f"lengths must lie in [1, T={ids.shape[1]}], got min {int(lengths.min())}, "
             f"max {int(lengths.max())}"
         )
-    real = ids[valid_positions(lengths, ids.shape[1])]
+    lengths = lengths.long()
+    mask = masks.from_lengths(lengths, ids.shape[1])  # (B, 1, 1, T)
+    real = ids[mask[:, 0, 0]]  # the real tokens, flattened
     if real.numel() and (int(real.min()) < 0 or int(real.max()) >= vocab_size):
         raise ValueError(
             f"ids must lie in [0, vocab_size={vocab_size}), got values from {int(real.min())} "
             f"to {int(real.max())}"
         )
-    return ids.long(), lengths.long()
+    return ids.long(), lengths, mask

@@ -28,20 +28,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, overload
 
 from torch import Tensor, nn
 
 from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
 from attnkit.functional import attention
 from attnkit.layers.pooling import AttentionPooling
+from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (
     TextClassifierConfig,
     check_choice,
     check_fraction,
     check_positive_int,
-    check_token_batch,
-    valid_positions,
 )
 from attnkit.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
@@ -103,7 +101,7 @@ class DocumentClassifierConfig(TextClassifierConfig):
             )
 
 
-class DocumentClassifier(nn.Module):
+class DocumentClassifier(TextClassifier):
     """Classify token sequences with a Transformer encoder and attention pooling.
 
     Parameters are named ``embedding.weight``, ``positional.weight`` (learned
@@ -111,11 +109,19 @@ class DocumentClassifier(nn.Module):
     ``encoder.norm.*`` (pre-norm), ``pooling.*`` (attention pooling) and
     ``classifier.{weight,bias}``.
 
+    Called as every :class:`~attnkit.models.base.TextClassifier`:
+    ``return_weights="pooling"`` returns the pooling weights alone and runs
+    the encoder without computing its attention maps (what ``predict
+    --explain`` asks for); ``return_weights=True`` returns them all.
+
     Shape:
         ids ``(B, T)``, lengths ``(B,)``; returns logits ``(B, C)`` and, on
         request, weights ``{"pooling": (B, T), "encoder.{i}": (B, H, T, T),
         "parameter_free.{i}": (B, 1, T, T)}``.
     """
+
+    WEIGHTS = ("pooling", "encoder", "parameter_free")
+    config: DocumentClassifierConfig
 
     def __init__(self, config: DocumentClassifierConfig) -> None:
         super().__init__()
@@ -141,56 +147,47 @@ class DocumentClassifier(nn.Module):
         )
         self.classifier = nn.Linear(c.d_model, c.num_classes)
 
-    @overload
-    def forward(self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[False] = ...) -> Tensor: ...
-    @overload
-    def forward(
-        self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[True]
-    ) -> tuple[Tensor, dict[str, Tensor]]: ...
-    def forward(
-        self, ids: Tensor, lengths: Tensor, *, return_weights: bool = False
-    ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
-        """Logits for each document (and the attention weights on request).
+    def classify(
+        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Logits for a prepared batch, and the weights in ``weights``.
+
+        ``mask`` is the batch's one key-padding mask; the encoder, the
+        parameter-free layers and the pooling all read this same tensor.
 
         Shape:
-            ids ``(B, T)``, lengths ``(B,)``; returns ``(B, C)`` [and a dict of weights].
+            ids ``(B, T)``, lengths ``(B,)``, mask ``(B, 1, 1, T)``; returns ``(B, C)`` and a dict of weights.
         """
-        ids, lengths = check_token_batch(ids, lengths, self.config.vocab_size)
-        b, t = ids.shape
+        t = ids.shape[1]
         if self.config.positional == "learned" and t > self.config.max_len:
             raise ValueError(
                 f"ids has T={t} positions but the learned position table holds max_len="
                 f"{self.config.max_len}; truncate the documents or raise max_len"
             )
-        valid = valid_positions(lengths, t)  # (B, T)
-        mask = valid[:, None, None, :]  # (B, 1, 1, T): every query may attend the real keys
         x = self.embedding(ids)  # (B, T, D)
         if self.positional is not None:
             x = self.positional(x)
         x = self.dropout(x)
-        weights: dict[str, Tensor] = {}
+        found: dict[str, Tensor] = {}
         if self.encoder is not None:
-            if return_weights:
+            if weights is not None and weights.wants_group("encoder"):
                 x, per_layer = self.encoder(x, mask=mask, return_weights=True)
-                weights.update({f"encoder.{i}": w for i, w in enumerate(per_layer)})
+                found.update({f"encoder.{i}": w for i, w in enumerate(per_layer)})
             else:
                 x = self.encoder(x, mask=mask)
         for i in range(self.config.parameter_free_layers):
             h = x[:, None]  # (B, 1, T, D): one head, queries = keys = values = x
             scale = 1.0 / math.sqrt(self.config.d_model)
-            if return_weights:
+            if weights is not None and f"parameter_free.{i}" in weights:
                 out, w = attention(h, h, h, mask=mask, scale=scale, return_weights=True)
-                weights[f"parameter_free.{i}"] = w  # (B, 1, T, T)
+                found[f"parameter_free.{i}"] = w  # (B, 1, T, T)
             else:
                 out = attention(h, h, h, mask=mask, scale=scale)
             x = out[:, 0]  # (B, T, D)
         if self.pooling is not None:
-            doc, pool_w = self.pooling(x, mask=valid, return_weights=True)  # (B, D), (B, T)
+            doc, pool_w = self.pooling(x, mask=mask, return_weights=True)  # (B, D), (B, T)
         else:
-            pool_w = valid.to(x.dtype) / lengths[:, None].to(x.dtype)  # (B, T)
+            pool_w = mask[:, 0, 0].to(x.dtype) / lengths[:, None].to(x.dtype)  # (B, T)
             doc = (pool_w[:, :, None] * x).sum(dim=1)  # (B, D)
-        logits = self.classifier(self.dropout(doc))  # (B, C)
-        if return_weights:
-            weights["pooling"] = pool_w
-            return logits, weights
-        return logits
+        found["pooling"] = pool_w
+        return self.classifier(self.dropout(doc)), found  # (B, C)

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from attnkit import masks
 from attnkit.layers.pooling import AttentionPooling
+from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (
     TextClassifierConfig,
     check_fraction,
@@ -133,7 +135,7 @@ class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
             )
 
 
-class HierarchicalAttentionNetwork(nn.Module):
+class HierarchicalAttentionNetwork(TextClassifier):
     """Word-level and sentence-level BiGRU encoders, each with attention pooling.
 
     Parameters are named ``embedding.weight``, ``word_rnn.*``, ``word_pooling.*``,
@@ -145,6 +147,9 @@ class HierarchicalAttentionNetwork(nn.Module):
         returns logits ``(B, C)`` and, on request, ``{"pooling": (B, T),
         "words": (B, S, L), "sentences": (B, S)}``.
     """
+
+    WEIGHTS = ("pooling", "words", "sentences")
+    config: HierarchicalAttentionNetworkConfig
 
     def __init__(self, config: HierarchicalAttentionNetworkConfig) -> None:
         super().__init__()
@@ -163,37 +168,43 @@ class HierarchicalAttentionNetwork(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         self.classifier = nn.Linear(2 * c.sentence_hidden, c.num_classes)
 
-    @overload
-    def forward(self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[False] = ...) -> Tensor: ...
-    @overload
-    def forward(
-        self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[True]
-    ) -> tuple[Tensor, dict[str, Tensor]]: ...
-    def forward(
-        self, ids: Tensor, lengths: Tensor, *, return_weights: bool = False
-    ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
-        """Logits for each document (and word, sentence and token weights on request).
+    def prepare(self, ids: object, lengths: object) -> tuple[Tensor, Tensor, Tensor]:
+        """Validate the batch and build its mask once.
 
-        Shape:
-            ids ``(B, T)`` + lengths ``(B,)``, or ``(B, S, L)`` + lengths ``(B, S)``;
-            returns ``(B, C)`` [and the weights dict].
+        A ``(B, T)`` batch is checked as for every text classifier (its mask
+        ``(B, 1, 1, T)``; the word-level mask is built after the sentence
+        split). A split ``(B, S, L)`` batch returns its word-level mask
+        ``(B * S, 1, 1, L)`` straight away.
         """
         if isinstance(ids, Tensor) and ids.dim() == 3:
-            sent_ids, sent_lens = self._check_split(ids, lengths)
-            positions = torch.arange(ids.shape[1] * ids.shape[2], device=ids.device).view(ids.shape[1:])
-            positions = positions.expand_as(ids).masked_fill(
-                ~valid_positions(sent_lens.flatten(), ids.shape[2]).view_as(ids), -1
-            )  # (B, S, L)
-            t = ids.shape[1] * ids.shape[2]
+            ids, lengths = self._check_split(ids, lengths)
+            return ids, lengths, masks.from_lengths(lengths.flatten(), ids.shape[2])  # (B*S, 1, 1, L)
+        return super().prepare(ids, lengths)
+
+    def classify(
+        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Logits for a prepared batch (and word, sentence and token weights when asked).
+
+        Shape:
+            ids ``(B, T)`` + lengths ``(B,)`` + mask ``(B, 1, 1, T)``, or ``(B, S, L)`` +
+            ``(B, S)`` + word mask ``(B * S, 1, 1, L)``; returns ``(B, C)`` and the weights dict.
+        """
+        if ids.dim() == 3:
+            sent_ids, sent_lens, word_mask = ids, lengths, mask
+            b, s, width = ids.shape
+            positions = torch.arange(s * width, device=ids.device).view(s, width)
+            positions = positions.expand_as(ids).masked_fill(~word_mask.view(b, s, width), -1)  # (B, S, L)
+            t = s * width
         else:
-            ids, lengths = check_token_batch(ids, lengths, self.config.vocab_size)
             sent_ids, sent_lens, positions = split_sentences(
                 ids, lengths, self.config.sentence_end_ids, self.config.sentence_len
             )
+            word_mask = masks.from_lengths(sent_lens.flatten(), sent_ids.shape[2])  # (B*S, 1, 1, L)
             t = ids.shape[1]
-        logits, word_w, sent_w = self._classify(sent_ids, sent_lens)
-        if not return_weights:
-            return logits
+        logits, word_w, sent_w = self._classify(sent_ids, sent_lens, word_mask)
+        if weights is None:
+            return logits, {}
         token_w = (sent_w[:, :, None] * word_w).flatten(1)  # (B, S * L)
         flat_pos = positions.flatten(1)  # (B, S * L)
         pooling = token_w.new_zeros(token_w.shape[0], t + 1)  # (B, T + 1): column T takes padding
@@ -222,18 +233,17 @@ class HierarchicalAttentionNetwork(nn.Module):
         )
         return flat.view_as(ids), lengths.long()
 
-    def _classify(self, sent_ids: Tensor, sent_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _classify(self, sent_ids: Tensor, sent_lens: Tensor, word_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         b, s, width = sent_ids.shape
         flat_ids, flat_lens = sent_ids.view(b * s, width), sent_lens.view(b * s)  # (B*S, L), (B*S,)
         real = flat_lens > 0  # padding sentences are skipped entirely
         x = self.dropout(self.embedding(flat_ids[real]))  # (N, L, E)
         h = run_packed(self.word_rnn, x, flat_lens[real])  # (N, L, 2Hw)
-        vec, w = self.word_pooling(
-            h, mask=valid_positions(flat_lens[real], width), return_weights=True
-        )  # (N, 2Hw), (N, L)
+        vec, w = self.word_pooling(h, mask=word_mask[real], return_weights=True)  # (N, 2Hw), (N, L)
         sent_vec = vec.new_zeros(b * s, vec.shape[-1]).index_put((real,), vec)  # (B*S, 2Hw)
         word_w = w.new_zeros(b * s, width).index_put((real,), w).view(b, s, width)  # (B, S, L)
         counts = real.view(b, s).sum(-1)  # (B,)
         hs = run_packed(self.sentence_rnn, self.dropout(sent_vec.view(b, s, -1)), counts)  # (B, S, 2Hs)
-        doc, sent_w = self.pooling(hs, mask=valid_positions(counts, s), return_weights=True)
+        sentence_mask = masks.from_lengths(counts, s)  # (B, 1, 1, S): the real sentences
+        doc, sent_w = self.pooling(hs, mask=sentence_mask, return_weights=True)
         return self.classifier(self.dropout(doc)), word_w, sent_w  # (B, C), (B, S, L), (B, S)

@@ -20,18 +20,16 @@ Shape legend: B batch, T tokens, E embedding width, H LSTM hidden width, C class
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, overload
 
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnkit.layers.pooling import AttentionPooling
+from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (
     TextClassifierConfig,
     check_fraction,
     check_positive_int,
-    check_token_batch,
-    valid_positions,
 )
 
 __all__ = ["SentimentClassifierConfig", "SentimentClassifier", "run_packed"]
@@ -76,7 +74,7 @@ def run_packed(rnn: nn.RNNBase, x: Tensor, lengths: Tensor) -> Tensor:
     return padded  # (B, T, hidden * directions)
 
 
-class SentimentClassifier(nn.Module):
+class SentimentClassifier(TextClassifier):
     """Embedding, bidirectional LSTM, additive attention pooling, linear classifier.
 
     Parameters are named ``embedding.weight``, ``lstm.*``, ``pooling.*`` and
@@ -86,6 +84,8 @@ class SentimentClassifier(nn.Module):
         ids ``(B, T)``, lengths ``(B,)``; returns logits ``(B, C)`` and, on
         request, ``{"pooling": (B, T)}``.
     """
+
+    config: SentimentClassifierConfig
 
     def __init__(self, config: SentimentClassifierConfig) -> None:
         super().__init__()
@@ -101,24 +101,16 @@ class SentimentClassifier(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         self.classifier = nn.Linear(2 * c.hidden_size, c.num_classes)
 
-    @overload
-    def forward(self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[False] = ...) -> Tensor: ...
-    @overload
-    def forward(
-        self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[True]
-    ) -> tuple[Tensor, dict[str, Tensor]]: ...
-    def forward(
-        self, ids: Tensor, lengths: Tensor, *, return_weights: bool = False
-    ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
-        """Logits for each document (and the pooling weights on request).
+    def classify(
+        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Logits for a prepared batch and its pooling weights.
 
         Shape:
-            ids ``(B, T)``, lengths ``(B,)``; returns ``(B, C)`` [and ``{"pooling": (B, T)}``].
+            ids ``(B, T)``, lengths ``(B,)``, mask ``(B, 1, 1, T)``; returns ``(B, C)`` and
+            ``{"pooling": (B, T)}``.
         """
-        ids, lengths = check_token_batch(ids, lengths, self.config.vocab_size)
-        valid = valid_positions(lengths, ids.shape[1])  # (B, T)
         x = self.dropout(self.embedding(ids))  # (B, T, E)
         h = run_packed(self.lstm, x, lengths)  # (B, T, 2H)
-        doc, weights = self.pooling(h, mask=valid, return_weights=True)  # (B, 2H), (B, T)
-        logits = self.classifier(self.dropout(doc))  # (B, C)
-        return (logits, {"pooling": weights}) if return_weights else logits
+        doc, pool_w = self.pooling(h, mask=mask, return_weights=True)  # (B, 2H), (B, T)
+        return self.classifier(self.dropout(doc)), {"pooling": pool_w}  # (B, C)

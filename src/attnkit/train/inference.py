@@ -46,10 +46,12 @@ def _batch(ids: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
 def pooling_weights(model: nn.Module, ids: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """Logits ``(B, C)`` and pooling weights ``(B, T)`` of ``model`` in eval mode.
 
+    Only the pooling weights are asked for (``return_weights="pooling"``), so
+    the layers below run on their fast path and compute no attention maps.
     Raises ValueError when the model's weights lack ``"pooling"`` (e.g. mean pooling).
     """
     model.eval()
-    out = model(ids, lengths, return_weights=True)
+    out = model(ids, lengths, return_weights="pooling")
     logits, weights = out
     if not isinstance(weights, dict) or "pooling" not in weights:
         raise ValueError("this model returns no 'pooling' attention weights (is its pooling 'mean'?)")
