@@ -22,7 +22,7 @@ from attnkit.cli import cli
 from attnkit.data.readers import Example
 from attnkit.data.synthetic import keyword_corpus
 from attnkit.train import checkpoint as ckpt
-from attnkit.train import rundir
+from attnkit.train import fileops, rundir
 from attnkit.train.config import TrainConfig
 from attnkit.train.pipeline import DataSettings, fit_classifier
 
@@ -69,7 +69,7 @@ class _Crash(Exception):
     pass
 
 
-class FaultyOps(rundir.FileOps):
+class FaultyOps(fileops.FileOps):
     """Counts file operations and raises (or kills the process) at operation ``at``."""
 
     def __init__(self, at: int | None = None, kill: bool = False) -> None:
@@ -86,7 +86,7 @@ class FaultyOps(rundir.FileOps):
 for _name in ("write", "replace", "mkdir", "link", "remove_tree", "remove", "sync_dir"):
     def _wrapped(self: FaultyOps, *args: object, _name: str = _name) -> None:
         self._step()
-        getattr(rundir.FileOps, _name)(self, *args)
+        getattr(fileops.FileOps, _name)(self, *args)
     setattr(FaultyOps, _name, _wrapped)
 
 
@@ -95,11 +95,11 @@ def reference(tmp_path_factory) -> tuple[dict[str, torch.Tensor], int]:
     """The weights of an uninterrupted run, and how many file operations it made."""
     out = tmp_path_factory.mktemp("straight") / "run"
     ops = FaultyOps()
-    saved, rundir.fs = rundir.fs, ops
+    saved, fileops.fs = fileops.fs, ops
     try:
         _fit(out)
     finally:
-        rundir.fs = saved
+        fileops.fs = saved
     return _weights(out), ops.count
 
 
@@ -109,12 +109,12 @@ def test_a_crash_at_every_file_operation_resumes_bit_identically_or_says_unfinis
     outcomes = {"resumed": 0, "done": 0, "nothing committed": 0}
     for at in range(1, total + 1):
         out = tmp_path / f"crash-{at}"
-        saved, rundir.fs = rundir.fs, FaultyOps(at)
+        saved, fileops.fs = fileops.fs, FaultyOps(at)
         try:
             with pytest.raises(_Crash):
                 _fit(out)
         finally:
-            rundir.fs = saved
+            fileops.fs = saved
         try:
             meta = ckpt.read_run_config(out)
         except rundir.RunFileError as err:
@@ -139,8 +139,8 @@ SCRIPT = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
     import test_run_safety as t
-    from attnkit.train import rundir
-    rundir.fs = t.FaultyOps(int(sys.argv[2]), kill=True)
+    from attnkit.train import fileops, rundir
+    fileops.fs = t.FaultyOps(int(sys.argv[2]), kill=True)
     t._fit(t.Path(sys.argv[1]))
 """)
 

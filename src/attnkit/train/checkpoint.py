@@ -26,15 +26,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save
 from torch import nn
 
 from attnkit.train.rundir import (
@@ -53,6 +49,17 @@ from attnkit.train.rundir import (
     remove_legacy_files,
     require_finished,
     run_status,
+)
+from attnkit.train.tensors import load_tensors, load_weights_into, save_tensors, unwrap
+from attnkit.train.train_state import (
+    STATE_DIR,
+    STATE_FILES,
+    capture_rng,
+    load_train_state,
+    optimizer_from_tensors,
+    optimizer_to_tensors,
+    restore_rng,
+    save_train_state,
 )
 
 __all__ = [
@@ -84,59 +91,17 @@ __all__ = [
     "check_unlocked",
     "read_json",
     "run_status",
+    "STATE_DIR",
+    "STATE_FILES",
 ]
 
-STATE_DIR = "train_state"
-STATE_FILES = ("state.json", "last.safetensors", "best.safetensors", "optimizer.safetensors",
-               "rng.safetensors")
 MODEL_FILES = ("tokenizer.json", "labels.json")
-
-
-def save_tensors(path: str | os.PathLike[str], tensors: dict[str, torch.Tensor],
-                 metadata: dict[str, str] | None = None) -> None:
-    """Save named tensors as safetensors, atomically (tensors are made contiguous, on CPU)."""
-    flat = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
-    atomic_write_bytes(path, save(flat, metadata=metadata))
-
-
-def load_tensors(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file; a :class:`RunFileError` naming the file when it is missing,
-    truncated or not safetensors at all (a pickle, say: attnkit never unpickles)."""
-    path = Path(path)
-    if not path.is_file():
-        raise RunFileError(f"{path} is missing")
-    try:
-        return load_file(str(path), device=str(device))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        size = path.stat().st_size
-        raise RunFileError(f"{path} is not a readable safetensors file ({size} bytes): "
-                           f"{' '.join(str(err).split())}") from None
-
-
-def load_weights_into(model: nn.Module, state: dict[str, torch.Tensor], source: str | os.PathLike[str],
-                      what: str = "the model") -> None:
-    """``model.load_state_dict(state)`` with every mismatch (names or shapes) told as one line naming ``source``."""
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    if missing or unexpected:
-        raise RunFileError(f"{source} does not fit {what}: missing {missing[:8]}, unexpected {unexpected[:8]}")
-    wrong = [f"{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})" for k, v in own.items()
-             if tuple(state[k].shape) != tuple(v.shape)]
-    if wrong:
-        raise RunFileError(f"{source} does not fit {what}: wrong shape for {', '.join(wrong[:4])}")
-    model.load_state_dict(state)
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The module inside a DistributedDataParallel / DataParallel wrapper (or the model itself)."""
-    inner = getattr(model, "module", None)
-    return inner if isinstance(inner, nn.Module) else model
 
 
 def clear_run(directory: str | os.PathLike[str]) -> None:
     """Delete the files attnkit writes in a run directory (and nothing else)."""
-    from attnkit.train.rundir import GENERATIONS, LOCK, MANIFEST, fs
+    from attnkit.train.fileops import fs
+    from attnkit.train.rundir import GENERATIONS, LOCK, MANIFEST
 
     path = Path(directory)
     remove_legacy_files(path)
@@ -321,110 +286,3 @@ def load_run_tokenizer(directory: str | os.PathLike[str], meta: dict[str, Any]) 
         return Tokenizer.from_file(str(path))
     except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
         raise RunFileError(f"{path} is not a valid tokenizer.json ({exc})") from None
-
-
-# --- resumable state ---------------------------------------------------------------------------
-
-
-def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Split an optimizer's state_dict into safetensors-ready tensors and a JSON-ready rest."""
-    sd = optimizer.state_dict()
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, dict[str, Any]] = {}
-    for idx, entry in sd["state"].items():
-        for key, value in entry.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"state.{idx}.{key}"] = value
-            else:
-                scalars.setdefault(str(idx), {})[key] = value
-    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
-
-
-def optimizer_from_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
-                           rest: dict[str, Any]) -> None:
-    """Inverse of :func:`optimizer_to_tensors`: load the state into ``optimizer``."""
-    state: dict[int, dict[str, Any]] = {}
-    for name, value in tensors.items():
-        _, idx, key = name.split(".", 2)
-        state.setdefault(int(idx), {})[key] = value
-    for idx, entry in rest.get("scalars", {}).items():
-        state.setdefault(int(idx), {}).update(entry)
-    optimizer.load_state_dict({"state": state, "param_groups": rest["param_groups"]})
-
-
-def capture_rng() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The torch (CPU and CUDA), NumPy and Python RNG states, as tensors plus JSON."""
-    tensors = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        for i, s in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"cuda.{i}"] = s
-    version, internal, gauss = random.getstate()
-    np_state = np.random.get_state()
-    assert isinstance(np_state, tuple)
-    rest = {
-        "python": [version, list(internal), gauss],
-        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
-    }
-    return tensors, rest
-
-
-def restore_rng(tensors: dict[str, torch.Tensor], rest: dict[str, Any]) -> None:
-    """Inverse of :func:`capture_rng`."""
-    torch.set_rng_state(tensors["torch"].to(torch.uint8))
-    cuda = [tensors[f"cuda.{i}"] for i in range(len(tensors)) if f"cuda.{i}" in tensors]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda)
-    version, internal, gauss = rest["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = rest["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-
-
-def save_train_state(folder: str | os.PathLike[str], state: dict[str, Any]) -> None:
-    """Write resumable training state under ``folder/train_state`` (a staging folder).
-
-    ``state`` holds ``model`` (state dict of the last weights), ``best``
-    (state dict or None), ``optimizer`` (an optimizer), and JSON-ready
-    ``progress`` (epoch, step, counters, history).
-    """
-    path = Path(folder) / STATE_DIR
-    path.mkdir(parents=True, exist_ok=True)
-    save_tensors(path / "last.safetensors", state["model"])
-    if state.get("best") is not None:
-        save_tensors(path / "best.safetensors", state["best"])
-    opt_tensors, opt_rest = optimizer_to_tensors(state["optimizer"])
-    save_tensors(path / "optimizer.safetensors", opt_tensors)
-    rng_tensors, rng_rest = capture_rng()
-    save_tensors(path / "rng.safetensors", rng_tensors)
-    progress = dict(state["progress"], optimizer=opt_rest, rng=rng_rest)
-    atomic_write_json(path / "state.json", progress)
-
-
-def load_train_state(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """Read the committed train state of run ``directory`` (``None`` when it has none).
-
-    Returns ``model`` and ``best`` state dicts, ``optimizer`` (tensors, rest),
-    ``rng`` (tensors, rest) and ``progress``; the caller applies them. A
-    damaged file raises :class:`RunFileError` naming it.
-    """
-    try:
-        folder = committed_dir(directory)
-    except RunFileError:
-        return None
-    path = folder / STATE_DIR
-    if not (path / "state.json").is_file():
-        return None
-    progress = read_json(path / "state.json")
-    try:
-        optimizer_rest, rng_rest = progress.pop("optimizer"), progress.pop("rng")
-        int(progress["epoch"]), int(progress["step"])
-    except (AttributeError, KeyError, TypeError, ValueError):
-        raise RunFileError(f"{path / 'state.json'} is not a train state written by attnkit") from None
-    best = path / "best.safetensors"
-    return {
-        "model": load_tensors(path / "last.safetensors"),
-        "best": load_tensors(best) if best.is_file() else None,
-        "optimizer": (load_tensors(path / "optimizer.safetensors"), optimizer_rest),
-        "rng": (load_tensors(path / "rng.safetensors"), rng_rest),
-        "progress": progress,
-    }

@@ -21,26 +21,35 @@ writer. Readers call :func:`committed_dir` and never see half a checkpoint.
 Runs written before this layout (``config.json`` and the weights directly in
 ``RUN/``) are still read as they are.
 
-Every file operation goes through :data:`fs`, one small object, so that the
-fault-injection tests can make the n-th operation fail and prove the promise
-for every point of a commit.
+Every file operation goes through :data:`attnkit.train.fileops.fs`, one small
+object, so that the fault-injection tests can make the n-th operation fail and
+prove the promise for every point of a commit. The lock is
+:class:`attnkit.train.runlock.RunLock`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from attnkit.train import fileops
+from attnkit.train.fileops import (
+    FileOps,
+    RunFileError,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    read_json,
+)
+from attnkit.train.runlock import LOCK, RunLock, RunLockedError, check_unlocked
+
 __all__ = [
-    "RunExistsError", "RunLockedError", "RunFileError", "UnfinishedRunError", "FileOps", "fs",
+    "RunExistsError", "RunLockedError", "RunFileError", "UnfinishedRunError", "FileOps",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json", "read_run_config",
     "read_manifest", "committed_dir", "check_run_dir", "RunLock", "RunWriter", "run_status",
     "require_finished", "data_fingerprint", "check_unlocked", "MANIFEST", "GENERATIONS",
@@ -48,7 +57,6 @@ __all__ = [
 
 MANIFEST = "current.json"
 GENERATIONS = "checkpoints"
-LOCK = ".lock"
 STAGING_PREFIX = ".staging-"
 FORMAT = 1
 
@@ -57,121 +65,10 @@ class RunExistsError(FileExistsError):
     """The output directory already holds another run (or other files)."""
 
 
-class RunLockedError(BlockingIOError):
-    """Another live process is writing the run."""
-
-
-class RunFileError(ValueError):
-    """A file of a run (or a file given as one) is missing, damaged or foreign; the message names it."""
-
-
 class UnfinishedRunError(ValueError):
     """The run's training did not finish; it can be resumed, or read with ``allow_unfinished``."""
 
 
-# --- file operations ----------------------------------------------------------------------------
-
-
-class FileOps:
-    """The file operations a run writer performs (one method per kind of step).
-
-    Files are created with the permissions the umask allows (``0o666 & ~umask``),
-    as ``open`` would, not the ``0o600`` of a bare temporary file.
-    """
-
-    def write(self, path: Path, data: bytes) -> None:
-        """Write ``data`` to ``path`` (a new name) and flush it to disk."""
-        with open(path, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-
-    def replace(self, src: Path, dst: Path) -> None:
-        os.replace(src, dst)
-
-    def mkdir(self, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
-
-    def link(self, src: Path, dst: Path) -> None:
-        """``dst`` gets ``src``'s content: a hard link where the file system allows one, else a copy."""
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    def remove_tree(self, path: Path) -> None:
-        shutil.rmtree(path, ignore_errors=True)
-
-    def remove(self, path: Path) -> None:
-        path.unlink(missing_ok=True)
-
-    def sync_dir(self, path: Path) -> None:
-        """Make the names in folder ``path`` durable (a no-op where folders cannot be opened)."""
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
-
-fs = FileOps()
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace``.
-
-    The file gets the permissions the umask allows, like a file made by ``open``.
-    """
-    path = Path(path)
-    fs.mkdir(path.parent)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())
-        fs.write(tmp, data)
-        fs.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-# --- reading --------------------------------------------------------------------------------------
-
-
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """The JSON in ``path``; a :class:`RunFileError` naming the file when it is not JSON or not UTF-8."""
-    path = Path(path)
-    try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise RunFileError(f"{path} is missing") from None
-    except UnicodeDecodeError as err:
-        raise RunFileError(f"{path} is not valid JSON: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    except json.JSONDecodeError as err:
-        raise RunFileError(f"{path} is not valid JSON: {err}") from None
-
-
-_read_json = read_json  # the name checkpoint.py has always imported
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -283,84 +180,6 @@ def check_run_dir(directory: str | os.PathLike[str], run_id: str, *, overwrite: 
     )
 
 
-# --- the writer's lock ----------------------------------------------------------------------------
-
-
-class RunLock:
-    """An exclusive lock on a run directory, held while a process writes it.
-
-    ``flock`` on ``RUN/.lock``: the operating system drops it when the holder
-    dies, however it dies, so a lock left by a killed process is taken over
-    without a question. The file records the holder (pid, host, start time)
-    for the message a second writer gets.
-    """
-
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.directory = Path(directory)
-        self.path = self.directory / LOCK
-        self._fd: int | None = None
-        self.took_over: dict[str, Any] | None = None
-
-    def acquire(self) -> RunLock:
-        fs.mkdir(self.directory)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - platforms without flock
-            fcntl = None  # type: ignore[assignment]
-        previous = self._holder(fd)
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                who = previous or {}
-                raise RunLockedError(
-                    f"{self.directory} is being written by another process (pid {who.get('pid', '?')} on "
-                    f"{who.get('host', '?')}, since {who.get('since', '?')}); wait for it to end or stop it"
-                ) from None
-        self.took_over = previous if previous and previous.get("pid") != os.getpid() else None
-        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                           "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, info, 0)
-        self._fd = fd
-        return self
-
-    @staticmethod
-    def _holder(fd: int) -> dict[str, Any] | None:
-        try:
-            raw = os.pread(fd, 4096, 0)
-            data = json.loads(raw.decode()) if raw else None
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    def release(self) -> None:
-        if self._fd is None:
-            return
-        try:
-            os.ftruncate(self._fd, 0)
-        except OSError:
-            pass
-        os.close(self._fd)  # closing drops the flock
-        self._fd = None
-
-    def __enter__(self) -> RunLock:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def check_unlocked(directory: str | os.PathLike[str]) -> None:
-    """Raise :class:`RunLockedError` now if another process writes the run (touches nothing new)."""
-    path = Path(directory)
-    if not (path / LOCK).is_file():
-        return
-    RunLock(path).acquire().release()
-
-
 # --- the writer -----------------------------------------------------------------------------------
 
 
@@ -407,7 +226,7 @@ class RunWriter:
 
     def close(self) -> None:
         for path in self._staging:
-            fs.remove_tree(path)
+            fileops.fs.remove_tree(path)
         self._staging.clear()
         self.lock.release()
 
@@ -428,13 +247,13 @@ class RunWriter:
     def stage(self, carry: Iterable[str] = ()) -> Path:
         """A fresh staging folder; files named in ``carry`` come from the committed generation (hard links)."""
         path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.directory))
-        os.chmod(path, 0o777 & ~_umask())
+        os.chmod(path, 0o777 & ~fileops.umask())
         self._staging.append(path)
         source = self.current()
         for name in carry:
             if source is not None and (source / name).is_file():
-                fs.mkdir((path / name).parent)
-                fs.link(source / name, path / name)
+                fileops.fs.mkdir((path / name).parent)
+                fileops.fs.link(source / name, path / name)
         return path
 
     def commit(self, staging: Path, *, status: str, epoch: int | None = None,
@@ -450,21 +269,21 @@ class RunWriter:
         previous = manifest["generation"] if manifest else 0
         number = max([previous, *self._generation_numbers()]) + 1
         target = _generation_dir(self.directory, number)
-        fs.mkdir(target.parent)
-        fs.sync_dir(staging)
-        fs.replace(staging, target)
+        fileops.fs.mkdir(target.parent)
+        fileops.fs.sync_dir(staging)
+        fileops.fs.replace(staging, target)
         self._staging.remove(staging)
-        fs.sync_dir(target.parent)
+        fileops.fs.sync_dir(target.parent)
         atomic_write_json(self.directory / MANIFEST, {
             "format": FORMAT, "generation": number, "run_id": self.run_id, "status": status, "epoch": epoch,
             "committed": time.strftime("%Y-%m-%d %H:%M:%S"), **(info or {})})
-        fs.sync_dir(self.directory)
+        fileops.fs.sync_dir(self.directory)
         replacing = self.overwrite and self.commits == 0
         self.commits += 1
         keep = {number} if replacing else {number, previous}
         for old in self._generation_numbers():
             if old not in keep:
-                fs.remove_tree(_generation_dir(self.directory, old))
+                fileops.fs.remove_tree(_generation_dir(self.directory, old))
         if replacing:
             remove_legacy_files(self.directory)
         return target
@@ -477,16 +296,16 @@ class RunWriter:
 
     def _sweep(self) -> None:
         for path in self.directory.glob(f"{STAGING_PREFIX}*"):
-            fs.remove_tree(path)
+            fileops.fs.remove_tree(path)
         for path in self.directory.glob(f".{MANIFEST}.*.tmp"):
-            fs.remove(path)
+            fileops.fs.remove(path)
         manifest = read_manifest(self.directory) if (self.directory / MANIFEST).is_file() else None
         if manifest is None:
             return
         newest = manifest["generation"]
         for number in self._generation_numbers():
             if number > newest:  # renamed into place, never committed
-                fs.remove_tree(_generation_dir(self.directory, number))
+                fileops.fs.remove_tree(_generation_dir(self.directory, number))
 
 
 # Files that attnkit writes directly in a run directory: a legacy run's checkpoint, and the
@@ -500,10 +319,10 @@ LEGACY_STATE_DIR = "train_state"
 def remove_legacy_files(directory: Path) -> None:
     """Remove the files attnkit writes directly in ``directory`` (and its legacy ``train_state/``)."""
     for name in TOP_LEVEL_FILES:
-        fs.remove(directory / name)
+        fileops.fs.remove(directory / name)
     state = directory / LEGACY_STATE_DIR
     if state.is_dir():
-        fs.remove_tree(state)
+        fileops.fs.remove_tree(state)
 
 
 # --- what a run was trained on --------------------------------------------------------------------

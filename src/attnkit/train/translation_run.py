@@ -23,7 +23,8 @@ from attnkit.data.parallel import TranslationTokenizers, collate_pairs
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
-from attnkit.train.rundir import RunFileError, RunWriter, fs
+from attnkit.train import fileops
+from attnkit.train.rundir import RunFileError, RunWriter
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
            "commit_translation_run", "snapshot_name"]
@@ -69,7 +70,7 @@ def commit_translation_run(writer: RunWriter, model: Seq2SeqTransformer, tokeniz
     if state is not None:
         ckpt.save_train_state(staging, {"model": weights, "best": None, **state})
         if epoch is not None and epoch in snapshots:
-            fs.link(staging / "model.safetensors", staging / snapshot_name(epoch))
+            fileops.fs.link(staging / "model.safetensors", staging / snapshot_name(epoch))
     sides = {"tokenizer.json": tokenizers.source} if tokenizers.shared else \
         {"src_tokenizer.json": tokenizers.source, "tgt_tokenizer.json": tokenizers.target}
     for name, tokenizer in sides.items():
