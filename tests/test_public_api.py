@@ -51,7 +51,6 @@ SHAPE_EXEMPT: dict[str, str] = {
     "attnkit.reference.checking.gradcheck": "shape-generic: checks parameters of any shape",
     "attnkit.reference.checking.module_gradcheck": "shape-generic: checks parameters of any shape",
     "attnkit.layers.bert.hf_attention_state_dict": "renames parameter tensors; their shapes are unchanged",
-    "attnkit.viz.bert.bundled_minilm_dir": "returns a folder path, no array",
 }
 
 # Public names still without a Shape section (to be written by their owners).

@@ -32,16 +32,12 @@ _EXPORTS: dict[str, str] = {
     "upsample": "attnkit.viz.explain",
     "write_report": "attnkit.viz.report",
     "report_data": "attnkit.viz.report",
-    "attentions_from_bert_dir": "attnkit.viz.bert",
-    "bundled_minilm_dir": "attnkit.viz.bert",
 }
 
 __all__ = [
     "attention_entropy",
     "attention_focus",
     "attention_rollout",
-    "attentions_from_bert_dir",
-    "bundled_minilm_dir",
     "most_attended",
     "plot_alignment",
     "plot_attention",
@@ -58,7 +54,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from attnkit.viz.bert import attentions_from_bert_dir, bundled_minilm_dir
     from attnkit.viz.explain import (
         plot_alignment,
         plot_caption_attention,

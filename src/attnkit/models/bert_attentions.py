@@ -3,7 +3,8 @@
 :func:`attentions_from_bert_dir` runs a Hugging Face BERT folder
 (``config.json``, ``model.safetensors``, ``tokenizer.json`` or ``vocab.txt``)
 on a text and returns its tokens and every layer's attention weights as NumPy
-arrays, ready for :func:`~attnkit.viz.report.write_report` and the plots.
+arrays, ready for :func:`~attnkit.viz.report.write_report` and the plots (viz itself
+reads arrays only and runs no model).
 Only local files are read.
 
 The model is attnkit's own :class:`~attnkit.models.bert.BertModel` (equal to
