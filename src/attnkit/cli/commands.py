@@ -83,9 +83,9 @@ def _print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tupl
 
 
 def _data_plan(values: dict[str, Any], out: Path) -> Any:
-    from attnkit.train.plan import DataPlan
+    from attnkit.data.sources import DataSource
 
-    return DataPlan(train=values["data"], val=values["val_path"], test=values["test_path"],
+    return DataSource(train=values["data"], val=values["val_path"], test=values["test_path"],
                     val_ratio=values["val_ratio"], test_ratio=values["test_ratio"], reader=reader_kwargs(values),
                     record=data_source(values, out))
 
@@ -195,8 +195,12 @@ def train(ctx: click.Context, **values: Any) -> None:
       attnkit train --data reviews.csv --backend numpy --out runs/numpy
     """
     if values["backend"] == "numpy":  # before any torch import
-        _numpy_backend().train_command(values, parse_model_options(ctx, values["model_opt"]),
-                                       reader_kwargs(values), echo=_echo, report=_print_metrics)
+        from attnkit.cli.numpy_train import train_numpy
+
+        if not values["data"]:
+            raise click.UsageError("missing --data (the training data); see attnkit train --help")
+        train_numpy(values, parse_model_options(ctx, values["model_opt"]), _data_plan(values, Path(values["out"])),
+                    echo=_echo, report=_print_metrics)
         return
     from attnkit.train.plan import run_plan
 

@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from attnkit.data.readers import read_examples
+from attnkit.data.sources import split_examples
 from attnkit.reference.analysis import attention_received
 from attnkit.reference.io import load_weights
 from attnkit.reference.models import ClassifierConfig, build_model
@@ -57,26 +59,11 @@ from attnkit.train.rundir import (
 )
 
 __all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "read_examples",
-           "split_examples", "train_numpy_run", "save_numpy_run", "train_command",
+           "split_examples", "train_numpy_run", "save_numpy_run",
            "load_numpy_run", "is_numpy_run", "evaluate_numpy_run", "predict_numpy_run", "metrics"]
 
 BACKEND = "numpy"
 NUMPY_KINDS = ("transformer", "document")
-
-
-def read_examples(path: str | Path, **kwargs: Any) -> list[Any]:
-    """:func:`attnkit.data.readers.read_examples` without loading torch."""
-    from attnkit.data.readers import read_examples as read
-
-    return list(read(path, **kwargs))
-
-
-def split_examples(examples: Sequence[Any], *, val: float, test: float, seed: int
-                   ) -> tuple[list[Any], list[Any], list[Any]]:
-    """Stratified train / validation / test parts, the same as the torch pipeline's split."""
-    from attnkit.data.splits import train_val_test_split as split
-    tr, va, te = split(len(examples), val, test, seed, labels=[e.label for e in examples])
-    return [examples[i] for i in tr], [examples[i] for i in va], [examples[i] for i in te]
 
 
 @dataclass(frozen=True)
@@ -350,55 +337,3 @@ def predict_numpy_run(run: NumpyRun, texts: Sequence[str], *, top_k: int = 0) ->
 
 
 # --- the command line ------------------------------------------------------------------------------
-
-_SETTING_FLAGS = ("epochs", "batch_size", "lr", "weight_decay", "clip_norm", "patience", "seed", "max_len",
-                  "min_frequency", "vocab_size", "warmup_ratio")
-_UNSUPPORTED = {"label_smoothing": "--label-smoothing", "resume": "--resume",
-                "init_from": "--init-from", "tokenizer": "--tokenizer"}
-
-
-def train_command(values: dict[str, Any], model_options: dict[str, Any], reader_kwargs: dict[str, Any], *,
-                  echo: Callable[[str], None], report: Callable[[str, dict[str, Any], list[str]], None]) -> NumpyRun:
-    """What ``attnkit train --backend numpy`` does with its parsed option ``values``.
-
-    Reads ``--data`` (and ``--val``/``--test``), splits it as the torch path
-    does, trains, prints the test metrics through ``report`` and saves the
-    run into ``--out``. Options the NumPy trainer has no counterpart for are
-    an error naming them.
-    """
-    given = [flag for key, flag in _UNSUPPORTED.items() if values.get(key)]
-    if values.get("device") not in (None, "auto", "cpu"):
-        given.append("--device")
-    if given:
-        raise ValueError(f"--backend numpy does not support {', '.join(given)}; "
-                         "the NumPy trainer runs on the CPU without label smoothing or resume")
-    if not values.get("data"):
-        raise ValueError("missing --data (the training data); see attnkit train --help")
-    kind = values.get("model") or "transformer"
-    settings = NumpyTrainSettings(**{k: values[k] for k in _SETTING_FLAGS if values.get(k) is not None})
-
-    def read(path: str) -> list[Any]:
-        examples = read_examples(path, **reader_kwargs)
-        if not examples:
-            raise ValueError(f"{path} holds no examples")
-        return examples
-
-    examples = read(values["data"])
-    val_ratio = 0.0 if values.get("val_path") else values.get("val_ratio", 0.1)
-    test_ratio = 0.0 if values.get("test_path") else values.get("test_ratio", 0.1)
-    tr, va, te = split_examples(examples, val=val_ratio, test=test_ratio, seed=settings.seed)
-    if values.get("val_path"):
-        va = read(values["val_path"])
-    if values.get("test_path"):
-        te = read(values["test_path"])
-    echo(f"numpy {kind}: {len(tr)} train, {len(va)} validation, {len(te)} test examples")
-    source = {k: values.get(k) for k in ("data", "val_path", "test_path", "val_ratio", "test_ratio",
-                                          "data_format", "encoding", "text_field", "label_field")}
-    run, test_metrics = train_numpy_run(
-        tr, va, te, kind=kind, model_options=model_options, settings=settings, out_dir=values["out"],
-        overwrite=bool(values.get("overwrite")), log=None if values.get("quiet") else echo,
-        extra={"data": source})
-    if test_metrics is not None:
-        report("test", test_metrics, run.labels)
-    echo(f"saved run to {values['out']}")
-    return run

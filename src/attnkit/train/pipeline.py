@@ -22,7 +22,8 @@ from torch import nn
 
 from attnkit.data.batching import LabelVocab, TextClassificationDataset
 from attnkit.data.readers import Example
-from attnkit.data.splits import kfold, train_val_test_split
+from attnkit.data.sources import split_examples
+from attnkit.data.splits import kfold
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train.checkpoint import unwrap
@@ -164,13 +165,6 @@ def fit_classifier(
 def _best_val(history: list[dict[str, Any]]) -> float | None:
     vals = [h["val_accuracy"] for h in history if "val_accuracy" in h]
     return max(vals) if vals else None
-
-
-def split_examples(examples: Sequence[Example], *, val: float, test: float, seed: int
-                   ) -> tuple[list[Example], list[Example], list[Example]]:
-    """Stratified train / validation / test parts of ``examples``."""
-    tr, va, te = train_val_test_split(len(examples), val, test, seed, labels=[e.label for e in examples])
-    return [examples[i] for i in tr], [examples[i] for i in va], [examples[i] for i in te]
 
 
 def cross_validate(

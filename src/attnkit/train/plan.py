@@ -5,7 +5,7 @@ carries it out (data reading and splitting, processes, training, the run
 directory). Nothing below the command line knows a flag's spelling, and a
 plan can be built in Python as well::
 
-    plan = ClassifierPlan(out=Path("runs/a"), model_name="document", data=DataPlan(train="reviews.csv"))
+    plan = ClassifierPlan(out=Path("runs/a"), model_name="document", data=DataSource(train="reviews.csv"))
     result = run_plan(plan)
 """
 
@@ -16,40 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from attnkit.data.sources import DataSource, load_splits
 from attnkit.train.config import TrainConfig
-from attnkit.train.pipeline import (
-    DataSettings,
-    FitResult,
-    fit_classifier,
-    new_run_id,
-    split_examples,
-)
+from attnkit.train.pipeline import DataSettings, FitResult, fit_classifier, new_run_id
 
-__all__ = ["DataPlan", "ClassifierPlan", "run_plan"]
+__all__ = ["DataPlan", "DataSource", "ClassifierPlan", "run_plan"]
 
 
-@dataclass(frozen=True)
-class DataPlan:
-    """Where the examples come from and how they are split.
-
-    Attributes:
-        train: the labelled data (file or folder).
-        val / test: separate files; without them ``val_ratio`` / ``test_ratio``
-            of ``train`` are split off (stratified, seeded by the train config).
-        reader: keywords for :func:`attnkit.data.readers.read_examples`
-            (``format``, ``encoding``, ``text_field``, ``label_field``,
-            ``skip_bad_rows``, ``on_skipped``).
-        record: what the run's ``config.json`` stores about the data (resolved
-            paths and content hashes, so that a resume finds the same data).
-    """
-
-    train: str
-    val: str | None = None
-    test: str | None = None
-    val_ratio: float = 0.1
-    test_ratio: float = 0.1
-    reader: dict[str, Any] = field(default_factory=dict)
-    record: dict[str, Any] = field(default_factory=dict)
+DataPlan = DataSource  # the name a classification plan gives its data source
 
 
 @dataclass(frozen=True)
@@ -64,7 +38,7 @@ class ClassifierPlan:
 
     out: Path
     model_name: str
-    data: DataPlan
+    data: DataSource
     model_options: dict[str, Any] = field(default_factory=dict)
     train_config: TrainConfig = field(default_factory=TrainConfig)
     data_settings: DataSettings = field(default_factory=DataSettings)
@@ -80,15 +54,6 @@ class ClassifierPlan:
             raise ValueError(f"mode must be one of ['new', 'overwrite', 'resume'], got {self.mode!r}")
         if self.mode == "resume" and (self.run_id is None or self.tokenizer is None or self.label_vocab is None):
             raise ValueError("a resume plan needs the run's run_id, tokenizer and label_vocab")
-
-
-def _read(path: str, reader: dict[str, Any]) -> list[Any]:
-    from attnkit.data.readers import read_examples
-
-    examples = read_examples(path, **reader)
-    if not examples:
-        raise ValueError(f"{path} holds no examples")
-    return examples
 
 
 def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) -> FitResult:
@@ -109,11 +74,7 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
         if info.is_main:
             ckpt.check_unlocked(plan.out)
         data = plan.data
-        examples = _read(data.train, data.reader)
-        tr, va, te = split_examples(examples, val=0.0 if data.val else data.val_ratio,
-                                    test=0.0 if data.test else data.test_ratio, seed=plan.train_config.seed)
-        va = _read(data.val, data.reader) if data.val else va
-        te = _read(data.test, data.reader) if data.test else te
+        tr, va, te = load_splits(data, seed=plan.train_config.seed)
         echo(f"{plan.model_name}: {len(tr)} train, {len(va)} validation, {len(te)} test examples"
              + (f", {info.world_size} processes ({info.backend})" if info.enabled else ""))
         init_model = None
