@@ -60,10 +60,18 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Example", "DataFormatError", "BadRow", "SkippedRows", "FORMATS", "read_examples",
+from attnkit.data.examples import (
+    MAX_REPORTED,
+    BadRow,
+    BadRowPolicy,
+    DataFormatError,
+    Example,
+    SkippedRows,
+)
+
+__all__ = ["Example", "DataFormatError", "BadRow", "SkippedRows", "MAX_REPORTED", "FORMATS", "read_examples",
            "read_lines", "guess_format"]
 
 FORMATS = ("csv", "tsv", "jsonl", "label-tab-text", "label-space-text", "folder", "polarity")
@@ -76,106 +84,6 @@ _EXTENSIONS = {
     ".pos": "polarity",
     ".neg": "polarity",
 }
-
-
-@dataclass(frozen=True)
-class Example:
-    """One labelled document."""
-
-    text: str
-    label: str
-
-
-class DataFormatError(ValueError):
-    """Malformed input; ``path`` and ``line`` (1-based, or None) say where."""
-
-    def __init__(self, path: str | os.PathLike[str], line: int | None, message: str) -> None:
-        self.path = str(path)
-        self.line = line
-        where = f"{self.path}, line {line}" if line is not None else self.path
-        super().__init__(f"{where}: {message}")
-
-
-MAX_REPORTED = 100
-"""How many bad rows a :class:`SkippedRows` lists by position (it counts them all)."""
-_SKIP_HINT = ("; fix or remove the row, or skip such rows "
-              "(--skip-bad-rows on the command line, skip_bad_rows=True in Python)")
-
-
-@dataclass(frozen=True)
-class BadRow:
-    """One row that was left out: its file, 1-based line (None for a whole file) and why."""
-
-    path: str
-    line: int | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class SkippedRows:
-    """What ``read_examples(path, skip_bad_rows=True)`` left out of ``path``.
-
-    ``count`` counts every skipped row; ``rows`` holds the first
-    :data:`MAX_REPORTED` of them in reading order. A row of a file inside
-    ``path`` (a folder) carries that file's path.
-    """
-
-    path: str
-    count: int
-    rows: tuple[BadRow, ...]
-
-    def positions(self, limit: int = 5) -> str:
-        """``line 4 (empty text), line 9 (empty label)``: the first ``limit`` rows, then ``…``."""
-        shown = [f"{self._where(row)} ({row.reason})" for row in self.rows[:limit]]
-        return ", ".join(shown + (["…"] if self.count > len(shown) else []))
-
-    def summary(self, limit: int = 5) -> str:
-        """``skipped 3 bad row(s) in data.csv: line 4 (empty text), ...`` -- one line for a log."""
-        return f"skipped {self.count} bad row(s) in {self.path}: {self.positions(limit)}"
-
-    def _where(self, row: BadRow) -> str:
-        if row.path == self.path:
-            return f"line {row.line}"
-        try:
-            name = Path(row.path).relative_to(self.path).as_posix()
-        except ValueError:  # not under path: name the file alone
-            name = Path(row.path).name
-        return name if row.line is None else f"{name}, line {row.line}"
-
-
-class _BadRows:
-    """Refuses a bad row (the default), or counts it for the :class:`SkippedRows` report."""
-
-    def __init__(self, skip: bool) -> None:
-        self.skip = skip
-        self.count = 0
-        self.rows: list[BadRow] = []
-
-    def reject(self, path: Path, line: int | None, reason: str, detail: str = "") -> None:
-        """Raise for a bad row, or record it when skipping; ``detail`` only goes into the error."""
-        if not self.skip:
-            raise DataFormatError(path, line, reason + detail + _SKIP_HINT)
-        self.count += 1
-        if len(self.rows) < MAX_REPORTED:
-            self.rows.append(BadRow(str(path), line, reason))
-
-    def add(self, out: list[Example], path: Path, line: int | None, text: str | None,
-            label: str | None) -> None:
-        """Append ``Example(text, label)`` to ``out`` unless the text or the label is empty or null."""
-        problems = []
-        if text is None:
-            problems.append("text is null")
-        elif not text.strip():
-            problems.append("empty text")
-        if label is None:
-            problems.append("label is null")
-        elif not label.strip():
-            problems.append("empty label")
-        if problems:
-            self.reject(path, line, " and ".join(problems))
-        else:
-            assert text is not None and label is not None  # for the type checker
-            out.append(Example(text, label))
 
 
 def _stem(path: Path) -> Path:
@@ -257,7 +165,7 @@ def guess_format(path: str | os.PathLike[str]) -> str:
 
 
 def _read_delimited(path: Path, text: str, delimiter: str, text_field: str,
-                    label_field: str, bad: _BadRows) -> list[Example]:
+                    label_field: str, bad: BadRowPolicy) -> list[Example]:
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
         header = next(reader)
@@ -288,7 +196,7 @@ def _read_delimited(path: Path, text: str, delimiter: str, text_field: str,
 
 
 def _read_jsonl(path: Path, text: str, text_field: str, label_field: str,
-                bad: _BadRows) -> list[Example]:
+                bad: BadRowPolicy) -> list[Example]:
     out: list[Example] = []
     for number, line in _lines(text):
         try:
@@ -314,7 +222,7 @@ def _read_jsonl(path: Path, text: str, text_field: str, label_field: str,
     return out
 
 
-def _read_label_text(path: Path, text: str, sep: str | None, fmt: str, bad: _BadRows) -> list[Example]:
+def _read_label_text(path: Path, text: str, sep: str | None, fmt: str, bad: BadRowPolicy) -> list[Example]:
     """``label<TAB>text`` (``sep="\\t"``) or ``label text`` (``sep=None``: the first whitespace)."""
     out: list[Example] = []
     for number, line in _lines(text):
@@ -332,7 +240,7 @@ def _read_label_text(path: Path, text: str, sep: str | None, fmt: str, bad: _Bad
     return out
 
 
-def _read_folder(root: Path, encoding: str, bad: _BadRows) -> list[Example]:
+def _read_folder(root: Path, encoding: str, bad: BadRowPolicy) -> list[Example]:
     classes = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if not classes:
         raise DataFormatError(root, None, "expected one sub-folder per class, found none")
@@ -407,7 +315,7 @@ def read_examples(
         >>> print(reports[0].summary())  # doctest: +SKIP
         skipped 2 bad row(s) in reviews.csv: line 4 (empty text), line 9 (empty label)
     """
-    bad = _BadRows(skip_bad_rows)
+    bad = BadRowPolicy(skip_bad_rows)
     examples = _read_format(Path(path), format, encoding, text_field, label_field, bad)
     if bad.count:
         report = SkippedRows(str(path), bad.count, tuple(bad.rows))
@@ -423,7 +331,7 @@ def read_examples(
 
 
 def _read_format(p: Path, format: str | None, encoding: str, text_field: str, label_field: str,
-                 bad: _BadRows) -> list[Example]:
+                 bad: BadRowPolicy) -> list[Example]:
     fmt = guess_format(p) if format is None else format
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {list(FORMATS)}, got {fmt!r}")

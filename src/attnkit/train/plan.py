@@ -20,10 +20,7 @@ from attnkit.data.sources import DataSource, load_splits
 from attnkit.train.config import TrainConfig
 from attnkit.train.pipeline import DataSettings, FitResult, fit_classifier, new_run_id
 
-__all__ = ["DataPlan", "DataSource", "ClassifierPlan", "run_plan"]
-
-
-DataPlan = DataSource  # the name a classification plan gives its data source
+__all__ = ["DataSource", "ClassifierPlan", "run_plan"]
 
 
 @dataclass(frozen=True)
