@@ -249,15 +249,9 @@ def fit_translation(
     if resume:
         start = _resume_state(out, train_config, keep)
         say(f"resuming {out} after epoch {start.epoch} (step {start.step}, {start.seconds:.0f} s of training)")
-    writer = RunWriter(out, start.run_id if resume else uuid.uuid4().hex, overwrite=overwrite)
+    writer = RunWriter(out, start.run_id if resume else uuid.uuid4().hex, overwrite=overwrite)  # refuses now
     if not resume:
-        torch.manual_seed(train_config.seed)
-        tokenizers = train_translation_tokenizers(train, vocab_size=train_config.vocab_size, shared=shared_vocab,
-                                                  lowercase=train_config.lowercase)
-        model = Seq2SeqTransformer(Seq2SeqConfig.from_dict({
-            "src_vocab_size": tokenizers.source.get_vocab_size(), "tgt_vocab_size": tokenizers.target.get_vocab_size(),
-            "shared_vocab": shared_vocab, **model_options}))
-        start = _Start(writer.run_id, tokenizers, model)
+        start = _fresh_start(writer.run_id, train, train_config, model_options, shared_vocab)
     tokenizers, model = start.tokenizers, start.model
     task = TranslationTask(encode_pairs(tokenizers, train, max_len=train_config.max_len),
                            encode_pairs(tokenizers, val, max_len=train_config.max_len) if val is not None else [],
@@ -296,12 +290,31 @@ def fit_translation(
         summary: dict[str, Any] = {"run_id": writer.run_id, "history": history, "steps": trainer.step,
                                    "seconds": round(trainer.seconds, 1)}
         if val is not None:
-            translator = Translator(model, tokenizers, max_src_len=train_config.max_len)
-            n = len(val) if train_config.eval_sentences is None else min(len(val), train_config.eval_sentences)
-            hyps = [t.text for t in translator.translate(val.sources[:n], beam=train_config.eval_beam)]
-            summary["val_bleu"] = corpus_bleu(hyps, val.targets[:n])
-            say(f"validation BLEU {summary['val_bleu']:.2f} (beam {train_config.eval_beam}, {n} sentences)")
+            summary["val_bleu"] = _validation_bleu(model, tokenizers, val, train_config, say)
             meta["metrics"] = {"val_bleu": summary["val_bleu"]}
         last = history[-1]["epoch"] if history else None
         commit_translation_run(writer, model, tokenizers, meta, status="done", epoch=last)
     return summary
+
+
+def _fresh_start(run_id: str, train: ParallelCorpus, train_config: TranslationTrainConfig,
+                 model_options: dict[str, Any], shared_vocab: bool) -> _Start:
+    """A new run: the seed, tokenizers trained on ``train`` only, a freshly initialised model."""
+    torch.manual_seed(train_config.seed)
+    tokenizers = train_translation_tokenizers(train, vocab_size=train_config.vocab_size, shared=shared_vocab,
+                                              lowercase=train_config.lowercase)
+    model = Seq2SeqTransformer(Seq2SeqConfig.from_dict({
+        "src_vocab_size": tokenizers.source.get_vocab_size(), "tgt_vocab_size": tokenizers.target.get_vocab_size(),
+        "shared_vocab": shared_vocab, **model_options}))
+    return _Start(run_id, tokenizers, model)
+
+
+def _validation_bleu(model: Seq2SeqTransformer, tokenizers: TranslationTokenizers, val: ParallelCorpus,
+                     train_config: TranslationTrainConfig, say: Callable[[str], None]) -> float:
+    """Corpus BLEU of the model's translations of (the first ``eval_sentences`` of) ``val``."""
+    translator = Translator(model, tokenizers, max_src_len=train_config.max_len)
+    n = len(val) if train_config.eval_sentences is None else min(len(val), train_config.eval_sentences)
+    hyps = [t.text for t in translator.translate(val.sources[:n], beam=train_config.eval_beam)]
+    bleu = corpus_bleu(hyps, val.targets[:n])
+    say(f"validation BLEU {bleu:.2f} (beam {train_config.eval_beam}, {n} sentences)")
+    return bleu
