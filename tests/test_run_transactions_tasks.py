@@ -9,9 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from attnkit.data.parallel import ParallelCorpus
+from attnkit.train.checkpoint import load_tensors
 from attnkit.train.rundir import RunFileError, RunLock, RunLockedError, committed_dir
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -183,10 +185,22 @@ def test_caption_overwrite_killed_keeps_the_old_run_and_unfinished_runs_say_so(
     Image.fromarray(generate_scenes(1, seed=5, size=32)[0].image).save(tmp_path / "scene.png")
     refused = CliRunner().invoke(caption, [str(out), str(tmp_path / "scene.png")])
     assert refused.exit_code == 1 and "did not finish training" in refused.output
-    assert "--overwrite" in refused.output and "--resume" not in refused.output
+    assert "--task caption" in refused.output and "--resume" in refused.output
     served = CliRunner().invoke(caption, [str(out), str(tmp_path / "scene.png"), "--allow-unfinished"])
     assert served.exit_code == 0, served.output
     assert "unfinished (epoch 1 of 2)" in served.stderr and served.stdout.strip()
+
+    # --resume finishes it with the weights of an uninterrupted run of the same settings
+    resumed = CliRunner().invoke(train_caption, ["--out", str(out), "--resume", "--epochs", "9"])
+    assert resumed.exit_code == 0, resumed.output
+    assert status(out) == "done"
+    straight = tmp_path / "straight"
+    assert CliRunner().invoke(train_caption, ["--out", str(straight), *SMALL, "--seed", "1"]).exit_code == 0
+    a = load_tensors(committed_dir(out) / "model.safetensors")
+    b = load_tensors(committed_dir(straight) / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    again = CliRunner().invoke(train_caption, ["--out", str(out), "--resume"])
+    assert again.exit_code == 0 and "nothing to resume" in again.output
 
 
 # --- numpy -----------------------------------------------------------------------------------------

@@ -70,6 +70,47 @@ def _real_data(images: str, captions: str, size: int, seed: int,
     return train, [(it.image, list(it.captions)) for it in val_items], vocab
 
 
+# Options a resumed run takes from its config.json (the flags given with --resume are ignored).
+RESUMED_OPTIONS = ("epochs", "seed", "images", "captions", "train_size", "val_size", "image_size", "backbone",
+                   "pretrained", "batch_size", "lr", "attention_reg", "attend_with", "min_count")
+
+
+def _data_record(source: dict[str, Any]) -> dict[str, Any]:
+    """``source`` with each data path resolved and the SHA-256 of its content."""
+    from attnkit.train.rundir import data_fingerprint
+
+    record = dict(source)
+    for key in ("images", "captions"):
+        if record.get(key):
+            record[key] = str(Path(record[key]).resolve())
+            record[f"{key}_sha256"] = data_fingerprint(record[key])
+    return record
+
+
+def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | None:
+    """The committed config of the unfinished run ``out`` (None when it is finished), its saved options
+    written into ``values``, and its data checked against the recorded content hashes."""
+    from attnkit.train.rundir import data_fingerprint, read_run_config, run_status
+
+    if values["overwrite"]:
+        raise click.UsageError("--resume and --overwrite exclude each other")
+    saved = read_run_config(out)
+    if saved.get("model_name") != MODEL_NAME or "options" not in saved:
+        raise click.ClickException(f"{out} holds no resumable captioning run")
+    if run_status(saved) == "done":
+        return None
+    values.update({k: v for k, v in saved["options"].items() if k in RESUMED_OPTIONS})
+    data = saved.get("data", {})
+    for key in ("images", "captions"):
+        path, digest = data.get(key), data.get(f"{key}_sha256")
+        if path and (not Path(path).exists() or (digest and data_fingerprint(path) != digest)):
+            raise click.ClickException(f"--{key} {path} is missing or changed since run {out} was trained on it; "
+                                       "resuming needs the same data")
+        if path:
+            values[key] = path
+    return saved
+
+
 # --- commands ------------------------------------------------------------------------------------
 
 
@@ -102,6 +143,8 @@ def _real_data(images: str, captions: str, size: int, seed: int,
                    "reading the previous word.")
 @click.option("--min-count", type=click.IntRange(min=1), default=1, show_default=True,
               help="Keep words seen at least this often (real caption sets).")
+@click.option("--resume", is_flag=True,
+              help="Continue the unfinished run in --out with its saved settings (other flags ignored).")
 @click.option("--quiet", "-q", is_flag=True, help="No per-epoch lines.")
 @friendly_errors
 def train_caption(**values: Any) -> None:
@@ -121,9 +164,13 @@ def train_caption(**values: Any) -> None:
     if bool(values["images"]) != bool(values["captions"]):
         raise click.UsageError("--images and --captions go together (a folder and its caption file)")
     out = Path(values["out"])
+    saved = _resumed_settings(out, values) if values["resume"] else None
+    if values["resume"] and saved is None:
+        click.echo(f"{out} finished training already; nothing to resume (it was left as it is)")
+        return
     # Refuses an occupied --out now; takes the lock only once every input has been read and checked,
     # and replaces an old run (with --overwrite) only at the end of the first epoch.
-    writer = RunWriter(out, uuid.uuid4().hex, overwrite=values["overwrite"], resumable=False)
+    writer = RunWriter(out, saved["run_id"] if saved else uuid.uuid4().hex, overwrite=values["overwrite"])
     torch.manual_seed(values["seed"])
     size = values["image_size"]
     if values["images"]:
@@ -135,11 +182,16 @@ def train_caption(**values: Any) -> None:
         source = {"shapes": {"train_size": values["train_size"], "val_size": values["val_size"]}}
     config = CaptionerConfig(vocab_size=len(vocab), image_size=size, backbone=values["backbone"],
                              attention_reg=values["attention_reg"], attend_with=values["attend_with"])
+    if saved is not None:
+        if saved["vocab"] != vocab.to_dict():
+            raise click.ClickException(f"the data no longer gives the vocabulary run {out} was trained with; "
+                                       "resuming needs the same data")
+        config = CaptionerConfig.from_dict(saved["model_config"])
     try:
         model = ImageCaptioner(config)
     except ImportError as err:
         raise click.ClickException(str(err)) from None
-    if values["pretrained"]:
+    if values["pretrained"] and saved is None:  # a resumed run's weights come from its train state
         load_backbone_weights(model, values["pretrained"])
     ids, lengths = encode_captions([c for _, c in train], vocab, max_len=config.max_len)
     images = images_to_tensor([im for im, _ in train])
@@ -147,7 +199,8 @@ def train_caption(**values: Any) -> None:
                f"{len(vocab)} words, grid {model.grid}")
     echo = None if values["quiet"] else click.echo
     epochs = values["epochs"]
-    meta = {"data": source, "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr", "pretrained")}}
+    meta = {"data": _data_record(source), "options": {k: values[k] for k in RESUMED_OPTIONS},
+            "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr", "pretrained")}}
 
     def commit_epoch(state: dict[str, Any]) -> None:
         commit_caption_run(writer, model, vocab, status="training", meta=meta, history=state["progress"]["history"],
@@ -156,7 +209,8 @@ def train_caption(**values: Any) -> None:
     try:
         with writer:
             history = fit_captioner(model, images, ids, lengths, epochs=epochs, batch_size=values["batch_size"],
-                                    lr=values["lr"], seed=values["seed"], echo=echo, checkpoint=commit_epoch)
+                                    lr=values["lr"], seed=values["seed"], echo=echo, checkpoint=commit_epoch,
+                                    out_dir=out, resume=saved is not None)
             metrics: dict[str, Any] = {"train_loss": history[-1]["train_loss"]}
             if val:
                 hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, images_to_tensor([im for im, _ in val]))]
