@@ -78,8 +78,8 @@ _EXPORTS = {
     "BertConfig": "attnkit.models.bert",
     "Seq2SeqTransformer": "attnkit.models.seq2seq",
     "Seq2SeqConfig": "attnkit.models.seq2seq",
-    "ImageCaptioner": "attnkit.models.captioner",
-    "CaptionerConfig": "attnkit.models.captioner",
+    "ImageCaptioner": "attnkit.models.captioning",
+    "CaptionerConfig": "attnkit.models.captioning",
     "VisualAttentionClassifier": "attnkit.models.visual",
     "VisualAttentionConfig": "attnkit.models.visual",
 }
@@ -92,7 +92,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from attnkit.models.bert import BertConfig, BertModel
-    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+    from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
     from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
     from attnkit.models.visual import VisualAttentionClassifier, VisualAttentionConfig
 

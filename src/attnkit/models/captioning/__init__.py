@@ -1,0 +1,44 @@
+"""Image captioning with soft attention over image regions (Xu et al., 2015,
+"Show, Attend and Tell: Neural Image Caption Generation with Visual Attention").
+
+A CNN turns the image into a grid of ``R = h·w`` region vectors ``a_i`` (no
+pooling: the grid is what the decoder looks at). An LSTM writes the caption one
+word at a time; before each word it scores every region with additive
+attention on its state and reads a gated weighted mean of them.
+
+============== ================================================================
+module         holds
+============== ================================================================
+``encoder``    the image encoders (built-in CNN, torchvision ResNets), :data:`BACKBONES`
+``pretrained`` :func:`load_backbone_weights` from a local file
+``config``     :class:`CaptionerConfig`, :data:`ATTEND_WITH`
+``decoder``    the attending LSTM (the equations), :class:`GeneratedCaption`
+``model``      :class:`ImageCaptioner`: encoder + decoder, loss, greedy and beam search
+============== ================================================================
+
+:mod:`attnkit.models.captioner` re-exports the same names.
+
+Shape legend: B batch, S image side, C region width, R = h·w regions, T caption
+length (with ``<bos>``/``<eos>``), V vocabulary, Hd LSTM width.
+"""
+
+from __future__ import annotations
+
+from attnkit.models.captioning.config import ATTEND_WITH, CaptionerConfig
+from attnkit.models.captioning.decoder import GeneratedCaption, SoftAttentionDecoder
+from attnkit.models.captioning.encoder import BACKBONES, SmallCNN, build_encoder
+from attnkit.models.captioning.model import CaptionerOutput, ImageCaptioner
+from attnkit.models.captioning.pretrained import load_backbone_weights
+
+__all__ = [
+    "ATTEND_WITH",
+    "BACKBONES",
+    "CaptionerConfig",
+    "CaptionerOutput",
+    "GeneratedCaption",
+    "ImageCaptioner",
+    "SmallCNN",
+    "SoftAttentionDecoder",
+    "build_encoder",
+    "load_backbone_weights",
+]

@@ -1,0 +1,182 @@
+"""The image captioner: a region-grid encoder and the attending LSTM decoder, trained with
+teacher forcing and the doubly stochastic attention regulariser (Xu et al., 2015).
+
+The loss is the word cross-entropy plus ``λ Σ_i (1 − Σ_t α_ti)²``, which asks
+every region to receive, over the whole caption, about one unit of attention.
+Deviation from the paper: the regulariser is averaged over the regions (and
+the cross-entropy over the words) so that ``λ`` does not depend on the grid
+size or caption length.
+
+Shape legend: B batch, S image side, C region width, R = h·w regions, T caption
+length (with ``<bos>``/``<eos>``), V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnkit.models.captioning.config import CaptionerConfig
+from attnkit.models.captioning.decoder import GeneratedCaption, SoftAttentionDecoder
+from attnkit.models.captioning.encoder import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    build_encoder,
+    check_images,
+)
+from attnkit.models.config import check_positive_int
+
+__all__ = ["CaptionerOutput", "ImageCaptioner"]
+
+
+@dataclass
+class CaptionerOutput:
+    """Teacher-forced scores for the words after ``<bos>`` and the attention used for each.
+
+    Shape:
+        logits ``(B, T-1, V)``; weights ``(B, T-1, R)`` over the R regions (zero rows past
+        a caption's end).
+    """
+
+    logits: Tensor
+    weights: Tensor
+
+
+class ImageCaptioner(SoftAttentionDecoder):
+    """Show, Attend and Tell: a region-grid CNN encoder and an attending LSTM decoder.
+
+    Call it with images and teacher-forced captions for training
+    (:meth:`forward`, :meth:`loss`); generate with :meth:`greedy` or
+    :meth:`beam_search`; turn a caption's weights into per-word maps with
+    :meth:`attention_maps`.
+
+    Shape:
+        images ``(B, 3, S, S)`` float in ``[0, 1]``; captions ``(B, T)`` ids that
+        start with ``<bos>``; lengths ``(B,)`` counting ``<bos>`` and ``<eos>``.
+    """
+
+    def __init__(self, config: CaptionerConfig) -> None:
+        super().__init__()
+        if not isinstance(config, CaptionerConfig):
+            raise TypeError(f"config must be a CaptionerConfig, got {type(config).__name__}")
+        self.config = cfg = config
+        self.encoder, width = build_encoder(cfg.backbone, cfg.channels, cfg.second_kernel)
+        self.feature_dim = width
+        self.mean: Tensor
+        self.std: Tensor
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+        self.build_decoder(cfg, width)  # after the encoder: parameter order as in every saved run
+        with torch.no_grad():
+            was_training = self.encoder.training
+            self.encoder.eval()
+            probe = self.encoder(torch.zeros(1, 3, cfg.image_size, cfg.image_size))
+            self.encoder.train(was_training)
+        self.grid: tuple[int, int] = (int(probe.shape[-2]), int(probe.shape[-1]))
+
+    def encode(self, images: Tensor) -> Tensor:
+        """Region features ``a_i``, row by row (region ``i`` is grid cell ``(i // w, i % w)``).
+
+        Shape:
+            images ``(B, 3, S, S)``; returns ``(B, R, C)``.
+        """
+        images = check_images(images, self.config.image_size)
+        grid = self.encoder((images - self.mean) / self.std)  # (B, C, h, w)
+        return grid.flatten(2).transpose(1, 2)  # (B, R, C)
+
+    def _check_captions(self, captions: object, lengths: object, b: int) -> tuple[Tensor, Tensor]:
+        if not isinstance(captions, Tensor) or not isinstance(lengths, Tensor):
+            raise TypeError("captions and lengths must be torch.Tensors, got "
+                            f"{type(captions).__name__} and {type(lengths).__name__}")
+        if captions.dim() != 2 or captions.shape[0] != b or captions.shape[1] < 2 \
+                or captions.dtype.is_floating_point:
+            raise ValueError(f"captions must be integer (B, T) ids with B={b}, T >= 2, got "
+                             f"{captions.dtype} {tuple(captions.shape)}")
+        if lengths.shape != (b,) or lengths.dtype.is_floating_point:
+            raise ValueError(f"lengths must be integer (B,) = ({b},), got {lengths.dtype} {tuple(lengths.shape)}")
+        if int(lengths.min()) < 2 or int(lengths.max()) > captions.shape[1]:
+            raise ValueError(f"lengths must lie in [2, T={captions.shape[1]}] (<bos> and <eos> "
+                             f"included), got {lengths.tolist()}")
+        if int(captions.min()) < 0 or int(captions.max()) >= self.config.vocab_size:
+            raise ValueError(f"captions must hold ids in [0, {self.config.vocab_size}), got "
+                             f"{int(captions.min())}..{int(captions.max())}")
+        return captions.long(), lengths.long()
+
+    # --- training --------------------------------------------------------------------------------
+
+    def forward(self, images: Tensor, captions: Tensor, lengths: Tensor) -> CaptionerOutput:
+        """Teacher forcing: step ``t`` reads the true word ``y_{t-1}`` and scores ``y_t``.
+
+        Shape:
+            images ``(B, 3, S, S)``, captions ``(B, T)``, lengths ``(B,)``; returns
+            logits ``(B, T-1, V)`` and weights ``(B, T-1, R)`` (zero past each caption's end).
+        """
+        features = self.encode(images)  # (B, R, C)
+        captions, lengths = self._check_captions(captions, lengths, features.shape[0])
+        steps = int(lengths.max()) - 1
+        logits, weights = self._teacher_forced(features, captions, steps)  # (B, T-1, V), (B, T-1, R)
+        live = torch.arange(steps, device=lengths.device)[None, :] < (lengths[:, None] - 1)  # (B, T-1)
+        return CaptionerOutput(logits, weights * live[..., None].to(features.dtype))
+
+    def loss(self, images: Tensor, captions: Tensor, lengths: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """Mean word cross-entropy + ``λ · mean_b mean_i (1 − Σ_t α_ti)²``.
+
+        Returns the scalar loss and its parts (``nll``, ``attention_reg``) as floats.
+        """
+        out = self(images, captions, lengths)
+        steps = out.logits.shape[1]
+        targets = captions[:, 1 : steps + 1].long()  # (B, T-1)
+        live = torch.arange(steps, device=targets.device)[None, :] < (lengths[:, None] - 1)  # (B, T-1)
+        nll = F.cross_entropy(out.logits[live], targets[live])
+        reg = ((1.0 - out.weights.sum(dim=1)) ** 2).mean()  # (B, R) -> scalar
+        total = nll + self.config.attention_reg * reg
+        return total, {"nll": float(nll.detach()), "attention_reg": float(reg.detach())}
+
+    # --- generation ------------------------------------------------------------------------------
+
+    def _max_len(self, max_len: int | None) -> int:
+        return self.config.max_len if max_len is None else check_positive_int("max_len", max_len)
+
+    @torch.no_grad()
+    def greedy(self, images: Tensor, *, max_len: int | None = None) -> list[GeneratedCaption]:
+        """The most likely word at every step, for a batch of images.
+
+        Stops each caption at ``<eos>`` or after ``max_len`` words (``<eos>`` included).
+
+        Shape:
+            images ``(B, 3, S, S)``; returns B captions with weights ``(n_words, R)``.
+        """
+        limit = self._max_len(max_len)
+        return self.generate_greedy(self.encode(images), limit)
+
+    @torch.no_grad()
+    def beam_search(self, images: Tensor, *, beam_size: int = 3, max_len: int | None = None,
+                    length_penalty: float = 0.0) -> list[GeneratedCaption]:
+        """Keep the ``beam_size`` best partial captions of each image at each step.
+
+        The search is :func:`attnkit.decoding.beam_search_over_steps`, the one
+        shared with translation: a caption that emits ``<eos>`` is finished,
+        ``beam_size`` live ones go on, and an image is done once
+        ``beam_size`` captions are finished (or after ``max_len`` steps). The
+        best finished caption by the GNMT score ``log P / ((5 + |Y|) / 6) **
+        length_penalty`` wins, ``|Y|`` counting the ``<eos>``
+        (``length_penalty=0``: the plain sum of log-probabilities, so
+        ``beam_size=1`` is exactly :meth:`greedy`). The returned ``score`` is
+        the caption's log-probability, without the penalty.
+
+        Shape:
+            images ``(B, 3, S, S)``; returns B captions with weights ``(n_words, R)``.
+        """
+        k = check_positive_int("beam_size", beam_size)
+        limit = self._max_len(max_len)
+        return self.generate_beam(self.encode(images), limit, k, length_penalty)
+
+    def attention_maps(self, weights: Tensor) -> Tensor:
+        """Per-word attention as image-shaped maps: ``(T, R) -> (T, h, w)`` (row-major regions)."""
+        h, w = self.grid
+        if weights.dim() != 2 or weights.shape[1] != h * w:
+            raise ValueError(f"weights must be (T, R={h * w}), got shape {tuple(weights.shape)}")
+        return weights.reshape(-1, h, w)  # (T, h, w)
