@@ -2,8 +2,9 @@
 
 :func:`fit_captioner` is the training loop (teacher forcing, the doubly
 stochastic attention regulariser when the config asks for it),
-:func:`generate` decodes many images, :func:`corpus_bleu` scores captions
-against one or more references, :func:`commit_caption_run` (through an open
+:func:`generate` decodes many images, :func:`corpus_bleu` (that of
+:mod:`attnkit.train.metrics`) scores captions against one or more references,
+:func:`commit_caption_run` (through an open
 :class:`~attnkit.train.rundir.RunWriter`), :func:`save_caption_run` and
 :func:`load_caption_run` write and read a run directory. It is a transaction
 (:mod:`attnkit.train.rundir`) whose committed generation ``RUN/checkpoints/NNNNNN/`` holds::
@@ -25,6 +26,8 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from attnkit.train.metrics import corpus_bleu
 
 if TYPE_CHECKING:  # torch loads inside the functions, so that importing this module stays quick
     from torch import Tensor
@@ -124,18 +127,6 @@ def generate(model: ImageCaptioner, images: Tensor, *, beam: int = 1,
     for chunk in images.split(batch_size):
         out += model.greedy(chunk) if beam == 1 else model.beam_search(chunk, beam_size=beam)
     return out
-
-
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> float:
-    """Corpus BLEU-4 on a 0–100 scale (sacrebleu; each hypothesis may have several references)."""
-    import sacrebleu
-
-    if len(hypotheses) != len(references) or not hypotheses:
-        raise ValueError(f"hypotheses and references must be equally long and not empty, got "
-                         f"{len(hypotheses)} and {len(references)}")
-    most = max(len(r) for r in references)
-    streams = [[r[i] if i < len(r) else r[0] for r in references] for i in range(most)]
-    return float(sacrebleu.corpus_bleu(list(hypotheses), streams).score)
 
 
 def commit_caption_run(writer: RunWriter, model: ImageCaptioner, vocab: CaptionVocab, *, status: str,

@@ -1,6 +1,6 @@
-"""Classification metrics: accuracy, macro-F1 and the confusion matrix.
+"""Metrics: accuracy, macro-F1 and the confusion matrix for classifiers; corpus BLEU for generators.
 
-All three take integer class ids (``targets`` and ``predictions`` of equal
+The classification metrics take integer class ids (``targets`` and ``predictions`` of equal
 length) and work on tensors, NumPy arrays or plain sequences alike.
 
 * accuracy = (number of i with pred_i == target_i) / N
@@ -10,22 +10,41 @@ length) and work on tensors, NumPy arrays or plain sequences alike.
   denominator otherwise counts as F1 = 0.
 * macro-F1 = mean of F1_c over the classes, so a small class counts as much as
   a large one (Sokolova and Lapalme, 2009).
+
+BLEU (Papineni et al., 2002) is sacreBLEU's (Post, 2018), with its standard
+``13a`` tokenization, so that figures compare with published ones:
+
+* BLEU-N = BP · exp( (1/N) Σ_{n=1..N} log p_n ), with p_n the modified
+  (clipped) n-gram precision over the corpus and BP = min(1, exp(1 − r/c))
+  the brevity penalty (c hypothesis words, r the words of the closest
+  reference of each hypothesis);
+* with several references a hypothesis n-gram counts up to its largest count
+  in any one reference; every hypothesis may have a different number of them.
+
+:func:`corpus_bleu` is the one BLEU of attnkit (translation and captioning
+both use it); :func:`bleu_scores` reports BLEU-1 ... BLEU-4 as Show, Attend and
+Tell did (Xu et al., 2015).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
-import torch
 
-__all__ = ["accuracy", "macro_f1", "confusion_matrix", "classification_report"]
+if TYPE_CHECKING:  # torch is not imported here: the captioning commands import BLEU and start quickly
+    import torch
 
-IntArrayLike = Sequence[int] | np.ndarray | torch.Tensor
+__all__ = ["accuracy", "macro_f1", "confusion_matrix", "classification_report", "corpus_bleu", "bleu_scores"]
+
+IntArrayLike: TypeAlias = "Sequence[int] | np.ndarray | torch.Tensor"
 
 
 def _as_array(name: str, values: IntArrayLike) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
+    torch_module = sys.modules.get("torch")  # a tensor cannot exist before torch is imported
+    if torch_module is not None and isinstance(values, torch_module.Tensor):
         values = values.detach().cpu().numpy()
     arr = np.asarray(values)
     if arr.ndim != 1:
@@ -92,3 +111,55 @@ def classification_report(
         "macro_f1": macro_f1(targets, predictions, num_classes),
         "confusion_matrix": confusion_matrix(targets, predictions, num_classes).tolist(),
     }
+
+
+def _reference_streams(hypotheses: Sequence[str],
+                       references: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str | None]]:
+    """sacreBLEU's layout: stream ``j`` holds the ``j``-th reference of every hypothesis (None: it has fewer)."""
+    if isinstance(hypotheses, str) or isinstance(references, str):
+        raise TypeError("hypotheses and references must be sequences of strings, not a single str")
+    if len(hypotheses) != len(references) or not hypotheses:
+        raise ValueError(f"hypotheses and references must be equally long and not empty, got "
+                         f"{len(hypotheses)} hypotheses and {len(references)} references")
+    per_hypothesis = [[ref] if isinstance(ref, str) else list(ref) for ref in references]
+    for i, refs in enumerate(per_hypothesis):
+        if not refs or not all(isinstance(r, str) for r in refs):
+            raise ValueError(f"references[{i}] must be a string or a non-empty list of strings, got {refs!r}")
+    most = max(len(refs) for refs in per_hypothesis)
+    return [[refs[j] if j < len(refs) else None for refs in per_hypothesis] for j in range(most)]
+
+
+def _bleu(hypotheses: Sequence[str], streams: list[list[str | None]], lowercase: bool, max_order: int) -> Any:
+    from sacrebleu.metrics import BLEU
+
+    if isinstance(max_order, bool) or not isinstance(max_order, int) or max_order < 1:
+        raise ValueError(f"max_order must be a positive int, got {max_order!r}")
+    # sacreBLEU documents None for "this hypothesis has fewer references"; its annotation omits it.
+    return BLEU(lowercase=lowercase, max_ngram_order=max_order).corpus_score(
+        list(hypotheses), streams)  # type: ignore[arg-type]
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]], *,
+                lowercase: bool = False, max_order: int = 4) -> float:
+    """Corpus BLEU-``max_order`` on the 0–100 scale (sacreBLEU, ``13a`` tokenization).
+
+    Args:
+        hypotheses: one generated text per example.
+        references: per example, one reference string, or a list of any
+            number (at least one) of reference strings.
+        lowercase: compare lower-cased text.
+        max_order: the longest n-gram counted (4: the usual BLEU).
+    """
+    return float(_bleu(hypotheses, _reference_streams(hypotheses, references), lowercase, max_order).score)
+
+
+def bleu_scores(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]], *,
+                lowercase: bool = False) -> dict[str, float]:
+    """BLEU-1, BLEU-2, BLEU-3 and BLEU-4 (0–100) as ``{"bleu1": ..., "bleu4": ...}``.
+
+    BLEU-N is :func:`corpus_bleu` with ``max_order=N``: the geometric mean of
+    the 1- to N-gram precisions times the brevity penalty, the figures Show,
+    Attend and Tell reports. ``references`` as in :func:`corpus_bleu`.
+    """
+    streams = _reference_streams(hypotheses, references)
+    return {f"bleu{n}": float(_bleu(hypotheses, streams, lowercase, n).score) for n in range(1, 5)}

@@ -3,7 +3,8 @@
 :func:`fit_translation` trains the tokenizers and the model (resumable, with
 weight averaging), :func:`save_translation_run` and :func:`load_translation_run`
 write and read a run directory, :class:`Translator` turns text into text (these
-three live in :mod:`attnkit.train.translation_run`), and :func:`corpus_bleu` scores it. The commands in :mod:`attnkit.cli.translate`
+three live in :mod:`attnkit.train.translation_run`), and :func:`corpus_bleu` (that of
+:mod:`attnkit.train.metrics`) scores it. The commands in :mod:`attnkit.cli.translate`
 are built on these. A translation run directory is a transaction
 (:mod:`attnkit.train.rundir`); its committed generation ``RUN/checkpoints/NNNNNN/`` holds::
 
@@ -25,7 +26,7 @@ import collections
 import dataclasses
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from attnkit.data.parallel import (
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import schedules
+from attnkit.train.metrics import corpus_bleu
 from attnkit.train.rundir import RunFileError, RunWriter
 from attnkit.train.tasks import StepOutput
 from attnkit.train.translation_run import (
@@ -58,14 +60,6 @@ __all__ = [
     "TranslationTrainConfig", "Translation", "Translator", "fit_translation", "save_translation_run",
     "load_translation_run", "corpus_bleu",
 ]
-
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = False) -> float:
-    """Corpus BLEU (Papineni et al., 2002) with sacreBLEU's standard ``13a`` tokenization."""
-    import sacrebleu
-
-    if len(hypotheses) != len(references):
-        raise ValueError(f"got {len(hypotheses)} hypotheses for {len(references)} references")
-    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)], lowercase=lowercase).score)
 
 
 # --- training ------------------------------------------------------------------------------------
