@@ -21,7 +21,6 @@ EXTRA_MODULES: dict[str, str] = {
     "safetensors": "cli",
     "tokenizers": "cli",
     "yaml": "cli",  # pyyaml
-    "tomli": "cli",
     "matplotlib": "viz",
     "sacrebleu": "tasks",
     "sklearn": "tasks",  # scikit-learn

@@ -10,7 +10,6 @@ error that lists the valid keys.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,10 +19,7 @@ import click
 if TYPE_CHECKING:
     from attnkit.data.readers import SkippedRows
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -185,7 +185,7 @@ def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False
     if meta.get("model_name") != MODEL_NAME:
         raise ckpt.RunFileError(f"{path} holds a {meta.get('model_name')!r} run, not an image captioner")
     notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished, hint=(
-        f"train it again with attnkit train --task caption --out {path} --overwrite"))
+        f"continue it with attnkit train --task caption --out {path} --resume"))
     if notice:
         meta["notice"] = notice
     weights = folder / "model.safetensors"
