@@ -425,3 +425,18 @@ def test_run_files_follow_the_umask(tmp_path, data_csv, umask, mode) -> None:
         os.umask(old)
     files = [p for p in out.rglob("*") if p.is_file() and p.name != ".lock"]
     assert files and {oct(p.stat().st_mode & 0o777) for p in files} == {oct(mode)}
+
+
+def test_predict_file_that_is_not_utf8_names_file_and_line(tmp_path, finished) -> None:
+    texts = tmp_path / "texts.txt"
+    texts.write_bytes(b"a fine film\nan \xff awful one\n")
+    result = _invoke("predict", str(finished), "--file", str(texts))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "texts.txt" in result.output and "line 2" in result.output
+
+
+def test_predict_says_when_a_text_is_cut_to_the_runs_length(tmp_path, finished) -> None:
+    long_text = " ".join(["film"] * 400)
+    result = CliRunner().invoke(cli, ["predict", str(finished), long_text])
+    assert result.exit_code == 0, result.output
+    assert "kept the first" in result.stderr and "400" in result.stderr
