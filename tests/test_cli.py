@@ -181,3 +181,12 @@ def test_train_task_routes_to_the_translation_and_caption_trainers() -> None:
         assert result.exit_code == 0 and words in result.output, result.output
         assert "--data" not in result.output  # not the classifier's options
     assert "--data" in _invoke("train", "--task", "classify", "--help").output
+
+
+def test_every_train_command_reads_its_task_back() -> None:
+    from attnkit.cli.caption import train_caption
+
+    routed = _invoke("train", "--task", "caption", "--help")
+    assert routed.exit_code == 0 and "--images" in routed.output and "[default: caption]" in routed.output
+    wrong = CliRunner().invoke(train_caption, ["--task", "translate", "--out", "x"])
+    assert wrong.exit_code == 2 and "trains the 'caption' task, not 'translate'" in wrong.output

@@ -44,14 +44,14 @@ def _load(target: str) -> click.Command:
     return command
 
 
-def _pop_task(args: list[str]) -> tuple[str | None, list[str]]:
-    """The value of ``--task`` in ``args`` (``--task X`` or ``--task=X``) and the args without it."""
+def _task(args: list[str]) -> str | None:
+    """The value of ``--task`` in ``args`` (``--task X`` or ``--task=X``); the task's command reads it again."""
     for i, arg in enumerate(args):
         if arg == "--task" and i + 1 < len(args):
-            return args[i + 1], args[:i] + args[i + 2 :]
+            return args[i + 1]
         if arg.startswith("--task="):
-            return arg.split("=", 1)[1], args[:i] + args[i + 1 :]
-    return None, args
+            return arg.split("=", 1)[1]
+    return None
 
 
 class AttnkitGroup(click.Group):
@@ -68,9 +68,9 @@ class AttnkitGroup(click.Group):
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         name, command, rest = super().resolve_command(ctx, args)
         if name == "train":
-            task, remaining = _pop_task(list(rest))
+            task = _task(list(rest))
             if task in TRAIN_TASKS:
-                return name, _load(TRAIN_TASKS[task]), remaining
+                return name, _load(TRAIN_TASKS[task]), rest
         return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from attnkit.cli.commands import allow_unfinished_option, friendly_errors
+from attnkit.cli.options import task_option
 from attnkit.train.captioning import (
     MODEL_NAME,
     commit_caption_run,
@@ -115,6 +116,7 @@ def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | Non
 
 
 @click.command("train_caption")
+@task_option("caption")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
 @click.option("--epochs", type=click.IntRange(min=1), default=12, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)

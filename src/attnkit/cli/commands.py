@@ -27,6 +27,7 @@ from attnkit.cli.options import (
     parse_model_options,
     reader_kwargs,
     reader_options,
+    task_option,
     train_options,
 )
 from attnkit.cli.rundata import data_source, resumed_data_source
@@ -154,10 +155,7 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
 
 @click.command()
 @config_option
-@click.option("--task", type=click.Choice(["classify", "translate", "caption"]), default="classify",
-              show_default=True,
-              help="classify: this command; translate / caption: hand the other arguments to the "
-                   "translation or captioning trainer (see docs/cli.md).")
+@task_option("classify")
 @click.option("--data", type=click.Path(exists=True), help="Labelled training data (file or folder).")
 @click.option("--val", "val_path", type=click.Path(exists=True), help="Validation data (default: split from --data).")
 @click.option("--test", "test_path", type=click.Path(exists=True), help="Test data (default: split from --data).")

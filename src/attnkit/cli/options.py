@@ -23,7 +23,7 @@ import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["allow_unfinished_option", "load_run", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
+__all__ = ["allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
            "reader_kwargs", "report_skipped_rows"]
 
@@ -214,3 +214,20 @@ def load_run(run: str, allow_unfinished: bool) -> tuple[Any, Any, Any, dict[str,
     if meta.get("notice"):
         click.echo(meta["notice"], err=True)
     return model, tokenizer, labels, meta
+
+
+TASKS = ("classify", "translate", "caption")
+
+
+def task_option(task: str) -> Callable[[F], F]:
+    """``--task`` of an ``attnkit train`` command: the group routes ``train --task NAME`` to the task's
+    command, which reads the option back and refuses any other name (a routing mistake, never silent)."""
+    def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
+        if value != task:
+            raise click.BadParameter(f"this command trains the {task!r} task, not {value!r}", ctx, param)
+        return value
+
+    return click.option(
+        "--task", type=click.Choice(TASKS), default=task, show_default=True, expose_value=False, callback=check,
+        help="classify: text classification; translate / caption: the translation and captioning "
+             "trainers, whose options `attnkit train --task NAME --help` lists.")

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from attnkit.cli.commands import allow_unfinished_option, friendly_errors
+from attnkit.cli.options import task_option
 from attnkit.data.parallel import read_parallel
 from attnkit.train.rundir import RunLockedError, read_run_config, run_status
 from attnkit.train.translation import TranslationTrainConfig, fit_translation, load_translation_run
@@ -25,6 +26,7 @@ __all__ = ["train_translate", "translate"]
 
 
 @click.command("train-translate")
+@task_option("translate")
 @click.option("--src", "src_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Training source sentences, one per line (plain or .gz).")
 @click.option("--tgt", "tgt_path", required=True, type=click.Path(exists=True, dir_okay=False),
