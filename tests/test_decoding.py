@@ -1,4 +1,5 @@
-"""Greedy decoding and beam search: beam 1 = greedy, exact search on a tiny space, alignments, errors."""
+"""Greedy decoding and beam search: beam 1 = greedy, exact search on a tiny space, alignments, errors;
+the length penalty counted by hand on fixed log-probabilities; one search for every generator."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import itertools
 import pytest
 import torch
 
-from attnkit.decoding import beam_search, gnmt_length_penalty, greedy_decode
+from attnkit.decoding import (
+    Hypothesis,
+    beam_search,
+    beam_search_over_steps,
+    gnmt_length_penalty,
+    greedy_decode,
+    greedy_over_steps,
+    reorder_state,
+)
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 
@@ -99,3 +108,127 @@ def test_length_penalty_and_bad_arguments() -> None:
         beam_search(model, src, lengths, beam_size=2, max_len=0)
     with pytest.raises(ValueError, match="length_penalty"):
         beam_search(model, src, lengths, beam_size=2, max_len=4, length_penalty=-1.0)
+
+
+# --- the search itself, on a step function with fixed log-probabilities ---------------------------
+
+PAD, BOS, EOS, A, B, C = 0, 1, 2, 3, 4, 5
+V = 6
+
+
+def fixed_step(after_bos: dict[int, float], after_a: dict[int, float],
+               others: dict[int, dict[int, float]] | None = None):  # type: ignore[no-untyped-def]
+    """A step function whose next-token log-probabilities depend only on the last token
+    (unlisted tokens: -inf); its weights say which token was read."""
+    def table(entries: dict[int, float]) -> torch.Tensor:
+        row = torch.full((V,), float("-inf"))
+        for token, logp in entries.items():
+            row[token] = logp
+        return row
+
+    rows = {last: table(entries) for last, entries in {**(others or {}), BOS: after_bos, A: after_a}.items()}
+
+    def step(last: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logp = torch.stack([rows.get(int(t), table({EOS: 0.0})) for t in last])  # (N, V)
+        return logp, torch.nn.functional.one_hot(last, V).float(), state + 1  # (N, V), (N, V)
+
+    return step
+
+
+def search(after_bos: dict[int, float], after_a: dict[int, float], *, alpha: float, beam: int = 2,
+           max_len: int = 4, others: dict[int, dict[int, float]] | None = None) -> Hypothesis:
+    (best,) = beam_search_over_steps(fixed_step(after_bos, after_a, others), torch.zeros(1, 1), batch_size=1,
+                                     bos_id=BOS, eos_id=EOS, max_len=max_len, beam_size=beam, length_penalty=alpha)
+    return best
+
+
+# [EOS] at once: log P = -1.0, |Y| = 1.  "a [EOS]": log P = -0.08 - L, |Y| = 2.  With alpha = 1,
+# lp(1) = 1 and lp(2) = 7/6, so "a [EOS]" wins iff (0.08 + L) * 6/7 < 1, i.e. L < 1.0867.
+@pytest.mark.parametrize(("eos_after_a", "expected_tokens", "expected_score"), [
+    (-1.10, [], -1.0),                          # -1.18 / (7/6) = -1.0114 < -1.0: [EOS] alone wins
+    (-1.02, [A], -1.10 / (7 / 6)),              # -1.10 / (7/6) = -0.9429 > -1.0: "a [EOS]" wins
+])
+def test_gnmt_penalty_counts_the_eos_token(eos_after_a: float, expected_tokens: list[int],
+                                           expected_score: float) -> None:
+    best = search({EOS: -1.0, A: -0.08}, {EOS: eos_after_a, A: -5.0}, alpha=1.0)
+    assert best.tokens == expected_tokens
+    assert best.ended and best.length == len(expected_tokens) + 1
+    assert best.score == pytest.approx(expected_score, abs=1e-6)
+    assert best.log_prob == pytest.approx(expected_score * gnmt_length_penalty(best.length, 1.0), abs=1e-6)
+    assert best.weights is not None and best.weights.shape == (best.length, V)  # one row per token, [EOS] too
+
+
+def test_without_penalty_the_raw_log_probability_decides() -> None:
+    best = search({EOS: -1.0, A: -0.08}, {EOS: -0.5, A: -5.0}, alpha=0.0)
+    assert best.tokens == [A] and best.score == pytest.approx(-0.58)
+
+
+def test_search_goes_on_while_a_live_hypothesis_can_still_win() -> None:
+    # Step 1 finishes "" (-0.9), step 2 finishes "a" (-0.7): K = 2 are finished, but "a b" (-0.2) is live and
+    # ends at step 3 with -0.25. Stopping once K are finished would return "a".
+    best = search({A: -0.1, EOS: -0.9, C: -2.0}, {B: -0.1, EOS: -0.6}, alpha=0.0,
+                  others={B: {EOS: -0.05, C: -5.0}, C: {EOS: -0.5, A: -6.0}})
+    assert best.tokens == [A, B] and best.score == pytest.approx(-0.25)
+
+
+def test_a_hypothesis_cut_at_max_len_counts_max_len_tokens() -> None:
+    # Only "a a" survives max_len = 2 without [EOS]: |Y| = 2, no [EOS] to count.
+    best = search({A: -0.5}, {A: -0.25}, alpha=1.0, beam=1, max_len=2)
+    assert best.tokens == [A, A] and not best.ended and best.length == 2
+    assert best.score == pytest.approx(-0.75 / gnmt_length_penalty(2, 1.0))
+
+
+def test_greedy_over_steps_follows_the_best_token() -> None:
+    step = fixed_step({EOS: -1.0, A: -0.08}, {EOS: -0.1, A: -5.0})
+    (hyp,) = greedy_over_steps(step, torch.zeros(1, 1), batch_size=1, bos_id=BOS, eos_id=EOS, max_len=5)
+    assert hyp.tokens == [A] and hyp.ended and hyp.length == 2
+    assert hyp.score == pytest.approx(-0.18)
+    assert hyp.weights is not None and hyp.weights.argmax(-1).tolist() == [BOS, A]
+
+
+class _InPlace:
+    def __init__(self, values: torch.Tensor) -> None:
+        self.values = values
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.values = self.values.index_select(0, index)
+
+
+def test_reorder_state_handles_nested_states() -> None:
+    from attnkit.models.seq2seq import EncoderOutput
+
+    index = torch.tensor([2, 0, 0])
+    x = torch.arange(3.0)
+    cache = _InPlace(torch.arange(3) * 10)
+    encoded = EncoderOutput(torch.arange(3.0)[:, None, None], torch.ones(3, 1, 1, 1, dtype=torch.bool))
+    out = reorder_state({"h": (x, [x * 2, None]), "cache": cache, "enc": encoded}, index)
+    assert out["h"][0].tolist() == [2.0, 0.0, 0.0] and out["h"][1][0].tolist() == [4.0, 0.0, 0.0]
+    assert out["h"][1][1] is None
+    assert out["cache"] is cache and cache.values.tolist() == [20, 0, 0]
+    assert isinstance(out["enc"], EncoderOutput) and out["enc"].memory.flatten().tolist() == [2.0, 0.0, 0.0]
+    with pytest.raises(TypeError, match="cannot reorder a decoding state of type str"):
+        reorder_state("state", index)
+
+
+def test_the_captioner_and_the_translation_model_share_one_beam_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    import attnkit.decoding as decoding
+    from attnkit.data.shapes import shapes_vocab
+    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+    from attnkit.models.captioning import decoder as caption_decoder
+
+    calls: list[int] = []
+    real = decoding.beam_search_over_steps
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(kwargs["beam_size"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(decoding, "beam_search_over_steps", counted)
+    monkeypatch.setattr(caption_decoder, "beam_search_over_steps", counted)
+    model = model_with(12, 0)
+    src, lengths = source()
+    beam_search(model, src, lengths, beam_size=3, max_len=4)
+    captioner = ImageCaptioner(CaptionerConfig(vocab_size=len(shapes_vocab()), image_size=32,
+                                               channels=(2, 2, 2), max_len=3)).eval()
+    captioner.beam_search(torch.rand(2, 3, 32, 32), beam_size=2)
+    assert calls == [3, 2]

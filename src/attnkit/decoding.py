@@ -9,23 +9,21 @@ The search never sees a model. It drives a **step function**::
                            or image regions), or None
         state              whatever the model carries from step to step
 
-and reorders ``state`` by hypothesis index when beams are kept, dropped or
-duplicated (:func:`reorder_state`: tensors are indexed along dim 0, tuples,
-lists and dicts element by element, objects with an in-place ``reorder``
-method such as :class:`~attnkit.blocks.DecoderCache` or with
-``index_select`` such as the translation model's encoder output are asked to
-do it). :func:`greedy_over_steps` and :func:`beam_search_over_steps` are the
-two searches; :func:`greedy_decode` and :func:`beam_search` wrap them for the
-translation model (:class:`IncrementalDecoder`, a KV cache: each step feeds
-only the newest token), and :class:`~attnkit.models.captioner.ImageCaptioner`
-wraps them for its attending LSTM.
+and reorders ``state`` (:func:`reorder_state`) when beams are kept, dropped or
+duplicated. :func:`greedy_over_steps` and :func:`beam_search_over_steps` are
+the two searches; :func:`greedy_decode` and :func:`beam_search` wrap them for
+the translation model (:class:`IncrementalDecoder`: a KV cache, each step
+feeds only the newest token), :class:`~attnkit.models.captioner.ImageCaptioner`
+for its attending LSTM.
 
 **Beam search** keeps the ``K`` best partial hypotheses of each input by
 summed log-probability. At each step the ``2K`` best continuations are
 ranked; an ``[EOS]`` among the first ``K`` finishes a hypothesis, and the
-first ``K`` others live on. An input is done once ``K`` hypotheses are
-finished (or ``max_len`` tokens were generated: the live ones are then
-finished as they are). With ``K = 1`` this is exactly greedy decoding.
+first ``K`` others live on. An input is done once it has ``K`` finished
+hypotheses and none of its live ones, scored as if it ended now, beats the
+best of them (with ``alpha = 0`` no live one can then win: log-probabilities
+only fall), or once ``max_len`` tokens were generated (the live ones then
+finish as they are). With ``K = 1`` this is exactly greedy decoding.
 
 **Length penalty.** A finished hypothesis ``Y`` is ranked by the GNMT score
 (Wu et al., 2016, eq. 14)::
@@ -53,22 +51,16 @@ from torch import Tensor
 
 from attnkit._checks import positive_int
 
-__all__ = [
-    "IncrementalDecoder", "DecodeResult", "Hypothesis", "StepFunction", "greedy_decode", "beam_search",
-    "greedy_over_steps", "beam_search_over_steps", "reorder_state", "gnmt_length_penalty",
-]
+__all__ = ["IncrementalDecoder", "DecodeResult", "Hypothesis", "StepFunction", "greedy_decode", "beam_search",
+           "greedy_over_steps", "beam_search_over_steps", "reorder_state", "gnmt_length_penalty"]
 
 State = TypeVar("State")
-
 StepFunction = Callable[[Tensor, State], tuple[Tensor, Tensor | None, State]]
 """``step(last_tokens (N,), state) -> (log_probs (N, V), weights (N, X) or None, new state)``."""
 
 
 def gnmt_length_penalty(length: int, alpha: float) -> float:
-    """GNMT length penalty ``lp = ((5 + length) / 6) ** alpha`` (Wu et al., 2016, eq. 14).
-
-    ``length`` is ``|Y|``, the generated tokens with the ``[EOS]`` when one was emitted.
-    """
+    """GNMT length penalty ``((5 + length) / 6) ** alpha``; ``length`` = ``|Y|``, ``[EOS]`` included."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -82,8 +74,7 @@ class Hypothesis:
         score: ``log_prob / gnmt_length_penalty(length, alpha)`` (greedy: ``log_prob``).
         length: ``|Y|``, generated tokens including the ``[EOS]`` when ``ended``.
         ended: whether it ended with ``[EOS]`` (False: cut at ``max_len``).
-        weights: the step function's weights, one row per generated token
-            (the ``[EOS]`` row included), or None.
+        weights: the step function's weights, a row per generated token (``[EOS]`` too), or None.
 
     Shape:
         weights ``(length, X)``.
@@ -121,7 +112,7 @@ def reorder_state(state: Any, index: Tensor) -> Any:
         return {key: reorder_state(part, index) for key, part in state.items()}
     if isinstance(state, tuple | list):
         parts = [reorder_state(part, index) for part in state]
-        return type(state)(*parts) if hasattr(state, "_fields") else type(state)(parts)
+        return type(state)(*parts) if hasattr(state, "_fields") else type(state)(parts)  # named tuples too
     raise TypeError(f"cannot reorder a decoding state of type {type(state).__name__}: give tensors, "
                     "tuples, lists, dicts, or objects with reorder(index) or index_select(index)")
 
@@ -140,9 +131,8 @@ def greedy_over_steps(step: StepFunction[State], state: State, *, batch_size: in
                       max_len: int, device: torch.device | str = "cpu") -> list[Hypothesis]:
     """The most probable token at every step until ``[EOS]`` or ``max_len`` tokens, for B inputs.
 
-    ``state`` holds the B inputs (dim 0 of its tensors). Stops early once every
-    input has emitted ``[EOS]``. Scores are the summed log-probabilities (no
-    length penalty: every hypothesis here is the only one of its input).
+    ``state`` holds the B inputs along dim 0. Scores are summed log-probabilities
+    (no length penalty: each hypothesis is the only one of its input).
 
     Shape:
         ``step`` maps last tokens ``(B,)`` to log-probabilities ``(B, V)`` and
@@ -152,8 +142,8 @@ def greedy_over_steps(step: StepFunction[State], state: State, *, batch_size: in
     prev = torch.full((batch_size,), bos_id, dtype=torch.long, device=device)  # (B,)
     finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
     scores = torch.zeros(batch_size, device=device)
-    out: list[Tensor] = []
-    rows: list[Tensor] = []
+    out: list[Tensor] = []  # (B,) per step
+    rows: list[Tensor] = []  # (B, X) per step
     for _ in range(max_len):
         logp, row, state = step(prev, state)
         best_logp, best = logp.max(dim=-1)  # (B,)
@@ -167,10 +157,9 @@ def greedy_over_steps(step: StepFunction[State], state: State, *, batch_size: in
             break
     stacked = torch.stack(rows, dim=1) if rows else None  # (B, L, X)
     result = []
-    for i, seq in enumerate(torch.stack(out, dim=1).tolist()):  # (B, L)
+    for i, (seq, score) in enumerate(zip(torch.stack(out, dim=1).tolist(), scores.tolist(), strict=True)):  # (B, L)
         ended = eos_id in seq
         n = seq.index(eos_id) + 1 if ended else len(seq)  # generated steps, [EOS] included
-        score = float(scores[i])
         result.append(Hypothesis(seq[: n - 1] if ended else seq, score, score, n, ended,
                                  None if stacked is None else stacked[i, :n]))
     return result
@@ -205,37 +194,37 @@ def beam_search_over_steps(
     b, k = batch_size, beam_size
     state = reorder(state, torch.arange(b, device=device).repeat_interleave(k))  # (B*K, ...)
     tokens = torch.full((b * k, 1), bos_id, dtype=torch.long, device=device)  # (B*K, t)
-    # Only the first beam of each input is live at the start, so the K beams do not duplicate it.
     scores = torch.full((b, k), float("-inf"), device=device)
-    scores[:, 0] = 0.0
+    scores[:, 0] = 0.0  # only the first beam is live at the start, so the K beams do not duplicate it
     weights: Tensor | None = None  # (B*K, t, X)
     finished: list[list[Hypothesis]] = [[] for _ in range(b)]
+    done = [False] * b
     for t in range(1, max_len + 1):
         logp, row, state = step(tokens[:, -1], state)
         if row is not None:
             weights = row[:, None, :] if weights is None else torch.cat([weights, row[:, None, :]], dim=1)
-        keep_beam, keep_token, scores = _advance(scores, logp.view(b, k, -1), tokens, weights, finished,
+        keep_beam, keep_token, scores = _advance(scores, logp.view(b, k, -1), tokens, weights, finished, done,
                                                  step=t, eos_id=eos_id, alpha=alpha)
-        if all(len(hyps) >= k for hyps in finished):
+        for i, live in enumerate(scores.max(dim=1).values.tolist()):  # the best live one, as if it ended now
+            done[i] = done[i] or live == float("-inf") or (
+                len(finished[i]) >= k and max(h.score for h in finished[i]) >= live / gnmt_length_penalty(t, alpha))
+        if all(done):
             break
         index = (torch.arange(b, device=device)[:, None] * k + keep_beam).view(-1)  # (B*K,)
         state = reorder(state, index)
         weights = None if weights is None else weights.index_select(0, index)
         tokens = torch.cat([tokens.index_select(0, index), keep_token.view(-1, 1)], dim=1)  # (B*K, t+1)
         if t == max_len:  # out of length: the live hypotheses finish as they are
-            _finish_live(scores, tokens, weights, finished, length=t, alpha=alpha)
+            _finish_live(scores, tokens, weights, finished, done, length=t, alpha=alpha)
     return [max(hyps, key=lambda h: h.score) for hyps in finished]
 
 
 def _advance(scores: Tensor, logp: Tensor, tokens: Tensor, weights: Tensor | None,
-             finished: list[list[Hypothesis]], *, step: int, eos_id: int,
+             finished: list[list[Hypothesis]], done: list[bool], *, step: int, eos_id: int,
              alpha: float) -> tuple[Tensor, Tensor, Tensor]:
-    """One step of beam bookkeeping: finish the ``[EOS]`` continuations among each input's K best,
-    keep the K best others.
+    """Finish the ``[EOS]`` continuations among each input's K best, keep the K best others.
 
-    Shape:
-        scores ``(B, K)``, logp ``(B, K, V)``; returns the kept beams and tokens ``(B, K)``
-        and their scores ``(B, K)`` (``-inf`` where fewer than K live on).
+    Shape: scores ``(B, K)``, logp ``(B, K, V)``; returns the kept beams, tokens and scores, ``(B, K)`` each.
     """
     b, k, vocab = logp.shape
     total = (scores[:, :, None] + logp).view(b, k * vocab)  # (B, K*V)
@@ -244,14 +233,13 @@ def _advance(scores: Tensor, logp: Tensor, tokens: Tensor, weights: Tensor | Non
     keep_token = torch.full((b, k), eos_id, dtype=torch.long, device=scores.device)
     new_scores = torch.full((b, k), float("-inf"), device=scores.device)
     # Python lists: the bookkeeping below reads single entries, far cheaper than tensor indexing.
-    cand_scores, cand_beams, cand_tokens = (top_scores.tolist(), (top_index // vocab).tolist(),
-                                            (top_index % vocab).tolist())
+    cand_scores, cand_beams = top_scores.tolist(), (top_index // vocab).tolist()
+    cand_tokens = (top_index % vocab).tolist()
     for i in range(b):
-        if len(finished[i]) >= k:
+        if done[i]:
             continue
         live = 0
-        for rank, (score, beam, token) in enumerate(zip(cand_scores[i], cand_beams[i], cand_tokens[i],
-                                                        strict=True)):
+        for rank, (score, beam, token) in enumerate(zip(cand_scores[i], cand_beams[i], cand_tokens[i], strict=True)):
             if score == float("-inf"):
                 break
             flat = i * k + beam
@@ -268,19 +256,14 @@ def _advance(scores: Tensor, logp: Tensor, tokens: Tensor, weights: Tensor | Non
 
 
 def _finish_live(scores: Tensor, tokens: Tensor, weights: Tensor | None, finished: list[list[Hypothesis]],
-                 *, length: int, alpha: float) -> None:
+                 done: list[bool], *, length: int, alpha: float) -> None:
     """Finish every live hypothesis of the inputs not yet done (``max_len`` reached, no ``[EOS]``)."""
-    b, k = scores.shape
-    for i in range(b):
-        if len(finished[i]) >= k:
-            continue
-        for beam in range(k):
-            score = float(scores[i, beam])
-            if score == float("-inf"):
-                continue
-            flat = i * k + beam
-            finished[i].append(_hypothesis(tokens[flat, 1:].tolist(), score, length, False,
-                                           None if weights is None else weights[flat], alpha))
+    k = scores.shape[1]
+    for i, row in enumerate(scores.tolist()):
+        if not done[i]:
+            finished[i] += [_hypothesis(tokens[i * k + j, 1:].tolist(), score, length, False,
+                                        None if weights is None else weights[i * k + j], alpha)
+                            for j, score in enumerate(row) if score != float("-inf")]
 
 
 def _hypothesis(tokens: list[int], log_prob: float, length: int, ended: bool, weights: Tensor | None,
@@ -292,12 +275,9 @@ def _hypothesis(tokens: list[int], log_prob: float, length: int, ended: bool, we
 
 
 class IncrementalDecoder(Protocol):
-    """What :func:`greedy_decode` and :func:`beam_search` need from a model::
-
-        encoded = model.encode(src_ids, src_lengths)        # memory, reorderable by index_select
-        cache = model.init_cache()
-        logits, weights = model.decode_step(tokens_new, encoded, cache, return_weights=True)
-        cache.reorder(index); encoded = encoded.index_select(index)
+    """What :func:`greedy_decode` and :func:`beam_search` need from a model: ``encode`` (its output
+    reorderable with ``index_select``), ``init_cache`` (reorderable in place with ``reorder``) and
+    ``decode_step(newest_ids, encoded, cache, return_weights=...)``.
 
     Shape:
         src_ids ``(B, Ts)`` and src_lengths ``(B,)`` for ``encode``; ``decode_step``
@@ -344,10 +324,7 @@ def _check_source(src_ids: object, src_lengths: object) -> tuple[Tensor, Tensor]
 
 
 def _translation_step(model: IncrementalDecoder, want_alignment: bool, layer: int) -> StepFunction[Any]:
-    """The step function of an :class:`IncrementalDecoder`; its state is ``(encoded, cache)``.
-
-    The weights are the head-averaged cross-attention of ``layer`` for the new token, ``(N, Ts)``.
-    """
+    """The model's step function; its weights: the head-averaged cross-attention of ``layer``, ``(N, Ts)``."""
     blocked = [model.config.pad_id, model.config.bos_id]
 
     def step(last: Tensor, state: tuple[Any, Any]) -> tuple[Tensor, Tensor | None, tuple[Any, Any]]:
@@ -365,13 +342,17 @@ def _translation_step(model: IncrementalDecoder, want_alignment: bool, layer: in
     return step
 
 
-def _decode_result(hyps: list[Hypothesis], src_lengths: Tensor, return_alignment: bool) -> DecodeResult:
-    alignments: list[Tensor] | None = None
-    if return_alignment:
-        alignments = []
-        for hyp, n in zip(hyps, src_lengths.tolist(), strict=True):
-            assert hyp.weights is not None  # the step function returns a row whenever asked to
-            alignments.append(hyp.weights[:, : int(n)].cpu())  # (Tt, Ts_b)
+def _translate(search: Callable[..., list[Hypothesis]], model: IncrementalDecoder, src_ids: Tensor,
+               src_lengths: Tensor, return_alignment: bool, layer: int, **options: Any) -> DecodeResult:
+    """Run ``search`` with the model's step function from state ``(encoded, cache)``."""
+    src_ids, src_lengths = _check_source(src_ids, src_lengths)
+    _check_search(options["max_len"], options.get("beam_size", 1), options.get("length_penalty", 0.0))
+    state = (model.encode(src_ids, src_lengths), model.init_cache())
+    hyps = search(_translation_step(model, return_alignment, layer), state, batch_size=src_ids.shape[0],
+                  bos_id=model.config.bos_id, eos_id=model.config.eos_id, device=src_ids.device, **options)
+    # (Tt, Ts_b) each: the generated tokens over that source's real tokens
+    alignments = [h.weights[:, : int(n)].cpu() for h, n in zip(hyps, src_lengths.tolist(), strict=True)
+                  if h.weights is not None] if return_alignment else None
     return DecodeResult([h.tokens for h in hyps], [h.score for h in hyps], alignments)
 
 
@@ -390,13 +371,8 @@ def greedy_decode(
     Shape:
         src_ids ``(B, Ts)``, src_lengths ``(B,)``.
     """
-    src_ids, src_lengths = _check_source(src_ids, src_lengths)
-    _check_search(max_len)
-    state = (model.encode(src_ids, src_lengths), model.init_cache())
-    hyps = greedy_over_steps(_translation_step(model, return_alignment, alignment_layer), state,
-                             batch_size=src_ids.shape[0], bos_id=model.config.bos_id, eos_id=model.config.eos_id,
-                             max_len=max_len, device=src_ids.device)
-    return _decode_result(hyps, src_lengths, return_alignment)
+    return _translate(greedy_over_steps, model, src_ids, src_lengths, return_alignment, alignment_layer,
+                      max_len=max_len)
 
 
 @torch.no_grad()
@@ -419,11 +395,5 @@ def beam_search(
     Shape:
         src_ids ``(B, Ts)``, src_lengths ``(B,)``.
     """
-    src_ids, src_lengths = _check_source(src_ids, src_lengths)
-    _check_search(max_len, beam_size, length_penalty)
-    state = (model.encode(src_ids, src_lengths), model.init_cache())
-    hyps = beam_search_over_steps(_translation_step(model, return_alignment, alignment_layer), state,
-                                  batch_size=src_ids.shape[0], bos_id=model.config.bos_id,
-                                  eos_id=model.config.eos_id, max_len=max_len, beam_size=beam_size,
-                                  length_penalty=length_penalty, device=src_ids.device)
-    return _decode_result(hyps, src_lengths, return_alignment)
+    return _translate(beam_search_over_steps, model, src_ids, src_lengths, return_alignment, alignment_layer,
+                      max_len=max_len, beam_size=beam_size, length_penalty=length_penalty)

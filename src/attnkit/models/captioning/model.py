@@ -159,13 +159,12 @@ class ImageCaptioner(SoftAttentionDecoder):
 
         The search is :func:`attnkit.decoding.beam_search_over_steps`, the one
         shared with translation: a caption that emits ``<eos>`` is finished,
-        ``beam_size`` live ones go on, and an image is done once
-        ``beam_size`` captions are finished (or after ``max_len`` steps). The
-        best finished caption by the GNMT score ``log P / ((5 + |Y|) / 6) **
-        length_penalty`` wins, ``|Y|`` counting the ``<eos>``
-        (``length_penalty=0``: the plain sum of log-probabilities, so
-        ``beam_size=1`` is exactly :meth:`greedy`). The returned ``score`` is
-        the caption's log-probability, without the penalty.
+        ``beam_size`` live ones go on until none of them can beat the best
+        finished one (or for ``max_len`` steps). The best finished caption by
+        the GNMT score ``log P / ((5 + |Y|) / 6) ** length_penalty`` wins,
+        ``|Y|`` counting the ``<eos>`` (``length_penalty=0``: the plain sum of
+        log-probabilities, so ``beam_size=1`` is exactly :meth:`greedy`). The
+        returned ``score`` is the caption's log-probability, without the penalty.
 
         Shape:
             images ``(B, 3, S, S)``; returns B captions with weights ``(n_words, R)``.
