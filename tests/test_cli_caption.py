@@ -11,10 +11,16 @@ import torch
 from click.testing import CliRunner
 
 from attnkit.cli.caption import caption, train_caption
-from attnkit.data.captions import images_to_tensor
+from attnkit.data.captions import encode_captions, images_to_tensor
 from attnkit.data.shapes import generate_scenes, shapes_vocab
 from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
-from attnkit.train.captioning import corpus_bleu, load_caption_run, save_caption_run
+from attnkit.train.captioning import (
+    corpus_bleu,
+    fit_captioner,
+    generate,
+    load_caption_run,
+    save_caption_run,
+)
 from attnkit.train.rundir import committed_dir
 
 SMALL = ["--train-size", "24", "--val-size", "4", "--epochs", "1", "--image-size", "32", "--batch-size", "12"]
@@ -39,7 +45,15 @@ def test_train_writes_a_complete_run(shapes_run: Path) -> None:
     meta = json.loads((folder / "config.json").read_text())
     assert meta["model_name"] == "captioner" and meta["model_config"]["image_size"] == 32
     assert meta["vocab"]["words"] == shapes_vocab().words
-    assert 0.0 <= meta["metrics"]["val_bleu4"] <= 100.0
+    # SMALL holds out 4 scenes (seed 0 + 1_000_003), all 4 listed in val_examples: their BLEU is the run's.
+    examples = meta["metrics"]["val_examples"]
+    held_out = generate_scenes(4, seed=1_000_003, size=32)
+    assert [e["reference"] for e in examples] == [s.caption for s in held_out]
+    model, vocab, _ = load_caption_run(shapes_run)
+    greedy = model.greedy(images_to_tensor([s.image for s in held_out]))
+    assert [e["generated"] for e in examples] == [" ".join(vocab.decode(c.ids)) for c in greedy]
+    expected = corpus_bleu([e["generated"] for e in examples], [[e["reference"]] for e in examples])
+    assert meta["metrics"]["val_bleu4"] == pytest.approx(expected, abs=1e-9)
     assert meta["status"] == "done" and meta["progress"] == {"epoch": 1, "epochs": 1}
     history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
     assert len(history) == 1 and history[0]["epoch"] == 1
@@ -145,6 +159,24 @@ def test_corpus_bleu_scale_and_errors() -> None:
     assert 0.0 <= low < 30.0
     with pytest.raises(ValueError, match="equally long"):
         corpus_bleu(["a"], [])
+
+
+def test_training_lifts_held_out_bleu_far_above_an_untrained_model() -> None:
+    vocab = shapes_vocab()
+    train, held_out = generate_scenes(32, seed=5, size=32), generate_scenes(32, seed=6, size=32)
+    ids, lengths = encode_captions([s.caption for s in train], vocab)
+    torch.manual_seed(0)
+    model = ImageCaptioner(CaptionerConfig(vocab_size=len(vocab), image_size=32, channels=(8, 16, 32), embed_dim=16,
+                                           hidden_dim=48, attention_dim=16, dropout=0.0))
+
+    def held_out_bleu() -> float:
+        captions = generate(model, images_to_tensor([s.image for s in held_out]))
+        return corpus_bleu([" ".join(vocab.decode(c.ids)) for c in captions], [s.caption for s in held_out])
+
+    untrained = held_out_bleu()
+    fit_captioner(model, images_to_tensor([s.image for s in train]), ids, lengths, epochs=20, batch_size=8, lr=1e-2)
+    trained = held_out_bleu()
+    assert untrained < 5.0 and trained > untrained + 20.0, (untrained, trained)  # measured: 0.2 -> 35
 
 
 def test_load_rejects_other_runs(tmp_path: Path) -> None:
