@@ -101,8 +101,50 @@ def test_unknown_config_key_is_a_clear_error(tmp_path, data_csv) -> None:
     result = CliRunner().invoke(cli, ["train", "--config", str(config), "--data", str(data_csv),
                                       "--out", str(tmp_path / "x")])
     assert result.exit_code == 2
-    assert "unknown key(s) ['learning_rate']" in result.output and "batch_size" in result.output
+    assert "unknown key(s) ['learning_rate']" in result.output and "'batch-size'" in result.output
+    assert "'val-ratio'" in result.output and "'format'" in result.output and "data_format" not in result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_config_keys_are_the_long_option_names(tmp_path) -> None:
+    """``format`` and ``val-ratio`` (as docs/cli.md says) reach --format and --val-ratio of train."""
+    rows = [("pos", "good fine great"), ("neg", "bad awful poor")] * 20
+    data = tmp_path / "reviews.txt"  # a name that guesses no format: only the config's ``format`` reads it
+    data.write_text("text,label\n" + "".join(f"{text},{label}\n" for label, text in rows), encoding="utf-8")
+    config = tmp_path / "run.toml"
+    config.write_text(f'data = "{data.as_posix()}"\nformat = "csv"\nval-ratio = 0.2\ntest_ratio = 0.25\n'
+                      'model = "document"\nepochs = 1\n[model_options]\nd_model = 8\nnum_heads = 2\n'
+                      "num_layers = 0\n")
+    out = tmp_path / "run"
+    result = _invoke("train", "--config", str(config), "--out", str(out), "--device", "cpu", "--quiet")
+    assert result.exit_code == 0, result.output
+    meta = json.loads((committed_dir(out) / "config.json").read_text())
+    assert meta["data"]["val_ratio"] == 0.2 and meta["data"]["test_ratio"] == 0.25, meta["data"]
+    assert meta["data"]["data_format"] == "csv", meta["data"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('format = "csv"\ndata_format = "tsv"\n', "sets 'data_format' twice, as 'format' and 'data_format'"),
+    ('val = "x.csv"\nval-path = "y.csv"\n', "sets 'val_path' twice, as 'val' and 'val_path'"),
+])
+def test_a_config_key_given_twice_is_refused(tmp_path, data_csv, text, message) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    result = CliRunner().invoke(cli, ["train", "--config", str(config), "--data", str(data_csv),
+                                      "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+
+
+def test_config_takes_internal_names_too_and_json_for_evaluate(tmp_path) -> None:
+    from attnkit.cli.commands import evaluate, predict
+    from attnkit.cli.options import config_keys
+
+    assert config_keys(evaluate)["json"] == "as_json" and config_keys(evaluate)["as_json"] == "as_json"
+    assert config_keys(evaluate)["format"] == config_keys(evaluate)["data_format"] == "data_format"
+    assert config_keys(predict)["file"] == "text_file"
+    train_keys = config_keys(cli.commands["train"])
+    assert train_keys["val"] == "val_path" and train_keys["test"] == "test_path" and "model_options" in train_keys
+    assert "model_opt" not in train_keys and "config" not in train_keys
 
 
 @pytest.mark.parametrize("args, message", [

@@ -118,8 +118,9 @@ def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | Non
 @click.command("train_caption")
 @task_option("caption")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
-@click.option("--epochs", type=click.IntRange(min=1), default=12, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=12, show_default=True, help="Training epochs.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed for the generated scenes, the split, the weights and the batch order.")
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @click.option("--images", type=click.Path(exists=True, file_okay=False),
               help="Folder of images of a real caption set (with --captions).")
@@ -135,8 +136,9 @@ def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | Non
               help="Image encoder: small (built-in CNN) or resnet18/34/50/101/152 (needs torchvision).")
 @click.option("--pretrained", type=click.Path(exists=True, dir_okay=False),
               help="Local file of backbone weights (.safetensors, or a torch state dict).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Images per step.")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True,
+              help="Initial Adam learning rate (then a cosine decay).")
 @click.option("--attention-reg", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="λ of the doubly stochastic attention regulariser (Xu et al. used 1).")
 @click.option("--attend-with", type=click.Choice(["current_state", "previous_state"]),

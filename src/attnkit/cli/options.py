@@ -1,14 +1,22 @@
 """Shared command-line options and the ``--config`` file (TOML or YAML).
 
-A config file holds option values by name (``batch_size = 64`` or
-``batch-size: 64``) plus an optional ``model_options`` table for the model's
-config fields. Its values become the command's defaults, so flags given on the
-command line override them. A key that is not an option of the command is an
-error that lists the valid keys.
+A config file holds option values keyed by the long option names
+(``format = "csv"``, ``val-ratio = 0.2`` or ``batch_size: 64``; ``-`` and
+``_`` are the same) plus an optional ``model_options`` table for the model's
+config fields; the internal parameter names (``data_format``, ``val_path``)
+are accepted too. Its values become the command's defaults, so flags given on
+the command line override them. A key that is not an option of the command is
+an error that lists the valid keys.
+
+Flags whose default the library decides (``--epochs`` is ``TrainConfig.epochs``)
+are :class:`LibraryDefaultOption`: ``None`` on the command line, and their help
+reads the default from where the library keeps it.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +31,7 @@ import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
+__all__ = ["LibraryDefaultOption", "resolve_default", "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
            "reader_kwargs", "report_skipped_rows"]
 
@@ -54,30 +62,67 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
+def config_keys(command: click.Command) -> dict[str, str]:
+    """The keys a ``--config`` file of ``command`` may hold, each mapped to its parameter name.
+
+    Every long option name counts, with ``_`` for ``-`` (``val_ratio``, ``format``),
+    and so does the parameter's own name (``data_format``); ``model_options`` holds
+    the ``--model-opt`` fields.
+    """
+    keys: dict[str, str] = {}
+    for p in command.params:
+        if not isinstance(p, click.Option) or not p.name or p.name in ("config", "model_opt"):
+            continue
+        for opt in p.opts:
+            if opt.startswith("--"):
+                keys[opt[2:].replace("-", "_")] = p.name
+        keys.setdefault(p.name, p.name)
+    if any(p.name == "model_opt" for p in command.params):
+        keys[MODEL_OPTIONS_KEY] = MODEL_OPTIONS_KEY
+    return keys
+
+
+def _valid_key_names(command: click.Command) -> list[str]:
+    """The long option names a config file of ``command`` may use, as they are written on the command line."""
+    names = [opt[2:] for p in command.params if isinstance(p, click.Option) and p.name not in ("config", "model_opt")
+             for opt in p.opts if opt.startswith("--")]
+    if any(p.name == "model_opt" for p in command.params):
+        names.append(MODEL_OPTIONS_KEY)
+    return sorted(names)
+
+
 def _apply_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     if value is None:
         return
     data = read_config_file(value)
-    valid = sorted(p.name for p in ctx.command.params
-                   if isinstance(p, click.Option) and p.name and p.name not in ("config", "model_opt"))
-    allowed = valid + ([MODEL_OPTIONS_KEY] if any(p.name == "model_opt" for p in ctx.command.params) else [])
-    unknown = sorted(set(data) - set(allowed))
+    keys = config_keys(ctx.command)
+    unknown = sorted(set(data) - set(keys))
     if unknown:
         raise click.BadParameter(
-            f"unknown key(s) {unknown} in {value}; valid keys: {sorted(allowed)}", param_hint="--config")
-    extra = data.pop(MODEL_OPTIONS_KEY, None)
+            f"unknown key(s) {unknown} in {value}; valid keys: {_valid_key_names(ctx.command)} "
+            "(- or _ alike)", param_hint="--config")
+    values: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
+    for key, item in data.items():
+        name = keys[key]
+        if name in values:
+            raise click.BadParameter(f"{value} sets {name!r} twice, as {given_as[name]!r} and {key!r}",
+                                     param_hint="--config")
+        values[name], given_as[name] = item, key
+    extra = values.pop(MODEL_OPTIONS_KEY, None)
     if extra is not None and not isinstance(extra, dict):
         raise click.BadParameter(f"'{MODEL_OPTIONS_KEY}' in {value} must be a table/mapping",
                                  param_hint="--config")
     ctx.meta["attnkit.model_options"] = dict(extra or {})
-    ctx.default_map = {**(ctx.default_map or {}), **data}
+    ctx.default_map = {**(ctx.default_map or {}), **values}
 
 
 def config_option(f: F) -> F:
     return click.option(
         "--config", type=click.Path(exists=True, dir_okay=False), is_eager=True, expose_value=False,
         callback=_apply_config,
-        help="TOML or YAML file of option values (keys as the long option names); flags override it.",
+        help="TOML or YAML file of option values, keyed by the long option names (--format csv is "
+             "format = \"csv\"); flags override it.",
     )(f)
 
 
@@ -89,30 +134,130 @@ def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
+_NOT_SET = object()
+
+
+def resolve_default(ref: str) -> Any:
+    """The value ``ref`` names: ``"module:NAME"`` (a constant), ``"module:Class.field"`` (a
+    dataclass field's default) or ``"module:function.keyword"`` (a keyword's default)."""
+    module, _, path = ref.partition(":")
+    value: Any = importlib.import_module(module)
+    for attr in path.split("."):
+        if inspect.isfunction(value):
+            value = inspect.signature(value).parameters[attr].default
+        else:
+            value = getattr(value, attr)
+    return value
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+class LibraryDefaultOption(click.Option):
+    """A flag left ``None`` on the command line, so that the library decides its default.
+
+    ``default_from`` names that default (``"attnkit.train.config:TrainConfig.lr"``, see
+    :func:`resolve_default`); the help shows it, read only when help is shown, so
+    ``attnkit --help`` imports nothing more.
+    On a command with ``--backend``, ``numpy_default_from`` adds the NumPy twin's default
+    where it differs, and ``numpy_help`` a sentence about that backend. ``shown`` writes the
+    default out instead, for a dataclass whose module loads torch (the tests hold the two equal).
+    """
+
+    def __init__(self, *args: Any, default_from: str, numpy_default_from: str | None = None,
+                 numpy_help: str | None = None, shown: Any = _NOT_SET, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.default_from = default_from
+        self.numpy_default_from = numpy_default_from
+        self.numpy_help = numpy_help
+        self.shown = shown
+        self._plain_help = self.help
+
+    def library_default(self) -> Any:
+        """The default the library applies when the flag is not given."""
+        return resolve_default(self.default_from) if self.shown is _NOT_SET else self.shown
+
+    def numpy_default(self) -> Any:
+        """The NumPy backend's default (``library_default()`` when it has no own one)."""
+        return resolve_default(self.numpy_default_from) if self.numpy_default_from else self.library_default()
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        default = _shown(self.library_default())
+        help_text = self._plain_help or ""
+        if any(p.name == "backend" for p in ctx.command.params):
+            if self.numpy_default_from and self.numpy_default() != self.library_default():
+                default += f"; numpy backend: {_shown(self.numpy_default())}"
+            if self.numpy_help:
+                help_text = f"{help_text} {self.numpy_help}".strip()
+        # Shown as click shows a default, "[default: 10; x>=1]", then put back: the value
+        # the command receives stays None, so the dataclass (or a task's own default) decides.
+        saved = self.default, self.show_default
+        self.help, self.default, self.show_default = help_text, default, True
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.default, self.show_default = saved
+
+
+def _settings_flag(flag: str, type: Any, help: str, default_from: str, numpy: bool = True,
+                   **kwargs: Any) -> Callable[[F], F]:
+    """A flag whose default is field ``default_from`` ("Class.field" of attnkit.train.config);
+    ``numpy``: the NumPy trainer reads it too, from the same field of its settings."""
+    field = default_from.rpartition(".")[2]
+    numpy_ref = f"attnkit.train.numpy_backend:NumpyTrainSettings.{field}" if numpy else None
+    return click.option(flag, type=type, help=help, cls=LibraryDefaultOption,
+                        default_from=f"attnkit.train.config:{default_from}", numpy_default_from=numpy_ref, **kwargs)
+
+
 def train_options(f: F) -> F:
     """Flags of :class:`attnkit.train.TrainConfig` (unset flags keep its defaults)."""
     return _stack(
-        click.option("--epochs", type=click.IntRange(min=1), help="Maximum epochs [10]."),
-        click.option("--batch-size", type=click.IntRange(min=1), help="Examples per step and process [32]."),
-        click.option("--lr", type=float, help="Peak AdamW learning rate [1e-3]."),
-        click.option("--weight-decay", type=float, help="Decoupled weight decay [0.01]."),
-        click.option("--warmup-ratio", type=float, help="Share of steps with linear warmup [0.1]."),
-        click.option("--clip-norm", type=float, help="Gradient-norm clipping, 0 = off [1.0]."),
-        click.option("--patience", type=click.IntRange(min=0), help="Early-stopping patience in epochs, 0 = off [3]."),
-        click.option("--label-smoothing", type=float, help="Cross-entropy label smoothing [0]."),
-        click.option("--seed", type=click.IntRange(min=0), help="Seed for weights, dropout and batch order [0]."),
-        click.option("--device", type=str, help="auto, cpu, cuda or cuda:N [auto]."),
+        _settings_flag("--epochs", click.IntRange(min=1), "Maximum epochs.", "TrainConfig.epochs"),
+        _settings_flag("--batch-size", click.IntRange(min=1), "Examples per step and process.",
+                       "TrainConfig.batch_size"),
+        _settings_flag("--lr", float, "Peak AdamW learning rate.", "TrainConfig.lr"),
+        _settings_flag("--weight-decay", float, "Decoupled weight decay.", "TrainConfig.weight_decay"),
+        _settings_flag("--warmup-ratio", float,
+                       "Share of steps with linear warm-up, then linear decay (none: a constant rate).",
+                       "TrainConfig.warmup_ratio"),
+        _settings_flag("--clip-norm", float, "Gradient-norm clipping, 0 = off.", "TrainConfig.clip_norm"),
+        _settings_flag("--patience", click.IntRange(min=0), "Early-stopping patience in epochs, 0 = off.",
+                       "TrainConfig.patience"),
+        _settings_flag("--label-smoothing", float, "Cross-entropy label smoothing.", "TrainConfig.label_smoothing",
+                       numpy=False, numpy_help="Not with --backend numpy."),
+        _settings_flag("--seed", click.IntRange(min=0), "Seed for weights, dropout and batch order.",
+                       "TrainConfig.seed"),
+        _settings_flag("--device", str, "auto, cpu, cuda or cuda:N.", "TrainConfig.device", numpy=False,
+                       numpy_help="--backend numpy runs on the CPU (auto or cpu)."),
     )(f)
+
+
+def _data_flag(flag: str, type: Any, help: str, field: str, shown: Any, numpy: bool = True,
+               **kwargs: Any) -> Callable[[F], F]:
+    # DataSettings lives beside the torch training code; its defaults are written here
+    # (``shown``) so that help loads no torch, and tests/test_cli_docs.py holds them equal.
+    numpy_ref = f"attnkit.train.numpy_backend:NumpyTrainSettings.{field}" if numpy else None
+    return click.option(flag, type=type, help=help, cls=LibraryDefaultOption, shown=shown,
+                        default_from=f"attnkit.train.pipeline:DataSettings.{field}", numpy_default_from=numpy_ref,
+                        **kwargs)
 
 
 def data_options(f: F) -> F:
     """Flags of :class:`attnkit.train.pipeline.DataSettings`."""
     return _stack(
-        click.option("--tokenizer", type=click.Choice(["word", "wordpiece", "bpe"]), help="Tokenizer kind [word]."),
-        click.option("--vocab-size", type=click.IntRange(min=1), help="Tokenizer vocabulary size [20000]."),
-        click.option("--min-frequency", type=click.IntRange(min=1), help="Minimum token count [1]."),
-        click.option("--max-len", type=click.IntRange(min=1), help="Truncate documents to this many tokens [256]."),
+        _data_flag("--tokenizer", click.Choice(["word", "wordpiece", "bpe"]), "Tokenizer kind.", "tokenizer",
+                   "word", numpy=False,
+                   numpy_help="--backend numpy splits on whitespace and refuses this flag."),
+        _data_flag("--vocab-size", click.IntRange(min=1), "Tokenizer vocabulary size.", "vocab_size", 20000),
+        _data_flag("--min-frequency", click.IntRange(min=1), "Minimum token count.", "min_frequency", 1),
+        _data_flag("--max-len", click.IntRange(min=1), "Truncate documents to this many tokens.", "max_len", 256),
     )(f)
+
+
+_READER = "attnkit.data.readers:read_examples"
 
 
 def reader_options(f: F) -> F:
@@ -121,9 +266,12 @@ def reader_options(f: F) -> F:
         click.option("--format", "data_format", type=str,
                      help="csv, tsv, jsonl, label-tab-text, label-space-text, folder or polarity "
                           "(guessed from the name when omitted)."),
-        click.option("--encoding", type=str, help="Text encoding of the data [utf-8]."),
-        click.option("--text-field", type=str, help="Text column/field for csv, tsv, jsonl [text]."),
-        click.option("--label-field", type=str, help="Label column/field for csv, tsv, jsonl [label]."),
+        click.option("--encoding", type=str, help="Text encoding of the data.", cls=LibraryDefaultOption,
+                     default_from=f"{_READER}.encoding"),
+        click.option("--text-field", type=str, help="Text column/field for csv, tsv, jsonl.", cls=LibraryDefaultOption,
+                     default_from=f"{_READER}.text_field"),
+        click.option("--label-field", type=str, help="Label column/field for csv, tsv, jsonl.",
+                     cls=LibraryDefaultOption, default_from=f"{_READER}.label_field"),
         click.option("--skip-bad-rows", is_flag=True,
                      help="Skip rows with an empty text or an empty or null label, and say on stderr "
                           "how many and where, instead of stopping at the first with an error."),
@@ -132,7 +280,11 @@ def reader_options(f: F) -> F:
 
 def model_options(f: F) -> F:
     return _stack(
-        click.option("--model", type=str, help="Model name: document, sentiment or han [sentiment]."),
+        click.option("--model", type=str, cls=LibraryDefaultOption, default_from="attnkit.cli.commands:DEFAULT_MODEL",
+                     numpy_default_from="attnkit.train.numpy_backend:train_numpy_run.kind",
+                     help="Model name: document, sentiment or han; bert fine-tunes a pretrained folder "
+                          "(attnkit train --init-from).",
+                     numpy_help="--backend numpy: transformer or document."),
         click.option("--model-opt", multiple=True, metavar="KEY=VALUE",
                      help="A model config field, e.g. --model-opt d_model=128 (repeatable)."),
     )(f)

@@ -37,29 +37,32 @@ __all__ = ["train_translate", "translate"]
 @click.option("--vocab-size", type=click.IntRange(min=8), default=8000, show_default=True,
               help="BPE vocabulary size (joint, or per side with --separate-vocab).")
 @click.option("--separate-vocab", is_flag=True, help="One vocabulary per language instead of a joint one.")
-@click.option("--d-model", type=click.IntRange(min=1), default=256, show_default=True)
-@click.option("--heads", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--d-ff", type=click.IntRange(min=1), default=1024, show_default=True)
-@click.option("--encoder-layers", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--decoder-layers", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True)
+@click.option("--d-model", type=click.IntRange(min=1), default=256, show_default=True, help="Model width.")
+@click.option("--heads", type=click.IntRange(min=1), default=8, show_default=True, help="Attention heads.")
+@click.option("--d-ff", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Feed-forward hidden width.")
+@click.option("--encoder-layers", type=click.IntRange(min=1), default=3, show_default=True, help="Encoder layers.")
+@click.option("--decoder-layers", type=click.IntRange(min=1), default=3, show_default=True, help="Decoder layers.")
+@click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+              help="Dropout rate (0 trains faster on a CPU).")
 @click.option("--attention-dropout", type=click.FloatRange(0, 1, max_open=True),
               help="Dropout on attention weights (default: --dropout).")
 @click.option("--activation-dropout", type=click.FloatRange(0, 1, max_open=True),
               help="Dropout on the feed-forward hidden activations (default: --dropout).")
 @click.option("--post-norm", is_flag=True, help="Post-norm layers (the original Transformer) instead of pre-norm.")
-@click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True, help="Maximum epochs.")
 @click.option("--batch-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Padded tokens per batch and side.")
 @click.option("--lr", type=click.FloatRange(0, min_open=True), default=5e-4, show_default=True, help="Peak learning rate.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1000, show_default=True, help="Warm-up steps.")
-@click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True)
+@click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+              help="Cross-entropy label smoothing.")
 @click.option("--max-len", type=click.IntRange(min=1), default=100, show_default=True,
               help="Longest sentence in subword tokens (longer ones are truncated).")
 @click.option("--time-budget", type=click.FloatRange(0, min_open=True), help="Stop training after this many minutes.")
 @click.option("--average-last", type=click.IntRange(min=1), default=1, show_default=True,
               help="Average the weights of the last N epochs at the end (kept when validation agrees).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights, dropout and batch order.")
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @click.option("--resume", is_flag=True,
               help="Go on with the interrupted run in --out after its last finished epoch (same settings).")
