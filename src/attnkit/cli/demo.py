@@ -162,5 +162,8 @@ def demo(out: str, quick: bool, seed: int, overwrite: bool, quiet: bool) -> None
     click.echo(f"attention focus   {summary['focus']:.4f}  (share of pooling attention on the key words)")
     for c, rows in summary["table"].items():
         click.echo(f"most attended ({c}): " + ", ".join(t for t, _ in rows[:5]))
-    click.echo(f"wrote {out}/ (model.safetensors, config.json, report.txt, report.html, explanation.png) "
+    from attnkit.train.rundir import committed_dir
+
+    checkpoint = committed_dir(out).relative_to(Path(out))
+    click.echo(f"wrote {out}/ (report.txt, report.html, explanation.png; the checkpoint in {checkpoint}/) "
                f"in {summary['seconds']:.1f}s")
