@@ -112,7 +112,7 @@ def cli(threads: int | None, debug: bool) -> None:
       attnkit train --data reviews.csv --model sentiment --out runs/reviews
       attnkit evaluate runs/reviews --data test.csv
       attnkit predict runs/reviews "a quietly moving film" --explain
-      attnkit cv --data path/to/mr --folds 10
+      attnkit cv --data path/to/mr --encoding latin-1 --folds 10
       attnkit train --task translate --src train.de.gz --tgt train.en.gz --out runs/de-en
       attnkit train --task caption --out runs/shapes
       torchrun --nproc_per_node=2 -m attnkit train --data reviews.csv --out runs/ddp

@@ -342,7 +342,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
 
     \b
     Example:
-      attnkit cv --data path/to/mr --folds 10
+      attnkit cv --data path/to/mr --encoding latin-1 --folds 10
     """
     from attnkit.train.checkpoint import atomic_write_json
     from attnkit.train.pipeline import cross_validate
