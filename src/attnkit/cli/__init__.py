@@ -1,4 +1,4 @@
-"""The ``attnkit`` command: ``demo``, ``train``, ``evaluate``, ``predict``, ``cv``, ``bench``.
+"""The ``attnkit`` command: ``demo``, ``train``, ``evaluate``, ``predict``, ``cv``, ``baseline``, ``bench``.
 
 Each command turns flags (and an optional ``--config`` file) into the
 library's config dataclasses and calls the library; heavy imports happen
@@ -31,6 +31,7 @@ LAZY_COMMANDS = {
     "translate": "attnkit.cli.translate:translate",
     "caption": "attnkit.cli.caption:caption",
     "visualize": "attnkit.cli.visualize:visualize",
+    "baseline": "attnkit.cli.baseline:baseline",
 }
 # ``attnkit train --task NAME ...`` hands the remaining arguments to these training commands.
 TRAIN_TASKS = {"translate": "attnkit.cli.translate:train_translate",

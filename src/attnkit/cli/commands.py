@@ -18,6 +18,7 @@ import click
 from attnkit.cli.inputs import read_text_lines, warn_truncated
 from attnkit.cli.options import (
     allow_unfinished_option,
+    baseline_option,
     collect_data_settings,
     collect_train_config,
     config_option,
@@ -178,6 +179,7 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
 @click.option("--resume", is_flag=True,
               help="Continue the interrupted run in --out with its saved settings (other flags ignored).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or per-epoch lines.")
+@baseline_option
 @click.pass_context
 @friendly_errors
 def train(ctx: click.Context, **values: Any) -> None:
@@ -195,8 +197,9 @@ def train(ctx: click.Context, **values: Any) -> None:
     if values["backend"] == "numpy":  # before any torch import
         from attnkit.cli.numpy_train import train_numpy
 
-        if not values["data"]:
-            raise click.UsageError("missing --data (the training data); see attnkit train --help")
+        if not values["data"] or values["baseline"]:
+            raise click.UsageError("--baseline needs --backend torch" if values["baseline"] else
+                                   "missing --data (the training data); see attnkit train --help")
         train_numpy(values, parse_model_options(ctx, values["model_opt"]), _data_plan(values, Path(values["out"])),
                     echo=_echo, report=_print_metrics)
         return
@@ -220,6 +223,9 @@ def train(ctx: click.Context, **values: Any) -> None:
     if result.is_main:
         if result.test is not None:
             _print_metrics("test", result.test, result.label_vocab.labels)
+            from attnkit.cli.baseline import after_training
+
+            after_training(plan, result, values["baseline"])
         click.echo(f"saved run to {out}")
 
 
@@ -335,6 +341,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
 @data_options
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), help="Also write the fold results here.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@baseline_option
 @click.pass_context
 @friendly_errors
 def cv(ctx: click.Context, **values: Any) -> None:
@@ -358,6 +365,11 @@ def cv(ctx: click.Context, **values: Any) -> None:
     accs = [r["accuracy"] for r in results]
     spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
     click.echo(f"mean accuracy over {len(accs)} fold(s): {statistics.mean(accs):.4f}{spread}")
+    base = None
+    if values["baseline"]:
+        from attnkit.cli.baseline import print_cv_baseline
+
+        base = print_cv_baseline(examples, results, values["folds"], train_config.seed, values["max_folds"])
     if values["out_json"]:
         atomic_write_json(values["out_json"], {"model": model_name, "folds": values["folds"], "results": results,
-                                               "mean_accuracy": statistics.mean(accs)})
+                                               "mean_accuracy": statistics.mean(accs), "baseline": base})

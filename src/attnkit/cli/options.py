@@ -31,7 +31,7 @@ import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["LibraryDefaultOption", "resolve_default", "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
+__all__ = ["baseline_option", "LibraryDefaultOption", "resolve_default", "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
            "reader_kwargs", "report_skipped_rows"]
 
@@ -383,3 +383,11 @@ def task_option(task: str) -> Callable[[F], F]:
         "--task", type=click.Choice(TASKS), default=task, show_default=True, expose_value=False, callback=check,
         help="classify: text classification; translate / caption: the translation and captioning "
              "trainers, whose options `attnkit train --task NAME --help` lists.")
+
+
+def baseline_option(f: F) -> F:
+    """``--baseline``: score TF-IDF + logistic regression on the same split or folds (:mod:`attnkit.train.baseline`)."""
+    return click.option(
+        "--baseline", is_flag=True,
+        help="Also fit TF-IDF 1-2-grams + logistic regression on the same split or folds and print it "
+             "beside the model, with the difference (needs scikit-learn, the tasks extra).")(f)

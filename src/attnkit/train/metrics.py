@@ -37,7 +37,8 @@ import numpy as np
 if TYPE_CHECKING:  # torch is not imported here: the captioning commands import BLEU and start quickly
     import torch
 
-__all__ = ["accuracy", "macro_f1", "confusion_matrix", "classification_report", "corpus_bleu", "bleu_scores"]
+__all__ = ["accuracy", "macro_f1", "confusion_matrix", "per_class_scores", "classification_report", "corpus_bleu",
+           "bleu_scores"]
 
 IntArrayLike: TypeAlias = "Sequence[int] | np.ndarray | torch.Tensor"
 
@@ -100,6 +101,27 @@ def macro_f1(targets: IntArrayLike, predictions: IntArrayLike, num_classes: int 
     denom = support + predicted  # 2TP + FP + FN
     f1 = np.where(denom > 0, 2 * tp / np.where(denom > 0, denom, 1), 0.0)
     return float(f1[present].mean())
+
+
+def per_class_scores(
+    targets: IntArrayLike, predictions: IntArrayLike, num_classes: int | None = None
+) -> list[dict[str, float]]:
+    """Per class ``c`` (in id order): ``precision`` P_c, ``recall`` R_c, ``f1`` and ``support``.
+
+    The formulas of the module docstring; an empty denominator gives 0.0
+    (a class never predicted has precision 0, one absent from ``targets``
+    recall 0). ``support`` is the number of targets of the class.
+    """
+    m = confusion_matrix(targets, predictions, num_classes).astype(np.float64)
+    tp = np.diag(m)
+    support, predicted = m.sum(axis=1), m.sum(axis=0)
+    rows = []
+    for c in range(m.shape[0]):
+        p = tp[c] / predicted[c] if predicted[c] else 0.0
+        r = tp[c] / support[c] if support[c] else 0.0
+        f1 = 2 * tp[c] / (support[c] + predicted[c]) if support[c] + predicted[c] else 0.0
+        rows.append({"precision": float(p), "recall": float(r), "f1": float(f1), "support": int(support[c])})
+    return rows
 
 
 def classification_report(

@@ -1,0 +1,251 @@
+"""``attnkit baseline``, the baseline beside ``train`` and ``cv`` results, and a run's ``report.txt``.
+
+The baseline (:mod:`attnkit.train.baseline`: TF-IDF word 1–2-grams + logistic
+regression) is scored on the same test examples as the model: the test part of
+``train``'s seeded split, or each fold of ``cv``. ``--baseline`` prints it in
+one table with the model and the difference; for ``cv`` per fold, with the
+paired t-test over the folds.
+
+After ``attnkit train`` the run directory also gets ``report.txt``, the
+analysis of the finished model on its test part: per-class precision, recall
+and F1, the confusion matrix, the most attended words per class and the test
+examples the model gets most confidently wrong, with the words it attended
+to. It is derived from the committed model, like the demo's report, so it is
+written after the run's last commit, outside the transaction.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from attnkit.cli.commands import _print_metrics, _read, friendly_errors
+from attnkit.cli.options import (
+    LibraryDefaultOption,
+    config_option,
+    reader_kwargs,
+    reader_options,
+    resolve_default,
+)
+
+__all__ = ["baseline", "comparison_lines", "cv_comparison_lines", "results_analysis", "format_report",
+           "after_training", "print_cv_baseline"]
+
+SEED_DEFAULT = "attnkit.train.config:TrainConfig.seed"
+WRONG_SHOWN = 5  # confidently wrong test examples in the report
+WORDS_SHOWN = 8  # most attended words per class
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.4f}"
+
+
+def comparison_lines(model: dict[str, Any], base: dict[str, Any]) -> list[str]:
+    """The model, the baseline and their difference (accuracy and macro-F1) as table lines."""
+    from attnkit.train.baseline import BASELINE_NAME
+
+    lines = [f"{'':<12}{'accuracy':>10}{'macro-F1':>10}",
+             f"{'model':<12}{model['accuracy']:>10.4f}{model['macro_f1']:>10.4f}",
+             f"{'baseline':<12}{base['accuracy']:>10.4f}{base['macro_f1']:>10.4f}",
+             f"{'difference':<12}{_signed(model['accuracy'] - base['accuracy']):>10}"
+             f"{_signed(model['macro_f1'] - base['macro_f1']):>10}",
+             f"baseline: {BASELINE_NAME} (C=4) on the same test part (n={base['n']})"]
+    return lines
+
+
+def cv_comparison_lines(results: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
+                        test: dict[str, Any]) -> list[str]:
+    """Per fold the model's and the baseline's accuracy and the difference; the means; the paired test."""
+    from attnkit.train.baseline import BASELINE_NAME
+
+    lines = [f"{'fold':>4}{'model':>10}{'baseline':>10}{'difference':>12}"]
+    for r, b in zip(results, base, strict=True):
+        lines.append(f"{r['fold']:>4}{r['accuracy']:>10.4f}{b['accuracy']:>10.4f}"
+                     f"{_signed(r['accuracy'] - b['accuracy']):>12}")
+    m, bm = statistics.mean(r["accuracy"] for r in results), statistics.mean(b["accuracy"] for b in base)
+    lines.append(f"{'mean':>4}{m:>10.4f}{bm:>10.4f}{_signed(m - bm):>12}")
+    lines.append(f"baseline: {BASELINE_NAME} (C=4) on the same folds")
+    if test["t"] is None:
+        lines.append(f"paired test over {test['n']} fold(s): not possible (needs 2 folds that differ in spread); "
+                     f"mean difference {_signed(test['mean_difference'])}")
+    else:
+        lines.append(f"paired t-test over {test['n']} folds: mean difference {_signed(test['mean_difference'])}, "
+                     f"{test['confidence']:.0%} interval [{_signed(test['ci_low'])}, {_signed(test['ci_high'])}], "
+                     f"t = {test['t']:.2f}, p = {test['p_value']:.3g}")
+    return lines
+
+
+def after_training(plan: Any, result: Any, baseline: bool) -> None:
+    """Print the baseline beside the test result (with ``--baseline``) and write ``report.txt`` to the run."""
+    from attnkit.train.fileops import atomic_write_text
+
+    base = None
+    if baseline:
+        from attnkit.train.baseline import split_baseline
+
+        base = split_baseline(plan.data, seed=plan.train_config.seed)
+        for line in comparison_lines(result.test, base):
+            click.echo(line)
+    analysis = results_analysis(result)
+    atomic_write_text(Path(plan.out) / "report.txt", format_report(result.test, analysis, base))
+    click.echo(f"wrote {Path(plan.out) / 'report.txt'} (per-class scores, most attended words, "
+               f"confidently wrong examples)")
+
+
+def print_cv_baseline(examples: Sequence[Any], results: Sequence[dict[str, Any]], folds: int, seed: int,
+                      max_folds: int | None) -> dict[str, Any]:
+    """Score the baseline on ``cv``'s folds, print the comparison; the figures for ``--json``."""
+    from attnkit.train.baseline import fold_baselines, paired_test
+
+    base = fold_baselines(examples, folds=folds, seed=seed, max_folds=max_folds)
+    test = paired_test([r["accuracy"] for r in results], [b["accuracy"] for b in base])
+    for line in cv_comparison_lines(results, base, test):
+        click.echo(line)
+    return {"folds": base, "mean_accuracy": statistics.mean(b["accuracy"] for b in base), "paired_test": test}
+
+
+# --- the analysis of a finished run ------------------------------------------------------------
+
+
+def _scores(model: Any, ds: Any) -> tuple[Any, Any]:
+    """Class probabilities ``(N, C)`` of the test part and its pooling weights ``(N, T)`` (None if none)."""
+    import torch
+
+    from attnkit.data.batching import collate
+    from attnkit.train.inference import pooling_weights
+
+    probs, weights, attends = [], [], True
+    for start in range(0, len(ds), 128):
+        batch = collate([ds[i] for i in range(start, min(len(ds), start + 128))])
+        with torch.no_grad():
+            if attends:
+                try:
+                    logits, w = pooling_weights(model, batch["ids"], batch["lengths"])  # (B, C), (B, T)
+                    weights += [w[i, : int(n)].float().tolist() for i, n in enumerate(batch["lengths"])]
+                except ValueError:  # a model without pooling attention (mean pooling)
+                    attends, weights = False, []
+            if not attends:
+                logits = model.eval()(batch["ids"], batch["lengths"])  # (B, C)
+        probs.append(logits.float().softmax(-1))
+    return torch.cat(probs), (weights if attends else None)
+
+
+def results_analysis(result: Any, *, wrong: int = WRONG_SHOWN, words: int = WORDS_SHOWN) -> dict[str, Any]:
+    """Per-class scores, confusion matrix, most attended words per class, confidently wrong examples.
+
+    ``result`` is a :class:`attnkit.train.pipeline.FitResult` with a test part.
+    The words of a class are ranked by their mean pooling attention per test
+    document of that (true) class; the confidently wrong examples are the
+    misclassified test examples with the highest predicted probability.
+    """
+    from attnkit.cli.demo import most_attended_words
+    from attnkit.train.metrics import confusion_matrix, per_class_scores
+
+    ds, labels = result.test_data, list(result.label_vocab.labels)
+    probs, weights = _scores(result.model, ds)
+    predicted = probs.argmax(-1).tolist()
+    targets = list(ds.labels)
+    token = result.tokenizer.id_to_token
+    tokens = [[str(token(int(i))) for i in ids] for ids in ds.ids]
+    per_class = [{"label": lb, **s} for lb, s in zip(labels, per_class_scores(targets, predicted, len(labels)),
+                                                     strict=True)]
+    misses = sorted((i for i in range(len(ds)) if predicted[i] != targets[i]),
+                    key=lambda i: -float(probs[i, predicted[i]]))[:wrong]
+    examples = []
+    for i in misses:
+        top = sorted(zip(tokens[i], weights[i], strict=False), key=lambda p: -p[1])[:5] if weights else []
+        examples.append({"text": ds.examples[i].text, "label": labels[targets[i]], "predicted": labels[predicted[i]],
+                         "probability": float(probs[i, predicted[i]]), "attended": top})
+    attended = (most_attended_words(tokens, weights, [labels[t] for t in targets], top=words)
+                if weights is not None else None)
+    return {"labels": labels, "per_class": per_class, "n": len(ds),
+            "confusion_matrix": confusion_matrix(targets, predicted, len(labels)).tolist(),
+            "most_attended": attended, "confidently_wrong": examples}
+
+
+def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None) -> str:
+    """``report.txt``: the test scores (beside the baseline, if given) and :func:`results_analysis`."""
+    labels = analysis["labels"]
+    width = max(10, *(len(lb) + 2 for lb in labels))
+    lines = [f"attnkit train: results on the test part (n={analysis['n']})",
+             f"accuracy {test['accuracy']:.4f}   macro-F1 {test['macro_f1']:.4f}", ""]
+    if base is not None:
+        lines += [*comparison_lines(test, base), ""]
+    lines += ["per class", f"{'class':<{width}}{'precision':>10}{'recall':>10}{'F1':>10}{'support':>10}"]
+    lines += [f"{c['label']:<{width}}{c['precision']:>10.4f}{c['recall']:>10.4f}{c['f1']:>10.4f}{c['support']:>10}"
+              for c in analysis["per_class"]]
+    lines += ["", "confusion matrix (rows: true, columns: predicted)",
+              " " * width + "".join(f"{lb[:width - 1]:>{width}}" for lb in labels)]
+    lines += [f"{lb:<{width}}" + "".join(f"{v:>{width}}" for v in row)
+              for lb, row in zip(labels, analysis["confusion_matrix"], strict=True)]
+    lines += ["", "most attended words per class (true class; mean pooling attention per document)"]
+    if analysis["most_attended"] is None:
+        lines.append("  (this model has no pooling attention)")
+    else:
+        for c, rows in analysis["most_attended"].items():
+            lines.append(f"  {c}: " + ", ".join(f"{t} ({m:.3f})" for t, m in rows))
+    lines += ["", "most confidently wrong test examples (with their most attended words)"]
+    if not analysis["confidently_wrong"]:
+        lines.append("  (none: every test example is classified correctly)")
+    for k, e in enumerate(analysis["confidently_wrong"], 1):
+        text = e["text"] if len(e["text"]) <= 300 else e["text"][:297] + "..."
+        lines.append(f"{k}. true {e['label']}, predicted {e['predicted']} ({e['probability']:.3f}): {text}")
+        if e["attended"]:
+            lines.append("   attended: " + ", ".join(f"{t} ({w:.2f})" for t, w in e["attended"]))
+    return "\n".join(lines) + "\n"
+
+
+# --- attnkit baseline --------------------------------------------------------------------------
+
+
+@click.command()
+@config_option
+@click.option("--data", required=True, type=click.Path(exists=True), help="Labelled data (file or folder).")
+@click.option("--val", "val_path", type=click.Path(exists=True), help="Validation data, as for attnkit train.")
+@click.option("--test", "test_path", type=click.Path(exists=True), help="Test data, as for attnkit train.")
+@click.option("--folds", type=click.IntRange(min=2),
+              help="Cross-validate on the folds of attnkit cv --folds K instead of train's split.")
+@click.option("--max-folds", type=click.IntRange(min=1), help="With --folds: only the first N folds.")
+@click.option("--val-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+              help="Share of --data that attnkit train holds out for validation (the baseline trains on it).")
+@click.option("--test-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+              help="Share of --data held out for testing when --test is absent.")
+@click.option("--seed", type=click.IntRange(min=0), cls=LibraryDefaultOption, default_from=SEED_DEFAULT,
+              help="The split or fold seed (train's and cv's --seed).")
+@reader_options
+@friendly_errors
+def baseline(**values: Any) -> None:
+    """Score TF-IDF 1-2-grams + logistic regression on train's split or cv's folds.
+
+    \b
+    Examples:
+      attnkit baseline --data reviews.csv
+      attnkit baseline --data path/to/mr --encoding latin-1 --folds 10
+    """
+    from attnkit.train.baseline import BASELINE_NAME, fold_baselines, split_baseline
+
+    seed = values["seed"] if values["seed"] is not None else resolve_default(SEED_DEFAULT)
+    if values["folds"] is None:
+        from attnkit.data.sources import DataSource
+
+        source = DataSource(train=values["data"], val=values["val_path"], test=values["test_path"],
+                            val_ratio=values["val_ratio"], test_ratio=values["test_ratio"],
+                            reader=reader_kwargs(values))
+        scores = split_baseline(source, seed=seed)
+        _print_metrics(f"baseline ({BASELINE_NAME}, C=4) on train's test part", scores, scores["labels"])
+        return
+    if values["val_path"] or values["test_path"]:
+        raise click.UsageError("--folds splits --data itself; it takes no --val or --test")
+    rows = fold_baselines(_read(values["data"], values), folds=values["folds"], seed=seed,
+                          max_folds=values["max_folds"])
+    for r in rows:
+        click.echo(f"fold {r['fold']:>2}/{values['folds']}  accuracy {r['accuracy']:.4f}  "
+                   f"macro-F1 {r['macro_f1']:.4f}")
+    accs = [r["accuracy"] for r in rows]
+    spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
+    click.echo(f"baseline ({BASELINE_NAME}, C=4) mean accuracy over {len(accs)} fold(s): "
+               f"{statistics.mean(accs):.4f}{spread}  macro-F1 {statistics.mean(r['macro_f1'] for r in rows):.4f}")
