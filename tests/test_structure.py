@@ -19,9 +19,11 @@ MAX_FUNCTION_LINES = 80
 # What each part of the package may import from attnkit (besides itself); docs/design.md, "Layers".
 BASE = {"_checks", "_lazy"}
 MAY_IMPORT: dict[str, set[str]] = {
-    "masks": BASE,
+    "masks": BASE | {"block_mask"},
+    "block_mask": BASE,
     "positional": BASE,
-    "functional": BASE | {"masks"},
+    "block_sparse": BASE | {"masks", "block_mask"},
+    "functional": BASE | {"masks", "block_mask", "block_sparse"},
     "layers": BASE | {"functional", "masks", "positional"},
     "blocks": BASE | {"layers", "functional", "masks", "positional"},
     "decoding": BASE,

@@ -37,18 +37,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnkit import block_sparse as _bs
 from attnkit import masks as _masks
+from attnkit.block_mask import BlockMask
+from attnkit.block_sparse import MaskArg, ScoreMod
 
-__all__ = [
-    "attention",
-    "attention_weights",
-    "safe_softmax",
-    "choose_backend",
-    "BackendChoice",
-    "last_backend",
-    "split_heads",
-    "merge_heads",
-]
+__all__ = ["attention", "attention_weights", "safe_softmax", "choose_backend", "BackendChoice",
+           "last_backend", "split_heads", "merge_heads"]
 
 logger = logging.getLogger("attnkit.attention")
 Backend = Literal["auto", "fused", "math"]
@@ -60,12 +55,12 @@ _last = threading.local()
 class BackendChoice:
     """Which path computes attention, and why.
 
-    ``name`` is ``"fused"`` or ``"math"``; ``kernel`` names the kernel torch
+    ``name`` is ``"fused"``, ``"math"`` or ``"block-sparse"``; ``kernel`` names the kernel torch
     picked inside the fused path (``"FLASH_ATTENTION"``, ``"EFFICIENT_ATTENTION"``,
     ``"MATH"``...) when torch can tell; ``reason`` says why this path ran.
     """
 
-    name: Literal["fused", "math"]
+    name: Literal["fused", "math", "block-sparse"]
     reason: str
     kernel: str | None = None
 
@@ -285,26 +280,26 @@ def _fused_output(
 
 @overload
 def attention(
-    q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ...,
-    causal: bool = ..., dropout: float = ..., scale: float | None = ...,
+    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskArg = ..., bias: Tensor | None = ...,
+    causal: bool = ..., dropout: float = ..., scale: float | None = ..., score_mod: ScoreMod | None = ...,
     return_weights: Literal[False] = ..., backend: Backend = ...,
 ) -> Tensor: ...
 @overload
 def attention(
-    q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ...,
-    causal: bool = ..., dropout: float = ..., scale: float | None = ...,
+    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskArg = ..., bias: Tensor | None = ...,
+    causal: bool = ..., dropout: float = ..., scale: float | None = ..., score_mod: ScoreMod | None = ...,
     return_weights: Literal[True], backend: Backend = ...,
 ) -> tuple[Tensor, Tensor]: ...
 @overload
 def attention(
-    q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ...,
-    causal: bool = ..., dropout: float = ..., scale: float | None = ...,
+    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskArg = ..., bias: Tensor | None = ...,
+    causal: bool = ..., dropout: float = ..., scale: float | None = ..., score_mod: ScoreMod | None = ...,
     return_weights: bool = ..., backend: Backend = ...,
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 def attention(
-    q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskArg = None, bias: Tensor | None = None,
     causal: bool = False, dropout: float = 0.0, scale: float | None = None,
-    return_weights: bool = False, backend: Backend = "auto",
+    score_mod: ScoreMod | None = None, return_weights: bool = False, backend: Backend = "auto",
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Scaled dot-product attention with one mask rule and safe numerics.
 
@@ -316,7 +311,8 @@ def attention(
         k: keys.
         v: values.
         mask: boolean, True where a query MAY attend to a key; broadcast to
-            ``(B, H, Tq, Tk)``. Build it with :mod:`attnkit.masks`.
+            ``(B, H, Tq, Tk)``. Build it with :mod:`attnkit.masks`. A
+            :class:`~attnkit.block_mask.BlockMask` runs the block-sparse path.
         bias: float additive bias broadcast to ``(B, H, Tq, Tk)`` (ALiBi,
             relative positions). Keep it finite: masking is done with ``mask``.
         causal: forbid attention to later keys, aligned bottom-right (the
@@ -325,6 +321,8 @@ def attention(
         dropout: probability of dropping an attention weight; apply it only in
             training (layers pass 0 in eval mode).
         scale: logit scale, default ``1 / sqrt(Dh)``.
+        score_mod: ``score_mod(score, b, h, q_idx, kv_idx) -> score`` rewrites the
+            scaled logits (:mod:`attnkit.block_sparse`); dense masks take the math path.
         return_weights: also return the attention probabilities (before
             dropout). The output is the same either way.
         backend: ``"auto"`` (fused when possible), ``"fused"`` or ``"math"``.
@@ -341,7 +339,7 @@ def attention(
     b, h, tq, _ = q.shape
     tk = k.shape[2]
     target = (b, h, tq, tk)
-    if mask is not None:
+    if mask is not None and not isinstance(mask, BlockMask):
         _masks.check_mask(mask, target)
     if bias is not None:
         _masks.check_bias(bias, target)
@@ -350,6 +348,12 @@ def attention(
     if scale is not None and (not isinstance(scale, (int, float)) or not scale > 0):
         raise ValueError(f"scale must be a positive float or None, got {scale!r}")
     scale_f = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if isinstance(mask, BlockMask) or score_mod is not None:
+        name, why, result = _bs.dispatch(q, k, v, mask, bias=bias, causal=causal, dropout=float(dropout),
+                                         scale=scale_f, score_mod=score_mod,
+                                         return_weights=return_weights, backend=backend)
+        _last.choice = BackendChoice(name, why)  # type: ignore[arg-type]
+        return result
 
     debug = logger.isEnabledFor(logging.DEBUG)
     choice = choose_backend(

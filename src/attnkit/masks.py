@@ -11,6 +11,10 @@ converters whose names say so: :func:`from_key_padding_mask` and
 :func:`from_torch_attn_mask`; Hugging Face's 1/0 ``attention_mask`` enters
 through :func:`from_hf_attention_mask`.
 
+Programmable masks that attention can skip block by block
+(:func:`create_block_mask` and the ready mask mods) live in
+:mod:`attnkit.block_mask` and are re-exported here.
+
 Shape legend: B batch, H heads, Tq query length, Tk key length.
 """
 
@@ -21,6 +25,18 @@ from typing import Literal
 
 import torch
 from torch import Tensor
+
+from attnkit.block_mask import (
+    BlockMask,
+    MaskMod,
+    and_mods,
+    causal_mod,
+    create_block_mask,
+    document_mod,
+    or_mods,
+    prefix_lm_mod,
+    sliding_window_mod,
+)
 
 __all__ = [
     "causal",
@@ -34,6 +50,16 @@ __all__ = [
     "check_mask",
     "check_bias",
     "rows_with_keys",
+    # programmable block masks (attnkit.block_mask)
+    "create_block_mask",
+    "BlockMask",
+    "MaskMod",
+    "causal_mod",
+    "sliding_window_mod",
+    "document_mod",
+    "prefix_lm_mod",
+    "and_mods",
+    "or_mods",
 ]
 
 Align = Literal["bottom_right", "top_left"]

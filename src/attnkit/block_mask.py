@@ -1,0 +1,394 @@
+"""Block masks: programmable masks that let attention skip the work they forbid.
+
+A *mask mod* is a function ``mask_mod(b, h, q_idx, kv_idx) -> Tensor`` that
+says, by attnkit's one rule, where a query MAY attend to a key (True = may
+attend). It is called with integer index tensors that broadcast against each
+other (``b`` over batch, ``h`` over heads, ``q_idx`` over queries, ``kv_idx``
+over keys) and must return a boolean tensor of their broadcast shape (or one
+that broadcasts to it). Write it with element-wise operations and do not
+assume how many dimensions the index tensors have.
+
+:func:`create_block_mask` evaluates a mod once, tile by tile, and records for
+every query block which key blocks are *empty* (skipped), *full* (computed
+without an element mask) or *partial* (the element mask is kept for those
+blocks only). :func:`attnkit.attention` given the resulting :class:`BlockMask`
+computes the non-empty blocks only. The conventions follow PyTorch's
+FlexAttention (``create_block_mask``, ``mask_mod``); the rule is attnkit's.
+
+Shape legend: B batch, H heads, Tq query length, Tk key length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnkit import _checks
+
+__all__ = [
+    "BlockMask",
+    "MaskMod",
+    "create_block_mask",
+    "causal_mod",
+    "sliding_window_mod",
+    "document_mod",
+    "prefix_lm_mod",
+    "and_mods",
+    "or_mods",
+]
+
+MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+"""``mask_mod(b, h, q_idx, kv_idx) -> bool Tensor``, True where a query may attend a key."""
+
+_CHUNK_ELEMENTS = 1 << 24  # mask entries evaluated at once by create_block_mask
+_NEEDS = "_attnkit_needs"  # attribute of a mod: [(what, batch or None, length)] it requires
+
+
+def causal_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    """Causal mask mod: query ``i`` may attend key ``j`` when ``j <= i`` (top-left aligned).
+
+    Shape:
+        index tensors broadcast together; returns their broadcast shape, bool.
+    """
+    return kv_idx <= q_idx
+
+
+def sliding_window_mod(window: int) -> MaskMod:
+    """Local band: query ``i`` may attend key ``j`` when ``|j - i| <= window``.
+
+    Symmetric like :func:`attnkit.masks.sliding_window`; the causal sliding
+    window of Longformer/Mistral is ``and_mods(causal_mod, sliding_window_mod(w))``.
+
+    Shape:
+        the returned mod maps broadcast index tensors to their broadcast shape, bool.
+    """
+    window = _checks.non_negative_int("window", window)
+
+    def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return (kv_idx - q_idx).abs() <= window
+
+    return mod
+
+
+def _ids_tensor(segment_ids: object) -> Tensor:
+    if not isinstance(segment_ids, Tensor):
+        segment_ids = torch.as_tensor(segment_ids)
+    assert isinstance(segment_ids, Tensor)
+    if segment_ids.dtype == torch.bool or segment_ids.dtype.is_floating_point:
+        raise TypeError(f"segment_ids must hold integers, got dtype {segment_ids.dtype}")
+    if segment_ids.dim() not in (1, 2) or segment_ids.shape[-1] == 0:
+        raise ValueError(
+            f"segment_ids must be (T,) or (B, T) with T > 0, got shape {tuple(segment_ids.shape)}"
+        )
+    return segment_ids.long()
+
+
+def document_mod(segment_ids: Tensor) -> MaskMod:
+    """Packed documents: a query may attend a key of the same document; a negative id is padding.
+
+    Queries and keys are positions of the same packed sequence (self-attention,
+    ``Tq == Tk == T``). Per-example ids ``(B, T)`` need ``B`` given to
+    :func:`create_block_mask`. Combine with :func:`causal_mod` for causal
+    packing.
+
+    Shape:
+        segment_ids ``(T,)`` or ``(B, T)`` ints; the returned mod maps broadcast
+        index tensors to their broadcast shape, bool.
+    """
+    ids = _ids_tensor(segment_ids)
+
+    def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        table = ids.to(q_idx.device)
+        if table.dim() == 1:
+            qi, ki = table[q_idx], table[kv_idx]
+        else:
+            qi, ki = table[b, q_idx], table[b, kv_idx]
+        return (qi == ki) & (qi >= 0) & (ki >= 0)
+
+    batch = ids.shape[0] if ids.dim() == 2 else None
+    setattr(mod, _NEEDS, [("document_mod segment_ids", batch, ids.shape[-1])])
+    return mod
+
+
+def prefix_lm_mod(prefix_len: int | Tensor) -> MaskMod:
+    """Prefix LM: every query may attend the first ``prefix_len`` keys, and causally after them.
+
+    ``prefix_len`` is one int, or a ``(B,)`` tensor of one length per example.
+
+    Shape:
+        prefix_len an int or ``(B,)``; the returned mod maps broadcast index
+        tensors to their broadcast shape, bool.
+    """
+    if isinstance(prefix_len, Tensor):
+        if prefix_len.dim() != 1 or prefix_len.dtype.is_floating_point or prefix_len.dtype == torch.bool:
+            raise TypeError(
+                f"prefix_len must be an int or a (B,) integer tensor, got {prefix_len.dtype} "
+                f"of shape {tuple(prefix_len.shape)}"
+            )
+        lengths = prefix_len.long()
+
+        def per_example(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return (kv_idx < lengths.to(b.device)[b]) | (kv_idx <= q_idx)
+
+        setattr(per_example, _NEEDS, [("prefix_lm_mod prefix_len", lengths.shape[0], None)])
+        return per_example
+    n = _checks.non_negative_int("prefix_len", prefix_len)
+
+    def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return (kv_idx < n) | (kv_idx <= q_idx)
+
+    return mod
+
+
+def _combine_mods(mods: tuple[MaskMod, ...], name: str, both: bool) -> MaskMod:
+    if not mods:
+        raise ValueError(f"{name}() needs at least one mask mod")
+    for index, m in enumerate(mods):
+        if not callable(m):
+            raise TypeError(f"{name}(): argument {index} must be a mask mod, got {type(m).__name__}")
+
+    def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        result = mods[0](b, h, q_idx, kv_idx)
+        for m in mods[1:]:
+            result = (result & m(b, h, q_idx, kv_idx)) if both else (result | m(b, h, q_idx, kv_idx))
+        return result
+
+    setattr(mod, _NEEDS, [need for m in mods for need in getattr(m, _NEEDS, [])])
+    return mod
+
+
+def and_mods(*mods: MaskMod) -> MaskMod:
+    """A mask mod that allows an entry only where every given mod allows it.
+
+    Shape:
+        the returned mod maps broadcast index tensors to their broadcast shape, bool.
+    """
+    return _combine_mods(mods, "and_mods", both=True)
+
+
+def or_mods(*mods: MaskMod) -> MaskMod:
+    """A mask mod that allows an entry where any given mod allows it.
+
+    Shape:
+        the returned mod maps broadcast index tensors to their broadcast shape, bool.
+    """
+    return _combine_mods(mods, "or_mods", both=False)
+
+
+def _check_needs(mask_mod: object, b: int | None, tq: int, tk: int) -> None:
+    for what, batch, length in getattr(mask_mod, _NEEDS, []):
+        if length is not None and not tq == tk == length:
+            raise ValueError(
+                f"{what} have length T={length}, but the block mask is for Tq={tq}, Tk={tk}"
+            )
+        if batch is not None and b != batch:
+            raise ValueError(
+                f"{what} hold one row per example (B={batch}); pass B={batch} to create_block_mask, "
+                f"got B={b}"
+            )
+
+
+def eval_mod(mask_mod: MaskMod, idx: tuple[Tensor, Tensor, Tensor, Tensor], shape: tuple[int, ...]
+             ) -> Tensor:
+    """Call a mask mod on broadcast index tensors and check that it returned a bool mask of ``shape``."""
+    out = mask_mod(*idx)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"mask_mod must return a bool torch.Tensor, got {type(out).__name__}")
+    if out.dtype != torch.bool:
+        raise TypeError(
+            f"mask_mod must return a bool tensor (True = may attend), got dtype {out.dtype}; "
+            "compare, e.g. return kv_idx <= q_idx"
+        )
+    try:
+        ok = out.dim() <= len(shape) and torch.broadcast_shapes(out.shape, shape) == torch.Size(shape)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"mask_mod returned shape {tuple(out.shape)}, which does not broadcast to the "
+            f"index shape {shape}; use element-wise operations on b, h, q_idx, kv_idx"
+        )
+    return out.expand(shape)
+
+
+class BlockMask:
+    """A mask stored as blocks: per query block, the non-empty key blocks and their kind.
+
+    Built by :func:`create_block_mask`; pass it as ``mask=`` to
+    :func:`attnkit.attention`. ``B`` or ``H`` is ``None`` where the mask
+    broadcasts over that axis.
+
+    Attributes:
+        kv_indices: ``(Bm, Hm, nQ, K)`` long, the key blocks each query block
+            computes (``Bm = B or 1``, ``Hm = H or 1``, ``K`` the most of any
+            query block; the rest is padding).
+        elem_index: ``(Bm, Hm, nQ, K)`` long into ``elements``: 0 for padding
+            (nothing allowed), 1 for a full block, ``2 + i`` for partial block ``i``.
+        elements: ``(2 + P, bs, bs)`` bool: an empty block, a full block, then
+            the element masks of the ``P`` partial blocks.
+
+    Shape:
+        used with q ``(B, H, Tq, Dh)`` and k ``(B, Hkv, Tk, Dh)``;
+        :meth:`to_dense` returns ``(Bm, Hm, Tq, Tk)`` bool.
+    """
+
+    def __init__(self, *, shape: tuple[int | None, int | None, int, int], block_size: int,
+                 kv_indices: Tensor, elem_index: Tensor, elements: Tensor, counts: dict[str, int]):
+        self.shape = shape
+        self.block_size = block_size
+        self.kv_indices = kv_indices
+        self.elem_index = elem_index
+        self.elements = elements
+        self.counts = counts
+        self._kept: tuple[Tensor | None, Tensor | None] | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.kv_indices.device
+
+    def sparsity(self) -> float:
+        """The fraction of (query block, key block) pairs skipped, over every (b, h) stored."""
+        total = sum(self.counts.values())
+        return self.counts["empty"] / total if total else 0.0
+
+    def __repr__(self) -> str:
+        b, h, tq, tk = self.shape
+        c = self.counts
+        return (
+            f"BlockMask(B={b}, H={h}, Tq={tq}, Tk={tk}, block_size={self.block_size}, "
+            f"full={c['full']}, partial={c['partial']}, empty={c['empty']} "
+            f"({100 * self.sparsity():.1f}% skipped), device={self.device})"
+        )
+
+    def kept_mask(self) -> tuple[Tensor | None, Tensor | None]:
+        """What the block-sparse path fills with ``-inf``, and the rows that keep a key (cached).
+
+        The first is True at entries of the computed blocks a query may not
+        attend, except in rows with no key at all (left open, then zeroed);
+        it is ``None`` when every computed block is full. The second is
+        ``None`` when every row keeps a key.
+
+        Shape:
+            returns ``(Bm, Hm, nQ, bs, K * bs)`` bool and ``(Bm, Hm, nQ, bs, 1)`` bool.
+        """
+        if self._kept is None:
+            if bool((self.elem_index == 1).all()):
+                self._kept = (None, None)
+            else:
+                bm, hm, nq, k = self.elem_index.shape
+                bs = self.block_size
+                elems = self.elements[self.elem_index]  # (Bm, Hm, nQ, K, bs, bs)
+                allowed = elems.transpose(3, 4).reshape(bm, hm, nq, bs, k * bs)
+                row_ok = allowed.any(dim=-1, keepdim=True)
+                self._kept = (~allowed & row_ok, None if bool(row_ok.all()) else row_ok)
+        return self._kept
+
+    def to_dense(self) -> Tensor:
+        """The dense boolean mask, True where a query may attend a key.
+
+        Shape:
+            returns ``(Bm, Hm, Tq, Tk)`` bool, ``Bm = B or 1``, ``Hm = H or 1``.
+        """
+        bm, hm, nq, k = self.elem_index.shape
+        bs = self.block_size
+        nk = -(-self.shape[3] // bs)
+        dense = torch.zeros(bm, hm, nq, nk, bs, bs, dtype=torch.uint8, device=self.device)
+        elems = self.elements[self.elem_index].to(torch.uint8)  # (Bm, Hm, nQ, K, bs, bs)
+        index = self.kv_indices[..., None, None].expand(-1, -1, -1, -1, bs, bs)
+        dense.scatter_reduce_(3, index, elems, reduce="amax")  # padding adds nothing
+        dense = dense.bool().transpose(3, 4).reshape(bm, hm, nq * bs, nk * bs)
+        return dense[:, :, : self.shape[2], : self.shape[3]]
+
+    def to(self, device: torch.device | str) -> BlockMask:
+        """A copy on ``device``."""
+        return BlockMask(shape=self.shape, block_size=self.block_size,
+                         kv_indices=self.kv_indices.to(device), elem_index=self.elem_index.to(device),
+                         elements=self.elements.to(device), counts=dict(self.counts))
+
+    def check(self, b: int, h: int, tq: int, tk: int, device: torch.device) -> None:
+        """Raise ``ValueError`` unless this mask fits attention over ``(B, H, Tq, Tk)`` on ``device``."""
+        mb, mh, mq, mk = self.shape
+        if (mq, mk) != (tq, tk) or (mb is not None and mb != b) or (mh is not None and mh != h):
+            raise ValueError(
+                f"BlockMask built for (B, H, Tq, Tk) = {self.shape} cannot be used with "
+                f"(B, H, Tq, Tk) = {(b, h, tq, tk)}; build it with create_block_mask(mod, "
+                f"{b}, {h}, {tq}, {tk}) (B or H None to broadcast)"
+            )
+        if self.device != device:
+            raise ValueError(
+                f"BlockMask is on {self.device} but q is on {device}; move it with mask.to({str(device)!r})"
+            )
+
+
+def _block_kinds(mask_mod: MaskMod, b: int, h: int, tq: int, tk: int, bs: int, device: Any
+                 ) -> tuple[Tensor, list[Tensor]]:
+    """Evaluate the mod tile by tile: per block 0 empty, 1 full, 2 + i partial ``i``."""
+    nq, nk = -(-tq // bs), -(-tk // bs)
+    kv_all = torch.arange(nk * bs, device=device)
+    kv = kv_all.clamp(max=tk - 1).view(1, 1, 1, -1)
+    kv_ok = (kv_all < tk).view(1, 1, 1, -1)
+    b_idx = torch.arange(b, device=device).view(b, 1, 1, 1)
+    h_idx = torch.arange(h, device=device).view(1, h, 1, 1)
+    rows = max(1, _CHUNK_ELEMENTS // max(1, b * h * nk * bs * bs)) * bs
+    kinds = torch.empty(b, h, nq, nk, dtype=torch.long, device=device)
+    partials: list[Tensor] = []
+    n_partial = 0
+    for r0 in range(0, nq * bs, rows):
+        q_all = torch.arange(r0, min(r0 + rows, nq * bs), device=device)
+        q = q_all.clamp(max=tq - 1).view(1, 1, -1, 1)
+        shape = (b, h, q.shape[2], nk * bs)
+        m = eval_mod(mask_mod, (b_idx, h_idx, q, kv), shape) & kv_ok & (q_all < tq).view(1, 1, -1, 1)
+        blocks = m.reshape(b, h, -1, bs, nk, bs).transpose(3, 4)  # (B, H, rq, nK, bs, bs)
+        any_, all_ = blocks.any(dim=(4, 5)), blocks.all(dim=(4, 5))
+        part = any_ & ~all_
+        chunk = all_.long()
+        p = int(part.sum())
+        chunk[part] = torch.arange(2 + n_partial, 2 + n_partial + p, device=device)
+        partials.append(blocks[part])
+        n_partial += p
+        kinds[:, :, r0 // bs: r0 // bs + chunk.shape[2]] = chunk
+    return kinds, partials
+
+
+def create_block_mask(
+    mask_mod: MaskMod, B: int | None, H: int | None, Tq: int, Tk: int, *, block_size: int = 128,
+    device: torch.device | str | None = None,
+) -> BlockMask:
+    """Evaluate ``mask_mod`` and store it as blocks that attention may skip.
+
+    ``mask_mod(b, h, q_idx, kv_idx)`` returns a bool tensor, True where query
+    ``q_idx`` of head ``h`` of example ``b`` may attend key ``kv_idx``; it is
+    called on broadcast index tensors, a few thousand query rows at a time.
+    ``B`` or ``H`` ``None`` means the mask does not depend on that axis and
+    broadcasts over it.
+
+    Shape:
+        returns a :class:`BlockMask` for attention over ``(B, H, Tq, Tk)``.
+    """
+    if not callable(mask_mod):
+        raise TypeError(f"mask_mod must be callable, got {type(mask_mod).__name__}")
+    b = 1 if B is None else _checks.positive_int("B", B)
+    h = 1 if H is None else _checks.positive_int("H", H)
+    tq, tk = _checks.positive_int("Tq", Tq), _checks.positive_int("Tk", Tk)
+    bs = _checks.positive_int("block_size", block_size)
+    _check_needs(mask_mod, B, tq, tk)
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    kinds, partials = _block_kinds(mask_mod, b, h, tq, tk, bs, device)  # (B, H, nQ, nK)
+    nonempty = kinds > 0
+    counts_per_row = nonempty.sum(dim=-1)  # (B, H, nQ)
+    k = max(1, int(counts_per_row.max()))
+    # Stable sort puts the non-empty key blocks first, in ascending order.
+    order = torch.sort((~nonempty).to(torch.uint8), dim=-1, stable=True).indices[..., :k]
+    valid = torch.arange(k, device=device) < counts_per_row.unsqueeze(-1)
+    kv_indices = torch.where(valid, order, torch.zeros_like(order))
+    elem_index = torch.where(valid, kinds.gather(-1, order), torch.zeros_like(order))
+    elements = torch.cat([torch.zeros(1, bs, bs, dtype=torch.bool, device=device),
+                          torch.ones(1, bs, bs, dtype=torch.bool, device=device), *partials])
+    n_partial = elements.shape[0] - 2
+    n_full = int((kinds == 1).sum())
+    counts = {"full": n_full, "partial": n_partial, "empty": kinds.numel() - n_full - n_partial}
+    return BlockMask(shape=(B, H, tq, tk), block_size=bs, kv_indices=kv_indices.contiguous(),
+                     elem_index=elem_index.contiguous(), elements=elements, counts=counts)

@@ -1,0 +1,208 @@
+"""Programmable attention: the block-sparse path for a :class:`~attnkit.block_mask.BlockMask`,
+and ``score_mod`` on it or on the readable path.
+
+:func:`attnkit.attention` sends here a call whose mask is a ``BlockMask`` or
+that has a ``score_mod``. With a ``BlockMask`` the queries are cut into blocks
+of ``block_size`` rows; each query block gathers only its non-empty key and
+value blocks, the element mask is applied only where a block is partial, and
+the ``(Tq, Tk)`` scores are never built. Backward runs through autograd over
+the same gathered blocks. A ``score_mod(score, b, h, q_idx, kv_idx) -> score``
+rewrites the scaled logits (ALiBi, relative-position bias, soft-capping)
+before the mask and the softmax; its index tensors broadcast against
+``score``. Softmax runs in float32; a query with no key gives zeros.
+
+Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk query/key
+length, Dh head width, Dv value head width, bs block size, nQ/nK query/key
+blocks, K key blocks computed per query block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnkit import masks as _masks
+from attnkit.block_mask import BlockMask
+
+__all__ = ["ScoreMod", "MaskArg", "dispatch", "block_sparse_attention", "dense_attention"]
+
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+"""``score_mod(score, b, h, q_idx, kv_idx) -> score``, applied to the scaled logits."""
+MaskArg = Tensor | BlockMask | None
+"""What ``attention(mask=...)`` takes: a bool tensor, a BlockMask or ``None``."""
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _apply_score_mod(score_mod: ScoreMod, scores: Tensor, idx: tuple[Tensor, ...]) -> Tensor:
+    out = score_mod(scores, *idx)
+    if not isinstance(out, Tensor) or not out.dtype.is_floating_point:
+        got = out.dtype if isinstance(out, Tensor) else type(out).__name__
+        raise TypeError(f"score_mod must return a floating tensor of the score's shape, got {got}")
+    if out.shape != scores.shape:
+        raise ValueError(
+            f"score_mod must keep the score's shape {tuple(scores.shape)}, got {tuple(out.shape)}; "
+            "use element-wise operations on score, b, h, q_idx, kv_idx"
+        )
+    return out.float()
+
+
+def _softmax(scores: Tensor, fill: Tensor | None) -> Tensor:
+    """Softmax with the ``fill`` entries at ``-inf``; ``fill`` leaves rows without a key open.
+
+    Those rows (no NaN forward or backward) are zeroed by the caller, on the
+    output, which zeroes their gradients too.
+    """
+    return torch.softmax(scores if fill is None else scores.masked_fill(fill, float("-inf")), dim=-1)
+
+
+def _zero_rows(x: Tensor, row_ok: Tensor | None) -> Tensor:
+    return x if row_ok is None else x.masked_fill(~row_ok, 0.0)
+
+
+def _gather_blocks(x: Tensor, idx: Tensor, bs: int) -> Tensor:
+    """The key or value blocks each query block computes.
+
+    Shape:
+        x ``(B, Hx, nK * bs, D)``, idx ``(Bm, Hm, nQ, K)`` with Hm in {1, Hx};
+        returns ``(B, Hx, nQ, K * bs, D)``.
+    """
+    b, hx, t, d = x.shape
+    bm, hm, nq, k = idx.shape
+    blocks = x.view(b, hx, t // bs, bs, d)  # (B, Hx, nK, bs, D)
+    if bm == 1 and hm == 1:
+        out = blocks.index_select(2, idx.reshape(-1))  # (B, Hx, nQ * K, bs, D)
+    else:
+        bi = torch.arange(b, device=x.device).view(b, 1, 1, 1)
+        hi = torch.arange(hx, device=x.device).view(1, hx, 1, 1)
+        out = blocks[bi, hi, idx]  # (B, Hx, nQ, K, bs, D)
+    return out.reshape(b, hx, nq, k * bs, d)
+
+
+def _pad_to(x: Tensor, length: int) -> Tensor:
+    return x if x.shape[2] == length else F.pad(x, (0, 0, 0, length - x.shape[2]))
+
+
+def _score_index(bm: BlockMask, b: int, h: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    bs = bm.block_size
+    nq = bm.kv_indices.shape[2]
+    dev = bm.device
+    ar = torch.arange(bs, device=dev)
+    q_idx = (torch.arange(nq, device=dev)[:, None] * bs + ar).view(1, 1, nq, bs, 1)
+    kv_idx = (bm.kv_indices[..., None] * bs + ar).flatten(-2)[:, :, :, None, :]  # (Bm, Hm, nQ, 1, K*bs)
+    return (torch.arange(b, device=dev).view(b, 1, 1, 1, 1), torch.arange(h, device=dev).view(1, h, 1, 1, 1),
+            q_idx, kv_idx)
+
+
+def block_sparse_attention(
+    q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, *, scale: float, score_mod: ScoreMod | None = None,
+    dropout: float = 0.0, return_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Attention over the non-empty blocks of ``bm`` only; ``(output, dense weights or None)``.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
+        output ``(B, H, Tq, Dv)``; weights ``(B, H, Tq, Tk)``.
+    """
+    b, h, tq, dh = q.shape
+    hkv, tk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    bs, (_, bmh, nq, nkb) = bm.block_size, bm.kv_indices.shape
+    nk = -(-tk // bs)
+    if bmh != 1 and hkv != h:  # per-head block structure: every query head gathers its own keys
+        k, v = k.repeat_interleave(h // hkv, dim=1), v.repeat_interleave(h // hkv, dim=1)
+        hkv = h
+    group = h // hkv
+    qf, kf = (q.float(), k.float()) if q.dtype in _HALF else (q, k)
+    kg = _gather_blocks(_pad_to(kf, nk * bs), bm.kv_indices, bs)  # (B, Hkv, nQ, K*bs, Dh)
+    vg = _gather_blocks(_pad_to(v, nk * bs), bm.kv_indices, bs)  # (B, Hkv, nQ, K*bs, Dv)
+    qb = (_pad_to(qf, nq * bs) * scale).view(b, hkv, group, nq, bs, dh)  # (B, Hkv, G, nQ, bs, Dh)
+    if group == 1:  # a plain batched matmul: its backward needs no copy of the gradient
+        scores = qb.squeeze(2) @ kg.transpose(-1, -2)  # (B, H, nQ, bs, K*bs)
+    else:
+        scores = (qb @ kg.unsqueeze(2).transpose(-1, -2)).view(b, h, nq, bs, nkb * bs)
+    if score_mod is not None:
+        scores = _apply_score_mod(score_mod, scores, _score_index(bm, b, h))
+    fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
+    weights = _softmax(scores, fill)  # (B, H, nQ, bs, K*bs), float32
+    dropped = F.dropout(weights, p=dropout, training=True) if dropout > 0.0 else weights
+    if group == 1:
+        out = dropped.to(v.dtype) @ vg  # (B, H, nQ, bs, Dv)
+    else:
+        wg = dropped.to(v.dtype).view(b, hkv, group, nq, bs, nkb * bs)
+        out = (wg @ vg.unsqueeze(2)).view(b, h, nq, bs, dv)
+    out = _zero_rows(out, row_ok).view(b, h, nq * bs, dv)[:, :, :tq]  # (B, H, Tq, Dv)
+    if not return_weights:
+        return out, None
+    blocks = _zero_rows(weights, row_ok).view(b, h, nq, bs, nkb, bs)
+    index = bm.kv_indices[:, :, :, None, :, None].expand(b, h, nq, bs, nkb, bs)
+    dense = torch.zeros(b, h, nq, bs, nk, bs, dtype=weights.dtype, device=q.device)
+    dense = dense.scatter_add(4, index, blocks)  # padding blocks hold zeros
+    return out, dense.view(b, h, nq * bs, nk * bs)[:, :, :tq, :tk].to(q.dtype)
+
+
+def dense_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, bias: Tensor | None, causal: bool,
+    scale: float, score_mod: ScoreMod | None, dropout: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """The readable path with a ``score_mod``: the full ``(Tq, Tk)`` scores; ``(output, weights)``.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
+        output ``(B, H, Tq, Dv)``; weights ``(B, H, Tq, Tk)``.
+    """
+    b, h, tq, dh = q.shape
+    hkv, tk = k.shape[1], k.shape[2]
+    qf, kf = (q.float(), k.float()) if q.dtype in _HALF else (q, k)
+    qg = (qf * scale).view(b, hkv, h // hkv, tq, dh)  # (B, Hkv, G, Tq, Dh)
+    scores = (qg @ kf.unsqueeze(2).transpose(-1, -2)).view(b, h, tq, tk)  # (B, H, Tq, Tk)
+    if bias is not None:
+        scores = scores + bias.float()
+    if score_mod is not None:
+        dev = q.device
+        idx = (torch.arange(b, device=dev).view(b, 1, 1, 1), torch.arange(h, device=dev).view(1, h, 1, 1),
+               torch.arange(tq, device=dev).view(1, 1, tq, 1), torch.arange(tk, device=dev).view(1, 1, 1, tk))
+        scores = _apply_score_mod(score_mod, scores, idx)
+    if causal:
+        mask = _masks.combine(mask, _masks.causal(tq, tk, device=q.device))
+    row_ok = _masks.rows_with_keys(mask) if mask is not None else None  # (..., Tq, 1)
+    fill = None if mask is None or row_ok is None else ~mask & row_ok
+    weights = _zero_rows(_softmax(scores, fill), row_ok)  # (B, H, Tq, Tk), float32
+    dropped = F.dropout(weights, p=dropout, training=True) if dropout > 0.0 else weights
+    wg = dropped.to(v.dtype).view(b, hkv, h // hkv, tq, tk)
+    out = (wg @ v.unsqueeze(2)).view(b, h, tq, v.shape[-1])  # (B, H, Tq, Dv)
+    return out, weights.to(q.dtype)
+
+
+def dispatch(
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskArg, *, bias: Tensor | None, causal: bool, dropout: float,
+    scale: float, score_mod: ScoreMod | None, return_weights: bool, backend: str,
+) -> tuple[str, str, Tensor | tuple[Tensor, Tensor]]:
+    """Run a call with a BlockMask or a score_mod; returns ``(path, reason, result)``.
+
+    Shape:
+        as :func:`attnkit.attention`.
+    """
+    if score_mod is not None and not callable(score_mod):
+        raise TypeError(f"score_mod must be callable, got {type(score_mod).__name__}")
+    b, h, tq, _ = q.shape
+    if isinstance(mask, BlockMask):
+        mask.check(b, h, tq, k.shape[2], q.device)
+        if bias is not None or causal:
+            raise ValueError(
+                "a BlockMask takes neither bias= nor causal=True: build causality into the mask "
+                "(masks.and_mods(masks.causal_mod, ...)) and a bias into score_mod"
+            )
+        if backend != "math":
+            out, weights = block_sparse_attention(q, k, v, mask, scale=scale, score_mod=score_mod,
+                                                  dropout=dropout, return_weights=return_weights)
+            why = f"{100 * mask.sparsity():.0f}% of blocks skipped ({mask.counts['partial']} partial)"
+            return "block-sparse", why, ((out, weights) if weights is not None else out)
+        mask = mask.to_dense()
+    elif backend == "fused":
+        raise ValueError("score_mod needs the readable path or a BlockMask, not backend='fused'")
+    out, weights = dense_attention(q, k, v, mask, bias=bias, causal=causal, scale=scale,
+                                   score_mod=score_mod, dropout=dropout)
+    why = "requested with backend='math'" if backend == "math" else "score_mod with a dense mask"
+    return "math", why, ((out, weights) if return_weights else out)
