@@ -160,3 +160,13 @@ def test_report_written_without_baseline(tmp_path, data_csv) -> None:
     assert result.exit_code == 0, result.output
     report = (out / "report.txt").read_text(encoding="utf-8")
     assert "per class" in report and "difference" not in report
+
+
+def test_baseline_takes_more_than_two_classes() -> None:
+    words = {"world": "war vote", "sports": "goal match", "tech": "chip code"}
+    rng = random.Random(1)
+    examples = [Example(f"{words[c]} filler{rng.randrange(50)} doc{i}", c)
+                for i in range(150) for c in [list(words)[i % 3]]]
+    scores = bl.baseline_scores(examples[:120], examples[120:])
+    assert scores["labels"] == ["sports", "tech", "world"] and scores["accuracy"] >= 0.95
+    assert len(scores["confusion_matrix"]) == 3
