@@ -209,3 +209,13 @@ def test_segment_ids_of_the_wrong_length() -> None:
 def test_exports() -> None:
     assert attnkit.masks.create_block_mask is masks.create_block_mask
     assert isinstance(masks.create_block_mask(masks.causal_mod, 1, 1, 4, 4), masks.BlockMask)
+
+
+def test_multi_head_attention_passes_a_block_mask_through() -> None:
+    layer = attnkit.MultiHeadAttention(32, 4).eval()
+    x = torch.randn(2, T, 32)
+    bm = masks.create_block_mask(masks.and_mods(masks.causal_mod, masks.document_mod(IDS)), None, None, T, T,
+                                 block_size=BS)
+    out = layer(x, mask=bm)
+    assert last_backend().name == "block-sparse"  # type: ignore[union-attr]
+    torch.testing.assert_close(out, layer(x, mask=bm.to_dense()), atol=1e-5, rtol=1e-5)

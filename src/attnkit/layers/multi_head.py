@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from attnkit._checks import positive_int, probability
 from attnkit.functional import attention, merge_heads, split_heads
 from attnkit.layers.kv_cache import KVCache
+from attnkit.masks import BlockMask
 
 __all__ = ["MultiHeadAttention"]
 
@@ -104,18 +105,18 @@ class MultiHeadAttention(nn.Module):
     @overload
     def forward(
         self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
-        mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[False] = ..., cache: KVCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
         self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
-        mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[True], cache: KVCache | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
         self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
-        mask: Tensor | None = None, bias: Tensor | None = None, causal: bool = False,
+        mask: Tensor | BlockMask | None = None, bias: Tensor | None = None, causal: bool = False,
         return_weights: bool = False, cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from ``query`` to ``key``/``value`` (to ``query`` itself when they are omitted).
@@ -123,7 +124,9 @@ class MultiHeadAttention(nn.Module):
         ``mask`` is boolean, True where a query may attend to a key, and
         broadcasts to ``(B, H, Tq, Tk)``; a ``(B, Tk)`` key-padding mask must
         first go through :func:`attnkit.masks.from_lengths` or
-        :func:`attnkit.masks.from_key_padding_mask`. ``cache`` enables
+        :func:`attnkit.masks.from_key_padding_mask`. A
+        :class:`attnkit.masks.BlockMask` for ``(B, H, Tq, Tk)`` runs the
+        block-sparse path. ``cache`` enables
         incremental decoding: the projected keys and values of this call are
         appended to it (or, for a static cache that is already filled, read
         from it, and ``key``/``value`` may be omitted).
