@@ -96,6 +96,34 @@ def _score_index(bm: BlockMask, b: int, h: int) -> tuple[Tensor, Tensor, Tensor,
             q_idx, kv_idx)
 
 
+def _fused_blocks(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, scale: float, dropout: float) -> Tensor:
+    """The gathered blocks through torch's fused kernel, one query block per batch row.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``; returns ``(B, H, Tq, Dv)``.
+    """
+    b, h, tq, dh = q.shape
+    hkv, tk, dv = k.shape[1], k.shape[2], v.shape[-1]
+    bs, (_, bmh, nq, nkb) = bm.block_size, bm.kv_indices.shape
+    nk = -(-tk // bs)
+    if bmh != 1 and hkv != h:
+        k, v = k.repeat_interleave(h // hkv, dim=1), v.repeat_interleave(h // hkv, dim=1)
+        hkv = h
+    kg = _gather_blocks(_pad_to(k, nk * bs), bm.kv_indices, bs).transpose(1, 2)  # (B, nQ, Hkv, K*bs, Dh)
+    vg = _gather_blocks(_pad_to(v, nk * bs), bm.kv_indices, bs).transpose(1, 2)  # (B, nQ, Hkv, K*bs, Dv)
+    qb = _pad_to(q, nq * bs).view(b, h, nq, bs, dh).transpose(1, 2)  # (B, nQ, H, bs, Dh)
+    fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
+    attn_mask = None
+    if fill is not None:
+        attn_mask = (~fill).transpose(1, 2).expand(b, nq, bmh, bs, nkb * bs).reshape(b * nq, bmh, bs, -1)
+    out = F.scaled_dot_product_attention(
+        qb.reshape(b * nq, h, bs, dh), kg.reshape(b * nq, hkv, nkb * bs, dh),
+        vg.reshape(b * nq, hkv, nkb * bs, dv), attn_mask=attn_mask, dropout_p=dropout, scale=scale,
+        enable_gqa=hkv != h,
+    ).view(b, nq, h, bs, dv).transpose(1, 2)  # (B, H, nQ, bs, Dv)
+    return _zero_rows(out, row_ok).reshape(b, h, nq * bs, dv)[:, :, :tq]
+
+
 def block_sparse_attention(
     q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, *, scale: float, score_mod: ScoreMod | None = None,
     dropout: float = 0.0, return_weights: bool = False,
@@ -106,6 +134,8 @@ def block_sparse_attention(
         q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
         output ``(B, H, Tq, Dv)``; weights ``(B, H, Tq, Tk)``.
     """
+    if score_mod is None and not return_weights:
+        return _fused_blocks(q, k, v, bm, scale, dropout), None
     b, h, tq, dh = q.shape
     hkv, tk, dv = k.shape[1], k.shape[2], v.shape[-1]
     bs, (_, bmh, nq, nkb) = bm.block_size, bm.kv_indices.shape
