@@ -49,6 +49,7 @@ from attnkit.blocks.config import (
 from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from_torch
 from attnkit.blocks.torch_convert import copy_final_norm, copy_layer_weights
 from attnkit.layers.multi_head import MultiHeadAttention, check_sequence
+from attnkit.masks import BlockMask
 
 __all__ = ["DecoderWeights", "TransformerDecoderLayer", "TransformerDecoder"]
 
@@ -118,19 +119,19 @@ class TransformerDecoderLayer(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | None = ...,
-        memory_mask: Tensor | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | BlockMask | None = ...,
+        memory_mask: Tensor | BlockMask | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[False] = ..., cache: DecoderLayerCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | None = ...,
-        memory_mask: Tensor | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | BlockMask | None = ...,
+        memory_mask: Tensor | BlockMask | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[True], cache: DecoderLayerCache | None = ...,
     ) -> tuple[Tensor, DecoderWeights]: ...
     def forward(
-        self, x: Tensor, memory: Tensor | None = None, *, self_mask: Tensor | None = None,
-        memory_mask: Tensor | None = None, self_bias: Tensor | None = None, causal: bool = True,
+        self, x: Tensor, memory: Tensor | None = None, *, self_mask: Tensor | BlockMask | None = None,
+        memory_mask: Tensor | BlockMask | None = None, self_bias: Tensor | None = None, causal: bool = True,
         return_weights: bool = False, cache: DecoderLayerCache | None = None,
     ) -> Tensor | tuple[Tensor, DecoderWeights]:
         """Run the layer.
@@ -143,7 +144,11 @@ class TransformerDecoderLayer(nn.Module):
                 ``tgt_key_padding_mask`` with :func:`attnkit.masks.from_key_padding_mask`.
             memory_mask: boolean, True where a target position may attend a memory
                 position, broadcast to ``(B, H, Tq, Tk)``; usually the memory's
-                padding, ``masks.from_lengths(src_lengths)``.
+                padding, ``masks.from_lengths(src_lengths)``. Either mask may be a
+                :class:`~attnkit.masks.BlockMask` for its ``(B, H, Tq, Tk)``, passed to
+                the attention as it is (block-sparse path); a ``self_mask`` BlockMask
+                carries causality itself (``masks.and_mods(masks.causal_mod, ...)``)
+                and needs ``causal=False`` and no ``self_bias``.
             self_bias: optional additive bias for self-attention.
             causal: forbid attention to later target positions (bottom-right
                 aligned, so it stays right with a cache).
@@ -168,6 +173,11 @@ class TransformerDecoderLayer(nn.Module):
                     f"memory batch {memory.shape[0]} differs from x batch {x.shape[0]}: "
                     f"x {tuple(x.shape)}, memory {tuple(memory.shape)}"
                 )
+        if isinstance(self_mask, BlockMask) and (causal or self_bias is not None):
+            raise ValueError(
+                "self_mask is a BlockMask: build causality into it (masks.and_mods(masks.causal_mod, ...)), "
+                "pass causal=False (the decoder's default is True) and no self_bias"
+            )
         self_cache = None if cache is None else cache.self_attn
         self_kw = dict(mask=self_mask, bias=self_bias, causal=causal, cache=self_cache)
         cross_kw = dict(mask=memory_mask, cache=cross_cache)
@@ -253,19 +263,19 @@ class TransformerDecoder(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | None = ...,
-        memory_mask: Tensor | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | BlockMask | None = ...,
+        memory_mask: Tensor | BlockMask | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[False] = ..., cache: DecoderCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | None = ...,
-        memory_mask: Tensor | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | BlockMask | None = ...,
+        memory_mask: Tensor | BlockMask | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[True], cache: DecoderCache | None = ...,
     ) -> tuple[Tensor, list[DecoderWeights]]: ...
     def forward(
-        self, x: Tensor, memory: Tensor | None = None, *, self_mask: Tensor | None = None,
-        memory_mask: Tensor | None = None, self_bias: Tensor | None = None, causal: bool = True,
+        self, x: Tensor, memory: Tensor | None = None, *, self_mask: Tensor | BlockMask | None = None,
+        memory_mask: Tensor | BlockMask | None = None, self_bias: Tensor | None = None, causal: bool = True,
         return_weights: bool = False, cache: DecoderCache | None = None,
     ) -> Tensor | tuple[Tensor, list[DecoderWeights]]:
         """Run every layer; arguments as :meth:`TransformerDecoderLayer.forward`.

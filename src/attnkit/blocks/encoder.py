@@ -42,6 +42,7 @@ from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from
 from attnkit.blocks.torch_convert import copy_final_norm, copy_layer_weights
 from attnkit.layers.kv_cache import KVCache
 from attnkit.layers.multi_head import MultiHeadAttention, check_sequence
+from attnkit.masks import BlockMask
 
 __all__ = ["TransformerEncoderLayer", "TransformerEncoder"]
 
@@ -100,16 +101,16 @@ class TransformerEncoderLayer(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[False] = ..., cache: KVCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[True], cache: KVCache | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None, causal: bool = False,
+        self, x: Tensor, *, mask: Tensor | BlockMask | None = None, bias: Tensor | None = None, causal: bool = False,
         return_weights: bool = False, cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Run the layer.
@@ -118,7 +119,11 @@ class TransformerEncoderLayer(nn.Module):
             x: input sequence.
             mask: boolean, True where a query may attend to a key, broadcast to
                 ``(B, H, T, T)``; a PyTorch ``src_key_padding_mask`` goes through
-                :func:`attnkit.masks.from_key_padding_mask` first.
+                :func:`attnkit.masks.from_key_padding_mask` first. A
+                :class:`~attnkit.masks.BlockMask` for ``(B, H, T, T)`` is passed to
+                the attention as it is (block-sparse path); it takes neither
+                ``bias`` nor ``causal=True`` (build causality into the mask), and
+                padding goes into it too (``masks.and_mods(..., masks.document_mod(ids))``).
             bias: optional additive attention bias (ALiBi, relative positions).
             causal: forbid attention to later positions.
             return_weights: also return the self-attention weights.
@@ -150,7 +155,7 @@ class TransformerEncoderLayer(nn.Module):
         return x
 
     def _attend(
-        self, h: Tensor, mask: Tensor | None, bias: Tensor | None, causal: bool, return_weights: bool,
+        self, h: Tensor, mask: Tensor | BlockMask | None, bias: Tensor | None, causal: bool, return_weights: bool,
         cache: KVCache | None,
     ) -> tuple[Tensor, Tensor | None]:
         if return_weights:
@@ -219,16 +224,16 @@ class TransformerEncoder(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[False] = ..., cache: SelfAttentionCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[True], cache: SelfAttentionCache | None = ...,
     ) -> tuple[Tensor, list[Tensor]]: ...
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None, causal: bool = False,
+        self, x: Tensor, *, mask: Tensor | BlockMask | None = None, bias: Tensor | None = None, causal: bool = False,
         return_weights: bool = False, cache: SelfAttentionCache | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Run every layer with the same mask, bias and causal setting.

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from attnkit._checks import positive_int
 from attnkit.functional import safe_softmax
+from attnkit.layers.multi_head import refuse_block_mask
 
 __all__ = ["AdditiveAttention"]
 
@@ -132,13 +133,15 @@ class AdditiveAttention(nn.Module):
 
         ``mask`` is boolean, True where a key may be attended. ``projected_keys``
         is the output of :meth:`project_keys` for these ``keys``; when given,
-        the key projection is skipped.
+        the key projection is skipped. A BlockMask is refused (``TypeError``):
+        the scores are a dense ``(B, Tq, Tk)`` tensor, with no blocks to skip.
 
         Shape:
             query ``(B, Dq)`` or ``(B, Tq, Dq)``; keys ``(B, Tk, Dk)``; values
             ``(B, Tk, Dv)`` (default: keys); projected_keys ``(B, Tk, A)``.
             Returns context ``(B, [Tq,] Dv)`` and weights ``(B, [Tq,] Tk)``.
         """
+        refuse_block_mask("AdditiveAttention", mask, "it scores every key with a small network")
         _check_float("query", query, (2, 3), f"(B, {self.query_dim}) or (B, Tq, {self.query_dim})")
         if query.shape[-1] != self.query_dim:
             raise ValueError(

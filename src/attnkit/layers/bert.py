@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from attnkit._checks import non_negative_int, positive_float, positive_int
 from attnkit.functional import attention, merge_heads, split_heads
 from attnkit.layers.multi_head import check_dropout, check_sequence
-from attnkit.masks import from_hf_attention_mask
+from attnkit.masks import BlockMask, from_hf_attention_mask
 
 __all__ = [
     "BertSelfAttention",
@@ -113,16 +113,18 @@ class BertSelfAttention(nn.Module):
 
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[False] = ...
+        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[False] = ...
     ) -> Tensor: ...
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[True]
+        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[True]
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | None = None, return_weights: bool = False
+        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend over the sequence; ``mask`` is boolean, broadcast to ``(B, H, T, T)``.
+
+        A :class:`~attnkit.masks.BlockMask` for ``(B, H, T, T)`` runs the block-sparse path.
 
         Shape:
             hidden_states ``(B, T, D)``; mask e.g. ``(B, 1, 1, T)``; returns the
@@ -208,19 +210,20 @@ class BertAttention(nn.Module):
 
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[False] = ...
+        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[False] = ...
     ) -> Tensor: ...
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[True]
+        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[True]
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | None = None, return_weights: bool = False
+        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Self-attention, output projection, residual and LayerNorm.
 
         ``mask`` is boolean, True where a token may be attended, e.g.
-        ``from_hf_attention_mask(attention_mask)``.
+        ``from_hf_attention_mask(attention_mask)``, or a
+        :class:`~attnkit.masks.BlockMask` for ``(B, H, T, T)``.
 
         Shape:
             hidden_states ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].

@@ -36,12 +36,18 @@ from torch import Tensor, nn
 
 from attnkit._checks import positive_int
 from attnkit.functional import attention
+from attnkit.masks import BlockMask
 
 __all__ = ["SelfAttention2d"]
 
 
-def _position_mask(mask: object, b: int, h: int, w: int) -> Tensor:
-    """Read a position mask ``(B, H, W)`` or ``(B, N)`` as the ``(B, 1, 1, N)`` keys mask."""
+def _position_mask(mask: object, b: int, h: int, w: int) -> Tensor | BlockMask:
+    """Read a position mask ``(B, H, W)`` or ``(B, N)`` as the ``(B, 1, 1, N)`` keys mask.
+
+    A BlockMask over the ``N = H * W`` positions is passed on as it is.
+    """
+    if isinstance(mask, BlockMask):
+        return mask
     if not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a boolean torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
@@ -68,7 +74,8 @@ class SelfAttention2d(nn.Module):
 
     Shape:
         x ``(B, C, H, W)``; mask ``(B, H, W)`` or ``(B, H*W)`` bool, True where
-        a position may be attended to. Returns ``(B, C, H, W)`` and, on
+        a position may be attended to, or a :class:`~attnkit.masks.BlockMask`
+        for ``(B, num_heads, N, N)`` (queries by keys, positions row-major). Returns ``(B, C, H, W)`` and, on
         request, weights ``(B, N, N)`` (averaged over heads) or
         ``(B, num_heads, N, N)`` with ``average_heads=False``; row ``j`` holds
         ``beta_j``, the weights of query position ``j = row * W + col``.
@@ -103,16 +110,16 @@ class SelfAttention2d(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[False] = ...,
+        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[False] = ...,
         average_heads: bool = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[True],
+        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[True],
         average_heads: bool = ...,
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = None, return_weights: bool = False,
+        self, x: Tensor, *, mask: Tensor | BlockMask | None = None, return_weights: bool = False,
         average_heads: bool = True,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Add ``gamma`` times the attended features to ``x``.

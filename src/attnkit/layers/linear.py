@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from attnkit._checks import positive_int
 from attnkit.functional import merge_heads, safe_softmax, split_heads
-from attnkit.layers.multi_head import check_sequence, resolve_key_value
+from attnkit.layers.multi_head import check_sequence, refuse_block_mask, resolve_key_value
 
 __all__ = ["LinearAttention", "linear_attention", "linear_attention_weights"]
 
@@ -264,7 +264,9 @@ class LinearAttention(nn.Module):
 
         ``mask`` is a boolean key mask, True where a key may be attended:
         ``(B, Tk)`` or ``(B, 1, 1, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`).
+        A BlockMask is refused (``TypeError``): the layer applies key masks only.
         """
+        refuse_block_mask("LinearAttention", mask, "it applies key-padding masks only")
         check_sequence("x", x, self.d_model)
         key, value = resolve_key_value(x, key, value, self.d_model)
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, Tq, Dh)

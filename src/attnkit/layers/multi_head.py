@@ -28,6 +28,15 @@ def check_dropout(value: object) -> float:
     return probability("dropout", value)
 
 
+def refuse_block_mask(layer: str, mask: object, why: str) -> None:
+    """Raise ``TypeError`` naming ``layer`` when ``mask`` is a BlockMask, which that layer cannot use."""
+    if isinstance(mask, BlockMask):
+        raise TypeError(
+            f"{layer} does not support a BlockMask as mask ({why}); pass a boolean tensor mask, "
+            "or use MultiHeadAttention or attnkit.attention for block-sparse attention"
+        )
+
+
 def check_sequence(name: str, x: object, width: int) -> Tensor:
     """Validate a batch-first sequence ``(B, T, width)``."""
     if not isinstance(x, Tensor):

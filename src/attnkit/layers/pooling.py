@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from attnkit import masks as _masks
 from attnkit._checks import positive_int
 from attnkit.functional import safe_softmax
-from attnkit.layers.multi_head import check_sequence
+from attnkit.layers.multi_head import check_sequence, refuse_block_mask
 
 __all__ = ["AttentionPooling"]
 
@@ -100,7 +100,9 @@ class AttentionPooling(nn.Module):
             :func:`attnkit.masks.from_lengths` (anything broadcasting to
             ``(B, 1, r, T)``). Returns ``(B, D)`` [and weights
             ``(B, T)``], or ``(B, r, D)`` [and ``(B, r, T)``] when ``num_queries > 1``.
+            A BlockMask is refused (``TypeError``): pooling takes a position mask.
         """
+        refuse_block_mask("AttentionPooling", mask, "it takes a (B, T) position mask")
         check_sequence("x", x, self.d_model)
         if not x.dtype.is_floating_point:
             raise TypeError(f"x must be a floating tensor, got dtype {x.dtype}")

@@ -56,7 +56,12 @@ from torch import Tensor, nn
 from attnkit import masks as _masks
 from attnkit._checks import positive_int
 from attnkit.functional import merge_heads, split_heads
-from attnkit.layers.multi_head import check_dropout, check_sequence, resolve_key_value
+from attnkit.layers.multi_head import (
+    check_dropout,
+    check_sequence,
+    refuse_block_mask,
+    resolve_key_value,
+)
 
 __all__ = ["RelativePositionAttention", "relative_attention"]
 
@@ -175,6 +180,7 @@ def relative_attention(
     b, h, tq, _ = q.shape
     tk = k.shape[2]
     if mask is not None:
+        refuse_block_mask("relative_attention", mask, "its relative terms need every weight")
         _masks.check_mask(mask, (b, h, tq, tk))
     dropout = check_dropout(dropout)
     rows = max(_MIN_ROWS, _BLOCK_ELEMENTS // max(1, b * h * tk))  # query rows per block
@@ -259,8 +265,10 @@ class RelativePositionAttention(nn.Module):
         """Attend from ``x`` to itself (or to ``key``/``value``) with relative positions.
 
         ``mask`` is boolean, True where a query may attend a key, broadcastable
-        to ``(B, H, Tq, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`).
+        to ``(B, H, Tq, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`). A
+        BlockMask is refused (``TypeError``): the relative terms need dense weights.
         """
+        refuse_block_mask("RelativePositionAttention", mask, "its relative terms need every weight")
         check_sequence("x", x, self.d_model)
         key, value = resolve_key_value(x, key, value, self.d_model)
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, Tq, Dh)
