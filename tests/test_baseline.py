@@ -152,6 +152,54 @@ def test_train_baseline_and_report(tmp_path, data_csv) -> None:
     assert "most attended words per class" in report
     wrong = report.split("most confidently wrong test examples")[1]
     assert "1. true " in wrong and "predicted" in wrong and "attended:" in wrong
+    # The committed figures are the printed ones: scored once, before training.
+    from attnkit.train.checkpoint import committed_dir, read_run_config
+
+    assert (committed_dir(out) / "config.json").is_file()
+    stored = read_run_config(out)["metrics"]["baseline"]
+    assert set(stored) == {"accuracy", "macro_f1", "n"} and stored["n"] == 24
+    row = next(line for line in result.output.splitlines() if line.startswith("baseline "))
+    assert row.split()[1:] == [f"{stored['accuracy']:.4f}", f"{stored['macro_f1']:.4f}"]
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "<th>precision</th><th>recall</th><th>F1</th><th>support</th>" in page
+    assert "Most confidently wrong test examples" in page and "<td>baseline</td>" in page
+    assert not list(out.glob("*.tmp")) and not list(out.glob(".report*"))
+
+
+def test_train_baseline_is_scored_before_training(tmp_path, data_csv, monkeypatch) -> None:
+    from attnkit.train import pipeline
+
+    def no_training(*_args, **_kwargs):
+        raise RuntimeError("training started")
+
+    monkeypatch.setattr(pipeline.Trainer, "fit", no_training)
+    monkeypatch.setattr(bl, "baseline_scores", lambda *a, **k: (_ for _ in ()).throw(ValueError("scored")))
+    result = CliRunner().invoke(cli, ["train", "--data", str(data_csv), "--out", str(tmp_path / "run"),
+                                      "--baseline", *TINY])
+    assert result.exit_code != 0 and "scored" in result.output and "training started" not in result.output
+
+
+def test_html_report_escapes_texts(tmp_path) -> None:
+    from attnkit.cli.baseline import write_html_report
+
+    evil = "<script>alert(1)</script> & more"
+    analysis = {"labels": ["neg", "<b>pos</b>"], "n": 2, "confusion_matrix": [[0, 1], [1, 0]],
+                "per_class": [{"label": lb, "precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
+                              for lb in ("neg", "<b>pos</b>")],
+                "most_attended": {"neg": [("<i>", 0.5)], "<b>pos</b>": [("ok", 0.25)]},
+                "confidently_wrong": [{"text": evil, "label": "neg", "predicted": "<b>pos</b>", "probability": 0.9,
+                                       "attended": [("<script>", 0.6)], "tokens": ["<script>", "alert"],
+                                       "weights": [0.6, 0.4]}]}
+    test = {"accuracy": 0.0, "macro_f1": 0.0}
+    path = write_html_report(tmp_path / "report.html", test, analysis, {"accuracy": 0.5, "macro_f1": 0.5, "n": 2})
+    page = path.read_text(encoding="utf-8")
+    assert "<script>alert" not in page and "<b>pos" not in page and "<i>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page
+    assert "<td>&lt;b&gt;pos&lt;/b&gt;</td>" in page and "<td>difference</td>" in page
+    assert page.count("<script") == 2  # the data block and the page's own script, nothing else
+    analysis["confidently_wrong"], analysis["most_attended"] = [], None
+    page = write_html_report(tmp_path / "none.html", test, analysis, None).read_text(encoding="utf-8")
+    assert "every test example is classified correctly" in page and "no pooling attention" in page
 
 
 def test_report_written_without_baseline(tmp_path, data_csv) -> None:

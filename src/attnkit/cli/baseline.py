@@ -6,12 +6,15 @@ regression) is scored on the same test examples as the model: the test part of
 one table with the model and the difference; for ``cv`` per fold, with the
 paired t-test over the folds.
 
-After ``attnkit train`` the run directory also gets ``report.txt``, the
-analysis of the finished model on its test part: per-class precision, recall
+After ``attnkit train`` the run directory also gets ``report.txt`` and
+``report.html`` (the same figures as escaped tables above the offline
+attention report of the wrong examples), the analysis of the finished model on its test part: per-class precision, recall
 and F1, the confusion matrix, the most attended words per class and the test
 examples the model gets most confidently wrong, with the words it attended
 to. It is derived from the committed model, like the demo's report, so it is
-written after the run's last commit, outside the transaction.
+written after the run's last commit, outside the transaction. The baseline is
+scored before training (:func:`attnkit.train.plan.run_plan`) and committed in
+config.json as ``metrics.baseline``; the table printed here is read from there.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from attnkit.cli.options import (
 )
 
 __all__ = ["baseline", "comparison_lines", "cv_comparison_lines", "results_analysis", "format_report",
-           "after_training", "print_cv_baseline"]
+           "report_sections", "write_html_report", "after_training", "print_cv_baseline"]
 
 SEED_DEFAULT = "attnkit.train.config:TrainConfig.seed"
 WRONG_SHOWN = 5  # confidently wrong test examples in the report
@@ -80,19 +83,23 @@ def cv_comparison_lines(results: Sequence[dict[str, Any]], base: Sequence[dict[s
 
 
 def after_training(plan: Any, result: Any, baseline: bool) -> None:
-    """Print the baseline beside the test result (with ``--baseline``) and write ``report.txt`` to the run."""
+    """Print the baseline beside the test result (with ``--baseline``), write ``report.txt`` and ``report.html``.
+
+    The baseline is the one :func:`attnkit.train.plan.run_plan` scored before
+    training and committed as ``metrics.baseline`` in the run's config.json.
+    """
+    from attnkit.train.checkpoint import read_run_config
     from attnkit.train.fileops import atomic_write_text
 
-    base = None
-    if baseline:
-        from attnkit.train.baseline import split_baseline
-
-        base = split_baseline(plan.data, seed=plan.train_config.seed)
+    out = Path(plan.out)
+    base = read_run_config(out).get("metrics", {}).get("baseline") if baseline else None
+    if base is not None:
         for line in comparison_lines(result.test, base):
             click.echo(line)
     analysis = results_analysis(result)
-    atomic_write_text(Path(plan.out) / "report.txt", format_report(result.test, analysis, base))
-    click.echo(f"wrote {Path(plan.out) / 'report.txt'} (per-class scores, most attended words, "
+    atomic_write_text(out / "report.txt", format_report(result.test, analysis, base))
+    write_html_report(out / "report.html", result.test, analysis, base)
+    click.echo(f"wrote {out / 'report.txt'} and report.html (per-class scores, most attended words, "
                f"confidently wrong examples)")
 
 
@@ -159,7 +166,8 @@ def results_analysis(result: Any, *, wrong: int = WRONG_SHOWN, words: int = WORD
     for i in misses:
         top = sorted(zip(tokens[i], weights[i], strict=False), key=lambda p: -p[1])[:5] if weights else []
         examples.append({"text": ds.examples[i].text, "label": labels[targets[i]], "predicted": labels[predicted[i]],
-                         "probability": float(probs[i, predicted[i]]), "attended": top})
+                         "probability": float(probs[i, predicted[i]]), "attended": top, "tokens": tokens[i],
+                         "weights": weights[i] if weights else None})
     attended = (most_attended_words(tokens, weights, [labels[t] for t in targets], top=words)
                 if weights is not None else None)
     return {"labels": labels, "per_class": per_class, "n": len(ds),
@@ -197,6 +205,76 @@ def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str
         if e["attended"]:
             lines.append("   attended: " + ", ".join(f"{t} ({w:.2f})" for t, w in e["attended"]))
     return "\n".join(lines) + "\n"
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None
+                    ) -> list[dict[str, Any]]:
+    """:func:`format_report`'s figures as summary sections of :func:`attnkit.viz.report.render_html`."""
+    labels = analysis["labels"]
+    scores = [["model", f"{test['accuracy']:.4f}", f"{test['macro_f1']:.4f}"]]
+    text = [f"test part: n={analysis['n']}"]
+    if base is not None:
+        from attnkit.train.baseline import BASELINE_NAME
+
+        scores += [["baseline", f"{base['accuracy']:.4f}", f"{base['macro_f1']:.4f}"],
+                   ["difference", _signed(test["accuracy"] - base["accuracy"]),
+                    _signed(test["macro_f1"] - base["macro_f1"])]]
+        text.append(f"baseline: {BASELINE_NAME} (C=4) on the same test part (n={base['n']})")
+    sections = [
+        {"title": "Results on the test part", "text": text, "columns": ["", "accuracy", "macro-F1"],
+         "rows": scores},
+        {"title": "Per class", "columns": ["class", "precision", "recall", "F1", "support"],
+         "rows": [[c["label"], f"{c['precision']:.4f}", f"{c['recall']:.4f}", f"{c['f1']:.4f}", c["support"]]
+                  for c in analysis["per_class"]]},
+        {"title": "Confusion matrix", "text": ["rows: true class, columns: predicted class"],
+         "columns": ["", *labels], "rows": [[lb, *row] for lb, row in zip(labels, analysis["confusion_matrix"],
+                                                                          strict=True)]}]
+    attended = analysis["most_attended"]
+    sections.append({"title": "Most attended words per class",
+                     "text": ["true class; mean pooling attention per document"] if attended is not None
+                     else ["this model has no pooling attention"],
+                     "columns": ["class", "words"] if attended is not None else [],
+                     "rows": [[c, ", ".join(f"{t} ({m:.3f})" for t, m in rows)] for c, rows in attended.items()]
+                     if attended is not None else []})
+    wrong = analysis["confidently_wrong"]
+    sections.append({"title": "Most confidently wrong test examples",
+                     "text": [] if wrong else ["none: every test example is classified correctly"],
+                     "columns": ["#", "true", "predicted", "probability", "text", "attended"] if wrong else [],
+                     "rows": [[k, e["label"], e["predicted"], f"{e['probability']:.3f}", _short(e["text"]),
+                               ", ".join(f"{t} ({w:.2f})" for t, w in e["attended"])]
+                              for k, e in enumerate(wrong, 1)]})
+    return sections
+
+
+def write_html_report(path: Path, test: dict[str, Any], analysis: dict[str, Any],
+                      base: dict[str, Any] | None) -> Path:
+    """``report.html``: :func:`report_sections` above the attention report of the confidently wrong
+    examples (each document's pooling attention over its tokens), written atomically."""
+    import numpy as np
+
+    from attnkit.train.fileops import atomic_write_text
+    from attnkit.viz.report import render_html, report_data
+
+    shown = [e for e in analysis["confidently_wrong"] if e.get("weights")]
+    if shown:
+        t = max(len(e["tokens"]) for e in shown)
+        pooled = np.zeros((len(shown), 1, 1, 1, t), np.float32)  # (B, L=1, H=1, Tq=1, Tk)
+        for b, e in enumerate(shown):
+            pooled[b, 0, 0, 0, : len(e["tokens"])] = e["weights"]
+        data = report_data([["[document]"] for _ in shown], pooled, source_tokens=[e["tokens"] for e in shown],
+                           title="attnkit train: results on the test part",
+                           predictions=[{"label": e["predicted"], "probability": e["probability"]} for e in shown],
+                           example_names=[f"{k}. true {e['label']}" for k, e in enumerate(shown, 1)])
+    else:  # nothing wrong, or no pooling attention: the page carries the tables only
+        data = report_data(["[document]"], np.ones((1, 1, 1, 1), np.float32), source_tokens=["(none)"],
+                           title="attnkit train: results on the test part",
+                           example_names=["no wrong example with attention"])
+    atomic_write_text(path, render_html(data, report_sections(test, analysis, base)))
+    return path
 
 
 # --- attnkit baseline --------------------------------------------------------------------------

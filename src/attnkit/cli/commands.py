@@ -99,7 +99,7 @@ def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
     if not values["data"]:
         raise click.UsageError("missing --data (the training data); see attnkit train --help")
     common = {"out": out, "data": _data_plan(values, out), "quiet": values["quiet"],
-              "mode": "overwrite" if values["overwrite"] else "new"}
+              "mode": "overwrite" if values["overwrite"] else "new", "baseline": bool(values.get("baseline"))}
     if values["init_from"]:
         from attnkit.train import finetune
 
@@ -148,7 +148,8 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
         out=out, model_name=saved["model_name"], model_options=saved["model_config"], mode="resume",
         run_id=saved["run_id"], tokenizer=ckpt.load_run_tokenizer(out, saved), label_vocab=label_vocab,
         train_config=collect_train_config({}, **saved["train_config"]),
-        data_settings=DataSettings(**saved["data_settings"]), data=_data_plan(values, out), quiet=values["quiet"])
+        data_settings=DataSettings(**saved["data_settings"]), data=_data_plan(values, out), quiet=values["quiet"],
+        baseline=bool(values.get("baseline")))
 
 
 # --- train ---------------------------------------------------------------------------------------

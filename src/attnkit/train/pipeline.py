@@ -108,6 +108,7 @@ def fit_classifier(
     overwrite: bool = False, resume: bool = False, quiet: bool = False, dist: DistInfo | None = None,
     log: Callable[[str], None] | None = None, tokenizer: Any = None, label_vocab: LabelVocab | None = None,
     extra: dict[str, Any] | None = None, init_model: Callable[[nn.Module], None] | None = None,
+    baseline: dict[str, Any] | None = None,
 ) -> FitResult:
     """Train ``model_name`` on ``train`` (early stopping on ``val``), measure on ``test``.
 
@@ -117,7 +118,8 @@ def fit_classifier(
     tokenizer and labels). A directory holding another run is replaced only
     with ``overwrite``, and only at the first commit. ``tokenizer`` / ``label_vocab`` may be given
     to skip building them. ``init_model`` is called on the freshly built model
-    before training (e.g. to load pretrained weights).
+    before training (e.g. to load pretrained weights). ``baseline`` (figures
+    scored beforehand) is committed with the test result as ``metrics.baseline``.
     """
     if not train:
         raise ValueError("the training data is empty")
@@ -155,9 +157,11 @@ def fit_classifier(
         history = trainer.fit(resume=resume)
         test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
         if run is not None:
+            metrics = {"test": test_metrics, "val_best": _best_val(history)}
+            if baseline is not None:
+                metrics["baseline"] = baseline
             run.commit(unwrap(model).state_dict(), status="done", history=history, progress=trainer._summary(),
-                       meta={"epochs_run": len(history),
-                             "metrics": {"test": test_metrics, "val_best": _best_val(history)}})
+                       meta={"epochs_run": len(history), "metrics": metrics})
     return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds,
                      is_main=dist.is_main)
 

@@ -31,6 +31,8 @@ class ClassifierPlan:
     ``"overwrite"`` (replace it at the first commit) or ``"resume"`` (continue
     the committed state; ``run_id``, ``tokenizer`` and ``label_vocab`` come
     from the run). ``init_from`` is a pretrained BERT folder to start from.
+    ``baseline`` scores :mod:`attnkit.train.baseline` on the run's test part
+    before training; its figures go into config.json as ``metrics.baseline``.
     """
 
     out: Path
@@ -45,6 +47,7 @@ class ClassifierPlan:
     label_vocab: Any = None
     init_from: str | None = None
     quiet: bool = False
+    baseline: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in ("new", "overwrite", "resume"):
@@ -74,6 +77,7 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
         tr, va, te = load_splits(data, seed=plan.train_config.seed)
         echo(f"{plan.model_name}: {len(tr)} train, {len(va)} validation, {len(te)} test examples"
              + (f", {info.world_size} processes ({info.backend})" if info.enabled else ""))
+        base = _baseline(tr, va, te) if plan.baseline and info.is_main else None
         init_model = None
         extra: dict[str, Any] = {"data": data.record}
         if plan.init_from and plan.mode != "resume":
@@ -86,7 +90,17 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
             train_config=plan.train_config, data=plan.data_settings, out_dir=plan.out, run_id=run_id,
             overwrite=overwrite, resume=plan.mode == "resume", quiet=plan.quiet, dist=info,
             log=None if plan.quiet else echo, tokenizer=plan.tokenizer, label_vocab=plan.label_vocab,
-            init_model=init_model, extra=extra)
+            init_model=init_model, extra=extra, baseline=base)
     finally:
         shutdown_distributed()
 
+
+
+def _baseline(train: list[Any], val: list[Any], test: list[Any]) -> dict[str, Any]:
+    """The baseline's ``accuracy``, ``macro_f1`` and ``n`` on the test part (fit on train + validation)."""
+    from attnkit.train.baseline import baseline_scores
+
+    if not test:
+        raise ValueError("the split has no test part (--test-ratio 0 and no --test): nothing to score")
+    scores = baseline_scores([*train, *val], test)
+    return {"accuracy": scores["accuracy"], "macro_f1": scores["macro_f1"], "n": scores["n"]}

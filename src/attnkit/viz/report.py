@@ -45,6 +45,12 @@ from attnkit.viz.measures import attention_entropy
 __all__ = ["write_report", "report_data", "ReportLimits"]
 
 Prediction = str | Mapping[str, Any] | None
+Section = Mapping[str, Any]
+"""A summary section: ``title``, optional ``text`` (paragraphs), ``columns`` and ``rows`` (a table)."""
+
+_SUMMARY_CSS = ("<style>.summary{padding:8px 20px;background:#fff;border-bottom:1px solid #e3e3e3}"
+                ".summary table{border-collapse:collapse;margin:4px 0 8px}.summary td,.summary th{"
+                "border:1px solid #ddd;padding:2px 8px;text-align:left}.summary p{margin:2px 0}</style>")
 
 
 @dataclass(frozen=True)
@@ -232,15 +238,36 @@ def _safe_json(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_html(data: Mapping[str, Any]) -> str:
-    """The full page for ``data`` (from :func:`report_data`)."""
+def summary_html(sections: Sequence[Section]) -> str:
+    """Static, escaped HTML of summary ``sections`` (see :data:`Section`); no markup passes through."""
+    def esc(value: Any) -> str:
+        return html.escape(str(value), quote=True)
+
+    parts = []
+    for k, sec in enumerate(sections):
+        if "title" not in sec:
+            raise ValueError(f"summary[{k}]: a section needs a 'title', got keys {sorted(sec)}")
+        body = [f"<h2>{esc(sec['title'])}</h2>"] + [f"<p>{esc(t)}</p>" for t in sec.get("text", ())]
+        columns, rows = list(sec.get("columns", ())), list(sec.get("rows", ()))
+        if columns or rows:
+            head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+            cells = "".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in row) + "</tr>" for row in rows)
+            body.append(f"<table>{f'<tr>{head}</tr>' if head else ''}{cells}</table>")
+        parts.append(f'<section class="summary">{"".join(body)}</section>')
+    return (_SUMMARY_CSS + "".join(parts) + "\n") if parts else ""
+
+
+def render_html(data: Mapping[str, Any], summary: Sequence[Section] = ()) -> str:
+    """The full page for ``data`` (from :func:`report_data`), with optional ``summary`` sections
+    (escaped text and tables, :func:`summary_html`) between the header and the attention views."""
     digest = base64.b64encode(hashlib.sha256(JS.encode("utf-8")).digest()).decode("ascii")
     csp = (f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
            "img-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'")
     parts = {"CSP": html.escape(csp, quote=True), "TITLE": html.escape(str(data["title"]), quote=True),
-             "CSS": CSS, "DATA": _safe_json(data), "JS": JS}
+             "CSS": CSS, "DATA": _safe_json(data), "JS": JS, "SUMMARY": summary_html(summary)}
+    page = PAGE.replace("</header>\n", "</header>\n@SUMMARY@", 1)
     # one pass, so text put in (a token spelled "@JS@", say) is never substituted again
-    return re.sub(r"@(CSP|TITLE|CSS|DATA|JS)@", lambda m: parts[m.group(1)], PAGE)
+    return re.sub(r"@(CSP|TITLE|CSS|DATA|JS|SUMMARY)@", lambda m: parts[m.group(1)], page)
 
 
 def write_report(
@@ -254,6 +281,7 @@ def write_report(
     example_names: Sequence[str] | None = None,
     top_k: int = 8,
     thumb_size: int = 48,
+    summary: Sequence[Section] = (),
 ) -> Path:
     """Write the interactive attention report to ``path`` (one HTML file) and return it.
 
@@ -270,6 +298,8 @@ def write_report(
         example_names: labels for the example selector.
         top_k: edges kept per query row.
         thumb_size: cells per side of the model-view thumbnails, at most.
+        summary: sections of escaped text and tables shown above the views
+            (see :func:`summary_html`), e.g. a run's scores.
 
     Shape:
         attentions: one example ``(L, H, Tq, Tk)`` or a list of ``L`` arrays
@@ -282,7 +312,7 @@ def write_report(
     data = report_data(tokens, attentions, title=title, predictions=predictions,
                        source_tokens=source_tokens, example_names=example_names,
                        limits=ReportLimits(top_k=top_k, thumb_size=thumb_size))
-    page = render_html(data)
+    page = render_html(data, summary)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
