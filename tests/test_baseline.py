@@ -7,11 +7,11 @@ model on, and its paired test must give the textbook numbers.
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 
 import pytest
+from cli_helpers import TINY, write_keyword_csv
 from click.testing import CliRunner
 
 pytest.importorskip("sklearn")
@@ -21,10 +21,6 @@ from attnkit.data.readers import Example  # noqa: E402
 from attnkit.data.synthetic import keyword_corpus  # noqa: E402
 from attnkit.train import baseline as bl  # noqa: E402
 
-TINY = ["--model", "document", "--model-opt", "d_model=16", "--model-opt", "num_heads=2",
-        "--model-opt", "num_layers=0", "--model-opt", "dropout=0.0", "--epochs", "3", "--batch-size", "16",
-        "--lr", "0.01", "--device", "cpu", "--quiet"]
-
 
 def _corpus(n: int = 300, seed: int = 3) -> list[Example]:
     return [Example(f"{d.text} doc{i}", d.label) for i, d in enumerate(keyword_corpus(n, seed=seed, length=(8, 12)))]
@@ -32,13 +28,7 @@ def _corpus(n: int = 300, seed: int = 3) -> list[Example]:
 
 @pytest.fixture(scope="module")
 def data_csv(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "reviews.csv"
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["text", "label"])
-        for ex in keyword_corpus(240, seed=3, length=(8, 12)):
-            writer.writerow([ex.text, ex.label])
-    return path
+    return write_keyword_csv(tmp_path_factory.mktemp("data") / "reviews.csv", 240)
 
 
 def _invoke(*args: str):

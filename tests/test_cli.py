@@ -2,34 +2,23 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
 
 import pytest
 import torch
+from cli_helpers import TINY, write_keyword_csv
 from click.testing import CliRunner
 
 from attnkit.cli import cli
-from attnkit.data.synthetic import keyword_corpus
 from attnkit.train.checkpoint import load_tensors
 from attnkit.train.rundir import committed_dir
-
-TINY = ["--model", "document", "--model-opt", "d_model=16", "--model-opt", "num_heads=2",
-        "--model-opt", "num_layers=0", "--model-opt", "dropout=0.0", "--epochs", "3", "--batch-size", "16",
-        "--lr", "0.01", "--device", "cpu", "--quiet"]
 
 
 @pytest.fixture(scope="module")
 def data_csv(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "reviews.csv"
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["text", "label"])
-        for ex in keyword_corpus(240, seed=3, length=(8, 12)):
-            writer.writerow([ex.text, ex.label])
-    return path
+    return write_keyword_csv(tmp_path_factory.mktemp("data") / "reviews.csv", 240)
 
 
 def _invoke(*args: str):

@@ -3,7 +3,6 @@ safe --resume and --overwrite, unfinished runs named, damaged files named, one w
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import TINY, write_keyword_csv
 from click.testing import CliRunner
 
 from attnkit.cli import cli
@@ -28,9 +28,6 @@ from attnkit.train.pipeline import DataSettings, fit_classifier
 
 MODEL = {"d_model": 16, "num_heads": 2, "num_layers": 0, "dropout": 0.1}
 CONFIG = {"epochs": 3, "batch_size": 16, "lr": 0.01, "patience": 0, "device": "cpu", "seed": 5}
-TINY = ["--model", "document", "--model-opt", "d_model=16", "--model-opt", "num_heads=2",
-        "--model-opt", "num_layers=0", "--model-opt", "dropout=0.0", "--epochs", "3", "--batch-size", "16",
-        "--lr", "0.01", "--device", "cpu", "--quiet"]
 
 
 def _examples() -> list[Example]:
@@ -167,13 +164,7 @@ def test_sigkill_mid_commit_then_resume_gives_identical_weights(tmp_path, refere
 
 @pytest.fixture(scope="module")
 def data_csv(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "reviews.csv"
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["text", "label"])
-        for ex in keyword_corpus(120, seed=3, length=(8, 12)):
-            writer.writerow([ex.text, ex.label])
-    return path
+    return write_keyword_csv(tmp_path_factory.mktemp("data") / "reviews.csv", 120)
 
 
 def _invoke(*args: str):

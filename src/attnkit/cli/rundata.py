@@ -26,7 +26,11 @@ READER_KEYS = ("val_ratio", "test_ratio", "data_format", "encoding", "text_field
 
 
 def data_source(values: dict[str, Any], out: Path) -> dict[str, Any]:
-    """The JSON-ready record of the data options in ``values`` (paths resolved, with content hashes)."""
+    """The JSON-ready record of the data options in ``values`` (paths resolved, with content hashes).
+
+    A hash already in ``values`` (put there by :func:`resumed_data_source`, which
+    has just checked it against the file) is kept rather than computed again.
+    """
     source: dict[str, Any] = {k: values[k] for k in READER_KEYS if k in values}
     run = out.resolve()
     for key in DATA_PATHS:
@@ -37,7 +41,7 @@ def data_source(values: dict[str, Any], out: Path) -> dict[str, Any]:
         resolved = Path(path).resolve()
         source[key] = str(resolved)
         source[f"{key}_relative_to_run"] = os.path.relpath(resolved, run)
-        source[f"{key}_sha256"] = data_fingerprint(resolved)
+        source[f"{key}_sha256"] = values.get(f"{key}_sha256") or data_fingerprint(resolved)
     return source
 
 

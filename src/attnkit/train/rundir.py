@@ -299,7 +299,7 @@ class RunWriter:
             fileops.fs.remove_tree(path)
         for path in self.directory.glob(f".{MANIFEST}.*.tmp"):
             fileops.fs.remove(path)
-        manifest = read_manifest(self.directory) if (self.directory / MANIFEST).is_file() else None
+        manifest = read_manifest(self.directory)
         if manifest is None:
             return
         newest = manifest["generation"]

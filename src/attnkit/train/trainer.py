@@ -246,7 +246,7 @@ class Trainer:
         from attnkit.train.rundir import RunWriter, read_manifest
 
         assert self.out_dir is not None
-        manifest = read_manifest(self.out_dir) if (self.out_dir / "current.json").is_file() else None
+        manifest = read_manifest(self.out_dir)
         run_id = manifest["run_id"] if manifest else uuid.uuid4().hex
         writer = RunWriter(self.out_dir, run_id)
 

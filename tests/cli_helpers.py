@@ -1,0 +1,23 @@
+"""What the command-line tests share: tiny model settings and a labelled CSV of the keyword corpus."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from attnkit.data.synthetic import keyword_corpus
+
+# A document model small enough that `attnkit train` takes about a second.
+TINY = ["--model", "document", "--model-opt", "d_model=16", "--model-opt", "num_heads=2",
+        "--model-opt", "num_layers=0", "--model-opt", "dropout=0.0", "--epochs", "3", "--batch-size", "16",
+        "--lr", "0.01", "--device", "cpu", "--quiet"]
+
+
+def write_keyword_csv(path: Path, n: int) -> Path:
+    """``n`` keyword-corpus documents as a ``text,label`` CSV at ``path``."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["text", "label"])
+        for ex in keyword_corpus(n, seed=3, length=(8, 12)):
+            writer.writerow([ex.text, ex.label])
+    return path
