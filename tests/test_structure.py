@@ -33,6 +33,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "train": BASE | {"models", "blocks", "layers", "functional", "masks", "positional", "decoding", "data",
                      "reference", "__version__"},
     "viz": BASE,
+    "inspect": BASE | {"layers", "functional", "masks", "block_mask", "viz"},
     "bench": BASE | {"functional", "layers", "masks"},
 }
 

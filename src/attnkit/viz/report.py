@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from attnkit.viz._arrays import check_ndim, check_tokens, is_layer_list, stack_layers
+from attnkit.viz._neuron_assets import NEURON_CSS, NEURON_JS, NEURON_SECTION
 from attnkit.viz._report_assets import CSS, JS, PAGE
 from attnkit.viz.measures import attention_entropy
 
@@ -259,13 +260,19 @@ def summary_html(sections: Sequence[Section]) -> str:
 
 def render_html(data: Mapping[str, Any], summary: Sequence[Section] = ()) -> str:
     """The full page for ``data`` (from :func:`report_data`), with optional ``summary`` sections
-    (escaped text and tables, :func:`summary_html`) between the header and the attention views."""
-    digest = base64.b64encode(hashlib.sha256(JS.encode("utf-8")).digest()).decode("ascii")
+    (escaped text and tables, :func:`summary_html`) between the header and the attention views.
+    ``data["neuron"]`` (from :func:`attnkit.viz.neuron.neuron_data`), when present, adds the neuron view."""
+    neuron = "neuron" in data
+    script = JS + NEURON_JS if neuron else JS
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     csp = (f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; "
            "img-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'")
     parts = {"CSP": html.escape(csp, quote=True), "TITLE": html.escape(str(data["title"]), quote=True),
-             "CSS": CSS, "DATA": _safe_json(data), "JS": JS, "SUMMARY": summary_html(summary)}
+             "CSS": CSS + NEURON_CSS if neuron else CSS, "DATA": _safe_json(data), "JS": script,
+             "SUMMARY": summary_html(summary)}
     page = PAGE.replace("</header>\n", "</header>\n@SUMMARY@", 1)
+    if neuron:
+        page = page.replace("</main>", NEURON_SECTION + "</main>", 1)
     # one pass, so text put in (a token spelled "@JS@", say) is never substituted again
     return re.sub(r"@(CSP|TITLE|CSS|DATA|JS|SUMMARY)@", lambda m: parts[m.group(1)], page)
 
