@@ -306,3 +306,49 @@ def test_cross_attention_report_shows_source_and_target(browser: Browser, tmp_pa
                       " function(t){return t.firstChild.nodeValue;})")
     assert keys == source
     _clean(browser, page)
+
+
+def test_neuron_view_draws_hovers_and_keeps_hostile_tokens_as_text(browser: Browser, tmp_path: Path) -> None:
+    from attnkit.viz.neuron import neuron_data
+    from attnkit.viz.notebook import ReportView
+    from attnkit.viz.report import report_data
+
+    rng = np.random.default_rng(4)
+    tokens = ["[CLS]", XSS[0], XSS[1], "<!--", "@JS@", "[SEP]"]
+    n_layers, heads, t, dh = 2, 3, len(tokens), 8
+    q = rng.standard_normal((n_layers, heads, t, dh)).astype(np.float32)
+    k = rng.standard_normal((n_layers, heads, t, dh)).astype(np.float32)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh)
+    w = np.exp(scores - scores.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    data = report_data(tokens, w, title="neuron " + XSS[0])
+    data["neuron"] = neuron_data(tokens, q, k, w, layer_names=["enc.0 " + XSS[1], "enc.1"])
+    page = ReportView(data).save(tmp_path / "neuron.html")
+    check = browser.open(page)
+    assert check["errors"] == []
+    assert browser.js("window.attnkitSelfCheck.neuronDrawn") is True
+    assert browser.js("window.attnkitSelfCheck.neuronRows") == t
+    assert browser.js("window.attnkitSelfCheck.neuronCells") == dh * (1 + 2 * t)  # q, then k and q*k per key
+    labels = browser.js("Array.prototype.map.call(document.querySelectorAll('#neuron-table .tokl:not(.hd)'),"
+                        " function(e){return e.firstChild.nodeValue;})")
+    assert labels == tokens
+    layer_text = browser.js("document.getElementById('n-layer').options[0].textContent")
+    assert layer_text == "enc.0 " + XSS[1]
+    # the scores column is q . k / sqrt(Dh) of layer 0, head 0, query 0
+    shown = browser.js("Array.prototype.map.call(document.querySelectorAll('#neuron-table .num'),"
+                       " function(e){return +e.textContent;})")
+    assert np.allclose(shown, scores[0, 0, 0], atol=1e-3)
+    # hover the product cell of key 2, dimension 5
+    browser.js("document.querySelector('#neuron-table .nc[data-kind=\"q\\u00d7k\"][data-key=\"2\"][data-dim=\"5\"]')"
+               ".dispatchEvent(new MouseEvent('mouseover', {bubbles: true}))")
+    info = browser.js("document.getElementById('neuron-info').textContent")
+    assert info.startswith("key “" + tokens[2] + "”") and f"{q[0, 0, 0, 5] * k[0, 0, 2, 5]:.4f}" in info
+    # another head and query: the weights bar follows the recorded softmax
+    browser.js("var s=document.getElementById('n-head'); s.value='2'; s.dispatchEvent(new Event('change'));"
+               "var r=document.getElementById('n-query'); r.value='3'; r.dispatchEvent(new Event('change'))")
+    widths = browser.js("Array.prototype.map.call(document.querySelectorAll('#neuron-table .bar'),"
+                        " function(e){return parseFloat(e.style.width);})")
+    assert np.allclose(widths, 100 * w[0, 2, 3], atol=0.06)
+    assert browser.js("document.querySelectorAll('img').length") == 0
+    browser.screenshot(tmp_path / "neuron.png")
+    _clean(browser, page)

@@ -89,7 +89,7 @@ NEURON_JS = r"""
       ks.push(k); prods.push(p);
     }
     var topV = maxAbs([q].concat(ks)), topP = maxAbs(prods);
-    ["", "key k", "q \u00d7 k", "q\u00b7k/\u221aDh", "weight"].forEach(function (h) { t.appendChild(span("hd", h)); });
+    ["", "q / key k", "q \u00d7 k", "q\u00b7k/\u221aDh", "weight"].forEach(function (h) { t.appendChild(span("hd", h)); });
     t.appendChild(span("tokl hd", "query \u201c" + N.queries[st.query] + "\u201d"));
     t.appendChild(cells(q, topV, "q", -1));
     t.appendChild(span("", "")); t.appendChild(span("", "")); t.appendChild(span("", ""));
