@@ -56,3 +56,31 @@ def test_timm_vit_capture_equals_hand_computation() -> None:
         assert w.shape == (2, 4, 17, 17)  # the class token and 4 x 4 patches
         assert (w - ref).abs().max().item() <= 1e-6
     assert cap.rollout(example=0).shape == (17, 17)
+
+
+def test_visualize_a_timm_model_from_a_local_weights_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    import numpy as np
+    from click.testing import CliRunner
+    from PIL import Image
+    from safetensors.torch import save_file
+
+    from attnkit.cli.visualize import visualize
+
+    torch.manual_seed(1)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=3)
+    weights = tmp_path / "vit.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
+    image = tmp_path / "img.png"
+    Image.fromarray((np.random.default_rng(0).random((64, 80, 3)) * 255).astype(np.uint8)).save(image)
+    out = tmp_path / "vit.html"
+    args = [str(weights), "--timm", "vit_tiny_patch16_224", "--image", str(image), "-o", str(out)]
+    result = CliRunner().invoke(visualize, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text(encoding="utf-8").split('id="attnkit-data">', 1)[1].split("</script>", 1)[0])
+    ex = data["examples"][0]
+    assert (ex["L"], ex["H"], ex["Tq"]) == (12, 3, 197) and ex["queries"][0] == "[CLS]"
+    result = CliRunner().invoke(visualize, [str(weights), "--timm", "vit_small_patch16_224", "--image",
+                                            str(image), "-o", str(tmp_path / "bad.html")])
+    assert result.exit_code != 0 and "do not fit timm model 'vit_small_patch16_224'" in result.output

@@ -1,9 +1,12 @@
-"""``attnkit visualize``: attention of a trained run or a BERT folder, as a report or a figure.
+"""``attnkit visualize``: attention of a trained run, a Hugging Face folder or a timm model.
 
 The source is either an attnkit run directory (``config.json`` with a
 ``model_name``, written by ``attnkit train`` or ``attnkit demo``) or a Hugging
 Face BERT folder (``config.json`` + ``model.safetensors`` + a tokenizer), read
-with attnkit's own :class:`~attnkit.models.bert.BertModel`.
+with attnkit's own :class:`~attnkit.models.bert.BertModel`. Any other Hugging
+Face folder (GPT-2, LLaMA, ViT, ...), and a timm model given by name with a
+local weights file, run under :func:`attnkit.inspect.capture`
+(:mod:`attnkit.cli.visualize_models`).
 
 The output's extension picks the form: ``.html`` writes the interactive,
 offline report (every layer and head, every text of the batch); ``.png``,
@@ -112,9 +115,7 @@ def bert_attention(folder: Path, texts: list[str], max_len: int) -> list[Attenti
 
 def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
     """Write ``views`` as an HTML report (``.html``) or a figure of the first text."""
-    from attnkit.viz.explain import plot_classification
-    from attnkit.viz.plots import plot_layers_heads
-    from attnkit.viz.report import write_report
+    from attnkit.viz.report import write_report  # the report needs no matplotlib
 
     if out.suffix == ".html":
         import numpy as np
@@ -137,6 +138,9 @@ def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
             pooled[b, 0, 0, 0, : len(v.tokens)] = v.pooling
         return write_report(out, [["[document]"] for _ in views], pooled, title=title,
                             source_tokens=[v.tokens for v in views], predictions=predictions)
+    from attnkit.viz.explain import plot_classification
+    from attnkit.viz.plots import plot_layers_heads
+
     first = views[0]
     if first.pooling is not None:
         fig = plot_classification(first.tokens, first.pooling, label=first.label or "",
@@ -148,7 +152,7 @@ def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
 
 
 @click.command()
-@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("source", type=click.Path(exists=True, path_type=Path))
 @click.argument("texts", nargs=-1)
 @click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Output file: .html (interactive report) or .png/.svg/.pdf (figure).")
@@ -156,24 +160,38 @@ def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
               help="Also visualize every non-empty line of this text file.")
 @click.option("--encoding", default="utf-8", show_default=True, help="Text encoding of --file.")
 @click.option("--max-len", type=click.IntRange(min=2), default=512, show_default=True,
-              help="Longest token sequence kept for a BERT folder.")
+              help="Longest token sequence kept for a Hugging Face folder.")
+@click.option("--image", "images", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="An image for a vision model (repeatable).")
+@click.option("--timm", "timm_name", default=None,
+              help="A timm model name; SOURCE is then its local weights file (.safetensors or .pth).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @allow_unfinished_option
-def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path | None,
-              encoding: str, max_len: int, overwrite: bool, allow_unfinished: bool) -> None:
-    """Show where a trained run or a BERT folder attends, as a report or a figure.
+def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path | None, encoding: str,
+              max_len: int, images: tuple[str, ...], timm_name: str | None, overwrite: bool,
+              allow_unfinished: bool) -> None:
+    """Show where a trained run, a Hugging Face folder or a timm model attends.
 
     \b
     Examples:
       attnkit visualize runs/demo "a brilliant and moving film" -o report.html
       attnkit visualize path/to/bert "Attention filters noise." -o heads.png
+      attnkit visualize path/to/gpt2-folder "Attention filters noise." -o gpt2.html
+      attnkit visualize vit.safetensors --timm vit_tiny_patch16_224 --image cat.png -o rollout.png
     """
+    from attnkit.cli.visualize_models import (
+        is_attnkit_bert,
+        is_hf_folder,
+        model_views,
+        write_image_rollout,
+    )
+
     items = list(texts)
     if text_file is not None:
         lines = read_text_lines(text_file, encoding, encoding_flag="--encoding")
         items += [line for line in lines if line.strip()]
-    if not items:
-        raise click.UsageError("give at least one TEXT argument or --file")
+    if not items and not images:
+        raise click.UsageError("give at least one TEXT argument, --file or --image")
     if out.suffix not in (".html", *FIGURE_SUFFIXES):
         raise click.BadParameter(
             f"unknown output type {out.suffix!r}; use one of ['.html', '.png', '.svg', '.pdf']",
@@ -181,25 +199,32 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
         )
     if out.exists() and not overwrite:
         raise click.ClickException(f"{out} already exists; pass --overwrite to replace it")
+    captured: list[Any] = []
     try:
-        if _is_run(source):
+        if timm_name is None and source.is_dir() and _is_run(source):
             views = run_attention(source, items, allow_unfinished=allow_unfinished)
             title = f"attnkit run {source.name}"
             limit = "the run's maximum length"
-        elif (source / "model.safetensors").is_file() and (source / "config.json").is_file():
+        elif timm_name is None and is_hf_folder(source) and is_attnkit_bert(source) and not images:
             views = bert_attention(source, items, max_len)
             title = f"BERT {source.name}"
             limit = "--max-len or the model's position limit"
+        elif timm_name is not None or is_hf_folder(source):
+            views, title, captured = model_views(source, items, list(images), timm_name, max_len)
+            limit = "--max-len or the model's position limit"
         else:
             raise click.ClickException(
-                f"{source} is neither an attnkit run (config.json with model_name) nor a BERT "
-                "folder (config.json + model.safetensors)"
+                f"{source} is neither an attnkit run (config.json with model_name) nor a Hugging Face "
+                "model folder (config.json with model_type); for a timm model pass --timm NAME"
             )
         notice = truncation_notice([(len(v.tokens), v.total_tokens or len(v.tokens)) for v in views],
                                    what=limit)
         if notice is not None:
             click.echo(notice, err=True)
-        path = write_views(views, out, title)
+        if captured and captured[0][1] is not None and out.suffix != ".html":
+            path = write_image_rollout(captured[0], views[0].tokens, out)
+        else:
+            path = write_views(views, out, title)
     except (ValueError, FileNotFoundError) as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"wrote {path}")

@@ -1,0 +1,158 @@
+"""Run a model from local files under a capture: any Hugging Face folder, or a timm model.
+
+:func:`hf_folder_attention` loads a Hugging Face model folder with
+``transformers`` (``AutoModel``, local files only, the folder's own
+``attn_implementation``) and runs it on texts (through the folder's tokenizer)
+or on images (through its image processor, or a plain resize when the folder
+has none). :func:`timm_attention` builds a timm model by name without
+downloading anything, loads a local weights file (safetensors, or a ``.pth``
+read with ``weights_only=True``) and runs it on images. Both return the tokens
+and the :class:`~attnkit.inspect.Capture` of one forward pass per input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from attnkit.inspect.capture import Capture, capture
+
+__all__ = ["hf_folder_attention", "timm_attention", "load_image", "folder_kind"]
+
+
+def folder_kind(folder: str | os.PathLike[str]) -> str:
+    """``"vision"`` when the folder's config describes an image model, else ``"text"``."""
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable Hugging Face config ({err})") from None
+    return "vision" if "image_size" in config or "num_channels" in config else "text"
+
+
+def load_image(path: str | os.PathLike[str], size: int, mean: Any = 0.5, std: Any = 0.5) -> tuple[np.ndarray, torch.Tensor]:
+    """An RGB image file as ``(pixels (H, W, 3) in [0, 1], model input (1, 3, size, size))``.
+
+    Shape:
+        returns ``(H, W, 3)`` and ``(1, 3, size, size)``.
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            rgb = img.convert("RGB")
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable image ({err})") from None
+    pixels = np.asarray(rgb, dtype=np.float32) / 255.0  # (H, W, 3)
+    small = np.asarray(rgb.resize((size, size), Image.Resampling.BICUBIC), dtype=np.float32) / 255.0
+    norm = (small - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    return pixels, torch.from_numpy(norm.transpose(2, 0, 1).copy())[None]  # (1, 3, size, size)
+
+
+def _patch_tokens(n: int, prefix: int) -> list[str]:
+    return ["[CLS]" if i == 0 else f"[prefix {i}]" for i in range(prefix)] + [f"patch {i}" for i in range(n - prefix)]
+
+
+def _run(model: nn.Module, inputs: dict[str, Any]) -> Capture:
+    with torch.no_grad(), capture(model) as cap:
+        model(**inputs)
+    return cap
+
+
+def hf_folder_attention(folder: str | os.PathLike[str], texts: list[str] | None = None,
+                        images: list[str] | None = None, *, max_len: int = 512) -> list[tuple[list[str], Capture, Any]]:
+    """Capture a Hugging Face folder's attention on each text or image: ``[(tokens, capture, pixels)]``.
+
+    ``pixels`` is the ``(H, W, 3)`` image for an image input, else None.
+
+    Shape:
+        each capture holds ``(1, H, T, T)`` per attention module.
+    """
+    import transformers
+
+    root = Path(folder)
+    if not (root / "config.json").is_file():
+        raise ValueError(f"{folder}: expected a Hugging Face model folder holding config.json")
+    try:
+        model = transformers.AutoModel.from_pretrained(root, local_files_only=True).eval()
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"{folder}: transformers cannot load this folder ({str(err).splitlines()[0]})") from None
+    out: list[tuple[list[str], Capture, Any]] = []
+    if folder_kind(root) == "vision":
+        if not images:
+            raise ValueError(f"{folder} is an image model: give --image FILE")
+        size = int(model.config.image_size)
+        patch = int(getattr(model.config, "patch_size", 16))
+        for image in images:
+            pixels, x = load_image(image, size)
+            cap = _run(model, {"pixel_values": x})
+            t = next(iter(cap.weights.values())).shape[-1]
+            out.append((_patch_tokens(t, t - (size // patch) ** 2), cap, pixels))
+        return out
+    if not texts:
+        raise ValueError(f"{folder} is a text model: give at least one text")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(root, local_files_only=True)
+    limit = min(max_len, int(getattr(model.config, "max_position_embeddings", max_len) or max_len))
+    for text in texts:
+        enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=limit)
+        cap = _run(model, dict(enc))
+        tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
+        out.append(([str(t) for t in tokens], cap, None))
+    return out
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several kinds for a file it will not unpickle safely
+        raise ValueError(f"{path}: not a weights file torch can read safely ({type(err).__name__})") from None
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{path}: expected a mapping of tensor names to tensors")
+    return state
+
+
+def timm_attention(name: str, weights: str | os.PathLike[str], images: list[str]) -> list[tuple[list[str], Capture, Any]]:
+    """Capture timm model ``name`` (with ``weights`` from a local file) on each image.
+
+    Shape:
+        each capture holds ``(1, H, T, T)`` per attention block.
+    """
+    import timm
+
+    path = Path(weights)
+    if not path.is_file():
+        raise ValueError(f"--weights: no file {str(path)!r}")
+    if not images:
+        raise ValueError("a timm model needs at least one --image FILE")
+    state = _read_weights(path)
+    head = state.get("head.weight")
+    try:
+        model = timm.create_model(name, pretrained=False,
+                                  **({"num_classes": int(head.shape[0])} if head is not None else {}))
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(f"{path}: the weights do not fit timm model {name!r}: {str(err).splitlines()[0]}") from None
+    except Exception as err:  # timm's unknown model name
+        raise ValueError(f"timm model {name!r}: {err}") from None
+    model.eval()
+    cfg = getattr(model, "pretrained_cfg", {}) or {}
+    size = int(cfg.get("input_size", (3, 224, 224))[-1])
+    out: list[tuple[list[str], Capture, Any]] = []
+    for image in images:
+        pixels, x = load_image(image, size, cfg.get("mean", 0.5), cfg.get("std", 0.5))
+        cap = _run(model, {"x": x})
+        t = next(iter(cap.weights.values())).shape[-1]
+        out.append((_patch_tokens(t, int(getattr(model, "num_prefix_tokens", 1))), cap, pixels))
+    return out
