@@ -1,4 +1,4 @@
-"""torch.compile(fullgraph=True) of attention, MultiHeadAttention and the encoder layer.
+"""torch.compile(fullgraph=True) of attention, MultiHeadAttention, the encoder layer and a model.
 
 Every case compiles with no graph break (``fullgraph=True`` raises at the first
 one; ``torch._dynamo.explain`` counts them) and gives eager's outputs and
@@ -20,6 +20,7 @@ from attnkit import masks
 from attnkit.blocks import TransformerEncoderLayer
 from attnkit.functional import BackendChoice, last_backend
 from attnkit.layers import MultiHeadAttention
+from attnkit.models import DocumentClassifier, DocumentClassifierConfig
 
 B, H, T, DH = 2, 4, 24, 8
 BS = 8  # small blocks: empty, full and partial blocks all occur
@@ -181,6 +182,23 @@ def test_layers_compile_forward_and_backward(which: str, kind: str) -> None:
     kwargs, eager_kwargs = LAYER_MASKS[kind](), LAYER_MASKS[kind]()
     got = _layer_run(module, lambda m, x: compiled(x, **kwargs), x)
     _assert_same(got, _layer_run(module, lambda m, x: m(x, **eager_kwargs), x))
+
+
+def test_document_classifier_compiles_once_for_every_batch_shape() -> None:
+    """dynamic=True: one graph serves other batch sizes and lengths, padding included."""
+    from torch._dynamo.utils import counters
+
+    config = DocumentClassifierConfig(vocab_size=40, num_classes=3, d_model=16, num_heads=H, num_layers=2,
+                                      d_ff=32, max_len=32, dropout=0.0)
+    model = DocumentClassifier(config).eval()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=True)
+    counters.clear()
+    for lengths in ([7, 3], [11, 2, 5], [4, 4, 4, 1]):
+        lens = torch.tensor(lengths)
+        ids = torch.randint(1, 40, (len(lengths), max(lengths)))
+        torch.testing.assert_close(compiled(ids, lens), model(ids, lens), atol=1e-6, rtol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["graph_break"]
 
 
 @pytest.mark.slow
