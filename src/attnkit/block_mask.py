@@ -236,7 +236,8 @@ class BlockMask:
     """
 
     def __init__(self, *, shape: tuple[int | None, int | None, int, int], block_size: int,
-                 kv_indices: Tensor, elem_index: Tensor, elements: Tensor, counts: dict[str, int]):
+                 kv_indices: Tensor, elem_index: Tensor, elements: Tensor, counts: dict[str, int],
+                 flags: tuple[bool, bool] | None = None):
         self.shape = shape
         self.block_size = block_size
         self.kv_indices = kv_indices
@@ -244,6 +245,10 @@ class BlockMask:
         self.elements = elements
         self.counts = counts
         self._kept: tuple[Tensor | None, Tensor | None] | None = None
+        # (all blocks full, all query rows keep a key), eagerly: attention may not branch on data
+        if flags is None:
+            flags = (bool((elem_index == 1).all()), bool(elements.any(-1)[elem_index].any(3).all()))
+        self._flags = flags
 
     @property
     def device(self) -> torch.device:
@@ -274,17 +279,18 @@ class BlockMask:
         Shape:
             returns ``(Bm, Hm, nQ, bs, K * bs)`` bool and ``(Bm, Hm, nQ, bs, 1)`` bool.
         """
-        if self._kept is None:
-            if bool((self.elem_index == 1).all()):
-                self._kept = (None, None)
-            else:
-                bm, hm, nq, k = self.elem_index.shape
-                bs = self.block_size
-                elems = self.elements[self.elem_index]  # (Bm, Hm, nQ, K, bs, bs)
-                allowed = elems.transpose(3, 4).reshape(bm, hm, nq, bs, k * bs)
-                row_ok = allowed.any(dim=-1, keepdim=True)
-                self._kept = (~allowed & row_ok, None if bool(row_ok.all()) else row_ok)
-        return self._kept
+        if self._kept is not None:
+            return self._kept
+        kept: tuple[Tensor | None, Tensor | None] = (None, None)
+        if not self._flags[0]:
+            (bm, hm, nq, k), bs = self.elem_index.shape, self.block_size
+            elems = self.elements[self.elem_index]  # (Bm, Hm, nQ, K, bs, bs)
+            allowed = elems.transpose(3, 4).reshape(bm, hm, nq, bs, k * bs)
+            row_ok = allowed.any(dim=-1, keepdim=True)
+            kept = (~allowed & row_ok, None if self._flags[1] else row_ok)
+        if not torch.compiler.is_compiling():  # a compiled graph keeps no state on its inputs
+            self._kept = kept
+        return kept
 
     def to_dense(self) -> Tensor:
         """The dense boolean mask, True where a query may attend a key.
@@ -306,7 +312,7 @@ class BlockMask:
         """A copy on ``device``."""
         return BlockMask(shape=self.shape, block_size=self.block_size,
                          kv_indices=self.kv_indices.to(device), elem_index=self.elem_index.to(device),
-                         elements=self.elements.to(device), counts=dict(self.counts))
+                         elements=self.elements.to(device), counts=dict(self.counts), flags=self._flags)
 
     def check(self, b: int, h: int, tq: int, tk: int, device: torch.device) -> None:
         """Raise ``ValueError`` unless this mask fits attention over ``(B, H, Tq, Tk)`` on ``device``."""

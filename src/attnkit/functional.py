@@ -70,6 +70,11 @@ def last_backend() -> BackendChoice | None:
     return getattr(_last, "choice", None)
 
 
+def _remember(choice: BackendChoice) -> None:
+    if not torch.compiler.is_compiling():  # a thread-local write breaks a compiled graph
+        _last.choice = choice
+
+
 def safe_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tensor:
     """Softmax that subtracts the row maximum, runs in float32 for half inputs, and returns
     an all-zero row (with zero gradient) where no entry is allowed.
@@ -172,11 +177,8 @@ def choose_backend(
     scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
     is_causal = causal and mask is None and bias is None and tq == tk
     attn_mask = bias if bias is not None else mask
-    kernel = (
-        _kernel_name(q, k, v, attn_mask, is_causal, scale, q.shape[1] != k.shape[1])
-        if probe_kernel
-        else None
-    )
+    gqa = q.shape[1] != k.shape[1]
+    kernel = _kernel_name(q, k, v, attn_mask, is_causal, scale, gqa) if probe_kernel else None
     why = "requested with backend='fused'" if backend == "fused" else "arguments allow the fused kernel"
     return BackendChoice("fused", why, kernel)
 
@@ -214,8 +216,8 @@ def attention_weights(
     scores = _scores(q, k, scale)  # (B, H, Tq, Tk), float32 for half inputs
     full = _full_mask(mask, causal, tq, tk, q.device)
     if bias is not None:
-        if torch.isneginf(bias).any():
-            # -inf inside the bias masks entries too; the general softmax handles that.
+        # -inf in the bias masks entries too (assumed when compiled: a graph cannot branch on data)
+        if torch.compiler.is_compiling() or torch.isneginf(bias).any():
             return safe_softmax(scores + bias.to(scores.dtype), full).to(q.dtype)
         scores = scores + bias.to(scores.dtype)
     return _masked_softmax(scores, full).to(q.dtype)
@@ -352,14 +354,16 @@ def attention(
         name, why, result = _bs.dispatch(q, k, v, mask, bias=bias, causal=causal, dropout=float(dropout),
                                          scale=scale_f, score_mod=score_mod,
                                          return_weights=return_weights, backend=backend)
-        _last.choice = BackendChoice(name, why)  # type: ignore[arg-type]
+        _remember(BackendChoice(name, why))  # type: ignore[arg-type]
         return result
 
-    debug = logger.isEnabledFor(logging.DEBUG)
+    # Compiled (torch.compile, torch.export): the same path, without the record, the logging
+    # check and the kernel probe, each of which would break the graph.
+    debug = not torch.compiler.is_compiling() and logger.isEnabledFor(logging.DEBUG)
     choice = choose_backend(
         q, k, v, mask=mask, bias=bias, causal=causal, backend=backend, probe_kernel=debug
     )
-    _last.choice = choice
+    _remember(choice)
     if debug:
         logger.debug("attention backend %s (%s), kernel %s", choice.name, choice.reason, choice.kernel)
 

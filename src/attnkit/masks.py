@@ -74,7 +74,8 @@ def _offset(tq: int, tk: int, align: str) -> int:
 
 
 def _check_length(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    # torch.SymInt: a length that torch.export keeps symbolic (a dynamic dimension)
+    if not isinstance(value, (int, torch.SymInt)) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{name} must be a non-negative int, got {value!r}")
 
 
@@ -141,9 +142,12 @@ def from_lengths(lengths: Tensor | Sequence[int], max_len: int | None = None) ->
         raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths_t.shape)}")
     if lengths_t.dtype.is_floating_point or lengths_t.dtype == torch.bool:
         raise TypeError(f"lengths must hold integers, got dtype {lengths_t.dtype}")
-    if lengths_t.numel() and int(lengths_t.min()) < 0:
+    # A torch.compile/torch.export graph cannot branch on the lengths' values: given max_len,
+    # traced code skips the value checks.
+    traced = max_len is not None and torch.compiler.is_compiling()
+    if not traced and lengths_t.numel() and int(lengths_t.min()) < 0:
         raise ValueError(f"lengths must be non-negative, got {lengths_t.tolist()}")
-    longest = int(lengths_t.max()) if lengths_t.numel() else 0
+    longest = int(lengths_t.max()) if lengths_t.numel() and not traced else 0
     if max_len is None:
         max_len = longest
     _check_length("max_len", max_len)

@@ -147,14 +147,17 @@ def token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Tensor, 
             f"lengths must be an integer (B,) = ({ids.shape[0]},) tensor, got "
             f"{lengths.dtype} {tuple(lengths.shape)}"
         )
-    if ids.numel() and (int(lengths.min()) < 1 or int(lengths.max()) > ids.shape[1]):
+    # The value checks read the tensors' data, which a torch.compile/torch.export graph cannot
+    # branch on: traced, the model checks shapes and dtypes only.
+    checked = not torch.compiler.is_compiling()
+    if checked and ids.numel() and (int(lengths.min()) < 1 or int(lengths.max()) > ids.shape[1]):
         raise ValueError(
             f"lengths must lie in [1, T={ids.shape[1]}], got min {int(lengths.min())}, "
             f"max {int(lengths.max())}"
         )
     lengths = lengths.long()
     mask = masks.from_lengths(lengths, ids.shape[1])  # (B, 1, 1, T)
-    real = ids[mask[:, 0, 0]]  # the real tokens, flattened
+    real = ids[mask[:, 0, 0]] if checked else ids[:0]  # the real tokens, flattened
     if real.numel() and (int(real.min()) < 0 or int(real.max()) >= vocab_size):
         raise ValueError(
             f"ids must lie in [0, vocab_size={vocab_size}), got values from {int(real.min())} "
