@@ -201,3 +201,25 @@ def test_cli_train_pack_and_numpy_refusal(tmp_path) -> None:
     result = runner.invoke(cli, ["train", "--backend", "numpy", "--data", str(data), "--out",
                                  str(tmp_path / "np"), "--pack", "64"])
     assert result.exit_code != 0 and "--backend numpy does not support --pack" in result.output
+
+
+def test_bert_model_takes_a_block_mask_and_position_ids() -> None:
+    from attnkit import masks
+    from attnkit.models.bert import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=32, max_position_embeddings=8)).eval()
+    seg = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 2, 2]])
+    ids = torch.randint(1, VOCAB, (1, 10))
+    block = masks.create_block_mask(masks.document_mod(seg), 1, None, 10, 10, block_size=4)
+    pos = torch.tensor([[0, 1, 2, 0, 1, 2, 3, 4, 0, 1]])
+    with torch.no_grad():
+        sparse = model(ids, mask=block, position_ids=pos).last_hidden_state
+        dense = model(ids, mask=block.to_dense(), position_ids=pos).last_hidden_state
+        alone = model(ids[:, 3:8]).last_hidden_state
+    assert torch.allclose(sparse, dense, atol=1e-5) and torch.allclose(sparse[:, 3:8], alone, atol=1e-5)
+    with pytest.raises(ValueError, match="BlockMask built for"):
+        model(ids[:, :8], mask=block, position_ids=pos[:, :8])
+    with pytest.raises(ValueError, match="max_position_embeddings=8"):
+        model(ids)
