@@ -95,3 +95,24 @@ def test_bad_cache_arguments_are_named() -> None:
     with pytest.raises(TypeError, match="MultiHeadAttention cannot combine a BlockMask with a rolling"):
         attn(torch.randn(1, 3, D), mask=block, cache=RollingKVCache(2))
     assert KVCache().last_mask is None and KVCache().offset == 0
+
+
+def test_rotary_and_alibi_use_original_positions_through_a_sink_cache() -> None:
+    from attnkit import attention
+    from attnkit.positional import RotaryEmbedding, alibi_slopes
+
+    torch.manual_seed(3)
+    rope, slopes = RotaryEmbedding(8), alibi_slopes(2)
+    q, k, v = torch.randn(3, 1, 2, 11, 8).unbind(0)  # (B=1, H=2, T=11, Dh=8) each
+    cache = AttentionSinkCache(2, 3)
+    allowed = _dense(cache.mask_mod(), 11)
+    dist = (torch.arange(11)[:, None] - torch.arange(11)[None, :]).float()
+    full = attention(*rope(q, k), v, mask=allowed, bias=-slopes[:, None, None] * dist)
+    out = []
+    for t in range(11):
+        offset = cache.offset  # the original position of the new token
+        qt, kt = rope(q[:, :, t : t + 1], k[:, :, t : t + 1], offset)
+        keys, values = cache.update(kt, v[:, :, t : t + 1])
+        gap = (offset - cache.last_key_positions).float()  # sinks leave a gap: not bottom-right contiguous
+        out.append(attention(qt, keys, values, mask=cache.last_mask, bias=-slopes[:, None, None] * gap))
+    assert torch.allclose(torch.cat(out, 2), full, atol=1e-5)

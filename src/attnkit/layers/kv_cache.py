@@ -99,11 +99,13 @@ class RollingKVCache(KVCache):
     queries need, which :class:`~attnkit.layers.MultiHeadAttention` applies.
 
     **Positions** are the tokens' original positions: :attr:`offset` counts
-    every position seen (not the slots kept), and :attr:`key_positions` holds
-    the original position of each kept key. Keys are stored as computed, so an
-    absolute encoding added at the input (or rotary applied with
-    ``offset=cache.offset``) gives exactly the attention of the full sequence
-    under the equivalent mask.
+    every position seen (not the slots kept), :attr:`key_positions` holds
+    the original position of each kept key and :attr:`last_key_positions` that
+    of each key the last :meth:`update` returned (for distance terms such as
+    ALiBi: ``-slope * (q_pos - last_key_positions)``). Keys are stored as
+    computed, so an absolute encoding added at the input (or rotary applied
+    with ``offset=cache.offset``) gives exactly the attention of the full
+    sequence under the equivalent mask.
 
     Shape:
         keys ``(B, Hkv, <= window, Dh)``; :attr:`last_mask` ``(1, 1, Tnew, Tk)``.
@@ -113,6 +115,7 @@ class RollingKVCache(KVCache):
         super().__init__()
         self.window = _window("window", window, 1)
         self.key_positions = torch.zeros(0, dtype=torch.long)
+        self.last_key_positions = torch.zeros(0, dtype=torch.long)
         self.last_mask: Tensor | None = None
         self._seen = 0
 
@@ -158,6 +161,7 @@ class RollingKVCache(KVCache):
         else:
             positions = new_pos
         self.last_mask = self._allowed(new_pos, positions)[None, None]  # (1, 1, Tnew, Tk)
+        self.last_key_positions = positions  # (Tk,): of the keys returned, for distance terms (ALiBi)
         self._seen += t_new
         keep = self._keep(positions)
         self.keys, self.values = keys[:, :, keep], values[:, :, keep]
