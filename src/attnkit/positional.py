@@ -35,6 +35,7 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "RotaryEmbedding",
     "rotate_half",
+    "check_positions",
     "alibi_slopes",
     "alibi_bias",
     "relative_distance",
@@ -48,6 +49,29 @@ def _check_btd(name: str, x: object, width: int) -> Tensor:
     if x.dim() != 3 or x.shape[-1] != width:
         raise ValueError(f"{name} must be (B, T, {width}), got shape {tuple(x.shape)}")
     return x
+
+
+def check_positions(positions: object, batch: int, length: int, device: torch.device) -> Tensor:
+    """Validate explicit positions for a ``(B, T, ...)`` input: ``(T,)`` or ``(B, T)`` ints ``>= 0``.
+
+    Explicit positions let each packed document start again at 0
+    (:mod:`attnkit.data.packing`), or a cache keep its tokens' original positions.
+
+    Shape:
+        positions ``(T,)`` or ``(B, T)``; returns them as int64 on ``device``.
+    """
+    if not isinstance(positions, Tensor):
+        raise TypeError(f"positions must be an integer torch.Tensor, got {type(positions).__name__}")
+    if positions.dtype.is_floating_point or positions.dtype == torch.bool:
+        raise TypeError(f"positions must hold integers, got dtype {positions.dtype}")
+    if positions.shape not in ((length,), (batch, length)):
+        raise ValueError(
+            f"positions must be (T,) = ({length},) or (B, T) = ({batch}, {length}), "
+            f"got shape {tuple(positions.shape)}"
+        )
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"positions must be >= 0, got min {int(positions.min())}")
+    return positions.to(device=device, dtype=torch.long)
 
 
 def sinusoidal_table(
@@ -82,7 +106,9 @@ class SinusoidalPositionalEncoding(nn.Module):
     """Add the fixed sinusoidal table to a batch-first sequence (Vaswani et al., 2017).
 
     ``forward(x, offset)`` returns ``x + PE[offset : offset + T]``; ``offset``
-    is the number of positions already seen, for incremental decoding. The
+    is the number of positions already seen, for incremental decoding.
+    ``forward(x, positions=p)`` adds ``PE[p]`` instead: explicit positions
+    ``(T,)`` or ``(B, T)``, e.g. restarting at 0 for each packed document. The
     first ``max_len`` rows are precomputed; longer inputs are computed on the
     fly (the formula extrapolates), so there is no hard length limit.
 
@@ -106,10 +132,16 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.base = float(base)
         self.register_buffer("table", sinusoidal_table(max_len, d_model, base=self.base), persistent=False)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0, *, positions: Tensor | None = None) -> Tensor:
         _check_btd("x", x, self.d_model)
         non_negative_int("offset", offset)
         t = x.shape[1]
+        if positions is not None:
+            pos = check_positions(positions, x.shape[0], t, x.device) + offset
+            top = int(pos.max()) + 1 if pos.numel() else 0
+            table = self.table if top <= self.max_len else sinusoidal_table(
+                top, self.d_model, base=self.base, device=x.device)
+            return x + table[pos].to(x.dtype)  # (B, T, D) or (T, D) broadcast
         if offset + t <= self.max_len:
             pe = self.table[offset : offset + t]  # (T, D)
         else:
@@ -122,7 +154,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     Unlike the sinusoidal table it cannot extrapolate: positions at or past
     ``max_len`` have no vector, and asking for them raises a ``ValueError``.
-    Initialised from ``N(0, 0.02)`` as in GPT-2.
+    Initialised from ``N(0, 0.02)`` as in GPT-2. ``forward(x, positions=p)``
+    takes explicit positions ``(T,)`` or ``(B, T)`` (packed documents restart at 0).
 
     Shape:
         x ``(B, T, D)``; returns ``(B, T, D)``.
@@ -135,10 +168,18 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(max_len, d_model))
         nn.init.normal_(self.weight, std=0.02)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0, *, positions: Tensor | None = None) -> Tensor:
         _check_btd("x", x, self.d_model)
         non_negative_int("offset", offset)
         t = x.shape[1]
+        if positions is not None:
+            pos = check_positions(positions, x.shape[0], t, x.device) + offset
+            if pos.numel() and int(pos.max()) >= self.max_len:
+                raise ValueError(
+                    f"positions reach {int(pos.max())} but LearnedPositionalEmbedding has "
+                    f"max_len={self.max_len}; build it with a larger max_len"
+                )
+            return x + self.weight[pos].to(x.dtype)  # (B, T, D)
         if offset + t > self.max_len:
             raise ValueError(
                 f"input needs positions {offset}..{offset + t - 1} (offset={offset}, T={t}) but "
@@ -215,11 +256,14 @@ class RotaryEmbedding(nn.Module):
             self._cache[key] = cached
         return cached[0][:length], cached[1][:length]
 
-    def rotate(self, x: Tensor, offset: int = 0) -> Tensor:
-        """Rotate one tensor whose positions are ``offset .. offset + T - 1``.
+    def rotate(self, x: Tensor, offset: int = 0, *, positions: Tensor | None = None) -> Tensor:
+        """Rotate one tensor whose positions are ``offset .. offset + T - 1``, or ``positions``.
+
+        ``positions`` ``(T,)`` or ``(B, T)`` gives each token its own position
+        (packed documents restart at 0; a cache keeps its keys' positions).
 
         Shape:
-            x ``(B, H, T, Dh)``; returns the same shape and dtype.
+            x ``(B, H, T, Dh)``, positions ``(T,)`` or ``(B, T)``; returns the same shape and dtype as x.
         """
         if not isinstance(x, Tensor):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -227,16 +271,28 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"x must be (B, H, T, {self.head_dim}), got shape {tuple(x.shape)}")
         non_negative_int("offset", offset)
         t = x.shape[2]
-        cos, sin = self.cos_sin(offset + t, device=x.device, dtype=x.dtype)
-        cos, sin = cos[offset:], sin[offset:]  # (T, Dh)
+        if positions is not None:
+            pos = check_positions(positions, x.shape[0], t, x.device) + offset
+            top = int(pos.max()) + 1 if pos.numel() else 0
+            cos_all, sin_all = self.cos_sin(top, device=x.device, dtype=x.dtype)
+            cos, sin = cos_all[pos], sin_all[pos]  # (T, Dh) or (B, T, Dh)
+            if cos.dim() == 3:
+                cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, Dh)
+        else:
+            cos, sin = self.cos_sin(offset + t, device=x.device, dtype=x.dtype)
+            cos, sin = cos[offset:], sin[offset:]  # (T, Dh)
         work = x.to(cos.dtype)
         return (work * cos + rotate_half(work) * sin).to(x.dtype)
 
     def forward(self, q: Tensor, k: Tensor, offset: int = 0, *,
-                k_offset: int | None = None) -> tuple[Tensor, Tensor]:
+                k_offset: int | None = None, positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Rotate queries and keys. ``offset`` is the position of the first query; keys
-        start at ``k_offset`` (default ``offset``). With a KV cache, pass the cache
-        length before this step as ``offset`` and rotate only the new keys."""
+        start at ``k_offset`` (default ``offset``). With a KV cache, pass the cache's
+        ``offset`` before this step and rotate only the new keys. ``positions``
+        ``(T,)`` or ``(B, T)`` gives self-attention's tokens explicit positions
+        (packed documents), for queries and keys alike."""
+        if positions is not None:
+            return self.rotate(q, positions=positions), self.rotate(k, positions=positions)
         return self.rotate(q, offset), self.rotate(k, offset if k_offset is None else k_offset)
 
 

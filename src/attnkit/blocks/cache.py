@@ -9,20 +9,40 @@ growing :class:`~attnkit.layers.kv_cache.KVCache` per layer
 * ``cross_attn`` is *static*: filled from the encoder memory on the first
   step, then only read, so the memory is projected once per sequence.
 
+Every self-attention cache may be bounded: ``init_cache(window=W)`` keeps the
+last ``W`` positions (:class:`~attnkit.layers.kv_cache.RollingKVCache`),
+``init_cache(window=W, sinks=S)`` the first ``S`` as well
+(:class:`~attnkit.layers.kv_cache.AttentionSinkCache`, StreamingLLM). Decoding
+then equals full recomputation under the cache's ``mask_mod()``, with memory
+that stays flat; ``offset`` keeps counting the original positions.
+
 Shape legend: B batch, Hkv key/value heads, T cached length, Dh head width.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from torch import Tensor
 
 from attnkit._checks import positive_int
-from attnkit.layers.kv_cache import KVCache
+from attnkit.layers.kv_cache import AttentionSinkCache, KVCache, RollingKVCache
 
-__all__ = ["DecoderLayerCache", "DecoderCache", "SelfAttentionCache"]
+__all__ = ["DecoderLayerCache", "DecoderCache", "SelfAttentionCache", "self_attention_cache"]
+
+
+def self_attention_cache(window: int | None = None, sinks: int = 0) -> Callable[[], KVCache]:
+    """A factory of self-attention caches: full (``window=None``), rolling, or with attention sinks."""
+    if window is None:
+        if sinks:
+            raise ValueError(f"sinks={sinks} needs a window (the cache keeps the sinks plus the last window)")
+        return KVCache
+    positive_int("window", window)
+    if sinks:
+        positive_int("sinks", sinks)
+        return lambda: AttentionSinkCache(sinks, window)
+    return lambda: RollingKVCache(window)
 
 
 @dataclass
@@ -42,6 +62,11 @@ class DecoderLayerCache:
         """Target positions cached so far."""
         return len(self.self_attn)
 
+    @property
+    def offset(self) -> int:
+        """Target positions seen so far (more than cached once a bounded cache drops some)."""
+        return self.self_attn.offset
+
     def reorder(self, index: Tensor) -> None:
         """Keep batch entries ``index`` (beam search). Shape: index ``(B',)``."""
         self.self_attn.reorder(index)
@@ -59,14 +84,15 @@ class DecoderCache:
         per layer, as :class:`DecoderLayerCache`; ``reorder`` takes an index ``(B',)``.
     """
 
-    def __init__(self, num_layers: int) -> None:
+    def __init__(self, num_layers: int, *, window: int | None = None, sinks: int = 0) -> None:
         positive_int("num_layers", num_layers)
-        self.layers = [DecoderLayerCache() for _ in range(num_layers)]
+        make = self_attention_cache(window, sinks)
+        self.layers = [DecoderLayerCache(self_attn=make()) for _ in range(num_layers)]
 
     @property
     def offset(self) -> int:
-        """Number of target positions cached so far (the position of the next token)."""
-        return len(self.layers[0])
+        """Number of target positions seen so far (the position of the next token)."""
+        return self.layers[0].offset
 
     def __len__(self) -> int:
         return self.offset
@@ -94,14 +120,15 @@ class SelfAttentionCache:
         per layer, keys/values ``(B, Hkv, T, Dh)``; ``reorder`` takes an index ``(B',)``.
     """
 
-    def __init__(self, num_layers: int) -> None:
+    def __init__(self, num_layers: int, *, window: int | None = None, sinks: int = 0) -> None:
         positive_int("num_layers", num_layers)
-        self.layers = [KVCache() for _ in range(num_layers)]
+        make = self_attention_cache(window, sinks)
+        self.layers = [make() for _ in range(num_layers)]
 
     @property
     def offset(self) -> int:
-        """Number of positions cached so far (the position of the next token)."""
-        return len(self.layers[0])
+        """Number of positions seen so far (the position of the next token)."""
+        return self.layers[0].offset
 
     def __len__(self) -> int:
         return self.offset

@@ -257,9 +257,14 @@ class TransformerDecoder(nn.Module):
         self.norm = final_layer_norm(built[0], final_norm)
         self.d_model = built[0].d_model
 
-    def init_cache(self) -> DecoderCache:
-        """Empty caches for every layer; pass them as ``cache=`` step after step."""
-        return DecoderCache(len(self.layers))
+    def init_cache(self, *, window: int | None = None, sinks: int = 0) -> DecoderCache:
+        """Empty caches for every layer; pass them as ``cache=`` step after step.
+
+        ``window=W`` keeps only the last ``W`` positions (a sliding-window
+        cache), ``sinks=S`` the first ``S`` too (StreamingLLM's attention
+        sinks); see :mod:`attnkit.blocks.cache`.
+        """
+        return DecoderCache(len(self.layers), window=window, sinks=sinks)
 
     @overload
     def forward(

@@ -218,9 +218,14 @@ class TransformerEncoder(nn.Module):
         self.norm = final_layer_norm(built[0], final_norm)
         self.d_model = built[0].d_model
 
-    def init_cache(self) -> SelfAttentionCache:
-        """Empty self-attention caches for token-by-token decoding of a causal (decoder-only) stack."""
-        return SelfAttentionCache(len(self.layers))
+    def init_cache(self, *, window: int | None = None, sinks: int = 0) -> SelfAttentionCache:
+        """Empty caches for every layer; pass them as ``cache=`` step after step.
+
+        ``window=W`` keeps only the last ``W`` positions (a sliding-window
+        cache), ``sinks=S`` the first ``S`` too (StreamingLLM's attention
+        sinks); see :mod:`attnkit.blocks.cache`.
+        """
+        return SelfAttentionCache(len(self.layers), window=window, sinks=sinks)
 
     @overload
     def forward(

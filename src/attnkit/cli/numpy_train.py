@@ -14,7 +14,7 @@ __all__ = ["train_numpy"]
 SETTING_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip_norm", "patience", "seed", "max_len",
                 "min_frequency", "vocab_size", "warmup_ratio")
 UNSUPPORTED = {"label_smoothing": "--label-smoothing", "resume": "--resume", "init_from": "--init-from",
-               "tokenizer": "--tokenizer"}
+               "tokenizer": "--tokenizer", "pack": "--pack"}
 
 
 def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: Any, *,
@@ -29,7 +29,7 @@ def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: A
         given.append("--device")
     if given:
         raise ValueError(f"--backend numpy does not support {', '.join(given)}; "
-                         "the NumPy trainer runs on the CPU without label smoothing or resume")
+                         "the NumPy trainer runs on the CPU without label smoothing, packing or resume")
     kind = values.get("model") or "transformer"
     settings = NumpyTrainSettings(**{k: values[k] for k in SETTING_KEYS if values.get(k) is not None})
     tr, va, te = load_splits(source, seed=settings.seed)

@@ -230,6 +230,10 @@ def train_options(f: F) -> F:
                        numpy=False, numpy_help="Not with --backend numpy."),
         _settings_flag("--seed", click.IntRange(min=0), "Seed for weights, dropout and batch order.",
                        "TrainConfig.seed"),
+        _settings_flag("--pack", click.IntRange(min=1),
+                       "Pack each batch's documents into rows of this many tokens (0 = padded batches); "
+                       "at least --max-len.", "TrainConfig.pack", numpy=False,
+                       numpy_help="Not with --backend numpy.", metavar="TOKENS"),
         _settings_flag("--device", str, "auto, cpu, cuda or cuda:N.", "TrainConfig.device", numpy=False,
                        numpy_help="--backend numpy runs on the CPU (auto or cpu)."),
     )(f)
@@ -305,7 +309,7 @@ def parse_model_options(ctx: click.Context, pairs: tuple[str, ...]) -> dict[str,
 
 
 _TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
-               "label_smoothing", "seed", "device")
+               "label_smoothing", "seed", "device", "pack")
 _DATA_KEYS = ("tokenizer", "vocab_size", "min_frequency", "max_len")
 
 

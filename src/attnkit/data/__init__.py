@@ -14,6 +14,10 @@ _EXPORTS = {
     "bucket_batches": "attnkit.data.batching",
     "collate": "attnkit.data.batching",
     "padding_fraction": "attnkit.data.batching",
+    "PackedCollator": "attnkit.data.packing",
+    "collate_packed": "attnkit.data.packing",
+    "pack_rows": "attnkit.data.packing",
+    "packed_fraction": "attnkit.data.packing",
     "FORMATS": "attnkit.data.readers",
     "DataFormatError": "attnkit.data.readers",
     "Example": "attnkit.data.readers",
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
         padding_fraction,
     )
     from attnkit.data.locations import DataNotFoundError, data_path, data_root
+    from attnkit.data.packing import PackedCollator, collate_packed, pack_rows, packed_fraction
     from attnkit.data.readers import (
         FORMATS,
         DataFormatError,

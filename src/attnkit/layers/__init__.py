@@ -11,13 +11,15 @@ LinearAttention            efficient attention (Shen et al., 2021), linear in th
 SelfAttention2d            attention over the positions of an image feature map (SAGAN)
 BertAttention              BERT's attention block with Hugging Face parameter names
 KVCache                    keys and values kept for incremental decoding
+RollingKVCache             a sliding-window cache: the last ``window`` positions only
+AttentionSinkCache         StreamingLLM: the first ``sinks`` positions plus the last ``window``
 ========================== ==============================================================
 """
 
 from attnkit.layers.additive import AdditiveAttention
 from attnkit.layers.bert import BertAttention, BertSelfAttention, BertSelfOutput
 from attnkit.layers.image import SelfAttention2d
-from attnkit.layers.kv_cache import KVCache
+from attnkit.layers.kv_cache import AttentionSinkCache, KVCache, RollingKVCache
 from attnkit.layers.linear import LinearAttention, linear_attention
 from attnkit.layers.multi_head import MultiHeadAttention
 from attnkit.layers.pooling import AttentionPooling
@@ -36,4 +38,6 @@ __all__ = [
     "BertSelfAttention",
     "BertSelfOutput",
     "KVCache",
+    "RollingKVCache",
+    "AttentionSinkCache",
 ]

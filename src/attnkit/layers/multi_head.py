@@ -68,6 +68,18 @@ def resolve_key_value(
     return key, value
 
 
+def _with_cache_mask(mask: Tensor | BlockMask | None, limit: Tensor | None) -> Tensor | BlockMask | None:
+    """``mask`` narrowed to the keys a bounded cache (rolling, sinks) lets the new queries see."""
+    if limit is None:
+        return mask
+    if isinstance(mask, BlockMask):
+        raise TypeError(
+            "MultiHeadAttention cannot combine a BlockMask with a rolling or attention-sink cache "
+            "(the cache decides which keys each query sees); pass a boolean mask or none"
+        )
+    return limit if mask is None else mask & limit
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch-first, with the attnkit mask rule.
 
@@ -138,7 +150,10 @@ class MultiHeadAttention(nn.Module):
         block-sparse path. ``cache`` enables
         incremental decoding: the projected keys and values of this call are
         appended to it (or, for a static cache that is already filled, read
-        from it, and ``key``/``value`` may be omitted).
+        from it, and ``key``/``value`` may be omitted); a
+        :class:`~attnkit.layers.kv_cache.RollingKVCache` or
+        :class:`~attnkit.layers.kv_cache.AttentionSinkCache` also narrows the
+        mask to the keys each new query may see.
 
         Shape:
             query ``(B, Tq, D)``; key ``(B, Tk, kdim)``; value ``(B, Tk, vdim)``;
@@ -170,6 +185,7 @@ class MultiHeadAttention(nn.Module):
             v = split_heads(self.v_proj(v_in), self.kv_heads)  # (B, Hkv, Tk, Dh)
             if cache is not None:
                 k, v = cache.update(k, v)
+                mask = _with_cache_mask(mask, cache.last_mask)
         dropout = self.dropout if self.training else 0.0
         result = attention(
             q, k, v, mask=mask, bias=bias, causal=causal, dropout=dropout,

@@ -25,7 +25,16 @@ validates the batch and turns ``lengths`` into the key-padding mask
 :meth:`~TextClassifier.classify` carries that one tensor down to every layer
 that needs it (attention, pooling, mean pooling).
 
-Shape legend: B batch, T tokens, C classes.
+**Packed rows.** ``model(ids, segment_ids=seg, positions=pos)`` takes
+several documents per row (:mod:`attnkit.data.packing`): ``ids (R, T)``,
+``segment_ids (R, T)`` numbering the documents ``0 .. N-1`` (negative =
+padding), ``positions`` optional. It returns one row of logits per document,
+``(N, C)`` in document order, equal to what each document gets alone;
+``weights["pooling"]`` comes back in the packed layout ``(R, T)``. Models
+that can share a row override :meth:`~TextClassifier.classify_packed`; the
+others run each document on its own (:meth:`PackedBatch.unpack`).
+
+Shape legend: B batch, T tokens, C classes, R packed rows, N documents.
 """
 
 from __future__ import annotations
@@ -34,9 +43,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, overload
 
+import torch
 from torch import Tensor, nn
 
 from attnkit.models.config import token_batch
+from attnkit.models.packed import PackedBatch, packed_batch
 
 __all__ = ["TextClassifier", "WeightRequest", "WeightSelection", "select_weights"]
 
@@ -103,25 +114,77 @@ class TextClassifier(nn.Module):
     config: Any
 
     @overload
-    def forward(self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[False] = ...) -> Tensor: ...
+    def forward(self, ids: Tensor, lengths: Tensor | None = ..., *, return_weights: Literal[False] = ...,
+                segment_ids: Tensor | None = ..., positions: Tensor | None = ...) -> Tensor: ...
     @overload
     def forward(
-        self, ids: Tensor, lengths: Tensor, *, return_weights: Literal[True] | str | Collection[str]
+        self, ids: Tensor, lengths: Tensor | None = ..., *, return_weights: Literal[True] | str | Collection[str],
+        segment_ids: Tensor | None = ..., positions: Tensor | None = ...,
     ) -> tuple[Tensor, dict[str, Tensor]]: ...
     def forward(
-        self, ids: Tensor, lengths: Tensor, *, return_weights: WeightRequest = False
+        self, ids: Tensor, lengths: Tensor | None = None, *, return_weights: WeightRequest = False,
+        segment_ids: Tensor | None = None, positions: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Logits for each document and, on request, the weights named by ``return_weights``.
 
+        Give ``lengths`` for a padded batch, or ``segment_ids`` (and optionally
+        ``positions``) for packed rows (see the module docstring).
+
         Shape:
             ids ``(B, T)``, lengths ``(B,)``; returns ``(B, C)`` [and a dict of weights].
+            Packed: ids, segment_ids, positions ``(R, T)``; returns ``(N, C)``
+            [and ``{"pooling": (R, T)}``].
         """
         selection = select_weights(return_weights, self.WEIGHTS)
+        if segment_ids is not None or positions is not None:
+            return self._forward_packed(ids, lengths, segment_ids, positions, selection)
+        if lengths is None:
+            raise TypeError(f"{type(self).__name__} needs lengths (B,) for a padded batch, "
+                            "or segment_ids (R, T) for packed rows")
         ids, lengths, mask = self.prepare(ids, lengths)
         logits, weights = self.classify(ids, lengths, mask, selection)
         if selection is None:
             return logits
         return logits, {key: w for key, w in weights.items() if key in selection}
+
+    def _forward_packed(self, ids: Tensor, lengths: object, segment_ids: Tensor | None,
+                        positions: Tensor | None, selection: WeightSelection | None
+                        ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
+        name = type(self).__name__
+        if lengths is not None:
+            raise ValueError(f"{name}: pass lengths (padded batch) or segment_ids (packed rows), not both")
+        if segment_ids is None:
+            raise ValueError(f"{name}: positions need segment_ids (packed rows)")
+        if selection is not None and selection.names != frozenset({"pooling"}):
+            raise ValueError(f"{name}: packed rows return only the pooling weights; "
+                             f"ask for return_weights='pooling' or nothing")
+        if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+            raise ValueError(f"packed ids must be an integer (R, T) tensor, got "
+                             f"{getattr(ids, 'dtype', type(ids).__name__)} {tuple(getattr(ids, 'shape', ()))}")
+        packed = packed_batch(ids.long(), segment_ids, positions, self.config.vocab_size)
+        logits, pooling = self.classify_packed(packed, selection is not None)
+        if selection is None:
+            return logits
+        assert pooling is not None
+        return logits, {"pooling": pooling}
+
+    def classify_packed(self, packed: PackedBatch, want_pooling: bool) -> tuple[Tensor, Tensor | None]:
+        """Logits ``(N, C)`` of packed documents and, if wanted, the pooling weights ``(R, T)``.
+
+        This default runs each document on its own row (:meth:`PackedBatch.unpack`),
+        which is exact for any model; a model whose layers can share a row
+        (masked attention, per-document pooling) overrides it to save the padding.
+
+        Shape:
+            returns ``(N, C)`` and ``(R, T)`` or None.
+        """
+        ids = packed.unpack(packed.ids)  # (N, L)
+        ids, lengths, mask = self.prepare(ids, packed.lengths)
+        logits, weights = self.classify(ids, lengths, mask, WeightSelection(frozenset({"pooling"}))
+                                        if want_pooling else None)
+        if not want_pooling:
+            return logits, None
+        return logits, packed.to_token_positions(weights["pooling"])
 
     def prepare(self, ids: object, lengths: object) -> tuple[Tensor, Tensor, Tensor]:
         """Validate the batch and build its mask: the one place ``lengths`` become a mask.

@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.layers.bert import BertAttention, from_hf_attention_mask
-from attnkit.masks import check_mask
+from attnkit.masks import BlockMask, check_mask
+from attnkit.positional import check_positions
 
 __all__ = ["BertConfig", "BertModel", "BertModelOutput", "load_bert_tokenizer"]
 
@@ -111,11 +112,12 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(d, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (T,)
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor | None = None) -> Tensor:
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # (1, T)
         x = (
             self.word_embeddings(input_ids)
-            + self.position_embeddings(positions)[None]
+            + self.position_embeddings(position_ids)
             + self.token_type_embeddings(token_type_ids)
         )  # (B, T, D)
         return self.dropout(self.LayerNorm(x))
@@ -159,7 +161,8 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, x: Tensor, mask: Tensor | None, return_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, mask: Tensor | BlockMask | None, return_weights: bool
+                ) -> tuple[Tensor, Tensor | None]:
         if return_weights:
             attended, weights = self.attention(x, mask=mask, return_weights=True)
         else:
@@ -206,15 +209,16 @@ class BertModel(nn.Module):
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None, *, mask: Tensor | None = None,
-        return_weights: bool | Collection[int] = False,
+        token_type_ids: Tensor | None = None, *, mask: Tensor | BlockMask | None = None,
+        return_weights: bool | Collection[int] = False, position_ids: Tensor | None = None,
     ) -> BertModelOutput:
         """Encode token ids; ``return_weights`` fills ``attentions``.
 
         Padding comes either as Hugging Face's ``attention_mask`` (1 = token,
         0 = padding), converted here, or -- from a model that built its mask
         already -- as ``mask``, attnkit's boolean key mask (True = may be
-        attended), which every layer uses as it is. A padded key gets exactly
+        attended) or a :class:`~attnkit.masks.BlockMask` for ``(B, H, T, T)``,
+        which every layer uses as it is. A padded key gets exactly
         zero attention; padded positions still get hidden states (as in BERT),
         which callers ignore.
 
@@ -222,9 +226,13 @@ class BertModel(nn.Module):
         layer indices (negative ones count from the end) returns those layers'
         weights only, in layer order, and the other layers run without them.
 
+        ``position_ids`` ``(T,)`` or ``(B, T)`` give each token its position
+        (default ``0 .. T-1``); packed documents restart at 0, so a row may then
+        be longer than ``max_position_embeddings``.
+
         Shape:
             input_ids ``(B, T)``; attention_mask ``(B, T)``; mask broadcasting
-            to ``(B, H, T, T)``, e.g. ``(B, 1, 1, T)``.
+            to ``(B, H, T, T)``, e.g. ``(B, 1, 1, T)``; position_ids ``(T,)`` or ``(B, T)``.
         """
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.dtype.is_floating_point:
             raise ValueError(
@@ -232,14 +240,19 @@ class BertModel(nn.Module):
                 f"{getattr(input_ids, 'dtype', type(input_ids).__name__)} {tuple(getattr(input_ids, 'shape', ()))}"
             )
         t = input_ids.shape[1]
-        if t > self.config.max_position_embeddings:
+        if position_ids is not None:
+            position_ids = check_positions(position_ids, input_ids.shape[0], t, input_ids.device)
+        top = t if position_ids is None else int(position_ids.max()) + 1
+        if top > self.config.max_position_embeddings:
             raise ValueError(
-                f"input_ids has {t} tokens; this model takes at most "
-                f"max_position_embeddings={self.config.max_position_embeddings}"
+                f"input_ids need positions up to {top - 1}; this model takes at most "
+                f"max_position_embeddings={self.config.max_position_embeddings} positions"
             )
         if attention_mask is not None and mask is not None:
             raise ValueError("pass attention_mask (Hugging Face's 1/0) or mask (attnkit's boolean), not both")
-        if mask is not None:
+        if isinstance(mask, BlockMask):
+            mask.check(input_ids.shape[0], self.config.num_attention_heads, t, t, input_ids.device)
+        elif mask is not None:
             check_mask(mask, (input_ids.shape[0], self.config.num_attention_heads, t, t))
         elif attention_mask is not None:
             if attention_mask.shape != input_ids.shape:
@@ -251,7 +264,7 @@ class BertModel(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         wanted = self._weight_layers(return_weights)
-        x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, D)
         hidden: list[Tensor] = [x]
         attentions: list[Tensor] = []
         for index, layer in enumerate(self.encoder.layer):

@@ -56,6 +56,7 @@ from attnkit.models.config import (
     check_positive_int,
     valid_positions,
 )
+from attnkit.models.packed import PackedBatch, packed_batch
 
 __all__ = ["BertClassifierConfig", "BertClassifier", "BERT_POOLINGS"]
 
@@ -231,3 +232,60 @@ class BertClassifier(TextClassifier):
         if "layers" in weights:
             found["layers"] = torch.stack(out.attentions, 1)  # (B, L, H, S, S)
         return logits, found
+
+    def classify_packed(self, packed: PackedBatch, want_pooling: bool) -> tuple[Tensor, Tensor | None]:
+        """Logits of packed documents: ``[CLS] doc [SEP]`` for each, several to a row.
+
+        Each document gets its own ``[CLS]`` and ``[SEP]`` in the row, positions
+        that restart at 0 and attention within itself only, so its logits equal
+        those it gets alone. The pooling weights (``want_pooling``) come from the
+        per-document path.
+
+        Shape:
+            packed rows ``(R, T)``; returns ``(N, C)`` and ``(R, T)`` or None.
+        """
+        if want_pooling:
+            return super().classify_packed(packed, want_pooling)
+        if int(packed.lengths.max()) > self.config.max_position_embeddings - 2:
+            raise ValueError(
+                f"a packed document has {int(packed.lengths.max())} tokens; with [CLS] and [SEP] this "
+                f"model takes at most {self.config.max_position_embeddings - 2}"
+            )
+        rows = self._with_specials_packed(packed)
+        out = self.bert(rows.ids, mask=rows.mask, position_ids=rows.positions)
+        hidden = rows.unpack(out.last_hidden_state)  # (N, L + 2, D)
+        if self.config.pooling == "cls":
+            doc = hidden[:, 0]  # (N, D)
+        else:
+            real = packed.doc_mask[:, 0, 0]  # (N, L)
+            doc = (hidden[:, 1 : real.shape[1] + 1] * real[..., None]).sum(1) / packed.lengths[:, None].to(hidden.dtype)
+        return self.classifier(self.dropout(doc)), None  # (N, C)
+
+    def _with_specials_packed(self, packed: PackedBatch) -> PackedBatch:
+        """The packed rows with ``[CLS]`` before and ``[SEP]`` after every document."""
+        c = self.config
+        r, t = packed.ids.shape
+        first = packed.gather[:, 0]  # (N,) flat position of each document's first token
+        row, col = first // t, first % t
+        order = torch.argsort(first)
+        rank = torch.empty_like(order)
+        row_sorted = row[order]
+        starts = torch.ones_like(row_sorted, dtype=torch.bool)
+        starts[1:] = row_sorted[1:] != row_sorted[:-1]
+        index = torch.arange(len(order), device=first.device)
+        rank[order] = index - torch.where(starts, index, torch.zeros_like(index)).cummax(0).values
+        new_first = col + 2 * rank  # where each document's [CLS] goes
+        n = packed.num_documents
+        width = int((new_first + packed.lengths + 2).max())
+        ids = packed.ids.new_full((r, width), c.pad_token_id)
+        seg = packed.ids.new_full((r, width), -1)
+        span = torch.arange(int(packed.lengths.max()) + 2, device=first.device)  # (L + 2,)
+        inside = span[None, :] < (packed.lengths + 2)[:, None]  # (N, L + 2)
+        cols = (new_first[:, None] + span[None, :])[inside]
+        rows = row[:, None].expand(n, span.shape[0])[inside]
+        body = packed.unpack(packed.ids)  # (N, L)
+        tokens = torch.cat([body.new_full((n, 1), c.cls_token_id), body, body.new_full((n, 1), c.pad_token_id)], 1)
+        tokens = tokens.scatter(1, (packed.lengths + 1)[:, None], c.sep_token_id)  # (N, L + 2)
+        ids[rows, cols] = tokens[inside]
+        seg[rows, cols] = torch.arange(n, device=first.device)[:, None].expand_as(inside)[inside]
+        return packed_batch(ids, seg, None, c.vocab_size)

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
 from attnkit.functional import attention
 from attnkit.layers.pooling import AttentionPooling
+from attnkit.masks import BlockMask
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (
     TextClassifierConfig,
@@ -41,6 +42,7 @@ from attnkit.models.config import (
     check_fraction,
     check_positive_int,
 )
+from attnkit.models.packed import PackedBatch
 from attnkit.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 __all__ = ["DocumentClassifierConfig", "DocumentClassifier", "POOLINGS", "POSITIONALS"]
@@ -158,17 +160,45 @@ class DocumentClassifier(TextClassifier):
         Shape:
             ids ``(B, T)``, lengths ``(B,)``, mask ``(B, 1, 1, T)``; returns ``(B, C)`` and a dict of weights.
         """
-        t = ids.shape[1]
+        self._check_length(ids.shape[1])
+        x = self.embedding(ids)  # (B, T, D)
+        if self.positional is not None:
+            x = self.positional(x)
+        found: dict[str, Tensor] = {}
+        x = self._encode(self.dropout(x), mask, weights, found)
+        doc, pool_w = self._pool(x, mask, lengths)
+        found["pooling"] = pool_w
+        return self.classifier(self.dropout(doc)), found  # (B, C)
+
+    def classify_packed(self, packed: PackedBatch, want_pooling: bool) -> tuple[Tensor, Tensor | None]:
+        """Logits of packed documents: one row holds several, attention stays inside each.
+
+        Positions restart at every document (``packed.positions``), every
+        attention reads the document mask, and pooling runs per document, so
+        each document gets the logits it gets alone.
+
+        Shape:
+            packed rows ``(R, T)``; returns ``(N, C)`` and pooling weights ``(R, T)`` or None.
+        """
+        self._check_length(int(packed.lengths.max()))
+        x = self.embedding(packed.ids)  # (R, T, D)
+        if self.positional is not None:
+            x = self.positional(x, positions=packed.positions)
+        x = self._encode(self.dropout(x), packed.mask, None, {})
+        doc, pool_w = self._pool(packed.unpack(x), packed.doc_mask, packed.lengths)  # (N, D), (N, L)
+        logits = self.classifier(self.dropout(doc))  # (N, C)
+        return logits, packed.to_token_positions(pool_w) if want_pooling else None
+
+    def _check_length(self, t: int) -> None:
         if self.config.positional == "learned" and t > self.config.max_len:
             raise ValueError(
                 f"ids has T={t} positions but the learned position table holds max_len="
                 f"{self.config.max_len}; truncate the documents or raise max_len"
             )
-        x = self.embedding(ids)  # (B, T, D)
-        if self.positional is not None:
-            x = self.positional(x)
-        x = self.dropout(x)
-        found: dict[str, Tensor] = {}
+
+    def _encode(self, x: Tensor, mask: Tensor | BlockMask, weights: WeightSelection | None,
+                found: dict[str, Tensor]) -> Tensor:
+        """The encoder and the parameter-free layers, each reading ``mask``; weights into ``found``."""
         if self.encoder is not None:
             if weights is not None and weights.wants_group("encoder"):
                 x, per_layer = self.encoder(x, mask=mask, return_weights=True)
@@ -184,10 +214,11 @@ class DocumentClassifier(TextClassifier):
             else:
                 out = attention(h, h, h, mask=mask, scale=scale)
             x = out[:, 0]  # (B, T, D)
+        return x
+
+    def _pool(self, x: Tensor, mask: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """The document vector ``(B, D)`` and the pooling weights ``(B, T)``."""
         if self.pooling is not None:
-            doc, pool_w = self.pooling(x, mask=mask, return_weights=True)  # (B, D), (B, T)
-        else:
-            pool_w = mask[:, 0, 0].to(x.dtype) / lengths[:, None].to(x.dtype)  # (B, T)
-            doc = (pool_w[:, :, None] * x).sum(dim=1)  # (B, D)
-        found["pooling"] = pool_w
-        return self.classifier(self.dropout(doc)), found  # (B, C)
+            return self.pooling(x, mask=mask, return_weights=True)  # (B, D), (B, T)
+        pool_w = mask[:, 0, 0].to(x.dtype) / lengths[:, None].to(x.dtype)  # (B, T)
+        return (pool_w[:, :, None] * x).sum(dim=1), pool_w  # (B, D)

@@ -32,6 +32,9 @@ class TrainConfig:
         seed: seeds the weights' initialisation (by the caller), dropout and the batch order.
         bucket: group examples of similar length into batches (less padding), still shuffled.
         label_smoothing: cross-entropy label smoothing.
+        pack: ``0`` (off) or the tokens per row: pack each training batch's
+            documents into rows of this many tokens (:mod:`attnkit.data.packing`);
+            it must be at least the longest document (the data's ``max_len``).
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
     """
 
@@ -47,11 +50,12 @@ class TrainConfig:
     bucket: bool = True
     label_smoothing: float = 0.0
     device: str = "auto"
+    pack: int = 0
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size"):
             positive_int(name, getattr(self, name))
-        for name in ("patience", "seed"):
+        for name in ("patience", "seed", "pack"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")

@@ -123,6 +123,11 @@ def fit_classifier(
     """
     if not train:
         raise ValueError("the training data is empty")
+    if train_config.pack and train_config.pack < data.max_len:
+        raise ValueError(
+            f"pack={train_config.pack} tokens per row must hold the longest document, max_len={data.max_len}; "
+            f"raise --pack or lower --max-len"
+        )
     dist = dist or DistInfo()
     run_id = run_id or new_run_id()
     if label_vocab is None:

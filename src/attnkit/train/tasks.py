@@ -107,6 +107,10 @@ class ClassificationTask:
             ``(seed, e)`` (:func:`epoch_batches`).
         label_smoothing: cross-entropy label smoothing.
         device: where batches go.
+        pack: pack each training batch into rows of this many tokens
+            (:class:`attnkit.data.packing.PackedCollator`; ``collate`` must then
+            be None); the model gets ``segment_ids`` and ``positions`` and returns
+            one row of logits per document. Validation and prediction stay padded.
 
     Validation metrics: ``loss``, ``accuracy``, ``macro_f1``; the best epoch
     has the highest accuracy, ties broken by the lower loss.
@@ -120,16 +124,23 @@ class ClassificationTask:
 
     def __init__(self, train_data: Dataset, val_data: Dataset | None = None, *, collate: Collate | None = None,
                  lengths: Sequence[int] | None = None, batch_size: int = 32, seed: int = 0,
-                 label_smoothing: float = 0.0, device: torch.device | str = "cpu") -> None:
+                 label_smoothing: float = 0.0, device: torch.device | str = "cpu", pack: int | None = None) -> None:
         n = len(train_data)  # type: ignore[arg-type]
         if n == 0:
             raise ValueError("train_data is empty")
         if lengths is not None and len(lengths) != n:
             raise ValueError(f"lengths must have one entry per training example ({n}), got {len(lengths)}")
+        if pack is not None and collate is not None:
+            raise ValueError("pack replaces the collate function: pass one or the other, not both")
         if collate is None:
             from attnkit.data.batching import collate
         self.train_data, self.val_data = train_data, val_data
         self.collate: Collate = collate  # type: ignore[assignment]
+        self.train_collate: Collate = self.collate
+        if pack is not None:
+            from attnkit.data.packing import PackedCollator
+
+            self.train_collate = PackedCollator(pack)
         self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
         self.label_smoothing = label_smoothing
         self.device = torch.device(device)
@@ -143,8 +154,11 @@ class ClassificationTask:
                 for k, v in batch.items()}
 
     def step(self, net: nn.Module, batch: list[int]) -> StepOutput:
-        data = self._to_device(self.collate([self.train_data[i] for i in batch]))
-        logits = net(data["ids"], data["lengths"])
+        data = self._to_device(self.train_collate([self.train_data[i] for i in batch]))
+        if "segment_ids" in data:  # packed rows: one row of logits per document
+            logits = net(data["ids"], segment_ids=data["segment_ids"], positions=data["positions"])
+        else:
+            logits = net(data["ids"], data["lengths"])
         loss = F.cross_entropy(logits, data["labels"], label_smoothing=self.label_smoothing)
         correct = float((logits.detach().argmax(-1) == data["labels"]).float().mean())
         return StepOutput(loss, data["labels"].shape[0], {"accuracy": correct})
