@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/capture_overhead.py [--length 512] [--batch 4] [--repeats 12] [--threads 2]
+    python benchmarks/capture_overhead.py [--length 512] [--batch 2] [--repeats 9] [--threads 2]
 
 A 6-layer ``nn.TransformerEncoder`` (d_model 512, 8 heads, feed-forward 2048,
 eval mode, no grad: PyTorch's fused fast path, on a nested tensor when a batch
@@ -26,8 +26,8 @@ from attnkit.inspect import capture
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--length", type=int, default=512)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
