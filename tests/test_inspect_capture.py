@@ -16,7 +16,15 @@ from torch import nn
 
 from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
 from attnkit.inspect import capture, find_attention
-from attnkit.layers import AdditiveAttention, AttentionPooling, MultiHeadAttention, SelfAttention2d
+from attnkit.layers import (
+    AdditiveAttention,
+    AttentionPooling,
+    BertAttention,
+    LinearAttention,
+    MultiHeadAttention,
+    RelativePositionAttention,
+    SelfAttention2d,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 
@@ -138,6 +146,17 @@ def test_attnkit_layers_are_captured_without_changing_them() -> None:
         add(x[:, 0], x)
         img(torch.randn(1, 8, 3, 3))
     assert [tuple(w.shape) for w in cap2.weights.values()] == [(2, 1, 1, 6), (2, 1, 1, 6), (1, 2, 9, 9)]
+    others = nn.ModuleDict({"rel": RelativePositionAttention(16, 4, 3), "lin": LinearAttention(16, 4),
+                            "bert": BertAttention(16, 4)}).eval()
+    with torch.no_grad(), capture(others) as cap3:
+        outs = [others["rel"](x), others["lin"](x), others["bert"](x, mask=mask)]
+    assert list(cap3.weights) == ["rel", "lin", "bert.self"]
+    with torch.no_grad():
+        asked = [others["rel"](x, return_weights=True), others["lin"](x, return_weights=True),
+                 others["bert"](x, mask=mask, return_weights=True)]
+    for out, (o, w), got in zip(outs, asked, cap3.weights.values(), strict=True):
+        assert torch.equal(out, o)
+        assert got.shape[-2:] == (6, 6) and torch.allclose(got, w.reshape(got.shape), atol=1e-6)
 
 
 def test_multi_head_attention_in_training_keeps_the_random_stream() -> None:

@@ -94,3 +94,19 @@ def test_real_minilm_sdpa_equals_eager() -> None:
                 for w, e in zip(cap.weights.values(), expected, strict=True))
     assert worst <= 1e-5
     assert cap.weights["encoder.layer.0.attention.self"].shape == (2, 12, *batch["input_ids"].shape[1:] * 2)
+
+
+def test_a_path_the_capture_cannot_see_is_reported_not_skipped() -> None:
+    """GPT-2's reorder_and_upcast_attn path (eager) bypasses the attention function: named in cap.missed."""
+    cfg = transformers.GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                  bos_token_id=0, eos_token_id=0, reorder_and_upcast_attn=True)
+    torch.manual_seed(0)
+    model = transformers.GPT2Model._from_config(cfg, attn_implementation="eager").eval()
+    ids = torch.randint(1, 50, (1, 5))
+    with torch.no_grad():
+        plain = model(ids).last_hidden_state
+        with pytest.warns(UserWarning, match="attention calls not recorded"), capture(model) as cap:
+            seen = model(ids).last_hidden_state
+    assert torch.equal(plain, seen)
+    assert cap.weights == {} and sorted(cap.missed) == ["h.0.attn", "h.1.attn"]
+    assert "reorder_and_upcast_attn" in cap.missed["h.0.attn"]

@@ -201,8 +201,12 @@ def _hooks(cap: Capture, chosen: dict[str, tuple[str, nn.Module]], model: nn.Mod
 
     def pre(name: str, fn: Any) -> Any:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            with torch.no_grad():
-                w, q, k = fn(module, args, kwargs)
+            try:
+                with torch.no_grad():
+                    w, q, k = fn(module, args, kwargs)
+            except Exception as exc:  # the model's own call must go on: report, do not raise
+                cap.missed[name] = f"{type(exc).__name__}: {exc}"
+                return
             cap._record(name, w, q, k)
         return hook
 
@@ -212,6 +216,8 @@ def _hooks(cap: Capture, chosen: dict[str, tuple[str, nn.Module]], model: nn.Mod
                 cap._record(name, own_layer_weights(module, args, kwargs, output))
             except CacheCall as exc:
                 cap.missed[name] = str(exc)
+            except Exception as exc:  # the model's own call must go on: report, do not raise
+                cap.missed[name] = f"{type(exc).__name__}: {exc}"
         return hook
 
     for name, (kind, m) in chosen.items():
@@ -243,6 +249,9 @@ def _hf_callback(cap: Capture, names: dict[int, str], pending: set[int]) -> Any:
                 w = hf_weights(module, query, key, mask, kwargs)
         except UnreadableCall as exc:
             cap.missed[names[id(module)]] = f"cannot be read beside the kernel: {exc}"
+            return
+        except Exception as exc:  # the model's own call must go on: report, do not raise
+            cap.missed[names[id(module)]] = f"{type(exc).__name__}: {exc}"
             return
         cap._record(names[id(module)], w, query, key)
     return callback

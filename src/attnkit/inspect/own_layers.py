@@ -35,6 +35,7 @@ OWN_LAYERS: tuple[type[nn.Module], ...] = (
     MultiHeadAttention, AdditiveAttention, AttentionPooling, RelativePositionAttention,
     LinearAttention, SelfAttention2d, BertSelfAttention,
 )
+"""attnkit's attention layers that a capture reads (containers such as ``BertAttention`` hold one)."""
 
 
 def as_heads(w: Tensor) -> Tensor:

@@ -109,8 +109,15 @@ def mha_weights(
         query, key = query.transpose(0, 1), key.transpose(0, 1)  # (B, T, E)
     wq, wk, bq, bk = _projections(mha)
     h = mha.num_heads
-    q = F.linear(query, wq, bq)  # (B, Tq, E)
-    k, added = _extra_keys(F.linear(key, wk, bk), mha)  # (B, Tk, E)
+    if query is key and mha._qkv_same_embed_dim:  # self-attention: one matmul for Q and K
+        e = mha.embed_dim
+        assert mha.in_proj_weight is not None
+        both = F.linear(query, mha.in_proj_weight[: 2 * e], None if mha.in_proj_bias is None
+                        else mha.in_proj_bias[: 2 * e])  # (B, T, 2E)
+        q, k = both[..., :e], both[..., e:]
+    else:
+        q, k = F.linear(query, wq, bq), F.linear(key, wk, bk)  # (B, Tq, E), (B, Tk, E)
+    k, added = _extra_keys(k, mha)
     b, tq, tk = q.shape[0], q.shape[1], k.shape[1]
     keep, bias = _mask_parts(key_padding_mask, attn_mask, is_causal, b, h, tq, tk, added, q.device)
     qh, kh = split_heads(q, h), split_heads(k, h)  # (B, H, T, Dh)
@@ -131,13 +138,26 @@ def mha_call_weights(mha: nn.MultiheadAttention, args: tuple[Any, ...],
                        attn_mask=a["attn_mask"], is_causal=bool(a["is_causal"]))
 
 
-def _unpack_nested(x: Tensor, length: int | None) -> tuple[Tensor, Tensor, list[int]]:
-    """A nested ``(B, *T, E)`` batch as a padded tensor, its key padding mask and lengths."""
-    sizes = [int(t.shape[0]) for t in x.unbind()]
-    longest = max(sizes + [length or 0])
-    padded = x.to_padded_tensor(0.0, (len(sizes), longest, x.size(-1)))  # (B, T, E)
-    pad = torch.arange(longest, device=padded.device)[None, :] >= torch.tensor(sizes, device=padded.device)[:, None]
-    return padded, pad, sizes
+def _nested_weights(layer: nn.TransformerEncoderLayer, src: Tensor, length: int | None) -> tuple[Tensor, Tensor, Tensor]:
+    """Weights of a nested ``(B, *T, E)`` batch, one sequence at a time at its own length.
+
+    The nested path computes no padded position, and neither does this: each
+    sequence attends over its own tokens with no mask, and the result is laid
+    into zeros of the encoder's padded length.
+    """
+    parts = src.unbind()
+    longest = max([int(t.shape[0]) for t in parts] + [length or 0])
+    mha, b = layer.self_attn, len(parts)
+    h, dh = mha.num_heads, mha.head_dim
+    w_out = parts[0].new_zeros(b, h, longest, longest)  # (B, H, T, T)
+    q_out, k_out = parts[0].new_zeros(b, h, longest, dh), parts[0].new_zeros(b, h, longest, dh)
+    for i, seq in enumerate(parts):
+        x = seq[None]  # (1, n, E)
+        x = layer.norm1(x) if layer.norm_first else x
+        w, q, k = mha_weights(mha, x, x, batch_first=True)
+        n = seq.shape[0]
+        w_out[i, :, :n, :n], q_out[i, :, :n], k_out[i, :, :n] = w[0], q[0], k[0]
+    return w_out, q_out, k_out
 
 
 def encoder_layer_call_weights(layer: nn.TransformerEncoderLayer, args: tuple[Any, ...],
@@ -155,15 +175,8 @@ def encoder_layer_call_weights(layer: nn.TransformerEncoderLayer, args: tuple[An
     bound.apply_defaults()
     a = bound.arguments
     src, kpm = a["src"], a["src_key_padding_mask"]
-    sizes: list[int] | None = None
-    first = layer.self_attn.batch_first
-    if src.is_nested:
-        src, kpm, sizes = _unpack_nested(src, length)
-        first = True
+    if src.is_nested:  # the encoder packed a padded batch; the layer has no mask then
+        return _nested_weights(layer, src, length)
     x = layer.norm1(src) if layer.norm_first else src
-    w, q, k = mha_weights(layer.self_attn, x, x, key_padding_mask=kpm, attn_mask=a["src_mask"],
-                          is_causal=bool(a["is_causal"]), batch_first=first)
-    if sizes is not None:
-        rows = torch.arange(w.shape[-2], device=w.device)[None, :] < torch.tensor(sizes, device=w.device)[:, None]
-        w = w * rows[:, None, :, None]  # queries the nested path never computed
-    return w, q, k
+    return mha_weights(layer.self_attn, x, x, key_padding_mask=kpm, attn_mask=a["src_mask"],
+                       is_causal=bool(a["is_causal"]), batch_first=layer.self_attn.batch_first)

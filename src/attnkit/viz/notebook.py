@@ -18,7 +18,7 @@ from typing import Any
 
 from attnkit.viz.report import Section, render_html
 
-__all__ = ["ReportView", "write_page"]
+__all__ = ["ReportView"]
 
 
 def write_page(path: str | os.PathLike[str], page: str) -> Path:
