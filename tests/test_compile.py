@@ -151,6 +151,20 @@ def test_compiled_calls_leave_the_eager_record_alone(caplog: pytest.LogCaptureFi
     assert sum("attention backend fused" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_bad_arguments_keep_their_message_when_compiled() -> None:
+    """Compiled code checks shapes as eager code does; fullgraph=True wraps the error, message included."""
+    q, k, v = _qkv()
+    other = masks.create_block_mask(masks.causal_mod, None, None, 2 * T, 2 * T, block_size=BS)
+    wrong_mask = torch.ones(3, 1, T, T, dtype=torch.bool)
+    message = r"BlockMask built for \(B, H, Tq, Tk\) = \(None, None, 48, 48\) cannot be used with"
+    with pytest.raises(ValueError, match=message):
+        torch.compile(attnkit.attention, backend="aot_eager")(q, k, v, mask=other)
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 1, 24, 24\) does not broadcast"):
+        torch.compile(attnkit.attention, backend="aot_eager")(q, k, v, mask=wrong_mask)
+    with pytest.raises(Exception, match=message):
+        torch.compile(attnkit.attention, backend="aot_eager", fullgraph=True)(q, k, v, mask=other)
+
+
 def _layer_run(module: torch.nn.Module, call: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor],
                x: torch.Tensor) -> Tensors:
     out = call(module, x)
