@@ -17,10 +17,16 @@ import torch
 
 import attnkit
 from attnkit import masks
-from attnkit.blocks import TransformerEncoderLayer
+from attnkit.blocks import (
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+    TransformerLayerConfig,
+)
 from attnkit.functional import BackendChoice, last_backend
 from attnkit.layers import MultiHeadAttention
-from attnkit.models import DocumentClassifier, DocumentClassifierConfig
+from attnkit.models import DocumentClassifier, DocumentClassifierConfig, build_model
 
 B, H, T, DH = 2, 4, 24, 8
 BS = 8  # small blocks: empty, full and partial blocks all occur
@@ -213,6 +219,40 @@ def test_document_classifier_compiles_once_for_every_batch_shape() -> None:
         torch.testing.assert_close(compiled(ids, lens), model(ids, lens), atol=1e-6, rtol=1e-5)
     assert counters["stats"]["unique_graphs"] == 1
     assert not counters["graph_break"]
+
+
+def _traced(name: str) -> tuple[Callable[..., object], Tensors]:
+    x, memory = torch.randn(B, T, 16), torch.randn(B, 7, 16)
+    memory_mask = masks.from_lengths(torch.tensor([7, 3]), 7)
+    ids, lengths = torch.randint(1, 40, (3, 9)), torch.tensor([9, 5, 2])
+    stack = TransformerLayerConfig(16, H, 32)
+    if name == "decoder-layer":
+        layer = TransformerDecoderLayer(16, H, 32).eval()
+        return lambda x, m: layer(x, m, causal=True, memory_mask=memory_mask), (x, memory)
+    if name == "decoder-stack":
+        decoder = TransformerDecoder(stack, 2).eval()
+        return lambda x, m: decoder(x, m, causal=True, memory_mask=memory_mask), (x, memory)
+    if name == "encoder-stack":
+        encoder = TransformerEncoder(stack, 2).eval()
+        return lambda x: encoder(x, mask=PADDING), (x,)
+    if name == "bert-classifier":
+        bert = build_model("bert", {"vocab_size": 40, "num_classes": 3, "hidden_size": 16, "num_hidden_layers": 2,
+                                    "num_attention_heads": H, "intermediate_size": 32, "max_position_embeddings": 32,
+                                    "cls_token_id": 1, "sep_token_id": 2, "max_len": 30}).eval()
+        return bert, (ids, lengths)
+    config = {"vocab_size": 40, "num_classes": 3, "d_model": 16, "num_heads": H, "d_ff": 32, "max_len": 32}
+    if name == "document-parameter-free":
+        config.update(num_layers=0, parameter_free_layers=1, pooling="mean", positional="learned")
+    return build_model("document", config).eval(), (ids, lengths)
+
+
+@pytest.mark.parametrize("name", ["decoder-layer", "decoder-stack", "encoder-stack", "bert-classifier",
+                                  "document", "document-parameter-free"])
+def test_blocks_and_models_trace_as_one_graph(name: str) -> None:
+    fn, args = _traced(name)
+    report = torch._dynamo.explain(fn)(*args)
+    assert report.graph_break_count == 0, report.break_reasons
+    assert report.graph_count == 1
 
 
 @pytest.mark.slow
