@@ -208,10 +208,10 @@ def test_document_classifier_compiles_once_for_every_batch_shape() -> None:
     """dynamic=True: one graph serves other batch sizes and lengths, padding included."""
     from torch._dynamo.utils import counters
 
-    config = DocumentClassifierConfig(vocab_size=40, num_classes=3, d_model=16, num_heads=H, num_layers=2,
+    config = DocumentClassifierConfig(vocab_size=40, num_classes=3, d_model=16, num_heads=H, num_layers=1,
                                       d_ff=32, max_len=32, dropout=0.0)
     model = DocumentClassifier(config).eval()
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=True)
+    compiled = torch.compile(model, backend="eager", fullgraph=True, dynamic=True)  # dynamo alone
     counters.clear()
     for lengths in ([7, 3], [11, 2, 5], [4, 4, 4, 1]):
         lens = torch.tensor(lengths)
