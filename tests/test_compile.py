@@ -17,10 +17,16 @@ import torch
 
 import attnkit
 from attnkit import masks
-from attnkit.blocks import TransformerEncoderLayer
+from attnkit.blocks import (
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+    TransformerLayerConfig,
+)
 from attnkit.functional import BackendChoice, last_backend
 from attnkit.layers import MultiHeadAttention
-from attnkit.models import DocumentClassifier, DocumentClassifierConfig
+from attnkit.models import DocumentClassifier, DocumentClassifierConfig, build_model
 
 B, H, T, DH = 2, 4, 24, 8
 BS = 8  # small blocks: empty, full and partial blocks all occur
@@ -151,6 +157,20 @@ def test_compiled_calls_leave_the_eager_record_alone(caplog: pytest.LogCaptureFi
     assert sum("attention backend fused" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_bad_arguments_keep_their_message_when_compiled() -> None:
+    """Compiled code checks shapes as eager code does; fullgraph=True wraps the error, message included."""
+    q, k, v = _qkv()
+    other = masks.create_block_mask(masks.causal_mod, None, None, 2 * T, 2 * T, block_size=BS)
+    wrong_mask = torch.ones(3, 1, T, T, dtype=torch.bool)
+    message = r"BlockMask built for \(B, H, Tq, Tk\) = \(None, None, 48, 48\) cannot be used with"
+    with pytest.raises(ValueError, match=message):
+        torch.compile(attnkit.attention, backend="aot_eager")(q, k, v, mask=other)
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 1, 24, 24\) does not broadcast"):
+        torch.compile(attnkit.attention, backend="aot_eager")(q, k, v, mask=wrong_mask)
+    with pytest.raises(Exception, match=message):
+        torch.compile(attnkit.attention, backend="aot_eager", fullgraph=True)(q, k, v, mask=other)
+
+
 def _layer_run(module: torch.nn.Module, call: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor],
                x: torch.Tensor) -> Tensors:
     out = call(module, x)
@@ -188,10 +208,10 @@ def test_document_classifier_compiles_once_for_every_batch_shape() -> None:
     """dynamic=True: one graph serves other batch sizes and lengths, padding included."""
     from torch._dynamo.utils import counters
 
-    config = DocumentClassifierConfig(vocab_size=40, num_classes=3, d_model=16, num_heads=H, num_layers=2,
+    config = DocumentClassifierConfig(vocab_size=40, num_classes=3, d_model=16, num_heads=H, num_layers=1,
                                       d_ff=32, max_len=32, dropout=0.0)
     model = DocumentClassifier(config).eval()
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=True)
+    compiled = torch.compile(model, backend="eager", fullgraph=True, dynamic=True)  # dynamo alone
     counters.clear()
     for lengths in ([7, 3], [11, 2, 5], [4, 4, 4, 1]):
         lens = torch.tensor(lengths)
@@ -199,6 +219,40 @@ def test_document_classifier_compiles_once_for_every_batch_shape() -> None:
         torch.testing.assert_close(compiled(ids, lens), model(ids, lens), atol=1e-6, rtol=1e-5)
     assert counters["stats"]["unique_graphs"] == 1
     assert not counters["graph_break"]
+
+
+def _traced(name: str) -> tuple[Callable[..., object], Tensors]:
+    x, memory = torch.randn(B, T, 16), torch.randn(B, 7, 16)
+    memory_mask = masks.from_lengths(torch.tensor([7, 3]), 7)
+    ids, lengths = torch.randint(1, 40, (3, 9)), torch.tensor([9, 5, 2])
+    stack = TransformerLayerConfig(16, H, 32)
+    if name == "decoder-layer":
+        layer = TransformerDecoderLayer(16, H, 32).eval()
+        return lambda x, m: layer(x, m, causal=True, memory_mask=memory_mask), (x, memory)
+    if name == "decoder-stack":
+        decoder = TransformerDecoder(stack, 2).eval()
+        return lambda x, m: decoder(x, m, causal=True, memory_mask=memory_mask), (x, memory)
+    if name == "encoder-stack":
+        encoder = TransformerEncoder(stack, 2).eval()
+        return lambda x: encoder(x, mask=PADDING), (x,)
+    if name == "bert-classifier":
+        bert = build_model("bert", {"vocab_size": 40, "num_classes": 3, "hidden_size": 16, "num_hidden_layers": 2,
+                                    "num_attention_heads": H, "intermediate_size": 32, "max_position_embeddings": 32,
+                                    "cls_token_id": 1, "sep_token_id": 2, "max_len": 30}).eval()
+        return bert, (ids, lengths)
+    config = {"vocab_size": 40, "num_classes": 3, "d_model": 16, "num_heads": H, "d_ff": 32, "max_len": 32}
+    if name == "document-parameter-free":
+        config.update(num_layers=0, parameter_free_layers=1, pooling="mean", positional="learned")
+    return build_model("document", config).eval(), (ids, lengths)
+
+
+@pytest.mark.parametrize("name", ["decoder-layer", "decoder-stack", "encoder-stack", "bert-classifier",
+                                  "document", "document-parameter-free"])
+def test_blocks_and_models_trace_as_one_graph(name: str) -> None:
+    fn, args = _traced(name)
+    report = torch._dynamo.explain(fn)(*args)
+    assert report.graph_break_count == 0, report.break_reasons
+    assert report.graph_count == 1
 
 
 @pytest.mark.slow

@@ -194,7 +194,11 @@ def _check_needs(mask_mod: object, b: int | None, tq: int, tk: int) -> None:
 def eval_mod(mask_mod: MaskMod, idx: tuple[Tensor, Tensor, Tensor, Tensor], shape: tuple[int, ...]
              ) -> Tensor:
     """Call a mask mod on broadcast index tensors and check that it returned a bool mask of ``shape``."""
-    out = mask_mod(*idx)
+    try:
+        out = mask_mod(*idx)
+    except IndexError as e:  # every index is in range, so a tensor the mod reads is too short
+        raise ValueError(f"mask_mod indexed past the end of a tensor ({e}); what it reads must cover "
+                         "b < B, h < H, q_idx < Tq and kv_idx < Tk of create_block_mask") from e
     if not isinstance(out, Tensor):
         raise TypeError(f"mask_mod must return a bool torch.Tensor, got {type(out).__name__}")
     if out.dtype != torch.bool:
@@ -202,11 +206,8 @@ def eval_mod(mask_mod: MaskMod, idx: tuple[Tensor, Tensor, Tensor, Tensor], shap
             f"mask_mod must return a bool tensor (True = may attend), got dtype {out.dtype}; "
             "compare, e.g. return kv_idx <= q_idx"
         )
-    try:
-        ok = out.dim() <= len(shape) and torch.broadcast_shapes(out.shape, shape) == torch.Size(shape)
-    except RuntimeError:
-        ok = False
-    if not ok:
+    trailing = zip(out.shape[::-1], shape[::-1], strict=False)  # dims aligned from the right
+    if out.dim() > len(shape) or any(s not in (1, n) for s, n in trailing):
         raise ValueError(
             f"mask_mod returned shape {tuple(out.shape)}, which does not broadcast to the "
             f"index shape {shape}; use element-wise operations on b, h, q_idx, kv_idx"
@@ -246,9 +247,8 @@ class BlockMask:
         self.counts = counts
         self._kept: tuple[Tensor | None, Tensor | None] | None = None
         # (all blocks full, all query rows keep a key), eagerly: attention may not branch on data
-        if flags is None:
-            flags = (bool((elem_index == 1).all()), bool(elements.any(-1)[elem_index].any(3).all()))
-        self._flags = flags
+        self._flags = flags if flags is not None else (
+            bool((elem_index == 1).all()), bool(elements.any(-1)[elem_index].any(3).all()))
 
     @property
     def device(self) -> torch.device:

@@ -276,11 +276,8 @@ def _check_broadcast(name: str, t: Tensor, target: tuple[int, ...]) -> None:
             f"{name} of shape {tuple(t.shape)} has more than {len(target)} dims; "
             f"it must broadcast to (B, H, Tq, Tk) = {target}"
         )
-    try:
-        shape = torch.broadcast_shapes(t.shape, target)
-    except RuntimeError:
-        shape = None
-    if shape != torch.Size(target):
+    # dim by dim, not torch.broadcast_shapes: a traced graph cannot catch its error
+    if any(s not in (1, n) for s, n in zip(t.shape[::-1], target[::-1], strict=False)):
         raise ValueError(
             f"{name} of shape {tuple(t.shape)} does not broadcast to (B, H, Tq, Tk) = {target}"
         )

@@ -157,8 +157,8 @@ def token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Tensor, 
         )
     lengths = lengths.long()
     mask = masks.from_lengths(lengths, ids.shape[1])  # (B, 1, 1, T)
-    real = ids[mask[:, 0, 0]] if checked else ids[:0]  # the real tokens, flattened
-    if real.numel() and (int(real.min()) < 0 or int(real.max()) >= vocab_size):
+    real = ids[mask[:, 0, 0]] if checked else None  # the real tokens, flattened
+    if real is not None and real.numel() and (int(real.min()) < 0 or int(real.max()) >= vocab_size):
         raise ValueError(
             f"ids must lie in [0, vocab_size={vocab_size}), got values from {int(real.min())} "
             f"to {int(real.max())}"
