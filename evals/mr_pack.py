@@ -16,7 +16,8 @@ second of training, validation excluded: process time, so that other jobs on a s
 it; run with ``--threads 1`` for it to mean what it says) and the test accuracy, with their ratio and
 difference, measured in this one run::
 
-    .venv/bin/python evals/mr_pack.py --threads 2
+    .venv/bin/python evals/mr_pack.py --threads 1                        # seed 0, with the padded run
+    .venv/bin/python evals/mr_pack.py --threads 1 --seeds 1 2 --no-padded   # two more seeds
 
 Reads ``--data``, else ``$ATTNKIT_DATA/mr``, else ``../shared/data/mr`` next to the repository.
 """
@@ -85,6 +86,31 @@ def run(name: str, data: tuple[Any, Any, Any], vocab: int, classes: int, config:
     return row
 
 
+def compare(parts: tuple[Any, Any, Any], vocab: int, classes: int, args: argparse.Namespace, seed: int,
+            padded: bool) -> dict[str, Any]:
+    """Bucketed and packed runs (and the padded one, for context) with one seed; their ratio and gap."""
+    base = {**TRAIN, "epochs": args.epochs, "batch_size": args.batch_size, "seed": seed}
+    print(f"seed {seed}:", flush=True)
+    result: dict[str, Any] = {"seed": seed}
+    if padded:
+        result["padded"] = run("padded", parts, vocab, classes,
+                               TrainConfig.from_dict({**base, "bucket": False}), args.max_len)
+    result["bucketed"] = bucketed = run("bucketed", parts, vocab, classes, TrainConfig.from_dict(base), args.max_len)
+    # Packing needs no length sorting: random batches of mixed lengths fill the rows tightly.
+    result["packed"] = packed = run("packed", parts, vocab, classes,
+                                    TrainConfig.from_dict({**base, "pack": args.pack, "bucket": False}), args.max_len)
+    result["speedup"] = speed = packed["tokens_per_second"] / bucketed["tokens_per_second"]
+    result["accuracy_difference_points"] = gap = 100 * (packed["test_accuracy"] - bucketed["test_accuracy"])
+    print(f"packed / bucketed tokens per second: {speed:.2f}x (target >= 1.3x); "
+          f"accuracy difference {gap:+.2f} points (target within 0.5)")
+    if padded:
+        over = packed["tokens_per_second"] / result["padded"]["tokens_per_second"]
+        result["speedup_over_padded"] = over
+        print(f"packed / padded (unsorted) tokens per second: {over:.2f}x; accuracy difference "
+              f"{100 * (packed['test_accuracy'] - result['padded']['test_accuracy']):+.2f} points")
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=None, help="folder with rt-polarity.pos/.neg")
@@ -92,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-len", type=int, default=64, help="truncate sentences to this many tokens")
     parser.add_argument("--epochs", type=int, default=TRAIN["epochs"])
     parser.add_argument("--batch-size", type=int, default=TRAIN["batch_size"])
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="one comparison per seed (weights, dropout, batch order; the split stays seed 0)")
+    parser.add_argument("--no-padded", dest="padded", action="store_false",
+                        help="skip the padded (unsorted) run kept for context")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file")
     args = parser.parse_args(argv)
@@ -104,31 +133,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     examples = read_examples(folder, format="polarity", encoding="latin-1")
-    tr, va, te = split_examples(examples, val=0.1, test=0.1, seed=args.seed)
+    tr, va, te = split_examples(examples, val=0.1, test=0.1, seed=0)
     tokenizer = train_tokenizer([e.text for e in tr], kind="word", vocab_size=20000)
     labels = LabelVocab.from_examples(tr)
     parts = tuple(TextClassificationDataset(p, tokenizer, labels, args.max_len) for p in (tr, va, te))
     print(f"MR: {len(tr)} train / {len(va)} validation / {len(te)} test sentences, "
           f"{sum(parts[0].lengths)} training tokens, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads", flush=True)
-    base = {**TRAIN, "epochs": args.epochs, "batch_size": args.batch_size, "seed": args.seed}
     vocab, classes = tokenizer.get_vocab_size(), len(labels)
-    padded = run("padded", parts, vocab, classes, TrainConfig.from_dict({**base, "bucket": False}), args.max_len)
-    bucketed = run("bucketed", parts, vocab, classes, TrainConfig.from_dict(base), args.max_len)
-    # Packing needs no length sorting: random batches of mixed lengths fill the rows tightly.
-    packed = run("packed", parts, vocab, classes,
-                 TrainConfig.from_dict({**base, "pack": args.pack, "bucket": False}), args.max_len)
-    speed = packed["tokens_per_second"] / bucketed["tokens_per_second"]
-    gap = 100 * (packed["test_accuracy"] - bucketed["test_accuracy"])
-    over_padded = packed["tokens_per_second"] / padded["tokens_per_second"]
-    print(f"packed / bucketed tokens per second: {speed:.2f}x (target >= 1.3x); "
-          f"accuracy difference {gap:+.2f} points (target within 0.5)")
-    print(f"packed / padded (unsorted) tokens per second: {over_padded:.2f}x; accuracy difference "
-          f"{100 * (packed['test_accuracy'] - padded['test_accuracy']):+.2f} points")
+    results = [compare(parts, vocab, classes, args, seed, padded=args.padded and i == 0)
+               for i, seed in enumerate(args.seeds)]
+    if len(results) > 1:
+        speed = sum(r["speedup"] for r in results) / len(results)
+        gap = sum(r["accuracy_difference_points"] for r in results) / len(results)
+        print(f"mean over seeds {args.seeds}: packed / bucketed {speed:.2f}x, accuracy difference {gap:+.2f} points")
     if args.json:
-        args.json.write_text(json.dumps({"padded": padded, "bucketed": bucketed, "packed": packed,
-                                         "speedup": speed, "speedup_over_padded": over_padded,
-                                         "accuracy_difference_points": gap}, indent=2) + "\n")
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

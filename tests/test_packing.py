@@ -156,6 +156,9 @@ def test_bad_packed_input_is_named() -> None:
     split[0, 0], split[1, 0] = split[1, 0].item(), split[0, 0].item()
     with pytest.raises(ValueError, match="one contiguous run in one row"):
         model(ids, segment_ids=split)
+    across = torch.tensor([[0, 0, 1, 1], [1, 2, 2, -1]])  # document 1 runs on into the next row
+    with pytest.raises(ValueError, match="document 1 is split"):
+        model(torch.ones(2, 4, dtype=torch.long), segment_ids=across)
     with pytest.raises(ValueError, match="do not occur"):
         model(ids, segment_ids=seg.masked_fill(seg == 0, -1))
     with pytest.raises(ValueError, match="positions must count 0, 1"):

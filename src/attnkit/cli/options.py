@@ -230,7 +230,7 @@ def train_options(f: F) -> F:
                        numpy=False, numpy_help="Not with --backend numpy."),
         _settings_flag("--seed", click.IntRange(min=0), "Seed for weights, dropout and batch order.",
                        "TrainConfig.seed"),
-        _settings_flag("--pack", click.IntRange(min=1),
+        _settings_flag("--pack", click.IntRange(min=0),
                        "Pack each batch's documents into rows of this many tokens (0 = padded batches); "
                        "at least --max-len.", "TrainConfig.pack", numpy=False,
                        numpy_help="Not with --backend numpy.", metavar="TOKENS"),

@@ -138,11 +138,11 @@ def _document_layout(seg: Tensor) -> tuple[Tensor, Tensor]:
     key = rows * t + cols  # flat position
     first = torch.full((n,), big, device=seg.device, dtype=torch.long).scatter_reduce(0, docs, key, "amin")
     last = torch.full((n,), -1, device=seg.device, dtype=torch.long).scatter_reduce(0, docs, key, "amax")
-    if bool(((last - first + 1) != counts).any()) or bool(((first // t) != (last // t)).any()):
-        bad = torch.nonzero((last - first + 1) != counts)[:1, 0].tolist() or [0]
+    split = ((last - first + 1) != counts) | ((first // t) != (last // t))
+    if bool(split.any()):
         raise ValueError(
             f"each document's tokens must be one contiguous run in one row of segment_ids; "
-            f"document {bad[0]} is split"
+            f"document {int(torch.nonzero(split)[0, 0])} is split"
         )
     return counts, first
 

@@ -14,6 +14,12 @@ Classification"), applied to one sequence. The LSTM runs on packed sequences,
 so padding never enters the recurrence and the backward direction starts at
 each document's own last token; appending ``[PAD]`` leaves the logits unchanged.
 
+Packed rows (``model(ids, segment_ids=...)``, several documents per row) are
+unpacked to one document per row before the LSTM (the base class's
+:meth:`~attnkit.models.base.TextClassifier.classify_packed`): a recurrence run
+along a packed row would carry one document's state into the next, in both
+directions, so the LSTM never sees across a document boundary.
+
 Shape legend: B batch, T tokens, E embedding width, H LSTM hidden width, C classes.
 """
 
