@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit import masks as _masks
+from attnkit import tiled_attention as _tiled
 from attnkit.block_mask import BlockMask
 
 __all__ = ["ScoreMod", "MaskArg", "dispatch", "block_sparse_attention", "dense_attention"]
@@ -205,6 +206,16 @@ def dense_attention(
     return out, weights.to(q.dtype)
 
 
+def _tiles_apply(q: Tensor, score_mod: ScoreMod | None, dropout: float, return_weights: bool) -> bool:
+    """Whether a score_mod call runs in query tiles (:mod:`attnkit.tiled_attention`).
+
+    Not with dropout or weights asked for, nor when the score_mod mixes in a
+    tensor that needs a gradient: those take the blocks through autograd.
+    """
+    return (score_mod is not None and dropout == 0.0 and not return_weights
+            and not _tiled.captures_gradients(score_mod, q.device))
+
+
 def dispatch(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskArg, *, bias: Tensor | None, causal: bool, dropout: float,
     scale: float, score_mod: ScoreMod | None, return_weights: bool, backend: str,
@@ -225,13 +236,20 @@ def dispatch(
                 "(masks.and_mods(masks.causal_mod, ...)) and a bias into score_mod"
             )
         if backend != "math":
+            why = f"{100 * mask.sparsity():.0f}% of blocks skipped ({mask.counts['partial']} partial)"
+            if _tiles_apply(q, score_mod, dropout, return_weights):
+                out = _tiled.tiled_attention(q, k, v, mask, scale=scale, score_mod=score_mod)
+                return "block-sparse", why + "; score_mod in query tiles", out
             out, weights = block_sparse_attention(q, k, v, mask, scale=scale, score_mod=score_mod,
                                                   dropout=dropout, return_weights=return_weights)
-            why = f"{100 * mask.sparsity():.0f}% of blocks skipped ({mask.counts['partial']} partial)"
             return "block-sparse", why, ((out, weights) if weights is not None else out)
         mask = mask.to_dense()
     elif backend == "fused":
         raise ValueError("score_mod needs the readable path or a BlockMask, not backend='fused'")
+    elif mask is None and bias is None and not causal and backend == "auto" and _tiles_apply(
+            q, score_mod, dropout, return_weights):
+        out = _tiled.tiled_attention(q, k, v, None, scale=scale, score_mod=score_mod)
+        return "block-sparse", "score_mod in query tiles over every key (no mask)", out
     out, weights = dense_attention(q, k, v, mask, bias=bias, causal=causal, scale=scale,
                                    score_mod=score_mod, dropout=dropout)
     why = "requested with backend='math'" if backend == "math" else "score_mod with a dense mask"
