@@ -63,23 +63,25 @@ def _zero_rows(x: Tensor, row_ok: Tensor | None) -> Tensor:
     return x if row_ok is None else x.masked_fill(~row_ok, 0.0)
 
 
-def _gather_blocks(x: Tensor, idx: Tensor, bs: int) -> Tensor:
+def _gather_blocks(x: Tensor, idx: Tensor, bs: int, query_major: bool = False) -> Tensor:
     """The key or value blocks each query block computes.
+
+    One row lookup per block (``F.embedding`` over the ``(B * Hx * nK, bs * D)``
+    rows): its backward sums the gradients of repeated blocks in one pass, where
+    ``index_select`` along the block axis copies element by element.
 
     Shape:
         x ``(B, Hx, nK * bs, D)``, idx ``(Bm, Hm, nQ, K)`` with Hm in {1, Hx};
-        returns ``(B, Hx, nQ, K * bs, D)``.
+        returns ``(B, Hx, nQ, K * bs, D)``, or ``(B, nQ, Hx, K * bs, D)`` with ``query_major``.
     """
     b, hx, t, d = x.shape
-    bm, hm, nq, k = idx.shape
-    blocks = x.view(b, hx, t // bs, bs, d)  # (B, Hx, nK, bs, D)
-    if bm == 1 and hm == 1:
-        out = blocks.index_select(2, idx.reshape(-1))  # (B, Hx, nQ * K, bs, D)
-    else:
-        bi = torch.arange(b, device=x.device).view(b, 1, 1, 1)
-        hi = torch.arange(hx, device=x.device).view(1, hx, 1, 1)
-        out = blocks[bi, hi, idx]  # (B, Hx, nQ, K, bs, D)
-    return out.reshape(b, hx, nq, k * bs, d)
+    nq, k = idx.shape[2], idx.shape[3]
+    nk = t // bs
+    rows = torch.arange(b * hx, device=x.device).view(b, hx, 1, 1) * nk + idx  # (B, Hx, nQ, K)
+    if query_major:
+        rows = rows.transpose(1, 2)  # (B, nQ, Hx, K)
+    out = F.embedding(rows.reshape(-1), x.reshape(b * hx * nk, bs * d))  # (B * Hx * nQ * K, bs * D)
+    return out.view(b, nq, hx, k * bs, d) if query_major else out.view(b, hx, nq, k * bs, d)
 
 
 def _pad_to(x: Tensor, length: int) -> Tensor:
@@ -110,8 +112,8 @@ def _fused_blocks(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, scale: float, 
     if bmh != 1 and hkv != h:
         k, v = k.repeat_interleave(h // hkv, dim=1), v.repeat_interleave(h // hkv, dim=1)
         hkv = h
-    kg = _gather_blocks(_pad_to(k, nk * bs), bm.kv_indices, bs).transpose(1, 2)  # (B, nQ, Hkv, K*bs, Dh)
-    vg = _gather_blocks(_pad_to(v, nk * bs), bm.kv_indices, bs).transpose(1, 2)  # (B, nQ, Hkv, K*bs, Dv)
+    kg = _gather_blocks(_pad_to(k, nk * bs), bm.kv_indices, bs, True)  # (B, nQ, Hkv, K*bs, Dh)
+    vg = _gather_blocks(_pad_to(v, nk * bs), bm.kv_indices, bs, True)  # (B, nQ, Hkv, K*bs, Dv)
     qb = _pad_to(q, nq * bs).view(b, h, nq, bs, dh).transpose(1, 2)  # (B, nQ, H, bs, Dh)
     fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
     attn_mask = None
