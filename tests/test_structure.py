@@ -35,7 +35,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "train": BASE | {"models", "blocks", "layers", "functional", "masks", "positional", "decoding", "data",
                      "reference", "__version__"},
     "viz": BASE,
-    "bench": BASE | {"functional", "layers", "masks"},
+    "bench": BASE | {"functional", "layers", "masks", "score_mods"},
 }
 
 
