@@ -15,7 +15,7 @@ from attnkit.bench.timing import time_pair
 
 
 def test_cases_listed() -> None:
-    assert CASES == ("mha", "mha-weights", "attention-flops", "relative", "linear")
+    assert CASES == ("mha", "mha-weights", "attention-flops", "relative", "linear", "block-sparse")
 
 
 def test_quick_mha_measures_both_sides(tmp_path: Path) -> None:

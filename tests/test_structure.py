@@ -19,10 +19,12 @@ MAX_FUNCTION_LINES = 80
 # What each part of the package may import from attnkit (besides itself); docs/design.md, "Layers".
 BASE = {"_checks", "_lazy"}
 MAY_IMPORT: dict[str, set[str]] = {
-    "masks": BASE | {"block_mask"},
+    "masks": BASE | {"block_mask", "score_mods"},
     "block_mask": BASE,
     "positional": BASE,
-    "block_sparse": BASE | {"masks", "block_mask"},
+    "score_mods": BASE,
+    "tiled_attention": BASE | {"block_mask", "score_mods"},
+    "block_sparse": BASE | {"masks", "block_mask", "tiled_attention"},
     "functional": BASE | {"masks", "block_mask", "block_sparse"},
     "layers": BASE | {"functional", "masks", "positional"},
     "blocks": BASE | {"layers", "functional", "masks", "positional"},
@@ -34,7 +36,7 @@ MAY_IMPORT: dict[str, set[str]] = {
                      "reference", "__version__"},
     "viz": BASE,
     "inspect": BASE | {"layers", "functional", "masks", "block_mask", "viz"},
-    "bench": BASE | {"functional", "layers", "masks"},
+    "bench": BASE | {"functional", "layers", "masks", "score_mods"},
 }
 
 

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit import masks as _masks
+from attnkit import tiled_attention as _tiled
 from attnkit.block_mask import BlockMask
 
 __all__ = ["ScoreMod", "MaskArg", "dispatch", "block_sparse_attention", "dense_attention"]
@@ -62,23 +63,25 @@ def _zero_rows(x: Tensor, row_ok: Tensor | None) -> Tensor:
     return x if row_ok is None else x.masked_fill(~row_ok, 0.0)
 
 
-def _gather_blocks(x: Tensor, idx: Tensor, bs: int) -> Tensor:
+def _gather_blocks(x: Tensor, idx: Tensor, bs: int, query_major: bool = False) -> Tensor:
     """The key or value blocks each query block computes.
+
+    One row lookup per block (``F.embedding`` over the ``(B * Hx * nK, bs * D)``
+    rows): its backward sums the gradients of repeated blocks in one pass, where
+    ``index_select`` along the block axis copies element by element.
 
     Shape:
         x ``(B, Hx, nK * bs, D)``, idx ``(Bm, Hm, nQ, K)`` with Hm in {1, Hx};
-        returns ``(B, Hx, nQ, K * bs, D)``.
+        returns ``(B, Hx, nQ, K * bs, D)``, or ``(B, nQ, Hx, K * bs, D)`` with ``query_major``.
     """
     b, hx, t, d = x.shape
-    bm, hm, nq, k = idx.shape
-    blocks = x.view(b, hx, t // bs, bs, d)  # (B, Hx, nK, bs, D)
-    if bm == 1 and hm == 1:
-        out = blocks.index_select(2, idx.reshape(-1))  # (B, Hx, nQ * K, bs, D)
-    else:
-        bi = torch.arange(b, device=x.device).view(b, 1, 1, 1)
-        hi = torch.arange(hx, device=x.device).view(1, hx, 1, 1)
-        out = blocks[bi, hi, idx]  # (B, Hx, nQ, K, bs, D)
-    return out.reshape(b, hx, nq, k * bs, d)
+    nq, k = idx.shape[2], idx.shape[3]
+    nk = t // bs
+    rows = torch.arange(b * hx, device=x.device).view(b, hx, 1, 1) * nk + idx  # (B, Hx, nQ, K)
+    if query_major:
+        rows = rows.transpose(1, 2)  # (B, nQ, Hx, K)
+    out = F.embedding(rows.reshape(-1), x.reshape(b * hx * nk, bs * d))  # (B * Hx * nQ * K, bs * D)
+    return out.view(b, nq, hx, k * bs, d) if query_major else out.view(b, hx, nq, k * bs, d)
 
 
 def _pad_to(x: Tensor, length: int) -> Tensor:
@@ -109,8 +112,8 @@ def _fused_blocks(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, scale: float, 
     if bmh != 1 and hkv != h:
         k, v = k.repeat_interleave(h // hkv, dim=1), v.repeat_interleave(h // hkv, dim=1)
         hkv = h
-    kg = _gather_blocks(_pad_to(k, nk * bs), bm.kv_indices, bs).transpose(1, 2)  # (B, nQ, Hkv, K*bs, Dh)
-    vg = _gather_blocks(_pad_to(v, nk * bs), bm.kv_indices, bs).transpose(1, 2)  # (B, nQ, Hkv, K*bs, Dv)
+    kg = _gather_blocks(_pad_to(k, nk * bs), bm.kv_indices, bs, True)  # (B, nQ, Hkv, K*bs, Dh)
+    vg = _gather_blocks(_pad_to(v, nk * bs), bm.kv_indices, bs, True)  # (B, nQ, Hkv, K*bs, Dv)
     qb = _pad_to(q, nq * bs).view(b, h, nq, bs, dh).transpose(1, 2)  # (B, nQ, H, bs, Dh)
     fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
     attn_mask = None
@@ -205,6 +208,16 @@ def dense_attention(
     return out, weights.to(q.dtype)
 
 
+def _tiles_apply(q: Tensor, score_mod: ScoreMod | None, dropout: float, return_weights: bool) -> bool:
+    """Whether a score_mod call runs in query tiles (:mod:`attnkit.tiled_attention`).
+
+    Not with dropout or weights asked for, nor when the score_mod mixes in a
+    tensor that needs a gradient: those take the blocks through autograd.
+    """
+    return (score_mod is not None and dropout == 0.0 and not return_weights
+            and not _tiled.captures_gradients(score_mod, q.device))
+
+
 def dispatch(
     q: Tensor, k: Tensor, v: Tensor, mask: MaskArg, *, bias: Tensor | None, causal: bool, dropout: float,
     scale: float, score_mod: ScoreMod | None, return_weights: bool, backend: str,
@@ -225,13 +238,20 @@ def dispatch(
                 "(masks.and_mods(masks.causal_mod, ...)) and a bias into score_mod"
             )
         if backend != "math":
+            why = f"{100 * mask.sparsity():.0f}% of blocks skipped ({mask.counts['partial']} partial)"
+            if _tiles_apply(q, score_mod, dropout, return_weights):
+                out = _tiled.tiled_attention(q, k, v, mask, scale=scale, score_mod=score_mod)
+                return "block-sparse", why + "; score_mod in query tiles", out
             out, weights = block_sparse_attention(q, k, v, mask, scale=scale, score_mod=score_mod,
                                                   dropout=dropout, return_weights=return_weights)
-            why = f"{100 * mask.sparsity():.0f}% of blocks skipped ({mask.counts['partial']} partial)"
             return "block-sparse", why, ((out, weights) if weights is not None else out)
         mask = mask.to_dense()
     elif backend == "fused":
         raise ValueError("score_mod needs the readable path or a BlockMask, not backend='fused'")
+    elif mask is None and bias is None and not causal and backend == "auto" and _tiles_apply(
+            q, score_mod, dropout, return_weights):
+        out = _tiled.tiled_attention(q, k, v, None, scale=scale, score_mod=score_mod)
+        return "block-sparse", "score_mod in query tiles over every key (no mask)", out
     out, weights = dense_attention(q, k, v, mask, bias=bias, causal=causal, scale=scale,
                                    score_mod=score_mod, dropout=dropout)
     why = "requested with backend='math'" if backend == "math" else "score_mod with a dense mask"

@@ -92,9 +92,45 @@ def _relative_naive(p: dict[str, Any]) -> Call:
     return lambda: naive(q, k, v, rel_k, rel_v, p["max_rel"])
 
 
+def _alibi_score_mod(p: dict[str, Any]) -> Call:
+    """Forward+backward of ALiBi as a score_mod on a causal BlockMask (gradients on inside the call)."""
+    from attnkit import masks
+    from attnkit.bench.sparse import qkv
+    from attnkit.functional import attention
+    from attnkit.score_mods import alibi_mod
+
+    q, k, v = qkv(p["H"], p["T"], p["Dh"])
+    bm = masks.create_block_mask(masks.causal_mod, None, None, p["T"], p["T"])
+    mod = alibi_mod(p["H"])
+
+    def call() -> object:
+        with torch.enable_grad():
+            attention(q, k, v, mask=bm, score_mod=mod).sum().backward()
+        return None
+
+    return call
+
+
+def _alibi_bias(p: dict[str, Any]) -> Call:
+    """Build the (1, H, T, T) ALiBi bias, then SDPA forward+backward with it."""
+    from attnkit.bench.sparse import alibi_bias, qkv
+
+    q, k, v = qkv(p["H"], p["T"], p["Dh"])
+
+    def call() -> object:
+        with torch.enable_grad():
+            bias = alibi_bias(p["H"], p["T"], p["causal"])
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias).sum().backward()
+        return None
+
+    return call
+
+
 WORKLOADS: dict[str, Callable[[dict[str, Any]], Call]] = {
     "relative-attnkit": _relative_attnkit,
     "relative-naive": _relative_naive,
+    "alibi-score-mod": _alibi_score_mod,
+    "alibi-bias": _alibi_bias,
 }
 
 

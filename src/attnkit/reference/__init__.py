@@ -20,6 +20,7 @@ from attnkit.reference.attention import (
     attention_backward,
     attention_forward,
 )
+from attnkit.reference.block_sparse import BlockLayout, block_layout
 from attnkit.reference.checking import GradcheckError, gradcheck, module_gradcheck
 from attnkit.reference.chunked import (
     ChunkedAttention,
@@ -57,13 +58,13 @@ from attnkit.reference.text import Vocabulary, pad_batch
 from attnkit.reference.trainer import History, Trainer, predict
 
 __all__ = [
-    "Adam", "AdamW", "AttentionPooling", "ChunkedAttention", "ClassifierConfig", "DocumentClassifier",
+    "Adam", "AdamW", "AttentionPooling", "BlockLayout", "ChunkedAttention", "ClassifierConfig", "DocumentClassifier",
     "Dropout", "Embedding", "FeedForward", "GELU", "GradcheckError", "History", "LayerNorm", "Linear",
     "LinearAttention", "MeanPooling", "Module", "ModuleList", "MultiHeadAttention", "ReLU",
     "RelativePositionAttention", "SGD", "ScaledDotProductAttention", "SinusoidalPositionalEncoding",
     "Softmax", "SoftmaxCrossEntropy", "Trainer", "TransformerClassifier", "TransformerEncoder",
     "TransformerEncoderLayer", "Vocabulary", "accuracy", "attention_backward", "attention_forward",
-    "attention_stats", "build_model", "causal_mask", "chunked_attention_backward",
+    "attention_stats", "block_layout", "build_model", "causal_mask", "chunked_attention_backward",
     "chunked_attention_forward", "clip_grad_norm", "gradcheck", "lengths_mask", "load_model",
     "load_weights", "module_gradcheck", "most_attended_positions", "most_attended_tokens",
     "pad_batch", "predict", "safe_softmax", "save_model", "save_weights",

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from attnkit.reference.attention import check_qkv, check_scale
+from attnkit.reference.block_sparse import BlockLayout, block_sparse_backward, block_sparse_forward
 from attnkit.reference.functional import check_bias, check_mask
 from attnkit.reference.module import Module, check_positive
 
@@ -117,7 +118,7 @@ def _forward_head(q: Array, kh: Array, v1: Array, out: Array, lse: Array, mask4:
 def chunked_attention_forward(
     q: Array, k: Array, v: Array, *, mask: Array | None = None, bias: Array | None = None,
     causal: bool = False, scale: float | None = None, block_q: int = 256, block_k: int = 4096,
-    workers: int = 1,
+    workers: int = 1, blocks: BlockLayout | None = None,
 ) -> tuple[Array, Array]:
     """Attention output and row log-sum-exp, computed tile by tile.
 
@@ -125,12 +126,17 @@ def chunked_attention_forward(
     shift is the row maximum, or 0 while every logit stays in ``[-60, 60]``
     (the online softmax is exact for any shift that keeps ``exp`` finite).
     ``workers > 1`` spreads the (batch, head) pairs over threads (NumPy and
-    BLAS release the GIL), useful with a single-threaded BLAS.
+    BLAS release the GIL), useful with a single-threaded BLAS. ``blocks`` (a
+    :class:`~attnkit.reference.block_sparse.BlockLayout`, instead of mask,
+    bias and causal) computes only its non-empty blocks, one query block at a time.
 
     Shape:
         q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
         out ``(B, H, Tq, Dv)``, lse ``(B, H, Tq)``.
     """
+    if blocks is not None:
+        _only_blocks(mask, bias, causal)
+        return block_sparse_forward(q, k, v, blocks, scale=scale)
     mask4, bias4, scale_f = _prepare(q, k, v, mask, bias, scale, block_q, block_k)
     check_positive("workers", workers)
     bsz, heads, tq, _ = q.shape
@@ -160,11 +166,11 @@ def chunked_attention_forward(
 def chunked_attention_backward(
     grad: Array, q: Array, k: Array, v: Array, out: Array, lse: Array, *,
     mask: Array | None = None, bias: Array | None = None, causal: bool = False,
-    scale: float | None = None, block_q: int = 256, block_k: int = 4096,
+    scale: float | None = None, block_q: int = 256, block_k: int = 4096, blocks: BlockLayout | None = None,
 ) -> tuple[Array, Array, Array, Array | None]:
     """Gradients ``(dq, dk, dv, dbias)`` recomputed tile by tile from ``out`` and ``lse``.
 
-    Pass the ``mask``, ``bias``, ``causal`` and ``scale`` of the forward call.
+    Pass the ``mask``, ``bias``, ``causal``, ``scale`` and ``blocks`` of the forward call.
     ``dbias`` has the shape of ``bias`` (summed over its broadcast axes), or
     is ``None`` without a bias, as in :func:`~attnkit.reference.attention.attention_backward`.
 
@@ -172,6 +178,9 @@ def chunked_attention_backward(
         grad and out ``(B, H, Tq, Dv)``, lse ``(B, H, Tq)``; returns the shapes
         of q, k, v and bias.
     """
+    if blocks is not None:
+        _only_blocks(mask, bias, causal)
+        return (*block_sparse_backward(grad, q, k, v, out, lse, blocks, scale=scale), None)
     mask4, bias4, scale_f = _prepare(q, k, v, mask, bias, scale, block_q, block_k)
     dbias4 = None
     if bias is not None:
@@ -217,6 +226,11 @@ def chunked_attention_backward(
     return dq, dk, dv, dbias
 
 
+def _only_blocks(mask: Array | None, bias: Array | None, causal: bool) -> None:
+    if mask is not None or bias is not None or causal:
+        raise ValueError("blocks= takes neither mask=, bias= nor causal=True: build them into the BlockLayout")
+
+
 def _add_bias_grad(dbias4: Array, ds: Array, b: int, h: int, qs: slice, ks: slice) -> None:
     """Add one tile's ``dS`` into the bias gradient, summing over the bias's broadcast axes."""
     _, _, n_q, n_k = dbias4.shape
@@ -247,18 +261,19 @@ class ChunkedAttention(Module):
         self.bias_grad: Array | None = None
 
     def forward(self, q: Array, k: Array, v: Array, *, mask: Array | None = None,
-                bias: Array | None = None, causal: bool = False, scale: float | None = None) -> Array:
+                bias: Array | None = None, causal: bool = False, scale: float | None = None,
+                blocks: BlockLayout | None = None) -> Array:
         out, lse = chunked_attention_forward(
             q, k, v, mask=mask, bias=bias, causal=causal, scale=scale, block_q=self.block_q,
-            block_k=self.block_k,
+            block_k=self.block_k, blocks=blocks,
         )
-        self._saved = (q, k, v, out, lse, mask, bias, causal, scale)
+        self._saved = (q, k, v, out, lse, mask, bias, causal, scale, blocks)
         return out
 
     def backward(self, grad: Array) -> tuple[Array, Array, Array]:
-        q, k, v, out, lse, mask, bias, causal, scale = self._saved
+        q, k, v, out, lse, mask, bias, causal, scale, blocks = self._saved
         dq, dk, dv, self.bias_grad = chunked_attention_backward(
             grad, q, k, v, out, lse, mask=mask, bias=bias, causal=causal, scale=scale,
-            block_q=self.block_q, block_k=self.block_k,
+            block_q=self.block_q, block_k=self.block_k, blocks=blocks,
         )
         return dq, dk, dv
