@@ -189,3 +189,49 @@ def test_gate_is_an_option() -> None:
     with torch.no_grad():
         gated.gate.bias.fill_(1e4)  # β = 1: the gated model reads the context as the ungated one does
     torch.testing.assert_close(gated(images, caps, lengths).logits, b)
+
+
+def test_per_image_epochs_take_each_caption_in_turn_and_buckets_keep_every_row() -> None:
+    from attnkit.train.captioning import CaptionTask
+
+    index = torch.tensor([0] * 5 + [1] * 5 + [2] * 3)
+    lengths = torch.randint(2, 9, (13,), generator=torch.Generator().manual_seed(0))
+    task = CaptionTask(torch.zeros(3, 4, 2), torch.zeros(13, 9, dtype=torch.long), lengths, batch_size=2, seed=0,
+                       image_index=index, features=True, per_image=1, bucket=True)
+    seen = [sorted(torch.cat(task.batches(e)).tolist()) for e in range(5)]
+    assert all(len(s) == 3 and sorted(index[s].tolist()) == [0, 1, 2] for s in seen)
+    assert sorted(r for s in seen for r in s if r < 10) == list(range(10))  # 5 epochs: every caption of 0 and 1
+    assert [b.tolist() for b in task.batches(3)] == [b.tolist() for b in task.batches(3)]  # a pure function of the seed and the epoch
+    full = CaptionTask(torch.zeros(3, 4, 2), torch.zeros(13, 9, dtype=torch.long), lengths, batch_size=4, seed=0,
+                       image_index=index, features=True, bucket=True)
+    assert sorted(torch.cat(full.batches(0)).tolist()) == list(range(13))
+
+
+def test_train_on_flickr8k_caches_features_and_resumes(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from attnkit.cli.caption import train_caption
+    from attnkit.train.captioning import load_caption_run
+    from attnkit.train.rundir import committed_dir
+
+    root = make_flickr8k(tmp_path / "f8k")
+    weights = _weights_file(_lite(), tmp_path / "lite0.safetensors")
+    args = ["--data", str(root), "--backbone", "efficientnet-lite0", "--image-size", "32", "--pretrained",
+            str(weights), "--hidden-dim", "16", "--embed-dim", "8", "--attention-dim", "8", "--region-dim", "12",
+            "--batch-size", "8", "--captions-per-image", "2", "--patience", "5", "--quiet"]
+    out = tmp_path / "run"
+    result = CliRunner().invoke(train_caption, [*args, "--epochs", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "40 training pairs, 3 held-out images" in result.output
+    cache = root / "features" / "efficientnet-lite0-32"
+    manifest = (cache / "manifest.json").read_text()
+    assert sum(len(v) for v in __import__("json").loads(manifest)["shards"].values()) == 11  # train + dev
+    model, vocab, meta = load_caption_run(out)
+    assert "zebra" not in vocab.words and "dog" in vocab.words  # vocabulary from the training split only
+    history = [__import__("json").loads(x) for x in (committed_dir(out) / "history.jsonl").read_text().splitlines()]
+    assert len(history) == 2 and all("val_bleu4" in h for h in history)
+    assert model.config.region_dim == 12 and meta["metrics"]["val_bleu4"] >= 0
+    # the same run again reuses the cache (no new shard) and refuses to overwrite the run
+    again = CliRunner().invoke(train_caption, [*args, "--epochs", "2", "--out", str(out)])
+    assert again.exit_code == 1 and "already holds a different run" in again.output
+    assert (cache / "manifest.json").read_text() == manifest

@@ -288,11 +288,14 @@ def train_caption(**values: Any) -> None:
 @click.argument("image", type=click.Path(exists=True, dir_okay=False))
 @click.option("--beam", type=click.IntRange(min=1), default=1, show_default=True,
               help="Beam width (1 = greedy).")
+@click.option("--length-penalty", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="GNMT length penalty alpha of the beam search (0: plain log-probability).")
 @click.option("--attention", "attention_path", type=click.Path(dir_okay=False),
               help="Save a figure of the attention for each word to this file (.png, .svg, .pdf).")
 @allow_unfinished_option
 @friendly_errors
-def caption(checkpoint: str, image: str, beam: int, attention_path: str | None, allow_unfinished: bool) -> None:
+def caption(checkpoint: str, image: str, beam: int, length_penalty: float, attention_path: str | None,
+            allow_unfinished: bool) -> None:
     """Describe IMAGE with the captioner saved in CHECKPOINT.
 
     \b
@@ -305,7 +308,7 @@ def caption(checkpoint: str, image: str, beam: int, attention_path: str | None, 
     if meta.get("notice"):
         click.echo(meta["notice"], err=True)
     pixels = load_image(image, model.config.image_size)
-    (result,) = generate(model, images_to_tensor(pixels[None]), beam=beam)
+    (result,) = generate(model, images_to_tensor(pixels[None]), beam=beam, length_penalty=length_penalty)
     words = vocab.decode(result.ids)
     click.echo(" ".join(words) if words else "(empty caption)")
     if attention_path:

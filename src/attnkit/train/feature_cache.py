@@ -3,7 +3,8 @@
 A cache is a folder::
 
     manifest.json              {"encoder": ..., "image_size": ..., "weights": ..., "grid": [R, C],
-                                "shards": {"shard-00000.safetensors": [image names], ...}}
+                                "shards": {"shard-00000.safetensors": [image names], ...},
+                                "encode_seconds": time spent encoding, all shards together}
     shard-00000.safetensors    float16 (R, C) region features, one tensor per image name
 
 The ``encoder`` key names the backbone and ``weights`` a digest of its weights
@@ -60,6 +61,7 @@ class FeatureCache:
         self.directory = Path(directory)
         self.key = dict(key)
         self.shards: dict[str, list[str]] = {}
+        self.seconds = 0.0  # encoding time of the cached shards
         manifest = self.directory / _MANIFEST
         if manifest.is_file():
             try:
@@ -74,6 +76,7 @@ class FeatureCache:
                     f"{theirs['image_size']} px (weights {theirs['weights']}), not of {self.key['encoder']!r} at "
                     f"{self.key['image_size']} px (weights {self.key['weights']}); use another folder")
             self.shards = {str(k): [str(n) for n in v] for k, v in shards.items()}
+            self.seconds = float(saved.get("encode_seconds", 0.0))
         elif self.directory.exists() and any(self.directory.iterdir()):
             raise FeatureCacheError(f"{self.directory} is not empty and holds no {_MANIFEST}: not a feature cache")
 
@@ -81,8 +84,9 @@ class FeatureCache:
         """The image names whose features are cached."""
         return {n for names in self.shards.values() for n in names}
 
-    def add(self, features: dict[str, Tensor]) -> None:
-        """Write ``{image name: (R, C) features}`` as one new float16 shard, then name it in the manifest."""
+    def add(self, features: dict[str, Tensor], *, seconds: float = 0.0) -> None:
+        """Write ``{image name: (R, C) features}`` as one new float16 shard, then name it in the manifest
+        (``seconds``: the time spent encoding them, added to the manifest's ``encode_seconds``)."""
         from safetensors.torch import save_file
 
         if not features:
@@ -94,8 +98,10 @@ class FeatureCache:
                   metadata={"encoder": str(self.key["encoder"]), "image_size": str(self.key["image_size"])})
         os.replace(tmp, self.directory / shard)
         self.shards[shard] = sorted(features)
+        self.seconds += seconds
         tmp = self.directory / f".{_MANIFEST}.tmp"
-        tmp.write_text(json.dumps({**self.key, "shards": self.shards}, indent=1), encoding="utf-8")
+        tmp.write_text(json.dumps({**self.key, "shards": self.shards, "encode_seconds": round(self.seconds, 1)},
+                                  indent=1), encoding="utf-8")
         os.replace(tmp, self.directory / _MANIFEST)
 
     def load(self, names: Sequence[str]) -> Tensor:
@@ -133,6 +139,8 @@ def encode_to_cache(model: ImageCaptioner, paths: Sequence[Path], cache: Feature
 
     ``read(path, size)`` gives ``(S, S, 3)`` uint8 pixels. Returns how many images were encoded.
     """
+    import time
+
     import torch
     from tqdm.auto import tqdm
 
@@ -145,6 +153,7 @@ def encode_to_cache(model: ImageCaptioner, paths: Sequence[Path], cache: Feature
     todo = [p for p in dict.fromkeys(paths) if p.name not in have]
     model.eval()
     pending: dict[str, Tensor] = {}
+    clock = time.perf_counter()
     with torch.inference_mode(), tqdm(total=len(todo), desc="encoding images", unit="img",
                                       disable=not progress) as bar:
         for start in range(0, len(todo), batch_size):
@@ -154,7 +163,7 @@ def encode_to_cache(model: ImageCaptioner, paths: Sequence[Path], cache: Feature
                 pending[p.name] = f.clone()
             bar.update(len(chunk))
             if len(pending) >= shard_size:
-                cache.add(pending)
-                pending = {}
-        cache.add(pending)
+                cache.add(pending, seconds=time.perf_counter() - clock)
+                pending, clock = {}, time.perf_counter()
+        cache.add(pending, seconds=time.perf_counter() - clock)
     return len(todo)
