@@ -90,7 +90,7 @@ def _prepare_generic(values: dict[str, Any], saved_config: dict[str, Any] | None
     config = CaptionerConfig.from_dict(saved_config) if saved_config is not None else CaptionerConfig(
         vocab_size=len(vocab), image_size=size, backbone=values["backbone"], attention_reg=values["attention_reg"],
         attend_with=values["attend_with"], embed_dim=values["embed_dim"], hidden_dim=values["hidden_dim"],
-        attention_dim=values["attention_dim"], dropout=values["dropout"], gate=values["gate"],
+        attention_dim=values["attention_dim"], dropout=values["dropout"], gate=not values["no_gate"],
         max_len=values["max_len"], fine_tune_blocks=values["fine_tune_blocks"], region_dim=values["region_dim"])
     try:
         model = ImageCaptioner(config)
@@ -109,7 +109,7 @@ def _prepare_generic(values: dict[str, Any], saved_config: dict[str, Any] | None
 RESUMED_OPTIONS = ("epochs", "seed", "images", "captions", "train_size", "val_size", "image_size", "backbone",
                    "pretrained", "batch_size", "lr", "attention_reg", "attend_with", "min_count", "data",
                    "feature_cache", "fine_tune_blocks", "embed_dim", "hidden_dim", "attention_dim", "dropout",
-                   "gate", "max_len", "patience", "region_dim", "captions_per_image")
+                   "no_gate", "max_len", "patience", "region_dim", "captions_per_image", "time_budget")
 
 
 def _data_record(source: dict[str, Any]) -> dict[str, Any]:
@@ -187,8 +187,8 @@ def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | Non
               help="Hidden width of the additive attention.")
 @click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
               help="Dropout before the output layer.")
-@click.option("--gate/--no-gate", default=True, show_default=True,
-              help="Gate the attended context with the scalar beta (Xu et al. section 4.2.1).")
+@click.option("--no-gate", is_flag=True,
+              help="Read the attended context without the gating scalar beta (Xu et al. section 4.2.1 gate it).")
 @click.option("--max-len", type=click.IntRange(min=2), default=20, show_default=True,
               help="Longest caption, <bos>/<eos> included (longer training captions are cut).")
 @click.option("--region-dim", type=click.IntRange(min=0), default=0, show_default=True,
@@ -196,6 +196,8 @@ def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | Non
 @click.option("--captions-per-image", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --data: an epoch reads this many captions of each image, the next ones in the next "
                    "epoch (0: all of them).")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True),
+              help="Stop training after this many minutes (the best dev weights are kept with --data).")
 @click.option("--patience", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --data: stop after this many epochs without a better dev BLEU-4 (0: never).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Images per step.")
@@ -268,7 +270,8 @@ def train_caption(**values: Any) -> None:
                                     image_index=prep.image_index, features=prep.features,
                                     validation=prep.validation if values["data"] else None,
                                     patience=values["patience"], bucket=bool(values["data"]),
-                                    per_image=values["captions_per_image"] if values["data"] else 0)
+                                    per_image=values["captions_per_image"] if values["data"] else 0,
+                                    time_budget_s=values["time_budget"] * 60 if values["time_budget"] else None)
             metrics: dict[str, Any] = {"train_loss": history[-1]["train_loss"]}
             if val_refs:
                 hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, val_inputs, features=prep.features)]

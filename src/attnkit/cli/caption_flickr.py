@@ -89,7 +89,7 @@ def prepare_flickr8k(values: dict[str, Any], *, saved_config: dict[str, Any] | N
             vocab_size=len(vocab), backbone=values["backbone"], image_size=values["image_size"],
             embed_dim=values["embed_dim"], hidden_dim=values["hidden_dim"], attention_dim=values["attention_dim"],
             dropout=values["dropout"], attention_reg=values["attention_reg"], attend_with=values["attend_with"],
-            gate=values["gate"], max_len=values["max_len"], fine_tune_blocks=values["fine_tune_blocks"],
+            gate=not values["no_gate"], max_len=values["max_len"], fine_tune_blocks=values["fine_tune_blocks"],
             region_dim=values["region_dim"])
     try:
         model = ImageCaptioner(config)

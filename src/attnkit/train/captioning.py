@@ -144,7 +144,8 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
                   out_dir: str | Path | None = None, resume: bool = False, image_index: Tensor | None = None,
                   features: bool = False,
                   validation: tuple[Tensor, Sequence[Sequence[str]], CaptionVocab] | None = None,
-                  patience: int = 0, bucket: bool = False, per_image: int = 0) -> list[dict[str, Any]]:
+                  patience: int = 0, bucket: bool = False, per_image: int = 0,
+                  time_budget_s: float | None = None) -> list[dict[str, Any]]:
     """Train with teacher forcing through :class:`~attnkit.train.Trainer`: Adam, a cosine decay of
     the rate to 5% of ``lr``, gradient clipping at 5.
 
@@ -157,7 +158,8 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
     ``features`` and ``validation`` are those of :class:`CaptionTask`; with
     ``validation`` the model ends with its best held-out weights, and
     ``patience > 0`` stops after that many epochs without a better BLEU-4;
-    ``bucket`` and ``per_image`` are those of :class:`CaptionTask`.
+    ``bucket`` and ``per_image`` are those of :class:`CaptionTask`; ``time_budget_s``
+    ends training after the batch that spends it (across resumes).
 
     Shape:
         images ``(N, 3, S, S)`` (or features ``(N, R, C)``); captions ``(M, T)``; lengths ``(M,)``.
@@ -176,7 +178,7 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
     trainer = Trainer(
         model, TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, clip_norm=5.0, patience=patience,
                            seed=seed, device="cpu"),
-        task=task, out_dir=out_dir, checkpoint=checkpoint, reseed=False, quiet=True,
+        task=task, out_dir=out_dir, checkpoint=checkpoint, reseed=False, quiet=True, time_budget_s=time_budget_s,
         log=(lambda line: echo(line)) if echo is not None else None,
         optimizer=lambda m: torch.optim.Adam(trainable, lr=lr),
         schedule=lambda step, total: schedules.cosine(step, total, floor=0.05))
