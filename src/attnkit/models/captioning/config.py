@@ -46,6 +46,15 @@ class CaptionerConfig(ModelConfig):
             The default: on the shapes set both reach BLEU 1.0, but only this
             order puts the attention for each object word on that object
             (see ``evals/captioning.py``).
+        region_dim: 0 reads the encoder's region vectors as they are; > 0
+            first projects them (one learned linear map) to this width, which
+            makes every step cheaper for wide encoders (1280 for EfficientNet-Lite).
+        gate: use the gating scalar ``β_t = σ(f_β(h))`` on the attended context
+            (paper §4.2.1); False reads the context ungated.
+        fine_tune_blocks: EfficientNet-Lite backbones only: how many of the
+            encoder's last blocks (with its head convolution) are trained;
+            0 keeps the pretrained encoder frozen (then region features can be
+            cached, :mod:`attnkit.train.feature_cache`).
         pad_id: the id of ``<pad>``.
         bos_id: the id of ``<bos>``.
         eos_id: the id of ``<eos>``.
@@ -63,6 +72,9 @@ class CaptionerConfig(ModelConfig):
     attention_reg: float = 0.0
     max_len: int = 20
     attend_with: str = "current_state"
+    region_dim: int = 0
+    gate: bool = True
+    fine_tune_blocks: int = 0
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
@@ -79,6 +91,13 @@ class CaptionerConfig(ModelConfig):
         for width in self.channels:
             check_positive_int("channels[i]", width)
         check_fraction("dropout", self.dropout)
+        if not isinstance(self.gate, bool):
+            raise TypeError(f"gate must be a bool, got {type(self.gate).__name__}")
+        check_positive_int("fine_tune_blocks", self.fine_tune_blocks, allow_zero=True)
+        check_positive_int("region_dim", self.region_dim, allow_zero=True)
+        if self.fine_tune_blocks and not self.backbone.startswith("efficientnet"):
+            raise ValueError(f"fine_tune_blocks applies to EfficientNet-Lite backbones only (backbone "
+                             f"{self.backbone!r} trains in full), got {self.fine_tune_blocks}")
         check_choice("attend_with", self.attend_with, ATTEND_WITH)
         if isinstance(self.attention_reg, bool) or not isinstance(self.attention_reg, (int, float)) \
                 or self.attention_reg < 0:

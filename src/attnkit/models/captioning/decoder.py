@@ -68,7 +68,9 @@ class SoftAttentionDecoder(nn.Module):
     config: CaptionerConfig
 
     def build_decoder(self, config: CaptionerConfig, feature_dim: int) -> None:
-        """Create the embedding, initial-state, attention, gate, LSTM and deep-output layers."""
+        """Create the embedding, initial-state, attention, gate, LSTM and deep-output layers (and the
+        region projection when ``config.region_dim`` asks for one)."""
+        feature_dim_in, feature_dim = feature_dim, config.region_dim or feature_dim
         self.embed = nn.Embedding(config.vocab_size, config.embed_dim)
         self.init_h = nn.Linear(feature_dim, config.hidden_dim)
         self.init_c = nn.Linear(feature_dim, config.hidden_dim)
@@ -79,6 +81,12 @@ class SoftAttentionDecoder(nn.Module):
         self.out_z = nn.Linear(feature_dim, config.embed_dim)  # L_z
         self.out = nn.Linear(config.embed_dim, config.vocab_size)  # L_o
         self.drop = nn.Dropout(config.dropout)
+        if config.region_dim:  # registered last: runs saved without it keep their parameter order
+            self.project = nn.Linear(feature_dim_in, config.region_dim)
+
+    def _regions(self, features: Tensor) -> Tensor:
+        """The region vectors the decoder reads: the encoder's, or their projection to ``region_dim``."""
+        return self.project(features) if self.config.region_dim else features  # (B, R, C')
 
     def _start(self, features: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         mean = features.mean(dim=1)  # (B, C)
@@ -96,17 +104,18 @@ class SoftAttentionDecoder(nn.Module):
         emb = self.embed(prev)  # (B, E)
         if self.config.attend_with == "previous_state":
             context, alpha = self.attention(h, features, projected_keys=projected)  # (B, C), (B, R)
-            z = torch.sigmoid(self.gate(h)) * context  # (B, C): β_t ẑ_t
+            z = torch.sigmoid(self.gate(h)) * context if self.config.gate else context  # (B, C): β_t ẑ_t
             h, c = self.lstm(torch.cat([emb, z], dim=-1), (h, c))  # (B, Hd) each
         else:  # "current_state": read the word and the whole image first, then look
             h, c = self.lstm(torch.cat([emb, features.mean(dim=1)], dim=-1), (h, c))  # (B, Hd) each
             context, alpha = self.attention(h, features, projected_keys=projected)  # (B, C), (B, R)
-            z = torch.sigmoid(self.gate(h)) * context  # (B, C)
+            z = torch.sigmoid(self.gate(h)) * context if self.config.gate else context  # (B, C)
         logits = self.out(self.drop(emb + self.out_h(h) + self.out_z(z)))  # (B, V)
         return logits, alpha, h, c
 
     def _teacher_forced(self, features: Tensor, captions: Tensor, steps: int) -> tuple[Tensor, Tensor]:
         """Step ``t`` reads the true word ``captions[:, t]``; logits ``(B, steps, V)``, weights ``(B, steps, R)``."""
+        features = self._regions(features)
         h, c, projected = self._start(features)
         logits, weights = [], []
         for t in range(steps):
@@ -125,6 +134,7 @@ class SoftAttentionDecoder(nn.Module):
         return step
 
     def _start_state(self, features: Tensor) -> _DecoderState:
+        features = self._regions(features)
         h, c, projected = self._start(features)
         return h, c, features, projected
 

