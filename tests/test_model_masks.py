@@ -188,7 +188,7 @@ def test_weight_requests_select_by_name_and_group() -> None:
         model(ids, lengths, return_weights=1)  # type: ignore[call-overload]
 
 
-@pytest.mark.parametrize("name", ["document", "sentiment", "han", "bert"])
+@pytest.mark.parametrize("name", ["document", "sentiment", "han", "bert", "wide"])
 def test_every_registered_text_classifier_shares_the_call(name: str) -> None:
     from attnkit.models import MODELS as REGISTRY
 

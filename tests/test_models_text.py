@@ -44,6 +44,9 @@ SMALL: dict[str, tuple[str, dict[str, Any]]] = {
         dict(embed_dim=16, word_hidden=8, sentence_hidden=8, attention_dim=8, dropout=0.0,
              sentence_end_ids=(5,), sentence_len=6),
     ),
+    "wide": ("wide", dict(embed_dim=16, attention_dim=8, ngram_buckets=64, dropout=0.0)),
+    "wide-lstm": ("wide", dict(embed_dim=16, encoder="lstm", hidden_size=8, attention_dim=8, ngram_buckets=64,
+                               dropout=0.0)),
 }
 
 
@@ -102,7 +105,7 @@ def _keyword_batch(n: int = 16) -> tuple[dict[str, torch.Tensor], list[tuple[int
     return collate([ds[i] for i in range(n)]), [e.key_positions for e in corpus], tok.get_vocab_size()
 
 
-@pytest.mark.parametrize("key", ["document", "document-parameter-free", "sentiment", "han"])
+@pytest.mark.parametrize("key", ["document", "document-parameter-free", "sentiment", "han", "wide"])
 def test_loss_falls_on_keyword_batch(key: str) -> None:
     data, _, vocab_size = _keyword_batch()
     model = make(key, vocab_size=vocab_size, num_classes=2)
@@ -208,8 +211,9 @@ def test_han_pre_split_input_and_sentence_end_ids() -> None:
 
 
 def test_registry_and_config_errors() -> None:
-    assert set(MODELS) == {"document", "sentiment", "han", "bert"}
-    with pytest.raises(ValueError, match=r"unknown model 'cnn'; valid names are \['bert', 'document', 'han', 'sentiment'\]"):
+    assert set(MODELS) == {"document", "sentiment", "han", "bert", "wide"}
+    with pytest.raises(ValueError, match=r"unknown model 'cnn'; valid names are \['bert', 'document', 'han', "
+                                         r"'sentiment', 'wide'\]"):
         build_model("cnn", {"vocab_size": 10, "num_classes": 2})
     with pytest.raises(ValueError, match=r"unknown DocumentClassifierConfig field\(s\) \['d_modle'\]; valid fields are \['vocab_size'"):
         build_model("document", {"vocab_size": 10, "num_classes": 2, "d_modle": 8})

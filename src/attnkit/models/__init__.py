@@ -12,6 +12,7 @@ document   :class:`DocumentClassifier`           :class:`DocumentClassifierConfi
 sentiment  :class:`SentimentClassifier`          :class:`SentimentClassifierConfig`
 han        :class:`HierarchicalAttentionNetwork` :class:`HierarchicalAttentionNetworkConfig`
 bert       :class:`BertClassifier`               :class:`BertClassifierConfig`
+wide       :class:`WideDeepClassifier`           :class:`WideDeepClassifierConfig`
 ========== ===================================== =====================================
 
 ``build_model("document", {"vocab_size": 20000, "num_classes": 2})`` builds one
@@ -46,6 +47,7 @@ from attnkit.models.hierarchical import (
     HierarchicalAttentionNetworkConfig,
 )
 from attnkit.models.sentiment import SentimentClassifier, SentimentClassifierConfig
+from attnkit.models.wide import WideDeepClassifier, WideDeepClassifierConfig
 
 __all__ = [
     "MODELS",
@@ -62,6 +64,8 @@ __all__ = [
     "HierarchicalAttentionNetworkConfig",
     "BertClassifier",
     "BertClassifierConfig",
+    "WideDeepClassifier",
+    "WideDeepClassifierConfig",
     "BertModel",
     "BertConfig",
     "Seq2SeqTransformer",
@@ -101,6 +105,7 @@ MODELS: dict[str, tuple[type[nn.Module], type[ModelConfig]]] = {
     "sentiment": (SentimentClassifier, SentimentClassifierConfig),
     "han": (HierarchicalAttentionNetwork, HierarchicalAttentionNetworkConfig),
     "bert": (BertClassifier, BertClassifierConfig),
+    "wide": (WideDeepClassifier, WideDeepClassifierConfig),
 }
 """Registered models: name -> (model class, config class), as :func:`build_model` reads them."""
 

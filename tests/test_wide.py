@@ -1,0 +1,124 @@
+"""The wide-and-deep classifier: its n-gram features, its linear half, its regularisers, its config."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnkit.models import build_model
+from attnkit.models.wide import WideDeepClassifier, WideDeepClassifierConfig, ngram_features
+
+V, BUCKETS = 30, 16
+
+
+def _model(**extra: object) -> WideDeepClassifier:
+    torch.manual_seed(0)
+    config = {"vocab_size": V, "num_classes": 3, "embed_dim": 8, "attention_dim": 4, "ngram_buckets": BUCKETS,
+              "dropout": 0.0, **extra}
+    model = build_model("wide", config)
+    assert isinstance(model, WideDeepClassifier)
+    return model
+
+
+def test_ngram_features_are_the_words_then_their_hashed_bigrams() -> None:
+    ids = torch.tensor([[7, 8, 9, 0], [5, 6, 0, 0]])
+    real = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    feats, ok = ngram_features(ids, real, V, BUCKETS)
+    assert feats.shape == ok.shape == (2, 7)  # T unigrams + T-1 bigrams
+    assert feats[0, :4].tolist() == [7, 8, 9, 0]
+    assert feats[0, 4:6].tolist() == [V + (7 * 1_000_003 + 8) % BUCKETS, V + (8 * 1_000_003 + 9) % BUCKETS]
+    assert ok[0].tolist() == [True, True, True, False, True, True, False]
+    assert ok[1].tolist() == [True, True, False, False, True, False, False]
+    assert int(feats.max()) < V + BUCKETS
+    # word order matters for the bigrams: "8 7" is another feature than "7 8" (unless the hash collides)
+    swapped, _ = ngram_features(torch.tensor([[8, 7]]), torch.tensor([[True, True]]), V, BUCKETS)
+    assert swapped[0, 2] == V + (8 * 1_000_003 + 7) % BUCKETS
+
+
+def test_the_wide_half_is_a_normalised_sum_added_to_predict_and_left_out_in_training() -> None:
+    model = _model().eval()
+    ids, lengths = torch.tensor([[7, 8, 9, 0]]), torch.tensor([3])
+    mask = torch.arange(4)[None, :] < lengths[:, None]  # (B, T)
+    assert torch.equal(model.wide_logits(ids, mask[:, None, None, :]), torch.zeros(1, 3))  # before counting
+    deep_only = model(ids, lengths)
+    model.wide.normal_()
+    feats, real = ngram_features(ids, mask, V, BUCKETS)
+    expected = model.wide[feats[real]].sum(0) / math.sqrt(5)  # 3 words + 2 bigrams
+    torch.testing.assert_close(model(ids, lengths), deep_only + expected)
+    torch.testing.assert_close(model.train()(ids, lengths), deep_only)  # dropout is 0: the deep half alone
+    assert "wide" in model.state_dict() and all(name != "wide" for name, _ in model.named_parameters())
+
+
+def test_word_dropout_acts_in_training_only() -> None:
+    model = _model(word_dropout=0.5)
+    ids = torch.randint(5, V, (4, 12))
+    lengths = torch.full((4,), 12)
+    model.eval()
+    assert torch.equal(model(ids, lengths), model(ids, lengths))
+    model.train()
+    torch.manual_seed(1)
+    assert not torch.allclose(model(ids, lengths), model(ids, lengths))
+    quiet = _model(word_dropout=0.0).train()
+    quiet.load_state_dict(model.state_dict())
+    assert torch.equal(quiet(ids, lengths), quiet(ids, lengths))  # no dropout left: deterministic
+
+
+def test_the_lstm_encoder_adds_its_parameters_and_keeps_the_pooling_weights() -> None:
+    plain, lstm = _model(), _model(encoder="lstm", hidden_size=5)
+    assert not any(n.startswith("lstm.") for n, _ in plain.named_parameters())
+    assert any(n.startswith("lstm.") for n, _ in lstm.named_parameters())
+    assert lstm.classifier.in_features == 10 and plain.classifier.in_features == 8
+    ids, lengths = torch.randint(5, V, (2, 6)), torch.tensor([6, 3])
+    _, weights = lstm.eval()(ids, lengths, return_weights="pooling")
+    assert weights["pooling"].shape == (2, 6) and (weights["pooling"][1, 3:] == 0).all()
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("encoder", "gru", r"encoder must be one of \['none', 'lstm'\], got 'gru'"),
+    ("ngram_buckets", 0, "ngram_buckets must be a positive int, got 0"),
+    ("word_dropout", 1.0, "word_dropout"),
+    ("dropout", -0.1, "dropout"),
+])
+def test_bad_config_values_are_named(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        WideDeepClassifierConfig(vocab_size=V, num_classes=2, **{field: value})  # type: ignore[arg-type]
+
+
+def test_naive_bayes_start_is_half_the_log_count_ratio() -> None:
+    model = _model(num_classes=2, ngram_buckets=4096)
+    docs, labels = [[5, 6, 6], [5, 7], [8, 9], [8, 6]], [0, 0, 1, 1]
+    model.init_from_training_data(docs, labels)
+    w = model.wide  # (V + buckets, 2)
+    torch.testing.assert_close(w[:, 0], -w[:, 1])  # two classes: opposite signs
+    # the ratio by hand: binarised counts per class (word 6 twice in one document counts once)
+    p = torch.zeros(2, V + 4096, dtype=torch.float64)
+    for cls, doc_list in ((0, docs[:2]), (1, docs[2:])):
+        for d in doc_list:
+            grams = set(d) | {V + (a * 1_000_003 + b) % 4096 for a, b in zip(d, d[1:], strict=False)}
+            for f in grams:
+                p[cls, f] += 1
+    logp = ((p + 1) / (p + 1).sum(1, keepdim=True)).log()
+    r = (logp[0] - logp[1]) * (p.sum(0) >= 2)  # n-grams of a single training document stay zero
+    torch.testing.assert_close(w[:, 0].double(), r / 2, atol=1e-6, rtol=0)
+    assert w[5, 0] > 0 > w[8, 0]  # in two class-0 documents; in two class-1 documents
+    assert (w[[7, 9]] == 0).all() and int((w[:, 0] != 0).sum()) == 3  # words 5, 6 and 8 only
+    with pytest.raises(ValueError, match="documents and labels must have the same length, got 4 and 3"):
+        model.init_from_training_data(docs, labels[:3])
+
+
+def test_fit_classifier_starts_the_wide_model_from_its_training_part() -> None:
+    from attnkit.data.readers import Example
+    from attnkit.train.config import TrainConfig
+    from attnkit.train.pipeline import fit_classifier
+
+    train = [Example("good fine great", "pos"), Example("bad awful poor", "neg")] * 6
+    seen: list[int] = []
+    result = fit_classifier(train, train[:2], train[:2], model_name="wide",
+                            model_options={"embed_dim": 4, "attention_dim": 4, "ngram_buckets": 32},
+                            train_config=TrainConfig(epochs=1, lr=1e-9, warmup_ratio=0.0, device="cpu"),
+                            quiet=True, log=lambda line: seen.append(1))
+    assert result.test is not None and result.test["accuracy"] == 1.0  # naive Bayes alone separates them
+    wide = result.model.wide  # type: ignore[union-attr]
+    assert wide.abs().sum() > 0 and seen
