@@ -97,3 +97,13 @@ def test_vision_rollout_over_the_image(tmp_path: Path) -> None:
     assert (tmp_path / "roll.png").stat().st_size > 1000 and "4×4" in fig.axes[0].get_title()
     with pytest.raises(ValueError, match="square grid"):
         cap.image_rollout(image[0].permute(1, 2, 0).numpy(), prefix_tokens=2)
+
+
+def test_an_empty_capture_says_so() -> None:
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 1).eval()
+    with capture(enc) as cap:
+        pass  # the model never ran
+    assert cap.weights == {} and cap._repr_html_() is None  # Jupyter falls back to repr()
+    assert "0 calls" in repr(cap)
+    with pytest.raises(ValueError, match="recorded no attention weights"):
+        cap.rollout()

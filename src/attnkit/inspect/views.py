@@ -111,7 +111,7 @@ class CaptureViews:
             k = np.stack([self.vectors[n][1][ex].detach().float().cpu().numpy() for n in chosen])
             w = a if a.ndim == 4 else a[ex]
             first = toks if isinstance(toks[0], str) else toks[ex]
-            data["neuron"] = neuron_data(first, q, k, w)
+            data["neuron"] = neuron_data(first, q, k, w, layer_names=chosen)
         return ReportView(data)
 
     def report(self, path: str | os.PathLike[str], tokens: Any = None, **options: Any) -> Path:
@@ -124,8 +124,11 @@ class CaptureViews:
         """
         return self.view(tokens, **options).save(path)
 
-    def _repr_html_(self) -> str:
-        return self.view(example=0)._repr_html_()
+    def _repr_html_(self) -> str | None:
+        try:
+            return self.view(example=0)._repr_html_()
+        except ValueError:  # nothing recorded, or calls of several shapes: Jupyter shows repr() instead
+            return None
 
     def figure(self, layer: int | str | None = None, head: int | None = None, *, tokens: Any = None,
                example: int | None = None, names: Sequence[str] | None = None,
