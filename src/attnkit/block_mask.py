@@ -244,6 +244,7 @@ class BlockMask:
         self.elements = elements
         self.counts = counts
         self._kept: tuple[Tensor | None, Tensor | None] | None = None
+        self._derived: dict[tuple[Any, ...], Tensor] = {}  # what attention derives from it, by key
 
     @property
     def device(self) -> torch.device:

@@ -35,6 +35,7 @@ ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 MaskArg = Tensor | BlockMask | None
 """What ``attention(mask=...)`` takes: a bool tensor, a BlockMask or ``None``."""
 _HALF = (torch.float16, torch.bfloat16)
+_CACHED_MASK_ELEMENTS = 1 << 24  # the fused path's additive mask is kept on the BlockMask up to this size
 
 
 def _apply_score_mod(score_mod: ScoreMod, scores: Tensor, idx: tuple[Tensor, ...]) -> Tensor:
@@ -117,8 +118,14 @@ def _fused_blocks(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, scale: float, 
     qb = _pad_to(q, nq * bs).view(b, h, nq, bs, dh).transpose(1, 2)  # (B, nQ, H, bs, Dh)
     fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
     attn_mask = None
-    if fill is not None:
-        attn_mask = (~fill).transpose(1, 2).expand(b, nq, bmh, bs, nkb * bs).reshape(b * nq, bmh, bs, -1)
+    if fill is not None:  # additive, in q's dtype; kept on the BlockMask when small (sparse masks)
+        key = ("sdpa", b, q.dtype)
+        attn_mask = bm._derived.get(key)
+        if attn_mask is None:
+            add = torch.zeros(fill.shape, dtype=q.dtype, device=q.device).masked_fill_(fill, float("-inf"))
+            attn_mask = add.transpose(1, 2).expand(b, nq, bmh, bs, nkb * bs).reshape(b * nq, bmh, bs, -1)
+            if attn_mask.numel() <= _CACHED_MASK_ELEMENTS:
+                bm._derived[key] = attn_mask
     out = F.scaled_dot_product_attention(
         qb.reshape(b * nq, h, bs, dh), kg.reshape(b * nq, hkv, nkb * bs, dh),
         vg.reshape(b * nq, hkv, nkb * bs, dv), attn_mask=attn_mask, dropout_p=dropout, scale=scale,
