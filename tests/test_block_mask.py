@@ -55,8 +55,8 @@ def _dense_mask(mod: Callable[..., torch.Tensor], b: int | None, h: int | None) 
 
 
 def _grads(out: torch.Tensor, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    torch.manual_seed(1)
-    upstream = torch.randn_like(out)
+    # in logical order: randn_like would follow the output's memory layout, which differs between paths
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.dtype)
     return torch.autograd.grad(out, xs, upstream)
 
 

@@ -19,7 +19,7 @@ MAX_FUNCTION_LINES = 80
 # What each part of the package may import from attnkit (besides itself); docs/design.md, "Layers".
 BASE = {"_checks", "_lazy"}
 MAY_IMPORT: dict[str, set[str]] = {
-    "masks": BASE | {"block_mask", "score_mods"},
+    "masks": BASE | {"block_mask"},
     "block_mask": BASE,
     "positional": BASE,
     "score_mods": BASE,

@@ -5,8 +5,7 @@ says, by attnkit's one rule, where a query MAY attend to a key (True = may
 attend). It is called with integer index tensors that broadcast against each
 other (``b`` over batch, ``h`` over heads, ``q_idx`` over queries, ``kv_idx``
 over keys) and must return a boolean tensor of their broadcast shape (or one
-that broadcasts to it). Write it with element-wise operations and do not
-assume how many dimensions the index tensors have.
+that broadcasts to it). Write it element-wise, for index tensors of any rank.
 
 :func:`create_block_mask` evaluates a mod once, tile by tile, and records for
 every query block which key blocks are *empty* (skipped), *full* (computed
@@ -249,6 +248,7 @@ class BlockMask:
         # (all blocks full, all query rows keep a key), eagerly: attention may not branch on data
         self._flags = flags if flags is not None else (
             bool((elem_index == 1).all()), bool(elements.any(-1)[elem_index].any(3).all()))
+        self._derived: dict[tuple[Any, ...], Tensor] = {}  # what attention derives from it, by key
 
     @property
     def device(self) -> torch.device:

@@ -35,6 +35,7 @@ ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 MaskArg = Tensor | BlockMask | None
 """What ``attention(mask=...)`` takes: a bool tensor, a BlockMask or ``None``."""
 _HALF = (torch.float16, torch.bfloat16)
+_CACHED_MASK_ELEMENTS = 1 << 24  # the fused path's additive mask is kept on the BlockMask up to this size
 
 
 def _apply_score_mod(score_mod: ScoreMod, scores: Tensor, idx: tuple[Tensor, ...]) -> Tensor:
@@ -99,8 +100,30 @@ def _score_index(bm: BlockMask, b: int, h: int) -> tuple[Tensor, Tensor, Tensor,
             q_idx, kv_idx)
 
 
+def _pad_tokens(x: Tensor, length: int) -> Tensor:
+    """``(B, T, H, D)`` padded with zeros to ``length`` tokens (no copy when it has them)."""
+    return x if x.shape[1] == length else F.pad(x, (0, 0, 0, 0, 0, length - x.shape[1]))
+
+
+def _token_blocks(x: Tensor, rows: Tensor, bs: int, nk: int) -> Tensor:
+    """Key or value blocks gathered in token-major memory, the layout split heads already have.
+
+    Shape:
+        x ``(B, Hx, Tk, D)``, rows ``(B * nQ * K,)`` into the ``B * nK`` blocks; returns
+        ``(B * nQ * K, bs * Hx * D)``, each row one block's ``(bs, Hx, D)``.
+    """
+    b, hx, _, d = x.shape
+    xt = _pad_tokens(x.transpose(1, 2), nk * bs)  # (B, nK*bs, Hx, D)
+    tokens = (rows[:, None] * bs + torch.arange(bs, device=x.device)).reshape(-1)  # one row per token
+    return F.embedding(tokens, xt.reshape(b * nk * bs, hx * d)).view(-1, bs * hx * d)
+
+
 def _fused_blocks(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, scale: float, dropout: float) -> Tensor:
     """The gathered blocks through torch's fused kernel, one query block per batch row.
+
+    With one block structure for every head, the blocks are gathered token-major
+    (``(B, T, H, D)`` memory, free for split heads), so neither the inputs, the
+    output nor the kernel's gradients are copied into another layout.
 
     Shape:
         q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``; returns ``(B, H, Tq, Dv)``.
@@ -112,19 +135,32 @@ def _fused_blocks(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, scale: float, 
     if bmh != 1 and hkv != h:
         k, v = k.repeat_interleave(h // hkv, dim=1), v.repeat_interleave(h // hkv, dim=1)
         hkv = h
-    kg = _gather_blocks(_pad_to(k, nk * bs), bm.kv_indices, bs, True)  # (B, nQ, Hkv, K*bs, Dh)
-    vg = _gather_blocks(_pad_to(v, nk * bs), bm.kv_indices, bs, True)  # (B, nQ, Hkv, K*bs, Dv)
-    qb = _pad_to(q, nq * bs).view(b, h, nq, bs, dh).transpose(1, 2)  # (B, nQ, H, bs, Dh)
     fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
     attn_mask = None
-    if fill is not None:
-        attn_mask = (~fill).transpose(1, 2).expand(b, nq, bmh, bs, nkb * bs).reshape(b * nq, bmh, bs, -1)
+    if fill is not None:  # additive, in q's dtype; kept on the BlockMask when small (sparse masks)
+        key = ("sdpa", b, q.dtype)
+        attn_mask = bm._derived.get(key)
+        if attn_mask is None:
+            add = torch.zeros(fill.shape, dtype=q.dtype, device=q.device).masked_fill_(fill, float("-inf"))
+            attn_mask = add.transpose(1, 2).expand(b, nq, bmh, bs, nkb * bs).reshape(b * nq, bmh, bs, -1)
+            if attn_mask.numel() <= _CACHED_MASK_ELEMENTS:
+                bm._derived[key] = attn_mask
+    if bmh == 1:
+        rows = (torch.arange(b, device=q.device).view(b, 1, 1) * nk + bm.kv_indices[:, 0]).reshape(-1)
+        kg = _token_blocks(k, rows, bs, nk).view(b * nq, nkb * bs, hkv, dh).transpose(1, 2)
+        vg = _token_blocks(v, rows, bs, nk).view(b * nq, nkb * bs, hkv, dv).transpose(1, 2)
+        qt = _pad_tokens(q.transpose(1, 2), nq * bs)  # (B, nQ*bs, H, Dh)
+        qb = qt.reshape(b * nq, bs, h, dh).transpose(1, 2)  # (B*nQ, H, bs, Dh)
+    else:
+        kg = _gather_blocks(_pad_to(k, nk * bs), bm.kv_indices, bs, True).flatten(0, 1)  # (B*nQ, Hkv, K*bs, Dh)
+        vg = _gather_blocks(_pad_to(v, nk * bs), bm.kv_indices, bs, True).flatten(0, 1)  # (B*nQ, Hkv, K*bs, Dv)
+        qb = _pad_to(q, nq * bs).view(b, h, nq, bs, dh).transpose(1, 2).reshape(b * nq, h, bs, dh)
     out = F.scaled_dot_product_attention(
-        qb.reshape(b * nq, h, bs, dh), kg.reshape(b * nq, hkv, nkb * bs, dh),
-        vg.reshape(b * nq, hkv, nkb * bs, dv), attn_mask=attn_mask, dropout_p=dropout, scale=scale,
-        enable_gqa=hkv != h,
-    ).view(b, nq, h, bs, dv).transpose(1, 2)  # (B, H, nQ, bs, Dv)
-    return _zero_rows(out, row_ok).reshape(b, h, nq * bs, dv)[:, :, :tq]
+        qb, kg, vg, attn_mask=attn_mask, dropout_p=dropout, scale=scale, enable_gqa=hkv != h,
+    ).transpose(1, 2).reshape(b, nq, bs, h, dv)  # (B, nQ, bs, H, Dv)
+    if row_ok is not None:
+        out = out.masked_fill(~row_ok.permute(0, 2, 3, 1, 4), 0.0)  # (Bm, nQ, bs, Hm, 1)
+    return out.reshape(b, nq * bs, h, dv)[:, :tq].transpose(1, 2)  # (B, H, Tq, Dv)
 
 
 def block_sparse_attention(

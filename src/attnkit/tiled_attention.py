@@ -382,8 +382,10 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask | None, *, sc
                     score_mod: ScoreMod | None) -> Tensor:
     """Attention over ``bm`` (``None``: every key) with ``score_mod``, one query tile at a time.
 
-    Gradients reach q, k and v (not tensors captured inside ``score_mod``;
-    :func:`captures_gradients` tells those apart). Computes in float32.
+    A :func:`~attnkit.score_mods.bias_mod` goes through torch's fused kernel with one bias tile per query
+    tile (on CPU its log-sum-exp is kept; elsewhere a tile's forward is recomputed in backward); any other
+    score_mod runs step by step, in float32. Gradients reach q, k and v, not tensors captured inside
+    ``score_mod`` (:func:`captures_gradients` tells those apart).
 
     Shape:
         q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``; returns ``(B, H, Tq, Dv)``.
