@@ -54,7 +54,12 @@ from torch import Tensor, nn
 
 from attnkit.layers.pooling import AttentionPooling
 from attnkit.models.base import TextClassifier, WeightSelection
-from attnkit.models.config import TextClassifierConfig, check_choice, check_fraction, check_positive_int
+from attnkit.models.config import (
+    TextClassifierConfig,
+    check_choice,
+    check_fraction,
+    check_positive_int,
+)
 from attnkit.models.sentiment import run_packed
 
 __all__ = ["WideDeepClassifierConfig", "WideDeepClassifier", "ngram_features", "ENCODERS"]
@@ -135,6 +140,11 @@ class WideDeepClassifier(TextClassifier):
             raise TypeError(f"config must be a WideDeepClassifierConfig, got {type(config).__name__}")
         self.config = c = config
         self.embedding = nn.Embedding(c.vocab_size, c.embed_dim, padding_idx=0)
+        # Unit-length word vectors at the start (nn.Embedding's N(0, 1) gives length sqrt(E)),
+        # so that the first epochs move them by a useful share of their size.
+        nn.init.normal_(self.embedding.weight, std=c.embed_dim ** -0.5)
+        with torch.no_grad():
+            self.embedding.weight[0].zero_()
         width = c.embed_dim
         self.lstm: nn.LSTM | None = None
         if c.encoder == "lstm":

@@ -142,10 +142,10 @@ def fit_classifier(
     model = build_model(model_name, config)
     if init_model is not None:
         init_model(model)
-    elif hasattr(model, "init_from_training_data") and not resume:
+    elif callable(getattr(model, "init_from_training_data", None)) and not resume:
         # A model with a data-given starting point (the wide-and-deep model's naive Bayes
-        # weights) gets it from the training part, and only from it.
-        model.init_from_training_data(train_ds.ids, train_ds.labels)
+        # table) gets it from the training part, and only from it.
+        model.init_from_training_data(train_ds.ids, train_ds.labels)  # type: ignore[operator]
     meta = {"train_config": train_config.to_dict(), "data_settings": dataclasses.asdict(data), **(extra or {})}
     # Everything above is validated before the run directory is touched; the writer takes the
     # lock now and replaces nothing until its first commit, at the end of the first epoch.
