@@ -12,6 +12,7 @@ model took.
 
     .venv/bin/python evals/default_recipe.py --sets mr sms agnews --folds 10
     .venv/bin/python evals/default_recipe.py --sets mr --max-folds 1     # a quick first look
+    .venv/bin/python evals/default_recipe.py --sets mr sms --fold 2 --fold 3
     .venv/bin/python evals/default_recipe.py --sets imdb                  # 25k train / 25k test
 
 Sets (found through ``attnkit.data.locations.data_path``: ``--data-root``,
@@ -90,12 +91,13 @@ def run_cv(name: str, examples: list[Example], args: argparse.Namespace, model: 
     results = cross_validate(examples, folds=args.folds, model_name=model, model_options=options,
                              train_config=config, data=DataSettings(**_parse(args.data_opt)),
                              max_folds=args.max_folds, log=lambda line: print(f"  {line}", flush=True),
-                             epoch_log=args.epoch_log)
+                             epoch_log=args.epoch_log, only=args.fold)
     minutes = (time.perf_counter() - start) / 60
     base = fold_baselines(examples, folds=args.folds, seed=config.seed, max_folds=args.max_folds)
+    base = [b for b in base if b["fold"] in {r["fold"] for r in results}]
     ours, theirs = [r["accuracy"] for r in results], [b["accuracy"] for b in base]
     test = paired_test(ours, theirs)
-    return {"set": name, "protocol": f"{len(ours)} of {args.folds} folds", "model": statistics.mean(ours),
+    return {"set": name, "protocol": f"fold(s) {', '.join(str(r['fold']) for r in results)} of {args.folds}", "model": statistics.mean(ours),
             "baseline": statistics.mean(theirs), "model_f1": statistics.mean(r["macro_f1"] for r in results),
             "baseline_f1": statistics.mean(b["macro_f1"] for b in base), "paired": test, "minutes": minutes,
             "folds": results, "baseline_folds": [{"fold": b["fold"], "accuracy": b["accuracy"]} for b in base]}
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-root", type=Path, default=None, help="folder holding mr/, sms/, agnews/, imdb/")
     parser.add_argument("--folds", type=int, default=10)
     parser.add_argument("--max-folds", type=int, default=None, help="run only the first N folds")
+    parser.add_argument("--fold", type=int, action="append", default=None,
+                        help="run only this fold, 1-based (repeatable); the baseline is scored on the same folds")
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--model-opt", action="append", default=[], help="KEY=JSON model option (trials only)")
     parser.add_argument("--train-opt", action="append", default=[], help="KEY=JSON TrainConfig field (trials only)")
