@@ -221,3 +221,28 @@ def test_every_train_command_reads_its_task_back() -> None:
     assert routed.exit_code == 0 and "--images" in routed.output and "[default: caption]" in routed.output
     wrong = CliRunner().invoke(train_caption, ["--task", "translate", "--out", "x"])
     assert wrong.exit_code == 2 and "trains the 'caption' task, not 'translate'" in wrong.output
+
+
+def test_the_default_recipe_is_the_wide_model_with_its_training_settings(tmp_path, data_csv) -> None:
+    out = tmp_path / "default"
+    result = _invoke("train", "--data", str(data_csv), "--out", str(out), "--epochs", "2", "--device", "cpu",
+                     "--quiet", "--model-opt", "ngram_buckets=512", "--model-opt", "embed_dim=8")
+    assert result.exit_code == 0, result.output
+    meta = json.loads((committed_dir(out) / "config.json").read_text())
+    assert meta["model_name"] == "wide"
+    assert meta["train_config"]["lr"] == 5e-3 and meta["train_config"]["batch_size"] == 64  # the recipe's
+    # the naive Bayes table was counted from the training part and saved with the weights
+    wide = load_tensors(committed_dir(out) / "model.safetensors")["wide"]
+    assert wide.shape[1] == 2 and wide.abs().sum() > 0
+    predicted = _invoke("evaluate", str(out), "--data", str(data_csv), "--json")
+    assert json.loads(predicted.output)["accuracy"] > 0.9  # the keyword corpus: the key words decide
+    # a flag still overrides the recipe; another model keeps TrainConfig's defaults
+    other = _invoke("train", "--data", str(data_csv), "--out", str(tmp_path / "lr"), "--epochs", "1", "--lr", "0.02",
+                    "--device", "cpu", "--quiet", "--model-opt", "ngram_buckets=512", "--model-opt", "embed_dim=8")
+    assert json.loads((committed_dir(tmp_path / "lr") / "config.json").read_text())["train_config"]["lr"] == 0.02
+    assert other.exit_code == 0
+    plain = _invoke("train", "--data", str(data_csv), "--out", str(tmp_path / "doc"), "--model", "document",
+                    "--model-opt", "d_model=8", "--model-opt", "num_layers=0", "--epochs", "1", "--device", "cpu",
+                    "--quiet")
+    assert plain.exit_code == 0, plain.output
+    assert json.loads((committed_dir(tmp_path / "doc") / "config.json").read_text())["train_config"]["batch_size"] == 32

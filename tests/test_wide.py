@@ -38,7 +38,7 @@ def test_ngram_features_are_the_words_then_their_hashed_bigrams() -> None:
 
 
 def test_the_wide_half_is_a_normalised_sum_added_to_predict_and_left_out_in_training() -> None:
-    model = _model().eval()
+    model = _model(word_dropout=0.0).eval()
     ids, lengths = torch.tensor([[7, 8, 9, 0]]), torch.tensor([3])
     mask = torch.arange(4)[None, :] < lengths[:, None]  # (B, T)
     assert torch.equal(model.wide_logits(ids, mask[:, None, None, :]), torch.zeros(1, 3))  # before counting
@@ -48,7 +48,31 @@ def test_the_wide_half_is_a_normalised_sum_added_to_predict_and_left_out_in_trai
     expected = model.wide[feats[real]].sum(0) / math.sqrt(5)  # 3 words + 2 bigrams
     torch.testing.assert_close(model(ids, lengths), deep_only + expected)
     torch.testing.assert_close(model.train()(ids, lengths), deep_only)  # dropout is 0: the deep half alone
-    assert "wide" in model.state_dict() and all(name != "wide" for name, _ in model.named_parameters())
+    model.eval().wide_scale.fill_(4.0)
+    torch.testing.assert_close(model(ids, lengths), deep_only + 4 * expected)
+    assert {"wide", "wide_scale"} <= set(model.state_dict())
+    assert all(not name.startswith("wide") for name, _ in model.named_parameters())
+
+
+def test_the_validation_part_chooses_how_much_naive_bayes_counts() -> None:
+    model = _model(num_classes=2, word_dropout=0.0)
+    docs, labels = [[5, 6], [7, 8], [5, 9], [7, 9]], [0, 1, 0, 1]
+    model.init_from_training_data(docs + docs, labels + labels)  # words 5 and 7 decide, each in 4 documents
+    ids, lengths = torch.tensor([[5, 6], [7, 8], [5, 9], [7, 9]]), torch.tensor([2, 2, 2, 2])
+    nb = model.wide_logits(ids, model.prepare(ids, lengths)[2])  # (4, 2)
+    margin = (nb[:, 0] - nb[:, 1]).abs()
+    assert float(margin.min()) > float(margin.max()) / 4
+    with torch.no_grad():  # a deep half that always says class 1, by twice naive Bayes' largest margin
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([0.0, 2 * float(margin.max())]))
+    assert model.choose_wide_scale(docs, labels, scales=(0.5, 1.0, 8.0)) == 8.0  # naive Bayes must outvote it
+    assert float(model.wide_scale) == 8.0 and model.training  # the mode is left as it was
+    assert model.eval()(ids, lengths).argmax(-1).tolist() == labels
+    with torch.no_grad():
+        model.classifier.bias.zero_()
+    assert model.choose_wide_scale(docs, labels, scales=(0.5, 1.0, 8.0)) == 1.0  # all right: ties go to 1
+    with pytest.raises(ValueError, match="same, non-zero number of documents and labels, got 4 and 2"):
+        model.choose_wide_scale(docs, labels[:2])
 
 
 def test_word_dropout_acts_in_training_only() -> None:

@@ -32,9 +32,9 @@ from attnkit.cli.options import (
     train_options,
 )
 from attnkit.cli.rundata import data_source, resumed_data_source
+from attnkit.train.recipe import DEFAULT_MODEL, train_defaults
 
 F = TypeVar("F", bound=Callable[..., Any])
-DEFAULT_MODEL = "sentiment"
 
 
 def friendly_errors(f: F) -> F:
@@ -118,7 +118,8 @@ def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
     if model_name == "bert":
         raise click.UsageError("--model bert fine-tunes a pretrained folder: give --init-from DIR")
     return ClassifierPlan(model_name=model_name, model_options=parse_model_options(ctx, values["model_opt"]),
-                          train_config=collect_train_config(values), data_settings=collect_data_settings(values),
+                          train_config=collect_train_config(values, **train_defaults(model_name)),
+                          data_settings=collect_data_settings(values),
                           **common)
 
 
@@ -188,7 +189,7 @@ def train(ctx: click.Context, **values: Any) -> None:
 
     \b
     Example:
-      attnkit train --data reviews.csv --model sentiment --out runs/reviews
+      attnkit train --data reviews.csv --out runs/reviews
     Run on several processes with torchrun (gloo on CPU, nccl on GPU):
       torchrun --nproc_per_node=2 -m attnkit train --data reviews.csv --out runs/ddp
     Fine-tune a pretrained BERT folder, or train the NumPy twin:
@@ -357,7 +358,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
 
     examples = _read(values["data"], values)
     model_name = values["model"] or DEFAULT_MODEL
-    train_config = collect_train_config(values, device="auto")
+    train_config = collect_train_config(values, device="auto", **train_defaults(model_name))
     results = cross_validate(
         examples, folds=values["folds"], model_name=model_name,
         model_options=parse_model_options(ctx, values["model_opt"]), train_config=train_config,

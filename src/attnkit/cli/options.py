@@ -216,9 +216,11 @@ def train_options(f: F) -> F:
     """Flags of :class:`attnkit.train.TrainConfig` (unset flags keep its defaults)."""
     return _stack(
         _settings_flag("--epochs", click.IntRange(min=1), "Maximum epochs.", "TrainConfig.epochs"),
-        _settings_flag("--batch-size", click.IntRange(min=1), "Examples per step and process.",
+        _settings_flag("--batch-size", click.IntRange(min=1),
+                       "Examples per step and process (the default model wide's recipe: 64).",
                        "TrainConfig.batch_size"),
-        _settings_flag("--lr", float, "Peak AdamW learning rate.", "TrainConfig.lr"),
+        _settings_flag("--lr", float, "Peak AdamW learning rate (the default model wide's recipe: 5e-3).",
+                       "TrainConfig.lr"),
         _settings_flag("--weight-decay", float, "Decoupled weight decay.", "TrainConfig.weight_decay"),
         _settings_flag("--warmup-ratio", float,
                        "Share of steps with linear warm-up, then linear decay (none: a constant rate).",
@@ -284,9 +286,9 @@ def reader_options(f: F) -> F:
 
 def model_options(f: F) -> F:
     return _stack(
-        click.option("--model", type=str, cls=LibraryDefaultOption, default_from="attnkit.cli.commands:DEFAULT_MODEL",
+        click.option("--model", type=str, cls=LibraryDefaultOption, default_from="attnkit.train.recipe:DEFAULT_MODEL",
                      numpy_default_from="attnkit.train.numpy_backend:train_numpy_run.kind",
-                     help="Model name: document, sentiment or han; bert fine-tunes a pretrained folder "
+                     help="Model name: wide, document, sentiment or han; bert fine-tunes a pretrained folder "
                           "(attnkit train --init-from).",
                      numpy_help="--backend numpy: transformer or document."),
         click.option("--model-opt", multiple=True, metavar="KEY=VALUE",

@@ -147,10 +147,10 @@ def fit_classifier(
     model = build_model(model_name, config)
     if init_model is not None:
         init_model(model)
-    elif hasattr(model, "init_from_training_data") and not resume:
+    elif callable(getattr(model, "init_from_training_data", None)) and not resume:
         # A model with a data-given starting point (the wide-and-deep model's naive Bayes
-        # weights) gets it from the training part, and only from it.
-        model.init_from_training_data(train_ds.ids, train_ds.labels)
+        # table) gets it from the training part, and only from it.
+        model.init_from_training_data(train_ds.ids, train_ds.labels)  # type: ignore[operator]
     meta = {"train_config": train_config.to_dict(), "data_settings": dataclasses.asdict(data), **(extra or {})}
     # Everything above is validated before the run directory is touched; the writer takes the
     # lock now and replaces nothing until its first commit, at the end of the first epoch.
@@ -164,6 +164,12 @@ def fit_classifier(
                           lengths=train_ds.lengths, out_dir=out_dir, quiet=quiet, dist=dist, log=log,
                           checkpoint=run.epoch_hook() if run is not None else None)
         history = trainer.fit(resume=resume)
+        choose = getattr(unwrap(model), "choose_wide_scale", None)
+        if callable(choose) and len(val_ds):
+            # the wide model weighs its naive Bayes half on the validation part, after training
+            scale = choose(val_ds.ids, val_ds.labels)
+            if log is not None and dist.is_main:
+                log(f"naive Bayes weight chosen on the validation part: {scale:g}")
         test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
         if run is not None:
             metrics = {"test": test_metrics, "val_best": _best_val(history)}
