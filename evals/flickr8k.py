@@ -146,7 +146,7 @@ def main() -> None:
     for note in notes:
         print(note)
     for name, r in results.items():
-        print(f"{name}: {r['seconds']:.0f} s to decode 1,000 images, {r['mean_words']:.1f} words a caption")
+        print(f"{name}: {r['seconds']:.0f} s to decode {len(refs)} images, {r['mean_words']:.1f} words a caption")
     for g_greedy, g_beam, name, rs in list(zip(decoded["attnkit greedy"], decoded[f"attnkit beam {args.beam}"],
                                                data.names("test"), refs, strict=True))[:5]:
         print(f"  {name}: greedy “{' '.join(vocab.decode(g_greedy.ids))}” | beam “{' '.join(vocab.decode(g_beam.ids))}”"

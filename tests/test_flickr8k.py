@@ -235,3 +235,11 @@ def test_train_on_flickr8k_caches_features_and_resumes(tmp_path: Path) -> None:
     again = CliRunner().invoke(train_caption, [*args, "--epochs", "2", "--out", str(out)])
     assert again.exit_code == 1 and "already holds a different run" in again.output
     assert (cache / "manifest.json").read_text() == manifest
+    # the caption command describes a photograph with that run and draws the per-word attention
+    from attnkit.cli.caption import caption
+
+    photo = root / "images" / (root / "Flickr_8k.testImages.txt").read_text().split()[0]
+    shown = CliRunner().invoke(caption, [str(out), str(photo), "--beam", "2", "--length-penalty", "0.7",
+                                         "--attention", str(tmp_path / "att.png")])
+    assert shown.exit_code == 0, shown.output
+    assert "(empty caption)" in shown.output or (tmp_path / "att.png").stat().st_size > 1000

@@ -96,7 +96,8 @@ class CaptionTask:
 
     def _epoch_rows(self, epoch: int) -> Tensor:
         """A mask of the caption rows epoch ``epoch`` uses: ``per_image`` of each image's captions, taken in turn
-        (so that ``k`` epochs with ``per_image = n_captions / k`` see every caption once).
+        from a seeded start per image (so that ``k`` epochs with ``per_image = n_captions / k`` see every
+        caption once, and each epoch mixes the caption slots).
 
         Shape:
             returns ``(M,)`` bool over the caption rows.
@@ -108,7 +109,11 @@ class CaptionTask:
         counts = torch.bincount(index)  # captions per image
         rank = torch.arange(len(index)) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
         per = counts[index[order]]
-        start = (epoch * self.per_image) % per
+        # each image starts at its own seeded caption: caption files often order an image's captions by
+        # style (Flickr8k's fifth caption starts with "the" four times as often), so one slot per epoch
+        # would swing the language from epoch to epoch
+        offset = torch.randint(0, 1 << 30, (len(counts),), generator=torch.Generator().manual_seed(self.seed + 1))
+        start = (epoch * self.per_image + offset[index[order]]) % per
         keep = torch.zeros(len(index), dtype=torch.bool)
         keep[order] = ((rank - start) % per) < torch.clamp(per, max=self.per_image)
         return keep

@@ -155,7 +155,7 @@ def encode_to_cache(model: ImageCaptioner, paths: Sequence[Path], cache: Feature
     pending: dict[str, Tensor] = {}
     clock = time.perf_counter()
     with torch.inference_mode(), tqdm(total=len(todo), desc="encoding images", unit="img",
-                                      disable=not progress) as bar:
+                                      disable=not progress or not todo) as bar:
         for start in range(0, len(todo), batch_size):
             chunk = todo[start:start + batch_size]
             pixels = images_to_tensor([read(p, model.config.image_size) for p in chunk])
