@@ -248,9 +248,12 @@ def _tiles_apply(q: Tensor, score_mod: ScoreMod | None, dropout: float, return_w
     """Whether a score_mod call runs in query tiles (:mod:`attnkit.tiled_attention`).
 
     Not with dropout or weights asked for, nor when the score_mod mixes in a
-    tensor that needs a gradient: those take the blocks through autograd.
+    tensor that needs a gradient: those take the blocks through autograd. Nor
+    in a compiled graph: the tiles' custom backward is eager code, and the
+    compiler fuses the autograd path's score_mod itself.
     """
     return (score_mod is not None and dropout == 0.0 and not return_weights
+            and not torch.compiler.is_compiling()
             and not _tiled.captures_gradients(score_mod, q.device))
 
 
