@@ -5,8 +5,8 @@ Train first (the features of the frozen EfficientNet-Lite0 are cached under
 
     attnkit train --task caption --data /work/data/flickr8k --backbone efficientnet-lite0 \\
         --region-dim 384 --hidden-dim 384 --embed-dim 256 --attention-dim 256 --dropout 0.3 \\
-        --min-count 5 --max-len 22 --batch-size 64 --lr 1e-3 --captions-per-image 1 --epochs 8 \\
-        --patience 3 --out runs/flickr8k
+        --min-count 5 --max-len 22 --batch-size 32 --lr 1e-3 --captions-per-image 1 --epochs 14 \\
+        --patience 4 --time-budget 17 --out runs/flickr8k
 
 then measure::
 

@@ -210,8 +210,8 @@ def test_train_task_routes_to_the_translation_and_caption_trainers() -> None:
     for task, words in (("translate", "translation"), ("caption", "captioner")):
         result = _invoke("train", "--task", task, "--help")
         assert result.exit_code == 0 and words in result.output, result.output
-        assert "--data" not in result.output  # not the classifier's options
-    assert "--data" in _invoke("train", "--task", "classify", "--help").output
+        assert "--text-field" not in result.output  # not the classifier's options
+    assert "--text-field" in _invoke("train", "--task", "classify", "--help").output
 
 
 def test_every_train_command_reads_its_task_back() -> None:

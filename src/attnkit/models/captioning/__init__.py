@@ -6,15 +6,16 @@ pooling: the grid is what the decoder looks at). An LSTM writes the caption one
 word at a time; before each word it scores every region with additive
 attention on its state and reads a gated weighted mean of them.
 
-============== ================================================================
-module         holds
-============== ================================================================
-``encoder``    the image encoders (built-in CNN, torchvision ResNets), :data:`BACKBONES`
-``pretrained`` :func:`load_backbone_weights` from a local file
-``config``     :class:`CaptionerConfig`, :data:`ATTEND_WITH`
-``decoder``    the attending LSTM (the equations), :class:`GeneratedCaption`
-``model``      :class:`ImageCaptioner`: encoder + decoder, loss, greedy and beam search
-============== ================================================================
+================ ================================================================
+module           holds
+================ ================================================================
+``encoder``      the image encoders (built-in CNN, torchvision ResNets), :data:`BACKBONES`
+``efficientnet`` the frozen, pretrained-ready EfficientNet-Lite0 encoder (``vision`` extra)
+``pretrained``   :func:`load_backbone_weights` from a local file
+``config``       :class:`CaptionerConfig`, :data:`ATTEND_WITH`
+``decoder``      the attending LSTM (the equations), :class:`GeneratedCaption`
+``model``        :class:`ImageCaptioner`: encoder + decoder, loss, greedy and beam search
+================ ================================================================
 
 :mod:`attnkit.models.captioner` re-exports the same names.
 
