@@ -64,6 +64,15 @@ def table_rows(results: dict[str, dict[str, float]], minutes: float) -> list[lis
     return rows
 
 
+def unigram_precision_and_bp(hyps: list[str], refs: list[list[str]]) -> dict[str, float]:
+    """BLEU-1 = unigram precision × brevity penalty (sacreBLEU, closest reference length)."""
+    from sacrebleu.metrics import BLEU
+
+    streams = [list(r) for r in zip(*refs, strict=True)]  # every Flickr8k image has 5 references
+    score = BLEU(max_ngram_order=1).corpus_score(hyps, streams)
+    return {"unigram_precision": float(score.precisions[0]), "brevity_penalty": float(score.bp)}
+
+
 def training_minutes(run: Path, cache_dir: Path) -> tuple[float, float]:
     """Minutes spent encoding the cached features and training the decoder."""
     history = [json.loads(line) for line in (committed_dir(run) / "history.jsonl").read_text().splitlines()]
@@ -138,7 +147,8 @@ def main() -> None:
         start = time.perf_counter()
         decoded[name] = generate(model, inputs, beam=beam, features=features, **(search if beam > 1 else {}))
         hyps = [" ".join(vocab.decode(g.ids)) for g in decoded[name]]
-        results[name] = {**bleu_scores(hyps, refs), "seconds": time.perf_counter() - start,
+        results[name] = {**bleu_scores(hyps, refs), **unigram_precision_and_bp(hyps, refs),
+                         "seconds": time.perf_counter() - start,
                          "mean_words": sum(len(h.split()) for h in hyps) / len(hyps)}
     encode_min, train_min = training_minutes(Path(args.run), cache_dir)
     columns = ["model", "BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "training"]
@@ -158,7 +168,8 @@ def main() -> None:
     for note in notes:
         print(note)
     for name, r in results.items():
-        print(f"{name}: {r['seconds']:.0f} s to decode {len(refs)} images, {r['mean_words']:.1f} words a caption")
+        print(f"{name}: {r['seconds']:.0f} s to decode {len(refs)} images, {r['mean_words']:.1f} words a caption; "
+              f"BLEU-1 = unigram precision {r['unigram_precision']:.1f} × brevity penalty {r['brevity_penalty']:.3f}")
     for g_greedy, g_beam, name, rs in list(zip(decoded["attnkit greedy"], decoded[f"attnkit beam {args.beam}"],
                                                data.names(args.split), refs, strict=True))[:5]:
         print(f"  {name}: greedy “{' '.join(vocab.decode(g_greedy.ids))}” | beam “{' '.join(vocab.decode(g_beam.ids))}”"
