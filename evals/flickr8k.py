@@ -12,8 +12,10 @@ then measure::
 
     python evals/flickr8k.py --run runs/flickr8k --data /work/data/flickr8k --figures runs/flickr8k-figures
 
-It decodes the 1,000 test images greedily and with beam search (``--beam``,
-GNMT ``--length-penalty``), scores corpus BLEU-1..4 (sacreBLEU, 13a) against
+It decodes the 1,000 test images (``--split dev``: the dev images, to choose
+the decoding settings on) greedily and with beam search (``--beam``, GNMT
+``--length-penalty``, ``--length-bonus`` per word, ``--min-words``,
+``--block-repeats``), scores corpus BLEU-1..4 (sacreBLEU, 13a) against
 all 5 references of each image, and prints them beside the paper's rows with
 the training time (feature caching + decoder epochs, from the cache manifest
 and the run's history). METEOR is not reported: no PyPI package computes it
@@ -62,6 +64,15 @@ def table_rows(results: dict[str, dict[str, float]], minutes: float) -> list[lis
     return rows
 
 
+def unigram_precision_and_bp(hyps: list[str], refs: list[list[str]]) -> dict[str, float]:
+    """BLEU-1 = unigram precision × brevity penalty (sacreBLEU, closest reference length)."""
+    from sacrebleu.metrics import BLEU
+
+    streams = [list(r) for r in zip(*refs, strict=True)]  # every Flickr8k image has 5 references
+    score = BLEU(max_ngram_order=1).corpus_score(hyps, streams)
+    return {"unigram_precision": float(score.precisions[0]), "brevity_penalty": float(score.bp)}
+
+
 def training_minutes(run: Path, cache_dir: Path) -> tuple[float, float]:
     """Minutes spent encoding the cached features and training the decoder."""
     history = [json.loads(line) for line in (committed_dir(run) / "history.jsonl").read_text().splitlines()]
@@ -107,27 +118,37 @@ def main() -> None:
     parser.add_argument("--run", required=True, help="a finished captioning run trained with --data")
     parser.add_argument("--data", required=True, help="the Flickr8k folder")
     parser.add_argument("--beam", type=int, default=3)
-    parser.add_argument("--length-penalty", type=float, default=0.0)
+    parser.add_argument("--length-penalty", type=float, default=0.0, help="GNMT alpha of the beam search")
+    parser.add_argument("--length-bonus", type=float, default=0.0, help="beam score added per generated word")
+    parser.add_argument("--min-words", type=int, default=0, help="no <eos> before this many words (beam)")
+    parser.add_argument("--block-repeats", action="store_true", help="never a word right after itself (beam)")
+    parser.add_argument("--split", choices=("test", "dev"), default="test",
+                        help="choose decoding settings on dev, then measure test once")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--figures", help="write attention overlays and report.html to this folder")
     parser.add_argument("--per-subject", type=int, default=2, help="overlays per subject (person, dog, ball)")
     parser.add_argument("--json", help="write the figures to this JSON file")
     args = parser.parse_args()
+    if args.figures and args.split != "test":
+        parser.error("--figures draws test images: use it with --split test")
     torch.set_num_threads(args.threads)
     model, vocab, meta = load_caption_run(args.run)
     data = load_flickr8k(args.data)
     cache_dir = Path(meta["options"].get("feature_cache") or default_cache_dir(args.data, model.config.backbone,
                                                                                model.config.image_size))
-    inputs, features = split_inputs(model, data, "test", cache_dir=cache_dir)
+    inputs, features = split_inputs(model, data, args.split, cache_dir=cache_dir)
     inputs = inputs if features else inputs.float() / 255.0
-    refs = data.references("test")
+    refs = data.references(args.split)
+    search = {"length_penalty": args.length_penalty, "length_bonus": args.length_bonus,
+              "min_len": args.min_words, "block_repeats": args.block_repeats}
     results: dict[str, dict[str, float]] = {}
     decoded: dict[str, list[Any]] = {}
     for name, beam in (("attnkit greedy", 1), (f"attnkit beam {args.beam}", args.beam)):
         start = time.perf_counter()
-        decoded[name] = generate(model, inputs, beam=beam, features=features, length_penalty=args.length_penalty)
+        decoded[name] = generate(model, inputs, beam=beam, features=features, **(search if beam > 1 else {}))
         hyps = [" ".join(vocab.decode(g.ids)) for g in decoded[name]]
-        results[name] = {**bleu_scores(hyps, refs), "seconds": time.perf_counter() - start,
+        results[name] = {**bleu_scores(hyps, refs), **unigram_precision_and_bp(hyps, refs),
+                         "seconds": time.perf_counter() - start,
                          "mean_words": sum(len(h.split()) for h in hyps) / len(hyps)}
     encode_min, train_min = training_minutes(Path(args.run), cache_dir)
     columns = ["model", "BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "training"]
@@ -138,17 +159,19 @@ def main() -> None:
              f"{cfg.region_dim}, attend_with {cfg.attend_with}, gate {cfg.gate}, λ {cfg.attention_reg}; "
              f"vocabulary {len(vocab)} words",
              f"training: {encode_min:.1f} min feature caching + {train_min:.1f} min decoder epochs "
-             f"({meta['progress']['epoch']} epochs); beam "
-             f"{args.beam}, length penalty {args.length_penalty}; METEOR not measured (no offline PyPI scorer)"]
+             f"({meta['progress']['epoch']} epochs); {args.split} split; beam {args.beam}, length penalty "
+             f"{args.length_penalty}, length bonus {args.length_bonus}, min words {args.min_words}, block repeats "
+             f"{args.block_repeats}; METEOR not measured (no offline PyPI scorer)"]
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     for row in rows:
         print("| " + " | ".join(row) + " |")
     for note in notes:
         print(note)
     for name, r in results.items():
-        print(f"{name}: {r['seconds']:.0f} s to decode {len(refs)} images, {r['mean_words']:.1f} words a caption")
+        print(f"{name}: {r['seconds']:.0f} s to decode {len(refs)} images, {r['mean_words']:.1f} words a caption; "
+              f"BLEU-1 = unigram precision {r['unigram_precision']:.1f} × brevity penalty {r['brevity_penalty']:.3f}")
     for g_greedy, g_beam, name, rs in list(zip(decoded["attnkit greedy"], decoded[f"attnkit beam {args.beam}"],
-                                               data.names("test"), refs, strict=True))[:5]:
+                                               data.names(args.split), refs, strict=True))[:5]:
         print(f"  {name}: greedy “{' '.join(vocab.decode(g_greedy.ids))}” | beam “{' '.join(vocab.decode(g_beam.ids))}”"
               f" | ref “{rs[0]}”")
     shown: list[dict[str, str]] = []

@@ -211,7 +211,7 @@ def test_reorder_state_handles_nested_states() -> None:
 
 
 def test_the_captioner_and_the_translation_model_share_one_beam_search(monkeypatch: pytest.MonkeyPatch) -> None:
-    import attnkit.decoding as decoding
+    import attnkit.decoding.translation as decoding
     from attnkit.data.shapes import shapes_vocab
     from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
     from attnkit.models.captioning import decoder as caption_decoder
@@ -232,3 +232,57 @@ def test_the_captioner_and_the_translation_model_share_one_beam_search(monkeypat
                                                channels=(2, 2, 2), max_len=3)).eval()
     captioner.beam_search(torch.rand(2, 3, 32, 32), beam_size=2)
     assert calls == [3, 2]
+
+
+# "[EOS]" at once: log P = -1.0, |Y| = 1. "a [EOS]": log P = -1.18, |Y| = 2. With alpha = 0 and a bonus
+# beta per token, "a [EOS]" wins iff -1.18 + 2 beta > -1.0 + beta, i.e. beta > 0.18.
+@pytest.mark.parametrize(("bonus", "expected_tokens"), [(0.17, []), (0.19, [A])])
+def test_length_bonus_adds_beta_per_token(bonus: float, expected_tokens: list[int]) -> None:
+    (best,) = beam_search_over_steps(fixed_step({EOS: -1.0, A: -0.08}, {EOS: -1.1, A: -5.0}), torch.zeros(1, 1),
+                                     batch_size=1, bos_id=BOS, eos_id=EOS, max_len=4, beam_size=2,
+                                     length_bonus=bonus)
+    assert best.tokens == expected_tokens
+    assert best.score == pytest.approx(best.log_prob + bonus * best.length)
+
+
+def test_min_len_holds_back_the_eos() -> None:
+    step = fixed_step({EOS: -1.0, A: -0.08}, {EOS: -1.1, A: -5.0})
+    kwargs = {"batch_size": 1, "bos_id": BOS, "eos_id": EOS, "max_len": 5, "beam_size": 2}
+    assert beam_search_over_steps(step, torch.zeros(1, 1), **kwargs)[0].tokens == []  # type: ignore[arg-type]
+    (best,) = beam_search_over_steps(step, torch.zeros(1, 1), min_len=2, **kwargs)  # type: ignore[arg-type]
+    assert best.tokens == [A, A] and best.ended and best.length == 3
+    assert best.log_prob == pytest.approx(-0.08 - 5.0 - 1.1)
+
+
+def test_block_repeats_forbids_the_token_just_generated() -> None:
+    step = fixed_step({EOS: -1.0, A: -0.08}, {A: -0.1, B: -2.0, EOS: -3.0}, others={B: {EOS: -0.1, B: -0.01}})
+    kwargs = {"batch_size": 1, "bos_id": BOS, "eos_id": EOS, "max_len": 4, "beam_size": 1}
+    assert beam_search_over_steps(step, torch.zeros(1, 1), **kwargs)[0].tokens == [A, A, A, A]  # type: ignore[arg-type]
+    (best,) = beam_search_over_steps(step, torch.zeros(1, 1), block_repeats=True, **kwargs)  # type: ignore[arg-type]
+    assert best.tokens == [A, B] and best.ended  # "b b" (-0.01) is blocked too
+    assert best.log_prob == pytest.approx(-0.08 - 2.0 - 0.1)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"length_bonus": -0.5}, "length_bonus"), ({"length_bonus": float("nan")}, "length_bonus"),
+    ({"min_len": 4}, "min_len"), ({"min_len": 1.5}, "min_len"),
+])
+def test_bad_search_constraints(options: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        beam_search_over_steps(fixed_step({EOS: -1.0}, {EOS: -1.0}), torch.zeros(1, 1), batch_size=1, bos_id=BOS,
+                               eos_id=EOS, max_len=4, **options)  # type: ignore[arg-type]
+
+
+def test_the_captioner_never_generates_pad_or_bos() -> None:
+    from attnkit.data.shapes import shapes_vocab
+    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+
+    captioner = ImageCaptioner(CaptionerConfig(vocab_size=len(shapes_vocab()), image_size=32,
+                                               channels=(2, 2, 2), max_len=4)).eval()
+    cfg = captioner.config
+    with torch.no_grad():  # without the block, <bos> and <pad> would be the most likely words
+        captioner.out.bias[cfg.bos_id] = 50.0
+        captioner.out.bias[cfg.pad_id] = 40.0
+    images = torch.rand(2, 3, 32, 32)
+    for caption in captioner.greedy(images) + captioner.beam_search(images, beam_size=2, block_repeats=True):
+        assert caption.ids and not {cfg.pad_id, cfg.bos_id} & set(caption.ids)

@@ -293,12 +293,17 @@ def train_caption(**values: Any) -> None:
               help="Beam width (1 = greedy).")
 @click.option("--length-penalty", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="GNMT length penalty alpha of the beam search (0: plain log-probability).")
+@click.option("--length-bonus", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Score added per generated word (longer captions; 0: none).")
+@click.option("--min-words", type=click.IntRange(min=0), default=0, show_default=True,
+              help="No end of caption before this many words.")
+@click.option("--block-repeats", is_flag=True, help="Never generate a word right after itself.")
 @click.option("--attention", "attention_path", type=click.Path(dir_okay=False),
               help="Save a figure of the attention for each word to this file (.png, .svg, .pdf).")
 @allow_unfinished_option
 @friendly_errors
-def caption(checkpoint: str, image: str, beam: int, length_penalty: float, attention_path: str | None,
-            allow_unfinished: bool) -> None:
+def caption(checkpoint: str, image: str, beam: int, length_penalty: float, length_bonus: float, min_words: int,
+            block_repeats: bool, attention_path: str | None, allow_unfinished: bool) -> None:
     """Describe IMAGE with the captioner saved in CHECKPOINT.
 
     \b
@@ -311,7 +316,8 @@ def caption(checkpoint: str, image: str, beam: int, length_penalty: float, atten
     if meta.get("notice"):
         click.echo(meta["notice"], err=True)
     pixels = load_image(image, model.config.image_size)
-    (result,) = generate(model, images_to_tensor(pixels[None]), beam=beam, length_penalty=length_penalty)
+    (result,) = generate(model, images_to_tensor(pixels[None]), beam=beam, length_penalty=length_penalty,
+                         length_bonus=length_bonus, min_len=min_words, block_repeats=block_repeats)
     words = vocab.decode(result.ids)
     click.echo(" ".join(words) if words else "(empty caption)")
     if attention_path:

@@ -193,9 +193,11 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
 
 
 def generate(model: ImageCaptioner, images: Tensor, *, beam: int = 1, batch_size: int = 128,
-             features: bool = False, length_penalty: float = 0.0) -> list[Any]:
+             features: bool = False, length_penalty: float = 0.0, **constraints: Any) -> list[Any]:
     """Captions for many images (or, with ``features=True``, cached region features ``(N, R, C)``):
-    batched greedy decoding for ``beam == 1``, beam search with the GNMT ``length_penalty`` otherwise."""
+    batched greedy decoding for ``beam == 1`` without ``constraints``, beam search with the GNMT
+    ``length_penalty`` and the ``constraints`` (``length_bonus``, ``min_len``, ``block_repeats`` of
+    :func:`attnkit.decoding.beam_search_over_steps`) otherwise."""
     import torch
 
     model.eval()
@@ -204,8 +206,9 @@ def generate(model: ImageCaptioner, images: Tensor, *, beam: int = 1, batch_size
     for chunk in images.split(batch_size):
         with torch.no_grad():
             regions = model.check_features(chunk) if features else model.encode(chunk)  # (B, R, C)
-        out += model.generate_greedy(regions, limit) if beam == 1 else \
-            model.generate_beam(regions, limit, beam, length_penalty)
+        greedy = beam == 1 and not any(constraints.values())
+        out += model.generate_greedy(regions, limit) if greedy else \
+            model.generate_beam(regions, limit, beam, length_penalty, **constraints)
     return out
 
 

@@ -24,6 +24,7 @@ width, V vocabulary, K beam size.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -127,10 +128,14 @@ class SoftAttentionDecoder(nn.Module):
     # --- generation ------------------------------------------------------------------------------
 
     def _step_function(self) -> StepFunction[_DecoderState]:
+        blocked = [self.config.pad_id, self.config.bos_id]
+
         def step(prev: Tensor, state: _DecoderState) -> tuple[Tensor, Tensor, _DecoderState]:
             h, c, features, projected = state
             logits, alpha, h, c = self._step(prev, h, c, features, projected)
-            return torch.log_softmax(logits.float(), dim=-1), alpha, (h, c, features, projected)  # (N, V), (N, R)
+            logp = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+            logp[:, blocked] = float("-inf")  # <pad> and <bos> are inputs, never outputs
+            return logp, alpha, (h, c, features, projected)  # (N, V), (N, R)
         return step
 
     def _start_state(self, features: Tensor) -> _DecoderState:
@@ -160,9 +165,10 @@ class SoftAttentionDecoder(nn.Module):
         return self._captions(hyps)
 
     @torch.no_grad()
-    def generate_beam(self, features: Tensor, max_len: int, beam_size: int,
-                      length_penalty: float) -> list[GeneratedCaption]:
-        """Beam search of :func:`attnkit.decoding.beam_search_over_steps` (GNMT length penalty ``alpha``).
+    def generate_beam(self, features: Tensor, max_len: int, beam_size: int, length_penalty: float,
+                      **constraints: Any) -> list[GeneratedCaption]:
+        """Beam search of :func:`attnkit.decoding.beam_search_over_steps` (GNMT length penalty ``alpha``;
+        ``constraints``: its ``length_bonus``, ``min_len`` and ``block_repeats``).
 
         Shape:
             features ``(B, R, C)``; returns B captions with weights ``(n_words, R)``.
@@ -171,5 +177,6 @@ class SoftAttentionDecoder(nn.Module):
         hyps = beam_search_over_steps(self._step_function(), self._start_state(features),
                                       batch_size=features.shape[0], bos_id=cfg.bos_id, eos_id=cfg.eos_id,
                                       max_len=max_len, beam_size=beam_size, length_penalty=length_penalty,
+                                      **constraints,
                                       device=features.device)
         return self._captions(hyps)

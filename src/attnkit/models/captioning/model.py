@@ -177,7 +177,8 @@ class ImageCaptioner(SoftAttentionDecoder):
 
     @torch.no_grad()
     def beam_search(self, images: Tensor, *, beam_size: int = 3, max_len: int | None = None,
-                    length_penalty: float = 0.0) -> list[GeneratedCaption]:
+                    length_penalty: float = 0.0, length_bonus: float = 0.0, min_len: int = 0,
+                    block_repeats: bool = False) -> list[GeneratedCaption]:
         """Keep the ``beam_size`` best partial captions of each image at each step.
 
         The search is :func:`attnkit.decoding.beam_search_over_steps`, the one
@@ -188,13 +189,17 @@ class ImageCaptioner(SoftAttentionDecoder):
         ``|Y|`` counting the ``<eos>`` (``length_penalty=0``: the plain sum of
         log-probabilities, so ``beam_size=1`` is exactly :meth:`greedy`). The
         returned ``score`` is the caption's log-probability, without the penalty.
+        ``length_bonus`` adds that much per token to the ranking score,
+        ``min_len`` forbids ``<eos>`` before that many words, ``block_repeats``
+        forbids a word right after itself (see :mod:`attnkit.decoding`).
 
         Shape:
             images ``(B, 3, S, S)``; returns B captions with weights ``(n_words, R)``.
         """
         k = check_positive_int("beam_size", beam_size)
         limit = self._max_len(max_len)
-        return self.generate_beam(self.encode(images), limit, k, length_penalty)
+        return self.generate_beam(self.encode(images), limit, k, length_penalty, length_bonus=length_bonus,
+                                  min_len=min_len, block_repeats=block_repeats)
 
     def attention_maps(self, weights: Tensor) -> Tensor:
         """Per-word attention as image-shaped maps: ``(T, R) -> (T, h, w)`` (row-major regions)."""
