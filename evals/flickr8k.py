@@ -3,14 +3,14 @@
 Train first (the features of the frozen EfficientNet-Lite0 are cached under
 ``DATA/features/`` on the first run and reused afterwards)::
 
-    attnkit train --task caption --data /work/data/flickr8k --backbone efficientnet-lite0 \\
+    attnkit train --task caption --data data/flickr8k --backbone efficientnet-lite0 \\
         --region-dim 384 --hidden-dim 384 --embed-dim 256 --attention-dim 256 --dropout 0.3 \\
         --min-count 5 --max-len 22 --batch-size 32 --lr 1e-3 --captions-per-image 1 --epochs 14 \\
         --patience 4 --time-budget 17 --out runs/flickr8k
 
 then measure::
 
-    python evals/flickr8k.py --run runs/flickr8k --data /work/data/flickr8k --figures runs/flickr8k-figures
+    python evals/flickr8k.py --run runs/flickr8k --data data/flickr8k --figures runs/flickr8k-figures
 
 It decodes the 1,000 test images (``--split dev``: the dev images, to choose
 the decoding settings on) greedily and with beam search (``--beam``, GNMT
