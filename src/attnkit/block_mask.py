@@ -248,7 +248,7 @@ class BlockMask:
         # (all blocks full, all query rows keep a key), eagerly: attention may not branch on data
         self._flags = flags if flags is not None else (
             bool((elem_index == 1).all()), bool(elements.any(-1)[elem_index].any(3).all()))
-        self._derived: dict[tuple[Any, ...], Tensor] = {}  # what attention derives from it, by key
+        self._derived: dict[tuple[Any, ...], Any] = {}  # what attention derives from it, by key
 
     @property
     def device(self) -> torch.device:

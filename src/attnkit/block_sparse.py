@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnkit import block_runs as _runs
 from attnkit import masks as _masks
 from attnkit import tiled_attention as _tiled
 from attnkit.block_mask import BlockMask
@@ -278,6 +279,9 @@ def dispatch(
             )
         if backend != "math":
             why = f"{100 * mask.sparsity():.0f}% of blocks skipped ({mask.counts['partial']} partial)"
+            if score_mod is None and dropout == 0.0 and not return_weights and _runs.usable(q, k, v, mask):
+                out = _runs.runs_attention(q, k, v, mask, scale=scale)
+                return "block-sparse", why + "; contiguous key runs as views", out
             if _tiles_apply(q, score_mod, dropout, return_weights):
                 out = _tiled.tiled_attention(q, k, v, mask, scale=scale, score_mod=score_mod)
                 return "block-sparse", why + "; score_mod in query tiles", out

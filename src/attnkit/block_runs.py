@@ -1,0 +1,198 @@
+"""Block-sparse attention over contiguous key runs: views of the keys, no gather.
+
+When every query block's non-empty key blocks of a
+:class:`~attnkit.block_mask.BlockMask` form one contiguous run (causal,
+sliding windows, packed documents, prefix-LM), a group of consecutive query
+blocks attends a *view* ``k[:, :, start:end]`` through torch's CPU flash kernel,
+with an additive mask only where the group's span holds blocks that are not
+full for all its rows. Consecutive query blocks share one kernel call while
+their common span wastes at most a quarter more work than their own runs.
+The plan (groups and masks) is found once per BlockMask and kept on it;
+backward calls the flash kernel's backward from the saved log-sum-exp and adds
+each group's key and value gradients into their slices in place.
+
+Shape legend: B batch, H heads, Tq/Tk query/key length, Dh head width,
+bs block size, nQ query blocks, K key blocks stored per query block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnkit.block_mask import BlockMask
+
+__all__ = ["run_plan", "usable", "runs_attention"]
+
+_WASTE = 1.25  # a group's span may hold this much more work than its query blocks' own runs
+_MAX_GROUP = 8  # query blocks per kernel call at most
+_CACHED_MASK_ELEMENTS = 1 << 24  # additive masks kept on the BlockMask up to this many entries in all
+
+Call = tuple[int, int, int, int, int, int, int, Tensor | None]
+"""``(q0, q_step, L, k0, k_step, S, n, allowed)``: ``n`` groups of ``L`` query rows from ``q0 + i q_step``
+attending ``S`` keys from ``k0 + i k_step``, one kernel call as a strided view; the bool mask or None."""
+
+
+def _runs(bm: BlockMask) -> tuple[list[int], list[int]] | None:
+    """Per query block the first and end key block of its one run, or None when some run has a gap."""
+    kv, ei = bm.kv_indices[0, 0], bm.elem_index[0, 0]  # (nQ, K)
+    n = (ei > 0).sum(-1)  # (nQ,)
+    ar = torch.arange(kv.shape[1], device=kv.device)
+    if not bool(((kv - kv[:, :1] == ar) | (ar >= n[:, None])).all()):
+        return None
+    return kv[:, 0].tolist(), (kv[:, 0] + n).tolist()
+
+
+def _groups(starts: list[int], ends: list[int]) -> list[tuple[int, int, int, int]]:
+    """Consecutive query blocks merged while their common span wastes little: ``(i0, i1, s, e)`` blocks."""
+    out: list[tuple[int, int, int, int]] = []
+    for i, (s, e) in enumerate(zip(starts, ends, strict=True)):
+        if out:
+            i0, _, gs, ge = out[-1]
+            own = sum(ends[j] - starts[j] for j in range(i0, i + 1))
+            ns, ne = min(gs, s), max(ge, e)
+            if i + 1 - i0 <= _MAX_GROUP and (i + 1 - i0) * (ne - ns) <= _WASTE * own:
+                out[-1] = (i0, i + 1, ns, ne)
+                continue
+        out.append((i, i + 1, s, e))
+    return out
+
+
+def _allowed(bm: BlockMask, g: tuple[int, int, int, int], starts: list[int], ends: list[int]) -> Tensor:
+    """The group's bool mask over its span, from the stored blocks. Shape: ``(rows, cols)``."""
+    i0, i1, s, e = g
+    bs = bm.block_size
+    idx = torch.zeros(i1 - i0, e - s, dtype=torch.long, device=bm.device)
+    for r, i in enumerate(range(i0, i1)):
+        idx[r, starts[i] - s: ends[i] - s] = bm.elem_index[0, 0, i, : ends[i] - starts[i]]
+    allowed = bm.elements[idx].transpose(1, 2).reshape((i1 - i0) * bs, (e - s) * bs)
+    tq, tk = bm.shape[2], bm.shape[3]
+    return allowed[: min(i1 * bs, tq) - i0 * bs, : min(e * bs, tk) - s * bs]
+
+
+def _batched(groups: list[tuple[int, int, int, int, Tensor | None]]) -> list[Call]:
+    """Consecutive groups of one shape, evenly spaced and with one mask, batched into one call."""
+    calls: list[Call] = []
+    for q0, q1, k0, k1, a in groups:
+        if calls:
+            c0, qs, lq, d0, ks, sk, n, ca = calls[-1]
+            nqs, nks = (q0 - c0, k0 - d0) if n == 1 else (qs, ks)
+            same = (ca is None and a is None) or (ca is not None and a is not None and ca.shape == a.shape
+                                                 and bool(torch.equal(ca, a)))
+            if (q1 - q0, k1 - k0) == (lq, sk) and same and q0 == c0 + n * nqs and k0 == d0 + n * nks \
+                    and nks > 0 and sk % nks == 0:
+                calls[-1] = (c0, nqs, lq, d0, nks, sk, n + 1, ca)
+                continue
+        calls.append((q0, q1 - q0, q1 - q0, k0, k1 - k0, k1 - k0, 1, a))
+    return calls
+
+
+def run_plan(bm: BlockMask) -> list[Call] | None:
+    """The kernel calls of the contiguous path, or None when it does not apply (found once, kept).
+
+    None when the mask depends on the batch or head, when some query block's
+    key blocks have a gap, or when some query row keeps no key.
+    """
+    cached = bm._derived.get(("runs",))
+    if cached is not None:
+        return cached or None
+    plan: list[Call] | None = None
+    runs = _runs(bm) if bm.kv_indices.shape[:2] == (1, 1) else None
+    if runs is not None:
+        starts, ends = runs
+        groups: list[tuple[int, int, int, int, Tensor | None]] | None = []
+        bs, tq, tk = bm.block_size, bm.shape[2], bm.shape[3]
+        for g in _groups(starts, ends):
+            allowed = _allowed(bm, g, starts, ends)
+            if not bool(allowed.any(-1).all()):
+                groups = None
+                break
+            assert groups is not None
+            groups.append((g[0] * bs, min(g[1] * bs, tq), g[2] * bs, min(g[3] * bs, tk),
+                           None if bool(allowed.all()) else allowed))
+        plan = None if groups is None else _batched(groups)
+    bm._derived[("runs",)] = plan if plan is not None else False
+    return plan
+
+
+def usable(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask) -> bool:
+    """Whether :func:`runs_attention` can run this call (eager, CPU, one head count, contiguous runs)."""
+    return (not torch.compiler.is_compiling() and q.device.type == "cpu" and k.shape[1] == q.shape[1]
+            and v.shape[-1] == q.shape[-1]
+            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
+            and run_plan(bm) is not None)
+
+
+def _additive(bm: BlockMask, plan: list[Call], dtype: torch.dtype) -> list[Tensor | None]:
+    """Each call's mask as ``0`` / ``-inf`` in ``dtype``; kept on the BlockMask when small."""
+    key = ("runs-additive", dtype)
+    masks = bm._derived.get(key)
+    if masks is None:
+        masks = [None if a is None else torch.zeros(a.shape, dtype=dtype, device=a.device).masked_fill_(
+            ~a, float("-inf")) for *_, a in plan]
+        if sum(0 if m is None else m.numel() for m in masks) <= _CACHED_MASK_ELEMENTS:
+            bm._derived[key] = masks
+    return masks
+
+
+def _view(x: Tensor, b: int, start: int, step: int, length: int, n: int) -> Tensor:
+    """``n`` windows of ``length`` positions from ``start`` every ``step`` of example ``b``, no copy.
+
+    Shape:
+        x ``(B, H, T, D)`` or ``(B, H, T)``; returns ``(n, H, length, D)`` or ``(n, H, length)``.
+    """
+    st = x.stride()
+    return x.as_strided((n, x.shape[1], length, *x.shape[3:]), (step * st[2], st[1], *st[2:]),
+                        x.storage_offset() + b * st[0] + start * st[2])
+
+
+class _Runs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, plan: list[Call], masks: list[Tensor | None],
+                scale: float) -> Tensor:
+        b, h, tq, dh = q.shape
+        out = torch.empty(b, tq, h, dh, dtype=q.dtype, device=q.device).transpose(1, 2)  # token-major
+        lse = torch.empty(b, h, tq, dtype=torch.float32, device=q.device)
+        for (q0, qs, lq, k0, ks, sk, n, _), m in zip(plan, masks, strict=True):
+            for i in range(b):
+                o, ls = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                    _view(q, i, q0, qs, lq, n), _view(k, i, k0, ks, sk, n), _view(v, i, k0, ks, sk, n),
+                    attn_mask=m, scale=scale)
+                _view(out, i, q0, qs, lq, n).copy_(o)
+                _view(lse, i, q0, qs, lq, n).copy_(ls)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = (plan, masks, scale)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        q, k, v, out, lse = ctx.saved_tensors
+        plan, masks, scale = ctx.args
+        grad = grad.contiguous()
+        dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for (q0, qs, lq, k0, ks, sk, n, _), m in zip(plan, masks, strict=True):
+            for i in range(q.shape[0]):
+                gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                    _view(grad, i, q0, qs, lq, n), _view(q, i, q0, qs, lq, n), _view(k, i, k0, ks, sk, n),
+                    _view(v, i, k0, ks, sk, n), _view(out, i, q0, qs, lq, n), _view(lse, i, q0, qs, lq, n),
+                    0.0, False, attn_mask=m, scale=scale)
+                _view(dq, i, q0, qs, lq, n).copy_(gq)
+                step = ks if n > 1 else sk
+                for j in range(0, sk, step):  # overlapping windows added in non-overlapping strides
+                    _view(dk, i, k0 + j, ks, step, n).add_(gk[:, :, j:j + step])
+                    _view(dv, i, k0 + j, ks, step, n).add_(gv[:, :, j:j + step])
+        return dq, dk, dv, None, None, None
+
+
+def runs_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, *, scale: float) -> Tensor:
+    """Attention over ``bm``'s contiguous key runs as views; call only where :func:`usable` says so.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, H, Tk, Dh)``, v ``(B, H, Tk, Dh)``; returns ``(B, H, Tq, Dh)``.
+    """
+    plan = run_plan(bm)
+    assert plan is not None
+    out: Tensor = _Runs.apply(q, k, v, plan, _additive(bm, plan, q.dtype), scale)
+    return out

@@ -1,0 +1,71 @@
+"""The contiguous-run path of block-sparse attention: taken where key runs have no gap, exact, else gather."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnkit import masks
+from attnkit.block_runs import run_plan
+from attnkit.functional import attention, last_backend
+
+T = 300  # not a multiple of the block size: the last query and key blocks are cut
+
+
+def _grads(mask: object, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+           **kw: object) -> tuple[torch.Tensor, ...]:
+    out = attention(q, k, v, mask=mask, **kw)  # type: ignore[call-overload]
+    return (out, *torch.autograd.grad(out, (q, k, v), g))
+
+
+CONTIGUOUS = {
+    "sliding window": masks.and_mods(masks.causal_mod, masks.sliding_window_mod(70)),
+    "causal": masks.causal_mod,
+    "packed documents": masks.document_mod(torch.arange(T) // 64),
+    "prefix-LM": masks.prefix_lm_mod(90),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONTIGUOUS))
+def test_contiguous_runs_take_views_and_match_the_dense_path(name: str) -> None:
+    torch.manual_seed(0)
+    bm = masks.create_block_mask(CONTIGUOUS[name], None, None, T, T, block_size=32)
+    q, k, v = (torch.randn(2, 3, T, 16, requires_grad=True) for _ in range(3))
+    g = torch.randn(2, 3, T, 16)
+    got = _grads(bm, q, k, v, g)
+    choice = last_backend()
+    assert choice is not None and "contiguous key runs" in choice.reason
+    plan = run_plan(bm)
+    assert plan is not None and plan is run_plan(bm)  # found once, kept on the mask
+    if name == "packed documents":  # the documents' equal runs share one strided kernel call
+        assert max(call[6] for call in plan) > 1
+    want = _grads(bm.to_dense(), q, k, v, g, backend="math")
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_split_heads_layout_is_read_in_place() -> None:
+    torch.manual_seed(1)
+    bm = masks.create_block_mask(CONTIGUOUS["sliding window"], None, None, T, T, block_size=32)
+    q, k, v = (torch.randn(1, T, 2, 8).transpose(1, 2).requires_grad_() for _ in range(3))  # token-major
+    g = torch.randn(1, 2, T, 8)
+    got = _grads(bm, q, k, v, g)
+    want = _grads(bm.to_dense(), q, k, v, g, backend="math")
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_gapped_runs_and_per_head_masks_take_the_gather_path() -> None:
+    torch.manual_seed(2)
+    gapped = masks.create_block_mask(lambda b, h, qi, ki: (ki % 128) < 32, None, None, T, T, block_size=32)
+    per_head = masks.create_block_mask(masks.causal_mod, None, 2, T, T, block_size=32)
+    q, k, v = (torch.randn(1, 2, T, 16, requires_grad=True) for _ in range(3))
+    g = torch.randn(1, 2, T, 16)
+    for bm in (gapped, per_head):
+        got = _grads(bm, q, k, v, g)
+        choice = last_backend()
+        assert choice is not None and choice.name == "block-sparse" and "contiguous" not in choice.reason
+        assert run_plan(bm) is None
+        want = _grads(bm.to_dense(), q, k, v, g, backend="math")
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
