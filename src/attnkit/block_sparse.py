@@ -39,19 +39,6 @@ _HALF = (torch.float16, torch.bfloat16)
 _CACHED_MASK_ELEMENTS = 1 << 24  # the fused path's additive mask is kept on the BlockMask up to this size
 
 
-def _apply_score_mod(score_mod: ScoreMod, scores: Tensor, idx: tuple[Tensor, ...]) -> Tensor:
-    out = score_mod(scores, *idx)
-    if not isinstance(out, Tensor) or not out.dtype.is_floating_point:
-        got = out.dtype if isinstance(out, Tensor) else type(out).__name__
-        raise TypeError(f"score_mod must return a floating tensor of the score's shape, got {got}")
-    if out.shape != scores.shape:
-        raise ValueError(
-            f"score_mod must keep the score's shape {tuple(scores.shape)}, got {tuple(out.shape)}; "
-            "use element-wise operations on score, b, h, q_idx, kv_idx"
-        )
-    return out.float()
-
-
 def _softmax(scores: Tensor, fill: Tensor | None) -> Tensor:
     """Softmax with the ``fill`` entries at ``-inf``; ``fill`` leaves rows without a key open.
 
@@ -193,7 +180,7 @@ def block_sparse_attention(
     else:
         scores = (qb @ kg.unsqueeze(2).transpose(-1, -2)).view(b, h, nq, bs, nkb * bs)
     if score_mod is not None:
-        scores = _apply_score_mod(score_mod, scores, _score_index(bm, b, h))
+        scores = _tiled.apply_score_mod(score_mod, scores, _score_index(bm, b, h))
     fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
     weights = _softmax(scores, fill)  # (B, H, nQ, bs, K*bs), float32
     dropped = F.dropout(weights, p=dropout, training=True) if dropout > 0.0 else weights
@@ -233,7 +220,7 @@ def dense_attention(
         dev = q.device
         idx = (torch.arange(b, device=dev).view(b, 1, 1, 1), torch.arange(h, device=dev).view(1, h, 1, 1),
                torch.arange(tq, device=dev).view(1, 1, tq, 1), torch.arange(tk, device=dev).view(1, 1, 1, tk))
-        scores = _apply_score_mod(score_mod, scores, idx)
+        scores = _tiled.apply_score_mod(score_mod, scores, idx)
     if causal:
         mask = _masks.combine(mask, _masks.causal(tq, tk, device=q.device))
     row_ok = _masks.rows_with_keys(mask) if mask is not None else None  # (..., Tq, 1)

@@ -18,9 +18,8 @@ zero gradients. Shifted logits are clamped at ``-87`` before ``exp``: float32
 slower; an entry that far below its row maximum weighs less than ``1e-37`` of
 the row, so the clamp changes no float32 result.
 
-Shape legend: B batch, H query heads, Hkv key/value heads, G = H / Hkv,
-Tq/Tk query/key length, Dh head width, Dv value head width, bs block size,
-tq/S the queries and keys of one tile.
+Shape legend: B batch, H query heads, Hkv key/value heads, G = H / Hkv, Tq/Tk query/key
+length, Dh head width, Dv value head width, bs block size, tq/S the queries and keys of one tile.
 """
 
 from __future__ import annotations
@@ -152,7 +151,8 @@ def _index(b: int, h: int, tile: _Tile, device: torch.device) -> tuple[Tensor, T
             torch.arange(tile.k0, tile.k1, device=device).view(1, 1, 1, -1))
 
 
-def _checked(score_mod: ScoreMod, s: Tensor, idx: tuple[Tensor, ...]) -> Tensor:
+def apply_score_mod(score_mod: ScoreMod, s: Tensor, idx: tuple[Tensor, ...]) -> Tensor:
+    """``score_mod(s, *idx)`` checked to be a floating tensor of ``s``'s shape, as float32."""
     out = score_mod(s, *idx)
     if not isinstance(out, Tensor) or not out.dtype.is_floating_point:
         got = out.dtype if isinstance(out, Tensor) else type(out).__name__
@@ -190,7 +190,7 @@ def _forward_tile(qt: Tensor, k: Tensor, v: Tensor, tile: _Tile, mask: tuple[Ten
     b, h, tq, _ = qt.shape
     s = _scores(qt, k, h)
     if score_mod is not None:
-        s2 = _checked(score_mod, s, idx)
+        s2 = apply_score_mod(score_mod, s, idx)
         del s
         s = _own(s2, (b, h, tq, k.shape[2]))
         del s2
@@ -218,7 +218,7 @@ def _backward_tile(qt: Tensor, k: Tensor, v: Tensor, go: Tensor, lse: Tensor, de
     if score_mod is not None:
         with torch.enable_grad():
             s.requires_grad_()
-            s2 = _checked(score_mod, s, idx)
+            s2 = apply_score_mod(score_mod, s, idx)
     p = s2.detach() - lse if score_mod is not None else s.sub_(lse)
     p = p.clamp_(min=_FLOOR).exp_()  # rows without a key have L = +inf: P = exp(-87) there, zeroed below
     _fill(p, tile, mask, 0.0)

@@ -195,6 +195,16 @@ def load_image(path: str | Path, size: int) -> np.ndarray:
         raise CaptionFormatError(f"{path} is not a readable image: {err}") from None
 
 
+def read_caption_text(path: Path) -> str:
+    """A caption file's text (UTF-8, BOM allowed); :class:`CaptionFormatError` naming the file otherwise."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise CaptionFormatError(f"{path} is not UTF-8 text: {err}") from None
+    except OSError as err:
+        raise CaptionFormatError(f"cannot read caption file {path}: {err}") from None
+
+
 def read_flickr_captions(path: str | Path) -> dict[str, list[str]]:
     """Flickr8k-style ``image.jpg#k<TAB>caption`` lines -> ``{image name: [captions]}``.
 
@@ -202,12 +212,7 @@ def read_flickr_captions(path: str | Path) -> dict[str, list[str]]:
     caption raises :class:`CaptionFormatError` naming the file and line.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise CaptionFormatError(f"{path} is not UTF-8 text: {err}") from None
-    except OSError as err:
-        raise CaptionFormatError(f"cannot read caption file {path}: {err}") from None
+    text = read_caption_text(path)
     out: dict[str, list[str]] = {}
     for number, line in enumerate(text.split("\n"), start=1):
         line = line.rstrip("\r")

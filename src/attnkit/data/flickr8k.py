@@ -26,7 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-from attnkit.data.captions import CaptionFormatError, read_flickr_captions, tokenize_caption
+from attnkit.data.captions import (
+    CaptionFormatError,
+    read_caption_text,
+    read_flickr_captions,
+    tokenize_caption,
+)
 
 __all__ = ["FLICKR8K_SPLITS", "Flickr8k", "read_flickr8k_captions", "read_split_list", "load_flickr8k",
            "read_rgb_image"]
@@ -44,12 +49,7 @@ def read_flickr8k_captions(path: str | Path) -> dict[str, list[str]]:
     :func:`~attnkit.data.captions.tokenize_caption`.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise CaptionFormatError(f"{path} is not UTF-8 text: {err}") from None
-    except OSError as err:
-        raise CaptionFormatError(f"cannot read caption file {path}: {err}") from None
+    text = read_caption_text(path)
     lines = text.split("\n")
     first = lines[0].strip().lower() if lines else ""
     if first.replace(" ", "") == "image,caption":

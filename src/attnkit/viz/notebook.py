@@ -11,35 +11,13 @@ from __future__ import annotations
 
 import html
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnkit.viz.report import Section, render_html
+from attnkit.viz.report import Section, render_html, write_page
 
 __all__ = ["ReportView"]
-
-
-def write_page(path: str | os.PathLike[str], page: str) -> Path:
-    """Write ``page`` to ``path`` (an ``.html`` file) atomically: a temporary file, then a rename."""
-    target = Path(path)
-    if target.suffix.lower() not in (".html", ".htm"):
-        raise ValueError(f"path: expected a file ending in .html, got {str(path)!r}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(page)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return target
 
 
 class ReportView:

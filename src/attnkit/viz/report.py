@@ -319,7 +319,14 @@ def write_report(
     data = report_data(tokens, attentions, title=title, predictions=predictions,
                        source_tokens=source_tokens, example_names=example_names,
                        limits=ReportLimits(top_k=top_k, thumb_size=thumb_size))
-    page = render_html(data, summary)
+    return write_page(target, render_html(data, summary))
+
+
+def write_page(path: str | os.PathLike[str], page: str) -> Path:
+    """Write ``page`` to ``path`` (an ``.html`` file) atomically: a temporary file, then a rename."""
+    target = Path(path)
+    if target.suffix.lower() not in (".html", ".htm"):
+        raise ValueError(f"path: expected a file ending in .html, got {str(path)!r}")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
