@@ -116,3 +116,25 @@ def test_rotary_and_alibi_use_original_positions_through_a_sink_cache() -> None:
         gap = (offset - cache.last_key_positions).float()  # sinks leave a gap: not bottom-right contiguous
         out.append(attention(qt, keys, values, mask=cache.last_mask, bias=-slopes[:, None, None] * gap))
     assert torch.allclose(torch.cat(out, 2), full, atol=1e-5)
+
+
+@pytest.mark.parametrize(("window", "sinks"), [(2, 0), (2, 1)])
+def test_translation_model_decodes_with_a_bounded_cache(window: int, sinks: int) -> None:
+    from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+
+    torch.manual_seed(3)
+    model = Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=D, num_heads=H,
+                                             d_ff=32, encoder_layers=1, decoder_layers=2,
+                                             dropout=0.0)).eval()
+    src, tgt = torch.randint(4, 12, (2, 5)), torch.randint(4, 12, (2, 7))
+    encoded = model.encode(src, torch.tensor([5, 3]))
+    cache = model.init_cache(window=window, sinks=sinks)
+    steps = torch.cat([model.decode_step(tgt[:, t : t + 1], encoded, cache) for t in range(7)], 1)
+    allowed = _dense(cache.layers[0].self_attn.mask_mod(), 7)
+    full = model.out_proj(model.decoder(model._embed_target(tgt, 0), encoded.memory,
+                                        memory_mask=encoded.memory_mask, self_mask=allowed, causal=False))
+    assert torch.allclose(steps, full, atol=1e-5)
+    unbounded = model.init_cache()  # the full cache differs once the window drops a position
+    whole = torch.cat([model.decode_step(tgt[:, t : t + 1], encoded, unbounded) for t in range(7)], 1)
+    assert not torch.allclose(steps, whole, atol=1e-3)
+    assert len(cache.layers[0].self_attn) == sinks + window

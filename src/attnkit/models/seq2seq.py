@@ -297,9 +297,13 @@ class Seq2SeqTransformer(nn.Module):
         x = self.tgt_embed(tgt_ids) * self.scale  # (B, Tt, D)
         return self.embed_dropout(self.positional(x, offset=offset))
 
-    def init_cache(self) -> DecoderCache:
-        """Empty decoder caches for :meth:`decode_step` (one per decoder layer)."""
-        return self.decoder.init_cache()
+    def init_cache(self, *, window: int | None = None, sinks: int = 0) -> DecoderCache:
+        """Empty decoder caches for :meth:`decode_step` (one per decoder layer).
+
+        ``window=W`` keeps only the last ``W`` target positions, ``sinks=S`` the
+        first ``S`` too (:meth:`attnkit.blocks.TransformerDecoder.init_cache`).
+        """
+        return self.decoder.init_cache(window=window, sinks=sinks)
 
     @overload
     def decode_step(self, tgt_ids: Tensor, encoded: EncoderOutput, cache: DecoderCache, *,
