@@ -17,6 +17,7 @@ bs block size, nQ query blocks, K key blocks stored per query block.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -125,16 +126,27 @@ def usable(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask) -> bool:
             and run_plan(bm) is not None)
 
 
-def _additive(bm: BlockMask, plan: list[Call], dtype: torch.dtype) -> list[Tensor | None]:
-    """Each call's mask as ``0`` / ``-inf`` in ``dtype``; kept on the BlockMask when small."""
-    key = ("runs-additive", dtype)
+def neg_inf_where(blocked: Tensor, dtype: torch.dtype) -> Tensor:
+    """An additive mask: ``-inf`` where ``blocked``, ``0`` elsewhere, in ``dtype``."""
+    return torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill_(blocked, float("-inf"))
+
+
+def kept_masks(bm: BlockMask, key: tuple[Any, ...], make: Callable[[], list[Tensor | None]]
+               ) -> list[Tensor | None]:
+    """``make()``'s masks, kept on the BlockMask under ``key`` when small and the call is eager."""
     masks = bm._derived.get(key)
     if masks is None:
-        masks = [None if a is None else torch.zeros(a.shape, dtype=dtype, device=a.device).masked_fill_(
-            ~a, float("-inf")) for *_, a in plan]
-        if sum(0 if m is None else m.numel() for m in masks) <= _CACHED_MASK_ELEMENTS:
+        masks = make()
+        small = sum(0 if m is None else m.numel() for m in masks) <= _CACHED_MASK_ELEMENTS
+        if small and not torch.compiler.is_compiling():  # a compiled graph keeps no state on its inputs
             bm._derived[key] = masks
     return masks
+
+
+def _additive(bm: BlockMask, plan: list[Call], dtype: torch.dtype) -> list[Tensor | None]:
+    """Each call's mask as ``0`` / ``-inf`` in ``dtype``; kept on the BlockMask when small."""
+    return kept_masks(bm, ("runs-additive", dtype),
+                      lambda: [None if a is None else neg_inf_where(~a, dtype) for *_, a in plan])
 
 
 def _view(x: Tensor, b: int, start: int, step: int, length: int, n: int) -> Tensor:

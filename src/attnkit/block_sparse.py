@@ -36,7 +36,6 @@ ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 MaskArg = Tensor | BlockMask | None
 """What ``attention(mask=...)`` takes: a bool tensor, a BlockMask or ``None``."""
 _HALF = (torch.float16, torch.bfloat16)
-_CACHED_MASK_ELEMENTS = 1 << 24  # the fused path's additive mask is kept on the BlockMask up to this size
 
 
 def _softmax(scores: Tensor, fill: Tensor | None) -> Tensor:
@@ -126,13 +125,10 @@ def _fused_blocks(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, scale: float, 
     fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
     attn_mask = None
     if fill is not None:  # additive, in q's dtype; kept on the BlockMask when small (sparse masks)
-        key = ("sdpa", b, q.dtype)
-        attn_mask = bm._derived.get(key)
-        if attn_mask is None:
-            add = torch.zeros(fill.shape, dtype=q.dtype, device=q.device).masked_fill_(fill, float("-inf"))
-            attn_mask = add.transpose(1, 2).expand(b, nq, bmh, bs, nkb * bs).reshape(b * nq, bmh, bs, -1)
-            if attn_mask.numel() <= _CACHED_MASK_ELEMENTS:
-                bm._derived[key] = attn_mask
+        def additive() -> list[Tensor | None]:
+            add = _runs.neg_inf_where(fill, q.dtype).transpose(1, 2)
+            return [add.expand(b, nq, bmh, bs, nkb * bs).reshape(b * nq, bmh, bs, -1)]
+        attn_mask = _runs.kept_masks(bm, ("sdpa", b, q.dtype), additive)[0]
     if bmh == 1:
         rows = (torch.arange(b, device=q.device).view(b, 1, 1) * nk + bm.kv_indices[:, 0]).reshape(-1)
         kg = _token_blocks(k, rows, bs, nk).view(b * nq, nkb * bs, hkv, dh).transpose(1, 2)
