@@ -37,21 +37,45 @@ def test_ngram_features_are_the_words_then_their_hashed_bigrams() -> None:
     assert swapped[0, 2] == V + (8 * 1_000_003 + 7) % BUCKETS
 
 
+def test_exact_bigrams_have_a_row_each_and_unseen_ones_count_nothing() -> None:
+    keys = torch.tensor([7 * V + 8, 8 * V + 7, 9 * V + 9, torch.iinfo(torch.int64).max])  # sorted, one free place
+    ids = torch.tensor([[7, 8, 7, 0], [9, 9, 5, 6]])
+    real = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    feats, ok = ngram_features(ids, real, V, 4, keys)
+    assert feats[:, :4].tolist() == ids.tolist()
+    assert feats[0, 4:6].tolist() == [V + 0, V + 1] and ok[0, 4:].tolist() == [True, True, False]  # "7 8", "8 7"
+    assert feats[1, 4] == V + 2 and ok[1, 4:].tolist() == [True, False, False]  # "9 9"; "9 5", "5 6" unseen
+    assert int(feats.max()) < V + 4
+
+
 def test_the_wide_half_is_a_normalised_sum_added_to_predict_and_left_out_in_training() -> None:
     model = _model(word_dropout=0.0).eval()
+    model.init_from_training_data([[7, 8, 9]], [0])  # gives "7 8" and "8 9" their rows
     ids, lengths = torch.tensor([[7, 8, 9, 0]]), torch.tensor([3])
     mask = torch.arange(4)[None, :] < lengths[:, None]  # (B, T)
-    assert torch.equal(model.wide_logits(ids, mask[:, None, None, :]), torch.zeros(1, 3))  # before counting
-    deep_only = model(ids, lengths)
+    deep_only = model(ids, lengths) - model.wide_logits(ids, mask[:, None, None, :])
     model.wide.normal_()
-    feats, real = ngram_features(ids, mask, V, BUCKETS)
+    assert model.bigram_keys is not None
+    feats, real = ngram_features(ids, mask, V, BUCKETS, model.bigram_keys)
+    assert int(real.sum()) == 5
     expected = model.wide[feats[real]].sum(0) / math.sqrt(5)  # 3 words + 2 bigrams
     torch.testing.assert_close(model(ids, lengths), deep_only + expected)
     torch.testing.assert_close(model.train()(ids, lengths), deep_only)  # dropout is 0: the deep half alone
     model.eval().wide_scale.fill_(4.0)
     torch.testing.assert_close(model(ids, lengths), deep_only + 4 * expected)
-    assert {"wide", "wide_scale"} <= set(model.state_dict())
+    assert {"wide", "wide_scale", "bigram_keys"} <= set(model.state_dict())
     assert all(not name.startswith("wide") for name, _ in model.named_parameters())
+
+
+def test_the_most_frequent_bigrams_get_the_rows() -> None:
+    model = _model(num_classes=2, ngram_buckets=4)
+    docs = [[5, 6, 6], [5, 7], [8, 9], [8, 6], [5, 6], [5, 6, 5, 6]]  # "5 6" twice in the last: one document
+    model.init_from_training_data(docs, [0, 0, 1, 1, 0, 0])
+    assert model.bigram_keys is not None
+    rows = [(k // V, k % V) for k in model.bigram_keys.tolist()]
+    # "5 6" (3 documents) and "6 5" (1); of the single ones the smaller keys; "8 9" is left out
+    assert rows == sorted([(5, 6), (5, 7), (6, 5), (6, 6)])
+    assert not (model.wide[V:] == 0).all(dim=1).any()  # every row was seen
 
 
 def test_the_validation_part_chooses_how_much_naive_bayes_counts() -> None:
@@ -103,6 +127,7 @@ def test_the_lstm_encoder_adds_its_parameters_and_keeps_the_pooling_weights() ->
     ("encoder", "gru", r"encoder must be one of \['none', 'lstm'\], got 'gru'"),
     ("ngram_buckets", 0, "ngram_buckets must be a positive int, got 0"),
     ("word_dropout", 1.0, "word_dropout"),
+    ("bigrams", "hash", r"bigrams must be one of \['exact', 'hashed'\], got 'hash'"),
     ("dropout", -0.1, "dropout"),
 ])
 def test_bad_config_values_are_named(field: str, value: object, message: str) -> None:
@@ -116,20 +141,34 @@ def test_naive_bayes_start_is_half_the_log_count_ratio() -> None:
     model.init_from_training_data(docs, labels)
     w = model.wide  # (V + buckets, 2)
     torch.testing.assert_close(w[:, 0], -w[:, 1])  # two classes: opposite signs
-    # the ratio by hand: binarised counts per class (word 6 twice in one document counts once)
+    assert model.bigram_keys is not None
+    row = {int(k): V + i for i, k in enumerate(model.bigram_keys.tolist()) if k < V * V}
+    # the ratio by hand: binarised counts per class (word 6 twice in one document counts once),
+    # smoothed over the n-grams seen in training
     p = torch.zeros(2, V + 4096, dtype=torch.float64)
     for cls, doc_list in ((0, docs[:2]), (1, docs[2:])):
         for d in doc_list:
-            grams = set(d) | {V + (a * 1_000_003 + b) % 4096 for a, b in zip(d, d[1:], strict=False)}
-            for f in grams:
+            for f in set(d) | {row[a * V + b] for a, b in zip(d, d[1:], strict=False)}:
                 p[cls, f] += 1
-    logp = ((p + 1) / (p + 1).sum(1, keepdim=True)).log()
-    r = (logp[0] - logp[1]) * (p.sum(0) >= 2)  # n-grams of a single training document stay zero
+    seen = p.sum(0) > 0
+    assert int(seen.sum()) == 5 + 5  # words 5-9; bigrams "5 6", "6 6", "5 7", "8 9", "8 6"
+    logp = ((p + 1) / (p + seen).sum(1, keepdim=True)).log()
+    r = (logp[0] - logp[1]) * seen  # n-grams never seen stay zero
     torch.testing.assert_close(w[:, 0].double(), r / 2, atol=1e-6, rtol=0)
     assert w[5, 0] > 0 > w[8, 0]  # in two class-0 documents; in two class-1 documents
-    assert (w[[7, 9]] == 0).all() and int((w[:, 0] != 0).sum()) == 3  # words 5, 6 and 8 only
+    assert abs(float(w[6, 0])) < float(w[7, 0])  # word 6 is in one document of each class, 7 in one of class 0
     with pytest.raises(ValueError, match="documents and labels must have the same length, got 4 and 3"):
         model.init_from_training_data(docs, labels[:3])
+
+
+def test_a_run_saved_before_exact_bigrams_loads_with_its_hashed_rows() -> None:
+    from attnkit.models import saved_config
+
+    saved = {"vocab_size": V, "num_classes": 2, "ngram_buckets": BUCKETS}  # a config written before "bigrams"
+    old = build_model("wide", saved_config("wide", saved))
+    assert isinstance(old, WideDeepClassifier) and old.config.bigrams == "hashed" and old.bigram_keys is None
+    assert build_model("wide", saved).config.bigrams == "exact"  # a new config gets the new rows
+    assert saved_config("wide", {**saved, "bigrams": "exact"})["bigrams"] == "exact"
 
 
 def test_fit_classifier_starts_the_wide_model_from_its_training_part() -> None:

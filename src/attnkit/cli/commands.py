@@ -136,17 +136,21 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
     saved = ckpt.read_run_config(out)
     if ckpt.run_status(saved) == "done":
         return None
+    from attnkit.models import MODELS, saved_config
     folder = ckpt.committed_dir(out)
     for key in ("model_name", "model_config", "run_id", "train_config", "data_settings"):
         if key not in saved:
             raise ckpt.RunFileError(f"{folder / 'config.json'} lacks {key!r}; it cannot be resumed")
+    if saved["model_name"] not in MODELS:
+        raise ckpt.RunFileError(f"{folder / 'config.json'} names model {saved['model_name']!r}, which this "
+                                f"attnkit does not know (known: {sorted(MODELS)})")
     try:
         label_vocab = LabelVocab.from_dict(ckpt.read_json(folder / "labels.json"))
     except (KeyError, TypeError) as err:
         raise ckpt.RunFileError(f"{folder / 'labels.json'} is not a label vocabulary: {err}") from None
     values.update(resumed_data_source(saved.get("data", {}), values, out))
     return ClassifierPlan(
-        out=out, model_name=saved["model_name"], model_options=saved["model_config"], mode="resume",
+        out=out, model_name=saved["model_name"], model_options=saved_config(saved["model_name"], saved["model_config"]), mode="resume",
         run_id=saved["run_id"], tokenizer=ckpt.load_run_tokenizer(out, saved), label_vocab=label_vocab,
         train_config=collect_train_config({}, **saved["train_config"]),
         data_settings=DataSettings(**saved["data_settings"]), data=_data_plan(values, out), quiet=values["quiet"],

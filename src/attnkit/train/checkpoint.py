@@ -233,7 +233,7 @@ def load_checkpoint(
     or foreign file raises :class:`RunFileError` naming it.
     """
     from attnkit.data.batching import LabelVocab
-    from attnkit.models import MODELS, build_model
+    from attnkit.models import MODELS, build_model, saved_config
 
     folder = committed_dir(directory)
     meta = read_run_config(directory)
@@ -250,7 +250,7 @@ def load_checkpoint(
         if not (folder / name).is_file():
             raise RunFileError(f"run directory {directory} is incomplete: {folder / name} is missing")
     try:
-        model = build_model(meta["model_name"], meta["model_config"])
+        model = build_model(meta["model_name"], saved_config(meta["model_name"], meta["model_config"]))
     except (TypeError, ValueError) as err:
         raise RunFileError(f"{folder / 'config.json'} holds a model config that does not build: {err}") from None
     weights = folder / "model.safetensors"

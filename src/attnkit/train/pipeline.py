@@ -72,7 +72,10 @@ def new_run_id() -> str:
 
 def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size: int, num_classes: int,
                       max_len: int) -> dict[str, Any]:
-    """The full config dict of ``model_name``: its defaults, the data-given sizes, then ``overrides``.
+    """The config dict of ``model_name``: the data-given sizes, then ``overrides``.
+
+    Fields of the config's ``SAVED_BEFORE`` table are written with their current
+    defaults (:meth:`ModelConfig.recorded_defaults`): a run saved now keeps them.
 
     Unknown keys raise a ValueError listing the valid ones (from the model's config class).
     """
@@ -87,7 +90,8 @@ def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size:
         raise ValueError(f"unknown {model_name} model option(s) {unknown}; valid keys: {names}")
     sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len}
     base = {k: v for k, v in sizes.items() if k in names}
-    return {**base, **overrides}
+    # fields that saved runs predate are written out, so the run keeps them if the default changes
+    return {**config_cls.recorded_defaults(), **base, **overrides}
 
 
 def _datasets(tokenizer: Any, labels: LabelVocab, max_len: int, *parts: Sequence[Example]
