@@ -231,6 +231,8 @@ def test_the_default_recipe_is_the_wide_model_with_its_training_settings(tmp_pat
     meta = json.loads((committed_dir(out) / "config.json").read_text())
     assert meta["model_name"] == "wide"
     assert meta["train_config"]["lr"] == 5e-3 and meta["train_config"]["batch_size"] == 64  # the recipe's
+    assert meta["data_settings"]["max_len"] == 1024 and meta["data_settings"]["vocab_size"] == 100_000
+    assert meta["model_config"]["bigrams"] == "exact"  # written out: a later default cannot change this run
     # the naive Bayes table was counted from the training part and saved with the weights
     wide = load_tensors(committed_dir(out) / "model.safetensors")["wide"]
     assert wide.shape[1] == 2 and wide.abs().sum() > 0
@@ -238,11 +240,15 @@ def test_the_default_recipe_is_the_wide_model_with_its_training_settings(tmp_pat
     assert json.loads(predicted.output)["accuracy"] > 0.9  # the keyword corpus: the key words decide
     # a flag still overrides the recipe; another model keeps TrainConfig's defaults
     other = _invoke("train", "--data", str(data_csv), "--out", str(tmp_path / "lr"), "--epochs", "1", "--lr", "0.02",
-                    "--device", "cpu", "--quiet", "--model-opt", "ngram_buckets=512", "--model-opt", "embed_dim=8")
-    assert json.loads((committed_dir(tmp_path / "lr") / "config.json").read_text())["train_config"]["lr"] == 0.02
+                    "--max-len", "64", "--device", "cpu", "--quiet", "--model-opt", "ngram_buckets=512",
+                    "--model-opt", "embed_dim=8")
+    overridden = json.loads((committed_dir(tmp_path / "lr") / "config.json").read_text())
+    assert overridden["train_config"]["lr"] == 0.02
     assert other.exit_code == 0
+    assert overridden["data_settings"]["max_len"] == 64 and overridden["data_settings"]["vocab_size"] == 100_000
     plain = _invoke("train", "--data", str(data_csv), "--out", str(tmp_path / "doc"), "--model", "document",
                     "--model-opt", "d_model=8", "--model-opt", "num_layers=0", "--epochs", "1", "--device", "cpu",
                     "--quiet")
     assert plain.exit_code == 0, plain.output
-    assert json.loads((committed_dir(tmp_path / "doc") / "config.json").read_text())["train_config"]["batch_size"] == 32
+    doc = json.loads((committed_dir(tmp_path / "doc") / "config.json").read_text())
+    assert doc["train_config"]["batch_size"] == 32 and doc["data_settings"]["max_len"] == 256

@@ -242,3 +242,23 @@ def test_input_errors() -> None:
     learned = make("document-learned-mean")
     with pytest.raises(ValueError, match="max_len=64"):
         learned(torch.ones(1, 65, dtype=torch.long), torch.tensor([65]))
+
+
+def test_training_a_han_reads_its_sentence_ends_off_the_tokenizer() -> None:
+    from attnkit.data.readers import Example
+    from attnkit.models import saved_config
+    from attnkit.train.config import TrainConfig
+    from attnkit.train.pipeline import fit_classifier
+
+    train = [Example("good fine . great ! yes", "pos"), Example("bad awful ? poor . no", "neg")] * 4
+    options = {"embed_dim": 4, "word_hidden": 3, "sentence_hidden": 3, "attention_dim": 4}
+    config = TrainConfig(epochs=1, device="cpu")
+    result = fit_classifier(train, train[:2], [], model_name="han", model_options=options, train_config=config,
+                            quiet=True)
+    tok = result.tokenizer
+    assert result.model_config["sentence_end_ids"] == tuple(sorted(tok.token_to_id(m) for m in ".!?"))
+    # given ends are kept, and a run saved before the field existed resumes with none, as it was trained
+    given = fit_classifier(train, train[:2], [], model_name="han", model_options={**options, "sentence_end_ids": ()},
+                           train_config=config, quiet=True, tokenizer=tok)
+    assert given.model_config["sentence_end_ids"] == ()
+    assert saved_config("han", {"vocab_size": 9, "num_classes": 2})["sentence_end_ids"] == ()

@@ -58,12 +58,13 @@ def test_the_wide_half_is_a_normalised_sum_added_to_predict_and_left_out_in_trai
     assert model.bigram_keys is not None
     feats, real = ngram_features(ids, mask, V, BUCKETS, model.bigram_keys)
     assert int(real.sum()) == 5
-    expected = model.wide[feats[real]].sum(0) / math.sqrt(5)  # 3 words + 2 bigrams
+    assert model.wide_bias is not None
+    expected = model.wide[feats[real]].sum(0) / math.sqrt(5) + model.wide_bias  # 3 words + 2 bigrams
     torch.testing.assert_close(model(ids, lengths), deep_only + expected)
     torch.testing.assert_close(model.train()(ids, lengths), deep_only)  # dropout is 0: the deep half alone
     model.eval().wide_scale.fill_(4.0)
     torch.testing.assert_close(model(ids, lengths), deep_only + 4 * expected)
-    assert {"wide", "wide_scale", "bigram_keys"} <= set(model.state_dict())
+    assert {"wide", "wide_scale", "bigram_keys", "wide_bias"} <= set(model.state_dict())
     assert all(not name.startswith("wide") for name, _ in model.named_parameters())
 
 
@@ -138,8 +139,8 @@ def test_bad_config_values_are_named(field: str, value: object, message: str) ->
 def test_naive_bayes_start_is_half_the_log_count_ratio() -> None:
     model = _model(num_classes=2, ngram_buckets=4096)
     docs, labels = [[5, 6, 6], [5, 7], [8, 9], [8, 6]], [0, 0, 1, 1]
-    model.init_from_training_data(docs, labels)
-    w = model.wide  # (V + buckets, 2)
+    model.init_from_training_data(docs, labels)  # sets the bigram rows
+    w = model.naive_bayes_table(docs, labels)  # (V + buckets, 2)
     torch.testing.assert_close(w[:, 0], -w[:, 1])  # two classes: opposite signs
     assert model.bigram_keys is not None
     row = {int(k): V + i for i, k in enumerate(model.bigram_keys.tolist()) if k < V * V}
@@ -154,11 +155,39 @@ def test_naive_bayes_start_is_half_the_log_count_ratio() -> None:
     assert int(seen.sum()) == 5 + 5  # words 5-9; bigrams "5 6", "6 6", "5 7", "8 9", "8 6"
     logp = ((p + 1) / (p + seen).sum(1, keepdim=True)).log()
     r = (logp[0] - logp[1]) * seen  # n-grams never seen stay zero
-    torch.testing.assert_close(w[:, 0].double(), r / 2, atol=1e-6, rtol=0)
+    torch.testing.assert_close(w[:, 0], r / 2, atol=1e-9, rtol=0)
     assert w[5, 0] > 0 > w[8, 0]  # in two class-0 documents; in two class-1 documents
     assert abs(float(w[6, 0])) < float(w[7, 0])  # word 6 is in one document of each class, 7 in one of class 0
     with pytest.raises(ValueError, match="documents and labels must have the same length, got 4 and 3"):
         model.init_from_training_data(docs, labels[:3])
+
+
+def test_the_wide_half_is_the_regression_on_naive_bayes_scaled_features() -> None:
+    from attnkit.models.wide import WIDE_C
+
+    model = _model(num_classes=3, ngram_buckets=64)
+    docs = [[5, 6, 7], [5, 6], [8, 9, 8], [8, 10], [11, 12], [11, 6, 12], [5, 12], [8, 6]]
+    labels = [0, 0, 1, 1, 2, 2, 0, 1]
+    model.init_from_training_data(docs, labels)
+    ratios = model.naive_bayes_table(docs, labels)
+    assert model.wide_bias is not None
+    table, bias = model.wide.double(), model.wide_bias.double()
+    assert (table[ratios == 0] == 0).all() and (table[20:V] == 0).all()  # unseen n-grams weigh nothing
+    # optimality: the gradient of the regression's objective in U (table = ratios * U) vanishes
+    u = torch.where(ratios != 0, table / ratios, torch.zeros_like(table)).requires_grad_(True)
+    b = bias.clone().requires_grad_(True)
+    ids, lengths = torch.tensor([d + [0] * (3 - len(d)) for d in docs]), torch.tensor([len(d) for d in docs])
+    feats, real = ngram_features(ids, torch.arange(3)[None, :] < lengths[:, None], V, 64, model.bigram_keys)
+    x = torch.zeros(len(docs), V + 64, dtype=torch.float64)
+    for i in range(len(docs)):
+        x[i].index_add_(0, feats[i][real[i]], torch.ones(int(real[i].sum()), dtype=torch.float64))
+    x = x / x.sum(1, keepdim=True).sqrt()
+    loss = torch.nn.functional.cross_entropy(x @ (ratios * u) + b, torch.tensor(labels))
+    (loss + (u * u).sum() / (2 * WIDE_C * len(docs))).backward()
+    assert u.grad is not None and b.grad is not None
+    assert float(u.grad.abs().max()) < 1e-4 and float(b.grad.abs().max()) < 1e-4
+    nb = model.wide_logits(ids, model.prepare(ids, lengths)[2])
+    assert nb.argmax(-1).tolist() == labels  # it separates its training documents
 
 
 def test_a_run_saved_before_exact_bigrams_loads_with_its_hashed_rows() -> None:
@@ -167,6 +196,10 @@ def test_a_run_saved_before_exact_bigrams_loads_with_its_hashed_rows() -> None:
     saved = {"vocab_size": V, "num_classes": 2, "ngram_buckets": BUCKETS}  # a config written before "bigrams"
     old = build_model("wide", saved_config("wide", saved))
     assert isinstance(old, WideDeepClassifier) and old.config.bigrams == "hashed" and old.bigram_keys is None
+    assert old.wide_bias is None and set(old.state_dict()) >= {"wide", "wide_scale"}
+    docs, labels = [[5, 6], [7, 8], [5, 9]], [0, 1, 0]
+    old.init_from_training_data(docs, labels)  # hashed rows: the table is naive Bayes itself
+    torch.testing.assert_close(old.wide, old.naive_bayes_table(docs, labels).float())
     assert build_model("wide", saved).config.bigrams == "exact"  # a new config gets the new rows
     assert saved_config("wide", {**saved, "bigrams": "exact"})["bigrams"] == "exact"
 

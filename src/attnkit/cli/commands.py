@@ -32,7 +32,7 @@ from attnkit.cli.options import (
     train_options,
 )
 from attnkit.cli.rundata import data_source, resumed_data_source
-from attnkit.train.recipe import DEFAULT_MODEL, train_defaults
+from attnkit.train.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -119,7 +119,7 @@ def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
         raise click.UsageError("--model bert fine-tunes a pretrained folder: give --init-from DIR")
     return ClassifierPlan(model_name=model_name, model_options=parse_model_options(ctx, values["model_opt"]),
                           train_config=collect_train_config(values, **train_defaults(model_name)),
-                          data_settings=collect_data_settings(values),
+                          data_settings=collect_data_settings(values, **data_defaults(model_name)),
                           **common)
 
 
@@ -366,7 +366,8 @@ def cv(ctx: click.Context, **values: Any) -> None:
     results = cross_validate(
         examples, folds=values["folds"], model_name=model_name,
         model_options=parse_model_options(ctx, values["model_opt"]), train_config=train_config,
-        data=collect_data_settings(values), val=values["val_ratio"], max_folds=values["max_folds"],
+        data=collect_data_settings(values, **data_defaults(model_name)), val=values["val_ratio"],
+        max_folds=values["max_folds"],
         quiet=values["quiet"], log=_echo)
     accs = [r["accuracy"] for r in results]
     spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""

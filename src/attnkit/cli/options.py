@@ -216,8 +216,7 @@ def train_options(f: F) -> F:
     """Flags of :class:`attnkit.train.TrainConfig` (unset flags keep its defaults)."""
     return _stack(
         _settings_flag("--epochs", click.IntRange(min=1), "Maximum epochs.", "TrainConfig.epochs"),
-        _settings_flag("--batch-size", click.IntRange(min=1),
-                       "Examples per step and process (the default model wide's recipe: 64).",
+        _settings_flag("--batch-size", click.IntRange(min=1), "Examples per step and process (wide's recipe: 64).",
                        "TrainConfig.batch_size"),
         _settings_flag("--lr", float, "Peak AdamW learning rate (the default model wide's recipe: 5e-3).",
                        "TrainConfig.lr"),
@@ -255,11 +254,12 @@ def data_options(f: F) -> F:
     """Flags of :class:`attnkit.train.pipeline.DataSettings`."""
     return _stack(
         _data_flag("--tokenizer", click.Choice(["word", "wordpiece", "bpe"]), "Tokenizer kind.", "tokenizer",
-                   "word", numpy=False,
-                   numpy_help="--backend numpy splits on whitespace and refuses this flag."),
-        _data_flag("--vocab-size", click.IntRange(min=1), "Tokenizer vocabulary size.", "vocab_size", 20000),
+                   "word", numpy=False, numpy_help="--backend numpy splits on whitespace and refuses this flag."),
+        _data_flag("--vocab-size", click.IntRange(min=1), "Tokenizer vocabulary size (wide's recipe: 100000).",
+                   "vocab_size", 20000),
         _data_flag("--min-frequency", click.IntRange(min=1), "Minimum token count.", "min_frequency", 1),
-        _data_flag("--max-len", click.IntRange(min=1), "Truncate documents to this many tokens.", "max_len", 256),
+        _data_flag("--max-len", click.IntRange(min=1), "Truncate documents to this many tokens (wide's recipe: 1024).",
+                   "max_len", 256),
     )(f)
 
 

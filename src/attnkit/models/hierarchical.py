@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -120,6 +120,9 @@ class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
     dropout: float = 0.1
     sentence_end_ids: tuple[int, ...] = ()
     sentence_len: int = 50
+
+    # runs saved before ``train`` read the sentence ends off the tokenizer cut only every sentence_len tokens
+    SAVED_BEFORE: ClassVar[dict[str, Any]] = {"sentence_end_ids": ()}
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -94,6 +94,19 @@ def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size:
     return {**config_cls.recorded_defaults(), **base, **overrides}
 
 
+def _tokenizer_given(model_name: str, options: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
+    """``options`` plus the fields a model reads off the tokenizer when not given: the HAN's sentence ends."""
+    from attnkit.models import MODELS
+    from attnkit.models.hierarchical import sentence_end_ids
+
+    if model_name not in MODELS:  # model_config_dict names the valid ones
+        return options
+    names = {f.name for f in dataclasses.fields(MODELS[model_name][1])}
+    if "sentence_end_ids" in names and "sentence_end_ids" not in options:
+        return {**options, "sentence_end_ids": sentence_end_ids(tokenizer)}
+    return options
+
+
 def _datasets(tokenizer: Any, labels: LabelVocab, max_len: int, *parts: Sequence[Example]
               ) -> list[TextClassificationDataset]:
     known = set(labels.labels)
@@ -145,7 +158,8 @@ def fit_classifier(
     train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, data.max_len, train, val, test)
     from attnkit.models import build_model
 
-    config = model_config_dict(model_name, model_options or {}, vocab_size=tokenizer.get_vocab_size(),
+    config = model_config_dict(model_name, _tokenizer_given(model_name, model_options or {}, tokenizer),
+                               vocab_size=tokenizer.get_vocab_size(),
                                num_classes=len(label_vocab), max_len=data.max_len)
     torch.manual_seed(train_config.seed)
     model = build_model(model_name, config)

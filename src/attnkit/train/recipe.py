@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DEFAULT_MODEL", "MODEL_TRAIN_DEFAULTS", "train_defaults"]
+__all__ = ["DEFAULT_MODEL", "MODEL_TRAIN_DEFAULTS", "MODEL_DATA_DEFAULTS", "train_defaults", "data_defaults"]
 
 DEFAULT_MODEL = "wide"
 """The registered model ``train`` and ``cv`` build without ``--model``."""
@@ -26,6 +26,19 @@ MODEL_TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "wide": {"lr": 5e-3, "batch_size": 64},
 }
 """TrainConfig fields that differ from its defaults for a model, by registered model name."""
+
+
+MODEL_DATA_DEFAULTS: dict[str, dict[str, Any]] = {
+    "wide": {"max_len": 1024, "vocab_size": 100_000},
+}
+"""DataSettings fields that differ from its defaults for a model: the wide model reads whole reviews
+(a linear half over n-grams loses what truncation cuts; IMDB: 88.5% at 256 tokens and 20,000 words,
+90.6% at 1,024 and 100,000, one epoch each) at a cost linear in the length."""
+
+
+def data_defaults(model_name: str) -> dict[str, Any]:
+    """The DataSettings fields of ``model_name``'s recipe (empty: DataSettings' own defaults)."""
+    return dict(MODEL_DATA_DEFAULTS.get(model_name, {}))
 
 
 def train_defaults(model_name: str) -> dict[str, Any]:
