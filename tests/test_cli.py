@@ -197,6 +197,10 @@ def test_demo_quick_learns_and_writes_report(tmp_path) -> None:
     acc = float(result.output.split("test accuracy")[1].split()[0])
     focus = float(result.output.split("attention focus")[1].split()[0])
     assert acc >= 0.9 and focus >= 0.4  # chance focus is about 2/30
+    base = float(result.output.split("on the same split:")[1].split(")")[0])
+    assert 0.5 <= base <= 1.0  # the baseline beside the result, scored on the same test part
+    meta = json.loads((committed_dir(out) / "config.json").read_text())
+    assert meta["metrics"]["baseline"]["accuracy"] == pytest.approx(base, abs=1e-4)
     report = (out / "report.txt").read_text()
     assert "class positive" in report and "class negative" in report
     html = (out / "report.html").read_text(encoding="utf-8")

@@ -89,11 +89,13 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
     if out is not None:  # refuse an occupied directory before training, touching nothing
         ckpt.check_run_dir(out, run_id, overwrite=overwrite)
     config = TrainConfig.from_dict({**DEMO_TRAIN, "epochs": epochs, "seed": seed})
+    baseline = _baseline(as_examples[:cut_test], as_examples[cut_test:])
     result = fit_classifier(
         as_examples[:cut_val], as_examples[cut_val:cut_test], as_examples[cut_test:],
         model_name="document", model_options=DEMO_MODEL, train_config=config,
         data=DataSettings(max_len=64), out_dir=out, run_id=run_id, overwrite=overwrite, quiet=quiet,
-        log=None if quiet else click.echo, extra={"data": {"source": "keyword_corpus", "n": n, "seed": seed}})
+        log=None if quiet else click.echo, extra={"data": {"source": "keyword_corpus", "n": n, "seed": seed}},
+        baseline=baseline)
     assert result.test is not None and result.test_data is not None
     test_docs = corpus[cut_test:]
     ds = result.test_data
@@ -112,12 +114,25 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
         write_demo_figures(Path(out), tokens, rows, result.model, batch, result.label_vocab)
     # tokens / weights / labels / key_positions: the test documents' per-token pooling
     # attention, ready for an HTML report.
-    return {"accuracy": accuracy, "focus": focus, "seconds": time.perf_counter() - start, "table": table,
+    return {"accuracy": accuracy, "baseline": baseline, "focus": focus, "seconds": time.perf_counter() - start,
+            "table": table,
             "documents": n, "tokens": tokens, "weights": rows, "labels": [d.label for d in test_docs],
             "key_positions": [d.key_positions for d in test_docs]}
 
 
 REPORT_DOCUMENTS = 12  # test documents shown in report.html
+
+
+def _baseline(train: list[Any], test: list[Any]) -> dict[str, Any] | None:
+    """The TF-IDF baseline on the demo's split (train + validation, test), or None without scikit-learn."""
+    from attnkit.train.baseline import baseline_scores
+
+    try:
+        scores = baseline_scores(train, test)
+    except ImportError:
+        return None
+    scores.pop("predictions")
+    return scores
 
 
 def write_demo_figures(out: Path, tokens: list[list[str]], weights: list[list[float]], model: Any,
@@ -158,7 +173,10 @@ def demo(out: str, quick: bool, seed: int, overwrite: bool, quiet: bool) -> None
     interactive attention report) and explanation.png to --out.
     """
     summary = run_demo(Path(out), quick=quick, seed=seed, overwrite=overwrite, quiet=quiet)
-    click.echo(f"test accuracy     {summary['accuracy']:.4f}")
+    base = summary["baseline"]
+    beside = (f"  (TF-IDF + logistic regression on the same split: {base['accuracy']:.4f})" if base
+              else "  (no baseline: pip install 'attnkit[tasks]')")
+    click.echo(f"test accuracy     {summary['accuracy']:.4f}{beside}")
     click.echo(f"attention focus   {summary['focus']:.4f}  (share of pooling attention on the key words)")
     for c, rows in summary["table"].items():
         click.echo(f"most attended ({c}): " + ", ".join(t for t, _ in rows[:5]))
