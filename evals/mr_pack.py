@@ -40,6 +40,7 @@ from attnkit.data.readers import read_examples
 from attnkit.data.sources import split_examples
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.models import build_model
+from attnkit.train.baseline import BASELINE_NAME, baseline_scores
 from attnkit.train.config import TrainConfig
 from attnkit.train.tasks import ClassificationTask
 from attnkit.train.trainer import Trainer
@@ -140,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"MR: {len(tr)} train / {len(va)} validation / {len(te)} test sentences, "
           f"{sum(parts[0].lengths)} training tokens, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads", flush=True)
+    base = baseline_scores([*tr, *va], te)["accuracy"]
+    print(f"baseline ({BASELINE_NAME}) on the same split: {base * 100:.2f}%", flush=True)
     vocab, classes = tokenizer.get_vocab_size(), len(labels)
     results = [compare(parts, vocab, classes, args, seed, padded=args.padded and i == 0)
                for i, seed in enumerate(args.seeds)]
