@@ -150,7 +150,8 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
         raise ckpt.RunFileError(f"{folder / 'labels.json'} is not a label vocabulary: {err}") from None
     values.update(resumed_data_source(saved.get("data", {}), values, out))
     return ClassifierPlan(
-        out=out, model_name=saved["model_name"], model_options=saved_config(saved["model_name"], saved["model_config"]), mode="resume",
+        out=out, model_name=saved["model_name"], mode="resume",
+        model_options=saved_config(saved["model_name"], saved["model_config"]),
         run_id=saved["run_id"], tokenizer=ckpt.load_run_tokenizer(out, saved), label_vocab=label_vocab,
         train_config=collect_train_config({}, **saved["train_config"]),
         data_settings=DataSettings(**saved["data_settings"]), data=_data_plan(values, out), quiet=values["quiet"],

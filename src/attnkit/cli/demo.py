@@ -173,8 +173,10 @@ def demo(out: str, quick: bool, seed: int, overwrite: bool, quiet: bool) -> None
     interactive attention report) and explanation.png to --out.
     """
     summary = run_demo(Path(out), quick=quick, seed=seed, overwrite=overwrite, quiet=quiet)
+    from attnkit.train.baseline import BASELINE_NAME
+
     base = summary["baseline"]
-    beside = (f"  (TF-IDF + logistic regression on the same split: {base['accuracy']:.4f})" if base
+    beside = (f"  ({BASELINE_NAME} on the same split: {base['accuracy']:.4f})" if base
               else "  (no baseline: pip install 'attnkit[tasks]')")
     click.echo(f"test accuracy     {summary['accuracy']:.4f}{beside}")
     click.echo(f"attention focus   {summary['focus']:.4f}  (share of pooling attention on the key words)")

@@ -70,6 +70,11 @@ class ModelConfig:
         return {**cls.SAVED_BEFORE, **data}
 
     @classmethod
+    def tokenizer_defaults(cls, tokenizer: Any) -> dict[str, Any]:
+        """Fields a training run reads off its tokenizer unless given (none here; the HAN's sentence ends)."""
+        return {}
+
+    @classmethod
     def recorded_defaults(cls) -> dict[str, Any]:
         """The current defaults of the :attr:`SAVED_BEFORE` fields, which a new run records explicitly."""
         fields = {f.name: f for f in dataclasses.fields(cls)}

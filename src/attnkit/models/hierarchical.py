@@ -124,6 +124,11 @@ class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
     # runs saved before ``train`` read the sentence ends off the tokenizer cut only every sentence_len tokens
     SAVED_BEFORE: ClassVar[dict[str, Any]] = {"sentence_end_ids": ()}
 
+    @classmethod
+    def tokenizer_defaults(cls, tokenizer: Any) -> dict[str, Any]:
+        """The sentence ends: the ids of ``.``, ``!``, ``?`` in the run's tokenizer."""
+        return {"sentence_end_ids": sentence_end_ids(tokenizer)}
+
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("embed_dim", "word_hidden", "sentence_hidden", "attention_dim", "sentence_len"):

@@ -46,9 +46,10 @@ experts: the log-probabilities of the naive Bayes half plus the deep half's logi
   training adds nothing. Runs saved before this rule hashed the pairs into the
   rows (``bigrams="hashed"``, ``(a * 1000003 + b) mod ngram_buckets``), and keep
   doing so (:attr:`WideDeepClassifierConfig.SAVED_BEFORE`); that hash used fewer
-  than half the rows, and naive Bayes over it lost 2 points on MR and SMS. Dividing the sum by the square root of the feature count is
-  the L2 normalisation of a binary vector: long and short documents get
-  naive Bayes logits of a like scale.
+  than half the rows, and naive Bayes over it lost 2 points on MR and SMS.
+  Dividing the sum by the square root of the feature count is the L2
+  normalisation of a binary vector: long and short documents get wide logits
+  of a like scale.
 * ``word_dropout`` replaces words of the deep half's input by ``[UNK]`` (id 1)
   while training (Iyyer et al., 2015); ``dropout`` acts on the embeddings and
   the pooled vector. ``encoder="lstm"`` puts a bidirectional LSTM below the
@@ -81,7 +82,14 @@ from attnkit.models.config import (
     check_positive_int,
 )
 from attnkit.models.sentiment import run_packed
-from attnkit.models.wide_fit import NO_KEY, WIDE_C, fit_nb_regression, frequent_bigrams
+from attnkit.models.wide_fit import (
+    NO_KEY,
+    WIDE_C,
+    fit_nb_regression,
+    frequent_bigrams,
+    naive_bayes_ratios,
+    ngram_counts,
+)
 
 __all__ = ["WideDeepClassifierConfig", "WideDeepClassifier", "ngram_features", "ENCODERS", "BIGRAMS", "WIDE_C"]
 
@@ -193,7 +201,7 @@ class WideDeepClassifier(TextClassifier):
         self.pooling = AttentionPooling(width, hidden_dim=c.attention_dim)
         self.dropout = nn.Dropout(c.dropout)
         self.classifier = nn.Linear(width, c.num_classes)
-        # The linear half is set from the training data, not trained: a buffer, saved with the weights.
+        # The wide half is fitted from the training data before the deep half trains: a buffer, saved with the weights.
         self.register_buffer("wide", torch.zeros(c.vocab_size + c.ngram_buckets, c.num_classes))
         self.wide: Tensor
         # the sorted keys of the bigrams that have rows, set from the training part (none: hashed rows)
@@ -273,11 +281,12 @@ class WideDeepClassifier(TextClassifier):
                              f"and {len(labels)}")
         if self.bigram_keys is not None:
             self.bigram_keys.copy_(frequent_bigrams(self, documents, chunk))
-        ratios = self.naive_bayes_table(documents, labels, alpha=alpha, chunk=chunk)  # (V + buckets, C)
+        counts = ngram_counts(self, documents, chunk)  # (N, V + buckets), sparse
+        ratios = naive_bayes_ratios(counts, labels, self.config.num_classes, alpha)  # (V + buckets, C)
         if self.wide_bias is None:  # hashed rows: the naive Bayes table itself
             self.wide.copy_(ratios.to(self.wide.dtype))
             return
-        table, bias = fit_nb_regression(self, documents, labels, ratios, chunk)
+        table, bias = fit_nb_regression(counts, labels, ratios)
         self.wide.copy_(table.to(self.wide.dtype))
         self.wide_bias.copy_(bias.to(self.wide_bias.dtype))
 
@@ -296,19 +305,7 @@ class WideDeepClassifier(TextClassifier):
         Shape:
             returns ``(vocab_size + ngram_buckets, C)`` float64.
         """
-        c = self.config
-        size = c.vocab_size + c.ngram_buckets
-        counts = torch.zeros(c.num_classes * size, dtype=torch.float64)
-        for start in range(0, len(documents), chunk):
-            ids, _, mask = self._padded(documents[start : start + chunk])
-            feats, real = self._features(ids, mask)  # (B, F)
-            keys = (torch.arange(ids.shape[0])[:, None] * size + feats)[real].unique()  # one per (doc, n-gram)
-            classes = torch.as_tensor(list(labels[start : start + chunk]), dtype=torch.long)[keys // size]
-            counts.index_add_(0, classes * size + keys % size, torch.ones(keys.numel(), dtype=torch.float64))
-        counts = counts.view(c.num_classes, size)  # (C, V + buckets)
-        seen = counts.sum(0) > 0  # (V + buckets,)
-        logp = ((counts + alpha) / (counts + alpha * seen).sum(1, keepdim=True)).log()
-        return ((logp - logp.mean(0, keepdim=True)) * seen).T  # (V + buckets, C)
+        return naive_bayes_ratios(ngram_counts(self, documents, chunk), labels, self.config.num_classes, alpha)
 
     def _features(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """:func:`ngram_features` of a padded batch with this model's bigram rows; mask ``(B, 1, 1, T)``."""

@@ -1,10 +1,12 @@
 """Fitting the wide half of :class:`attnkit.models.wide.WideDeepClassifier` from its training documents.
 
 :func:`frequent_bigrams` chooses the bigrams that get rows of the table;
+:func:`ngram_counts` then reads the documents once, through the model's own
+padding and n-gram features (so that what is fitted is what
+:meth:`WideDeepClassifier.wide_logits` reads), into a sparse document x n-gram
+count matrix; :func:`naive_bayes_ratios` counts the classes from it and
 :func:`fit_nb_regression` fits the logistic regression on the naive-Bayes-scaled
-n-gram features (NB-LR; Wang and Manning, 2012) whose weights become the table.
-Both read documents through the model's own padding and n-gram features, so
-that what is fitted is what :meth:`WideDeepClassifier.wide_logits` reads.
+features (NB-LR; Wang and Manning, 2012) whose weights become the table.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from torch import Tensor, nn
 if TYPE_CHECKING:
     from attnkit.models.wide import WideDeepClassifier
 
-__all__ = ["WIDE_C", "NO_KEY", "frequent_bigrams", "fit_nb_regression"]
+__all__ = ["WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios", "fit_nb_regression"]
 
 WIDE_C = 10.0
 """Inverse L2 strength of the wide half's logistic regression (``C`` of scikit-learn's summed loss)."""
@@ -45,33 +47,63 @@ def frequent_bigrams(model: WideDeepClassifier, documents: Sequence[Sequence[int
     return out
 
 
-def fit_nb_regression(model: WideDeepClassifier, documents: Sequence[Sequence[int]], labels: Sequence[int],
-                      ratios: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
-    """Logistic regression on the naive-Bayes-scaled n-gram features: the table ``ratios * U`` and a bias.
+def ngram_counts(model: WideDeepClassifier, documents: Sequence[Sequence[int]], chunk: int) -> Tensor:
+    """How often each of the model's n-gram rows occurs in each document: the one pass both fits read.
 
-    ``x`` holds each document's n-gram counts over the square root of its
-    feature count (what :meth:`WideDeepClassifier.wide_logits` reads); ``U`` and the bias
-    minimise ``mean CE(x (ratios * U) + bias) + |U|^2 / (2 WIDE_C N)``
-    (full batch, L-BFGS), so an n-gram never seen keeps weight zero.
-    ``ratios`` ``(V + buckets, C)``; returns the table and the bias ``(C,)``.
+    Shape:
+        returns a coalesced sparse ``(N, vocab_size + ngram_buckets)`` float64 tensor; a row sums
+        to the document's n-gram count, the count :meth:`WideDeepClassifier.wide_logits` divides by.
     """
-    rows, cols, vals = [], [], []
+    rows, cols = [], []
     for start in range(0, len(documents), chunk):
         ids, _, mask = model._padded(documents[start : start + chunk])
         feats, real = model._features(ids, mask)  # (B, F)
-        norm = real.sum(1, keepdim=True).clamp_min(1).double().rsqrt().expand(feats.shape)  # (B, F)
-        doc = torch.arange(start, start + ids.shape[0])[:, None].expand(feats.shape)  # (B, F)
-        rows.append(doc[real])
+        rows.append(torch.arange(start, start + ids.shape[0])[:, None].expand(feats.shape)[real])
         cols.append(feats[real])
-        vals.append(norm[real])
-    x = torch.sparse_coo_tensor(torch.stack([torch.cat(rows), torch.cat(cols)]), torch.cat(vals),
-                                (len(documents), ratios.shape[0]), check_invariants=False)
-    x = x.coalesce()  # (N, V + buckets): duplicates of an n-gram in a document add up
+    index = torch.stack([torch.cat(rows), torch.cat(cols)]) if rows else torch.zeros(2, 0, dtype=torch.long)
+    size = (len(documents), model.config.vocab_size + model.config.ngram_buckets)
+    values = torch.ones(index.shape[1], dtype=torch.float64)
+    return torch.sparse_coo_tensor(index, values, size, check_invariants=False).coalesce()  # repeats add up
+
+
+def naive_bayes_ratios(counts: Tensor, labels: Sequence[int], num_classes: int, alpha: float) -> Tensor:
+    """Centred naive Bayes log-probabilities of each n-gram row from binarised ``counts`` (see
+    :meth:`WideDeepClassifier.naive_bayes_table`).
+
+    Shape:
+        counts: sparse ``(N, S)`` from :func:`ngram_counts`; returns ``(S, C)`` float64.
+    """
+    doc, row = counts.indices()  # one entry per (document, n-gram): binarised
+    classes = torch.as_tensor(list(labels), dtype=torch.long)[doc]
+    size = counts.shape[1]
+    per_class = torch.zeros(num_classes * size, dtype=torch.float64)
+    per_class.index_add_(0, classes * size + row, torch.ones(row.numel(), dtype=torch.float64))
+    per_class = per_class.view(num_classes, size)  # (C, S)
+    seen = per_class.sum(0) > 0  # (S,)
+    logp = ((per_class + alpha) / (per_class + alpha * seen).sum(1, keepdim=True)).log()
+    return ((logp - logp.mean(0, keepdim=True)) * seen).T  # (S, C)
+
+
+def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor) -> tuple[Tensor, Tensor]:
+    """Logistic regression on the naive-Bayes-scaled n-gram features: the table ``ratios * U`` and a bias.
+
+    ``x`` holds each document's n-gram counts over the square root of its
+    n-gram count (what :meth:`WideDeepClassifier.wide_logits` reads); ``U`` and
+    the bias minimise ``mean CE(x (ratios * U) + bias) + |U|^2 / (2 WIDE_C N)``
+    (full batch, L-BFGS), so an n-gram never seen keeps weight zero.
+
+    Shape:
+        counts sparse ``(N, S)`` (:func:`ngram_counts`), ratios ``(S, C)``; returns ``(S, C)`` and ``(C,)``.
+    """
+    doc, _ = counts.indices()
+    norm = torch.zeros(counts.shape[0], dtype=torch.float64).index_add_(0, doc, counts.values())
+    x = torch.sparse_coo_tensor(counts.indices(), counts.values() * norm.clamp_min(1).rsqrt()[doc], counts.shape,
+                                check_invariants=False)  # (N, S), rows of unit length for binary counts
     target = torch.as_tensor(list(labels), dtype=torch.long)
     ratios = ratios.contiguous()
-    u = torch.zeros(ratios.shape, dtype=ratios.dtype, requires_grad=True)  # (V + buckets, C)
+    u = torch.zeros(ratios.shape, dtype=ratios.dtype, requires_grad=True)  # (S, C)
     bias = torch.zeros(ratios.shape[1], dtype=ratios.dtype, requires_grad=True)
-    penalty = 1.0 / (2 * WIDE_C * len(documents))
+    penalty = 1.0 / (2 * WIDE_C * counts.shape[0])
     opt = torch.optim.LBFGS([u, bias], max_iter=300, tolerance_grad=1e-6, line_search_fn="strong_wolfe")
 
     def loss() -> Tensor:

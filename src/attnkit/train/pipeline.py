@@ -95,16 +95,12 @@ def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size:
 
 
 def _tokenizer_given(model_name: str, options: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
-    """``options`` plus the fields a model reads off the tokenizer when not given: the HAN's sentence ends."""
+    """``options`` over the fields the model's config reads off the tokenizer (``tokenizer_defaults``)."""
     from attnkit.models import MODELS
-    from attnkit.models.hierarchical import sentence_end_ids
 
     if model_name not in MODELS:  # model_config_dict names the valid ones
         return options
-    names = {f.name for f in dataclasses.fields(MODELS[model_name][1])}
-    if "sentence_end_ids" in names and "sentence_end_ids" not in options:
-        return {**options, "sentence_end_ids": sentence_end_ids(tokenizer)}
-    return options
+    return {**MODELS[model_name][1].tokenizer_defaults(tokenizer), **options}
 
 
 def _datasets(tokenizer: Any, labels: LabelVocab, max_len: int, *parts: Sequence[Example]
