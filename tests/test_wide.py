@@ -9,6 +9,7 @@ import torch
 
 from attnkit.models import build_model
 from attnkit.models.wide import WideDeepClassifier, WideDeepClassifierConfig, ngram_features
+from attnkit.models.wide_fit import STACKING_BOUNDS, fit_stacking_weights
 
 V, BUCKETS = 30, 16
 
@@ -79,25 +80,46 @@ def test_the_most_frequent_bigrams_get_the_rows() -> None:
     assert not (model.wide[V:] == 0).all(dim=1).any()  # every row was seen
 
 
-def test_the_validation_part_chooses_how_much_naive_bayes_counts() -> None:
+def test_the_validation_part_weighs_the_two_halves() -> None:
     model = _model(num_classes=2, word_dropout=0.0)
     docs, labels = [[5, 6], [7, 8], [5, 9], [7, 9]], [0, 1, 0, 1]
     model.init_from_training_data(docs + docs, labels + labels)  # words 5 and 7 decide, each in 4 documents
     ids, lengths = torch.tensor([[5, 6], [7, 8], [5, 9], [7, 9]]), torch.tensor([2, 2, 2, 2])
-    nb = model.wide_logits(ids, model.prepare(ids, lengths)[2])  # (4, 2)
+    mask = model.prepare(ids, lengths)[2]
+    nb = model.wide_logits(ids, mask)  # (4, 2)
     margin = (nb[:, 0] - nb[:, 1]).abs()
     assert float(margin.min()) > float(margin.max()) / 4
     with torch.no_grad():  # a deep half that always says class 1, by twice naive Bayes' largest margin
         model.classifier.weight.zero_()
         model.classifier.bias.copy_(torch.tensor([0.0, 2 * float(margin.max())]))
-    assert model.choose_wide_scale(docs, labels, scales=(0.5, 1.0, 8.0)) == 8.0  # naive Bayes must outvote it
-    assert float(model.wide_scale) == 8.0 and model.training  # the mode is left as it was
-    assert model.eval()(ids, lengths).argmax(-1).tolist() == labels
-    with torch.no_grad():
-        model.classifier.bias.zero_()
-    assert model.choose_wide_scale(docs, labels, scales=(0.5, 1.0, 8.0)) == 1.0  # all right: ties go to 1
+    deep_before = model.eval()._deep_logits(ids, lengths, mask)[0]
+    model.train()
+    a, b = model.weigh_halves(docs, labels)
+    assert b > 2 * a  # naive Bayes must outvote the deep half
+    assert float(model.wide_scale) == pytest.approx(b) and model.training  # the mode is left as it was
+    # a is folded into the deep half's classifier: the model now predicts a * deep + b * wide
+    torch.testing.assert_close(model.eval()(ids, lengths), a * deep_before + b * nb)
+    assert model(ids, lengths).argmax(-1).tolist() == labels
     with pytest.raises(ValueError, match="same, non-zero number of documents and labels, got 4 and 2"):
-        model.choose_wide_scale(docs, labels[:2])
+        model.weigh_halves(docs, labels[:2])
+
+
+def test_stacking_weights_minimise_the_held_out_cross_entropy() -> None:
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 3, (200,), generator=gen)
+    signal = torch.nn.functional.one_hot(labels, 3).double()
+    deep = 6.0 * signal + 4.0 * torch.randn(200, 3, generator=gen, dtype=torch.float64)  # overconfident, noisy
+    wide = 0.5 * signal + 0.3 * torch.randn(200, 3, generator=gen, dtype=torch.float64)  # timid, cleaner
+    a, b = fit_stacking_weights(deep, wide, labels.tolist())
+    assert a < 1 < b  # the deep half is cooled, the wide half trusted more
+    log_w = torch.tensor([math.log(a), math.log(b)], dtype=torch.float64, requires_grad=True)
+    value = torch.nn.functional.cross_entropy(log_w[0].exp() * deep + log_w[1].exp() * wide, labels)
+    (value + (log_w * log_w).sum() / 400).backward()
+    assert log_w.grad is not None and float(log_w.grad.abs().max()) < 1e-5  # a minimum of the stated objective
+    sep = 10.0 * torch.nn.functional.one_hot(labels, 3).double()  # separable: the prior keeps the weights finite
+    assert all(lo < w < hi for w in fit_stacking_weights(sep, sep, labels.tolist()) for lo, hi in [STACKING_BOUNDS])
+    with pytest.raises(ValueError, match=r"need \(N, C\) logits of both halves.*got \(200, 3\), \(200, 2\)"):
+        fit_stacking_weights(deep, wide[:, :2], labels.tolist())
 
 
 def test_word_dropout_acts_in_training_only() -> None:

@@ -7,10 +7,13 @@ padding and n-gram features (so that what is fitted is what
 count matrix; :func:`naive_bayes_ratios` counts the classes from it and
 :func:`fit_nb_regression` fits the logistic regression on the naive-Bayes-scaled
 features (NB-LR; Wang and Manning, 2012) whose weights become the table.
+After training, :func:`fit_stacking_weights` weighs the two halves on the
+validation part.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -20,12 +23,15 @@ from torch import Tensor, nn
 if TYPE_CHECKING:
     from attnkit.models.wide import WideDeepClassifier
 
-__all__ = ["WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios", "fit_nb_regression"]
+__all__ = ["WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios", "fit_nb_regression",
+           "fit_stacking_weights", "STACKING_BOUNDS"]
 
 WIDE_C = 10.0
 """Inverse L2 strength of the wide half's logistic regression (``C`` of scikit-learn's summed loss)."""
 NO_KEY = torch.iinfo(torch.int64).max
 """The free places of the bigram key buffer, sorted last."""
+STACKING_BOUNDS = (1e-3, 1e3)
+"""The range of each weight :func:`fit_stacking_weights` may return."""
 
 
 def frequent_bigrams(model: WideDeepClassifier, documents: Sequence[Sequence[int]], chunk: int) -> Tensor:
@@ -116,3 +122,39 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor) -> 
     with torch.enable_grad():
         opt.step(loss)  # type: ignore[arg-type]
     return (ratios * u).detach(), bias.detach()
+
+
+def fit_stacking_weights(deep: Tensor, wide: Tensor, labels: Sequence[int]) -> tuple[float, float]:
+    """Weights ``a, b > 0`` of the sum ``a * deep + b * wide`` with the least cross-entropy on held-out documents.
+
+    Stacking with two weights (Wolpert, 1992): ``a`` is the deep half's
+    temperature -- trained to fit its own training part, its logits are
+    overconfident on new documents -- and ``b`` the wide half's, so the sum
+    gives calibrated probabilities as well as a data-chosen balance. Fitted by
+    L-BFGS over ``log a`` and ``log b`` with a unit normal prior on each (as
+    one document's worth of evidence: it keeps them finite when the held-out
+    documents are separable), each then held within :data:`STACKING_BOUNDS`.
+
+    Shape:
+        deep, wide ``(N, C)`` logits of the two halves; labels ``N`` class indices; returns ``(a, b)``.
+    """
+    if deep.shape != wide.shape or deep.dim() != 2 or deep.shape[0] != len(labels) or not len(labels):
+        raise ValueError(f"need (N, C) logits of both halves for N > 0 labelled documents, got {tuple(deep.shape)}, "
+                         f"{tuple(wide.shape)} and {len(labels)} labels")
+    d, w = deep.detach().double(), wide.detach().double()
+    target = torch.as_tensor(list(labels), dtype=torch.long)
+    lo, hi = (math.log(x) for x in STACKING_BOUNDS)
+    log_w = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([log_w], max_iter=200, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
+
+    def loss() -> Tensor:
+        opt.zero_grad()
+        a, b = log_w.exp()
+        value = nn.functional.cross_entropy(a * d + b * w, target) + (log_w * log_w).sum() / (2 * len(target))
+        value.backward()
+        return value
+
+    with torch.enable_grad():
+        opt.step(loss)  # type: ignore[arg-type]
+    a, b = log_w.detach().clamp(lo, hi).exp().tolist()
+    return float(a), float(b)

@@ -178,12 +178,12 @@ def fit_classifier(
                           lengths=train_ds.lengths, out_dir=out_dir, quiet=quiet, dist=dist, log=log,
                           checkpoint=run.epoch_hook() if run is not None else None)
         history = trainer.fit(resume=resume)
-        choose = getattr(unwrap(model), "choose_wide_scale", None)
-        if callable(choose) and len(val_ds):
-            # the wide model weighs its naive Bayes half on the validation part, after training
-            scale = choose(val_ds.ids, val_ds.labels)
+        weigh = getattr(unwrap(model), "weigh_halves", None)
+        if callable(weigh) and len(val_ds):
+            # the wide model weighs its two halves on the validation part, after training
+            a, b = weigh(val_ds.ids, val_ds.labels)
             if log is not None and dist.is_main:
-                log(f"naive Bayes weight chosen on the validation part: {scale:g}")
+                log(f"halves weighed on the validation part: deep x {a:.3g}, n-gram regression x {b:.3g}")
         test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
         if run is not None:
             metrics = {"test": test_metrics, "val_best": _best_val(history)}
