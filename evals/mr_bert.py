@@ -139,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"test accuracy {result.test['accuracy']:.4f}  macro-F1 {result.test['macro_f1']:.4f}  "
           f"(n={len(test)}, {len(result.history)} epochs, {minutes:.1f} min); "
           f"{(result.test['accuracy'] - base) * 100:+.2f} points over the baseline", flush=True)
+    if getattr(result.model, "has_ngram_half", False):
+        assert result.test_data is not None
+        head, ngrams = result.model.each_half(result.test_data.ids)
+        target = torch.as_tensor(list(result.test_data.labels))
+        print(f"each half alone on the test part: the fine-tuned head {(head.argmax(-1) == target).double().mean():.4f}, "
+              f"the n-gram half {(ngrams.argmax(-1) == target).double().mean():.4f}", flush=True)
     return 0
 
 

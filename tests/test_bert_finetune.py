@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -77,6 +78,10 @@ def test_cli_finetune_writes_a_loadable_run(finetuned: tuple[Path, str], bert_fo
     start = BertModel.from_pretrained(bert_folder).state_dict()
     changed = [k for k, v in model.bert.state_dict().items() if not torch.equal(v, start[k])]
     assert len(changed) > len(start) // 2
+    # the n-gram half over the WordPiece ids: fitted on the training part, weighed on the validation part
+    assert meta["model_config"]["ngram_rows"] == 200_000 and model.has_ngram_half
+    assert model.wide is not None and float(model.wide.abs().sum()) > 0
+    assert model.wide_scale is not None and float(model.wide_scale) != 1.0
 
 
 def test_predict_explain_on_the_run(finetuned: tuple[Path, str]) -> None:
@@ -125,6 +130,25 @@ def _tiny_classifier(pooling: str = "cls") -> BertClassifier:
                    attention_probs_dropout_prob=0.0),
         num_classes=3, cls_token_id=2, sep_token_id=3, pooling=pooling, classifier_dropout=0.0, max_len=18)
     return BertClassifier(config).eval()
+
+
+def test_the_ngram_half_joins_the_head_to_predict_only() -> None:
+    model = _tiny_classifier()
+    docs = [[5 + i % 7, 20 + i % 5, 30 + i % 3] for i in range(24)]
+    model.init_from_training_data(docs, [i % 3 for i in range(24)])
+    ids, lengths = torch.tensor([[5, 20, 30, 6], [7, 21, 0, 0]]), torch.tensor([4, 2])
+    mask = model.prepare(ids, lengths)[2]
+    own, wide = model.own_logits(ids, lengths, mask), model.wide_logits(ids, mask)
+    assert float(wide.abs().sum()) > 0
+    assert model.wide_scale is not None
+    model.wide_scale.fill_(3.0)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, lengths), own + 3.0 * wide)
+        torch.testing.assert_close(model.train()(ids, lengths), own)  # no dropout: the head alone while training
+    without = BertClassifier(dataclasses.replace(model.config, ngram_rows=0))
+    assert not without.has_ngram_half and "wide" not in without.state_dict()
+    with pytest.raises(ValueError, match="has no n-gram half"):
+        without.init_from_training_data(docs, [0] * 24)
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])

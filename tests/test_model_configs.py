@@ -21,6 +21,7 @@ from attnkit.models import (
     build_model,
     config_from_dict,
     config_to_dict,
+    saved_config,
 )
 from attnkit.models.bert import BertConfig, BertModel
 from attnkit.models.config import TextClassifierConfig
@@ -57,10 +58,13 @@ OLD_RUN_CONFIGS: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("name", sorted(OLD_RUN_CONFIGS))
 def test_flat_configs_saved_before_load_and_round_trip(name: str) -> None:
     saved = json.loads(json.dumps(OLD_RUN_CONFIGS[name]))  # as read back from config.json
-    config = config_from_dict(name, saved)
-    assert json.loads(json.dumps(config_to_dict(config))) == saved  # same keys, same values, still flat
-    model = build_model(name, saved)
+    data = saved_config(name, saved)  # as the run loader reads it: fields it predates get their old values
+    assert {key: data[key] for key in saved} == saved
+    config = config_from_dict(name, data)
+    assert json.loads(json.dumps(config_to_dict(config))) == data  # same keys, same values, still flat
+    model = build_model(name, data)
     assert isinstance(model, MODELS[name][0])
+    assert not getattr(model, "has_ngram_half", False)  # none of these had an n-gram half
 
 
 def test_the_bert_classifier_config_is_a_bert_config_plus_the_head() -> None:
@@ -68,7 +72,9 @@ def test_the_bert_classifier_config_is_a_bert_config_plus_the_head() -> None:
     assert isinstance(config, BertConfig)
     bert_fields = [f.name for f in dataclasses.fields(BertConfig)]
     own = [f.name for f in dataclasses.fields(BertClassifierConfig) if f.name not in bert_fields]
-    assert own == ["num_classes", "cls_token_id", "sep_token_id", "pooling", "classifier_dropout", "max_len"]
+    assert own == ["num_classes", "cls_token_id", "sep_token_id", "pooling", "classifier_dropout", "max_len",
+                   "ngram_rows"]
+    assert config.ngram_rows == 200_000  # the default; a run saved before it reads 0 (saved_config)
     assert config.bert_config() == BertConfig(**{k: OLD_BERT_RUN_CONFIG[k] for k in bert_fields})
     assert type(config.bert_config()) is BertConfig
     assert BertClassifierConfig.from_bert(config.bert_config(), num_classes=2, cls_token_id=2,

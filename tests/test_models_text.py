@@ -210,6 +210,24 @@ def test_han_pre_split_input_and_sentence_end_ids() -> None:
     assert sentence_end_ids(tok) == tuple(sorted(tok.token_to_id(m) for m in ".!?"))
 
 
+def test_a_han_with_an_ngram_half_adds_it_to_predict_split_or_not() -> None:
+    model = build_model("han", {"vocab_size": 60, "num_classes": 2, "embed_dim": 8, "word_hidden": 4,
+                                "sentence_hidden": 4, "attention_dim": 6, "dropout": 0.0, "ngram_rows": 32,
+                                "sentence_end_ids": (5,), "sentence_len": 6})
+    model.init_from_training_data([[7, 8, 5, 9], [10, 11, 5, 12], [7, 13], [10, 14]], [0, 1, 0, 1])
+    ids, lengths = torch.tensor([[7, 5, 8, 9, 10, 11, 5]]), torch.tensor([7])
+    mask = model.prepare(ids, lengths)[2]
+    own, wide = model.own_logits(ids, lengths, mask), model.wide_logits(ids, mask)
+    assert float(wide.abs().sum()) > 0
+    model.wide_scale.fill_(2.0)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(ids, lengths), own + 2.0 * wide)
+        torch.testing.assert_close(model.train()(ids, lengths), own)  # the network alone while training
+        sent, lens, _ = split_sentences(ids, lengths, [5], 6)  # the bigram across the sentence end has no row
+        torch.testing.assert_close(model.eval()(sent, lens), model(ids, lengths))
+    assert not make("han").has_ngram_half  # the paper's model by default
+
+
 def test_registry_and_config_errors() -> None:
     assert set(MODELS) == {"document", "sentiment", "han", "bert", "wide"}
     with pytest.raises(ValueError, match=r"unknown model 'cnn'; valid names are \['bert', 'document', 'han', "

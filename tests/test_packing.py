@@ -88,7 +88,19 @@ MODELS = {
     "sentiment": {"embed_dim": 12, "hidden_size": 8, "attention_dim": 8},
     "han": {"embed_dim": 12, "word_hidden": 6, "sentence_hidden": 6, "attention_dim": 8,
             "sentence_end_ids": (5, 7), "sentence_len": 4},
+    "han-ngrams": {"embed_dim": 12, "word_hidden": 6, "sentence_hidden": 6, "attention_dim": 8,
+                   "sentence_end_ids": (5, 7), "sentence_len": 4, "ngram_rows": 64},
 }
+
+
+def _fit_ngram_half(model: torch.nn.Module) -> torch.nn.Module:
+    """Fit the model's n-gram half, if it has one, on random documents: packed rows must add it too."""
+    if getattr(model, "has_ngram_half", False):
+        gen = torch.Generator().manual_seed(1)
+        model.init_from_training_data([torch.randint(3, VOCAB, (6,), generator=gen).tolist() for _ in range(30)],
+                                      [i % 3 for i in range(30)])
+        assert float(model.wide.abs().sum()) > 0
+    return model
 
 
 def _model(key: str) -> torch.nn.Module:
@@ -96,10 +108,10 @@ def _model(key: str) -> torch.nn.Module:
     if key == "bert":
         config = BertClassifierConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                                       intermediate_size=32, max_position_embeddings=24, num_classes=3,
-                                      cls_token_id=1, sep_token_id=2, max_len=20)
-        return BertClassifier(config).eval()
+                                      cls_token_id=1, sep_token_id=2, max_len=20, ngram_rows=64)
+        return _fit_ngram_half(BertClassifier(config)).eval()
     name = key.split("-")[0]
-    return build_model(name, {"vocab_size": VOCAB, "num_classes": 3, **MODELS[key]}).eval()
+    return _fit_ngram_half(build_model(name, {"vocab_size": VOCAB, "num_classes": 3, **MODELS[key]})).eval()
 
 
 @pytest.mark.parametrize("key", [*MODELS, "bert"])

@@ -42,7 +42,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -56,6 +56,7 @@ from attnkit.models.config import (
     check_positive_int,
     valid_positions,
 )
+from attnkit.models.ngram_half import NgramHalf
 from attnkit.models.packed import PackedBatch, packed_batch
 
 __all__ = ["BertClassifierConfig", "BertClassifier", "BERT_POOLINGS"]
@@ -85,6 +86,9 @@ class BertClassifierConfig(BertConfig, ModelConfig):
         cls_token_id, sep_token_id: ids of ``[CLS]`` and ``[SEP]`` in the vocabulary.
         max_len: the longest input ``T`` (without specials) the run feeds;
             ``max_len + 2`` must fit ``max_position_embeddings``.
+        ngram_rows: bigram rows of the n-gram half (:class:`~attnkit.models.ngram_half.NgramHalf`,
+            over the WordPiece ids), fitted on the training part and added to the
+            head's logits to predict; 0: no n-gram half (runs saved before it).
     """
 
     num_classes: int
@@ -93,6 +97,9 @@ class BertClassifierConfig(BertConfig, ModelConfig):
     pooling: str = "cls"
     classifier_dropout: float = 0.1
     max_len: int = 128
+    ngram_rows: int = 200_000
+
+    SAVED_BEFORE: ClassVar[dict[str, Any]] = {"ngram_rows": 0}
 
     def __post_init__(self) -> None:
         super().__post_init__()  # BertConfig checks the architecture fields
@@ -100,6 +107,7 @@ class BertClassifierConfig(BertConfig, ModelConfig):
             raise ValueError(f"num_classes must be an int >= 2, got {self.num_classes!r}")
         check_positive_int("vocab_size", self.vocab_size)
         check_positive_int("max_len", self.max_len)
+        check_positive_int("ngram_rows", self.ngram_rows, allow_zero=True)
         check_choice("pooling", self.pooling, BERT_POOLINGS)
         check_fraction("classifier_dropout", self.classifier_dropout)
         for name in ("pad_token_id", "cls_token_id", "sep_token_id"):
@@ -132,11 +140,13 @@ class BertClassifierConfig(BertConfig, ModelConfig):
         return cls(num_classes=num_classes, **dataclasses.asdict(bert), **head)
 
 
-class BertClassifier(TextClassifier):
+class BertClassifier(NgramHalf, TextClassifier):
     """Sequence classification with a (pretrained) BERT encoder.
 
     Parameters: ``bert.*`` (Hugging Face names, see
-    :class:`attnkit.models.bert.BertModel`) and ``classifier.*``.
+    :class:`attnkit.models.bert.BertModel`) and ``classifier.*``; with
+    ``ngram_rows > 0`` the buffers of the n-gram half (``wide``, ``bigram_keys``,
+    ``wide_bias``, ``wide_scale``), added to the logits in eval mode.
 
     Args:
         config: a :class:`BertClassifierConfig`.
@@ -161,6 +171,7 @@ class BertClassifier(TextClassifier):
         self.classifier = nn.Linear(config.hidden_size, config.num_classes)
         nn.init.normal_(self.classifier.weight, std=0.02)  # BERT's initializer_range
         nn.init.zeros_(self.classifier.bias)
+        self._add_ngram_half(config.vocab_size, config.ngram_rows, config.num_classes)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, *, num_classes: int, **head: Any) -> BertClassifier:
@@ -189,10 +200,10 @@ class BertClassifier(TextClassifier):
         tokens = torch.cat([ids.new_full((b, 1), c.cls_token_id), body, ids.new_full((b, 1), c.pad_token_id)], 1)
         return tokens.scatter(1, (lengths + 1)[:, None], c.sep_token_id)  # (B, S)
 
-    def classify(
+    def classify_own(
         self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Logits for a prepared batch, and the weights in ``weights``.
+        """The head's logits for a prepared batch (without the n-gram half), and the weights in ``weights``.
 
         ``mask`` ``(B, 1, 1, T)`` marks the real tokens; BERT's key mask over
         ``[CLS] tokens [SEP]`` is that same mask with two True columns in front
@@ -259,7 +270,8 @@ class BertClassifier(TextClassifier):
         else:
             real = packed.doc_mask[:, 0, 0]  # (N, L)
             doc = (hidden[:, 1 : real.shape[1] + 1] * real[..., None]).sum(1) / packed.lengths[:, None].to(hidden.dtype)
-        return self.classifier(self.dropout(doc)), None  # (N, C)
+        logits = self.classifier(self.dropout(doc))  # (N, C)
+        return self.with_ngram_half(logits, packed.unpack(packed.ids), packed.doc_mask), None
 
     def _with_specials_packed(self, packed: PackedBatch) -> PackedBatch:
         """The packed rows with ``[CLS]`` before and ``[SEP]`` after every document."""

@@ -47,6 +47,7 @@ from attnkit.models.config import (
     check_token_batch,
     valid_positions,
 )
+from attnkit.models.ngram_half import NgramHalf
 from attnkit.models.sentiment import run_packed
 
 __all__ = [
@@ -111,6 +112,8 @@ class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
         dropout: on embeddings, sentence vectors and before the classifier.
         sentence_end_ids: token ids that end a sentence (``.``, ``!``, ``?``).
         sentence_len: a sentence longer than this is cut into pieces.
+        ngram_rows: bigram rows of an n-gram half (:class:`~attnkit.models.ngram_half.NgramHalf`)
+            added to the logits to predict; 0 (the default, the paper's model): none.
     """
 
     embed_dim: int = 200
@@ -120,9 +123,10 @@ class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
     dropout: float = 0.1
     sentence_end_ids: tuple[int, ...] = ()
     sentence_len: int = 50
+    ngram_rows: int = 0
 
     # runs saved before ``train`` read the sentence ends off the tokenizer cut only every sentence_len tokens
-    SAVED_BEFORE: ClassVar[dict[str, Any]] = {"sentence_end_ids": ()}
+    SAVED_BEFORE: ClassVar[dict[str, Any]] = {"sentence_end_ids": (), "ngram_rows": 0}
 
     @classmethod
     def tokenizer_defaults(cls, tokenizer: Any) -> dict[str, Any]:
@@ -133,6 +137,7 @@ class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
         super().__post_init__()
         for name in ("embed_dim", "word_hidden", "sentence_hidden", "attention_dim", "sentence_len"):
             check_positive_int(name, getattr(self, name))
+        check_positive_int("ngram_rows", self.ngram_rows, allow_zero=True)
         check_fraction("dropout", self.dropout)
         ids = self.sentence_end_ids
         if not isinstance(ids, tuple) or not all(
@@ -143,12 +148,13 @@ class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
             )
 
 
-class HierarchicalAttentionNetwork(TextClassifier):
+class HierarchicalAttentionNetwork(NgramHalf, TextClassifier):
     """Word-level and sentence-level BiGRU encoders, each with attention pooling.
 
     Parameters are named ``embedding.weight``, ``word_rnn.*``, ``word_pooling.*``,
     ``sentence_rnn.*``, ``pooling.*`` (the sentence-level attention, which
-    produces the document vector) and ``classifier.{weight,bias}``.
+    produces the document vector) and ``classifier.{weight,bias}``; with
+    ``ngram_rows > 0`` the n-gram half's buffers, added to the logits in eval mode.
 
     Shape:
         ids ``(B, T)`` with lengths ``(B,)``, or ``(B, S, L)`` with lengths ``(B, S)``;
@@ -175,6 +181,7 @@ class HierarchicalAttentionNetwork(TextClassifier):
         self.pooling = AttentionPooling(2 * c.sentence_hidden, hidden_dim=c.attention_dim)
         self.dropout = nn.Dropout(c.dropout)
         self.classifier = nn.Linear(2 * c.sentence_hidden, c.num_classes)
+        self._add_ngram_half(c.vocab_size, c.ngram_rows, c.num_classes)
 
     def prepare(self, ids: object, lengths: object) -> tuple[Tensor, Tensor, Tensor]:
         """Validate the batch and build its mask once.
@@ -189,10 +196,16 @@ class HierarchicalAttentionNetwork(TextClassifier):
             return ids, lengths, masks.from_lengths(lengths.flatten(), ids.shape[2])  # (B*S, 1, 1, L)
         return super().prepare(ids, lengths)
 
-    def classify(
+    def ngram_input(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """A split batch's sentences end to end for the n-gram half (bigrams across sentences are lost)."""
+        if ids.dim() == 3:
+            return ids.flatten(1), mask.view(ids.shape[0], 1, 1, -1)
+        return ids, mask
+
+    def classify_own(
         self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Logits for a prepared batch (and word, sentence and token weights when asked).
+        """The network's logits for a prepared batch (and word, sentence and token weights when asked).
 
         Shape:
             ids ``(B, T)`` + lengths ``(B,)`` + mask ``(B, 1, 1, T)``, or ``(B, S, L)`` +

@@ -1,9 +1,9 @@
-"""Fitting the wide half of :class:`attnkit.models.wide.WideDeepClassifier` from its training documents.
+"""Fitting the n-gram half (:class:`attnkit.models.ngram_half.NgramHalf`) from its training documents.
 
 :func:`frequent_bigrams` chooses the bigrams that get rows of the table;
 :func:`ngram_counts` then reads the documents once, through the model's own
 padding and n-gram features (so that what is fitted is what
-:meth:`WideDeepClassifier.wide_logits` reads), into a sparse document x n-gram
+:meth:`NgramHalf.wide_logits` reads), into a sparse document x n-gram
 count matrix; :func:`naive_bayes_ratios` counts the classes from it and
 :func:`fit_nb_regression` fits the logistic regression on the naive-Bayes-scaled
 features (NB-LR; Wang and Manning, 2012) whose weights become the table.
@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from attnkit.models.wide import WideDeepClassifier
+    from attnkit.models.ngram_half import NgramHalf
 
 __all__ = ["WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios", "fit_nb_regression",
            "fit_stacking_weights", "STACKING_BOUNDS"]
@@ -34,31 +34,31 @@ STACKING_BOUNDS = (1e-3, 1e3)
 """The range of each weight :func:`fit_stacking_weights` may return."""
 
 
-def frequent_bigrams(model: WideDeepClassifier, documents: Sequence[Sequence[int]], chunk: int) -> Tensor:
-    """The sorted keys of the ``ngram_buckets`` bigrams in the most documents, padded with free places."""
-    c = model.config
+def frequent_bigrams(model: NgramHalf, documents: Sequence[Sequence[int]], chunk: int) -> Tensor:
+    """The sorted keys of the model's ``R`` bigram rows: the bigrams in the most documents, then free places."""
+    vocab, rows = model._ngram_vocab, model._ngram_rows
     found = []
     for start in range(0, len(documents), chunk):
         ids, _, mask = model._padded(documents[start : start + chunk])
         pairs = mask[:, 0, 0, :-1] & mask[:, 0, 0, 1:]  # (B, T-1)
-        key = ids[:, :-1] * c.vocab_size + ids[:, 1:]  # (B, T-1)
+        key = ids[:, :-1] * vocab + ids[:, 1:]  # (B, T-1)
         doc = torch.arange(ids.shape[0])[:, None].expand_as(key)
         per_doc = torch.stack([doc[pairs], key[pairs]]).unique(dim=1)  # (2, pairs): one per (doc, bigram)
         found.append(per_doc[1])
     keys, docs = torch.cat(found).unique(return_counts=True) if found else (torch.zeros(0, dtype=torch.long),) * 2
-    if keys.numel() > c.ngram_buckets:  # most documents first, then the smaller key (stable sort)
-        keys = keys[torch.sort(docs, descending=True, stable=True).indices[: c.ngram_buckets]].sort().values
-    out = torch.full((c.ngram_buckets,), NO_KEY, dtype=torch.long)
+    if keys.numel() > rows:  # most documents first, then the smaller key (stable sort)
+        keys = keys[torch.sort(docs, descending=True, stable=True).indices[:rows]].sort().values
+    out = torch.full((rows,), NO_KEY, dtype=torch.long)
     out[: keys.numel()] = keys
     return out
 
 
-def ngram_counts(model: WideDeepClassifier, documents: Sequence[Sequence[int]], chunk: int) -> Tensor:
+def ngram_counts(model: NgramHalf, documents: Sequence[Sequence[int]], chunk: int) -> Tensor:
     """How often each of the model's n-gram rows occurs in each document: the one pass both fits read.
 
     Shape:
-        returns a coalesced sparse ``(N, vocab_size + ngram_buckets)`` float64 tensor; a row sums
-        to the document's n-gram count, the count :meth:`WideDeepClassifier.wide_logits` divides by.
+        returns a coalesced sparse ``(N, V + R)`` float64 tensor; a row sums
+        to the document's n-gram count, the count :meth:`NgramHalf.wide_logits` divides by.
     """
     rows, cols = [], []
     for start in range(0, len(documents), chunk):
@@ -67,14 +67,14 @@ def ngram_counts(model: WideDeepClassifier, documents: Sequence[Sequence[int]], 
         rows.append(torch.arange(start, start + ids.shape[0])[:, None].expand(feats.shape)[real])
         cols.append(feats[real])
     index = torch.stack([torch.cat(rows), torch.cat(cols)]) if rows else torch.zeros(2, 0, dtype=torch.long)
-    size = (len(documents), model.config.vocab_size + model.config.ngram_buckets)
+    size = (len(documents), model._ngram_vocab + model._ngram_rows)
     values = torch.ones(index.shape[1], dtype=torch.float64)
     return torch.sparse_coo_tensor(index, values, size, check_invariants=False).coalesce()  # repeats add up
 
 
 def naive_bayes_ratios(counts: Tensor, labels: Sequence[int], num_classes: int, alpha: float) -> Tensor:
     """Centred naive Bayes log-probabilities of each n-gram row from binarised ``counts`` (see
-    :meth:`WideDeepClassifier.naive_bayes_table`).
+    :meth:`NgramHalf.naive_bayes_table`).
 
     Shape:
         counts: sparse ``(N, S)`` from :func:`ngram_counts`; returns ``(S, C)`` float64.
@@ -94,7 +94,7 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor) -> 
     """Logistic regression on the naive-Bayes-scaled n-gram features: the table ``ratios * U`` and a bias.
 
     ``x`` holds each document's n-gram counts over the square root of its
-    n-gram count (what :meth:`WideDeepClassifier.wide_logits` reads); ``U`` and
+    n-gram count (what :meth:`NgramHalf.wide_logits` reads); ``U`` and
     the bias minimise ``mean CE(x (ratios * U) + bias) + |U|^2 / (2 WIDE_C N)``
     (full batch, L-BFGS), so an n-gram never seen keeps weight zero.
 

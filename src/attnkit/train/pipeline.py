@@ -161,9 +161,8 @@ def fit_classifier(
     model = build_model(model_name, config)
     if init_model is not None:
         init_model(model)
-    elif callable(getattr(model, "init_from_training_data", None)) and not resume:
-        # A model with a data-given starting point (the wide-and-deep model's naive Bayes
-        # table) gets it from the training part, and only from it.
+    if getattr(model, "has_ngram_half", False) and not resume:
+        # A model with an n-gram half (models.ngram_half) gets its table from the training part, and only from it.
         model.init_from_training_data(train_ds.ids, train_ds.labels)  # type: ignore[operator]
     meta = {"train_config": train_config.to_dict(), "data_settings": dataclasses.asdict(data), **(extra or {})}
     # Everything above is validated before the run directory is touched; the writer takes the
@@ -178,12 +177,11 @@ def fit_classifier(
                           lengths=train_ds.lengths, out_dir=out_dir, quiet=quiet, dist=dist, log=log,
                           checkpoint=run.epoch_hook() if run is not None else None)
         history = trainer.fit(resume=resume)
-        weigh = getattr(unwrap(model), "weigh_halves", None)
-        if callable(weigh) and len(val_ds):
-            # the wide model weighs its two halves on the validation part, after training
-            a, b = weigh(val_ds.ids, val_ds.labels)
+        if getattr(unwrap(model), "has_ngram_half", False) and len(val_ds):
+            # the model's own logits and its n-gram half are weighed on the validation part, after training
+            a, b = unwrap(model).weigh_halves(val_ds.ids, val_ds.labels)  # type: ignore[operator]
             if log is not None and dist.is_main:
-                log(f"halves weighed on the validation part: deep x {a:.3g}, n-gram regression x {b:.3g}")
+                log(f"halves weighed on the validation part: network x {a:.3g}, n-gram regression x {b:.3g}")
         test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
         if run is not None:
             metrics = {"test": test_metrics, "val_best": _best_val(history)}

@@ -1,0 +1,314 @@
+"""The n-gram half: a logistic regression over word 1- and 2-grams, added to a classifier's own logits.
+
+::
+
+    f_b     = {ids_t} ∪ {(ids_t, ids_t+1)}                      the document's word 1- and 2-grams
+    wide    = sum_{f in f_b} W[f] / sqrt(|f_b|) + b_w            (B, C)  W = R * U: NB-LR over the n-grams
+    logits  = deep                 while training               (B, C)  the model's own logits alone
+    logits  = deep + wide          to validate while training   (B, C)
+    logits  = a deep + b wide      to predict                   (B, C)  a, b fitted on the validation part
+
+A linear model over word n-grams reaches most of the accuracy of neural text
+classifiers, and a logistic regression over 1-2-grams scaled by their naive
+Bayes log-count ratios is among the strongest (Wang and Manning, 2012,
+"Baselines and Bigrams": NBSVM). A neural classifier generalises over words
+and their contexts in a way the counts cannot; the two err on different
+documents, so their sum beats each -- the "wide and deep" idea of Cheng et
+al. (2016), as a product of experts. :class:`NgramHalf` gives any
+:class:`~attnkit.models.base.TextClassifier` with a final ``classifier``
+layer such a half: :class:`~attnkit.models.wide.WideDeepClassifier` (the
+default recipe) and :class:`~attnkit.models.bert_classifier.BertClassifier`
+(the pretrained recipe) use it.
+
+* **Fitted once, before training** (:meth:`NgramHalf.init_from_training_data`,
+  called by :func:`attnkit.train.pipeline.fit_classifier` with the training
+  part only), into buffers saved with the weights: each training bigram gets
+  a row after the vocabulary (the ``rows`` found in the most documents when
+  there are more); ``R`` holds the centred, smoothed naive Bayes
+  log-probabilities of each n-gram (:meth:`NgramHalf.naive_bayes_table`) and
+  ``U`` is the L2-regularised logistic regression on the ``R``-scaled
+  features (:mod:`attnkit.models.wide_fit`).
+* **Left out while the model trains**: fitted to the very documents it was
+  counted on, it is right on nearly all of them (95% of MR's training
+  sentences against 78% of held-out ones), and a model trained on the sum
+  would learn almost nothing from them. Validation -- early stopping, the
+  choice of the best epoch -- scores the plain sum.
+* **Weighed on the validation part after training**
+  (:meth:`NgramHalf.weigh_halves`): ``a`` and ``b`` by least cross-entropy
+  (stacking, :func:`~attnkit.models.wide_fit.fit_stacking_weights`); ``a`` is
+  folded into the ``classifier`` layer and ``b`` is the buffer
+  ``wide_scale``. A network trained until it fits its own training part is
+  overconfident on new documents: ``a`` is its temperature (0.1-0.5 for the
+  default recipe on MR and customer reviews).
+* Dividing the sum by the square root of the feature count is the L2
+  normalisation of a binary vector: long and short documents get logits of a
+  like scale. A bigram never seen in training adds nothing.
+
+Shape legend: B batch, T tokens, C classes, F n-gram features per document (2T - 1), V vocabulary, R bigram rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.models.base import WeightSelection
+from attnkit.models.wide_fit import (
+    NO_KEY,
+    fit_nb_regression,
+    fit_stacking_weights,
+    frequent_bigrams,
+    naive_bayes_ratios,
+    ngram_counts,
+)
+
+__all__ = ["NgramHalf", "ngram_features"]
+
+_HASH = 1_000_003  # the hashed (saved-before) bigram rows of the wide model
+
+
+def ngram_features(ids: Tensor, mask: Tensor, vocab_size: int, buckets: int, keys: Tensor | None = None
+                   ) -> tuple[Tensor, Tensor]:
+    """Feature ids of each document's word 1- and 2-grams and which of them are real.
+
+    Unigram ``t`` is ``ids[:, t]``. With ``keys`` (the sorted bigram keys
+    ``a * vocab_size + b`` of the table, ``(buckets,)``), bigram ``(t, t+1)`` is
+    ``vocab_size + i`` where ``keys[i]`` is its key, and is not real when its key
+    is not there; without, it is hashed: ``vocab_size + (ids[:, t] * 1000003 +
+    ids[:, t+1]) mod buckets``. Features over padding are marked False.
+
+    Shape:
+        ids ``(B, T)``, mask ``(B, T)`` bool (True on real tokens); returns
+        features ``(B, F)`` int64 and real ``(B, F)`` bool with F = 2T - 1.
+    """
+    pairs = mask[:, :-1] & mask[:, 1:]  # (B, T-1)
+    if keys is None:
+        bigrams = vocab_size + (ids[:, :-1] * _HASH + ids[:, 1:]) % buckets  # (B, T-1)
+    else:
+        key = ids[:, :-1] * vocab_size + ids[:, 1:]  # (B, T-1)
+        row = torch.searchsorted(keys, key.contiguous()).clamp_max(keys.numel() - 1)  # (B, T-1)
+        pairs = pairs & (keys[row] == key)
+        bigrams = vocab_size + row
+    feats = torch.cat([ids, bigrams], dim=1)  # (B, F)
+    real = torch.cat([mask, pairs], dim=1)  # (B, F)
+    return feats, real
+
+
+
+class NgramHalf:
+    """Mixin: the n-gram half of a :class:`~attnkit.models.base.TextClassifier` (see the module docstring).
+
+    The class comes before :class:`~attnkit.models.base.TextClassifier` among
+    the bases, calls :meth:`_add_ngram_half` in its ``__init__`` (with no
+    rows the model has no half, :attr:`has_ngram_half` is False and its logits
+    are its own), has a final ``nn.Linear`` named ``classifier`` and
+    implements :meth:`classify_own`, its logits without the half; the
+    mixin's :meth:`classify` adds the half.
+
+    Buffers (saved with the weights): ``wide`` ``(V + R, C)`` the table,
+    ``bigram_keys`` ``(R,)`` the sorted keys ``a * V + b`` of the bigrams with
+    rows (None: hashed rows), ``wide_bias`` ``(C,)`` (None: hashed rows, a
+    naive Bayes table alone) and ``wide_scale`` ``()``, the weight ``b``.
+    """
+
+    classifier: nn.Linear
+    wide: Tensor | None
+    bigram_keys: Tensor | None
+    wide_bias: Tensor | None
+    wide_scale: Tensor | None
+    training: bool
+    _ngram_vocab: int
+    _ngram_rows: int
+
+    def _add_ngram_half(self, vocab_size: int, rows: int, num_classes: int, *, exact: bool = True) -> None:
+        """Register the half's buffers: ``vocab_size`` unigram and ``rows`` bigram rows (``rows=0``: no half)."""
+        module: Any = self
+        self._ngram_vocab, self._ngram_rows = vocab_size, rows
+        if not rows:
+            for name in ("wide", "bigram_keys", "wide_bias", "wide_scale"):
+                module.register_buffer(name, None)
+            return
+        module.register_buffer("wide", torch.zeros(vocab_size + rows, num_classes))
+        module.register_buffer("bigram_keys", torch.full((rows,), NO_KEY, dtype=torch.long) if exact else None)
+        module.register_buffer("wide_bias", torch.zeros(num_classes) if exact else None)
+        module.register_buffer("wide_scale", torch.ones(()))  # b; set on the validation part
+
+    @property
+    def has_ngram_half(self) -> bool:
+        """Whether the model has an n-gram half (``rows > 0``)."""
+        return self.wide is not None
+
+    def classify_own(
+        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The model's own logits (without the half) and weights for a prepared batch; the class implements it.
+
+        Shape:
+            as :meth:`~attnkit.models.base.TextClassifier.classify`.
+        """
+        raise NotImplementedError
+
+    def classify(
+        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """:meth:`classify_own`'s logits, plus the half's (scaled by ``wide_scale``) in eval mode.
+
+        Shape:
+            as :meth:`~attnkit.models.base.TextClassifier.classify`.
+        """
+        logits, found = self.classify_own(ids, lengths, mask, weights)
+        return self.with_ngram_half(logits, *self.ngram_input(ids, mask)), found
+
+    def own_logits(self, ids: Tensor, lengths: Tensor, mask: Tensor) -> Tensor:
+        """The model's logits without the half, for a prepared batch.
+
+        Shape:
+            ids ``(B, T)``, lengths ``(B,)``, mask ``(B, 1, 1, T)``; returns ``(B, C)``.
+        """
+        return self.classify_own(ids, lengths, mask, None)[0]
+
+    def ngram_input(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The token ids ``(B, T)`` and mask ``(B, 1, 1, T)`` the half reads from a prepared batch (itself here)."""
+        return ids, mask
+
+    def with_ngram_half(self, logits: Tensor, ids: Tensor, mask: Tensor) -> Tensor:
+        """``logits`` while training or without a half; ``logits + wide_scale * wide_logits`` otherwise.
+
+        Shape:
+            logits ``(B, C)``, ids ``(B, T)``, mask ``(B, 1, 1, T)``; returns ``(B, C)``.
+        """
+        if self.training or self.wide_scale is None:
+            return logits
+        return logits + self.wide_scale * self.wide_logits(ids, mask)
+
+    def _table(self) -> Tensor:
+        if self.wide is None:
+            raise ValueError(f"this {type(self).__name__} has no n-gram half (its config gives it no bigram rows)")
+        return self.wide
+
+    def _padded(self, documents: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor, Tensor]:
+        """Token-id lists as a checked, padded batch: ``ids (B, T)``, ``lengths (B,)``, ``mask (B, 1, 1, T)``."""
+        docs = [list(d) or [0] for d in documents]
+        ids = torch.zeros(len(docs), max(len(d) for d in docs), dtype=torch.long)
+        for i, d in enumerate(docs):
+            ids[i, : len(d)] = torch.as_tensor(d)
+        device = self._table().device
+        module: Any = self
+        return module.prepare(ids.to(device), torch.tensor([len(d) for d in docs], device=device))
+
+    def weigh_halves(self, documents: Sequence[Sequence[int]], labels: Sequence[int], *,
+                     chunk: int = 256) -> tuple[float, float]:
+        """Weigh the model's own logits and the half on held-out documents: ``a * own + b * wide`` from then on.
+
+        ``a`` and ``b`` are :func:`~attnkit.models.wide_fit.fit_stacking_weights`'s
+        (least cross-entropy on the documents); ``a`` is folded into the
+        ``classifier`` layer (its weight and bias times ``a``) and ``b``
+        becomes ``wide_scale``, so the saved weights predict with both and runs
+        saved before this rule load unchanged. Called by
+        :func:`attnkit.train.pipeline.fit_classifier` after training, with the
+        validation part; returns ``(a, b)``. The training mode is left as it was.
+
+        Shape:
+            documents: token-id lists; labels: class indices, one per document.
+        """
+        self._table()
+        assert self.wide_scale is not None
+        if len(documents) != len(labels) or not documents:
+            raise ValueError(f"need the same, non-zero number of documents and labels, got {len(documents)} "
+                             f"and {len(labels)}")
+        own, wide = self.each_half(documents, chunk=chunk)
+        a, b = fit_stacking_weights(own, wide, labels)
+        with torch.no_grad():
+            self.classifier.weight.mul_(a)
+            self.classifier.bias.mul_(a)
+            self.wide_scale.fill_(b)
+        return a, b
+
+    @torch.no_grad()
+    def each_half(self, documents: Sequence[Sequence[int]], *, chunk: int = 256) -> tuple[Tensor, Tensor]:
+        """The model's own logits and the half's, each alone, in eval mode (the mode is left as it was).
+
+        Shape:
+            documents: token-id lists; returns two ``(N, C)`` float32 CPU tensors.
+        """
+        self._table()
+        module: Any = self
+        was_training = self.training
+        module.eval()
+        own, wide = [], []
+        for start in range(0, len(documents), chunk):
+            ids, lengths, mask = self._padded(documents[start : start + chunk])
+            own.append(self.own_logits(ids, lengths, mask).float().cpu())
+            wide.append(self.wide_logits(ids, mask).float().cpu())
+        module.train(was_training)
+        return torch.cat(own), torch.cat(wide)
+
+    @torch.no_grad()
+    def init_from_training_data(self, documents: Sequence[Sequence[int]], labels: Sequence[int], *,
+                                alpha: float = 1.0, chunk: int = 1024) -> None:
+        """Set the half from the training documents: bigram rows, naive Bayes ratios, then the regression.
+
+        With exact rows the bigram rows go first to the bigrams of the
+        documents, the ``R`` found in the most documents when there are more
+        (ties: the smaller key); the table is then the logistic regression
+        :func:`~attnkit.models.wide_fit.fit_nb_regression` fits on the features
+        scaled by :meth:`naive_bayes_table` (NB-LR; Wang and Manning, 2012).
+        With hashed rows (wide-model runs saved before) it is the naive Bayes
+        table itself. Called by :func:`attnkit.train.pipeline.fit_classifier`
+        on a new model, with the training part only.
+
+        Shape:
+            documents: token-id lists (one per document, ids in ``[0, V)``);
+            labels: class indices in ``[0, C)``, one per document.
+        """
+        table = self._table()
+        if len(documents) != len(labels):
+            raise ValueError(f"documents and labels must have the same length, got {len(documents)} "
+                             f"and {len(labels)}")
+        if self.bigram_keys is not None:
+            self.bigram_keys.copy_(frequent_bigrams(self, documents, chunk))
+        counts = ngram_counts(self, documents, chunk)  # (N, V + R), sparse
+        ratios = naive_bayes_ratios(counts, labels, table.shape[1], alpha)  # (V + R, C)
+        if self.wide_bias is None:  # hashed rows: the naive Bayes table itself
+            table.copy_(ratios.to(table.dtype))
+            return
+        weights, bias = fit_nb_regression(counts, labels, ratios)
+        table.copy_(weights.to(table.dtype))
+        self.wide_bias.copy_(bias.to(self.wide_bias.dtype))
+
+    @torch.no_grad()
+    def naive_bayes_table(self, documents: Sequence[Sequence[int]], labels: Sequence[int], *,
+                          alpha: float = 1.0, chunk: int = 1024) -> Tensor:
+        """Naive Bayes log-count ratios of the documents over this model's n-gram rows.
+
+        For class ``c`` and n-gram ``f``, ``p_c(f) = (n_c(f) + alpha) / sum_f' (n_c(f') + alpha)``
+        over the n-grams ``f'`` seen in the documents, where ``n_c(f)`` counts the
+        class-``c`` documents holding ``f`` (binarised counts, as NB-SVM's); the
+        weight is ``log p_c(f)`` minus its mean over the classes, and zero for an
+        n-gram never seen. With two classes this is half of Wang and Manning's
+        (2012) log-count ratio ``r`` for each class, with opposite signs.
+
+        Shape:
+            returns ``(V + R, C)`` float64.
+        """
+        return naive_bayes_ratios(ngram_counts(self, documents, chunk), labels, self._table().shape[1], alpha)
+
+    def _features(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """:func:`ngram_features` of a padded batch with this model's bigram rows; mask ``(B, 1, 1, T)``."""
+        return ngram_features(ids, mask[:, 0, 0], self._ngram_vocab, self._ngram_rows, self.bigram_keys)
+
+    def wide_logits(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """The half's logits: its table summed over the document's n-grams, over their count's root, plus its bias.
+
+        Shape:
+            ids ``(B, T)``, mask ``(B, 1, 1, T)``; returns ``(B, C)``.
+        """
+        table = self._table()
+        feats, real = self._features(ids, mask)  # (B, F)
+        keep = real.to(table.dtype)  # (B, F)
+        total = (table[feats] * keep[..., None]).sum(1)  # (B, C)
+        logits = total / keep.sum(1, keepdim=True).clamp_min(1.0).sqrt()
+        return logits if self.wide_bias is None else logits + self.wide_bias
