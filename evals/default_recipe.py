@@ -120,6 +120,11 @@ def run_imdb(args: argparse.Namespace, model: str, options: dict[str, Any], conf
     minutes = (time.perf_counter() - start) / 60
     base = baseline_scores(train, test)
     assert result.test is not None
+    if getattr(result.model, "has_ngram_half", False) and result.test_data is not None:
+        own, ngrams = result.model.each_half(result.test_data.ids)  # type: ignore[operator]
+        target = torch.as_tensor(list(result.test_data.labels))
+        print(f"  each half alone on the test part: the network {(own.argmax(-1) == target).double().mean():.4f}, "
+              f"the n-gram half {(ngrams.argmax(-1) == target).double().mean():.4f}", flush=True)
     return {"set": "imdb", "protocol": f"{len(train)} train / {len(test)} test", "model": result.test["accuracy"],
             "baseline": base["accuracy"], "model_f1": result.test["macro_f1"], "baseline_f1": base["macro_f1"],
             "paired": None, "minutes": minutes}
