@@ -225,7 +225,8 @@ def test_a_han_with_an_ngram_half_adds_it_to_predict_split_or_not() -> None:
         torch.testing.assert_close(model.train()(ids, lengths), own)  # the network alone while training
         sent, lens, _ = split_sentences(ids, lengths, [5], 6)  # the bigram across the sentence end has no row
         torch.testing.assert_close(model.eval()(sent, lens), model(ids, lengths))
-    assert not make("han").has_ngram_half  # the paper's model by default
+    assert make("han").has_ngram_half  # by default
+    assert not build_model("han", {"vocab_size": 60, "num_classes": 2, "ngram_rows": 0}).has_ngram_half
 
 
 def test_registry_and_config_errors() -> None:

@@ -24,6 +24,14 @@ laid end to end with their padding.
 Deviation from the paper: GRUs run on packed sequences and padded sentences
 are skipped, so padding never changes the result.
 
+**The n-gram half.** By default (``ngram_rows > 0``) the network's logits
+get the default recipe's n-gram half added to predict
+(:class:`~attnkit.models.ngram_half.NgramHalf`: NB-LR over the document's
+word 1-2-grams, fitted before training, left out while the network trains,
+weighed beside it on the validation part). On IMDB the sum reaches 91.6%
+where the network alone reaches 90.1% and the half alone 90.7% (README).
+``ngram_rows=0`` is the paper's model alone.
+
 Shape legend: B batch, T tokens, S sentences, L tokens per sentence, E
 embedding width, Hw/Hs word/sentence GRU widths, C classes.
 """
@@ -112,8 +120,9 @@ class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
         dropout: on embeddings, sentence vectors and before the classifier.
         sentence_end_ids: token ids that end a sentence (``.``, ``!``, ``?``).
         sentence_len: a sentence longer than this is cut into pieces.
-        ngram_rows: bigram rows of an n-gram half (:class:`~attnkit.models.ngram_half.NgramHalf`)
-            added to the logits to predict; 0 (the default, the paper's model): none.
+        ngram_rows: bigram rows of the n-gram half (:class:`~attnkit.models.ngram_half.NgramHalf`),
+            fitted on the training part and added to the logits to predict; 0: none,
+            the paper's model alone (and runs saved before it).
     """
 
     embed_dim: int = 200
@@ -123,7 +132,7 @@ class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
     dropout: float = 0.1
     sentence_end_ids: tuple[int, ...] = ()
     sentence_len: int = 50
-    ngram_rows: int = 0
+    ngram_rows: int = 200_000
 
     # runs saved before ``train`` read the sentence ends off the tokenizer cut only every sentence_len tokens
     SAVED_BEFORE: ClassVar[dict[str, Any]] = {"sentence_end_ids": (), "ngram_rows": 0}
