@@ -97,7 +97,6 @@ def ngram_features(ids: Tensor, mask: Tensor, vocab_size: int, buckets: int, key
     return feats, real
 
 
-
 class NgramHalf:
     """Mixin: the n-gram half of a :class:`~attnkit.models.base.TextClassifier` (see the module docstring).
 
