@@ -71,6 +71,20 @@ def test_train_evaluate_predict_and_refuse_overwrite(tmp_path, data_csv) -> None
     assert json.loads((committed_dir(out) / "config.json").read_text())["run_id"] != meta["run_id"]
 
 
+def test_predict_explains_both_halves_of_the_default_model(tmp_path, data_csv) -> None:
+    out = tmp_path / "wide"
+    assert _invoke("train", "--data", str(data_csv), "--out", str(out), "--epochs", "2", "-q").exit_code == 0
+    result = _invoke("predict", str(out), "an excellent and wonderful film", "--explain", "--top", "2")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1].strip().startswith("attended:")
+    assert lines[2].strip().startswith("margin from the network") and lines[2].count("(+") + lines[2].count("(-") == 2
+    row = json.loads(_invoke("predict", str(out), "an excellent and wonderful film", "--explain", "--json").output)
+    assert set(row["halves"]) == {"network", "ngrams"} and len(row["top_ngrams"]) == 5
+    plain = json.loads(_invoke("predict", str(out), "an excellent film", "--json").output)
+    assert "halves" not in plain  # only when asked to explain
+
+
 def test_config_file_sets_defaults_and_flags_override(tmp_path, data_csv) -> None:
     config = tmp_path / "run.yaml"
     config.write_text("epochs: 1\nbatch-size: 8\nmodel: document\nmodel_options:\n  d_model: 8\n"

@@ -240,3 +240,28 @@ def test_fit_classifier_starts_the_wide_model_from_its_training_part() -> None:
     assert result.test is not None and result.test["accuracy"] == 1.0  # naive Bayes alone separates them
     wide = result.model.wide  # type: ignore[union-attr]
     assert wide.abs().sum() > 0 and seen
+
+
+def test_an_explained_prediction_splits_the_margin_between_the_halves() -> None:
+    from attnkit.data.batching import LabelVocab
+    from attnkit.data.tokenization import encode_batch, train_tokenizer
+    from attnkit.train.inference import predict_texts
+
+    texts = ["a great film", "a great cast", "a dull film", "a dull plot"]
+    tok = train_tokenizer(texts, kind="word")
+    model = _model(num_classes=2, vocab_size=tok.get_vocab_size(), word_dropout=0.0)
+    model.init_from_training_data(encode_batch(tok, texts, 16), [1, 1, 0, 0])
+    assert model.wide_scale is not None and model.wide_bias is not None
+    model.wide_scale.fill_(2.0)
+    (p,) = predict_texts(model, tok, LabelVocab(["neg", "pos"]), ["a great great film"], max_len=16, top_k=50)
+    assert p.label == "pos" and set(p.halves) == {"network", "ngrams"}
+    ids = torch.tensor([encode_batch(tok, ["a great great film"], 16)[0]])
+    with torch.no_grad():
+        logits = model.eval()(ids, torch.tensor([ids.shape[1]]))[0]  # (C,)
+    assert p.halves["network"] + p.halves["ngrams"] == pytest.approx(float(logits[1] - logits.mean()), abs=1e-5)
+    values = [w for _, w in p.top_ngrams]
+    assert values == sorted(values, reverse=True) and p.top_ngrams[0][0] == "great"
+    names = {g for g, _ in p.top_ngrams}
+    assert {"a", "great", "film", "a great", "great great", "great film"} >= names >= {"great", "a great"}
+    bias = float(2.0 * (model.wide_bias[1] - model.wide_bias.mean()))  # every distinct n-gram is listed: they add up
+    assert sum(values) + bias == pytest.approx(p.halves["ngrams"], abs=1e-5)

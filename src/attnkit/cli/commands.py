@@ -286,7 +286,9 @@ def evaluate(run: str, data: str, as_json: bool, allow_unfinished: bool, **value
 @click.argument("texts", nargs=-1)
 @click.option("--file", "text_file", type=click.Path(exists=True, dir_okay=False),
               help="Classify every line of this UTF-8 file as well.")
-@click.option("--explain", is_flag=True, help="List the most attended tokens of each prediction.")
+@click.option("--explain", is_flag=True,
+              help="List the most attended tokens of each prediction (and, for a model with an n-gram half, "
+                   "what each half adds and the n-grams that add most).")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True,
               help="How many tokens --explain lists.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
@@ -323,13 +325,17 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
                                 top_k=top if explain else 0)
     for p in predictions:
         if as_json:
+            extra = {"top_ngrams": [list(t) for t in p.top_ngrams], "halves": p.halves} if p.halves else {}
             click.echo(json.dumps({"text": p.text, "label": p.label, "probability": p.probability,
                                    "probabilities": p.probabilities,
-                                   "top_tokens": [list(t) for t in p.top_tokens]}))
+                                   "top_tokens": [list(t) for t in p.top_tokens], **extra}))
             continue
         click.echo(f"{p.label}\t{p.probability:.3f}\t{p.text}")
         if explain:
             click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p.top_tokens))
+        if explain and p.halves:  # a model with an n-gram half: what each half adds, and the n-grams that add most
+            click.echo(f"    margin from the network {p.halves['network']:+.2f}, from n-grams {p.halves['ngrams']:+.2f}: "
+                       + ", ".join(f"'{g}' ({w:+.2f})" for g, w in p.top_ngrams))
 
 
 # --- cv ----------------------------------------------------------------------------------------

@@ -295,6 +295,34 @@ class NgramHalf:
         """
         return naive_bayes_ratios(ngram_counts(self, documents, chunk), labels, self._table().shape[1], alpha)
 
+    @torch.no_grad()
+    def ngram_contributions(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """What each n-gram of each document adds to each class's logit in eval mode (``wide_scale`` included).
+
+        The half's logits are the sum of these over the real features plus
+        ``wide_scale * wide_bias``; :func:`attnkit.train.inference.predict_texts`
+        ranks them to explain a prediction.
+
+        Shape:
+            ids ``(B, T)``, mask ``(B, 1, 1, T)``; returns features ``(B, F)``, real ``(B, F)``
+            and contributions ``(B, F, C)`` (zero where not real).
+        """
+        table = self._table()
+        assert self.wide_scale is not None
+        feats, real = self._features(ids, mask)  # (B, F)
+        keep = real.to(table.dtype)  # (B, F)
+        per = table[feats] * keep[..., None] / keep.sum(1).clamp_min(1.0).sqrt()[:, None, None]  # (B, F, C)
+        return feats, real, self.wide_scale * per
+
+    def ngram_tokens(self, feature: int) -> tuple[int, ...] | None:
+        """The token ids of n-gram row ``feature``: ``(a,)`` or ``(a, b)``; None for a hashed bigram row."""
+        if feature < self._ngram_vocab:
+            return (feature,)
+        if self.bigram_keys is None:
+            return None
+        key = int(self.bigram_keys[feature - self._ngram_vocab])
+        return (key // self._ngram_vocab, key % self._ngram_vocab)
+
     def _features(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """:func:`ngram_features` of a padded batch with this model's bigram rows; mask ``(B, 1, 1, T)``."""
         return ngram_features(ids, mask[:, 0, 0], self._ngram_vocab, self._ngram_rows, self.bigram_keys)

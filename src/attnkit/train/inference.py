@@ -11,7 +11,7 @@ hold (1.0 = all attention on them).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -25,13 +25,22 @@ __all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus", 
 
 @dataclass(frozen=True)
 class Prediction:
-    """A predicted label, its probability, all class probabilities and the most attended tokens."""
+    """A predicted label, its probability, all class probabilities and the most attended tokens.
+
+    For a model with an n-gram half (:class:`attnkit.models.ngram_half.NgramHalf`)
+    an explained prediction also carries ``halves`` -- how far each half
+    raises the predicted class's logit above the mean of the classes
+    (``{"network": ..., "ngrams": ...}``; the two add up to the whole margin) --
+    and ``top_ngrams``, the n-grams that raise it most, with what each adds.
+    """
 
     text: str
     label: str
     probability: float
     probabilities: dict[str, float]
     top_tokens: tuple[tuple[str, float], ...] = ()
+    top_ngrams: tuple[tuple[str, float], ...] = ()
+    halves: dict[str, float] = field(default_factory=dict)
 
 
 def _batch(ids: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
@@ -75,6 +84,7 @@ def predict_texts(model: nn.Module, tokenizer: object, labels: LabelVocab, texts
         else:
             logits, weights = model(ids, lengths), None
         probs = logits.float().softmax(-1)  # (B, C)
+        ngrams = _ngram_parts(model, ids, lengths, logits) if weights is not None else None
         for row, text in enumerate(chunk):
             best = int(probs[row].argmax())
             top: tuple[tuple[str, float], ...] = ()
@@ -84,10 +94,46 @@ def predict_texts(model: nn.Module, tokenizer: object, labels: LabelVocab, texts
                 order = torch.argsort(w, descending=True, stable=True)[:top_k].tolist()
                 token = tokenizer.id_to_token  # type: ignore[attr-defined]
                 top = tuple((str(token(int(ids[row, i]))), float(w[i])) for i in order)
+            top_ngrams, halves = _ngram_explanation(model, tokenizer, ngrams, logits[row].float(), row, best, top_k)
             results.append(Prediction(
                 text, labels.decode(best), float(probs[row, best]),
-                {labels.decode(c): float(p) for c, p in enumerate(probs[row].tolist())}, top))
+                {labels.decode(c): float(p) for c, p in enumerate(probs[row].tolist())}, top, top_ngrams, halves))
     return results
+
+
+def _ngram_parts(model: nn.Module, ids: Tensor, lengths: Tensor, logits: Tensor
+                 ) -> tuple[Tensor, Tensor, Tensor, Tensor] | None:
+    """The n-gram half's features, their contributions and the half's logits of a batch, if the model has one."""
+    if not getattr(model, "has_ngram_half", False):
+        return None
+    mask = model.prepare(ids, lengths)[2]  # type: ignore[operator]
+    feats, real, contrib = model.ngram_contributions(ids, mask)  # type: ignore[operator]
+    wide = model.with_ngram_half(torch.zeros_like(logits), ids, mask)  # type: ignore[operator]  # (B, C)
+    return feats, real, contrib, wide
+
+
+def _ngram_explanation(model: nn.Module, tokenizer: object, parts: tuple[Tensor, Tensor, Tensor, Tensor] | None,
+                       logits: Tensor, row: int, best: int, top_k: int
+                       ) -> tuple[tuple[tuple[str, float], ...], dict[str, float]]:
+    """``top_ngrams`` and ``halves`` of one explained prediction (empty without an n-gram half)."""
+    if parts is None:
+        return (), {}
+    feats, real, contrib, wide = parts
+    lift = contrib[row, :, best] - contrib[row].mean(-1)  # (F,): what each n-gram adds to the class's margin
+    totals: dict[int, float] = {}
+    for f, x in zip(feats[row][real[row]].tolist(), lift[real[row]].tolist(), strict=True):
+        totals[f] = totals.get(f, 0.0) + x  # a repeated n-gram counts once, with its sum
+    token = tokenizer.id_to_token  # type: ignore[attr-defined]
+    named = []
+    for f, x in sorted(totals.items(), key=lambda item: -item[1]):
+        ids = model.ngram_tokens(f)  # type: ignore[operator]
+        if ids is not None:
+            named.append((" ".join(str(token(i)) for i in ids), x))
+        if len(named) == top_k:
+            break
+    ngram_margin = float(wide[row, best] - wide[row].mean())
+    margin = float(logits[best] - logits.mean())  # (C,) logits of this document
+    return tuple(named), {"network": margin - ngram_margin, "ngrams": ngram_margin}
 
 
 def attention_focus(weights: Tensor, positions: Sequence[Sequence[int]]) -> Tensor:
