@@ -83,6 +83,11 @@ def test_predict_explains_both_halves_of_the_default_model(tmp_path, data_csv) -
     assert set(row["halves"]) == {"network", "ngrams"} and len(row["top_ngrams"]) == 5
     plain = json.loads(_invoke("predict", str(out), "an excellent film", "--json").output)
     assert "halves" not in plain  # only when asked to explain
+    report = (out / "report.txt").read_text(encoding="utf-8").split("n-grams weighed most toward each class")[1]
+    rows = [line for line in report.splitlines()[1:3]]
+    assert [r.split(":")[0].strip() for r in rows] == ["negative", "positive"]
+    assert all(r.count("'") == 16 for r in rows)  # 8 quoted n-grams per class
+    assert "N-grams weighed most toward each class" in (out / "report.html").read_text(encoding="utf-8")
 
 
 def test_config_file_sets_defaults_and_flags_override(tmp_path, data_csv) -> None:

@@ -141,8 +141,14 @@ def _scores(model: Any, ds: Any) -> tuple[Any, Any]:
     return torch.cat(probs), (weights if attends else None)
 
 
+NGRAM_WEIGHT = "its weight for the class minus the mean over the classes, times the half's scale"
+
+
 def results_analysis(result: Any, *, wrong: int = WRONG_SHOWN, words: int = WORDS_SHOWN) -> dict[str, Any]:
     """Per-class scores, confusion matrix, most attended words per class, confidently wrong examples.
+
+    For a model with an n-gram half also ``top_ngrams``: per class the n-grams
+    the half weighs most toward it (:meth:`attnkit.models.ngram_half.NgramHalf.top_ngrams`).
 
     ``result`` is a :class:`attnkit.train.pipeline.FitResult` with a test part.
     The words of a class are ranked by their mean pooling attention per test
@@ -170,9 +176,13 @@ def results_analysis(result: Any, *, wrong: int = WRONG_SHOWN, words: int = WORD
                          "weights": weights[i] if weights else None})
     attended = (most_attended_words(tokens, weights, [labels[t] for t in targets], top=words)
                 if weights is not None else None)
+    ngrams = None
+    if getattr(result.model, "has_ngram_half", False):  # the half's own weights: what the attention does not show
+        ngrams = {lb: [(" ".join(str(token(i)) for i in ids), w) for ids, w in rows]
+                  for lb, rows in zip(labels, result.model.top_ngrams(words), strict=True)}
     return {"labels": labels, "per_class": per_class, "n": len(ds),
             "confusion_matrix": confusion_matrix(targets, predicted, len(labels)).tolist(),
-            "most_attended": attended, "confidently_wrong": examples}
+            "most_attended": attended, "top_ngrams": ngrams, "confidently_wrong": examples}
 
 
 def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None) -> str:
@@ -196,6 +206,10 @@ def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str
     else:
         for c, rows in analysis["most_attended"].items():
             lines.append(f"  {c}: " + ", ".join(f"{t} ({m:.3f})" for t, m in rows))
+    if analysis.get("top_ngrams"):
+        lines += ["", f"n-grams weighed most toward each class (the n-gram half; {NGRAM_WEIGHT})"]
+        lines += [f"  {c}: " + ", ".join(f"'{g}' ({w:+.2f})" for g, w in rows)
+                  for c, rows in analysis["top_ngrams"].items()]
     lines += ["", "most confidently wrong test examples (with their most attended words)"]
     if not analysis["confidently_wrong"]:
         lines.append("  (none: every test example is classified correctly)")
@@ -240,6 +254,11 @@ def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[s
                      "columns": ["class", "words"] if attended is not None else [],
                      "rows": [[c, ", ".join(f"{t} ({m:.3f})" for t, m in rows)] for c, rows in attended.items()]
                      if attended is not None else []})
+    if analysis.get("top_ngrams"):
+        sections.append({"title": "N-grams weighed most toward each class", "text": [f"the n-gram half; {NGRAM_WEIGHT}"],
+                         "columns": ["class", "n-grams"],
+                         "rows": [[c, ", ".join(f"'{g}' ({w:+.2f})" for g, w in rows)]
+                                  for c, rows in analysis["top_ngrams"].items()]})
     wrong = analysis["confidently_wrong"]
     sections.append({"title": "Most confidently wrong test examples",
                      "text": [] if wrong else ["none: every test example is classified correctly"],

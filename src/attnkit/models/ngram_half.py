@@ -314,6 +314,27 @@ class NgramHalf:
         per = table[feats] * keep[..., None] / keep.sum(1).clamp_min(1.0).sqrt()[:, None, None]  # (B, F, C)
         return feats, real, self.wide_scale * per
 
+    @torch.no_grad()
+    def top_ngrams(self, k: int) -> list[list[tuple[tuple[int, ...], float]]]:
+        """Per class, the ``k`` n-grams weighed most toward it: token ids and ``wide_scale * (W[f, c] - mean_c W[f])``.
+
+        Global weights of the half (before a document's ``1 / sqrt(n)``); hashed bigram rows are left out.
+        """
+        table = self._table().float()
+        assert self.wide_scale is not None
+        lift = float(self.wide_scale) * (table - table.mean(1, keepdim=True))  # (V + R, C)
+        out = []
+        for c in range(table.shape[1]):
+            rows: list[tuple[tuple[int, ...], float]] = []
+            for f in torch.argsort(lift[:, c], descending=True, stable=True).tolist():
+                ids = self.ngram_tokens(f)
+                if ids is not None:
+                    rows.append((ids, float(lift[f, c])))
+                if len(rows) == k:
+                    break
+            out.append(rows)
+        return out
+
     def ngram_tokens(self, feature: int) -> tuple[int, ...] | None:
         """The token ids of n-gram row ``feature``: ``(a,)`` or ``(a, b)``; None for a hashed bigram row."""
         if feature < self._ngram_vocab:
