@@ -40,7 +40,7 @@ import torch
 
 from attnkit.cli.caption_flickr import default_cache_dir, split_inputs
 from attnkit.data.flickr8k import load_flickr8k, read_rgb_image
-from attnkit.train.captioning import generate, load_caption_run
+from attnkit.train.captioning import generate, load_caption_ensemble
 from attnkit.train.metrics import bleu_scores
 from attnkit.train.rundir import committed_dir
 
@@ -115,7 +115,9 @@ def write_html(path: Path, columns: list[str], rows: list[list[str]], shown: lis
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--run", required=True, help="a finished captioning run trained with --data")
+    parser.add_argument("--run", required=True, action="append",
+                        help="a finished captioning run trained with --data; repeat it to decode with an "
+                             "ensemble of runs (the mean of their next-word probabilities)")
     parser.add_argument("--data", required=True, help="the Flickr8k folder")
     parser.add_argument("--beam", type=int, default=3)
     parser.add_argument("--length-penalty", type=float, default=0.0, help="GNMT alpha of the beam search")
@@ -132,7 +134,8 @@ def main() -> None:
     if args.figures and args.split != "test":
         parser.error("--figures draws test images: use it with --split test")
     torch.set_num_threads(args.threads)
-    model, vocab, meta = load_caption_run(args.run)
+    model, vocab, metas = load_caption_ensemble(args.run)
+    meta = metas[0]
     data = load_flickr8k(args.data)
     cache_dir = Path(meta["options"].get("feature_cache") or default_cache_dir(args.data, model.config.backbone,
                                                                                model.config.image_size))
@@ -150,16 +153,21 @@ def main() -> None:
         results[name] = {**bleu_scores(hyps, refs), **unigram_precision_and_bp(hyps, refs),
                          "seconds": time.perf_counter() - start,
                          "mean_words": sum(len(h.split()) for h in hyps) / len(hyps)}
-    encode_min, train_min = training_minutes(Path(args.run), cache_dir)
+    encode_min, train_min = 0.0, 0.0
+    for run in args.run:  # the features are encoded once for every run
+        encode_min, minutes = training_minutes(Path(run), cache_dir)
+        train_min += minutes
     columns = ["model", "BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "training"]
     rows = table_rows(results, encode_min + train_min)
     cfg = model.config
-    notes = [f"encoder {cfg.backbone} (frozen, ImageNet weights), regions {model.grid[0]}x{model.grid[1]}x"
+    members = f"an ensemble of {len(args.run)} runs ({', '.join(args.run)}), each: " if len(args.run) > 1 else ""
+    epochs = "+".join(str(m["progress"]["epoch"]) for m in metas)
+    notes = [f"{members}encoder {cfg.backbone} (frozen, ImageNet weights), regions {model.grid[0]}x{model.grid[1]}x"
              f"{model.feature_dim}; decoder hidden {cfg.hidden_dim}, embed {cfg.embed_dim}, region_dim "
              f"{cfg.region_dim}, attend_with {cfg.attend_with}, gate {cfg.gate}, λ {cfg.attention_reg}; "
              f"vocabulary {len(vocab)} words",
              f"training: {encode_min:.1f} min feature caching + {train_min:.1f} min decoder epochs "
-             f"({meta['progress']['epoch']} epochs); {args.split} split; beam {args.beam}, length penalty "
+             f"({epochs} epochs); {args.split} split; beam {args.beam}, length penalty "
              f"{args.length_penalty}, length bonus {args.length_bonus}, min words {args.min_words}, block repeats "
              f"{args.block_repeats}; METEOR not measured (no offline PyPI scorer)"]
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))

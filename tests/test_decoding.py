@@ -214,7 +214,7 @@ def test_the_captioner_and_the_translation_model_share_one_beam_search(monkeypat
     import attnkit.decoding.translation as decoding
     from attnkit.data.shapes import shapes_vocab
     from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
-    from attnkit.models.captioning import decoder as caption_decoder
+    from attnkit.models.captioning import generation as caption_generation
 
     calls: list[int] = []
     real = decoding.beam_search_over_steps
@@ -224,7 +224,7 @@ def test_the_captioner_and_the_translation_model_share_one_beam_search(monkeypat
         return real(*args, **kwargs)
 
     monkeypatch.setattr(decoding, "beam_search_over_steps", counted)
-    monkeypatch.setattr(caption_decoder, "beam_search_over_steps", counted)
+    monkeypatch.setattr(caption_generation, "beam_search_over_steps", counted)
     model = model_with(12, 0)
     src, lengths = source()
     beam_search(model, src, lengths, beam_size=3, max_len=4)

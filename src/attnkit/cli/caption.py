@@ -36,7 +36,7 @@ from attnkit.train.captioning import (
     corpus_bleu,
     fit_captioner,
     generate,
-    load_caption_run,
+    load_caption_ensemble,
 )
 
 if TYPE_CHECKING:  # torch loads only when a command runs, so that ``attnkit --help`` stays quick
@@ -298,23 +298,31 @@ def train_caption(**values: Any) -> None:
 @click.option("--min-words", type=click.IntRange(min=0), default=0, show_default=True,
               help="No end of caption before this many words.")
 @click.option("--block-repeats", is_flag=True, help="Never generate a word right after itself.")
+@click.option("--ensemble", "others", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="Another run of the same data and encoder to decode with (repeatable): the mean of the "
+                   "runs' next-word probabilities and of their attention.")
 @click.option("--attention", "attention_path", type=click.Path(dir_okay=False),
               help="Save a figure of the attention for each word to this file (.png, .svg, .pdf).")
 @allow_unfinished_option
 @friendly_errors
 def caption(checkpoint: str, image: str, beam: int, length_penalty: float, length_bonus: float, min_words: int,
-            block_repeats: bool, attention_path: str | None, allow_unfinished: bool) -> None:
+            block_repeats: bool, others: tuple[str, ...], attention_path: str | None, allow_unfinished: bool) -> None:
     """Describe IMAGE with the captioner saved in CHECKPOINT.
 
     \b
     Example:
       attnkit caption runs/shapes picture.png --beam 3 --attention attention.png
+      attnkit caption runs/f8k photo.jpg --beam 3 --ensemble runs/f8k-s1 --ensemble runs/f8k-s2
     """
     from attnkit.data.captions import images_to_tensor, load_image
 
-    model, vocab, meta = load_caption_run(checkpoint, allow_unfinished=allow_unfinished)
-    if meta.get("notice"):
-        click.echo(meta["notice"], err=True)
+    try:
+        model, vocab, metas = load_caption_ensemble([checkpoint, *others], allow_unfinished=allow_unfinished)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    for meta in metas:
+        if meta.get("notice"):
+            click.echo(meta["notice"], err=True)
     pixels = load_image(image, model.config.image_size)
     (result,) = generate(model, images_to_tensor(pixels[None]), beam=beam, length_penalty=length_penalty,
                          length_bonus=length_bonus, min_len=min_words, block_repeats=block_repeats)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from attnkit.data.captions import CaptionVocab
     from attnkit.data.flickr8k import Flickr8k
-    from attnkit.models.captioner import ImageCaptioner
+    from attnkit.models.captioner import CaptionEnsemble, ImageCaptioner
 
 __all__ = ["Flickr8kPrepared", "default_cache_dir", "prepare_flickr8k", "split_inputs"]
 
@@ -49,7 +49,7 @@ def default_cache_dir(data: str | Path, backbone: str, image_size: int) -> Path:
     return Path(data) / "features" / f"{backbone}-{image_size}"
 
 
-def split_inputs(model: ImageCaptioner, data: Flickr8k, split: str, *, cache_dir: str | Path | None,
+def split_inputs(model: ImageCaptioner | CaptionEnsemble, data: Flickr8k, split: str, *, cache_dir: str | Path | None,
                  progress: bool = True) -> tuple[Tensor, bool]:
     """The inputs of ``split``: cached float16 features ``(N, R, C)`` (encoded first if missing) when the
     encoder is frozen, else uint8 pixels ``(N, 3, S, S)``; and whether they are features."""

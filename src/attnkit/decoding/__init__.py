@@ -48,6 +48,11 @@ generated tokens (each hypothesis gets at least ``m`` tokens before it);
 ``block_repeats=True`` forbids a token equal to the one just generated
 ("a dog dog"), never ``[BOS]``'s successor.
 
+**Ensembles.** :func:`ensemble_steps` turns the step functions of several
+models over one vocabulary into one: the mean of their next-token
+probabilities, their states kept side by side; both searches run it as they
+run one model (:class:`~attnkit.models.captioning.ensemble.CaptionEnsemble`).
+
 Shape legend: B batch (inputs), K beam size, N = B·K hypotheses, V vocabulary,
 Ts source length, X attended positions.
 """
@@ -56,6 +61,7 @@ from attnkit.decoding.search import (
     Hypothesis,
     StepFunction,
     beam_search_over_steps,
+    ensemble_steps,
     gnmt_length_penalty,
     greedy_over_steps,
     reorder_state,
@@ -68,4 +74,5 @@ from attnkit.decoding.translation import (
 )
 
 __all__ = ["IncrementalDecoder", "DecodeResult", "Hypothesis", "StepFunction", "greedy_decode", "beam_search",
-           "greedy_over_steps", "beam_search_over_steps", "reorder_state", "gnmt_length_penalty"]
+           "greedy_over_steps", "beam_search_over_steps", "reorder_state", "gnmt_length_penalty",
+           "ensemble_steps"]

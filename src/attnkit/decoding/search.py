@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -12,7 +13,7 @@ from torch import Tensor
 from attnkit._checks import positive_int
 
 __all__ = ["Hypothesis", "StepFunction", "greedy_over_steps", "beam_search_over_steps", "reorder_state",
-           "gnmt_length_penalty"]
+           "gnmt_length_penalty", "ensemble_steps"]
 
 State = TypeVar("State")
 StepFunction = Callable[[Tensor, State], tuple[Tensor, Tensor | None, State]]
@@ -75,6 +76,40 @@ def reorder_state(state: Any, index: Tensor) -> Any:
         return type(state)(*parts) if hasattr(state, "_fields") else type(state)(parts)  # named tuples too
     raise TypeError(f"cannot reorder a decoding state of type {type(state).__name__}: give tensors, "
                     "tuples, lists, dicts, or objects with reorder(index) or index_select(index)")
+
+
+def ensemble_steps(steps: Sequence[StepFunction[Any]]) -> StepFunction[tuple[Any, ...]]:
+    """One step function from several that score the same vocabulary: an ensemble.
+
+    The next-token distribution is the mean of the members' probabilities
+    (``log mean_m exp(log_probs_m)``); the weights are the mean of the members'
+    when every member gives weights of one shape, else None; the state is the
+    tuple of the members' states (reordered part by part by :func:`reorder_state`).
+    Start it with ``tuple(start_state_m for each member)``.
+
+    Shape:
+        each member maps last tokens ``(N,)`` to ``(N, V)`` with one ``V``; so does the ensemble.
+    """
+    members = list(steps)
+    if not members or not all(callable(s) for s in members):
+        raise ValueError(f"ensemble_steps needs one or more step functions, got {steps!r}")
+    log_m = math.log(len(members))
+
+    def step(prev: Tensor, state: tuple[Any, ...]) -> tuple[Tensor, Tensor | None, tuple[Any, ...]]:
+        if not isinstance(state, tuple) or len(state) != len(members):
+            raise ValueError(f"an ensemble of {len(members)} steps needs a tuple of {len(members)} states, "
+                             f"got {type(state).__name__}")
+        outs = [member(prev, part) for member, part in zip(members, state, strict=True)]
+        shapes = {tuple(o[0].shape) for o in outs}
+        if len(shapes) != 1:
+            raise ValueError(f"ensemble members must score one vocabulary: they gave log-probabilities of "
+                             f"shapes {sorted(shapes)}")
+        logp = torch.logsumexp(torch.stack([o[0] for o in outs]), dim=0) - log_m  # (N, V)
+        rows = [o[1] for o in outs]
+        same = all(r is not None for r in rows) and len({tuple(r.shape) for r in rows if r is not None}) == 1
+        weights = torch.stack([r for r in rows if r is not None]).mean(dim=0) if same else None  # (N, X)
+        return logp, weights, tuple(o[2] for o in outs)
+    return step
 
 
 def _check_search(max_len: object, beam_size: object = 1, length_penalty: object = 0.0,

@@ -2,7 +2,7 @@
 :mod:`attnkit.models.captioning`, importable from here as they always were.
 
 The captioner lives in :mod:`attnkit.models.captioning`, one concept per
-module: ``encoder``, ``pretrained``, ``config``, ``decoder`` and ``model``.
+module: ``encoder``, ``pretrained``, ``config``, ``decoder``, ``generation``, ``model`` and ``ensemble``.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from attnkit.models.captioning import (
     ATTEND_WITH,
     BACKBONES,
+    CaptionEnsemble,
     CaptionerConfig,
     CaptionerOutput,
     GeneratedCaption,
@@ -21,6 +22,7 @@ from attnkit.models.captioning import (
 __all__ = [
     "ATTEND_WITH",
     "BACKBONES",
+    "CaptionEnsemble",
     "CaptionerConfig",
     "CaptionerOutput",
     "GeneratedCaption",

@@ -33,12 +33,12 @@ if TYPE_CHECKING:  # torch loads inside the functions, so that importing this mo
     from torch import Tensor
 
     from attnkit.data.captions import CaptionVocab
-    from attnkit.models.captioner import ImageCaptioner
+    from attnkit.models.captioner import CaptionEnsemble, ImageCaptioner
     from attnkit.train.rundir import RunWriter
     from attnkit.train.tasks import StepOutput
 
 __all__ = ["MODEL_NAME", "fit_captioner", "generate", "corpus_bleu", "commit_caption_run", "save_caption_run",
-           "load_caption_run"]
+           "load_caption_run", "load_caption_ensemble"]
 
 MODEL_NAME = "captioner"
 
@@ -192,7 +192,7 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
     return history
 
 
-def generate(model: ImageCaptioner, images: Tensor, *, beam: int = 1, batch_size: int = 128,
+def generate(model: ImageCaptioner | CaptionEnsemble, images: Tensor, *, beam: int = 1, batch_size: int = 128,
              features: bool = False, length_penalty: float = 0.0, **constraints: Any) -> list[Any]:
     """Captions for many images (or, with ``features=True``, cached region features ``(N, R, C)``):
     batched greedy decoding for ``beam == 1`` without ``constraints``, beam search with the GNMT
@@ -279,3 +279,30 @@ def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False
         raise ckpt.RunFileError(f"{folder / 'config.json'} holds a config that does not build: {err}") from None
     ckpt.load_weights_into(model, ckpt.load_tensors(weights), weights, "the captioner of its config.json")
     return model.eval(), vocab, meta
+
+
+def load_caption_ensemble(directories: Sequence[str | Path], *, allow_unfinished: bool = False
+                          ) -> tuple[ImageCaptioner | CaptionEnsemble, CaptionVocab, list[dict[str, Any]]]:
+    """Load several captioning runs as one :class:`~attnkit.models.captioning.ensemble.CaptionEnsemble`
+    (one run: that captioner itself), with the shared vocabulary and each run's config.json contents.
+
+    Every run loads as :func:`load_caption_run` loads it; runs whose vocabularies or
+    encoders differ raise ``ValueError`` naming the run.
+    """
+    from attnkit.models.captioner import CaptionEnsemble
+
+    if isinstance(directories, str | Path) or not directories:
+        raise ValueError(f"give one or more run directories, got {directories!r}")
+    loaded = [load_caption_run(d, allow_unfinished=allow_unfinished) for d in directories]
+    models, vocab, metas = [m for m, _, _ in loaded], loaded[0][1], [meta for _, _, meta in loaded]
+    for directory, (_, other, _) in zip(directories[1:], loaded[1:], strict=True):
+        if other.to_dict() != vocab.to_dict():
+            raise ValueError(f"{directory} has another vocabulary than {directories[0]}: an ensemble's runs must "
+                             "be trained on the same data")
+    if len(models) == 1:
+        return models[0], vocab, metas
+    try:
+        return CaptionEnsemble(models).eval(), vocab, metas
+    except ValueError as err:
+        names = ", ".join(f"member {i} = {d}" for i, d in enumerate(directories))
+        raise ValueError(f"{err} ({names})") from None

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
     from torch import Tensor
 
-    from attnkit.models.captioner import ImageCaptioner
+    from attnkit.models.captioner import CaptionEnsemble, ImageCaptioner
 
 __all__ = ["FeatureCache", "FeatureCacheError", "encoder_key", "encode_to_cache"]
 
@@ -41,7 +41,7 @@ class FeatureCacheError(ValueError):
     """A feature cache that does not belong to the requested encoder, or a damaged one; names the folder."""
 
 
-def encoder_key(model: ImageCaptioner) -> dict[str, Any]:
+def encoder_key(model: ImageCaptioner | CaptionEnsemble) -> dict[str, Any]:
     """What a cache must match: backbone name, image size, region grid and a digest of the encoder weights."""
     import torch
 
@@ -132,7 +132,7 @@ class FeatureCache:
         return out
 
 
-def encode_to_cache(model: ImageCaptioner, paths: Sequence[Path], cache: FeatureCache, *,
+def encode_to_cache(model: ImageCaptioner | CaptionEnsemble, paths: Sequence[Path], cache: FeatureCache, *,
                     read: Callable[[Path, int], np.ndarray], batch_size: int = 32, shard_size: int = 1024,
                     progress: bool = True) -> int:
     """Encode the images of ``paths`` not yet in ``cache`` (keyed by file name), with a progress bar.

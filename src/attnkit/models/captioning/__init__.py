@@ -13,8 +13,10 @@ module           holds
 ``efficientnet`` the frozen, pretrained-ready EfficientNet-Lite0 encoder (``vision`` extra)
 ``pretrained``   :func:`load_backbone_weights` from a local file
 ``config``       :class:`CaptionerConfig`, :data:`ATTEND_WITH`
-``decoder``      the attending LSTM (the equations), :class:`GeneratedCaption`
+``decoder``      the attending LSTM (the equations)
+``generation``   :class:`CaptionGenerator`: greedy and beam search (a mixin), :class:`GeneratedCaption`
 ``model``        :class:`ImageCaptioner`: encoder + decoder, loss, greedy and beam search
+``ensemble``     :class:`CaptionEnsemble`: captioners over one encoder decoding as one
 ================ ================================================================
 
 :mod:`attnkit.models.captioner` re-exports the same names.
@@ -26,14 +28,18 @@ length (with ``<bos>``/``<eos>``), V vocabulary, Hd LSTM width.
 from __future__ import annotations
 
 from attnkit.models.captioning.config import ATTEND_WITH, CaptionerConfig
-from attnkit.models.captioning.decoder import GeneratedCaption, SoftAttentionDecoder
+from attnkit.models.captioning.decoder import SoftAttentionDecoder
 from attnkit.models.captioning.encoder import BACKBONES, SmallCNN, build_encoder
+from attnkit.models.captioning.ensemble import CaptionEnsemble
+from attnkit.models.captioning.generation import CaptionGenerator, GeneratedCaption
 from attnkit.models.captioning.model import CaptionerOutput, ImageCaptioner
 from attnkit.models.captioning.pretrained import load_backbone_weights
 
 __all__ = [
     "ATTEND_WITH",
     "BACKBONES",
+    "CaptionEnsemble",
+    "CaptionGenerator",
     "CaptionerConfig",
     "CaptionerOutput",
     "GeneratedCaption",

@@ -58,6 +58,10 @@ class CaptionerConfig(ModelConfig):
         pad_id: the id of ``<pad>``.
         bos_id: the id of ``<bos>``.
         eos_id: the id of ``<eos>``.
+        unk_id: the id of ``<unk>``, which generation never emits (a caption
+            word that names nothing); None lets it be generated. It changes
+            decoding only, never the weights, so runs saved before the field
+            existed read the default too.
     """
 
     vocab_size: int
@@ -78,6 +82,7 @@ class CaptionerConfig(ModelConfig):
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+    unk_id: int | None = 3
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "image_size", "embed_dim", "hidden_dim", "attention_dim", "max_len"):
@@ -102,8 +107,10 @@ class CaptionerConfig(ModelConfig):
         if isinstance(self.attention_reg, bool) or not isinstance(self.attention_reg, (int, float)) \
                 or self.attention_reg < 0:
             raise ValueError(f"attention_reg must be a float >= 0, got {self.attention_reg!r}")
-        for name in ("pad_id", "bos_id", "eos_id"):
+        for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
             value = getattr(self, name)
+            if value is None and name == "unk_id":
+                continue
             check_positive_int(name, value, allow_zero=True)
             if value >= self.vocab_size:
                 raise ValueError(f"{name} must be < vocab_size={self.vocab_size}, got {value}")

@@ -23,36 +23,20 @@ width, V vocabulary, K beam size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import torch
 from torch import Tensor, nn
 
-from attnkit.decoding import Hypothesis, StepFunction, beam_search_over_steps, greedy_over_steps
+from attnkit.decoding import StepFunction
 from attnkit.layers.additive import AdditiveAttention
 from attnkit.models.captioning.config import CaptionerConfig
+from attnkit.models.captioning.generation import CaptionGenerator, GeneratedCaption
 
 __all__ = ["GeneratedCaption", "SoftAttentionDecoder"]
 
 _DecoderState = tuple[Tensor, Tensor, Tensor, Tensor]  # h (N, Hd), c (N, Hd), features (N, R, C), keys (N, R, A)
 
 
-@dataclass
-class GeneratedCaption:
-    """One generated caption: word ``ids`` (no ``<bos>``/``<eos>``), its total log-probability
-    ``score`` (``<eos>`` included), and the attention used to produce each word.
-
-    Shape:
-        weights ``(len(ids), R)`` over the R regions.
-    """
-
-    ids: list[int]
-    score: float
-    weights: Tensor
-
-
-class SoftAttentionDecoder(nn.Module):
+class SoftAttentionDecoder(CaptionGenerator, nn.Module):
     """The attending LSTM decoder, as a base class: the image captioner is this decoder with an
     image encoder in front.
 
@@ -125,16 +109,18 @@ class SoftAttentionDecoder(nn.Module):
             weights.append(alpha)
         return torch.stack(logits, dim=1), torch.stack(weights, dim=1)
 
-    # --- generation ------------------------------------------------------------------------------
+    # --- generation: the hooks of CaptionGenerator ------------------------------------------------
 
     def _step_function(self) -> StepFunction[_DecoderState]:
-        blocked = [self.config.pad_id, self.config.bos_id]
+        cfg = self.config
+        # <pad> and <bos> are inputs, never outputs; <unk> tells no one anything
+        blocked = [cfg.pad_id, cfg.bos_id] + ([] if cfg.unk_id is None else [cfg.unk_id])
 
         def step(prev: Tensor, state: _DecoderState) -> tuple[Tensor, Tensor, _DecoderState]:
             h, c, features, projected = state
             logits, alpha, h, c = self._step(prev, h, c, features, projected)
             logp = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
-            logp[:, blocked] = float("-inf")  # <pad> and <bos> are inputs, never outputs
+            logp[:, blocked] = float("-inf")
             return logp, alpha, (h, c, features, projected)  # (N, V), (N, R)
         return step
 
@@ -142,41 +128,3 @@ class SoftAttentionDecoder(nn.Module):
         features = self._regions(features)
         h, c, projected = self._start(features)
         return h, c, features, projected
-
-    @staticmethod
-    def _captions(hyps: list[Hypothesis]) -> list[GeneratedCaption]:
-        """Score = log-probability with ``<eos>``; weights only for the words (no ``<eos>`` row)."""
-        out = []
-        for hyp in hyps:
-            assert hyp.weights is not None  # the step function always returns the attention
-            out.append(GeneratedCaption(hyp.tokens, hyp.log_prob, hyp.weights[: len(hyp.tokens)]))
-        return out
-
-    @torch.no_grad()
-    def generate_greedy(self, features: Tensor, max_len: int) -> list[GeneratedCaption]:
-        """The most likely word at every step until ``<eos>`` or ``max_len`` words (``<eos>`` included).
-
-        Shape:
-            features ``(B, R, C)``; returns B captions with weights ``(n_words, R)``.
-        """
-        cfg = self.config
-        hyps = greedy_over_steps(self._step_function(), self._start_state(features), batch_size=features.shape[0],
-                                 bos_id=cfg.bos_id, eos_id=cfg.eos_id, max_len=max_len, device=features.device)
-        return self._captions(hyps)
-
-    @torch.no_grad()
-    def generate_beam(self, features: Tensor, max_len: int, beam_size: int, length_penalty: float,
-                      **constraints: Any) -> list[GeneratedCaption]:
-        """Beam search of :func:`attnkit.decoding.beam_search_over_steps` (GNMT length penalty ``alpha``;
-        ``constraints``: its ``length_bonus``, ``min_len`` and ``block_repeats``).
-
-        Shape:
-            features ``(B, R, C)``; returns B captions with weights ``(n_words, R)``.
-        """
-        cfg = self.config
-        hyps = beam_search_over_steps(self._step_function(), self._start_state(features),
-                                      batch_size=features.shape[0], bos_id=cfg.bos_id, eos_id=cfg.eos_id,
-                                      max_len=max_len, beam_size=beam_size, length_penalty=length_penalty,
-                                      **constraints,
-                                      device=features.device)
-        return self._captions(hyps)

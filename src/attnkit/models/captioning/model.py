@@ -20,9 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.models.captioning.config import CaptionerConfig
-from attnkit.models.captioning.decoder import GeneratedCaption, SoftAttentionDecoder
+from attnkit.models.captioning.decoder import SoftAttentionDecoder
 from attnkit.models.captioning.encoder import build_encoder, check_images, normalisation
-from attnkit.models.config import check_positive_int
 
 __all__ = ["CaptionerOutput", "ImageCaptioner"]
 
@@ -157,53 +156,3 @@ class ImageCaptioner(SoftAttentionDecoder):
         reg = ((1.0 - out.weights.sum(dim=1)) ** 2).mean()  # (B, R) -> scalar
         total = nll + self.config.attention_reg * reg
         return total, {"nll": float(nll.detach()), "attention_reg": float(reg.detach())}
-
-    # --- generation ------------------------------------------------------------------------------
-
-    def _max_len(self, max_len: int | None) -> int:
-        return self.config.max_len if max_len is None else check_positive_int("max_len", max_len)
-
-    @torch.no_grad()
-    def greedy(self, images: Tensor, *, max_len: int | None = None) -> list[GeneratedCaption]:
-        """The most likely word at every step, for a batch of images.
-
-        Stops each caption at ``<eos>`` or after ``max_len`` words (``<eos>`` included).
-
-        Shape:
-            images ``(B, 3, S, S)``; returns B captions with weights ``(n_words, R)``.
-        """
-        limit = self._max_len(max_len)
-        return self.generate_greedy(self.encode(images), limit)
-
-    @torch.no_grad()
-    def beam_search(self, images: Tensor, *, beam_size: int = 3, max_len: int | None = None,
-                    length_penalty: float = 0.0, length_bonus: float = 0.0, min_len: int = 0,
-                    block_repeats: bool = False) -> list[GeneratedCaption]:
-        """Keep the ``beam_size`` best partial captions of each image at each step.
-
-        The search is :func:`attnkit.decoding.beam_search_over_steps`, the one
-        shared with translation: a caption that emits ``<eos>`` is finished,
-        ``beam_size`` live ones go on until none of them can beat the best
-        finished one (or for ``max_len`` steps). The best finished caption by
-        the GNMT score ``log P / ((5 + |Y|) / 6) ** length_penalty`` wins,
-        ``|Y|`` counting the ``<eos>`` (``length_penalty=0``: the plain sum of
-        log-probabilities, so ``beam_size=1`` is exactly :meth:`greedy`). The
-        returned ``score`` is the caption's log-probability, without the penalty.
-        ``length_bonus`` adds that much per token to the ranking score,
-        ``min_len`` forbids ``<eos>`` before that many words, ``block_repeats``
-        forbids a word right after itself (see :mod:`attnkit.decoding`).
-
-        Shape:
-            images ``(B, 3, S, S)``; returns B captions with weights ``(n_words, R)``.
-        """
-        k = check_positive_int("beam_size", beam_size)
-        limit = self._max_len(max_len)
-        return self.generate_beam(self.encode(images), limit, k, length_penalty, length_bonus=length_bonus,
-                                  min_len=min_len, block_repeats=block_repeats)
-
-    def attention_maps(self, weights: Tensor) -> Tensor:
-        """Per-word attention as image-shaped maps: ``(T, R) -> (T, h, w)`` (row-major regions)."""
-        h, w = self.grid
-        if weights.dim() != 2 or weights.shape[1] != h * w:
-            raise ValueError(f"weights must be (T, R={h * w}), got shape {tuple(weights.shape)}")
-        return weights.reshape(-1, h, w)  # (T, h, w)
