@@ -12,6 +12,10 @@ then measure::
 
     python evals/flickr8k.py --run runs/flickr8k --data data/flickr8k --figures runs/flickr8k-figures
 
+``--run`` given several times decodes with the ensemble of those runs (the
+same recipe trained with other ``--seed``s): the mean of their next-word
+probabilities at each step.
+
 It decodes the 1,000 test images (``--split dev``: the dev images, to choose
 the decoding settings on) greedily and with beam search (``--beam``, GNMT
 ``--length-penalty``, ``--length-bonus`` per word, ``--min-words``,
