@@ -101,9 +101,8 @@ def test_an_ensemble_follows_the_mean_of_its_members_probabilities() -> None:
     mean = (probs[0][0] + probs[1][0]) / 2  # (B, V)
     first = [c.ids[0] if c.ids else models[0].config.eos_id for c in found]
     assert first == mean.argmax(dim=-1).tolist()
-    assert found[0].score <= 0 and all(c.weights.shape[1] == 16 for c in found if c.ids)
-    if found[0].ids:
-        assert torch.allclose(found[0].weights[0], (probs[0][1][0] + probs[1][1][0]) / 2, atol=1e-6)
+    assert found[0].ids and found[0].score <= 0 and all(c.weights.shape[1] == 16 for c in found if c.ids)
+    assert torch.allclose(found[0].weights[0], (probs[0][1][0] + probs[1][1][0]) / 2, atol=1e-6)
     assert [c.ids for c in ensemble.generate_beam(features, 6, 1, 0.0)] == [c.ids for c in found]
 
 

@@ -156,6 +156,7 @@ def results_analysis(result: Any, *, wrong: int = WRONG_SHOWN, words: int = WORD
     misclassified test examples with the highest predicted probability.
     """
     from attnkit.cli.demo import most_attended_words
+    from attnkit.train.inference import ngram_text
     from attnkit.train.metrics import confusion_matrix, per_class_scores
 
     ds, labels = result.test_data, list(result.label_vocab.labels)
@@ -178,7 +179,7 @@ def results_analysis(result: Any, *, wrong: int = WRONG_SHOWN, words: int = WORD
                 if weights is not None else None)
     ngrams = None
     if getattr(result.model, "has_ngram_half", False):  # the half's own weights: what the attention does not show
-        ngrams = {lb: [(" ".join(str(token(i)) for i in ids), w) for ids, w in rows]
+        ngrams = {lb: [(ngram_text(token, ids), w) for ids, w in rows]
                   for lb, rows in zip(labels, result.model.top_ngrams(words), strict=True)}
     return {"labels": labels, "per_class": per_class, "n": len(ds),
             "confusion_matrix": confusion_matrix(targets, predicted, len(labels)).tolist(),
@@ -187,6 +188,8 @@ def results_analysis(result: Any, *, wrong: int = WRONG_SHOWN, words: int = WORD
 
 def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None) -> str:
     """``report.txt``: the test scores (beside the baseline, if given) and :func:`results_analysis`."""
+    from attnkit.train.inference import format_ngrams
+
     labels = analysis["labels"]
     width = max(10, *(len(lb) + 2 for lb in labels))
     lines = [f"attnkit train: results on the test part (n={analysis['n']})",
@@ -208,7 +211,7 @@ def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str
             lines.append(f"  {c}: " + ", ".join(f"{t} ({m:.3f})" for t, m in rows))
     if analysis.get("top_ngrams"):
         lines += ["", f"n-grams weighed most toward each class (the n-gram half; {NGRAM_WEIGHT})"]
-        lines += [f"  {c}: " + ", ".join(f"'{g}' ({w:+.2f})" for g, w in rows)
+        lines += [f"  {c}: " + format_ngrams(rows)
                   for c, rows in analysis["top_ngrams"].items()]
     lines += ["", "most confidently wrong test examples (with their most attended words)"]
     if not analysis["confidently_wrong"]:
@@ -228,6 +231,8 @@ def _short(text: str, limit: int = 300) -> str:
 def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None
                     ) -> list[dict[str, Any]]:
     """:func:`format_report`'s figures as summary sections of :func:`attnkit.viz.report.render_html`."""
+    from attnkit.train.inference import format_ngrams
+
     labels = analysis["labels"]
     scores = [["model", f"{test['accuracy']:.4f}", f"{test['macro_f1']:.4f}"]]
     text = [f"test part: n={analysis['n']}"]
@@ -257,7 +262,7 @@ def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[s
     if analysis.get("top_ngrams"):
         sections.append({"title": "N-grams weighed most toward each class", "text": [f"the n-gram half; {NGRAM_WEIGHT}"],
                          "columns": ["class", "n-grams"],
-                         "rows": [[c, ", ".join(f"'{g}' ({w:+.2f})" for g, w in rows)]
+                         "rows": [[c, format_ngrams(rows)]
                                   for c, rows in analysis["top_ngrams"].items()]})
     wrong = analysis["confidently_wrong"]
     sections.append({"title": "Most confidently wrong test examples",

@@ -317,7 +317,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
             if explain:
                 click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"]))
         return
-    from attnkit.train.inference import predict_texts
+    from attnkit.train.inference import format_ngrams, predict_texts
 
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
     warn_truncated(tokenizer, items, meta["data_settings"]["max_len"])
@@ -335,7 +335,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
             click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p.top_tokens))
         if explain and p.halves:  # a model with an n-gram half: what each half adds, and the n-grams that add most
             click.echo(f"    margin from the network {p.halves['network']:+.2f}, from n-grams {p.halves['ngrams']:+.2f}: "
-                       + ", ".join(f"'{g}' ({w:+.2f})" for g, w in p.top_ngrams))
+                       + format_ngrams(p.top_ngrams))
 
 
 # --- cv ----------------------------------------------------------------------------------------

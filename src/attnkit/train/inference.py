@@ -10,7 +10,7 @@ hold (1.0 = all attention on them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -20,7 +20,8 @@ from attnkit.data.batching import LabelVocab
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import encode_batch
 
-__all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus", "evaluate_examples"]
+__all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus", "evaluate_examples",
+           "ngram_text", "format_ngrams"]
 
 
 @dataclass(frozen=True)
@@ -128,12 +129,22 @@ def _ngram_explanation(model: nn.Module, tokenizer: object, parts: tuple[Tensor,
     for f, x in sorted(totals.items(), key=lambda item: -item[1]):
         ids = model.ngram_tokens(f)  # type: ignore[operator]
         if ids is not None:
-            named.append((" ".join(str(token(i)) for i in ids), x))
+            named.append((ngram_text(token, ids), x))
         if len(named) == top_k:
             break
     ngram_margin = float(wide[row, best] - wide[row].mean())
     margin = float(logits[best] - logits.mean())  # (C,) logits of this document
     return tuple(named), {"network": margin - ngram_margin, "ngrams": ngram_margin}
+
+
+def ngram_text(id_to_token: Callable[[int], object], ids: Sequence[int]) -> str:
+    """An n-gram's token ids as text: its tokens joined by spaces."""
+    return " ".join(str(id_to_token(i)) for i in ids)
+
+
+def format_ngrams(rows: Sequence[tuple[str, float]]) -> str:
+    """``[(n-gram, weight), ...]`` as one line: ``'a b' (+0.42), 'c' (+0.31)``."""
+    return ", ".join(f"'{g}' ({w:+.2f})" for g, w in rows)
 
 
 def attention_focus(weights: Tensor, positions: Sequence[Sequence[int]]) -> Tensor:
