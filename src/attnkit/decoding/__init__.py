@@ -53,6 +53,11 @@ models over one vocabulary into one: the mean of their next-token
 probabilities, their states kept side by side; both searches run it as they
 run one model (:class:`~attnkit.models.captioning.ensemble.CaptionEnsemble`).
 
+**Re-ranking.** :func:`n_best_over_steps` is the beam search returning each
+input's ``n`` best finished hypotheses; :mod:`attnkit.decoding.rerank` chooses
+among them by consensus with references (the captions of similar training
+images: :class:`~attnkit.models.captioning.consensus.Consensus`).
+
 Shape legend: B batch (inputs), K beam size, N = B·K hypotheses, V vocabulary,
 Ts source length, X attended positions.
 """
@@ -64,6 +69,7 @@ from attnkit.decoding.search import (
     ensemble_steps,
     gnmt_length_penalty,
     greedy_over_steps,
+    n_best_over_steps,
     reorder_state,
 )
 from attnkit.decoding.translation import (
@@ -74,5 +80,5 @@ from attnkit.decoding.translation import (
 )
 
 __all__ = ["IncrementalDecoder", "DecodeResult", "Hypothesis", "StepFunction", "greedy_decode", "beam_search",
-           "greedy_over_steps", "beam_search_over_steps", "reorder_state", "gnmt_length_penalty",
-           "ensemble_steps"]
+           "greedy_over_steps", "beam_search_over_steps", "n_best_over_steps", "reorder_state",
+           "gnmt_length_penalty", "ensemble_steps"]

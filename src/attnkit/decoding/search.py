@@ -12,7 +12,8 @@ from torch import Tensor
 
 from attnkit._checks import positive_int
 
-__all__ = ["Hypothesis", "StepFunction", "greedy_over_steps", "beam_search_over_steps", "reorder_state",
+__all__ = ["Hypothesis", "StepFunction", "greedy_over_steps", "beam_search_over_steps", "n_best_over_steps",
+           "reorder_state",
            "gnmt_length_penalty", "ensemble_steps"]
 
 State = TypeVar("State")
@@ -172,6 +173,31 @@ def beam_search_over_steps(
 ) -> list[Hypothesis]:
     """Beam search (see the module docstring) for B inputs at once; the best hypothesis of each.
 
+    The arguments are those of :func:`n_best_over_steps`, which this is with ``n_best=1``.
+
+    Shape:
+        returns B hypotheses with weights ``(length, X)``.
+    """
+    return [hyps[0] for hyps in n_best_over_steps(
+        step, state, batch_size=batch_size, bos_id=bos_id, eos_id=eos_id, max_len=max_len, beam_size=beam_size,
+        length_penalty=length_penalty, length_bonus=length_bonus, min_len=min_len, block_repeats=block_repeats,
+        device=device, reorder=reorder, n_best=1)]
+
+
+@torch.no_grad()
+def n_best_over_steps(
+    step: StepFunction[State], state: State, *, batch_size: int, bos_id: int, eos_id: int, max_len: int,
+    beam_size: int = 4, length_penalty: float = 0.0, length_bonus: float = 0.0, min_len: int = 0,
+    block_repeats: bool = False, device: torch.device | str = "cpu",
+    reorder: Callable[[State, Tensor], State] = reorder_state, n_best: int = 1,
+) -> list[list[Hypothesis]]:
+    """Beam search (see the module docstring) for B inputs at once; the ``n_best`` best finished
+    hypotheses of each, best first (fewer when the search finished fewer; at least one).
+
+    A beam of ``K`` usually finishes ``K`` or more hypotheses per input, so
+    ``n_best <= beam_size`` lists are nearly always full; the list is what a
+    re-ranker (:func:`attnkit.decoding.rerank.consensus_pick`) chooses from.
+
     Args:
         step: the step function; it sees the ``B·K`` hypotheses as one batch,
             input ``b``'s beams at rows ``b·K ... b·K + K − 1``.
@@ -187,12 +213,14 @@ def beam_search_over_steps(
         block_repeats: forbid generating the token just generated.
         device: where the token and score tensors live.
         reorder: ``reorder(state, index) -> state``; :func:`reorder_state` by default.
+        n_best: how many finished hypotheses to return per input.
 
     Shape:
         ``step`` maps last tokens ``(B·K,)`` to log-probabilities ``(B·K, V)`` and
-        weights ``(B·K, X)`` or None; returns B hypotheses with weights ``(length, X)``.
+        weights ``(B·K, X)`` or None; returns B lists of hypotheses with weights ``(length, X)``.
     """
     alpha = _check_search(max_len, beam_size, length_penalty, length_bonus, min_len)
+    positive_int("n_best", n_best)
     bonus = float(length_bonus)
     b, k = batch_size, beam_size
     state = reorder(state, torch.arange(b, device=device).repeat_interleave(k))  # (B*K, ...)
@@ -220,7 +248,7 @@ def beam_search_over_steps(
         tokens = torch.cat([tokens.index_select(0, index), keep_token.view(-1, 1)], dim=1)  # (B*K, t+1)
         if t == max_len:  # out of length: the live hypotheses finish as they are
             _finish_live(scores, tokens, weights, finished, done, length=t, scoring=(alpha, bonus))
-    return [max(hyps, key=lambda h: h.score) for hyps in finished]
+    return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
 
 
 def _constrain(logp: Tensor, last: Tensor, step: int, *, eos_id: int, min_len: int, block_repeats: bool) -> Tensor:

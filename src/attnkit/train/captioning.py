@@ -13,6 +13,8 @@ stochastic attention regulariser when the config asks for it),
     model.safetensors  the weights (after the last finished epoch while training)
     history.jsonl      one JSON line per finished epoch (when training wrote it)
     metrics.json       held-out BLEU and losses (once training is done)
+    neighbours.safetensors  the training images' pooled features and captions, for consensus
+                       re-ranking (runs trained on cached features of a frozen encoder)
 
 Training commits one generation per epoch (status ``training``) and a last
 one (status ``done``); readers refuse an unfinished run unless asked.
@@ -34,11 +36,12 @@ if TYPE_CHECKING:  # torch loads inside the functions, so that importing this mo
 
     from attnkit.data.captions import CaptionVocab
     from attnkit.models.captioner import CaptionEnsemble, ImageCaptioner
+    from attnkit.models.captioning.consensus import Consensus, NeighbourIndex
     from attnkit.train.rundir import RunWriter
     from attnkit.train.tasks import StepOutput
 
 __all__ = ["MODEL_NAME", "fit_captioner", "generate", "corpus_bleu", "commit_caption_run", "save_caption_run",
-           "load_caption_run", "load_caption_ensemble"]
+           "load_caption_run", "load_caption_ensemble", "load_caption_neighbours"]
 
 MODEL_NAME = "captioner"
 
@@ -193,11 +196,14 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
 
 
 def generate(model: ImageCaptioner | CaptionEnsemble, images: Tensor, *, beam: int = 1, batch_size: int = 128,
-             features: bool = False, length_penalty: float = 0.0, **constraints: Any) -> list[Any]:
+             features: bool = False, length_penalty: float = 0.0, consensus: Consensus | None = None,
+             **constraints: Any) -> list[Any]:
     """Captions for many images (or, with ``features=True``, cached region features ``(N, R, C)``):
     batched greedy decoding for ``beam == 1`` without ``constraints``, beam search with the GNMT
     ``length_penalty`` and the ``constraints`` (``length_bonus``, ``min_len``, ``block_repeats`` of
-    :func:`attnkit.decoding.beam_search_over_steps`) otherwise."""
+    :func:`attnkit.decoding.beam_search_over_steps`) otherwise; with ``consensus``, the beam's
+    ``beam`` best captions of each image are re-ranked by consensus with the captions of the nearest
+    training images (:meth:`~attnkit.models.captioning.generation.CaptionGenerator.generate_consensus`)."""
     import torch
 
     model.eval()
@@ -206,23 +212,30 @@ def generate(model: ImageCaptioner | CaptionEnsemble, images: Tensor, *, beam: i
     for chunk in images.split(batch_size):
         with torch.no_grad():
             regions = model.check_features(chunk) if features else model.encode(chunk)  # (B, R, C)
-        greedy = beam == 1 and not any(constraints.values())
-        out += model.generate_greedy(regions, limit) if greedy else \
-            model.generate_beam(regions, limit, beam, length_penalty, **constraints)
+        if consensus is not None:
+            out += model.generate_consensus(regions, limit, beam, length_penalty, consensus, **constraints)
+        elif beam == 1 and not any(constraints.values()):
+            out += model.generate_greedy(regions, limit)
+        else:
+            out += model.generate_beam(regions, limit, beam, length_penalty, **constraints)
     return out
 
 
 def commit_caption_run(writer: RunWriter, model: ImageCaptioner, vocab: CaptionVocab, *, status: str,
                        meta: dict[str, Any] | None = None, history: Sequence[dict[str, Any]] | None = None,
                        metrics: dict[str, Any] | None = None, progress: dict[str, Any] | None = None,
-                       train_state: dict[str, Any] | None = None) -> Path:
+                       train_state: dict[str, Any] | None = None, neighbours: NeighbourIndex | None = None) -> Path:
     """Commit one generation through the open ``writer``: the weights, config.json (config,
     vocabulary, ``meta``, ``status``, ``progress``, ``metrics``), history.jsonl / metrics.json
-    when given, and the trainer's resumable ``train_state`` (else the previous generation's)."""
+    when given, the trainer's resumable ``train_state`` (else the previous generation's) and the
+    ``neighbours`` index of the training images (else the previous generation's, if any)."""
+    from attnkit.models.captioning.consensus import NEIGHBOURS_FILE
     from attnkit.train import checkpoint as ckpt
 
     carry = [] if train_state is not None else [f"{ckpt.STATE_DIR}/{n}" for n in ckpt.STATE_FILES]
-    staging = writer.stage(carry=carry)
+    staging = writer.stage(carry=carry + ([] if neighbours is not None else [NEIGHBOURS_FILE]))
+    if neighbours is not None:
+        neighbours.save(staging / NEIGHBOURS_FILE)
     if train_state is not None:
         ckpt.save_train_state(staging, train_state)
     ckpt.save_tensors(staging / "model.safetensors", model.state_dict(), metadata={"format": "pt"})
@@ -279,6 +292,22 @@ def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False
         raise ckpt.RunFileError(f"{folder / 'config.json'} holds a config that does not build: {err}") from None
     ckpt.load_weights_into(model, ckpt.load_tensors(weights), weights, "the captioner of its config.json")
     return model.eval(), vocab, meta
+
+
+def load_caption_neighbours(directory: str | Path) -> NeighbourIndex:
+    """The neighbour index a captioning run keeps for consensus re-ranking (runs trained with ``--data``
+    on a frozen encoder have one); a run without one is a RunFileError that says so."""
+    from attnkit.models.captioning.consensus import NEIGHBOURS_FILE, NeighbourIndex
+    from attnkit.train import checkpoint as ckpt
+
+    path = ckpt.committed_dir(Path(directory)) / NEIGHBOURS_FILE
+    if not path.is_file():
+        raise ckpt.RunFileError(f"{directory} keeps no neighbour index ({path} is missing): consensus re-ranking "
+                                "needs a run trained with --data on a frozen encoder by this version of attnkit")
+    try:
+        return NeighbourIndex.load(path)
+    except ValueError as err:
+        raise ckpt.RunFileError(str(err)) from None
 
 
 def load_caption_ensemble(directories: Sequence[str | Path], *, allow_unfinished: bool = False

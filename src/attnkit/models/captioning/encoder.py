@@ -4,7 +4,7 @@
 coordinate channels (CoordConv, Liu et al., 2018) so that regions know where
 they are; ``"resnet18"`` ... ``"resnet152"`` are torchvision ResNets (stride
 32) without their pooling and classifier, imported only when asked for;
-``"efficientnet-lite0"`` is a pretrained-ready, frozen-by-default EfficientNet-Lite
+``"efficientnet-lite0"``, ``-lite1`` and ``-lite2`` are pretrained-ready, frozen-by-default EfficientNet-Lites
 (:mod:`~attnkit.models.captioning.efficientnet`).
 Pretrained weights come only from a local file
 (:func:`~attnkit.models.captioning.pretrained.load_backbone_weights`).
@@ -32,7 +32,7 @@ __all__ = ["BACKBONES", "IMAGENET_MEAN", "IMAGENET_STD", "SmallCNN", "build_enco
 # name -> width of the last feature map (None: the built-in CNN, width from the config).
 BACKBONES: dict[str, int | None] = {
     "small": None, "resnet18": 512, "resnet34": 512, "resnet50": 2048, "resnet101": 2048,
-    "resnet152": 2048, "efficientnet-lite0": 1280,
+    "resnet152": 2048, **{name: 1280 for name in EFFICIENTNET_LITE},
 }
 """Image encoders by name, with their feature channels (None: set by the config)."""
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from attnkit.decoding import Hypothesis, StepFunction, beam_search_over_steps, greedy_over_steps
+from attnkit.decoding import Hypothesis, StepFunction, greedy_over_steps
+from attnkit.decoding.rerank import consensus_pick
+from attnkit.decoding.search import n_best_over_steps
 from attnkit.models.config import check_positive_int
 
 if TYPE_CHECKING:
     from attnkit.models.captioning.config import CaptionerConfig
+    from attnkit.models.captioning.consensus import Consensus
 
 __all__ = ["CaptionGenerator", "GeneratedCaption"]
 
@@ -86,13 +89,39 @@ class CaptionGenerator:
         Shape:
             features ``(B, R, C)``; returns B captions with weights ``(n_words, R)``.
         """
+        return [best[0] for best in self.generate_n_best(features, max_len, beam_size, length_penalty, 1,
+                                                         **constraints)]
+
+    @torch.no_grad()
+    def generate_n_best(self, features: Tensor, max_len: int, beam_size: int, length_penalty: float, n_best: int,
+                        **constraints: Any) -> list[list[GeneratedCaption]]:
+        """The ``n_best`` best finished captions of the beam search of each image, best first
+        (:func:`attnkit.decoding.search.n_best_over_steps`; arguments as for :meth:`generate_beam`).
+
+        Shape:
+            features ``(B, R, C)``; returns B lists of captions with weights ``(n_words, R)``.
+        """
         cfg = self.config
-        hyps = beam_search_over_steps(self._step_function(), self._start_state(features),
-                                      batch_size=features.shape[0], bos_id=cfg.bos_id, eos_id=cfg.eos_id,
-                                      max_len=max_len, beam_size=beam_size, length_penalty=length_penalty,
-                                      **constraints,
-                                      device=features.device)
-        return self._captions(hyps)
+        lists = n_best_over_steps(self._step_function(), self._start_state(features), batch_size=features.shape[0],
+                                  bos_id=cfg.bos_id, eos_id=cfg.eos_id, max_len=max_len, beam_size=beam_size,
+                                  length_penalty=length_penalty, n_best=n_best, **constraints,
+                                  device=features.device)
+        return [self._captions(hyps) for hyps in lists]
+
+    @torch.no_grad()
+    def generate_consensus(self, features: Tensor, max_len: int, beam_size: int, length_penalty: float,
+                           consensus: Consensus, **constraints: Any) -> list[GeneratedCaption]:
+        """Beam search, then consensus re-ranking of each image's ``beam_size`` best captions
+        (:mod:`~attnkit.models.captioning.consensus`): the references are the training captions of
+        the ``consensus.neighbours`` nearest training images, the log-probability weighs ``consensus.weight``.
+
+        Shape:
+            features ``(B, R, C)``; returns B captions with weights ``(n_words, R)``.
+        """
+        references = consensus.index.references(features, consensus.neighbours)
+        lists = self.generate_n_best(features, max_len, beam_size, length_penalty, beam_size, **constraints)
+        return [found[consensus_pick([c.ids for c in found], [c.score for c in found], refs, weight=consensus.weight)]
+                for found, refs in zip(lists, references, strict=True)]
 
     # --- from images ------------------------------------------------------------------------------
 
