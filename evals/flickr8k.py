@@ -14,7 +14,9 @@ then measure::
 
 ``--run`` given several times decodes with the ensemble of those runs (the
 same recipe trained with other ``--seed``s): the mean of their next-word
-probabilities at each step.
+probabilities at each step. ``--consensus K`` adds a row where the beam's
+``--beam`` best captions are re-ranked by consensus with the human captions of
+the K nearest training images (:mod:`attnkit.models.captioning.consensus`).
 
 It decodes the 1,000 test images (``--split dev``: the dev images, to choose
 the decoding settings on) greedily and with beam search (``--beam``, GNMT

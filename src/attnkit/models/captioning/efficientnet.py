@@ -29,7 +29,7 @@ __all__ = ["EFFICIENTNET_LITE", "LITE_IMAGE_SIZE", "LITE_MEAN", "LITE_STD", "Eff
 EFFICIENTNET_LITE = ("efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2")
 """EfficientNet-Lite backbones the captioner can build (each 1280 channels, stride 32)."""
 LITE_IMAGE_SIZE = {"efficientnet-lite0": 224, "efficientnet-lite1": 240, "efficientnet-lite2": 260}
-"""The image side each EfficientNet-Lite was trained at (ImageNet top-1 75.1%, 76.6%, 77.5%)."""
+"""The image side each EfficientNet-Lite was trained at (ImageNet top-1 75.1%, 76.7%, 77.6%)."""
 LITE_MEAN = (127.0 / 255, 127.0 / 255, 127.0 / 255)
 """Per-channel mean of images in ``[0, 1]`` before an EfficientNet-Lite encoder."""
 LITE_STD = (128.0 / 255, 128.0 / 255, 128.0 / 255)
