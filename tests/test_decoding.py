@@ -211,20 +211,20 @@ def test_reorder_state_handles_nested_states() -> None:
 
 
 def test_the_captioner_and_the_translation_model_share_one_beam_search(monkeypatch: pytest.MonkeyPatch) -> None:
-    import attnkit.decoding.translation as decoding
+    import attnkit.decoding.search as search
     from attnkit.data.shapes import shapes_vocab
     from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
     from attnkit.models.captioning import generation as caption_generation
 
     calls: list[int] = []
-    real = decoding.beam_search_over_steps
+    real = search.n_best_over_steps  # beam_search_over_steps (translation's search) is its first entry
 
     def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(kwargs["beam_size"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(decoding, "beam_search_over_steps", counted)
-    monkeypatch.setattr(caption_generation, "beam_search_over_steps", counted)
+    monkeypatch.setattr(search, "n_best_over_steps", counted)
+    monkeypatch.setattr(caption_generation, "n_best_over_steps", counted)
     model = model_with(12, 0)
     src, lengths = source()
     beam_search(model, src, lengths, beam_size=3, max_len=4)
