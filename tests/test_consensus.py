@@ -143,3 +143,21 @@ def test_captioners_rerank_their_n_best_by_consensus(members: int) -> None:
     heavy = model.generate_consensus(features, 6, 4, 0.0, Consensus(index, neighbours=1, weight=1e6),
                                      length_bonus=0.5)
     assert [h.ids for h in heavy] == [max(f, key=lambda c: c.score).ids for f in lists]  # the likeliest one
+
+
+def test_a_run_keeps_its_neighbour_index_across_commits(tmp_path: Path) -> None:
+    from attnkit.train.captioning import commit_caption_run, load_caption_neighbours
+    from attnkit.train.checkpoint import RunFileError
+    from attnkit.train.rundir import RunWriter, committed_dir
+
+    model = _tiny(0)
+    index = NeighbourIndex.from_features(torch.randn(3, 4, 8), [[[5, 6]], [[7]], [[8, 9, 10]]])
+    with RunWriter(tmp_path / "run", "r1", resumable=False) as writer:
+        first = commit_caption_run(writer, model, VOCAB, status="training", neighbours=index)
+        second = commit_caption_run(writer, model, VOCAB, status="done")  # not given again: carried over
+    assert first != second and committed_dir(tmp_path / "run") == second
+    assert load_caption_neighbours(tmp_path / "run").captions == index.captions
+    with RunWriter(tmp_path / "bare", "r2", resumable=False) as writer:
+        commit_caption_run(writer, model, VOCAB, status="done")
+    with pytest.raises(RunFileError, match="keeps no neighbour index"):
+        load_caption_neighbours(tmp_path / "bare")
