@@ -51,7 +51,6 @@ from attnkit.train.captioning import (
     generate,
     load_caption_ensemble,
     load_caption_neighbours,
-    load_caption_run,
 )
 from attnkit.train.checkpoint import RunFileError
 from attnkit.train.metrics import bleu_scores
@@ -126,13 +125,13 @@ def write_html(path: Path, columns: list[str], rows: list[list[str]], shown: lis
                     + "\n".join(page) + "\n", encoding="utf-8")
 
 
-def neighbours(run: str, model: Any, data: Any, cache_dir: Path) -> NeighbourIndex:
+def neighbours(run: str, model: Any, vocab: Any, data: Any, cache_dir: Path) -> NeighbourIndex:
     """The run's neighbour index; for a run saved before runs kept one, built from the cached training features."""
     try:
         return load_caption_neighbours(run)
     except RunFileError:
         inputs, _ = split_inputs(model, data, "train", cache_dir=cache_dir)
-        return neighbour_index(inputs, data, load_caption_run(run)[1])
+        return neighbour_index(inputs, data, vocab)
 
 
 def main() -> None:
@@ -176,7 +175,7 @@ def main() -> None:
     decodings: list[tuple[str, int, Consensus | None]] = [("attnkit greedy", 1, None),
                                                          (f"attnkit beam {args.beam}", args.beam, None)]
     if args.consensus:
-        rerank = Consensus(neighbours(args.run[0], model, data, cache_dir), args.consensus, args.consensus_weight)
+        rerank = Consensus(neighbours(args.run[0], model, vocab, data, cache_dir), args.consensus, args.consensus_weight)
         decodings.append((f"attnkit beam {args.beam}, consensus of {args.consensus} neighbours", args.beam, rerank))
     for name, beam, consensus in decodings:
         start = time.perf_counter()

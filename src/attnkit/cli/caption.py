@@ -262,9 +262,14 @@ def train_caption(**values: Any) -> None:
     meta = {"data": _data_record(prep.source), "options": {k: values[k] for k in RESUMED_OPTIONS},
             "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr", "pretrained", "patience")}}
 
+    unwritten = [prep.neighbours]  # the index goes into this process's first commit; later ones carry it
+
+    def neighbours() -> Any:
+        return unwritten.pop() if unwritten else None
+
     def commit_epoch(state: dict[str, Any]) -> None:
         commit_caption_run(writer, model, vocab, status="training", meta=meta, history=state["progress"]["history"],
-                           progress=state["summary"], train_state=state, neighbours=prep.neighbours)
+                           progress=state["summary"], train_state=state, neighbours=neighbours())
 
     try:
         with writer:
@@ -284,7 +289,7 @@ def train_caption(**values: Any) -> None:
                                            list(zip(val_refs, hyps, strict=True))[:5]]
                 click.echo(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val_refs)})")
             commit_caption_run(writer, model, vocab, status="done", meta=meta, history=history, metrics=metrics,
-                               progress={"epoch": len(history), "epochs": epochs}, neighbours=prep.neighbours)
+                               progress={"epoch": len(history), "epochs": epochs}, neighbours=neighbours())
     except RunLockedError as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"saved {out}")

@@ -26,7 +26,7 @@ import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
 
-__all__ = ["ngram_counts", "sentence_bleu", "consensus_scores", "consensus_pick"]
+__all__ = ["ngram_counts", "sentence_bleu", "consensus_scores", "consensus_pick", "check_weight"]
 
 MAX_ORDER = 4
 """The longest n-gram :func:`sentence_bleu` counts."""
@@ -84,6 +84,13 @@ def consensus_scores(candidates: Sequence[Sequence[Hashable]], references: Seque
             for hyp in candidates]
 
 
+def check_weight(weight: object) -> float:
+    """``weight`` of the log-probability beside the consensus: a finite number >= 0, else a ValueError."""
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight < math.inf:
+        raise ValueError(f"weight must be a finite number >= 0, got {weight!r}")
+    return float(weight)
+
+
 def consensus_pick(candidates: Sequence[Sequence[Hashable]], log_probs: Sequence[float],
                    references: Sequence[Sequence[Hashable]], *, weight: float) -> int:
     """The index of the candidate with the best ``consensus(h) + weight · log P(h)`` (the first on ties).
@@ -94,7 +101,6 @@ def consensus_pick(candidates: Sequence[Sequence[Hashable]], log_probs: Sequence
         raise ValueError("consensus_pick needs at least one candidate, got none")
     if len(log_probs) != len(candidates):
         raise ValueError(f"got {len(candidates)} candidates but {len(log_probs)} log-probabilities")
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight < math.inf:
-        raise ValueError(f"weight must be a finite number >= 0, got {weight!r}")
+    check_weight(weight)
     scores = [c + weight * lp for c, lp in zip(consensus_scores(candidates, references), log_probs, strict=True)]
     return max(range(len(scores)), key=scores.__getitem__)

@@ -13,8 +13,7 @@ from torch import Tensor
 from attnkit._checks import positive_int
 
 __all__ = ["Hypothesis", "StepFunction", "greedy_over_steps", "beam_search_over_steps", "n_best_over_steps",
-           "reorder_state",
-           "gnmt_length_penalty", "ensemble_steps"]
+           "reorder_state", "gnmt_length_penalty", "ensemble_steps"]
 
 State = TypeVar("State")
 StepFunction = Callable[[Tensor, State], tuple[Tensor, Tensor | None, State]]

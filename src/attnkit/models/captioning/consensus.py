@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from attnkit.decoding.rerank import check_weight
 from attnkit.models.config import check_positive_int
 
 __all__ = ["NeighbourIndex", "Consensus", "NEIGHBOURS_FILE"]
@@ -106,8 +108,8 @@ class NeighbourIndex:
         save_file({
             "keys": self.keys.half().contiguous(),
             "tokens": torch.tensor([t for c in flat for t in c], dtype=torch.int32),
-            "caption_ends": torch.tensor(_cumsum([len(c) for c in flat]), dtype=torch.int64),  # (M,)
-            "image_ends": torch.tensor(_cumsum([len(caps) for caps in self.captions]), dtype=torch.int64),  # (N,)
+            "caption_ends": torch.tensor(list(accumulate(len(c) for c in flat)), dtype=torch.int64),  # (M,)
+            "image_ends": torch.tensor(list(accumulate(len(caps) for caps in self.captions)), dtype=torch.int64),  # (N,)
         }, str(path), metadata={"format": "attnkit-neighbours"})
 
     @classmethod
@@ -134,14 +136,6 @@ class NeighbourIndex:
             raise ValueError(f"{path} is not a neighbour index: {err}") from None
 
 
-def _cumsum(sizes: list[int]) -> list[int]:
-    out, total = [], 0
-    for size in sizes:
-        total += size
-        out.append(total)
-    return out
-
-
 @dataclass
 class Consensus:
     """Consensus re-ranking settings: the index, the ``neighbours`` k whose captions are the references,
@@ -155,5 +149,4 @@ class Consensus:
         if not isinstance(self.index, NeighbourIndex):
             raise TypeError(f"index must be a NeighbourIndex, got {type(self.index).__name__}")
         check_positive_int("neighbours", self.neighbours)
-        if isinstance(self.weight, bool) or not isinstance(self.weight, int | float) or not 0 <= self.weight < 1e9:
-            raise ValueError(f"weight must be a finite number >= 0, got {self.weight!r}")
+        check_weight(self.weight)
