@@ -86,6 +86,8 @@ class AttnkitGroup(click.Group):
         except Exception as err:
             if ctx.params.get("debug"):
                 raise
+            if isinstance(err, OSError):  # a path that cannot be read or written: named, not "unexpected"
+                raise click.ClickException(commands.user_os_error(err)) from err
             raise click.ClickException(unexpected_error_message(err)) from err
 
 

@@ -28,6 +28,7 @@ import click
 
 from attnkit.cli.commands import _print_metrics, _read, friendly_errors
 from attnkit.cli.options import (
+    SEED,
     LibraryDefaultOption,
     config_option,
     reader_kwargs,
@@ -316,7 +317,7 @@ def write_html_report(path: Path, test: dict[str, Any], analysis: dict[str, Any]
               help="Share of --data that attnkit train holds out for validation (the baseline trains on it).")
 @click.option("--test-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
               help="Share of --data held out for testing when --test is absent.")
-@click.option("--seed", type=click.IntRange(min=0), cls=LibraryDefaultOption, default_from=SEED_DEFAULT,
+@click.option("--seed", type=SEED, cls=LibraryDefaultOption, default_from=SEED_DEFAULT,
               help="The split or fold seed (train's and cv's --seed).")
 @reader_options
 @friendly_errors

@@ -29,7 +29,7 @@ import click
 
 from attnkit.cli.caption_flickr import Flickr8kPrepared, prepare_flickr8k
 from attnkit.cli.commands import allow_unfinished_option, friendly_errors
-from attnkit.cli.options import task_option
+from attnkit.cli.options import SEED, task_option
 from attnkit.train.captioning import (
     MODEL_NAME,
     commit_caption_run,
@@ -156,7 +156,7 @@ def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | Non
 @task_option("caption")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
 @click.option("--epochs", type=click.IntRange(min=1), default=12, show_default=True, help="Training epochs.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed for the generated scenes, the split, the weights and the batch order.")
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @click.option("--data", type=click.Path(exists=True, file_okay=False),

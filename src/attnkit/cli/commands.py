@@ -38,7 +38,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def friendly_errors(f: F) -> F:
-    """Turn expected failures (bad values, bad files) into a one-line ``Error: ...``."""
+    """Turn expected failures (bad values, bad files, OS errors) into a one-line ``Error: ...``."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -46,9 +46,18 @@ def friendly_errors(f: F) -> F:
             return f(*args, **kwargs)
         except click.ClickException:
             raise
-        except (ValueError, OSError) as err:
+        except ValueError as err:
             raise click.ClickException(str(err)) from None
+        except OSError as err:
+            raise click.ClickException(user_os_error(err)) from None
     return wrapper  # type: ignore[return-value]
+
+
+def user_os_error(err: OSError) -> str:
+    """One line for an OSError: attnkit's own messages as they are, a raw one as ``PATH: reason (CODE)``."""
+    from attnkit.train.fileops import os_error_message
+
+    return str(err) if err.errno is None or err.filename is None and err.strerror is None else os_error_message(err)
 
 
 def _read(path: str, values: dict[str, Any]) -> list[Any]:

@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from attnkit.cli.commands import friendly_errors
+from attnkit.cli.options import SEED
 
 __all__ = ["demo", "DEMO_MODEL", "DEMO_TRAIN", "run_demo"]
 
@@ -160,7 +161,7 @@ def write_demo_figures(out: Path, tokens: list[list[str]], weights: list[list[fl
 @click.option("--out", type=click.Path(file_okay=False), default="runs/demo", show_default=True,
               help="Run directory for the checkpoint and report.txt.")
 @click.option("--quick", is_flag=True, help="A smaller corpus and fewer epochs (for tests).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Corpus and training seed.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Corpus and training seed.")
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or per-epoch lines.")
 @friendly_errors

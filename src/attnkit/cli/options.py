@@ -31,11 +31,16 @@ import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["baseline_option", "LibraryDefaultOption", "resolve_default", "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
+__all__ = ["SEED", "baseline_option", "LibraryDefaultOption", "resolve_default", "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
            "reader_kwargs", "report_skipped_rows"]
 
 MODEL_OPTIONS_KEY = "model_options"
+
+
+# Every --seed: a seed torch, NumPy and Python all take (a larger one overflows torch's 64-bit seed
+# after the offsets the training adds), so the flag names the range instead.
+SEED = click.IntRange(min=0, max=2**32 - 1)
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -229,7 +234,7 @@ def train_options(f: F) -> F:
                        "TrainConfig.patience"),
         _settings_flag("--label-smoothing", float, "Cross-entropy label smoothing.", "TrainConfig.label_smoothing",
                        numpy=False, numpy_help="Not with --backend numpy."),
-        _settings_flag("--seed", click.IntRange(min=0), "Seed for weights, dropout and batch order.",
+        _settings_flag("--seed", SEED, "Seed for weights, dropout and batch order.",
                        "TrainConfig.seed"),
         _settings_flag("--pack", click.IntRange(min=0),
                        "Pack each batch's documents into rows of this many tokens (0 = padded batches); "

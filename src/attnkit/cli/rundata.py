@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from attnkit.train.rundir import data_fingerprint
+from attnkit.train.rundir import check_output_path, data_fingerprint
 
 __all__ = ["data_source", "resumed_data_source", "DATA_PATHS"]
 
@@ -32,7 +32,7 @@ def data_source(values: dict[str, Any], out: Path) -> dict[str, Any]:
     has just checked it against the file) is kept rather than computed again.
     """
     source: dict[str, Any] = {k: values[k] for k in READER_KEYS if k in values}
-    run = out.resolve()
+    run = check_output_path(out).resolve()
     for key in DATA_PATHS:
         path = values.get(key)
         if not path:

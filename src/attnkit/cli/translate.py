@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from attnkit.cli.commands import allow_unfinished_option, friendly_errors
-from attnkit.cli.options import task_option
+from attnkit.cli.options import SEED, task_option
 from attnkit.data.parallel import read_parallel
 from attnkit.train.rundir import RunLockedError, read_run_config, run_status
 from attnkit.train.translation import TranslationTrainConfig, fit_translation, load_translation_run
@@ -62,7 +62,7 @@ __all__ = ["train_translate", "translate"]
 @click.option("--time-budget", type=click.FloatRange(0, min_open=True), help="Stop training after this many minutes.")
 @click.option("--average-last", type=click.IntRange(min=1), default=1, show_default=True,
               help="Average the weights of the last N epochs at the end (kept when validation agrees).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights, dropout and batch order.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed for weights, dropout and batch order.")
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @click.option("--resume", is_flag=True,
               help="Go on with the interrupted run in --out after its last finished epoch (same settings).")

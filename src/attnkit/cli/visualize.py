@@ -55,7 +55,7 @@ def _is_run(folder: Path) -> bool:
     """Whether ``folder`` is an attnkit run; a damaged config.json raises a ValueError naming it."""
     from attnkit.train.rundir import read_run_config
 
-    if not any((folder / name).exists() for name in ("config.json", "current.json", "checkpoints")):
+    if not any((folder / name).exists() for name in ("current.json", "checkpoints")):
         return False
     return "model_name" in read_run_config(folder)
 

@@ -1,11 +1,13 @@
 """Run a model from local files under a capture: any Hugging Face folder, or a timm model.
 
 :func:`hf_folder_attention` loads a Hugging Face model folder with
-``transformers`` (``AutoModel``, local files only, the folder's own
-``attn_implementation``) and runs it on texts (through the folder's tokenizer)
+``transformers`` (``AutoModel``, local files only, safetensors only, never the
+folder's own code: a folder with ``auto_map`` is refused before transformers
+sees it, see :mod:`attnkit._hf_folder`) and runs it on texts (through the folder's tokenizer)
 or on images (through its image processor, or a plain resize when the folder
 has none). :func:`timm_attention` builds a timm model by name without
-downloading anything, loads a local weights file (safetensors, or a ``.pth``
+downloading anything (a registered architecture name only: no ``hf-hub:`` or
+``local-dir:`` source), loads a local weights file (safetensors, or a ``.pth``
 read with ``weights_only=True``) and runs it on images. Both return the tokens
 and the :class:`~attnkit.inspect.Capture` of one forward pass per input.
 """
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnkit._hf_folder import check_model_folder, check_safetensors_file
 from attnkit.inspect.capture import Capture, capture
 
 __all__ = ["hf_folder_attention", "timm_attention", "load_image", "folder_kind"]
@@ -55,6 +58,10 @@ def load_image(path: str | os.PathLike[str], size: int, mean: Any = 0.5, std: An
     return pixels, torch.from_numpy(norm.transpose(2, 0, 1).copy())[None]  # (1, 3, size, size)
 
 
+# Every transformers load: never the folder's own code (so never a question on stdin), never the network.
+SAFE_LOAD = {"trust_remote_code": False, "local_files_only": True}
+
+
 def _patch_tokens(n: int, prefix: int) -> list[str]:
     return ["[CLS]" if i == 0 else f"[prefix {i}]" for i in range(prefix)] + [f"patch {i}" for i in range(n - prefix)]
 
@@ -74,13 +81,14 @@ def hf_folder_attention(folder: str | os.PathLike[str], texts: list[str] | None 
     Shape:
         each capture holds ``(1, H, T, T)`` per attention module.
     """
-    import transformers
-
     root = Path(folder)
     if not (root / "config.json").is_file():
         raise ValueError(f"{folder}: expected a Hugging Face model folder holding config.json")
+    check_model_folder(root)  # before transformers reads anything: no auto_map, no pickles
+    import transformers
+
     try:
-        model = transformers.AutoModel.from_pretrained(root, local_files_only=True).eval()
+        model = transformers.AutoModel.from_pretrained(root, **SAFE_LOAD, use_safetensors=True).eval()
     except (OSError, ValueError, KeyError) as err:
         raise ValueError(f"{folder}: transformers cannot load this folder ({str(err).splitlines()[0]})") from None
     out: list[tuple[list[str], Capture, Any]] = []
@@ -97,7 +105,7 @@ def hf_folder_attention(folder: str | os.PathLike[str], texts: list[str] | None 
         return out
     if not texts:
         raise ValueError(f"{folder} is a text model: give at least one text")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(root, local_files_only=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(root, **SAFE_LOAD)
     limit = min(max_len, int(getattr(model.config, "max_position_embeddings", max_len) or max_len))
     for text in texts:
         enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=limit)
@@ -111,6 +119,7 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
+        check_safetensors_file(path)
         return load_file(str(path))
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -129,6 +138,9 @@ def timm_attention(name: str, weights: str | os.PathLike[str], images: list[str]
     Shape:
         each capture holds ``(1, H, T, T)`` per attention block.
     """
+    if ":" in name:  # timm would fetch hf-hub:NAME, or read local-dir:FOLDER's config
+        raise ValueError(f"--timm {name!r}: give a registered timm architecture name (see timm.list_models()); "
+                         "attnkit builds it without a hub or folder source and loads only --weights")
     import timm
 
     path = Path(weights)

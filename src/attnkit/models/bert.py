@@ -293,6 +293,9 @@ class BertModel(nn.Module):
     def from_pretrained(cls, directory: str | Path) -> BertModel:
         """Load ``config.json`` and ``model.safetensors`` from a local BERT folder.
 
+        The folder is checked first (:func:`attnkit._hf_folder.check_model_folder`):
+        a config with ``auto_map`` (custom code) or pickled weights are refused by name.
+
         Accepts tensors named with or without the ``bert.`` prefix; task heads
         (``cls.*``, ``classifier.*``) and the ``embeddings.position_ids``
         buffer are skipped. Missing or unexpected weights raise an error that
@@ -300,7 +303,9 @@ class BertModel(nn.Module):
         """
         from safetensors.torch import load_file
 
-        folder = Path(directory)
+        from attnkit._hf_folder import check_model_folder
+
+        folder = check_model_folder(directory)  # no custom code, no pickles, readable safetensors headers
         for name in ("config.json", "model.safetensors"):
             if not (folder / name).is_file():
                 raise FileNotFoundError(f"{folder} is not a BERT folder: {name} is missing")

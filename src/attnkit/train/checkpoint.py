@@ -46,7 +46,6 @@ from attnkit.train.rundir import (
     committed_dir,
     read_json,
     read_run_config,
-    remove_legacy_files,
     require_finished,
     run_status,
 )
@@ -99,12 +98,11 @@ MODEL_FILES = ("tokenizer.json", "labels.json")
 
 
 def clear_run(directory: str | os.PathLike[str]) -> None:
-    """Delete the files attnkit writes in a run directory (and nothing else)."""
+    """Delete what a run writer made in a run directory: manifest, generations, lock (and nothing else)."""
     from attnkit.train.fileops import fs
     from attnkit.train.rundir import GENERATIONS, LOCK, MANIFEST
 
     path = Path(directory)
-    remove_legacy_files(path)
     fs.remove(path / MANIFEST)
     fs.remove_tree(path / GENERATIONS)
     fs.remove(path / LOCK)

@@ -10,6 +10,7 @@ for every point of a commit (:mod:`attnkit.train.rundir`).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -17,12 +18,42 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunFileError", "FileOps", "fs", "atomic_write_bytes", "atomic_write_text", "atomic_write_json",
-           "read_json", "umask"]
+__all__ = ["RunFileError", "RunWriteError", "FileOps", "fs", "atomic_write_bytes", "atomic_write_text",
+           "atomic_write_json", "read_json", "umask", "os_error_message"]
 
 
 class RunFileError(ValueError):
     """A file of a run (or a file given as one) is missing, damaged or foreign; the message names it."""
+
+
+class RunWriteError(RunFileError):
+    """A run could not be written (disk full, read-only folder...); the message names the path and
+    says what stays intact."""
+
+
+# What to do about the commonest reasons a path cannot be written or read.
+_ADVICE = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ELOOP: "a symbolic link loop (a link that points back to itself)",
+    errno.ENOENT: "no such file or folder (or a dangling symbolic link)",
+    errno.EEXIST: "exists already (a dangling symbolic link, or a file where a folder belongs)",
+    errno.ENOTDIR: "a file where a folder belongs",
+}
+
+
+def os_error_message(err: OSError, path: str | os.PathLike[str] | None = None) -> str:
+    """One line for an operating-system error: the path it concerns and the reason in words.
+
+    ``path`` is used when the error itself carries no file name (``write`` on a full disk).
+    """
+    where = err.filename if err.filename is not None else path
+    reason = _ADVICE.get(err.errno or -1) or err.strerror or " ".join(str(err).split())
+    code = f" ({errno.errorcode[err.errno]})" if err.errno is not None and err.errno in errno.errorcode else ""
+    return f"{os.fsdecode(where)}: {reason}{code}" if where is not None else f"{reason}{code}"
 
 
 class FileOps:
@@ -96,6 +127,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         os.chmod(tmp, 0o666 & ~umask())
         fs.write(tmp, data)
         fs.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.filename is None:  # a failed write names no file: name the one being written
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from None
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

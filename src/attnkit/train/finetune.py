@@ -20,6 +20,7 @@ from typing import Any
 
 from torch import nn
 
+from attnkit._hf_folder import check_model_folder
 from attnkit.data.readers import Example
 from attnkit.models.bert import BertConfig, BertModel, load_bert_tokenizer
 from attnkit.train.config import TrainConfig
@@ -39,11 +40,13 @@ def check_bert_folder(directory: str | Path) -> Path:
     """``directory`` as a Path if it is a BERT folder, else an error naming what is missing.
 
     A BERT folder holds ``config.json``, ``model.safetensors`` and
-    ``tokenizer.json`` or ``vocab.txt``.
+    ``tokenizer.json`` or ``vocab.txt``, and no custom code (``auto_map``) or
+    pickled weights (:func:`attnkit._hf_folder.check_model_folder`).
     """
     folder = Path(directory)
     if not folder.is_dir():
         raise FileNotFoundError(f"--init-from {folder}: no such folder")
+    check_model_folder(folder, what="--init-from ")
     for name in ("config.json", "model.safetensors"):
         if not (folder / name).is_file():
             raise ValueError(f"--init-from {folder} is not a BERT folder: {name} is missing")

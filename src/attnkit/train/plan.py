@@ -70,9 +70,8 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
     try:
         run_id = str(broadcast_object(plan.run_id or new_run_id(), info))
         overwrite = plan.mode == "overwrite"
-        ckpt.check_run_dir(plan.out, run_id, overwrite=overwrite)
-        if info.is_main:
-            ckpt.check_unlocked(plan.out)
+        # the lock first (a run being written is named as such), by the main process only
+        ckpt.check_run_dir(plan.out, run_id, overwrite=overwrite, check_lock=info.is_main)
         data = plan.data
         tr, va, te = load_splits(data, seed=plan.train_config.seed)
         echo(f"{plan.model_name}: {len(tr)} train, {len(va)} validation, {len(te)} test examples"

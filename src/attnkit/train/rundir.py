@@ -18,8 +18,15 @@ complete generation, old or new; what an interrupted writer left behind
 (a staging folder, a generation that was never named) is swept by the next
 writer. Readers call :func:`committed_dir` and never see half a checkpoint.
 
-Runs written before this layout (``config.json`` and the weights directly in
-``RUN/``) are still read as they are.
+Only runs are replaced: a folder is written into when it is missing, empty,
+or an attnkit run (its manifest ``current.json``, or nothing but what a
+writer leaves: ``checkpoints/``, staging folders, the lock). Any other folder
+is refused, ``overwrite`` or not, naming the files that would be lost; an
+overwrite removes the old run's generations and manifest and nothing else.
+A folder that another process is writing is named as such before anything
+else is judged. An operating-system error while writing (a full disk, a
+read-only folder) names the path and says what stays intact: the last commit,
+from which the run resumes.
 
 Every file operation goes through :data:`attnkit.train.fileops.fs`, one small
 object, so that the fault-injection tests can make the n-th operation fail and
@@ -29,6 +36,7 @@ prove the promise for every point of a commit. The lock is
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import tempfile
@@ -41,17 +49,19 @@ from attnkit.train import fileops
 from attnkit.train.fileops import (
     FileOps,
     RunFileError,
+    RunWriteError,
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
+    os_error_message,
     read_json,
 )
 from attnkit.train.runlock import LOCK, RunLock, RunLockedError, check_unlocked
 
 __all__ = [
-    "RunExistsError", "RunLockedError", "RunFileError", "UnfinishedRunError", "FileOps",
+    "RunExistsError", "RunLockedError", "RunFileError", "RunWriteError", "UnfinishedRunError", "FileOps",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json", "read_run_config",
-    "read_manifest", "committed_dir", "check_run_dir", "RunLock", "RunWriter", "run_status",
+    "read_manifest", "committed_dir", "check_output_path", "check_run_dir", "RunLock", "RunWriter", "run_status",
     "require_finished", "data_fingerprint", "check_unlocked", "MANIFEST", "GENERATIONS",
 ]
 
@@ -69,10 +79,19 @@ class UnfinishedRunError(ValueError):
     """The run's training did not finish; it can be resumed, or read with ``allow_unfinished``."""
 
 
+def _is_writer_file(name: str) -> bool:
+    """Whether a name in a run folder is one a run writer makes (lock, manifest, generations, staging)."""
+    return (name in (LOCK, MANIFEST, GENERATIONS) or name.startswith(STAGING_PREFIX)
+            or (name.startswith(f".{MANIFEST}.") and name.endswith(".tmp")))
+
+
+def _foreign_entries(directory: Path) -> list[str]:
+    """The names in ``directory`` that no run writer made, sorted."""
+    return sorted(p.name for p in directory.iterdir() if not _is_writer_file(p.name))
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The committed manifest ``RUN/current.json`` (None for a legacy run or no run)."""
+    """The committed manifest ``RUN/current.json`` (None when there is none)."""
     path = Path(directory) / MANIFEST
     if not path.is_file():
         return None
@@ -87,21 +106,16 @@ def _generation_dir(directory: Path, generation: int) -> Path:
 
 
 def committed_dir(directory: str | os.PathLike[str]) -> Path:
-    """The folder that holds the committed files of run ``directory``.
-
-    The generation named by ``current.json``; for a run written before
-    generations existed, ``directory`` itself. A :class:`RunFileError` says
-    what is wrong when neither is there.
+    """The folder that holds the committed files of run ``directory``: the generation named by
+    ``current.json``. A :class:`RunFileError` says what is wrong when there is none.
     """
     path = Path(directory)
     manifest = read_manifest(path)
     if manifest is None:
-        if (path / "config.json").is_file():
-            return path
         if (path / GENERATIONS).is_dir() or any(path.glob(f"{STAGING_PREFIX}*")):
             raise RunFileError(f"{path} holds no committed checkpoint: its training was interrupted before "
                                "the first epoch ended; start it again (with --overwrite)")
-        raise RunFileError(f"{path} is not an attnkit run directory (no {MANIFEST} or config.json)")
+        raise RunFileError(f"{path} is not an attnkit run directory (no {MANIFEST})")
     folder = _generation_dir(path, manifest["generation"])
     if not folder.is_dir():
         raise RunFileError(f"{path / MANIFEST} names checkpoint {folder}, which is missing")
@@ -146,38 +160,59 @@ def require_finished(directory: str | os.PathLike[str], meta: dict[str, Any], *,
     return f"warning: {directory} is unfinished (epoch {epoch} of {epochs}); using {weights}"
 
 
+def check_output_path(directory: str | os.PathLike[str]) -> Path:
+    """``directory`` as a Path, unless it is a symbolic link that leads nowhere (missing, or a loop)."""
+    path = Path(directory)
+    if path.is_symlink() and not path.exists():
+        try:
+            path.stat()
+            leads = "which does not exist"
+        except OSError as err:
+            leads = "which loops back on itself" if err.errno == errno.ELOOP else "which does not exist"
+        raise RunFileError(f"output path {path} is a symbolic link to {os.readlink(path)}, {leads}; "
+                           "choose another --out")
+    return path
+
+
 def check_run_dir(directory: str | os.PathLike[str], run_id: str, *, overwrite: bool = False,
-                  resumable: bool = True) -> None:
+                  resumable: bool = True, check_lock: bool = True) -> None:
     """Refuse to write run ``run_id`` into a directory that holds something else.
 
-    Passes when the directory is missing or empty, when it holds the same run
-    (same ``run_id`` in its committed config.json), or when ``overwrite`` is
-    true. The error suggests ``--resume`` only for ``resumable`` kinds of run.
-    Touches nothing.
+    First, with ``check_lock``, a directory that another live process writes
+    raises :class:`RunLockedError`. Then it passes when the directory is
+    missing or empty, when it holds the same run (same ``run_id`` in its
+    manifest), or, with ``overwrite``, when it holds another attnkit run
+    (:func:`_foreign_entries` finds nothing a run writer did not make, or it
+    has a manifest). A folder that is not an attnkit run is refused even with
+    ``overwrite``, naming the files that would be lost. The error suggests
+    ``--resume`` only for ``resumable`` kinds of run. Touches nothing.
     """
-    path = Path(directory)
-    if overwrite or not path.exists():
+    path = check_output_path(directory)
+    if not path.exists():
         return
     if not path.is_dir():
         raise RunExistsError(f"output path {path} exists and is not a directory")
-    if not any(p.name != LOCK for p in path.iterdir()):
+    if check_lock:
+        check_unlocked(path)
+    foreign = _foreign_entries(path)
+    if not foreign and not any(p.name != LOCK for p in path.iterdir()):
         return
-    if read_manifest(path) is not None or (path / "config.json").is_file():
-        try:
-            other = read_run_config(path).get("run_id")
-        except (ValueError, AttributeError):
-            other = None
-        if other == run_id:
+    manifest = read_manifest(path) if (path / MANIFEST).is_file() else None
+    if manifest is None and foreign:
+        shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
+        raise RunExistsError(
+            f"output directory {path} is not an attnkit run and not empty: it holds {shown}; attnkit "
+            "writes only into an empty folder or one of its own runs, so choose another --out")
+    if manifest is None:  # only what a writer leaves before its first commit
+        if overwrite:
             return
-        hint = "use --overwrite to replace it or --resume to continue it" if resumable else "use --overwrite to replace it"
-        raise RunExistsError(f"output directory {path} already holds a different run (run_id {other}); {hint}")
-    if (path / GENERATIONS).is_dir() or any(path.glob(f"{STAGING_PREFIX}*")):
         raise RunExistsError(f"output directory {path} holds a run interrupted before its first checkpoint; "
                              "use --overwrite to start again")
-    raise RunExistsError(
-        f"output directory {path} is not empty and holds no attnkit run; "
-        "choose another --out or use --overwrite"
-    )
+    other = manifest.get("run_id")
+    if other == run_id or overwrite:
+        return
+    hint = "use --overwrite to replace it or --resume to continue it" if resumable else "use --overwrite to replace it"
+    raise RunExistsError(f"output directory {path} already holds a different run (run_id {other}); {hint}")
 
 
 # --- the writer -----------------------------------------------------------------------------------
@@ -207,6 +242,7 @@ class RunWriter:
         self.directory = Path(directory)
         self.run_id = run_id
         self.overwrite = overwrite
+        self.resumable = resumable
         check_run_dir(self.directory, run_id, overwrite=overwrite, resumable=resumable)
         self.lock = RunLock(self.directory)
         self.commits = 0
@@ -217,7 +253,8 @@ class RunWriter:
         """Take the lock (creating the directory) and sweep what an interrupted writer left."""
         self.lock.acquire()
         try:
-            check_run_dir(self.directory, self.run_id, overwrite=self.overwrite)  # again, under the lock
+            # again, under the lock (held by this writer, so not checked again)
+            check_run_dir(self.directory, self.run_id, overwrite=self.overwrite, check_lock=False)
             self._sweep()
         except BaseException:
             self.lock.release()
@@ -233,8 +270,23 @@ class RunWriter:
     def __enter__(self) -> RunWriter:
         return self.open()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
         self.close()
+        if isinstance(err, OSError) and not isinstance(err, (RunLockedError, RunExistsError)):
+            raise RunWriteError(f"{os_error_message(err, self.directory)}; {self.intact()}") from err
+
+    def intact(self) -> str:
+        """What stays of the run after a failed write: its last commit (resumable), or nothing yet."""
+        manifest = read_manifest(self.directory) if (self.directory / MANIFEST).is_file() else None
+        if manifest is None:
+            return f"nothing was committed to {self.directory} yet: fix that and start again"
+        if self.overwrite and self.commits == 0:
+            return f"{self.directory} still holds the run it held before, unchanged"
+        epoch = manifest.get("epoch")
+        state = f"{self.directory} is intact at its last commit" + (f" (epoch {epoch})" if epoch else "")
+        if manifest.get("status") == "done":
+            return f"{state}, finished"
+        return f"{state}: fix that, then continue it with --resume" if self.resumable else f"{state}"
 
     # generations
     def current(self) -> Path | None:
@@ -262,8 +314,8 @@ class RunWriter:
 
         Order: the staged files are already flushed; the folder is renamed to
         ``checkpoints/NNNNNN``; ``current.json`` is replaced (the commit);
-        then generations older than the previous one, and on an overwrite's
-        first commit the replaced run's own files, are removed.
+        then generations older than the previous one (on an overwrite's first
+        commit: all the replaced run's generations) are removed.
         """
         manifest = read_manifest(self.directory)
         previous = manifest["generation"] if manifest else 0
@@ -284,8 +336,6 @@ class RunWriter:
         for old in self._generation_numbers():
             if old not in keep:
                 fileops.fs.remove_tree(_generation_dir(self.directory, old))
-        if replacing:
-            remove_legacy_files(self.directory)
         return target
 
     def _generation_numbers(self) -> list[int]:
@@ -306,23 +356,6 @@ class RunWriter:
         for number in self._generation_numbers():
             if number > newest:  # renamed into place, never committed
                 fileops.fs.remove_tree(_generation_dir(self.directory, number))
-
-
-# Files that attnkit writes directly in a run directory: a legacy run's checkpoint, and the
-# outputs derived from a finished model. An overwrite removes these and nothing else.
-TOP_LEVEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "src_tokenizer.json",
-                   "tgt_tokenizer.json", "labels.json", "vocab.json", "history.jsonl", "report.txt",
-                   "report.html", "metrics.json", "explanation.png")
-LEGACY_STATE_DIR = "train_state"
-
-
-def remove_legacy_files(directory: Path) -> None:
-    """Remove the files attnkit writes directly in ``directory`` (and its legacy ``train_state/``)."""
-    for name in TOP_LEVEL_FILES:
-        fileops.fs.remove(directory / name)
-    state = directory / LEGACY_STATE_DIR
-    if state.is_dir():
-        fileops.fs.remove_tree(state)
 
 
 # --- what a run was trained on --------------------------------------------------------------------
