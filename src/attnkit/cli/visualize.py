@@ -1,7 +1,8 @@
 """``attnkit visualize``: attention of a trained run, a Hugging Face folder or a timm model.
 
-The source is either an attnkit run directory (``config.json`` with a
-``model_name``, written by ``attnkit train`` or ``attnkit demo``) or a Hugging
+The source is either an attnkit run directory (its manifest ``current.json``
+and committed ``config.json`` with a ``model_name``, written by ``attnkit
+train`` or ``attnkit demo``) or a Hugging
 Face BERT folder (``config.json`` + ``model.safetensors`` + a tokenizer), read
 with attnkit's own :class:`~attnkit.models.bert.BertModel`. Any other Hugging
 Face folder (GPT-2, LLaMA, ViT, ...), and a timm model given by name with a
@@ -213,8 +214,12 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
             views, title, captured = model_views(source, items, list(images), timm_name, max_len)
             limit = "--max-len or the model's position limit"
         else:
+            if (source / "config.json").is_file():  # name a config.json that is not JSON at all
+                from attnkit.train.fileops import read_json
+
+                read_json(source / "config.json")
             raise click.ClickException(
-                f"{source} is neither an attnkit run (config.json with model_name) nor a Hugging Face "
+                f"{source} is neither an attnkit run (current.json naming a checkpoint) nor a Hugging Face "
                 "model folder (config.json with model_type); for a timm model pass --timm NAME"
             )
         notice = truncation_notice([(len(v.tokens), v.total_tokens or len(v.tokens)) for v in views],
