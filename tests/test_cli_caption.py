@@ -190,7 +190,10 @@ def test_training_lifts_held_out_bleu_far_above_an_untrained_model() -> None:
 
 
 def test_load_rejects_other_runs(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"run_id": "x", "model_name": "sentiment"}))
+    (tmp_path / "checkpoints" / "000001").mkdir(parents=True)  # a committed run of another kind
+    (tmp_path / "current.json").write_text(json.dumps({"generation": 1}))
+    (tmp_path / "checkpoints" / "000001" / "config.json").write_text(
+        json.dumps({"run_id": "x", "model_name": "sentiment"}))
     with pytest.raises(ValueError, match="not an image captioner"):
         load_caption_run(tmp_path)
     model = ImageCaptioner(CaptionerConfig(vocab_size=len(shapes_vocab()), image_size=32, channels=(2, 2, 2)))
