@@ -113,9 +113,6 @@ def test_every_transformers_load_is_local_and_never_trusts_the_folder(monkeypatc
 
     seen: list[dict[str, object]] = []
 
-    class Refuse(Exception):
-        pass
-
     def spy(*args: object, **kwargs: object) -> None:
         seen.append(kwargs)
         raise OSError("stop here")
