@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnkit.train.run_files import check_labels, check_vocab_size, refuse_non_finite_file
 from attnkit.train.rundir import (
     RunExistsError,
     RunFileError,
@@ -254,14 +255,22 @@ def load_checkpoint(
     except (TypeError, ValueError) as err:
         raise RunFileError(f"{folder / 'config.json'} holds a model config that does not build: {err}") from None
     weights = folder / "model.safetensors"
-    load_weights_into(model, load_tensors(weights), weights, f"model {meta['model_name']!r}")
+    tensors = load_tensors(weights)
+    refuse_non_finite_file(weights, non_finite_names(tensors))
+    load_weights_into(model, tensors, weights, f"model {meta['model_name']!r}")
     model.to(device).eval()
+    config = meta["model_config"]
+    label_vocab = LabelVocab(check_labels(folder / "labels.json", read_json(folder / "labels.json"),
+                                          config.get("num_classes")))
     tokenizer = load_run_tokenizer(directory, meta)
-    try:
-        label_vocab = LabelVocab.from_dict(read_json(folder / "labels.json"))
-    except (KeyError, TypeError, ValueError) as err:
-        raise RunFileError(f"{folder / 'labels.json'} is not a label vocabulary: {err}") from None
+    check_vocab_size(folder / "tokenizer.json", tokenizer.get_vocab_size(), config.get("vocab_size"),
+                     at_most=meta["model_name"] == "bert")
     return model, tokenizer, label_vocab, meta
+
+
+def non_finite_names(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """The names of the floating-point tensors that hold a NaN or an infinity."""
+    return [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
 
 
 def load_run_tokenizer(directory: str | os.PathLike[str], meta: dict[str, Any]) -> Any:
