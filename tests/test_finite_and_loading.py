@@ -259,3 +259,71 @@ def test_numpy_run_refuses_bad_labels_vocab_and_nan_weights(numpy_run, tmp_path)
         load_numpy_run(run)
     result = _invoke("predict", str(run), "a fine film")
     assert result.exit_code == 1 and "NaN or infinite" in result.output, result.output
+
+
+# --- config.json values: checked by type and range, the field and the file named ---------------------
+
+
+def _edit_config(run: Path, **fields) -> Path:
+    path = committed_dir(run) / "config.json"
+    meta = json.loads(path.read_text())
+    meta["model_config"].update(fields)
+    _replace(path, json.dumps(meta))
+    return path
+
+
+@pytest.mark.parametrize(("fields", "needles"), [
+    ({"d_model": [16]}, ["field d_model must be an int", "[16] (list)"]),
+    ({"activation": ["relu"]}, ["field activation must be a string", "['relu'] (list)"]),
+    ({"dropout": "0.1"}, ["field dropout must be a finite number"]),
+    ({"d_model": 0}, ["d_model must be a positive int, got 0"]),
+    ({"num_heads": -2}, ["num_heads must be a positive int, got -2"]),
+    ({"num_layers": 1, "num_heads": 3}, ["d_model=16 must be divisible by num_heads=3"]),
+    ({"num_layers": 1, "num_heads": 32}, ["d_model=16 must be divisible by num_heads=32"]),  # Dh would be 0
+    ({"colour": "blue"}, ["unknown DocumentClassifierConfig field(s) ['colour']"]),
+    ({"d_model": 10**12}, ["weights", "d_model=1000000000000"]),
+])
+def test_config_values_are_checked_naming_field_and_file(run_copy, data_csv, fields, needles) -> None:
+    _edit_config(run_copy, **fields)
+    _refused(run_copy, data_csv, "config.json", *needles)
+
+
+def test_a_missing_field_is_named(run_copy, data_csv) -> None:
+    path = committed_dir(run_copy) / "config.json"
+    meta = json.loads(path.read_text())
+    del meta["model_config"]["num_classes"]
+    _replace(path, json.dumps(meta))
+    _refused(run_copy, data_csv, "config.json", "missing required field(s) ['num_classes']")
+
+
+def test_absurd_sizes_are_refused_before_allocating(run_copy) -> None:
+    """A model whose weights exceed the memory is refused from its shapes alone (nothing is allocated)."""
+    from attnkit.train.checkpoint import available_memory
+
+    available = available_memory()
+    assert available is not None
+    d = 2 ** (int(math.log2(available / 4 / 50)) + 2)  # an embedding of 50 rows x d floats > the memory
+    _edit_config(run_copy, d_model=d, vocab_size=50)
+    with pytest.raises(RunFileError, match=rf"GiB of weights, more than the .*d_model={d}"):
+        load_checkpoint(run_copy)
+
+
+def test_train_config_values_are_typed() -> None:
+    with pytest.raises(TypeError, match=r"TrainConfig field epochs must be an int, got \[3\] \(list\)"):
+        TrainConfig.from_dict({"epochs": [3]})
+    with pytest.raises(TypeError, match="TrainConfig field device must be a string"):
+        TrainConfig.from_dict({"device": ["cpu"]})
+    with pytest.raises(TypeError, match="TrainConfig field lr must be a finite number, got nan"):
+        TrainConfig.from_dict({"lr": float("nan")})
+    assert TrainConfig.from_dict({"lr": 1, "on_nan": "skip-step"}).lr == 1
+
+
+def test_numpy_run_config_values_are_typed(numpy_run, tmp_path) -> None:
+    run = tmp_path / "np"
+    shutil.copytree(numpy_run, run)
+    path = committed_dir(run) / "config.json"
+    meta = json.loads(path.read_text())
+    meta["model_config"]["d_model"] = [16]
+    _replace(path, json.dumps(meta))
+    with pytest.raises(RunFileError, match=r"config.json .*model_config field d_model must be an int, got \[16\]"):
+        load_numpy_run(run)

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit._checks import positive_int
+from attnkit._checks import dataclass_kwargs, positive_int
 from attnkit._finite import check_on_nan
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 
@@ -89,9 +89,6 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        """Build from a dict; unknown keys raise a ValueError listing the valid ones."""
-        valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(valid))
-        if unknown:
-            raise ValueError(f"unknown TrainConfig key(s) {unknown}; valid keys: {valid}")
-        return cls(**d)
+        """Build from a dict: unknown keys raise a ValueError listing the valid ones, a value of the wrong type
+        a TypeError naming the field (:func:`attnkit._checks.dataclass_kwargs`), a bad range a ValueError."""
+        return cls(**dataclass_kwargs(cls, d))

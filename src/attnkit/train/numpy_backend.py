@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from attnkit._checks import dataclass_kwargs
 from attnkit._finite import NonFiniteError, check_on_nan, non_finite_message
 from attnkit.data.readers import read_examples
 from attnkit.data.sources import split_examples
@@ -234,10 +235,10 @@ def load_numpy_run(directory: str | Path) -> NumpyRun:
     if not isinstance(itos, list):
         raise RunFileError(f"{folder / 'vocab.json'} must hold {{\"itos\": [...]}}, the list of words")
     try:
-        config = ClassifierConfig(**meta["model_config"])
+        config = ClassifierConfig(**dataclass_kwargs(ClassifierConfig, meta["model_config"], what="model_config"))
+        settings = NumpyTrainSettings(**dataclass_kwargs(NumpyTrainSettings, meta["settings"], what="settings"))
         model = build_model(config)
-        settings = NumpyTrainSettings(**meta["settings"])
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, MemoryError) as err:
         raise RunFileError(f"{folder / 'config.json'} holds a numpy run config that does not build: {err}") from None
     labels = check_labels(folder / "labels.json", read_json(folder / "labels.json"), config.num_classes)
     check_vocab_size(folder / "vocab.json", len(itos), config.vocab_size)

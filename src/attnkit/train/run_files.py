@@ -47,7 +47,8 @@ def check_labels(path: str | os.PathLike[str], data: Any, num_classes: object) -
     return labels
 
 
-def check_vocab_size(path: str | os.PathLike[str], size: int, vocab_size: object, *, at_most: bool = False) -> None:
+def check_vocab_size(path: str | os.PathLike[str], size: int, vocab_size: object, *, at_most: bool = False,
+                     field: str = "vocab_size") -> None:
     """Refuse a vocabulary file of ``size`` entries for an embedding of ``vocab_size`` rows.
 
     The sizes must be equal; with ``at_most`` (a pretrained model whose
@@ -57,7 +58,7 @@ def check_vocab_size(path: str | os.PathLike[str], size: int, vocab_size: object
     if not fits:
         relation = "at most" if at_most else "exactly"
         raise RunFileError(f"{path} has a vocabulary of {size} tokens, but the model's embedding (config.json "
-                           f"vocab_size) has {vocab_size} rows; it needs {relation} {vocab_size} "
+                           f"{field}) has {vocab_size} rows; it needs {relation} {vocab_size} "
                            "(a tokenizer of another run?)")
 
 
