@@ -43,7 +43,7 @@ def test_schedule_warms_up_then_decays() -> None:
 def test_config_rejects_bad_values_and_unknown_keys() -> None:
     with pytest.raises(ValueError, match="lr"):
         TrainConfig(lr=-1.0)
-    with pytest.raises(ValueError, match="valid keys"):
+    with pytest.raises(ValueError, match="valid fields"):
         TrainConfig.from_dict({"epochs": 2, "learning_rate": 0.1})
 
 

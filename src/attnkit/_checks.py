@@ -13,16 +13,28 @@ The message texts are part of the interface: users and tests match them.
 ``bool`` is rejected wherever a number is expected (``True`` is an ``int`` to
 Python, but never a width or a rate).
 
+A config read from JSON is checked field by field against its dataclass's
+type hints by :func:`dataclass_kwargs` (unknown and missing keys, a list where
+an int belongs, a NaN where a number belongs), before the class's own range
+checks run::
+
+    dataclass_kwargs(DocumentClassifierConfig, {"d_model": [64], ...})
+                                     TypeError: DocumentClassifierConfig field d_model must be an int, got [64] (list)
+
 This module sits below everything else and imports nothing from attnkit, so
 any module may use it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeVar
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
-__all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of"]
+__all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of", "dataclass_kwargs"]
 
 T = TypeVar("T")
 
@@ -60,3 +72,110 @@ def one_of(name: str, value: T, choices: Sequence[T]) -> T:
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
     return value
+
+
+def dataclass_kwargs(cls: type, data: object, *, what: str | None = None) -> dict[str, Any]:
+    """The keyword arguments of dataclass ``cls`` from ``data`` (a dict read from JSON), checked by type.
+
+    Unknown keys and missing required fields raise ValueError listing the
+    valid fields. Each value must fit its field's type hint (``int``, ``float``
+    (finite; an int is accepted), ``bool``, ``str``, ``X | None``,
+    ``Literal[...]``, ``tuple[...]``, ``list[...]``, ``dict[...]``), else a
+    TypeError names the field and what came; JSON lists become tuples where the
+    field is a tuple. Range checks stay with the class (its ``__post_init__``).
+    ``what`` names the config in messages (default: the class name).
+    """
+    name = what or cls.__name__
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{name} must be a dict of fields, got {_shown(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(str(k) for k in set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown {name} field(s) {unknown}; valid fields are {list(fields)}")
+    missing = [k for k, f in fields.items() if k not in data and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ValueError(f"{name} is missing required field(s) {missing}")
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for key, value in data.items():
+        try:
+            out[key] = _fit(value, hints.get(key, Any))
+        except _Mismatch:
+            raise TypeError(f"{name} field {key} must be {_hint_text(hints.get(key, Any))}, "
+                            f"got {_shown(value)}") from None
+    return out
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _fit(value: object, hint: Any) -> Any:
+    """``value`` converted to ``hint`` (JSON lists to tuples), or :class:`_Mismatch`."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or hint is object:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            try:
+                return _fit(value, option)
+            except _Mismatch:
+                pass
+        raise _Mismatch
+    if origin is typing.Literal:
+        if any(value == a and type(value) is type(a) for a in args):
+            return value
+        raise _Mismatch
+    if hint is type(None):
+        if value is None:
+            return value
+        raise _Mismatch
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return value
+        raise _Mismatch
+    if origin is tuple or hint is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch
+        if not args:
+            return tuple(value)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_fit(v, args[0]) for v in value)
+        if len(args) != len(value):
+            raise _Mismatch
+        return tuple(_fit(v, a) for v, a in zip(value, args, strict=True))
+    if origin is list or hint is list:
+        if not isinstance(value, list):
+            raise _Mismatch
+        return [_fit(v, args[0]) for v in value] if args else list(value)
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise _Mismatch
+        return value
+    if isinstance(hint, type) and origin is None:
+        if isinstance(value, hint):
+            return value
+        raise _Mismatch
+    return value  # a hint this check does not read: the class's own checks decide
+
+
+def _hint_text(hint: Any) -> str:
+    if isinstance(hint, type) and typing.get_origin(hint) is None:
+        return {"int": "an int", "float": "a finite number", "bool": "true or false", "str": "a string"}.get(
+            hint.__name__, hint.__name__)
+    return str(hint).replace("typing.", "")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{text} ({type(value).__name__})"

@@ -12,7 +12,7 @@ from typing import Any
 __all__ = ["train_numpy"]
 
 SETTING_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip_norm", "patience", "seed", "max_len",
-                "min_frequency", "vocab_size", "warmup_ratio")
+                "min_frequency", "vocab_size", "warmup_ratio", "on_nan")
 UNSUPPORTED = {"label_smoothing": "--label-smoothing", "resume": "--resume", "init_from": "--init-from",
                "tokenizer": "--tokenizer", "pack": "--pack"}
 

@@ -242,6 +242,9 @@ def train_options(f: F) -> F:
                        numpy_help="Not with --backend numpy.", metavar="TOKENS"),
         _settings_flag("--device", str, "auto, cpu, cuda or cuda:N.", "TrainConfig.device", numpy=False,
                        numpy_help="--backend numpy runs on the CPU (auto or cpu)."),
+        _settings_flag("--on-nan", click.Choice(["stop", "skip-step"]),
+                       "A step with a non-finite loss or gradient norm: stop with an error (nothing of the epoch is "
+                       "committed), or skip it (counted as skipped_steps; 10 in a row stop).", "TrainConfig.on_nan"),
     )(f)
 
 
@@ -316,7 +319,7 @@ def parse_model_options(ctx: click.Context, pairs: tuple[str, ...]) -> dict[str,
 
 
 _TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
-               "label_smoothing", "seed", "device", "pack")
+               "label_smoothing", "seed", "device", "pack", "on_nan")
 _DATA_KEYS = ("tokenizer", "vocab_size", "min_frequency", "max_len")
 
 

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from attnkit import masks
-from attnkit._checks import non_negative_int, one_of, positive_int, probability
+from attnkit._checks import dataclass_kwargs, non_negative_int, one_of, positive_int, probability
 
 __all__ = [
     "ModelConfig",
@@ -91,29 +91,10 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
-        """Build and validate a config; unknown or missing keys raise ValueError listing the fields."""
-        if not isinstance(data, Mapping):
-            raise TypeError(f"config must be a dict, got {type(data).__name__}")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - set(fields))
-        if unknown:
-            raise ValueError(
-                f"unknown {cls.__name__} field(s) {unknown}; valid fields are {list(fields)}"
-            )
-        required = [
-            name for name, f in fields.items()
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
-        missing = [name for name in required if name not in data]
-        if missing:
-            raise ValueError(f"{cls.__name__} is missing required field(s) {missing}")
-        values = {}
-        for key, value in data.items():
-            # JSON has no tuples: restore the tuple fields that came back as lists.
-            if isinstance(value, list) and "tuple" in str(fields[key].type):
-                value = tuple(value)
-            values[key] = value
-        return cls(**values)
+        """Build and validate a config: unknown or missing keys raise ValueError listing the fields, a value
+        of the wrong type (a list where an int belongs) TypeError naming the field
+        (:func:`attnkit._checks.dataclass_kwargs`); the class then checks the ranges."""
+        return cls(**dataclass_kwargs(cls, data))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from attnkit._finite import StepGuard, refuse_non_finite, refuse_non_finite_metrics
 from attnkit.reference.analysis import accuracy
 from attnkit.reference.losses import SoftmaxCrossEntropy
 from attnkit.reference.module import Module
@@ -37,6 +38,7 @@ class History:
     epoch_seconds: list[float] = field(default_factory=list)
     best_epoch: int = -1
     stopped_early: bool = False
+    skipped_steps: list[int] = field(default_factory=list)
 
 
 def predict(model: Module, sequences: Sequences, batch_size: int = 256, max_len: int | None = None) -> np.ndarray:
@@ -86,6 +88,9 @@ class Trainer:
             ``r`` in ``[0, 1)`` raises it linearly over the first ``r`` of all
             steps of :meth:`fit` and then lowers it linearly to 0 at the last
             step (the torch trainer's schedule, :func:`lr_factor`).
+        on_nan: what a step with a non-finite loss or gradient norm does:
+            ``"stop"`` training with an error, or ``"skip-step"``, as in the
+            torch trainer (:mod:`attnkit._finite`).
 
     Shape:
         ``train_step``: ids ``(B, T)``, labels ``(B,)``; ``fit``: ``N`` id
@@ -94,7 +99,7 @@ class Trainer:
 
     def __init__(self, model: Module, optimizer: Optimizer, *, batch_size: int = 32,
                  clip_norm: float | None = 1.0, patience: int | None = None, seed: int = 0,
-                 max_len: int | None = None, warmup_ratio: float | None = None) -> None:
+                 max_len: int | None = None, warmup_ratio: float | None = None, on_nan: str = "stop") -> None:
         if batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if warmup_ratio is not None and (isinstance(warmup_ratio, bool) or not 0.0 <= warmup_ratio < 1.0):
@@ -105,17 +110,24 @@ class Trainer:
         self.max_len = max_len
         self.rng = np.random.default_rng(seed)
         self.loss = SoftmaxCrossEntropy()
+        self.guard = StepGuard(on_nan)
+        self.epoch = 0  # the epoch under way (1-based) and the steps taken, for the guard's messages
+        self.step = 0
 
     def train_step(self, ids: np.ndarray, labels: np.ndarray) -> float:
         """One forward/backward/update on a padded batch; returns the loss."""
         self.model.train()
         self.model.zero_grad()
-        logits = self.model.forward(ids)  # type: ignore[attr-defined]
-        loss = self.loss.forward(logits, labels)
-        self.model.backward(self.loss.backward().astype(logits.dtype))  # type: ignore[attr-defined]
-        if self.clip_norm is not None:
-            clip_grad_norm(self.optimizer.grads, self.clip_norm)
-        self.optimizer.step()
+        # A diverging step is told by the guard below, in one line, not by NumPy's overflow warnings.
+        with np.errstate(over="ignore", invalid="ignore"):
+            logits = self.model.forward(ids)  # type: ignore[attr-defined]
+            loss = self.loss.forward(logits, labels)
+            self.model.backward(self.loss.backward().astype(logits.dtype))  # type: ignore[attr-defined]
+            # Without clipping the norm is still measured (an infinite bound scales nothing).
+            norm = clip_grad_norm(self.optimizer.grads, self.clip_norm or float("inf"))
+        self.step += 1
+        if self.guard.allow(float(loss), norm, epoch=self.epoch, step=self.step):
+            self.optimizer.step()
         return loss
 
     def fit(self, train_x: Sequences, train_y: np.ndarray, *, epochs: int,
@@ -134,6 +146,7 @@ class Trainer:
             start = time.perf_counter()
             order = self.rng.permutation(len(train_x))
             losses = []
+            self.epoch, skipped = epoch + 1, self.guard.skipped
             for i in range(0, len(order), self.batch_size):
                 idx = order[i : i + self.batch_size]
                 ids = pad_batch([train_x[j] for j in idx], self.max_len)
@@ -141,11 +154,20 @@ class Trainer:
                     self.optimizer.lr = base_lr * lr_factor(step, total, warmup)
                 losses.append(self.train_step(ids, labels[idx]))
                 step += 1
-            history.train_loss.append(float(np.mean(losses)))
+            params = self.model.parameters()
+            refuse_non_finite([k for k, v in params.items() if not np.isfinite(v).all()], epoch=epoch + 1,
+                              step=self.step)
+            history.skipped_steps.append(self.guard.skipped - skipped)
+            finite = [x for x in losses if np.isfinite(x)]  # the steps taken
+            # an epoch whose every step was skipped trained nothing: its weights give NaN
+            refuse_non_finite_metrics({"train_loss": float(np.mean(finite)) if finite else float("nan")},
+                                      epoch=epoch + 1, step=self.step)
+            history.train_loss.append(float(np.mean(finite)))
             history.epoch_seconds.append(time.perf_counter() - start)
             line = f"epoch {epoch + 1:2d}  train loss {history.train_loss[-1]:.4f}"
             if val_x is not None and val_y is not None:
-                acc = accuracy(predict(self.model, val_x, max_len=self.max_len), np.asarray(val_y))
+                with np.errstate(over="ignore", invalid="ignore"):
+                    acc = accuracy(predict(self.model, val_x, max_len=self.max_len), np.asarray(val_y))
                 history.val_accuracy.append(acc)
                 line += f"  val acc {acc:.4f}"
                 if acc > best_acc:

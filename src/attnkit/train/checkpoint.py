@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnkit.train.run_files import check_labels, check_vocab_size, refuse_non_finite_file
 from attnkit.train.rundir import (
     RunExistsError,
     RunFileError,
@@ -76,6 +77,7 @@ __all__ = [
     "load_checkpoint",
     "read_run_config",
     "load_run_tokenizer",
+    "load_finite_tensors",
     "save_train_state",
     "load_train_state",
     "capture_rng",
@@ -248,18 +250,76 @@ def load_checkpoint(
         if not (folder / name).is_file():
             raise RunFileError(f"run directory {directory} is incomplete: {folder / name} is missing")
     try:
-        model = build_model(meta["model_name"], saved_config(meta["model_name"], meta["model_config"]))
-    except (TypeError, ValueError) as err:
+        config = saved_config(meta["model_name"], meta["model_config"])
+        check_model_size(meta["model_name"], config, folder / "config.json")
+        model = build_model(meta["model_name"], config)
+    except (TypeError, ValueError, RuntimeError, MemoryError) as err:
+        if isinstance(err, RunFileError):
+            raise
         raise RunFileError(f"{folder / 'config.json'} holds a model config that does not build: {err}") from None
     weights = folder / "model.safetensors"
-    load_weights_into(model, load_tensors(weights), weights, f"model {meta['model_name']!r}")
+    load_weights_into(model, load_finite_tensors(weights), weights, f"model {meta['model_name']!r}")
     model.to(device).eval()
+    label_vocab = LabelVocab(check_labels(folder / "labels.json", read_json(folder / "labels.json"),
+                                          config.get("num_classes")))
     tokenizer = load_run_tokenizer(directory, meta)
-    try:
-        label_vocab = LabelVocab.from_dict(read_json(folder / "labels.json"))
-    except (KeyError, TypeError, ValueError) as err:
-        raise RunFileError(f"{folder / 'labels.json'} is not a label vocabulary: {err}") from None
+    check_vocab_size(folder / "tokenizer.json", tokenizer.get_vocab_size(), config.get("vocab_size"),
+                     at_most=meta["model_name"] == "bert")
     return model, tokenizer, label_vocab, meta
+
+
+def check_model_size(model_name: str, config: dict[str, Any], source: Path) -> None:
+    """Refuse a model config whose weights would not fit in the available memory, before allocating them.
+
+    The model is built on torch's ``meta`` device (shapes without storage) to
+    count its bytes; the refusal names the config's largest sizes.
+    """
+    from attnkit.models import build_model
+
+    try:
+        with torch.device("meta"):
+            shapes = build_model(model_name, config)
+        nbytes = sum(t.numel() * t.element_size() for t in [*shapes.parameters(), *shapes.buffers()])
+    except RuntimeError as err:  # e.g. "Storage size calculation overflowed": sizes beyond any memory
+        raise RunFileError(f"{source} holds a model config whose weights cannot be sized "
+                           f"({_largest_sizes(config)}): {' '.join(str(err).split())[:200]}") from None
+    available = available_memory()
+    if available is not None and nbytes > available:
+        raise RunFileError(f"{source} describes a model of {nbytes / 2**30:,.1f} GiB of weights, more than the "
+                           f"{available / 2**30:,.1f} GiB of memory available ({_largest_sizes(config)})")
+
+
+def _largest_sizes(config: dict[str, Any]) -> str:
+    sizes = sorted(((v, k) for k, v in config.items() if isinstance(v, int) and not isinstance(v, bool)),
+                   reverse=True)
+    return "largest fields: " + ", ".join(f"{k}={v}" for v, k in sizes[:3])
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (``MemAvailable`` on Linux, else physical memory), or None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def load_finite_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of the weights file ``path`` (:func:`load_tensors`), refused when one holds NaN or infinity."""
+    tensors = load_tensors(path)
+    refuse_non_finite_file(path, non_finite_names(tensors))
+    return tensors
+
+
+def non_finite_names(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """The names of the floating-point tensors that hold a NaN or an infinity."""
+    return [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
 
 
 def load_run_tokenizer(directory: str | os.PathLike[str], meta: dict[str, Any]) -> Any:

@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit._checks import positive_int
+from attnkit._checks import dataclass_kwargs, positive_int
+from attnkit._finite import check_on_nan
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 
 __all__ = ["TrainConfig", "warmup_linear_factor"]
@@ -36,6 +37,10 @@ class TrainConfig:
             documents into rows of this many tokens (:mod:`attnkit.data.packing`);
             it must be at least the longest document (the data's ``max_len``).
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
+        on_nan: what a step with a non-finite loss or gradient norm does:
+            ``"stop"`` training with an error naming the epoch and step, or
+            ``"skip-step"`` (leave the weights as they were, count the skip,
+            stop after too many in a row); see :mod:`attnkit._finite`.
     """
 
     epochs: int = 10
@@ -51,6 +56,7 @@ class TrainConfig:
     label_smoothing: float = 0.0
     device: str = "auto"
     pack: int = 0
+    on_nan: str = "stop"
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size"):
@@ -74,6 +80,7 @@ class TrainConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or not ok(value):
                 raise ValueError(f"{name} must be a number {ranges[name]}, got {value!r}")
+        check_on_nan(self.on_nan)
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 
@@ -82,9 +89,6 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        """Build from a dict; unknown keys raise a ValueError listing the valid ones."""
-        valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(valid))
-        if unknown:
-            raise ValueError(f"unknown TrainConfig key(s) {unknown}; valid keys: {valid}")
-        return cls(**d)
+        """Build from a dict: unknown keys raise a ValueError listing the valid ones, a value of the wrong type
+        a TypeError naming the field (:func:`attnkit._checks.dataclass_kwargs`), a bad range a ValueError."""
+        return cls(**dataclass_kwargs(cls, d))

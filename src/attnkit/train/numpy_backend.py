@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from attnkit._checks import dataclass_kwargs
+from attnkit._finite import NonFiniteError, check_on_nan, non_finite_message
 from attnkit.data.readers import read_examples
 from attnkit.data.sources import split_examples
 from attnkit.reference.analysis import attention_received
@@ -48,6 +50,7 @@ from attnkit.reference.module import Module
 from attnkit.reference.optim import AdamW
 from attnkit.reference.text import Vocabulary, pad_batch
 from attnkit.reference.trainer import Trainer
+from attnkit.train.run_files import check_labels, check_vocab_size, refuse_non_finite_file
 from attnkit.train.rundir import (
     RunFileError,
     RunWriter,
@@ -80,6 +83,7 @@ class NumpyTrainSettings:
         vocab_size: keep at most this many words (plus ``<pad>`` and ``<unk>``).
         warmup_ratio: ``None`` for a constant learning rate, or the share of
             steps to warm up over before a linear decay to 0.
+        on_nan: ``"stop"`` or ``"skip-step"``, as in :class:`attnkit.train.config.TrainConfig`.
     """
 
     epochs: int = 10
@@ -94,8 +98,10 @@ class NumpyTrainSettings:
     min_frequency: int = 1
     vocab_size: int = 20000
     warmup_ratio: float | None = None
+    on_nan: str = "stop"
 
     def __post_init__(self) -> None:
+        check_on_nan(self.on_nan)
         ratio = self.warmup_ratio
         if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
                                   or not 0.0 <= ratio < 1.0):
@@ -192,8 +198,11 @@ def _commit(writer: RunWriter, run: NumpyRun) -> Path:
     """Write ``run`` into a staging folder of the open ``writer`` and commit it."""
     from safetensors.numpy import save
 
-    staging = writer.stage()
     tensors = {k: np.ascontiguousarray(v) for k, v in run.model.parameters().items()}
+    bad = [k for k, v in tensors.items() if not np.isfinite(v).all()]
+    if bad:  # never committed: the folder keeps what it held
+        raise NonFiniteError(f"{non_finite_message('the trained model', bad)}; nothing was committed")
+    staging = writer.stage()
     atomic_write_bytes(staging / "model.safetensors", save(tensors))
     atomic_write_json(staging / "vocab.json", {"itos": run.vocab.itos})
     atomic_write_json(staging / "labels.json", {"labels": list(run.labels)})
@@ -221,16 +230,18 @@ def load_numpy_run(directory: str | Path) -> NumpyRun:
     folder, meta = committed_dir(directory), read_run_config(directory)
     if meta.get("backend") != BACKEND:
         raise RunFileError(f"{folder / 'config.json'} is not a numpy run's config (no \"backend\": \"numpy\")")
-    itos, labels = read_json(folder / "vocab.json"), read_json(folder / "labels.json")
+    itos = read_json(folder / "vocab.json")
+    itos = itos.get("itos") if isinstance(itos, dict) else None
+    if not isinstance(itos, list):
+        raise RunFileError(f"{folder / 'vocab.json'} must hold {{\"itos\": [...]}}, the list of words")
     try:
-        itos, labels = itos["itos"], list(labels["labels"])
-    except (KeyError, TypeError) as err:
-        raise RunFileError(f"{folder} holds a malformed vocab.json or labels.json: missing {err}") from None
-    try:
-        model = build_model(ClassifierConfig(**meta["model_config"]))
-        settings = NumpyTrainSettings(**meta["settings"])
-    except (KeyError, TypeError, ValueError) as err:
+        config = ClassifierConfig(**dataclass_kwargs(ClassifierConfig, meta["model_config"], what="model_config"))
+        settings = NumpyTrainSettings(**dataclass_kwargs(NumpyTrainSettings, meta["settings"], what="settings"))
+        model = build_model(config)
+    except (KeyError, TypeError, ValueError, MemoryError) as err:
         raise RunFileError(f"{folder / 'config.json'} holds a numpy run config that does not build: {err}") from None
+    labels = check_labels(folder / "labels.json", read_json(folder / "labels.json"), config.num_classes)
+    check_vocab_size(folder / "vocab.json", len(itos), config.vocab_size)
     weights = folder / "model.safetensors"
     if not weights.is_file():
         raise RunFileError(f"numpy run directory {directory} is incomplete: {weights} is missing")
@@ -239,6 +250,7 @@ def load_numpy_run(directory: str | Path) -> NumpyRun:
     except (SafetensorError, OSError, ValueError) as err:
         raise RunFileError(f"{weights} is not readable as this run's weights ({weights.stat().st_size} bytes): "
                            f"{' '.join(str(err).split())[:400]}") from None
+    refuse_non_finite_file(weights, [k for k, v in model.parameters().items() if not np.isfinite(v).all()])
     vocab = Vocabulary(itos[2:]) if isinstance(itos, list) else None
     if vocab is None or vocab.itos != itos:
         raise RunFileError(f"{folder / 'vocab.json'} must start with <pad>, <unk> and list each word once")
@@ -287,7 +299,7 @@ def train_numpy_run(
     optimizer = AdamW(model.parameters(), model.gradients(), lr=settings.lr, weight_decay=settings.weight_decay)
     trainer = Trainer(model, optimizer, batch_size=settings.batch_size, clip_norm=settings.clip_norm or None,
                       patience=settings.patience or None, seed=settings.seed, max_len=settings.max_len,
-                      warmup_ratio=settings.warmup_ratio)
+                      warmup_ratio=settings.warmup_ratio, on_nan=settings.on_nan)
     train_x, train_y = encode([e.text for e in train]), _label_ids(labels, train)
     val_x, val_y = (encode([e.text for e in val]), _label_ids(labels, val)) if val else (None, None)
     if test:
@@ -299,7 +311,9 @@ def train_numpy_run(
         run.meta = {**(extra or {}), "status": "done", "epochs_run": len(history.train_loss),
                     "seconds": round(time.perf_counter() - start, 2),
                     "history": {"train_loss": history.train_loss, "val_accuracy": history.val_accuracy,
-                                "best_epoch": history.best_epoch + 1},
+                                "best_epoch": history.best_epoch + 1,
+                                **({"skipped_steps": history.skipped_steps} if settings.on_nan == "skip-step"
+                                   else {})},
                     "metrics": {"test": test_metrics,
                                 "val_best": max(history.val_accuracy) if history.val_accuracy else None}}
         if writer is not None:

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from attnkit._finite import StepGuard, refuse_non_finite, refuse_non_finite_metrics
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import schedules
 from attnkit.train.config import TrainConfig
@@ -157,6 +158,7 @@ class Trainer:
         self.bad_epochs = 0
         self.history: list[dict[str, Any]] = []
         self.out_of_time = False
+        self.guard = StepGuard(config.on_nan)
 
     def _param_groups(self) -> list[dict[str, Any]]:
         decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
@@ -190,6 +192,7 @@ class Trainer:
         batches = list(self._batches(epoch))
         sums: dict[str, float] = {"loss": 0.0}
         seen = 0.0
+        skipped_before = self.guard.skipped
         clock = time.monotonic() - self.seconds
         bar = _progress(len(batches), f"epoch {epoch + 1}/{self.config.epochs}", self.show_progress)
         for batch in batches:
@@ -199,20 +202,23 @@ class Trainer:
             out = self.task.step(self.net, batch)
             self.optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
-            if self.config.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
-            self.optimizer.step()
-            self.step += 1
+            # Without clipping the norm is still measured (an infinite bound scales nothing).
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm or float("inf"))
             loss = float(out.loss.detach())
-            sums["loss"] += loss * out.weight
-            for key, value in out.metrics.items():
-                sums[key] = sums.get(key, 0.0) + value * out.weight
-            seen += out.weight
+            # The gradients (hence their norm) are the same on every process; the loss is each one's own.
+            if self.guard.allow(loss if not self.dist.enabled else 0.0, float(norm),
+                                epoch=epoch + 1, step=self.step + 1):
+                self.optimizer.step()
+                sums["loss"] += loss * out.weight
+                for key, value in out.metrics.items():
+                    sums[key] = sums.get(key, 0.0) + value * out.weight
+                seen += out.weight
+            self.step += 1
             bar.update(1)
-            bar.set_postfix(loss=f"{sums['loss'] / seen:.4f}")
+            bar.set_postfix(loss=f"{sums['loss'] / max(seen, 1e-12):.4f}")
             self.seconds = time.monotonic() - clock
             if self.log_every and (self.step == 1 or self.step % self.log_every == 0):
-                self.log(f"  step {self.step}: mean loss this epoch {sums['loss'] / seen:.3f}, "
+                self.log(f"  step {self.step}: mean loss this epoch {sums['loss'] / max(seen, 1e-12):.3f}, "
                          f"last batch {loss:.3f} ({self.seconds:.0f} s)")
             if self.time_budget_s is not None and self.seconds > self.time_budget_s:
                 self.out_of_time = True
@@ -220,7 +226,10 @@ class Trainer:
         bar.close()
         keys = sorted(sums)
         totals = all_reduce_sum([sums[k] for k in keys] + [seen], self.dist, self.device)
-        return {k: v / max(totals[-1], 1) for k, v in zip(keys, totals[:-1], strict=True)}
+        means = {k: v / max(totals[-1], 1) for k, v in zip(keys, totals[:-1], strict=True)}
+        if self.config.on_nan == "skip-step":  # the same count on every process (see above)
+            means["skipped_steps"] = self.guard.skipped - skipped_before
+        return means
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -324,11 +333,13 @@ class Trainer:
         while self.epoch < self.config.epochs and not stopped and not self.out_of_time:
             start = time.perf_counter()
             train = self._train_epoch(self.epoch)
+            self._check_finite(self.epoch + 1)
             record: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.step,
                                       **{f"train_{k}": v for k, v in train.items()},
                                       "lr": self.optimizer.param_groups[0]["lr"]}
             val = self.task.validate(self.model)
             if val is not None:
+                refuse_non_finite_metrics(val, epoch=self.epoch + 1, step=self.step)
                 record.update({f"val_{k}": v for k, v in val.items()})
                 score = self.task.score(val)
                 improved = self.best_score is None or score > self.best_score
@@ -349,6 +360,10 @@ class Trainer:
         if keep_best and self.best_state is not None:
             _load_weights(self.model, self.best_state, Path("the best weights"))
         return self.history
+
+    def _check_finite(self, epoch: int) -> None:
+        """Refuse to go on (and so to commit) with non-finite weights."""
+        refuse_non_finite(ckpt.non_finite_names(self.model.state_dict()), epoch=epoch, step=self.step)
 
     def _patience_spent(self) -> bool:
         return self.config.patience > 0 and self.best_score is not None and self.bad_epochs >= self.config.patience

@@ -24,6 +24,7 @@ from attnkit.decoding import beam_search, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import fileops
+from attnkit.train.run_files import check_vocab_size
 from attnkit.train.rundir import RunFileError, RunWriter
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
@@ -179,7 +180,7 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     except (KeyError, TypeError, ValueError) as err:
         raise RunFileError(f"{folder / 'config.json'} holds a model config that does not build: {err}") from None
     try:
-        model.load_saved_tensors(ckpt.load_tensors(weights))
+        model.load_saved_tensors(ckpt.load_finite_tensors(weights))
     except (RuntimeError, ValueError) as err:
         if isinstance(err, RunFileError):
             raise
@@ -192,5 +193,10 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     else:
         tokenizers = TranslationTokenizers(_load_tokenizer(folder / "src_tokenizer.json"),
                                            _load_tokenizer(folder / "tgt_tokenizer.json"))
+    shared = meta.get("shared_tokenizer", True)
+    files = ("tokenizer.json",) * 2 if shared else ("src_tokenizer.json", "tgt_tokenizer.json")
+    for field, tokenizer, name in zip(("src_vocab_size", "tgt_vocab_size"), (tokenizers.source, tokenizers.target),
+                                      files, strict=True):
+        check_vocab_size(folder / name, tokenizer.get_vocab_size(), getattr(model.config, field), field=field)
     max_src = int(meta.get("train_config", {}).get("max_len", 256))
     return Translator(model, tokenizers, max_src_len=max_src, meta=meta)
