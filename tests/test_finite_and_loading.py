@@ -327,3 +327,13 @@ def test_numpy_run_config_values_are_typed(numpy_run, tmp_path) -> None:
     _replace(path, json.dumps(meta))
     with pytest.raises(RunFileError, match=r"config.json .*model_config field d_model must be an int, got \[16\]"):
         load_numpy_run(run)
+
+
+def test_a_config_nested_too_deeply_is_named(tmp_path: Path) -> None:
+    """JSON nested past Python's recursion limit is one error naming the file, not a RecursionError."""
+    from attnkit.train.fileops import read_json
+
+    path = tmp_path / "config.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(RunFileError, match=r"config\.json.*nested too deeply"):
+        read_json(path)

@@ -157,6 +157,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise RunFileError(f"{path} is not valid JSON: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except json.JSONDecodeError as err:
         raise RunFileError(f"{path} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise RunFileError(f"{path} is not valid JSON for attnkit: nested too deeply") from None
 
 
 _read_json = read_json  # the name checkpoint.py has always imported
