@@ -1,6 +1,6 @@
 """Evaluate the attention image captioner on the generated shapes set.
 
-Trains an :class:`~attnkit.models.captioner.ImageCaptioner` on generated
+Trains an :class:`~attnkit.models.captioning.ImageCaptioner` on generated
 scenes (:mod:`attnkit.data.shapes`) and reports, on held-out scenes drawn with
 another seed:
 
@@ -52,7 +52,7 @@ import torch
 
 from attnkit.data.captions import encode_captions, images_to_tensor
 from attnkit.data.shapes import ShapeScene, generate_scenes, shapes_vocab
-from attnkit.models.captioner import ATTEND_WITH, CaptionerConfig, ImageCaptioner
+from attnkit.models.captioning import ATTEND_WITH, CaptionerConfig, ImageCaptioner
 from attnkit.train.captioning import (
     corpus_bleu,
     fit_captioner,

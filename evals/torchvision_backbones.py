@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from attnkit.models.captioner import CaptionerConfig, ImageCaptioner, load_backbone_weights
+from attnkit.models.captioning import CaptionerConfig, ImageCaptioner, load_backbone_weights
 
 
 def check(name: str, width: int, folder: Path) -> None:

@@ -22,7 +22,7 @@ from _common import output_dir, saved, show, small
 
 from attnkit.data.captions import encode_captions, images_to_tensor
 from attnkit.data.shapes import generate_scenes, shapes_vocab
-from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
 from attnkit.viz.explain import plot_caption_attention
 
 OUTPUTS = ["16_caption_attention.png", "16_captions.txt"]

@@ -15,7 +15,7 @@ from attnkit.cli.caption import caption, train_caption
 from attnkit.data.captions import CaptionVocab, images_to_tensor
 from attnkit.data.shapes import generate_scenes, shapes_vocab
 from attnkit.decoding import ensemble_steps, greedy_over_steps
-from attnkit.models.captioner import CaptionEnsemble, CaptionerConfig, ImageCaptioner
+from attnkit.models.captioning import CaptionEnsemble, CaptionerConfig, ImageCaptioner
 from attnkit.train.captioning import load_caption_ensemble, save_caption_run
 
 VOCAB = shapes_vocab()

@@ -12,7 +12,7 @@ from torch import nn
 
 from attnkit.data.captions import encode_captions, images_to_tensor
 from attnkit.data.shapes import generate_scenes, shapes_vocab
-from attnkit.models.captioner import (
+from attnkit.models.captioning import (
     ATTEND_WITH,
     BACKBONES,
     CaptionerConfig,

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from attnkit.cli.caption import caption, train_caption
 from attnkit.data.captions import encode_captions, images_to_tensor
 from attnkit.data.shapes import generate_scenes, shapes_vocab
-from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
 from attnkit.train.captioning import (
     corpus_bleu,
     fit_captioner,

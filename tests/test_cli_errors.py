@@ -268,13 +268,13 @@ def test_malformed_labels_and_captions_name_the_file(tmp_path: Path) -> None:
 
 
 def _backbone_model() -> torch.nn.Module:
-    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+    from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
 
     return ImageCaptioner(CaptionerConfig(vocab_size=10, image_size=32))
 
 
 def test_pretrained_pickle_with_objects_is_refused(tmp_path: Path) -> None:
-    from attnkit.models.captioner import load_backbone_weights
+    from attnkit.models.captioning import load_backbone_weights
 
     model = _backbone_model()
     pickled = tmp_path / "backbone.pt"

@@ -11,7 +11,7 @@ import torch
 from attnkit.data.shapes import shapes_vocab
 from attnkit.decoding import beam_search_over_steps, n_best_over_steps
 from attnkit.decoding.rerank import consensus_pick, consensus_scores, ngram_counts, sentence_bleu
-from attnkit.models.captioner import CaptionEnsemble, CaptionerConfig, ImageCaptioner
+from attnkit.models.captioning import CaptionEnsemble, CaptionerConfig, ImageCaptioner
 from attnkit.models.captioning.consensus import Consensus, NeighbourIndex
 
 VOCAB = shapes_vocab()

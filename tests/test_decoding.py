@@ -213,7 +213,7 @@ def test_reorder_state_handles_nested_states() -> None:
 def test_the_captioner_and_the_translation_model_share_one_beam_search(monkeypatch: pytest.MonkeyPatch) -> None:
     import attnkit.decoding.search as search
     from attnkit.data.shapes import shapes_vocab
-    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+    from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
     from attnkit.models.captioning import generation as caption_generation
 
     calls: list[int] = []
@@ -275,7 +275,7 @@ def test_bad_search_constraints(options: dict[str, float], message: str) -> None
 
 def test_the_captioner_never_generates_pad_or_bos() -> None:
     from attnkit.data.shapes import shapes_vocab
-    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+    from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
 
     captioner = ImageCaptioner(CaptionerConfig(vocab_size=len(shapes_vocab()), image_size=32,
                                                channels=(2, 2, 2), max_len=4)).eval()

@@ -12,7 +12,7 @@ from flickr_helpers import make_flickr8k
 
 from attnkit.data.captions import CaptionFormatError, images_to_tensor
 from attnkit.data.flickr8k import load_flickr8k, read_flickr8k_captions, read_rgb_image
-from attnkit.models.captioner import CaptionerConfig, ImageCaptioner, load_backbone_weights
+from attnkit.models.captioning import CaptionerConfig, ImageCaptioner, load_backbone_weights
 from attnkit.train.feature_cache import (
     FeatureCache,
     FeatureCacheError,

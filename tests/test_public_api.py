@@ -35,7 +35,7 @@ import pytest
 PACKAGES = ["attnkit", "attnkit.layers", "attnkit.blocks", "attnkit.models", "attnkit.reference",
             "attnkit.data", "attnkit.train", "attnkit.viz", "attnkit.inspect"]
 EXTRA_MODULES = ["attnkit.positional", "attnkit.decoding", "attnkit.models.seq2seq",
-                 "attnkit.models.captioner", "attnkit.models.visual", "attnkit.data.shapes",
+                 "attnkit.models.captioning", "attnkit.models.visual", "attnkit.data.shapes",
                  "attnkit.data.captions", "attnkit.data.parallel", "attnkit.inspect.torch_nn",
                  "attnkit.inspect.hf", "attnkit.inspect.timm_attention", "attnkit.inspect.own_layers",
                  "attnkit.inspect.sources", "attnkit.viz.neuron", "attnkit.viz.notebook"]

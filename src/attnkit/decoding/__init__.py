@@ -13,7 +13,7 @@ and reorders ``state`` (:func:`reorder_state`) when beams are kept, dropped or
 duplicated. :func:`greedy_over_steps` and :func:`beam_search_over_steps` are
 the two searches; :func:`greedy_decode` and :func:`beam_search` wrap them for
 the translation model (:class:`IncrementalDecoder`: a KV cache, each step
-feeds only the newest token), :class:`~attnkit.models.captioner.ImageCaptioner`
+feeds only the newest token), :class:`~attnkit.models.captioning.ImageCaptioner`
 for its attending LSTM.
 
 **Beam search** keeps the ``K`` best partial hypotheses of each input by

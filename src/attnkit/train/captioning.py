@@ -1,4 +1,4 @@
-"""Image-captioning runs: train an :class:`~attnkit.models.captioner.ImageCaptioner`, caption images, save and load runs.
+"""Image-captioning runs: train an :class:`~attnkit.models.captioning.ImageCaptioner`, caption images, save and load runs.
 
 :func:`fit_captioner` is the training loop (teacher forcing, the doubly
 stochastic attention regulariser when the config asks for it),
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # torch loads inside the functions, so that importing this mo
     from torch import Tensor
 
     from attnkit.data.captions import CaptionVocab
-    from attnkit.models.captioner import CaptionEnsemble, ImageCaptioner
+    from attnkit.models.captioning import CaptionEnsemble, ImageCaptioner
     from attnkit.models.captioning.consensus import Consensus, NeighbourIndex
     from attnkit.train.rundir import RunWriter
     from attnkit.train.tasks import StepOutput
@@ -273,7 +273,7 @@ def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False
     missing, damaged or foreign file raises :class:`~attnkit.train.rundir.RunFileError` naming it.
     """
     from attnkit.data.captions import CaptionVocab
-    from attnkit.models.captioner import CaptionerConfig, ImageCaptioner
+    from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
     from attnkit.train import checkpoint as ckpt
 
     path = Path(directory)
@@ -318,7 +318,7 @@ def load_caption_ensemble(directories: Sequence[str | Path], *, allow_unfinished
     Every run loads as :func:`load_caption_run` loads it; runs whose vocabularies or
     encoders differ raise ``ValueError`` naming the run.
     """
-    from attnkit.models.captioner import CaptionEnsemble
+    from attnkit.models.captioning import CaptionEnsemble
 
     if isinstance(directories, str | Path) or not directories:
         raise ValueError(f"give one or more run directories, got {directories!r}")

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
     from torch import Tensor
 
-    from attnkit.models.captioner import CaptionEnsemble, ImageCaptioner
+    from attnkit.models.captioning import CaptionEnsemble, ImageCaptioner
 
 __all__ = ["FeatureCache", "FeatureCacheError", "encoder_key", "encode_to_cache"]
 

@@ -19,8 +19,6 @@ module           holds
 ``ensemble``     :class:`CaptionEnsemble`: captioners over one encoder decoding as one
 ================ ================================================================
 
-:mod:`attnkit.models.captioner` re-exports the same names.
-
 Shape legend: B batch, S image side, C region width, R = h·w regions, T caption
 length (with ``<bos>``/``<eos>``), V vocabulary, Hd LSTM width.
 """
