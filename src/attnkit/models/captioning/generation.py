@@ -45,7 +45,12 @@ class GeneratedCaption:
 
 
 class CaptionGenerator:
-    """Greedy and beam-search captions through the hooks ``_step_function`` and ``_start_state``."""
+    """Greedy and beam-search captions through the hooks ``_step_function`` and ``_start_state``.
+
+    Shape:
+        ``encode`` takes images ``(B, 3, S, S)`` and gives region features ``(B, R, C)``, which every
+        ``generate_*`` method takes; each caption's weights are ``(n_words, R)``.
+    """
 
     config: CaptionerConfig
     grid: tuple[int, int]
