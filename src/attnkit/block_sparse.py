@@ -77,12 +77,19 @@ def _pad_to(x: Tensor, length: int) -> Tensor:
 
 
 def _score_index(bm: BlockMask, b: int, h: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The index tensors a score_mod sees on the gathered blocks, each within ``[0, T)``.
+
+    Positions past ``Tq`` or ``Tk`` (the padding of the last blocks) are masked or cut off
+    afterwards; they are given the last valid index, so a score_mod that reads a length-T
+    tensor never indexes past its end.
+    """
     bs = bm.block_size
     nq = bm.kv_indices.shape[2]
     dev = bm.device
     ar = torch.arange(bs, device=dev)
-    q_idx = (torch.arange(nq, device=dev)[:, None] * bs + ar).view(1, 1, nq, bs, 1)
-    kv_idx = (bm.kv_indices[..., None] * bs + ar).flatten(-2)[:, :, :, None, :]  # (Bm, Hm, nQ, 1, K*bs)
+    tq, tk = bm.shape[2], bm.shape[3]
+    q_idx = (torch.arange(nq, device=dev)[:, None] * bs + ar).clamp(max=tq - 1).view(1, 1, nq, bs, 1)
+    kv_idx = (bm.kv_indices[..., None] * bs + ar).clamp(max=tk - 1).flatten(-2)[:, :, :, None, :]
     return (torch.arange(b, device=dev).view(b, 1, 1, 1, 1), torch.arange(h, device=dev).view(1, h, 1, 1, 1),
             q_idx, kv_idx)
 
