@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from attnkit import _checks
+from attnkit.positional import alibi_slopes
 
 __all__ = ["ScoreMod", "BiasFn", "bias_mod", "bias_of", "alibi_mod", "alibi_slopes", "soft_cap_mod"]
 
@@ -58,23 +58,17 @@ def bias_of(score_mod: object) -> BiasFn | None:
     return fn if callable(fn) else None
 
 
-def alibi_slopes(heads: int) -> Tensor:
-    """ALiBi's head slopes ``2^(-8 (i + 1) / H)`` (Press et al., 2022).
+def alibi_mod(slopes: int | Sequence[float] | Tensor, *, symmetric: bool = False) -> ScoreMod:
+    """ALiBi as a score mod (Press et al., 2022): ``score + slope[h] * (kv_idx - q_idx)``.
 
-    Shape:
-        returns ``(H,)`` float32.
-    """
-    heads = _checks.positive_int("heads", heads)
-    return torch.tensor([2.0 ** (-8.0 * (i + 1) / heads) for i in range(heads)])
-
-
-def alibi_mod(slopes: int | Sequence[float] | Tensor) -> ScoreMod:
-    """ALiBi as a score mod: ``score + slope[h] * (kv_idx - q_idx)`` (Press et al., 2022).
-
-    ``slopes`` is the number of heads (standard slopes) or one slope per head.
-    Non-causal use sees the penalty on both sides (``kv_idx - q_idx`` is
-    positive for later keys); add ``causal_mod`` to the block mask for the
-    usual decoder form.
+    ``slopes`` is the number of heads (the paper's slopes,
+    :func:`~attnkit.positional.alibi_slopes`) or one slope per head. On the
+    keys a causal query sees (``kv_idx <= q_idx``) this is the paper's
+    penalty ``-slope * (q_idx - kv_idx)``; put ``causal_mod`` in the block
+    mask for the decoder form. Without a causal mask, later keys
+    (``kv_idx > q_idx``) are *raised* by the same amount: for bidirectional
+    attention pass ``symmetric=True``, which adds ``-slope[h] * |q_idx - kv_idx|``
+    (what :func:`~attnkit.positional.alibi_bias` builds as a tensor).
 
     Shape:
         slopes ``(H,)``; the returned mod keeps the score's shape.
@@ -85,7 +79,8 @@ def alibi_mod(slopes: int | Sequence[float] | Tensor) -> ScoreMod:
 
     def bias(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         # distances in float32 (exact below 2^24): one 4-byte pass over the tile instead of an int64 one
-        return table.to(q_idx.device)[h] * (kv_idx.float() - q_idx.float())
+        dist = kv_idx.float() - q_idx.float()
+        return table.to(q_idx.device)[h] * (-dist.abs() if symmetric else dist)
 
     return bias_mod(bias)
 

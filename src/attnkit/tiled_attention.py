@@ -383,7 +383,7 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask | None, *, sc
     """Attention over ``bm`` (``None``: every key) with ``score_mod``, one query tile at a time.
 
     A :func:`~attnkit.score_mods.bias_mod` goes through torch's fused kernel with one bias tile per query
-    tile (on CPU its log-sum-exp is kept; elsewhere a tile's forward is recomputed in backward); any other
+    tile, in float32 for half-precision inputs so that the bias is added in float32 (on CPU its log-sum-exp is kept; elsewhere a tile's forward is recomputed in backward); any other
     score_mod runs step by step, in float32. Gradients reach q, k and v, not tensors captured inside
     ``score_mod`` (:func:`captures_gradients` tells those apart).
 
@@ -394,6 +394,11 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask | None, *, sc
     bias_fn = bias_of(score_mod)
     if bias_fn is not None:
         plan = tile_plan(bm, b, h, tq, k.shape[2], FUSED_TILE_ELEMENTS)
+        if q.dtype in (torch.float16, torch.bfloat16):
+            # the bias is added in float32: ALiBi's distances times slopes reach tens, where a
+            # half-precision bias would be off by tenths; the kernel runs in float32 on these tiles
+            wide: Tensor = _FusedBias.apply(q.float(), k.float(), v.float(), bm, scale, bias_fn, plan)
+            return wide.to(q.dtype)
         fused: Tensor = _FusedBias.apply(q, k, v, bm, scale, bias_fn, plan)
         return fused
     out: Tensor = _Tiled.apply(q, k, v, bm, scale, score_mod, tile_plan(bm, b, h, tq, k.shape[2]))
