@@ -9,8 +9,17 @@ import math
 import pytest
 import torch
 
-from attnkit import AdditiveAttention, AttentionPooling, LinearAttention, MultiHeadAttention, masks
-from attnkit import RelativePositionAttention, attention, positional, score_mods
+from attnkit import (
+    AdditiveAttention,
+    AttentionPooling,
+    LinearAttention,
+    MultiHeadAttention,
+    RelativePositionAttention,
+    attention,
+    masks,
+    positional,
+    score_mods,
+)
 
 
 def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scores_fn, allowed=None) -> torch.Tensor:

@@ -292,6 +292,18 @@ class BlockMask:
             self._kept = kept
         return kept
 
+    def rows_with_keys(self) -> Tensor | None:
+        """True for each query row that may attend at least one key; ``None`` when every row may.
+
+        Shape:
+            returns ``(Bm, Hm, Tq, 1)`` bool.
+        """
+        if self._flags[1]:
+            return None
+        (bm, hm, nq, _), bs = self.elem_index.shape, self.block_size
+        rows = self.elements.any(-1)[self.elem_index].any(3)  # (Bm, Hm, nQ, bs)
+        return rows.reshape(bm, hm, nq * bs)[:, :, : self.shape[2], None]
+
     def to_dense(self) -> Tensor:
         """The dense boolean mask, True where a query may attend a key.
 

@@ -50,6 +50,7 @@ __all__ = [
     "check_mask",
     "check_bias",
     "rows_with_keys",
+    "query_has_key",
     # programmable block masks (attnkit.block_mask)
     "create_block_mask",
     "BlockMask",
@@ -319,3 +320,33 @@ def rows_with_keys(mask: Tensor) -> Tensor:
         mask ``(..., Tq, Tk)``; returns ``(..., Tq, 1)``.
     """
     return mask.any(dim=-1, keepdim=True)
+
+
+_causal_mask = causal  # query_has_key's flag shadows the function
+
+
+def query_has_key(mask: Tensor | BlockMask | None, tq: int, tk: int, *, causal: bool = False
+                  ) -> Tensor | None:
+    """True for each query row that may attend at least one key in some head; ``None`` when all may.
+
+    The rule behind "a query with no key gives zeros" for a layer whose output
+    passes through a projection with a bias: :func:`attnkit.attention` already
+    gives zero for such a row, and the layer zeroes the projected row too.
+    ``causal`` adds the bottom-right causal mask of ``attention(causal=True)``.
+
+    Shape:
+        mask broadcasting to ``(B, H, Tq, Tk)``, or a :class:`BlockMask`;
+        returns ``(B or 1, Tq, 1)`` bool, or ``None``.
+    """
+    if isinstance(mask, BlockMask):
+        rows = mask.rows_with_keys()  # (Bm, Hm, Tq, 1) or None
+        return None if rows is None else rows.any(dim=1)
+    if mask is None and (not causal or tq <= tk):
+        return None
+    device = None if mask is None else mask.device
+    full = combine(mask, _causal_mask(tq, tk, device=device) if causal else None)
+    assert full is not None
+    rows = rows_with_keys(full)  # (..., Tq, 1)
+    while rows.dim() < 4:
+        rows = rows.unsqueeze(0)
+    return rows.any(dim=1).expand(rows.shape[0], tq, 1)
