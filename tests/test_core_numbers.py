@@ -232,3 +232,20 @@ def test_head_width_zero_is_refused_by_name() -> None:
     q = torch.randn(1, 2, 3, 0)
     with pytest.raises(ValueError, match="head width Dh"):
         attention(q, q, q)
+
+
+@pytest.mark.parametrize("kind", ["runs", "blocks", "tiles", "bias", "gather"])
+def test_nan_in_q_gives_nan_in_its_row_on_the_block_sparse_paths(kind: str) -> None:
+    t = 48
+    q, k, v = _qkv(1, 2, t, 8)
+    q[0, 1, 20, 3] = float("nan")
+    mod = masks.causal_mod if kind == "runs" else masks.or_mods(  # key blocks with a gap: gathered
+        masks.prefix_lm_mod(4), masks.and_mods(masks.causal_mod, masks.sliding_window_mod(4)))
+    bm = masks.create_block_mask(mod, None, None, t, t, block_size=8)
+    score_mod = {"tiles": score_mods.soft_cap_mod(5.0), "gather": score_mods.soft_cap_mod(5.0),
+                 "bias": score_mods.alibi_mod(2)}.get(kind)
+    out = attention(q, k, v, mask=bm, score_mod=score_mod, return_weights=kind == "gather")
+    out = out[0] if isinstance(out, tuple) else out
+    ref = attention(q, k, v, mask=bm.to_dense(), score_mod=score_mod, backend="math")
+    assert torch.isnan(out[0, 1, 20]).all() and torch.isnan(ref[0, 1, 20]).all()
+    torch.testing.assert_close(out, ref, equal_nan=True, atol=1e-5, rtol=1e-5)

@@ -127,6 +127,10 @@ def _check_inputs(q: object, k: object, v: object) -> None:
             f"q and k head widths differ: q Dh={q.shape[-1]} {tuple(q.shape)}, "
             f"k Dh={k.shape[-1]} {tuple(k.shape)}"
         )
+    if q.shape[-1] == 0:
+        raise ValueError(
+            f"q and k head width Dh must be positive (the logit scale is 1 / sqrt(Dh)), got q {tuple(q.shape)}"
+        )
     h, hkv = q.shape[1], k.shape[1]
     if hkv == 0 or h % hkv != 0:
         raise ValueError(
@@ -257,9 +261,9 @@ def _fused_output(
     tq, tk = q.shape[2], k.shape[2]
     gqa = q.shape[1] != k.shape[1]
     if causal and mask is None and bias is None and tq == tk:
-        return F.scaled_dot_product_attention(
+        return nan_rows(F.scaled_dot_product_attention(
             q, k, v, dropout_p=dropout, is_causal=True, scale=scale, enable_gqa=gqa
-        )
+        ), q, None)
     full = _full_mask(mask, causal, tq, tk, q.device)
     row_ok = None
     if full is not None:
@@ -275,9 +279,23 @@ def _fused_output(
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale, enable_gqa=gqa
     )  # (B, H, Tq, Dv)
-    if row_ok is not None:
-        out = out.masked_fill(~row_ok, 0.0)
-    return out
+    return nan_rows(out, q, row_ok)
+
+
+def nan_rows(out: Tensor, q: Tensor, row_ok: Tensor | None) -> Tensor:
+    """``out`` with NaN in the rows whose query holds NaN or an infinity, zero in rows without a key.
+
+    What the readable path computes (a non-finite query makes its scores and
+    softmax NaN), made explicit for the kernels that would return 0 or a
+    finite row instead. A row without a key gives zero whatever its query.
+
+    Shape:
+        out ``(B, H, Tq, Dv)``, q ``(B, H, Tq, Dh)``, row_ok broadcasting to ``(B, H, Tq, 1)``;
+        returns ``(B, H, Tq, Dv)``.
+    """
+    bad = ~torch.isfinite(q).all(dim=-1, keepdim=True)  # (B, H, Tq, 1)
+    out = out.masked_fill(bad, float("nan"))
+    return out if row_ok is None else out.masked_fill(~row_ok, 0.0)
 
 
 @overload

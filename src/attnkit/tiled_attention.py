@@ -151,8 +151,36 @@ def _index(b: int, h: int, tile: _Tile, device: torch.device) -> tuple[Tensor, T
             torch.arange(tile.k0, tile.k1, device=device).view(1, 1, 1, -1))
 
 
-def apply_score_mod(score_mod: ScoreMod, s: Tensor, idx: tuple[Tensor, ...]) -> Tensor:
-    """``score_mod(s, *idx)`` checked to be a floating tensor of ``s``'s shape, as float32."""
+def _refuse_non_finite(what: str, out: Tensor, s: Tensor | None, idx: tuple[Tensor, ...]) -> None:
+    """Raise ``ValueError`` where ``out`` is NaN or ``+inf`` though the score ``s`` was finite.
+
+    A softmax row with such an entry is NaN; attention refuses it by name instead. ``-inf``
+    stays allowed (it masks). One reduction when all is well; eager only.
+    """
+    if torch.compiler.is_compiling():
+        return
+    top = out.amax() if out.numel() else out.new_zeros(())
+    if not bool(torch.isnan(top) | torch.isposinf(top)):
+        return
+    bad = torch.isnan(out) | torch.isposinf(out)
+    if s is not None:
+        bad = bad & torch.isfinite(s)  # a NaN query makes NaN scores: not the score_mod's doing
+    if not bool(bad.any()):
+        return
+    where = [int(i) for i in bad.nonzero()[0]]
+    pos = [int(x[tuple(w if n > 1 else 0 for w, n in zip(where[-x.dim():], x.shape, strict=True))])
+           for x in idx] if len(where) >= 4 else where
+    raise ValueError(
+        f"{what} returned NaN or +inf at {int(bad.sum())} entries whose score was finite (first at b, h, q_idx, kv_idx = "
+        f"{tuple(pos)}); return finite scores, or -inf where a query may not attend a key"
+    )
+
+
+def apply_score_mod(score_mod: ScoreMod, s: Tensor, idx: tuple[Tensor, ...], check: bool = True) -> Tensor:
+    """``score_mod(s, *idx)`` checked to be a floating tensor of ``s``'s shape, as float32.
+
+    With ``check``, a NaN or ``+inf`` made from a finite score raises ``ValueError``.
+    """
     out = score_mod(s, *idx)
     if not isinstance(out, Tensor) or not out.dtype.is_floating_point:
         got = out.dtype if isinstance(out, Tensor) else type(out).__name__
@@ -162,6 +190,8 @@ def apply_score_mod(score_mod: ScoreMod, s: Tensor, idx: tuple[Tensor, ...]) -> 
             f"score_mod must keep the score's shape {tuple(s.shape)}, got {tuple(out.shape)}; "
             "use element-wise operations on score, b, h, q_idx, kv_idx"
         )
+    if check:
+        _refuse_non_finite("score_mod", out, s, idx)
     return out.float()
 
 
@@ -196,6 +226,7 @@ def _forward_tile(qt: Tensor, k: Tensor, v: Tensor, tile: _Tile, mask: tuple[Ten
         del s2
     _fill(s, tile, mask, float("-inf"))
     m = s.amax(dim=-1, keepdim=True)
+    nan_row = torch.isnan(m)  # a NaN query: NaN out, as on the readable path
     ok = torch.isfinite(m)
     m = torch.where(ok, m, torch.zeros_like(m))
     p = s.sub_(m).clamp_(min=_FLOOR).exp_()
@@ -203,7 +234,7 @@ def _forward_tile(qt: Tensor, k: Tensor, v: Tensor, tile: _Tile, mask: tuple[Ten
     total = p.sum(dim=-1, keepdim=True)
     out = (_grouped(p, v.shape[1]) @ v).view(b, h, tq, v.shape[-1])
     total = torch.where(ok, total, torch.ones_like(total))
-    out = out.div_(total).masked_fill_(~ok, 0.0)
+    out = out.div_(total).masked_fill_(~ok, 0.0).masked_fill_(nan_row, float("nan"))
     return out, torch.where(ok, m + total.log(), torch.full_like(m, float("inf")))
 
 
@@ -218,7 +249,7 @@ def _backward_tile(qt: Tensor, k: Tensor, v: Tensor, go: Tensor, lse: Tensor, de
     if score_mod is not None:
         with torch.enable_grad():
             s.requires_grad_()
-            s2 = apply_score_mod(score_mod, s, idx)
+            s2 = apply_score_mod(score_mod, s, idx, check=False)  # checked in forward
     p = s2.detach() - lse if score_mod is not None else s.sub_(lse)
     p = p.clamp_(min=_FLOOR).exp_()  # rows without a key have L = +inf: P = exp(-87) there, zeroed below
     _fill(p, tile, mask, 0.0)
@@ -275,7 +306,7 @@ class _Tiled(torch.autograd.Function):
 
 
 def _bias_tile(bm: BlockMask | None, t: _Tile, bias_fn: BiasFn, b: int, h: int, dtype: torch.dtype,
-               device: torch.device) -> tuple[Tensor, Tensor | None]:
+               device: torch.device, check: bool = False) -> tuple[Tensor, Tensor | None]:
     """A tile's additive mask for the fused kernel: the bias, ``-inf`` where blocked; rows kept.
 
     Rows without a key are left open (bias only) and reported in the second
@@ -296,6 +327,8 @@ def _bias_tile(bm: BlockMask | None, t: _Tile, bias_fn: BiasFn, b: int, h: int, 
     if not ok:
         raise ValueError(f"bias_mod's bias_fn returned shape {tuple(bias.shape)}, which does not broadcast "
                          f"to the tile {want}; use element-wise operations on b, h, q_idx, kv_idx")
+    if check:
+        _refuse_non_finite("score_mod (its bias_mod's bias_fn)", bias, None, _index(b, h, t, device))
     bias = bias.to(dtype)
     mask = _blocked(bm, t)
     if mask is None:
@@ -325,7 +358,7 @@ class _FusedBias(torch.autograd.Function):
         lse = torch.zeros(b, h, tq, dtype=torch.float32, device=q.device) if flash else None
         for t in tiles:
             qs, ks = slice(t.q0, t.q1), slice(t.k0, t.k1)
-            bias, row_ok = _bias_tile(bm, t, bias_fn, b, h, q.dtype, q.device)
+            bias, row_ok = _bias_tile(bm, t, bias_fn, b, h, q.dtype, q.device, check=True)
             if flash:
                 assert lse is not None
                 o, lse[:, :, qs] = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
