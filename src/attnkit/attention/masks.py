@@ -13,7 +13,7 @@ through :func:`from_hf_attention_mask`.
 
 Programmable masks that attention can skip block by block
 (:func:`create_block_mask` and the ready mask mods) live in
-:mod:`attnkit.block_mask` and are re-exported here.
+:mod:`attnkit.attention.block_mask` and are re-exported here.
 
 Shape legend: B batch, H heads, Tq query length, Tk key length.
 """
@@ -26,9 +26,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnkit.block_mask import (
+from attnkit.attention.block_mask import (
     BlockMask,
-    MaskMod,
     and_mods,
     causal_mod,
     create_block_mask,
@@ -37,6 +36,7 @@ from attnkit.block_mask import (
     prefix_lm_mod,
     sliding_window_mod,
 )
+from attnkit.attention.types import MaskMod
 
 __all__ = [
     "causal",
@@ -51,7 +51,7 @@ __all__ = [
     "check_bias",
     "rows_with_keys",
     "query_has_key",
-    # programmable block masks (attnkit.block_mask)
+    # programmable block masks (attnkit.attention.block_mask)
     "create_block_mask",
     "BlockMask",
     "MaskMod",

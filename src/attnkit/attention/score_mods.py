@@ -7,7 +7,8 @@ function only *adds* a term that does not depend on the score, say so with
 :func:`bias_mod`: attention then evaluates the term tile by tile and hands it
 to torch's fused kernel as a small additive bias, which is several times faster
 than running the softmax step by step. :func:`alibi_mod` and
-:func:`soft_cap_mod` are ready-made.
+:func:`soft_cap_mod` are ready-made. :func:`apply_score_mod` is how every kernel
+calls a score mod: checked for its type, shape and finite results.
 
 Shape legend: H heads; index tensors ``b``, ``h``, ``q_idx``, ``kv_idx``
 broadcast against the score tile.
@@ -15,19 +16,16 @@ broadcast against the score tile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
+from attnkit.attention.types import BiasFn, ScoreMod
 from attnkit.positional import alibi_slopes
 
 __all__ = ["ScoreMod", "BiasFn", "bias_mod", "bias_of", "alibi_mod", "alibi_slopes", "soft_cap_mod"]
 
-ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
-"""``score_mod(score, b, h, q_idx, kv_idx) -> score``, applied to the scaled logits."""
-BiasFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
-"""``bias_fn(b, h, q_idx, kv_idx) -> float bias``, broadcast against the scores."""
 _BIAS = "_attnkit_bias_fn"
 
 
@@ -99,3 +97,47 @@ def soft_cap_mod(cap: float) -> ScoreMod:
         return c * torch.tanh(score / c)
 
     return mod
+
+
+def refuse_non_finite(what: str, out: Tensor, s: Tensor | None, idx: tuple[Tensor, ...]) -> None:
+    """Raise ``ValueError`` where ``out`` is NaN or ``+inf`` though the score ``s`` was finite.
+
+    A softmax row with such an entry is NaN; attention refuses it by name instead. ``-inf``
+    stays allowed (it masks). One reduction when all is well; eager only.
+    """
+    if torch.compiler.is_compiling():
+        return
+    top = out.amax() if out.numel() else out.new_zeros(())
+    if not bool(torch.isnan(top) | torch.isposinf(top)):
+        return
+    bad = torch.isnan(out) | torch.isposinf(out)
+    if s is not None:
+        bad = bad & torch.isfinite(s)  # a NaN query makes NaN scores: not the score_mod's doing
+    if not bool(bad.any()):
+        return
+    where = [int(i) for i in bad.nonzero()[0]]
+    pos = [int(x[tuple(w if n > 1 else 0 for w, n in zip(where[-x.dim():], x.shape, strict=True))])
+           for x in idx] if len(where) >= 4 else where
+    raise ValueError(
+        f"{what} returned NaN or +inf at {int(bad.sum())} entries whose score was finite (first at b, h, q_idx, kv_idx = "
+        f"{tuple(pos)}); return finite scores, or -inf where a query may not attend a key"
+    )
+
+
+def apply_score_mod(score_mod: ScoreMod, s: Tensor, idx: tuple[Tensor, ...], check: bool = True) -> Tensor:
+    """``score_mod(s, *idx)`` checked to be a floating tensor of ``s``'s shape, as float32.
+
+    With ``check``, a NaN or ``+inf`` made from a finite score raises ``ValueError``.
+    """
+    out = score_mod(s, *idx)
+    if not isinstance(out, Tensor) or not out.dtype.is_floating_point:
+        got = out.dtype if isinstance(out, Tensor) else type(out).__name__
+        raise TypeError(f"score_mod must return a floating tensor of the score's shape, got {got}")
+    if out.shape != s.shape:
+        raise ValueError(
+            f"score_mod must keep the score's shape {tuple(s.shape)}, got {tuple(out.shape)}; "
+            "use element-wise operations on score, b, h, q_idx, kv_idx"
+        )
+    if check:
+        refuse_non_finite("score_mod", out, s, idx)
+    return out.float()

@@ -48,7 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int
-from attnkit.functional import merge_heads, safe_softmax, split_heads
+from attnkit.attention.functional import merge_heads, safe_softmax, split_heads
 from attnkit.layers.multi_head import (
     check_sequence,
     refuse_block_mask,

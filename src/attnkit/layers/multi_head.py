@@ -16,9 +16,9 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int, probability
-from attnkit.functional import attention, merge_heads, split_heads
+from attnkit.attention.functional import attention, merge_heads, split_heads
+from attnkit.attention.masks import BlockMask, query_has_key
 from attnkit.layers.kv_cache import KVCache
-from attnkit.masks import BlockMask, query_has_key
 
 __all__ = ["MultiHeadAttention"]
 

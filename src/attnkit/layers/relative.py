@@ -53,9 +53,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit import masks as _masks
 from attnkit._checks import positive_int
-from attnkit.functional import merge_heads, split_heads
+from attnkit.attention import masks as _masks
+from attnkit.attention.functional import merge_heads, split_heads
 from attnkit.layers.multi_head import (
     check_dropout,
     check_sequence,

@@ -1,7 +1,7 @@
 """Attention with a ``score_mod`` in query tiles, FlashAttention style: no ``(Tq, Tk)`` tensor.
 
 :func:`tiled_attention` cuts the queries into tiles of whole blocks of a
-:class:`~attnkit.block_mask.BlockMask` (or of the plain sequence when there is
+:class:`~attnkit.attention.block_mask.BlockMask` (or of the plain sequence when there is
 no mask). A tile computes its scores against the span of key blocks its query
 blocks need, so the empty blocks outside the span are skipped; ``score_mod``
 rewrites those scores, the element mask of the span's blocks is applied only
@@ -25,7 +25,6 @@ length, Dh head width, Dv value head width, bs block size, tq/S the queries and 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,16 +32,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.block_mask import BlockMask
-from attnkit.score_mods import BiasFn, bias_of
+from attnkit.attention.block_mask import BlockMask
+from attnkit.attention.score_mods import apply_score_mod, bias_of, refuse_non_finite
+from attnkit.attention.types import BiasFn, ScoreMod
 
 __all__ = ["tiled_attention", "tile_plan", "block_kinds", "TILE_ELEMENTS", "FUSED_TILE_ELEMENTS", "captures_gradients"]
 
-ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 TILE_ELEMENTS = 1 << 22
 """Scores computed at once (B * H * tq * S) on the step-by-step path, 16 MiB in float32 (at least one block)."""
 FUSED_TILE_ELEMENTS = 1 << 24
-"""The same for a :func:`~attnkit.score_mods.bias_mod` through the fused kernel (its bias tile, 64 MiB):
+"""The same for a :func:`~attnkit.attention.score_mods.bias_mod` through the fused kernel (its bias tile, 64 MiB):
 the kernel's backward costs more per call than per entry, so its tiles are larger."""
 _FLOOR = -87.0  # exp(-87) ~ 1.6e-38, the smallest normal float32 is 1.2e-38
 
@@ -149,50 +148,6 @@ def _index(b: int, h: int, tile: _Tile, device: torch.device) -> tuple[Tensor, T
     return (torch.arange(b, device=device).view(b, 1, 1, 1), torch.arange(h, device=device).view(1, h, 1, 1),
             torch.arange(tile.q0, tile.q1, device=device).view(1, 1, -1, 1),
             torch.arange(tile.k0, tile.k1, device=device).view(1, 1, 1, -1))
-
-
-def _refuse_non_finite(what: str, out: Tensor, s: Tensor | None, idx: tuple[Tensor, ...]) -> None:
-    """Raise ``ValueError`` where ``out`` is NaN or ``+inf`` though the score ``s`` was finite.
-
-    A softmax row with such an entry is NaN; attention refuses it by name instead. ``-inf``
-    stays allowed (it masks). One reduction when all is well; eager only.
-    """
-    if torch.compiler.is_compiling():
-        return
-    top = out.amax() if out.numel() else out.new_zeros(())
-    if not bool(torch.isnan(top) | torch.isposinf(top)):
-        return
-    bad = torch.isnan(out) | torch.isposinf(out)
-    if s is not None:
-        bad = bad & torch.isfinite(s)  # a NaN query makes NaN scores: not the score_mod's doing
-    if not bool(bad.any()):
-        return
-    where = [int(i) for i in bad.nonzero()[0]]
-    pos = [int(x[tuple(w if n > 1 else 0 for w, n in zip(where[-x.dim():], x.shape, strict=True))])
-           for x in idx] if len(where) >= 4 else where
-    raise ValueError(
-        f"{what} returned NaN or +inf at {int(bad.sum())} entries whose score was finite (first at b, h, q_idx, kv_idx = "
-        f"{tuple(pos)}); return finite scores, or -inf where a query may not attend a key"
-    )
-
-
-def apply_score_mod(score_mod: ScoreMod, s: Tensor, idx: tuple[Tensor, ...], check: bool = True) -> Tensor:
-    """``score_mod(s, *idx)`` checked to be a floating tensor of ``s``'s shape, as float32.
-
-    With ``check``, a NaN or ``+inf`` made from a finite score raises ``ValueError``.
-    """
-    out = score_mod(s, *idx)
-    if not isinstance(out, Tensor) or not out.dtype.is_floating_point:
-        got = out.dtype if isinstance(out, Tensor) else type(out).__name__
-        raise TypeError(f"score_mod must return a floating tensor of the score's shape, got {got}")
-    if out.shape != s.shape:
-        raise ValueError(
-            f"score_mod must keep the score's shape {tuple(s.shape)}, got {tuple(out.shape)}; "
-            "use element-wise operations on score, b, h, q_idx, kv_idx"
-        )
-    if check:
-        _refuse_non_finite("score_mod", out, s, idx)
-    return out.float()
 
 
 def _grouped(x: Tensor, hkv: int) -> Tensor:
@@ -328,7 +283,7 @@ def _bias_tile(bm: BlockMask | None, t: _Tile, bias_fn: BiasFn, b: int, h: int, 
         raise ValueError(f"bias_mod's bias_fn returned shape {tuple(bias.shape)}, which does not broadcast "
                          f"to the tile {want}; use element-wise operations on b, h, q_idx, kv_idx")
     if check:
-        _refuse_non_finite("score_mod (its bias_mod's bias_fn)", bias, None, _index(b, h, t, device))
+        refuse_non_finite("score_mod (its bias_mod's bias_fn)", bias, None, _index(b, h, t, device))
     bias = bias.to(dtype)
     mask = _blocked(bm, t)
     if mask is None:
@@ -415,7 +370,7 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask | None, *, sc
                     score_mod: ScoreMod | None) -> Tensor:
     """Attention over ``bm`` (``None``: every key) with ``score_mod``, one query tile at a time.
 
-    A :func:`~attnkit.score_mods.bias_mod` goes through torch's fused kernel with one bias tile per query
+    A :func:`~attnkit.attention.score_mods.bias_mod` goes through torch's fused kernel with one bias tile per query
     tile, in float32 for half-precision inputs so that the bias is added in float32 (on CPU its log-sum-exp is kept; elsewhere a tile's forward is recomputed in backward); any other
     score_mod runs step by step, in float32. Gradients reach q, k and v, not tensors captured inside
     ``score_mod`` (:func:`captures_gradients` tells those apart).
