@@ -185,8 +185,11 @@ def nan_rows(out: Tensor, q: Tensor, row_ok: Tensor | None) -> Tensor:
         out ``(B, H, Tq, Dv)``, q ``(B, H, Tq, Dh)``, row_ok broadcasting to ``(B, H, Tq, 1)``;
         returns ``(B, H, Tq, Dv)``.
     """
-    bad = ~torch.isfinite(q).all(dim=-1, keepdim=True)  # (B, H, Tq, 1)
-    out = out.masked_fill(bad, float("nan"))
+    if q.device.type == "cpu" and not torch.compiler.is_compiling() and bool(torch.isfinite(q.detach().sum())):
+        pass  # every query finite (one reduction; on an accelerator the branch-free form avoids a sync)
+    else:
+        # 0 for a finite row, NaN for one holding NaN or +-inf (0 * inf = NaN); detached: backward pays nothing
+        out = out + (q.detach().sum(dim=-1, keepdim=True, dtype=torch.float32) * 0).to(out.dtype)  # (B, H, Tq, 1)
     return out if row_ok is None else out.masked_fill(~row_ok, 0.0)
 
 
