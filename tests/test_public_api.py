@@ -304,3 +304,18 @@ def test_readme_table_check_can_fail() -> None:
     missing, checked = unlisted_names(rows)
     assert checked == 3
     assert missing == ["models: NoSuchModel (from `attnkit.models`)", "pipeline: train (from `attnkit.data` CLI)"]
+
+
+def test_the_core_package_keeps_the_names_users_import() -> None:
+    """``attnkit.attention`` stays the function once the core's package is imported; the aliases are the modules."""
+    import attnkit
+    from attnkit.attention import dispatch, functional, masks, score_mods
+    from attnkit.attention.kernels import tiles
+
+    assert tiles.__name__ == "attnkit.attention.kernels.tiles"
+    from attnkit import attention
+
+    assert attention is functional.attention and attnkit.attention is functional.attention
+    assert attnkit.masks is masks and attnkit.score_mods is score_mods and attnkit.functional is functional
+    assert importlib.import_module("attnkit.masks") is masks
+    assert attnkit.BackendChoice is dispatch.BackendChoice and attnkit.last_backend is dispatch.last_backend
