@@ -18,7 +18,7 @@ import math
 import torch
 from _common import output_dir, saved, show, small
 
-from attnkit.functional import attention, last_backend
+from attnkit.attention.functional import attention, last_backend
 
 OUTPUTS = ["02_scale.txt"]
 

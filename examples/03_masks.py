@@ -14,7 +14,7 @@ import torch
 from _common import output_dir, saved, show
 
 from attnkit import masks
-from attnkit.functional import attention
+from attnkit.attention.functional import attention
 from attnkit.viz.plots import plot_masked_attention
 
 OUTPUTS = ["03_causal.png", "03_padding_causal.png"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from _common import output_dir, saved, show
 
-from attnkit.functional import merge_heads, split_heads
+from attnkit.attention.functional import merge_heads, split_heads
 from attnkit.layers.multi_head import MultiHeadAttention
 from attnkit.viz.plots import plot_heads
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import attnkit
 from attnkit import masks
-from attnkit.functional import attention
+from attnkit.attention.functional import attention
 
 
 def reference(q, k, v, mask=None, bias=None, scale=None):  # type: ignore[no-untyped-def]

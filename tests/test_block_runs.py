@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from attnkit import masks
-from attnkit.block_runs import run_plan
-from attnkit.functional import attention, last_backend
+from attnkit.attention.functional import attention, last_backend
+from attnkit.attention.kernels.runs import run_plan
 
 T = 300  # not a multiple of the block size: the last query and key blocks are cut
 

@@ -17,6 +17,7 @@ import torch
 
 import attnkit
 from attnkit import masks
+from attnkit.attention.functional import BackendChoice, last_backend
 from attnkit.blocks import (
     TransformerDecoder,
     TransformerDecoderLayer,
@@ -24,7 +25,6 @@ from attnkit.blocks import (
     TransformerEncoderLayer,
     TransformerLayerConfig,
 )
-from attnkit.functional import BackendChoice, last_backend
 from attnkit.layers import MultiHeadAttention
 from attnkit.models import DocumentClassifier, DocumentClassifierConfig, build_model
 
@@ -146,7 +146,7 @@ def test_compiled_calls_leave_the_eager_record_alone(caplog: pytest.LogCaptureFi
     q, k, v = _qkv()
     with caplog.at_level(logging.DEBUG, logger="attnkit.attention"):
         attnkit.attention(q, k, v, backend="math")
-        assert last_backend() == BackendChoice("math", "requested with backend='math'")
+        assert last_backend() == BackendChoice("math", "requested with backend='math'", route="math")
         compiled = torch.compile(lambda q, k, v: attnkit.attention(q, k, v, mask=PADDING),
                                  backend="aot_eager", fullgraph=True)
         compiled(q, k, v)  # debug logging on: still one graph, no record, no log line

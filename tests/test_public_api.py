@@ -32,20 +32,21 @@ from typing import Any
 
 import pytest
 
-PACKAGES = ["attnkit", "attnkit.layers", "attnkit.blocks", "attnkit.models", "attnkit.reference",
+PACKAGES = ["attnkit", "attnkit.attention", "attnkit.layers", "attnkit.blocks", "attnkit.models", "attnkit.reference",
             "attnkit.data", "attnkit.train", "attnkit.viz", "attnkit.inspect"]
-EXTRA_MODULES = ["attnkit.positional", "attnkit.decoding", "attnkit.models.seq2seq",
+EXTRA_MODULES = ["attnkit.attention.dispatch", "attnkit.attention.types", "attnkit.attention.block_mask",
+                 "attnkit.attention.score_mods", "attnkit.attention.kernels.tiles", "attnkit.positional", "attnkit.decoding", "attnkit.models.seq2seq",
                  "attnkit.models.captioning", "attnkit.models.visual", "attnkit.data.shapes",
                  "attnkit.data.captions", "attnkit.data.parallel", "attnkit.inspect.torch_nn",
                  "attnkit.inspect.hf", "attnkit.inspect.timm_attention", "attnkit.inspect.own_layers",
                  "attnkit.inspect.sources", "attnkit.viz.neuron", "attnkit.viz.notebook"]
 
 SHAPE_EXEMPT: dict[str, str] = {
-    "attnkit.functional.choose_backend": "takes attention()'s arguments, whose Shape section applies; returns a BackendChoice",
-    "attnkit.masks.combine": "shape-generic: returns the broadcast of the given masks",
-    "attnkit.masks.to_additive": "element-wise: the bias has the mask's shape",
-    "attnkit.masks.check_mask": "validator: the target shape is an argument",
-    "attnkit.masks.check_bias": "validator: the target shape is an argument",
+    "attnkit.attention.dispatch.choose_backend": "takes attention()'s arguments, whose Shape section applies; returns a BackendChoice",
+    "attnkit.attention.masks.combine": "shape-generic: returns the broadcast of the given masks",
+    "attnkit.attention.masks.to_additive": "element-wise: the bias has the mask's shape",
+    "attnkit.attention.masks.check_mask": "validator: the target shape is an argument",
+    "attnkit.attention.masks.check_bias": "validator: the target shape is an argument",
     "attnkit.reference.layers.ReLU": "element-wise: output shape = input shape",
     "attnkit.reference.layers.GELU": "element-wise: output shape = input shape",
     "attnkit.reference.layers.Dropout": "element-wise: output shape = input shape",
@@ -303,3 +304,18 @@ def test_readme_table_check_can_fail() -> None:
     missing, checked = unlisted_names(rows)
     assert checked == 3
     assert missing == ["models: NoSuchModel (from `attnkit.models`)", "pipeline: train (from `attnkit.data` CLI)"]
+
+
+def test_the_core_package_keeps_the_names_users_import() -> None:
+    """``attnkit.attention`` stays the function once the core's package is imported; the aliases are the modules."""
+    import attnkit
+    from attnkit.attention import dispatch, functional, masks, score_mods
+    from attnkit.attention.kernels import tiles
+
+    assert tiles.__name__ == "attnkit.attention.kernels.tiles"
+    from attnkit import attention
+
+    assert attention is functional.attention and attnkit.attention is functional.attention
+    assert attnkit.masks is masks and attnkit.score_mods is score_mods and attnkit.functional is functional
+    assert importlib.import_module("attnkit.masks") is masks
+    assert attnkit.BackendChoice is dispatch.BackendChoice and attnkit.last_backend is dispatch.last_backend

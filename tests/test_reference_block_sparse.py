@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from attnkit import masks
-from attnkit.functional import attention
+from attnkit.attention.functional import attention
+from attnkit.attention.kernels.tiles import block_kinds
 from attnkit.reference import BlockLayout, block_layout
 from attnkit.reference.attention import attention_backward, attention_forward
 from attnkit.reference.block_sparse import _query_blocks
@@ -20,7 +21,6 @@ from attnkit.reference.chunked import (
     chunked_attention_backward,
     chunked_attention_forward,
 )
-from attnkit.tiled_attention import block_kinds
 
 B, H, T, DH, BS = 2, 2, 40, 8, 8
 IDS = torch.tensor([0] * 10 + [1] * 15 + [2] * 12 + [-1] * 3)

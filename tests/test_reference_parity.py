@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import attnkit.functional as tf
+from attnkit.attention import functional as tf
 from attnkit.blocks.encoder import TransformerEncoderLayer as TorchEncoderLayer
 from attnkit.layers.linear import LinearAttention as TorchLinearAttention
 from attnkit.layers.multi_head import MultiHeadAttention as TorchMHA

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnkit import masks
-from attnkit.functional import split_heads
+from attnkit.attention.functional import split_heads
 from attnkit.layers import relative as relative_module
 from attnkit.layers.relative import RelativePositionAttention, relative_attention
 
@@ -41,7 +41,8 @@ def shaw_reference(layer: RelativePositionAttention, x, key=None, value=None, ma
     values_plus = v[:, :, None, :, :] + a_v[:, None]  # (B, H, Tq, Tk, Dh)
     z = (alpha[..., None] * values_plus).sum(-2)  # (B, H, Tq, Dh)
     out = layer.out_proj(z.transpose(1, 2).reshape(b, tq, h * dh))
-    return out, alpha
+    keyed = row_ok.expand(b, h, tq, 1).any(1)  # (B, Tq, 1): a query with no key gives zeros
+    return out.masked_fill(~keyed, 0.0), alpha
 
 
 def _compare(layer, x, tol, **kwargs):
@@ -73,13 +74,13 @@ def test_masked_keys_get_zero_weight_and_empty_rows_are_zero():
     w = _compare(layer, x, 1e-10, mask=mask)
     assert torch.all(w[0, :, :, 4:] == 0)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 7, dtype=torch.float64))
-    # A query with no key at all: zero weights, zero output before the out bias.
+    # A query with no key at all: zero weights, zero output (after the output projection too).
     row_mask = torch.ones(1, 1, 7, 7, dtype=torch.bool)
     row_mask[..., 3, :] = False
     w = _compare(layer, x, 1e-10, mask=row_mask)
     assert torch.all(w[:, :, 3] == 0)
     out = layer(x, mask=row_mask)
-    torch.testing.assert_close(out[:, 3], layer.out_proj.bias.expand(2, 16))
+    assert torch.equal(out[:, 3], torch.zeros(2, 16, dtype=torch.float64))
 
 
 def test_cross_attention_matches_formula():

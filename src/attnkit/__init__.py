@@ -2,6 +2,8 @@
 
 The core: :func:`attention` (one mask rule, safe numerics, fused when
 possible), :mod:`attnkit.masks`, and one ``nn.Module`` per attention variant.
+The core lives in the package ``attnkit.attention``; the name
+``attnkit.attention`` stays the function (see ``_Package`` below).
 
 Names are imported on first use, so ``import attnkit.reference`` (the NumPy
 twin) never loads torch.
@@ -9,7 +11,9 @@ twin) never loads torch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 from attnkit._lazy import lazy_exports
 
@@ -17,11 +21,11 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "attention": "attnkit.functional",
-    "attention_weights": "attnkit.functional",
-    "choose_backend": "attnkit.functional",
-    "last_backend": "attnkit.functional",
-    "BackendChoice": "attnkit.functional",
+    "attention": "attnkit.attention.functional",
+    "attention_weights": "attnkit.attention.functional",
+    "choose_backend": "attnkit.attention.dispatch",
+    "last_backend": "attnkit.attention.dispatch",
+    "BackendChoice": "attnkit.attention.dispatch",
     "MultiHeadAttention": "attnkit.layers",
     "AdditiveAttention": "attnkit.layers",
     "AttentionPooling": "attnkit.layers",
@@ -46,7 +50,7 @@ _EXPORTS: dict[str, str] = {
     "TrainConfig": "attnkit.train",
 }
 _SUBMODULES = {
-    "masks", "functional", "layers", "positional", "blocks", "models", "reference", "data",
+    "masks", "functional", "score_mods", "layers", "positional", "blocks", "models", "reference", "data",
     "train", "viz", "decoding", "bench",
 }
 
@@ -63,9 +67,12 @@ if TYPE_CHECKING:
         masks,
         models,
         positional,
+        score_mods,
         train,
         viz,
     )
+    from attnkit.attention.dispatch import BackendChoice, choose_backend, last_backend
+    from attnkit.attention.functional import attention, attention_weights
     from attnkit.blocks import (
         FeedForward,
         TransformerDecoder,
@@ -74,13 +81,6 @@ if TYPE_CHECKING:
         TransformerEncoderLayer,
     )
     from attnkit.decoding import beam_search, greedy_decode
-    from attnkit.functional import (
-        BackendChoice,
-        attention,
-        attention_weights,
-        choose_backend,
-        last_backend,
-    )
     from attnkit.layers import (
         AdditiveAttention,
         AttentionPooling,
@@ -102,3 +102,21 @@ if TYPE_CHECKING:
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, _SUBMODULES)
+
+
+class _Package(types.ModuleType):
+    """attnkit's module type: importing the subpackage ``attnkit.attention`` leaves the name the function.
+
+    Python binds a subpackage as an attribute of its parent once imported; here
+    that would replace ``attnkit.attention`` (the function users call) with the
+    core's package. The package stays reachable by its modules' full paths
+    (``attnkit.attention.masks``...), which go through ``sys.modules``.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "attention" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
+from attnkit.attention.functional import attention
 from attnkit.bench.result import Result, completed, judge, unavailable
 from attnkit.bench.timing import MEMORY_METHOD, TIMING_METHOD, peak_memory_mib, time_pair
 from attnkit.bench.workloads import load_naive_relative, relative_inputs
-from attnkit.functional import attention
 
 __all__ = ["relative", "linear"]
 

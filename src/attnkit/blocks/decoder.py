@@ -36,6 +36,7 @@ from typing import Any, Literal, NamedTuple, overload
 
 from torch import Tensor, nn
 
+from attnkit.attention.masks import BlockMask
 from attnkit.blocks.cache import DecoderCache, DecoderLayerCache
 from attnkit.blocks.config import (
     LayerSpec,
@@ -49,7 +50,6 @@ from attnkit.blocks.config import (
 from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from_torch
 from attnkit.blocks.torch_convert import copy_final_norm, copy_layer_weights
 from attnkit.layers.multi_head import MultiHeadAttention, check_sequence
-from attnkit.masks import BlockMask
 
 __all__ = ["DecoderWeights", "TransformerDecoderLayer", "TransformerDecoder"]
 
@@ -145,7 +145,7 @@ class TransformerDecoderLayer(nn.Module):
             memory_mask: boolean, True where a target position may attend a memory
                 position, broadcast to ``(B, H, Tq, Tk)``; usually the memory's
                 padding, ``masks.from_lengths(src_lengths)``. Either mask may be a
-                :class:`~attnkit.masks.BlockMask` for its ``(B, H, Tq, Tk)``, passed to
+                :class:`~attnkit.attention.masks.BlockMask` for its ``(B, H, Tq, Tk)``, passed to
                 the attention as it is (block-sparse path); a ``self_mask`` BlockMask
                 carries causality itself (``masks.and_mods(masks.causal_mod, ...)``)
                 and needs ``causal=False`` and no ``self_bias``.

@@ -28,6 +28,7 @@ from typing import Literal, overload
 
 from torch import Tensor, nn
 
+from attnkit.attention.masks import BlockMask
 from attnkit.blocks.cache import SelfAttentionCache
 from attnkit.blocks.config import (
     LayerSpec,
@@ -42,7 +43,6 @@ from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from
 from attnkit.blocks.torch_convert import copy_final_norm, copy_layer_weights
 from attnkit.layers.kv_cache import KVCache
 from attnkit.layers.multi_head import MultiHeadAttention, check_sequence
-from attnkit.masks import BlockMask
 
 __all__ = ["TransformerEncoderLayer", "TransformerEncoder"]
 
@@ -120,7 +120,7 @@ class TransformerEncoderLayer(nn.Module):
             mask: boolean, True where a query may attend to a key, broadcast to
                 ``(B, H, T, T)``; a PyTorch ``src_key_padding_mask`` goes through
                 :func:`attnkit.masks.from_key_padding_mask` first. A
-                :class:`~attnkit.masks.BlockMask` for ``(B, H, T, T)`` is passed to
+                :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)`` is passed to
                 the attention as it is (block-sparse path); it takes neither
                 ``bias`` nor ``causal=True`` (build causality into the mask), and
                 padding goes into it too (``masks.and_mods(..., masks.document_mod(ids))``).

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnkit import masks
-from attnkit.functional import attention_weights
+from attnkit.attention import masks
+from attnkit.attention.functional import attention_weights
 
 __all__ = ["is_hf_attention", "hf_weights", "HFPatches"]
 

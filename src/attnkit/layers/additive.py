@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int
-from attnkit.functional import safe_softmax
+from attnkit.attention.functional import safe_softmax
 from attnkit.layers.multi_head import refuse_block_mask
 
 __all__ = ["AdditiveAttention"]

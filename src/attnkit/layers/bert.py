@@ -33,9 +33,9 @@ from typing import Literal, Protocol, overload
 from torch import Tensor, nn
 
 from attnkit._checks import non_negative_int, positive_float, positive_int
-from attnkit.functional import attention, merge_heads, split_heads
+from attnkit.attention.functional import attention, merge_heads, split_heads
+from attnkit.attention.masks import BlockMask, from_hf_attention_mask
 from attnkit.layers.multi_head import check_dropout, check_sequence
-from attnkit.masks import BlockMask, from_hf_attention_mask
 
 __all__ = [
     "BertSelfAttention",
@@ -124,7 +124,7 @@ class BertSelfAttention(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend over the sequence; ``mask`` is boolean, broadcast to ``(B, H, T, T)``.
 
-        A :class:`~attnkit.masks.BlockMask` for ``(B, H, T, T)`` runs the block-sparse path.
+        A :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)`` runs the block-sparse path.
 
         Shape:
             hidden_states ``(B, T, D)``; mask e.g. ``(B, 1, 1, T)``; returns the
@@ -223,7 +223,7 @@ class BertAttention(nn.Module):
 
         ``mask`` is boolean, True where a token may be attended, e.g.
         ``from_hf_attention_mask(attention_mask)``, or a
-        :class:`~attnkit.masks.BlockMask` for ``(B, H, T, T)``.
+        :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)``.
 
         Shape:
             hidden_states ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].

@@ -35,8 +35,8 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int
-from attnkit.functional import attention
-from attnkit.masks import BlockMask
+from attnkit.attention.functional import attention
+from attnkit.attention.masks import BlockMask
 
 __all__ = ["SelfAttention2d"]
 
@@ -74,7 +74,7 @@ class SelfAttention2d(nn.Module):
 
     Shape:
         x ``(B, C, H, W)``; mask ``(B, H, W)`` or ``(B, H*W)`` bool, True where
-        a position may be attended to, or a :class:`~attnkit.masks.BlockMask`
+        a position may be attended to, or a :class:`~attnkit.attention.masks.BlockMask`
         for ``(B, num_heads, N, N)`` (queries by keys, positions row-major). Returns ``(B, C, H, W)`` and, on
         request, weights ``(B, N, N)`` (averaged over heads) or
         ``(B, num_heads, N, N)`` with ``average_heads=False``; row ``j`` holds

@@ -48,8 +48,13 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int
-from attnkit.functional import merge_heads, safe_softmax, split_heads
-from attnkit.layers.multi_head import check_sequence, refuse_block_mask, resolve_key_value
+from attnkit.attention.functional import merge_heads, safe_softmax, split_heads
+from attnkit.layers.multi_head import (
+    check_sequence,
+    refuse_block_mask,
+    resolve_key_value,
+    zero_rows_without_key,
+)
 
 __all__ = ["LinearAttention", "linear_attention", "linear_attention_weights"]
 
@@ -273,6 +278,8 @@ class LinearAttention(nn.Module):
         k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, Tk, Dh)
         v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, Tk, Dh)
         out = self.out_proj(merge_heads(linear_attention(q, k, v, causal=self.causal, key_mask=mask)))
+        keys = _key_mask(mask, k.shape[0], k.shape[2])  # (B, 1, Tk)
+        out = zero_rows_without_key(out, None if keys is None else keys[:, None], k.shape[2], causal=self.causal)
         if return_weights:
             return out, linear_attention_weights(q, k, causal=self.causal, key_mask=mask)
         return out  # (B, Tq, D)

@@ -16,9 +16,9 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int, probability
-from attnkit.functional import attention, merge_heads, split_heads
+from attnkit.attention.functional import attention, merge_heads, split_heads
+from attnkit.attention.masks import BlockMask, query_has_key
 from attnkit.layers.kv_cache import KVCache
-from attnkit.masks import BlockMask
 
 __all__ = ["MultiHeadAttention"]
 
@@ -35,6 +35,17 @@ def refuse_block_mask(layer: str, mask: object, why: str) -> None:
             f"{layer} does not support a BlockMask as mask ({why}); pass a boolean tensor mask, "
             "or use MultiHeadAttention or attnkit.attention for block-sparse attention"
         )
+
+
+def zero_rows_without_key(y: Tensor, mask: Tensor | BlockMask | None, tk: int, *, causal: bool = False
+                          ) -> Tensor:
+    """``y`` with the rows of the queries that have no key set to zero, after a biased projection.
+
+    Shape:
+        y ``(B, Tq, D)``; mask broadcasting to ``(B, H, Tq, Tk)`` or a BlockMask; returns ``(B, Tq, D)``.
+    """
+    ok = query_has_key(mask, y.shape[1], tk, causal=causal)  # (B or 1, Tq, 1)
+    return y if ok is None else y.masked_fill(~ok, 0.0)
 
 
 def check_sequence(name: str, x: object, width: int) -> Tensor:
@@ -191,11 +202,11 @@ class MultiHeadAttention(nn.Module):
             q, k, v, mask=mask, bias=bias, causal=causal, dropout=dropout,
             return_weights=return_weights,
         )
-        if return_weights:
-            out, weights = result
-            return self.out_proj(merge_heads(out)), weights  # (B, Tq, D)
-        assert isinstance(result, Tensor)
-        return self.out_proj(merge_heads(result))  # (B, Tq, D)
+        out, weights = result if isinstance(result, tuple) else (result, None)
+        y = zero_rows_without_key(self.out_proj(merge_heads(out)), mask, k.shape[2], causal=causal)  # (B, Tq, D)
+        if weights is not None:
+            return y, weights
+        return y
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:

@@ -30,9 +30,9 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
-from attnkit import masks as _masks
 from attnkit._checks import positive_int
-from attnkit.functional import safe_softmax
+from attnkit.attention import masks as _masks
+from attnkit.attention.functional import safe_softmax
 from attnkit.layers.multi_head import check_sequence, refuse_block_mask
 
 __all__ = ["AttentionPooling"]

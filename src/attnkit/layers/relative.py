@@ -53,14 +53,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit import masks as _masks
 from attnkit._checks import positive_int
-from attnkit.functional import merge_heads, split_heads
+from attnkit.attention import masks as _masks
+from attnkit.attention.functional import merge_heads, split_heads
 from attnkit.layers.multi_head import (
     check_dropout,
     check_sequence,
     refuse_block_mask,
     resolve_key_value,
+    zero_rows_without_key,
 )
 
 __all__ = ["RelativePositionAttention", "relative_attention"]
@@ -280,6 +281,6 @@ class RelativePositionAttention(nn.Module):
                 q, k, v, self.rel_k, self.rel_v, mask=mask, causal=causal, dropout=dropout,
                 return_weights=True,
             )
-            return self.out_proj(merge_heads(out)), weights  # (B, Tq, D)
+            return zero_rows_without_key(self.out_proj(merge_heads(out)), mask, k.shape[2], causal=causal), weights
         out = relative_attention(q, k, v, self.rel_k, self.rel_v, mask=mask, causal=causal, dropout=dropout)
-        return self.out_proj(merge_heads(out))  # (B, Tq, D)
+        return zero_rows_without_key(self.out_proj(merge_heads(out)), mask, k.shape[2], causal=causal)  # (B, Tq, D)

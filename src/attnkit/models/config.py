@@ -23,8 +23,8 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from attnkit import masks
 from attnkit._checks import dataclass_kwargs, non_negative_int, one_of, positive_int, probability
+from attnkit.attention import masks
 
 __all__ = [
     "ModelConfig",

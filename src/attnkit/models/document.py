@@ -31,10 +31,10 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from attnkit.attention.functional import attention
+from attnkit.attention.masks import BlockMask
 from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
-from attnkit.functional import attention
 from attnkit.layers.pooling import AttentionPooling
-from attnkit.masks import BlockMask
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (
     TextClassifierConfig,

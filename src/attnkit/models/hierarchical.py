@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from attnkit import masks
+from attnkit.attention import masks
 from attnkit.layers.pooling import AttentionPooling
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (

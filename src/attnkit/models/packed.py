@@ -10,8 +10,8 @@ documents apart:
 
 * ``mask``: attention only within a document. Rows up to
   :data:`BLOCK_MASK_FROM` tokens get the dense boolean mask ``(R, 1, T, T)``
-  (the fused kernel runs); longer rows get a :class:`~attnkit.masks.BlockMask`
-  of :func:`~attnkit.masks.document_mod`, which skips the blocks between
+  (the fused kernel runs); longer rows get a :class:`~attnkit.attention.masks.BlockMask`
+  of :func:`~attnkit.attention.masks.document_mod`, which skips the blocks between
   documents. Both give the same attention.
 * :meth:`PackedBatch.unpack`: the ``(R, T, ...)`` token states gathered back to
   ``(N, L, ...)``, one document per row, for per-document pooling, recurrent
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnkit import masks
+from attnkit.attention import masks
 from attnkit.positional import check_positions
 
 __all__ = ["PackedBatch", "packed_batch", "BLOCK_MASK_FROM"]

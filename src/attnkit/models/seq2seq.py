@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit import masks
+from attnkit.attention import masks
 from attnkit.blocks import (
     DecoderCache,
     DecoderWeights,

@@ -1,7 +1,7 @@
 """Attention with a ``score_mod`` in query tiles, FlashAttention style: no ``(Tq, Tk)`` tensor.
 
 :func:`tiled_attention` cuts the queries into tiles of whole blocks of a
-:class:`~attnkit.block_mask.BlockMask` (or of the plain sequence when there is
+:class:`~attnkit.attention.block_mask.BlockMask` (or of the plain sequence when there is
 no mask). A tile computes its scores against the span of key blocks its query
 blocks need, so the empty blocks outside the span are skipped; ``score_mod``
 rewrites those scores, the element mask of the span's blocks is applied only
@@ -25,7 +25,6 @@ length, Dh head width, Dv value head width, bs block size, tq/S the queries and 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,16 +32,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.block_mask import BlockMask
-from attnkit.score_mods import BiasFn, bias_of
+from attnkit.attention.block_mask import BlockMask
+from attnkit.attention.score_mods import apply_score_mod, bias_of, refuse_non_finite
+from attnkit.attention.types import BiasFn, ScoreMod
 
 __all__ = ["tiled_attention", "tile_plan", "block_kinds", "TILE_ELEMENTS", "FUSED_TILE_ELEMENTS", "captures_gradients"]
 
-ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 TILE_ELEMENTS = 1 << 22
 """Scores computed at once (B * H * tq * S) on the step-by-step path, 16 MiB in float32 (at least one block)."""
 FUSED_TILE_ELEMENTS = 1 << 24
-"""The same for a :func:`~attnkit.score_mods.bias_mod` through the fused kernel (its bias tile, 64 MiB):
+"""The same for a :func:`~attnkit.attention.score_mods.bias_mod` through the fused kernel (its bias tile, 64 MiB):
 the kernel's backward costs more per call than per entry, so its tiles are larger."""
 _FLOOR = -87.0  # exp(-87) ~ 1.6e-38, the smallest normal float32 is 1.2e-38
 
@@ -151,20 +150,6 @@ def _index(b: int, h: int, tile: _Tile, device: torch.device) -> tuple[Tensor, T
             torch.arange(tile.k0, tile.k1, device=device).view(1, 1, 1, -1))
 
 
-def apply_score_mod(score_mod: ScoreMod, s: Tensor, idx: tuple[Tensor, ...]) -> Tensor:
-    """``score_mod(s, *idx)`` checked to be a floating tensor of ``s``'s shape, as float32."""
-    out = score_mod(s, *idx)
-    if not isinstance(out, Tensor) or not out.dtype.is_floating_point:
-        got = out.dtype if isinstance(out, Tensor) else type(out).__name__
-        raise TypeError(f"score_mod must return a floating tensor of the score's shape, got {got}")
-    if out.shape != s.shape:
-        raise ValueError(
-            f"score_mod must keep the score's shape {tuple(s.shape)}, got {tuple(out.shape)}; "
-            "use element-wise operations on score, b, h, q_idx, kv_idx"
-        )
-    return out.float()
-
-
 def _grouped(x: Tensor, hkv: int) -> Tensor:
     """``(B, H, t, d)`` -> ``(B, Hkv, G * t, d)``: the query heads that share a key/value head, stacked."""
     b, h, t, d = x.shape
@@ -196,6 +181,7 @@ def _forward_tile(qt: Tensor, k: Tensor, v: Tensor, tile: _Tile, mask: tuple[Ten
         del s2
     _fill(s, tile, mask, float("-inf"))
     m = s.amax(dim=-1, keepdim=True)
+    nan_row = torch.isnan(m)  # a NaN query: NaN out, as on the readable path
     ok = torch.isfinite(m)
     m = torch.where(ok, m, torch.zeros_like(m))
     p = s.sub_(m).clamp_(min=_FLOOR).exp_()
@@ -203,7 +189,7 @@ def _forward_tile(qt: Tensor, k: Tensor, v: Tensor, tile: _Tile, mask: tuple[Ten
     total = p.sum(dim=-1, keepdim=True)
     out = (_grouped(p, v.shape[1]) @ v).view(b, h, tq, v.shape[-1])
     total = torch.where(ok, total, torch.ones_like(total))
-    out = out.div_(total).masked_fill_(~ok, 0.0)
+    out = out.div_(total).masked_fill_(~ok, 0.0).masked_fill_(nan_row, float("nan"))
     return out, torch.where(ok, m + total.log(), torch.full_like(m, float("inf")))
 
 
@@ -218,7 +204,7 @@ def _backward_tile(qt: Tensor, k: Tensor, v: Tensor, go: Tensor, lse: Tensor, de
     if score_mod is not None:
         with torch.enable_grad():
             s.requires_grad_()
-            s2 = apply_score_mod(score_mod, s, idx)
+            s2 = apply_score_mod(score_mod, s, idx, check=False)  # checked in forward
     p = s2.detach() - lse if score_mod is not None else s.sub_(lse)
     p = p.clamp_(min=_FLOOR).exp_()  # rows without a key have L = +inf: P = exp(-87) there, zeroed below
     _fill(p, tile, mask, 0.0)
@@ -275,7 +261,7 @@ class _Tiled(torch.autograd.Function):
 
 
 def _bias_tile(bm: BlockMask | None, t: _Tile, bias_fn: BiasFn, b: int, h: int, dtype: torch.dtype,
-               device: torch.device) -> tuple[Tensor, Tensor | None]:
+               device: torch.device, check: bool = False) -> tuple[Tensor, Tensor | None]:
     """A tile's additive mask for the fused kernel: the bias, ``-inf`` where blocked; rows kept.
 
     Rows without a key are left open (bias only) and reported in the second
@@ -296,6 +282,8 @@ def _bias_tile(bm: BlockMask | None, t: _Tile, bias_fn: BiasFn, b: int, h: int, 
     if not ok:
         raise ValueError(f"bias_mod's bias_fn returned shape {tuple(bias.shape)}, which does not broadcast "
                          f"to the tile {want}; use element-wise operations on b, h, q_idx, kv_idx")
+    if check:
+        refuse_non_finite("score_mod (its bias_mod's bias_fn)", bias, None, _index(b, h, t, device))
     bias = bias.to(dtype)
     mask = _blocked(bm, t)
     if mask is None:
@@ -325,7 +313,7 @@ class _FusedBias(torch.autograd.Function):
         lse = torch.zeros(b, h, tq, dtype=torch.float32, device=q.device) if flash else None
         for t in tiles:
             qs, ks = slice(t.q0, t.q1), slice(t.k0, t.k1)
-            bias, row_ok = _bias_tile(bm, t, bias_fn, b, h, q.dtype, q.device)
+            bias, row_ok = _bias_tile(bm, t, bias_fn, b, h, q.dtype, q.device, check=True)
             if flash:
                 assert lse is not None
                 o, lse[:, :, qs] = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
@@ -382,8 +370,8 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask | None, *, sc
                     score_mod: ScoreMod | None) -> Tensor:
     """Attention over ``bm`` (``None``: every key) with ``score_mod``, one query tile at a time.
 
-    A :func:`~attnkit.score_mods.bias_mod` goes through torch's fused kernel with one bias tile per query
-    tile (on CPU its log-sum-exp is kept; elsewhere a tile's forward is recomputed in backward); any other
+    A :func:`~attnkit.attention.score_mods.bias_mod` goes through torch's fused kernel with one bias tile per query
+    tile, in float32 for half-precision inputs so that the bias is added in float32 (on CPU its log-sum-exp is kept; elsewhere a tile's forward is recomputed in backward); any other
     score_mod runs step by step, in float32. Gradients reach q, k and v, not tensors captured inside
     ``score_mod`` (:func:`captures_gradients` tells those apart).
 
@@ -394,6 +382,11 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask | None, *, sc
     bias_fn = bias_of(score_mod)
     if bias_fn is not None:
         plan = tile_plan(bm, b, h, tq, k.shape[2], FUSED_TILE_ELEMENTS)
+        if q.dtype in (torch.float16, torch.bfloat16):
+            # the bias is added in float32: ALiBi's distances times slopes reach tens, where a
+            # half-precision bias would be off by tenths; the kernel runs in float32 on these tiles
+            wide: Tensor = _FusedBias.apply(q.float(), k.float(), v.float(), bm, scale, bias_fn, plan)
+            return wide.to(q.dtype)
         fused: Tensor = _FusedBias.apply(q, k, v, bm, scale, bias_fn, plan)
         return fused
     out: Tensor = _Tiled.apply(q, k, v, bm, scale, score_mod, tile_plan(bm, b, h, tq, k.shape[2]))

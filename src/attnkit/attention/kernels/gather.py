@@ -1,8 +1,6 @@
-"""Programmable attention: the block-sparse path for a :class:`~attnkit.block_mask.BlockMask`,
-and ``score_mod`` on it or on the readable path.
+"""Block-sparse attention by gathering: the kernel for any :class:`~attnkit.attention.block_mask.BlockMask`.
 
-:func:`attnkit.attention` sends here a call whose mask is a ``BlockMask`` or
-that has a ``score_mod``. With a ``BlockMask`` the queries are cut into blocks
+With a ``BlockMask`` the queries are cut into blocks
 of ``block_size`` rows; each query block gathers only its non-empty key and
 value blocks, the element mask is applied only where a block is partial, and
 the ``(Tq, Tk)`` scores are never built. Backward runs through autograd over
@@ -18,37 +16,17 @@ blocks, K key blocks computed per query block.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit import block_runs as _runs
-from attnkit import masks as _masks
-from attnkit import tiled_attention as _tiled
-from attnkit.block_mask import BlockMask
+from attnkit.attention.block_mask import BlockMask
+from attnkit.attention.kernels.dense import HALF, softmax_open_rows, zero_rows
+from attnkit.attention.kernels.runs import kept_masks, neg_inf_where
+from attnkit.attention.score_mods import apply_score_mod
+from attnkit.attention.types import ScoreMod
 
-__all__ = ["ScoreMod", "MaskArg", "dispatch", "block_sparse_attention", "dense_attention"]
-
-ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
-"""``score_mod(score, b, h, q_idx, kv_idx) -> score``, applied to the scaled logits."""
-MaskArg = Tensor | BlockMask | None
-"""What ``attention(mask=...)`` takes: a bool tensor, a BlockMask or ``None``."""
-_HALF = (torch.float16, torch.bfloat16)
-
-
-def _softmax(scores: Tensor, fill: Tensor | None) -> Tensor:
-    """Softmax with the ``fill`` entries at ``-inf``; ``fill`` leaves rows without a key open.
-
-    Those rows (no NaN forward or backward) are zeroed by the caller, on the
-    output, which zeroes their gradients too.
-    """
-    return torch.softmax(scores if fill is None else scores.masked_fill(fill, float("-inf")), dim=-1)
-
-
-def _zero_rows(x: Tensor, row_ok: Tensor | None) -> Tensor:
-    return x if row_ok is None else x.masked_fill(~row_ok, 0.0)
+__all__ = ["block_sparse_attention"]
 
 
 def _gather_blocks(x: Tensor, idx: Tensor, bs: int, query_major: bool = False) -> Tensor:
@@ -77,12 +55,19 @@ def _pad_to(x: Tensor, length: int) -> Tensor:
 
 
 def _score_index(bm: BlockMask, b: int, h: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The index tensors a score_mod sees on the gathered blocks, each within ``[0, T)``.
+
+    Positions past ``Tq`` or ``Tk`` (the padding of the last blocks) are masked or cut off
+    afterwards; they are given the last valid index, so a score_mod that reads a length-T
+    tensor never indexes past its end.
+    """
     bs = bm.block_size
     nq = bm.kv_indices.shape[2]
     dev = bm.device
     ar = torch.arange(bs, device=dev)
-    q_idx = (torch.arange(nq, device=dev)[:, None] * bs + ar).view(1, 1, nq, bs, 1)
-    kv_idx = (bm.kv_indices[..., None] * bs + ar).flatten(-2)[:, :, :, None, :]  # (Bm, Hm, nQ, 1, K*bs)
+    tq, tk = bm.shape[2], bm.shape[3]
+    q_idx = (torch.arange(nq, device=dev)[:, None] * bs + ar).clamp(max=tq - 1).view(1, 1, nq, bs, 1)
+    kv_idx = (bm.kv_indices[..., None] * bs + ar).clamp(max=tk - 1).flatten(-2)[:, :, :, None, :]
     return (torch.arange(b, device=dev).view(b, 1, 1, 1, 1), torch.arange(h, device=dev).view(1, h, 1, 1, 1),
             q_idx, kv_idx)
 
@@ -126,9 +111,9 @@ def _fused_blocks(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, scale: float, 
     attn_mask = None
     if fill is not None:  # additive, in q's dtype; kept on the BlockMask when small (sparse masks)
         def additive() -> list[Tensor | None]:
-            add = _runs.neg_inf_where(fill, q.dtype).transpose(1, 2)
+            add = neg_inf_where(fill, q.dtype).transpose(1, 2)
             return [add.expand(b, nq, bmh, bs, nkb * bs).reshape(b * nq, bmh, bs, -1)]
-        attn_mask = _runs.kept_masks(bm, ("sdpa", b, q.dtype), additive)[0]
+        attn_mask = kept_masks(bm, ("sdpa", b, q.dtype), additive)[0]
     if bmh == 1:
         rows = (torch.arange(b, device=q.device).view(b, 1, 1) * nk + bm.kv_indices[:, 0]).reshape(-1)
         kg = _token_blocks(k, rows, bs, nk).view(b * nq, nkb * bs, hkv, dh).transpose(1, 2)
@@ -167,7 +152,7 @@ def block_sparse_attention(
         k, v = k.repeat_interleave(h // hkv, dim=1), v.repeat_interleave(h // hkv, dim=1)
         hkv = h
     group = h // hkv
-    qf, kf = (q.float(), k.float()) if q.dtype in _HALF else (q, k)
+    qf, kf = (q.float(), k.float()) if q.dtype in HALF else (q, k)
     kg = _gather_blocks(_pad_to(kf, nk * bs), bm.kv_indices, bs)  # (B, Hkv, nQ, K*bs, Dh)
     vg = _gather_blocks(_pad_to(v, nk * bs), bm.kv_indices, bs)  # (B, Hkv, nQ, K*bs, Dv)
     qb = (_pad_to(qf, nq * bs) * scale).view(b, hkv, group, nq, bs, dh)  # (B, Hkv, G, nQ, bs, Dh)
@@ -176,109 +161,20 @@ def block_sparse_attention(
     else:
         scores = (qb @ kg.unsqueeze(2).transpose(-1, -2)).view(b, h, nq, bs, nkb * bs)
     if score_mod is not None:
-        scores = _tiled.apply_score_mod(score_mod, scores, _score_index(bm, b, h))
+        scores = apply_score_mod(score_mod, scores, _score_index(bm, b, h))
     fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
-    weights = _softmax(scores, fill)  # (B, H, nQ, bs, K*bs), float32
+    weights = softmax_open_rows(scores, fill)  # (B, H, nQ, bs, K*bs), float32
     dropped = F.dropout(weights, p=dropout, training=True) if dropout > 0.0 else weights
     if group == 1:
         out = dropped.to(v.dtype) @ vg  # (B, H, nQ, bs, Dv)
     else:
         wg = dropped.to(v.dtype).view(b, hkv, group, nq, bs, nkb * bs)
         out = (wg @ vg.unsqueeze(2)).view(b, h, nq, bs, dv)
-    out = _zero_rows(out, row_ok).view(b, h, nq * bs, dv)[:, :, :tq]  # (B, H, Tq, Dv)
+    out = zero_rows(out, row_ok).view(b, h, nq * bs, dv)[:, :, :tq]  # (B, H, Tq, Dv)
     if not return_weights:
         return out, None
-    blocks = _zero_rows(weights, row_ok).view(b, h, nq, bs, nkb, bs)
+    blocks = zero_rows(weights, row_ok).view(b, h, nq, bs, nkb, bs)
     index = bm.kv_indices[:, :, :, None, :, None].expand(b, h, nq, bs, nkb, bs)
     dense = torch.zeros(b, h, nq, bs, nk, bs, dtype=weights.dtype, device=q.device)
     dense = dense.scatter_add(4, index, blocks)  # padding blocks hold zeros
     return out, dense.view(b, h, nq * bs, nk * bs)[:, :, :tq, :tk].to(q.dtype)
-
-
-def dense_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, bias: Tensor | None, causal: bool,
-    scale: float, score_mod: ScoreMod | None, dropout: float = 0.0,
-) -> tuple[Tensor, Tensor]:
-    """The readable path with a ``score_mod``: the full ``(Tq, Tk)`` scores; ``(output, weights)``.
-
-    Shape:
-        q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
-        output ``(B, H, Tq, Dv)``; weights ``(B, H, Tq, Tk)``.
-    """
-    b, h, tq, dh = q.shape
-    hkv, tk = k.shape[1], k.shape[2]
-    qf, kf = (q.float(), k.float()) if q.dtype in _HALF else (q, k)
-    qg = (qf * scale).view(b, hkv, h // hkv, tq, dh)  # (B, Hkv, G, Tq, Dh)
-    scores = (qg @ kf.unsqueeze(2).transpose(-1, -2)).view(b, h, tq, tk)  # (B, H, Tq, Tk)
-    if bias is not None:
-        scores = scores + bias.float()
-    if score_mod is not None:
-        dev = q.device
-        idx = (torch.arange(b, device=dev).view(b, 1, 1, 1), torch.arange(h, device=dev).view(1, h, 1, 1),
-               torch.arange(tq, device=dev).view(1, 1, tq, 1), torch.arange(tk, device=dev).view(1, 1, 1, tk))
-        scores = _tiled.apply_score_mod(score_mod, scores, idx)
-    if causal:
-        mask = _masks.combine(mask, _masks.causal(tq, tk, device=q.device))
-    row_ok = _masks.rows_with_keys(mask) if mask is not None else None  # (..., Tq, 1)
-    fill = None if mask is None or row_ok is None else ~mask & row_ok
-    weights = _zero_rows(_softmax(scores, fill), row_ok)  # (B, H, Tq, Tk), float32
-    dropped = F.dropout(weights, p=dropout, training=True) if dropout > 0.0 else weights
-    wg = dropped.to(v.dtype).view(b, hkv, h // hkv, tq, tk)
-    out = (wg @ v.unsqueeze(2)).view(b, h, tq, v.shape[-1])  # (B, H, Tq, Dv)
-    return out, weights.to(q.dtype)
-
-
-def _tiles_apply(q: Tensor, score_mod: ScoreMod | None, dropout: float, return_weights: bool) -> bool:
-    """Whether a score_mod call runs in query tiles (:mod:`attnkit.tiled_attention`).
-
-    Not with dropout or weights asked for, nor when the score_mod mixes in a
-    tensor that needs a gradient: those take the blocks through autograd. Nor
-    in a compiled graph: the tiles' custom backward is eager code, and the
-    compiler fuses the autograd path's score_mod itself.
-    """
-    return (score_mod is not None and dropout == 0.0 and not return_weights
-            and not torch.compiler.is_compiling()
-            and not _tiled.captures_gradients(score_mod, q.device))
-
-
-def dispatch(
-    q: Tensor, k: Tensor, v: Tensor, mask: MaskArg, *, bias: Tensor | None, causal: bool, dropout: float,
-    scale: float, score_mod: ScoreMod | None, return_weights: bool, backend: str,
-) -> tuple[str, str, Tensor | tuple[Tensor, Tensor]]:
-    """Run a call with a BlockMask or a score_mod; returns ``(path, reason, result)``.
-
-    Shape:
-        as :func:`attnkit.attention`.
-    """
-    if score_mod is not None and not callable(score_mod):
-        raise TypeError(f"score_mod must be callable, got {type(score_mod).__name__}")
-    b, h, tq, _ = q.shape
-    if isinstance(mask, BlockMask):
-        mask.check(b, h, tq, k.shape[2], q.device)
-        if bias is not None or causal:
-            raise ValueError(
-                "a BlockMask takes neither bias= nor causal=True: build causality into the mask "
-                "(masks.and_mods(masks.causal_mod, ...)) and a bias into score_mod"
-            )
-        if backend != "math":
-            why = f"{100 * mask.sparsity():.0f}% of blocks skipped ({mask.counts['partial']} partial)"
-            if score_mod is None and dropout == 0.0 and not return_weights and _runs.usable(q, k, v, mask):
-                out = _runs.runs_attention(q, k, v, mask, scale=scale)
-                return "block-sparse", why + "; contiguous key runs as views", out
-            if _tiles_apply(q, score_mod, dropout, return_weights):
-                out = _tiled.tiled_attention(q, k, v, mask, scale=scale, score_mod=score_mod)
-                return "block-sparse", why + "; score_mod in query tiles", out
-            out, weights = block_sparse_attention(q, k, v, mask, scale=scale, score_mod=score_mod,
-                                                  dropout=dropout, return_weights=return_weights)
-            return "block-sparse", why, ((out, weights) if weights is not None else out)
-        mask = mask.to_dense()
-    elif backend == "fused":
-        raise ValueError("score_mod needs the readable path or a BlockMask, not backend='fused'")
-    elif mask is None and bias is None and not causal and backend == "auto" and _tiles_apply(
-            q, score_mod, dropout, return_weights):
-        out = _tiled.tiled_attention(q, k, v, None, scale=scale, score_mod=score_mod)
-        return "block-sparse", "score_mod in query tiles over every key (no mask)", out
-    out, weights = dense_attention(q, k, v, mask, bias=bias, causal=causal, scale=scale,
-                                   score_mod=score_mod, dropout=dropout)
-    why = "requested with backend='math'" if backend == "math" else "score_mod with a dense mask"
-    return "math", why, ((out, weights) if return_weights else out)

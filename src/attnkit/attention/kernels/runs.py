@@ -1,7 +1,7 @@
 """Block-sparse attention over contiguous key runs: views of the keys, no gather.
 
 When every query block's non-empty key blocks of a
-:class:`~attnkit.block_mask.BlockMask` form one contiguous run (causal,
+:class:`~attnkit.attention.block_mask.BlockMask` form one contiguous run (causal,
 sliding windows, packed documents, prefix-LM), a group of consecutive query
 blocks attends a *view* ``k[:, :, start:end]`` through torch's CPU flash kernel,
 with an additive mask only where the group's span holds blocks that are not
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnkit.block_mask import BlockMask
+from attnkit.attention.block_mask import BlockMask
 
 __all__ = ["run_plan", "usable", "runs_attention"]
 
@@ -96,26 +96,24 @@ def run_plan(bm: BlockMask) -> list[Call] | None:
     None when the mask depends on the batch or head, when some query block's
     key blocks have a gap, or when some query row keeps no key.
     """
-    cached = bm._derived.get(("runs",))
-    if cached is not None:
-        return cached or None
-    plan: list[Call] | None = None
-    runs = _runs(bm) if bm.kv_indices.shape[:2] == (1, 1) else None
-    if runs is not None:
-        starts, ends = runs
-        groups: list[tuple[int, int, int, int, Tensor | None]] | None = []
-        bs, tq, tk = bm.block_size, bm.shape[2], bm.shape[3]
-        for g in _groups(starts, ends):
-            allowed = _allowed(bm, g, starts, ends)
-            if not bool(allowed.any(-1).all()):
-                groups = None
-                break
-            assert groups is not None
-            groups.append((g[0] * bs, min(g[1] * bs, tq), g[2] * bs, min(g[3] * bs, tk),
-                           None if bool(allowed.all()) else allowed))
-        plan = None if groups is None else _batched(groups)
-    bm._derived[("runs",)] = plan if plan is not None else False
+    plan: list[Call] | None = bm.cached(("runs",), lambda: _find_plan(bm))
     return plan
+
+
+def _find_plan(bm: BlockMask) -> list[Call] | None:
+    runs = _runs(bm) if bm.kv_indices.shape[:2] == (1, 1) else None
+    if runs is None:
+        return None
+    starts, ends = runs
+    groups: list[tuple[int, int, int, int, Tensor | None]] = []
+    bs, tq, tk = bm.block_size, bm.shape[2], bm.shape[3]
+    for g in _groups(starts, ends):
+        allowed = _allowed(bm, g, starts, ends)
+        if not bool(allowed.any(-1).all()):
+            return None
+        groups.append((g[0] * bs, min(g[1] * bs, tq), g[2] * bs, min(g[3] * bs, tk),
+                       None if bool(allowed.all()) else allowed))
+    return _batched(groups)
 
 
 def usable(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask) -> bool:
@@ -133,14 +131,9 @@ def neg_inf_where(blocked: Tensor, dtype: torch.dtype) -> Tensor:
 
 def kept_masks(bm: BlockMask, key: tuple[Any, ...], make: Callable[[], list[Tensor | None]]
                ) -> list[Tensor | None]:
-    """``make()``'s masks, kept on the BlockMask under ``key`` when small and the call is eager."""
-    masks = bm._derived.get(key)
-    if masks is None:
-        masks = make()
-        small = sum(0 if m is None else m.numel() for m in masks) <= _CACHED_MASK_ELEMENTS
-        if small and not torch.compiler.is_compiling():  # a compiled graph keeps no state on its inputs
-            bm._derived[key] = masks
-    return masks
+    """``make()``'s masks, kept on the BlockMask under ``key`` when small (:meth:`BlockMask.cached`)."""
+    return bm.cached(key, make, keep=lambda masks: sum(0 if m is None else m.numel() for m in masks)
+                     <= _CACHED_MASK_ELEMENTS)
 
 
 def _additive(bm: BlockMask, plan: list[Call], dtype: torch.dtype) -> list[Tensor | None]:

@@ -20,12 +20,13 @@ Shape legend: B batch, H heads, Tq query length, Tk key length.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
 from attnkit import _checks
+from attnkit.attention.types import MaskMod
 
 __all__ = [
     "BlockMask",
@@ -39,8 +40,7 @@ __all__ = [
     "or_mods",
 ]
 
-MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
-"""``mask_mod(b, h, q_idx, kv_idx) -> bool Tensor``, True where a query may attend a key."""
+T = TypeVar("T")
 
 _CHUNK_ELEMENTS = 1 << 24  # mask entries evaluated at once by create_block_mask
 _NEEDS = "_attnkit_needs"  # attribute of a mod: [(what, batch or None, length)] it requires
@@ -291,6 +291,35 @@ class BlockMask:
         if not torch.compiler.is_compiling():  # a compiled graph keeps no state on its inputs
             self._kept = kept
         return kept
+
+    def cached(self, key: tuple[Any, ...], make: Callable[[], T], *,
+               keep: Callable[[T], bool] | None = None) -> T:
+        """``make()``, computed once per ``key`` and kept on this mask: data attention derives from it.
+
+        The kernels keep their plans and additive masks here, so a mask built
+        once serves every call. ``keep(result)`` False (too large to hold)
+        computes without keeping; so does a compiled graph, which keeps no
+        state on its inputs.
+        """
+        if key in self._derived:
+            value: T = self._derived[key]
+            return value
+        value = make()
+        if not torch.compiler.is_compiling() and (keep is None or keep(value)):
+            self._derived[key] = value
+        return value
+
+    def rows_with_keys(self) -> Tensor | None:
+        """True for each query row that may attend at least one key; ``None`` when every row may.
+
+        Shape:
+            returns ``(Bm, Hm, Tq, 1)`` bool.
+        """
+        if self._flags[1]:
+            return None
+        (bm, hm, nq, _), bs = self.elem_index.shape, self.block_size
+        rows = self.elements.any(-1)[self.elem_index].any(3)  # (Bm, Hm, nQ, bs)
+        return rows.reshape(bm, hm, nq * bs)[:, :, : self.shape[2], None]
 
     def to_dense(self) -> Tensor:
         """The dense boolean mask, True where a query may attend a key.

@@ -1,0 +1,239 @@
+"""Dense kernels: the whole ``(Tq, Tk)`` problem at once.
+
+* **fused** — ``torch.nn.functional.scaled_dot_product_attention``, which picks
+  a fused kernel (FlashAttention on CPU and GPU, memory-efficient or cuDNN on
+  GPU) and never materialises the ``(Tq, Tk)`` weights.
+* **math** — the readable formula, written out step by step: the weights
+  (:func:`attention_weights`), then ``weights @ V``; with a ``score_mod``,
+  :func:`score_mod_attention`.
+
+A query row with no key gives zero output, weights and gradients; a query
+holding NaN or an infinity gives a NaN row on both (:func:`nan_rows`).
+Softmax runs in float32 for float16 and bfloat16 inputs.
+
+Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk query/key
+length, Dh head width, Dv value head width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnkit.attention import masks as _masks
+from attnkit.attention.score_mods import apply_score_mod
+from attnkit.attention.types import ScoreMod
+
+__all__ = ["safe_softmax", "attention_weights", "math_output", "fused_output", "nan_rows",
+           "score_mod_attention", "kernel_name", "softmax_open_rows", "zero_rows", "HALF"]
+
+HALF = (torch.float16, torch.bfloat16)
+"""The half-precision dtypes, whose logits and softmax run in float32."""
+
+
+def safe_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tensor:
+    """Softmax that subtracts the row maximum, runs in float32 for half inputs, and returns
+    an all-zero row (with zero gradient) where no entry is allowed.
+
+    ``mask`` is boolean, True where an entry may take weight. Entries equal to
+    ``-inf`` in ``scores`` are treated as masked too. The result has the dtype
+    of ``scores``.
+
+    Shape:
+        scores ``(..., Tk)``; mask broadcastable to it; returns the shape of scores.
+    """
+    work = scores.float() if scores.dtype in HALF else scores
+    if mask is not None:
+        work = work.masked_fill(~mask, float("-inf"))
+    row_max = work.amax(dim=dim, keepdim=True)
+    # A row with nothing allowed has max -inf; shift it by 0 so exp gives 0, not NaN.
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max)).detach()
+    exp = torch.exp(work - row_max)
+    total = exp.sum(dim=dim, keepdim=True)
+    weights = exp / torch.where(total > 0, total, torch.ones_like(total))
+    return weights.to(scores.dtype)
+
+
+def full_mask(
+    mask: Tensor | None, causal: bool, tq: int, tk: int, device: torch.device
+) -> Tensor | None:
+    if not causal:
+        return mask
+    return _masks.combine(mask, _masks.causal(tq, tk, device=device))
+
+
+def kernel_name(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool,
+                 scale: float, gqa: bool) -> str | None:
+    try:
+        from torch.nn.attention import SDPBackend
+
+        index = torch._fused_sdp_choice(  # type: ignore[attr-defined]
+            q, k, v, attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal, scale=scale,
+            enable_gqa=gqa,
+        )
+        return SDPBackend(index).name
+    except Exception:  # private API: absent or different in other torch versions
+        return None
+
+
+def _scores(q: Tensor, k: Tensor, scale: float) -> Tensor:
+    """Scaled logits ``Q K^T * scale`` with key/value heads shared across query-head groups."""
+    b, h, tq, dh = q.shape
+    hkv, tk = k.shape[1], k.shape[2]
+    group = h // hkv
+    if q.dtype in HALF:
+        # float16 logits overflow past 65504; compute them in float32 like the fused kernels do.
+        q, k = q.float(), k.float()
+    if group == 1:
+        # Plain batched matmul: its backward needs no copy of the (B, H, Tq, Tk) gradient.
+        return (q * scale) @ k.transpose(-1, -2)  # (B, H, Tq, Tk)
+    qg = (q * scale).reshape(b, hkv, group, tq, dh)  # (B, Hkv, G, Tq, Dh)
+    scores = qg @ k.unsqueeze(2).transpose(-1, -2)  # (B, Hkv, G, Tq, Tk)
+    return scores.reshape(b, h, tq, tk)  # (B, H, Tq, Tk)
+
+
+def attention_weights(
+    q: Tensor, k: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None,
+    causal: bool = False, scale: float | None = None,
+) -> Tensor:
+    """The attention probabilities ``softmax(Q K^T * scale + bias)`` under the mask.
+
+    Rows sum to 1, or are all zero where a query has no key. Arguments follow
+    :func:`attention`.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``; returns ``(B, H, Tq, Tk)``.
+    """
+    tq, tk = q.shape[2], k.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = _scores(q, k, scale)  # (B, H, Tq, Tk), float32 for half inputs
+    full = full_mask(mask, causal, tq, tk, q.device)
+    if bias is not None:
+        # -inf in the bias masks entries too (assumed when compiled: a graph cannot branch on data)
+        if torch.compiler.is_compiling() or torch.isneginf(bias).any():
+            return safe_softmax(scores + bias.to(scores.dtype), full).to(q.dtype)
+        scores = scores + bias.to(scores.dtype)
+    return _masked_softmax(scores, full).to(q.dtype)
+
+
+def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """:func:`safe_softmax` for scores without ``-inf``, through ``torch.softmax``.
+
+    ``torch.softmax`` is one fused kernel forward and one backward, where the
+    step-by-step formula makes several passes over the ``(B, H, Tq, Tk)``
+    tensor each way. A row with no allowed key is let attend everywhere (so
+    no ``-inf - -inf`` NaN arises, forward or backward) and then zeroed, which
+    also zeroes its gradient.
+    """
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    row_ok = _masks.rows_with_keys(mask)  # (..., Tq, 1)
+    allowed = mask | ~row_ok
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    return weights.masked_fill(~row_ok, 0.0)
+
+
+def math_output(weights: Tensor, v: Tensor, dropout: float) -> Tensor:
+    b, h, tq, tk = weights.shape
+    hkv, dv = v.shape[1], v.shape[-1]
+    if dropout > 0.0:
+        weights = F.dropout(weights, p=dropout, training=True)
+    wg = weights.to(v.dtype).reshape(b, hkv, h // hkv, tq, tk)  # (B, Hkv, G, Tq, Tk)
+    out = wg @ v.unsqueeze(2)  # (B, Hkv, G, Tq, Dv)
+    return out.reshape(b, h, tq, dv)  # (B, H, Tq, Dv)
+
+
+def fused_output(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None, causal: bool,
+    dropout: float, scale: float,
+) -> Tensor:
+    tq, tk = q.shape[2], k.shape[2]
+    gqa = q.shape[1] != k.shape[1]
+    if causal and mask is None and bias is None and tq == tk:
+        return nan_rows(F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout, is_causal=True, scale=scale, enable_gqa=gqa
+        ), q, None)
+    full = full_mask(mask, causal, tq, tk, q.device)
+    row_ok = None
+    if full is not None:
+        # Rows with no key: let them attend everywhere inside the kernel (no NaN, no
+        # NaN gradient), then zero their output, which also zeroes their gradients.
+        row_ok = _masks.rows_with_keys(full)  # (..., Tq, 1)
+        full = full | ~row_ok
+    attn_mask: Tensor | None = full
+    if bias is not None:
+        attn_mask = bias.to(q.dtype)
+        if full is not None:
+            attn_mask = attn_mask.masked_fill(~full, float("-inf"))
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale, enable_gqa=gqa
+    )  # (B, H, Tq, Dv)
+    return nan_rows(out, q, row_ok)
+
+
+def nan_rows(out: Tensor, q: Tensor, row_ok: Tensor | None) -> Tensor:
+    """``out`` with NaN in the rows whose query holds NaN or an infinity, zero in rows without a key.
+
+    What the readable path computes (a non-finite query makes its scores and
+    softmax NaN), made explicit for the kernels that would return 0 or a
+    finite row instead. A row without a key gives zero whatever its query.
+
+    Shape:
+        out ``(B, H, Tq, Dv)``, q ``(B, H, Tq, Dh)``, row_ok broadcasting to ``(B, H, Tq, 1)``;
+        returns ``(B, H, Tq, Dv)``.
+    """
+    if q.device.type == "cpu" and not torch.compiler.is_compiling() and bool(torch.isfinite(q.detach().sum())):
+        pass  # every query finite (one reduction; on an accelerator the branch-free form avoids a sync)
+    else:
+        # 0 for a finite row, NaN for one holding NaN or +-inf (0 * inf = NaN); detached: backward pays nothing
+        out = out + (q.detach().sum(dim=-1, keepdim=True, dtype=torch.float32) * 0).to(out.dtype)  # (B, H, Tq, 1)
+    return out if row_ok is None else out.masked_fill(~row_ok, 0.0)
+
+
+def softmax_open_rows(scores: Tensor, fill: Tensor | None) -> Tensor:
+    """Softmax with the ``fill`` entries at ``-inf``; ``fill`` leaves rows without a key open.
+
+    Those rows (no NaN forward or backward) are zeroed by the caller, on the
+    output, which zeroes their gradients too.
+    """
+    return torch.softmax(scores if fill is None else scores.masked_fill(fill, float("-inf")), dim=-1)
+
+
+def zero_rows(x: Tensor, row_ok: Tensor | None) -> Tensor:
+    return x if row_ok is None else x.masked_fill(~row_ok, 0.0)
+
+
+def score_mod_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, *, bias: Tensor | None, causal: bool,
+    scale: float, score_mod: ScoreMod | None, dropout: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """The readable path with a ``score_mod``: the full ``(Tq, Tk)`` scores; ``(output, weights)``.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
+        output ``(B, H, Tq, Dv)``; weights ``(B, H, Tq, Tk)``.
+    """
+    b, h, tq, dh = q.shape
+    hkv, tk = k.shape[1], k.shape[2]
+    qf, kf = (q.float(), k.float()) if q.dtype in HALF else (q, k)
+    qg = (qf * scale).view(b, hkv, h // hkv, tq, dh)  # (B, Hkv, G, Tq, Dh)
+    scores = (qg @ kf.unsqueeze(2).transpose(-1, -2)).view(b, h, tq, tk)  # (B, H, Tq, Tk)
+    if bias is not None:
+        scores = scores + bias.float()
+    if score_mod is not None:
+        dev = q.device
+        idx = (torch.arange(b, device=dev).view(b, 1, 1, 1), torch.arange(h, device=dev).view(1, h, 1, 1),
+               torch.arange(tq, device=dev).view(1, 1, tq, 1), torch.arange(tk, device=dev).view(1, 1, 1, tk))
+        scores = apply_score_mod(score_mod, scores, idx)
+    if causal:
+        mask = _masks.combine(mask, _masks.causal(tq, tk, device=q.device))
+    row_ok = _masks.rows_with_keys(mask) if mask is not None else None  # (..., Tq, 1)
+    fill = None if mask is None or row_ok is None else ~mask & row_ok
+    weights = zero_rows(softmax_open_rows(scores, fill), row_ok)  # (B, H, Tq, Tk), float32
+    dropped = F.dropout(weights, p=dropout, training=True) if dropout > 0.0 else weights
+    wg = dropped.to(v.dtype).view(b, hkv, h // hkv, tq, tk)
+    out = (wg @ v.unsqueeze(2)).view(b, h, tq, v.shape[-1])  # (B, H, Tq, Dv)
+    return out, weights.to(q.dtype)

@@ -1,0 +1,352 @@
+"""Attention masks: the one place where masks are built, checked and converted.
+
+The rule, everywhere in attnkit: a **boolean mask is True where a query MAY
+attend to a key**. It must broadcast to ``(B, H, Tq, Tk)``. A float tensor is
+an additive bias and is passed as ``bias=``, never as ``mask=``.
+
+PyTorch itself uses two opposite conventions (``nn.MultiheadAttention`` reads
+True as *ignore*, ``F.scaled_dot_product_attention`` reads True as *attend*).
+Masks in the True-means-ignore convention enter attnkit only through the
+converters whose names say so: :func:`from_key_padding_mask` and
+:func:`from_torch_attn_mask`; Hugging Face's 1/0 ``attention_mask`` enters
+through :func:`from_hf_attention_mask`.
+
+Programmable masks that attention can skip block by block
+(:func:`create_block_mask` and the ready mask mods) live in
+:mod:`attnkit.attention.block_mask` and are re-exported here.
+
+Shape legend: B batch, H heads, Tq query length, Tk key length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from attnkit.attention.block_mask import (
+    BlockMask,
+    and_mods,
+    causal_mod,
+    create_block_mask,
+    document_mod,
+    or_mods,
+    prefix_lm_mod,
+    sliding_window_mod,
+)
+from attnkit.attention.types import MaskMod
+
+__all__ = [
+    "causal",
+    "from_lengths",
+    "sliding_window",
+    "combine",
+    "to_additive",
+    "from_key_padding_mask",
+    "from_torch_attn_mask",
+    "from_hf_attention_mask",
+    "check_mask",
+    "check_bias",
+    "rows_with_keys",
+    "query_has_key",
+    # programmable block masks (attnkit.attention.block_mask)
+    "create_block_mask",
+    "BlockMask",
+    "MaskMod",
+    "causal_mod",
+    "sliding_window_mod",
+    "document_mod",
+    "prefix_lm_mod",
+    "and_mods",
+    "or_mods",
+]
+
+Align = Literal["bottom_right", "top_left"]
+
+
+def _offset(tq: int, tk: int, align: str) -> int:
+    if align == "bottom_right":
+        return tk - tq
+    if align == "top_left":
+        return 0
+    raise ValueError(f"align must be 'bottom_right' or 'top_left', got {align!r}")
+
+
+def _check_length(name: str, value: int) -> None:
+    # torch.SymInt: a length that torch.export keeps symbolic (a dynamic dimension)
+    if not isinstance(value, (int, torch.SymInt)) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+
+
+def causal(
+    tq: int, tk: int, *, align: Align = "bottom_right", device: torch.device | str | None = None
+) -> Tensor:
+    """Causal mask: query ``i`` may attend key ``j`` when ``j <= i + offset``.
+
+    ``align="bottom_right"`` (the default, and what ``attention(causal=True)``
+    uses) puts the last query on the last key, ``offset = Tk - Tq``: the
+    queries are the newest ``Tq`` positions of a ``Tk``-long sequence, as in
+    incremental decoding with a KV cache. ``align="top_left"`` puts the first
+    query on the first key (``offset = 0``), PyTorch's ``is_causal`` convention.
+    When ``Tq > Tk`` with bottom-right alignment the first ``Tq - Tk`` queries
+    have no key at all; attention returns zeros for them.
+
+    Shape:
+        returns ``(Tq, Tk)`` bool.
+    """
+    _check_length("tq", tq)
+    _check_length("tk", tk)
+    offset = _offset(tq, tk, align)
+    i = torch.arange(tq, device=device).unsqueeze(1)  # (Tq, 1)
+    j = torch.arange(tk, device=device).unsqueeze(0)  # (1, Tk)
+    return j <= i + offset
+
+
+def sliding_window(
+    tq: int,
+    tk: int,
+    window: int,
+    *,
+    align: Align = "bottom_right",
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Local (banded) mask: query ``i`` may attend key ``j`` when ``|j - (i + offset)| <= window``.
+
+    The band is symmetric; combine it with :func:`causal` for the causal
+    sliding window of Longformer/Mistral (each query sees itself and the
+    ``window`` keys before it). ``offset`` follows ``align`` as in :func:`causal`.
+
+    Shape:
+        returns ``(Tq, Tk)`` bool.
+    """
+    _check_length("tq", tq)
+    _check_length("tk", tk)
+    if not isinstance(window, int) or isinstance(window, bool) or window < 0:
+        raise ValueError(f"window must be a non-negative int, got {window!r}")
+    offset = _offset(tq, tk, align)
+    i = torch.arange(tq, device=device).unsqueeze(1)  # (Tq, 1)
+    j = torch.arange(tk, device=device).unsqueeze(0)  # (1, Tk)
+    return (j - (i + offset)).abs() <= window
+
+
+def from_lengths(lengths: Tensor | Sequence[int], max_len: int | None = None) -> Tensor:
+    """Key-padding mask from sequence lengths: key ``j`` of example ``b`` is valid when ``j < lengths[b]``.
+
+    Shape:
+        lengths ``(B,)`` ints; returns ``(B, 1, 1, Tk)`` bool with ``Tk = max_len``
+        (default ``max(lengths)``), ready to broadcast over heads and queries.
+    """
+    lengths_t = torch.as_tensor(lengths)
+    if lengths_t.dim() != 1:
+        raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths_t.shape)}")
+    if lengths_t.dtype.is_floating_point or lengths_t.dtype == torch.bool:
+        raise TypeError(f"lengths must hold integers, got dtype {lengths_t.dtype}")
+    # A torch.compile/torch.export graph cannot branch on the lengths' values: given max_len,
+    # traced code skips the value checks.
+    traced = max_len is not None and torch.compiler.is_compiling()
+    if not traced and lengths_t.numel() and int(lengths_t.min()) < 0:
+        raise ValueError(f"lengths must be non-negative, got {lengths_t.tolist()}")
+    longest = int(lengths_t.max()) if lengths_t.numel() and not traced else 0
+    if max_len is None:
+        max_len = longest
+    _check_length("max_len", max_len)
+    if longest > max_len:
+        raise ValueError(f"max_len={max_len} is shorter than the longest length {longest}")
+    j = torch.arange(max_len, device=lengths_t.device)  # (Tk,)
+    valid = j.unsqueeze(0) < lengths_t.unsqueeze(1)  # (B, Tk)
+    return valid[:, None, None, :]  # (B, 1, 1, Tk)
+
+
+def combine(*masks: Tensor | None) -> Tensor | None:
+    """Intersect masks: a query may attend a key only where every mask allows it.
+
+    ``None`` entries are skipped; with no mask left the result is ``None``
+    (attend everywhere). Shapes broadcast as in ``torch.logical_and``.
+    """
+    result: Tensor | None = None
+    for index, m in enumerate(masks):
+        if m is None:
+            continue
+        if not isinstance(m, Tensor) or m.dtype != torch.bool:
+            raise TypeError(
+                f"combine() takes boolean masks; argument {index} is "
+                f"{type(m).__name__ if not isinstance(m, Tensor) else m.dtype}"
+            )
+        if result is None:
+            result = m
+        else:
+            try:
+                result = result & m
+            except RuntimeError as err:
+                raise ValueError(
+                    f"combine(): mask {index} of shape {tuple(m.shape)} does not broadcast "
+                    f"with shape {tuple(result.shape)}"
+                ) from err
+    return result
+
+
+def to_additive(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Convert a boolean mask to an additive bias: 0 where allowed, the dtype's minimum where not.
+
+    The dtype's own finite minimum is used instead of ``-inf`` or ``-1e9``:
+    ``-1e9`` overflows float16, and ``-inf`` turns a row with no key into NaN.
+    Prefer passing the boolean mask itself to :func:`attnkit.attention`, which
+    also zeroes rows that have no key.
+    """
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a boolean tensor, got {getattr(mask, 'dtype', type(mask))}")
+    if not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return bias.masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def from_key_padding_mask(key_padding_mask: Tensor) -> Tensor:
+    """Convert PyTorch's ``key_padding_mask`` (True = IGNORE this key) to attnkit's rule.
+
+    ``nn.MultiheadAttention`` and ``nn.TransformerEncoder`` mark padded keys
+    with True. attnkit marks keys that MAY be attended with True, so this
+    function inverts the mask and adds the head and query axes. A float
+    key-padding mask (PyTorch's additive form) is rejected: pass it as ``bias``.
+
+    Shape:
+        key_padding_mask ``(B, Tk)`` bool; returns ``(B, 1, 1, Tk)`` bool.
+    """
+    if not isinstance(key_padding_mask, Tensor):
+        raise TypeError(f"key_padding_mask must be a tensor, got {type(key_padding_mask).__name__}")
+    if key_padding_mask.dtype != torch.bool:
+        raise TypeError(
+            f"key_padding_mask must be boolean (True = ignore), got {key_padding_mask.dtype}; "
+            "pass additive float masks as bias"
+        )
+    if key_padding_mask.dim() != 2:
+        raise ValueError(
+            f"key_padding_mask must be 2-D (B, Tk), got shape {tuple(key_padding_mask.shape)}"
+        )
+    return (~key_padding_mask)[:, None, None, :]  # (B, 1, 1, Tk)
+
+
+def from_torch_attn_mask(attn_mask: Tensor, batch: int, heads: int) -> Tensor:
+    """Convert ``nn.MultiheadAttention``'s boolean ``attn_mask`` (True = IGNORE) to attnkit's rule.
+
+    Shape:
+        attn_mask ``(Tq, Tk)`` or ``(B * H, Tq, Tk)`` bool;
+        returns ``(1, 1, Tq, Tk)`` or ``(B, H, Tq, Tk)`` bool.
+    """
+    if attn_mask.dtype != torch.bool:
+        raise TypeError(
+            f"from_torch_attn_mask takes a boolean mask (True = ignore), got {attn_mask.dtype}; "
+            "pass additive float masks as bias"
+        )
+    if attn_mask.dim() == 2:
+        return (~attn_mask)[None, None]  # (1, 1, Tq, Tk)
+    if attn_mask.dim() == 3 and attn_mask.shape[0] == batch * heads:
+        return (~attn_mask).reshape(batch, heads, *attn_mask.shape[1:])  # (B, H, Tq, Tk)
+    raise ValueError(
+        f"attn_mask must be (Tq, Tk) or (B*H={batch * heads}, Tq, Tk), got shape {tuple(attn_mask.shape)}"
+    )
+
+
+def from_hf_attention_mask(attention_mask: Tensor) -> Tensor:
+    """Convert Hugging Face's ``attention_mask`` (1 = token, 0 = padding) to attnkit's key mask.
+
+    Shape:
+        attention_mask ``(B, T)`` integer or bool; returns ``(B, 1, 1, T)`` bool.
+    """
+    if not isinstance(attention_mask, Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
+    if attention_mask.dtype.is_floating_point or attention_mask.dtype.is_complex:
+        raise TypeError(
+            f"attention_mask must hold integers 1/0 (or bools), got dtype {attention_mask.dtype}; "
+            "an already extended float mask is an additive bias: pass it as bias="
+        )
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be 2-D (B, T), got shape {tuple(attention_mask.shape)}")
+    if attention_mask.dtype != torch.bool and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+        raise ValueError(
+            f"attention_mask must hold only 0 and 1, got values {attention_mask.unique().tolist()}"
+        )
+    return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, T)
+
+
+def _check_broadcast(name: str, t: Tensor, target: tuple[int, ...]) -> None:
+    if t.dim() > len(target):
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} has more than {len(target)} dims; "
+            f"it must broadcast to (B, H, Tq, Tk) = {target}"
+        )
+    # dim by dim, not torch.broadcast_shapes: a traced graph cannot catch its error
+    if any(s not in (1, n) for s, n in zip(t.shape[::-1], target[::-1], strict=False)):
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} does not broadcast to (B, H, Tq, Tk) = {target}"
+        )
+
+
+def check_mask(mask: object, target: tuple[int, ...], name: str = "mask") -> Tensor:
+    """Validate a boolean mask against the ``(B, H, Tq, Tk)`` it must broadcast to."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a boolean torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        hint = (
+            "; a float tensor is an additive bias: pass it as bias=, or convert a "
+            "True-means-ignore mask with masks.from_key_padding_mask"
+            if mask.dtype.is_floating_point
+            else "; build it with attnkit.masks or compare, e.g. mask = ids != pad_id"
+        )
+        raise TypeError(f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}{hint}")
+    _check_broadcast(name, mask, target)
+    return mask
+
+
+def check_bias(bias: object, target: tuple[int, ...], name: str = "bias") -> Tensor:
+    """Validate an additive float bias against the ``(B, H, Tq, Tk)`` it must broadcast to."""
+    if not isinstance(bias, Tensor):
+        raise TypeError(f"{name} must be a float torch.Tensor, got {type(bias).__name__}")
+    if not bias.dtype.is_floating_point:
+        raise TypeError(
+            f"{name} must be a floating tensor (an additive bias), got dtype {bias.dtype}; "
+            "pass boolean masks as mask="
+        )
+    _check_broadcast(name, bias, target)
+    return bias
+
+
+def rows_with_keys(mask: Tensor) -> Tensor:
+    """True for each query row that has at least one key it may attend to.
+
+    Shape:
+        mask ``(..., Tq, Tk)``; returns ``(..., Tq, 1)``.
+    """
+    return mask.any(dim=-1, keepdim=True)
+
+
+_causal_mask = causal  # query_has_key's flag shadows the function
+
+
+def query_has_key(mask: Tensor | BlockMask | None, tq: int, tk: int, *, causal: bool = False
+                  ) -> Tensor | None:
+    """True for each query row that may attend at least one key in some head; ``None`` when all may.
+
+    The rule behind "a query with no key gives zeros" for a layer whose output
+    passes through a projection with a bias: :func:`attnkit.attention` already
+    gives zero for such a row, and the layer zeroes the projected row too.
+    ``causal`` adds the bottom-right causal mask of ``attention(causal=True)``.
+
+    Shape:
+        mask broadcasting to ``(B, H, Tq, Tk)``, or a :class:`BlockMask`;
+        returns ``(B or 1, Tq, 1)`` bool, or ``None``.
+    """
+    if isinstance(mask, BlockMask):
+        rows = mask.rows_with_keys()  # (Bm, Hm, Tq, 1) or None
+        return None if rows is None else rows.any(dim=1)
+    if mask is None and (not causal or tq <= tk):
+        return None
+    device = None if mask is None else mask.device
+    full = combine(mask, _causal_mask(tq, tk, device=device) if causal else None)
+    assert full is not None
+    rows = rows_with_keys(full)  # (..., Tq, 1)
+    while rows.dim() < 4:
+        rows = rows.unsqueeze(0)
+    return rows.any(dim=1).expand(rows.shape[0], tq, 1)
