@@ -121,8 +121,18 @@ class MemoryEstimate:
         return 4 * self.params + self.buffers + self.ngram_fit + self.documents
 
 
-def _row_field(config: dict[str, Any]) -> str | None:
-    return next((f for f in ROW_FIELDS if int(config.get(f) or 0) > 0), None)
+def _rows(model_name: str, config: dict[str, Any]) -> tuple[str | None, int]:
+    """The config field of the n-gram half's bigram rows (None: no half) and its value, defaults included."""
+    import dataclasses
+
+    from attnkit.models import MODELS
+
+    defaults = {f.name: f.default for f in dataclasses.fields(MODELS[model_name][1])}
+    for name in ROW_FIELDS:
+        if name in defaults:
+            rows = int(config.get(name, defaults[name]) or 0)
+            return (name, rows) if rows > 0 else (None, 0)
+    return None, 0
 
 
 def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0
@@ -132,10 +142,10 @@ def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int,
     from attnkit.models.wide_fit import fit_bytes
 
     params, buffers = model_bytes(model_name, config)
-    field = _row_field(config)
+    field, rows = _rows(model_name, config)
     fit = 0
     if field is not None:
-        fit = fit_bytes(int(config["vocab_size"]) + int(config[field]), int(config["num_classes"]), tokens)
+        fit = fit_bytes(int(config["vocab_size"]) + rows, int(config["num_classes"]), tokens)
     return MemoryEstimate(params, buffers, fit, documents)
 
 
@@ -156,14 +166,13 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
     need = estimate_classifier(model_name, config, tokens=tokens, documents=documents)
     if need.total <= limit:
         return config
-    field = _row_field(config)
+    field, rows = _rows(model_name, config)
     what = (f"{model_name} with {config.get('vocab_size')} words and {config.get('num_classes')} classes "
             f"needs about {format_bytes(need.total)}")
     if field is None or not can_shrink:
         why = "" if field is None else " (a resumed run keeps its n-gram rows)"
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}){why}; raise "
                                f"--max-memory, or lower --vocab-size or the number of classes")
-    rows = int(config[field])
     bare = estimate_classifier(model_name, {**config, field: 1}, tokens=tokens, documents=documents)
     per_row = max(1, (need.total - bare.total) // (rows - 1)) if rows > 1 else need.total
     fit = min(rows - 1, (limit - bare.total) // per_row + 1) if limit > bare.total else 0
