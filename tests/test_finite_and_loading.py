@@ -298,7 +298,7 @@ def test_a_missing_field_is_named(run_copy, data_csv) -> None:
 
 def test_absurd_sizes_are_refused_before_allocating(run_copy) -> None:
     """A model whose weights exceed the memory is refused from its shapes alone (nothing is allocated)."""
-    from attnkit.train.checkpoint import available_memory
+    from attnkit._memory import available_memory
 
     available = available_memory()
     assert available is not None

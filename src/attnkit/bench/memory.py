@@ -9,7 +9,6 @@ caches) from hiding or inflating the other's.
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 from collections.abc import Callable
@@ -17,17 +16,12 @@ from typing import Any
 
 import torch
 
+from attnkit._memory import peak_rss_mib
 from attnkit.bench.workloads import load_naive_relative, relative_inputs
 
 __all__ = ["WORKLOADS", "peak_rss_mib", "measure_peak"]
 
 Call = Callable[[], object]
-
-
-def peak_rss_mib() -> float:
-    """Peak resident set size of this process so far, in MiB (``getrusage`` ``ru_maxrss``)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB elsewhere
 
 
 def _status_mib(field: str) -> float | None:

@@ -24,6 +24,7 @@ from attnkit.cli.options import (
     config_option,
     data_options,
     load_run,
+    memory_option,
     model_options,
     parse_model_options,
     reader_kwargs,
@@ -108,7 +109,8 @@ def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
     if not values["data"]:
         raise click.UsageError("missing --data (the training data); see attnkit train --help")
     common = {"out": out, "data": _data_plan(values, out), "quiet": values["quiet"],
-              "mode": "overwrite" if values["overwrite"] else "new", "baseline": bool(values.get("baseline"))}
+              "mode": "overwrite" if values["overwrite"] else "new", "baseline": bool(values.get("baseline")),
+              "max_memory": values.get("max_memory")}
     if values["init_from"]:
         from attnkit.train import finetune
 
@@ -164,7 +166,7 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
         run_id=saved["run_id"], tokenizer=ckpt.load_run_tokenizer(out, saved), label_vocab=label_vocab,
         train_config=collect_train_config({}, **saved["train_config"]),
         data_settings=DataSettings(**saved["data_settings"]), data=_data_plan(values, out), quiet=values["quiet"],
-        baseline=bool(values.get("baseline")))
+        baseline=bool(values.get("baseline")), max_memory=values.get("max_memory"))
 
 
 # --- train ---------------------------------------------------------------------------------------
@@ -195,6 +197,7 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
 @click.option("--resume", is_flag=True,
               help="Continue the interrupted run in --out with its saved settings (other flags ignored).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or per-epoch lines.")
+@memory_option
 @baseline_option
 @click.pass_context
 @friendly_errors
@@ -363,6 +366,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
 @data_options
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), help="Also write the fold results here.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@memory_option
 @baseline_option
 @click.pass_context
 @friendly_errors
@@ -383,7 +387,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
         examples, folds=values["folds"], model_name=model_name,
         model_options=parse_model_options(ctx, values["model_opt"]), train_config=train_config,
         data=collect_data_settings(values, **data_defaults(model_name)), val=values["val_ratio"],
-        max_folds=values["max_folds"],
+        max_folds=values["max_folds"], max_memory=values["max_memory"],
         quiet=values["quiet"], log=_echo)
     accs = [r["accuracy"] for r in results]
     spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""

@@ -31,7 +31,7 @@ import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["SEED", "baseline_option", "LibraryDefaultOption", "resolve_default", "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
+__all__ = ["SEED", "baseline_option", "memory_option", "MemorySize", "LibraryDefaultOption", "resolve_default", "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
            "reader_kwargs", "report_skipped_rows"]
 
@@ -397,6 +397,29 @@ def task_option(task: str) -> Callable[[F], F]:
         "--task", type=click.Choice(TASKS), default=task, show_default=True, expose_value=False, callback=check,
         help="classify: text classification; translate / caption: the translation and captioning "
              "trainers, whose options `attnkit train --task NAME --help` lists.")
+
+
+class MemorySize(click.ParamType):
+    """A size such as ``4GB``, ``800MB`` or ``1.5GiB``, as bytes (:func:`attnkit.train.memory_budget.parse_memory_size`)."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from attnkit.train.memory_budget import parse_memory_size
+
+        try:
+            return parse_memory_size(value)
+        except ValueError as err:
+            self.fail(str(err).removeprefix("--max-memory "), param, ctx)
+
+
+def memory_option(f: F) -> F:
+    """``--max-memory``: what a run may plan to allocate (:mod:`attnkit.train.memory_budget`)."""
+    return click.option(
+        "--max-memory", type=MemorySize(), metavar="SIZE",
+        help="Memory the run may plan to use, e.g. 4GB or 800MB (default: 80% of the memory available at "
+             "the start). Above it the n-gram half keeps fewer bigram rows, and says so, or the run is "
+             "refused before anything large is allocated.")(f)
 
 
 def baseline_option(f: F) -> F:

@@ -9,6 +9,12 @@ A batch is a dict::
 Models build their key-padding mask from ``lengths`` (position ``t`` is real
 when ``t < lengths[b]``), so the pad id never has to be special inside a model.
 
+Token ids are kept as one flat int32 array with offsets (:class:`TokenIds`), about
+4 bytes a token: a Python list of ints costs 30-40, which for tens of thousands of
+long documents is gigabytes. Texts are encoded a slice at a time
+(:data:`ENCODE_CHUNK`), so the tokenizer's own per-token records never exist
+for the whole corpus at once.
+
 Padding costs compute: a batch of one 10-token and one 400-token document runs
 800 positions to hold 410 tokens. :func:`bucket_batches` groups documents of
 similar length, which keeps the padded fraction small without giving up
@@ -20,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +38,7 @@ from torch.utils.data import Dataset
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import PAD_ID, UNK_ID, encode_batch
 
-__all__ = ["LabelVocab", "TextClassificationDataset", "collate", "bucket_batches", "padding_fraction"]
+__all__ = ["LabelVocab", "TokenIds", "ENCODE_CHUNK", "TextClassificationDataset", "collate", "bucket_batches", "padding_fraction"]
 
 
 class LabelVocab:
@@ -116,12 +122,62 @@ class LabelVocab:
         return cls.from_dict(data)
 
 
+ENCODE_CHUNK = 1024
+"""Texts a :class:`TextClassificationDataset` hands to the tokenizer at once."""
+
+
+class TokenIds(Sequence[np.ndarray]):
+    """Token-id lists of many documents in one flat int32 array: item ``i`` is a read-only ``(T_i,)`` view.
+
+    A slice gives a list of such views. ``nbytes`` is the memory held.
+    """
+
+    def __init__(self, lists: Iterable[Sequence[int]]) -> None:
+        parts = [np.asarray(ids, dtype=np.int32) for ids in lists]
+        self.offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in parts], out=self.offsets[1:])
+        self.flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+        self.flat.flags.writeable = False
+
+    @classmethod
+    def concat(cls, parts: Sequence[TokenIds]) -> TokenIds:
+        """One :class:`TokenIds` holding the documents of ``parts`` in order."""
+        out = cls([])
+        if parts:
+            sizes = np.concatenate([np.diff(p.offsets) for p in parts])
+            out.offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+            np.cumsum(sizes, out=out.offsets[1:])
+            out.flat = np.concatenate([p.flat for p in parts])
+            out.flat.flags.writeable = False
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.flat.nbytes + self.offsets.nbytes)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = int(index)
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"document index {i} out of range for {len(self)} documents")
+        i %= len(self)
+        return self.flat[self.offsets[i]:self.offsets[i + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[i] for i in range(len(self)))
+
+
 class TextClassificationDataset(Dataset[dict[str, Tensor]]):
     """Documents encoded once, up front; item ``i`` is ``{"ids": (T,) long, "label": () long}``.
 
     Documents longer than ``max_len`` tokens are truncated; a document with no
     token becomes a single ``[UNK]`` so that every length is at least 1.
-    ``lengths`` lists the token counts, for :func:`bucket_batches`.
+    ``ids`` holds them as :class:`TokenIds` (int32 views); ``lengths`` lists
+    the token counts, for :func:`bucket_batches`.
     """
 
     def __init__(self, examples: Sequence[Example], tokenizer: Any, label_vocab: LabelVocab,
@@ -131,17 +187,20 @@ class TextClassificationDataset(Dataset[dict[str, Tensor]]):
         self.examples = list(examples)
         self.label_vocab = label_vocab
         self.max_len = max_len
-        encoded = encode_batch(tokenizer, [e.text for e in self.examples], max_len)
-        self.ids = [ids if ids else [UNK_ID] for ids in encoded]
+        parts = []
+        for start in range(0, len(self.examples), ENCODE_CHUNK):
+            texts = [e.text for e in self.examples[start:start + ENCODE_CHUNK]]
+            parts.append(TokenIds(ids or [UNK_ID] for ids in encode_batch(tokenizer, texts, max_len)))
+        self.ids = TokenIds.concat(parts)
         self.labels = [label_vocab.encode(e.label) for e in self.examples]
-        self.lengths = [len(ids) for ids in self.ids]
+        self.lengths: list[int] = np.diff(self.ids.offsets).tolist()
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def __getitem__(self, index: int) -> dict[str, Tensor]:
         return {
-            "ids": torch.tensor(self.ids[index], dtype=torch.long),
+            "ids": torch.from_numpy(self.ids[index].astype(np.int64)),
             "label": torch.tensor(self.labels[index], dtype=torch.long),
         }
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -190,10 +191,11 @@ class NgramHalf:
 
     def _padded(self, documents: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor, Tensor]:
         """Token-id lists as a checked, padded batch: ``ids (B, T)``, ``lengths (B,)``, ``mask (B, 1, 1, T)``."""
-        docs = [list(d) or [0] for d in documents]
+        docs = [np.asarray(d, dtype=np.int64).reshape(-1) for d in documents]
+        docs = [d if d.size else np.zeros(1, dtype=np.int64) for d in docs]
         ids = torch.zeros(len(docs), max(len(d) for d in docs), dtype=torch.long)
         for i, d in enumerate(docs):
-            ids[i, : len(d)] = torch.as_tensor(d)
+            ids[i, : len(d)] = torch.from_numpy(d)
         device = self._table().device
         module: Any = self
         return module.prepare(ids.to(device), torch.tensor([len(d) for d in docs], device=device))

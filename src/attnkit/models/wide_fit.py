@@ -24,14 +24,31 @@ if TYPE_CHECKING:
     from attnkit.models.ngram_half import NgramHalf
 
 __all__ = ["WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios", "fit_nb_regression",
-           "fit_stacking_weights", "STACKING_BOUNDS"]
+           "fit_stacking_weights", "STACKING_BOUNDS", "LBFGS_HISTORY", "FIT_TABLES", "fit_bytes"]
 
 WIDE_C = 10.0
 """Inverse L2 strength of the wide half's logistic regression (``C`` of scikit-learn's summed loss)."""
 NO_KEY = torch.iinfo(torch.int64).max
 """The free places of the bigram key buffer, sorted last."""
+LBFGS_HISTORY = 100
+"""Correction pairs the wide half's L-BFGS keeps (torch's default); each pair holds two ``(S, C)`` float64
+tables, so the fit needs up to :data:`FIT_TABLES` such tables (:func:`fit_bytes`)."""
+FIT_TABLES = 2 * LBFGS_HISTORY + 8
+"""``(S, C)`` float64 tables alive at the fit's peak: the history, the ratios, ``U`` and its gradient, the
+scaled table and its gradient, L-BFGS's direction and previous gradient."""
 STACKING_BOUNDS = (1e-3, 1e3)
 """The range of each weight :func:`fit_stacking_weights` may return."""
+
+
+def fit_bytes(rows: int, num_classes: int, tokens: int) -> int:
+    """Bytes :meth:`NgramHalf.init_from_training_data` allocates at most beside the table, for ``rows``
+    table rows (vocabulary plus bigram rows), ``num_classes`` classes and ``tokens`` training tokens.
+
+    The count matrix has at most ``2 * tokens`` entries (a document of ``T`` tokens has ``2T - 1``
+    n-grams), each two int64 indices and a float64 value, held twice (the counts and the scaled
+    features); the regression holds :data:`FIT_TABLES` ``(rows, C)`` float64 tables.
+    """
+    return 2 * (2 * tokens) * 24 + FIT_TABLES * rows * num_classes * 8
 
 
 def frequent_bigrams(model: NgramHalf, documents: Sequence[Sequence[int]], chunk: int) -> Tensor:
@@ -43,8 +60,8 @@ def frequent_bigrams(model: NgramHalf, documents: Sequence[Sequence[int]], chunk
         pairs = mask[:, 0, 0, :-1] & mask[:, 0, 0, 1:]  # (B, T-1)
         key = ids[:, :-1] * vocab + ids[:, 1:]  # (B, T-1)
         doc = torch.arange(ids.shape[0])[:, None].expand_as(key)
-        per_doc = torch.stack([doc[pairs], key[pairs]]).unique(dim=1)  # (2, pairs): one per (doc, bigram)
-        found.append(per_doc[1])
+        span = vocab * vocab  # keys lie in [0, V^2): one number per (doc, bigram), made unique
+        found.append(torch.unique(doc[pairs] * span + key[pairs]) % span)
     keys, docs = torch.cat(found).unique(return_counts=True) if found else (torch.zeros(0, dtype=torch.long),) * 2
     if keys.numel() > rows:  # most documents first, then the smaller key (stable sort)
         keys = keys[torch.sort(docs, descending=True, stable=True).indices[:rows]].sort().values
@@ -60,16 +77,17 @@ def ngram_counts(model: NgramHalf, documents: Sequence[Sequence[int]], chunk: in
         returns a coalesced sparse ``(N, V + R)`` float64 tensor; a row sums
         to the document's n-gram count, the count :meth:`NgramHalf.wide_logits` divides by.
     """
-    rows, cols = [], []
-    for start in range(0, len(documents), chunk):
+    size = (len(documents), model._ngram_vocab + model._ngram_rows)
+    index, values = [torch.zeros(2, 0, dtype=torch.long)], [torch.zeros(0, dtype=torch.float64)]
+    for start in range(0, len(documents), chunk):  # each chunk's repeats added up at once: its documents only
         ids, _, mask = model._padded(documents[start : start + chunk])
         feats, real = model._features(ids, mask)  # (B, F)
-        rows.append(torch.arange(start, start + ids.shape[0])[:, None].expand(feats.shape)[real])
-        cols.append(feats[real])
-    index = torch.stack([torch.cat(rows), torch.cat(cols)]) if rows else torch.zeros(2, 0, dtype=torch.long)
-    size = (len(documents), model._ngram_vocab + model._ngram_rows)
-    values = torch.ones(index.shape[1], dtype=torch.float64)
-    return torch.sparse_coo_tensor(index, values, size, check_invariants=False).coalesce()  # repeats add up
+        flat = (torch.arange(start, start + ids.shape[0])[:, None] * size[1] + feats)[real]
+        keys, counts = torch.unique(flat, return_counts=True)  # sorted: by document, then n-gram
+        index.append(torch.stack([keys // size[1], keys % size[1]]))
+        values.append(counts.to(torch.float64))
+    out = torch.sparse_coo_tensor(torch.cat(index, 1), torch.cat(values), size, check_invariants=False)
+    return out._coalesced_(True)  # chunks hold disjoint, ascending documents
 
 
 def naive_bayes_ratios(counts: Tensor, labels: Sequence[int], num_classes: int, alpha: float) -> Tensor:
@@ -110,7 +128,8 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor) -> 
     u = torch.zeros(ratios.shape, dtype=ratios.dtype, requires_grad=True)  # (S, C)
     bias = torch.zeros(ratios.shape[1], dtype=ratios.dtype, requires_grad=True)
     penalty = 1.0 / (2 * WIDE_C * counts.shape[0])
-    opt = torch.optim.LBFGS([u, bias], max_iter=300, tolerance_grad=1e-6, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS([u, bias], max_iter=300, tolerance_grad=1e-6, history_size=LBFGS_HISTORY,
+                            line_search_fn="strong_wolfe")
 
     def loss() -> Tensor:
         opt.zero_grad()

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnkit._memory import available_memory
 from attnkit.train.run_files import check_labels, check_vocab_size, refuse_non_finite_file
 from attnkit.train.rundir import (
     RunExistsError,
@@ -293,21 +294,6 @@ def _largest_sizes(config: dict[str, Any]) -> str:
     sizes = sorted(((v, k) for k, v in config.items() if isinstance(v, int) and not isinstance(v, bool)),
                    reverse=True)
     return "largest fields: " + ", ".join(f"{k}={v}" for v, k in sizes[:3])
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available to a new allocation (``MemAvailable`` on Linux, else physical memory), or None."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, OSError, ValueError):
-        return None
 
 
 def load_finite_tensors(path: Path) -> dict[str, torch.Tensor]:

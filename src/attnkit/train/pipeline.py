@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from attnkit.train import checkpoint as ckpt
 from attnkit.train.checkpoint import unwrap
 from attnkit.train.config import TrainConfig
 from attnkit.train.distributed import DistInfo
+from attnkit.train.memory_budget import fit_to_memory, peak_rss_mib
 from attnkit.train.trainer import Trainer
 
 __all__ = ["DataSettings", "FitResult", "model_config_dict", "fit_classifier", "cross_validate", "new_run_id"]
@@ -121,7 +123,7 @@ def fit_classifier(
     overwrite: bool = False, resume: bool = False, quiet: bool = False, dist: DistInfo | None = None,
     log: Callable[[str], None] | None = None, tokenizer: Any = None, label_vocab: LabelVocab | None = None,
     extra: dict[str, Any] | None = None, init_model: Callable[[nn.Module], None] | None = None,
-    baseline: dict[str, Any] | None = None,
+    baseline: dict[str, Any] | None = None, max_memory: int | None = None,
 ) -> FitResult:
     """Train ``model_name`` on ``train`` (early stopping on ``val``), measure on ``test``.
 
@@ -132,21 +134,14 @@ def fit_classifier(
     with ``overwrite``, and only at the first commit. ``tokenizer`` / ``label_vocab`` may be given
     to skip building them. ``init_model`` is called on the freshly built model
     before training (e.g. to load pretrained weights). ``baseline`` (figures
-    scored beforehand) is committed with the test result as ``metrics.baseline``.
+    scored beforehand) is committed with the test result as ``metrics.baseline``. ``max_memory`` (bytes;
+    None: a share of the available memory) bounds what the run may plan to allocate
+    (:func:`attnkit.train.memory_budget.fit_to_memory`: fewer n-gram rows, or a refusal, before the model
+    is built); the run's peak resident memory is committed as ``metrics.peak_memory_mib``.
     """
-    if not train:
-        raise ValueError("the training data is empty")
-    if train_config.pack and train_config.pack < data.max_len:
-        raise ValueError(
-            f"pack={train_config.pack} tokens per row must hold the longest document, max_len={data.max_len}; "
-            f"raise --pack or lower --max-len"
-        )
+    label_vocab = _checked_labels(train, train_config, data, label_vocab)
     dist = dist or DistInfo()
     run_id = run_id or new_run_id()
-    if label_vocab is None:
-        label_vocab = LabelVocab(sorted({e.label for e in train}))
-    if len(label_vocab) < 2:
-        raise ValueError(f"need at least 2 classes in the training data, got {label_vocab.labels}")
     if tokenizer is None:
         tokenizer = train_tokenizer([e.text for e in train], kind=data.tokenizer,  # type: ignore[arg-type]
                                     vocab_size=data.vocab_size, min_frequency=data.min_frequency,
@@ -157,6 +152,10 @@ def fit_classifier(
     config = model_config_dict(model_name, _tokenizer_given(model_name, model_options or {}, tokenizer),
                                vocab_size=tokenizer.get_vocab_size(),
                                num_classes=len(label_vocab), max_len=data.max_len)
+    tokens = int(train_ds.ids.offsets[-1])
+    data_bytes = sum(d.ids.nbytes for d in (train_ds, val_ds, test_ds))
+    config = fit_to_memory(model_name, config, tokens=tokens, documents=data_bytes, limit=max_memory,
+                           can_shrink=not resume and init_model is None, log=_memory_note(log, dist))
     torch.manual_seed(train_config.seed)
     model = build_model(model_name, config)
     if init_model is not None:
@@ -184,13 +183,38 @@ def fit_classifier(
                 log(f"halves weighed on the validation part: network x {a:.3g}, n-gram regression x {b:.3g}")
         test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
         if run is not None:
-            metrics = {"test": test_metrics, "val_best": _best_val(history)}
+            metrics = {"test": test_metrics, "val_best": _best_val(history),
+                       "peak_memory_mib": round(peak_rss_mib(), 1)}
             if baseline is not None:
                 metrics["baseline"] = baseline
             run.commit(unwrap(model).state_dict(), status="done", history=history, progress=trainer._summary(),
                        meta={"epochs_run": len(history), "metrics": metrics})
     return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds,
                      is_main=dist.is_main)
+
+
+def _checked_labels(train: Sequence[Example], train_config: TrainConfig, data: DataSettings,
+                    label_vocab: LabelVocab | None) -> LabelVocab:
+    """The run's labels (read off ``train`` unless given), after the checks that need no model."""
+    if not train:
+        raise ValueError("the training data is empty")
+    if train_config.pack and train_config.pack < data.max_len:
+        raise ValueError(
+            f"pack={train_config.pack} tokens per row must hold the longest document, max_len={data.max_len}; "
+            f"raise --pack or lower --max-len"
+        )
+    if label_vocab is None:
+        label_vocab = LabelVocab(sorted({e.label for e in train}))
+    if len(label_vocab) < 2:
+        raise ValueError(f"need at least 2 classes in the training data, got {label_vocab.labels}")
+    return label_vocab
+
+
+def _memory_note(log: Callable[[str], None] | None, dist: DistInfo) -> Callable[[str], None] | None:
+    """Where the one line about a shrunk n-gram half goes: ``log``, or stderr without one (main process only)."""
+    if not dist.is_main:
+        return None
+    return log or (lambda line: print(line, file=sys.stderr))
 
 
 def _best_val(history: list[dict[str, Any]]) -> float | None:
@@ -202,14 +226,14 @@ def cross_validate(
     examples: Sequence[Example], *, folds: int, model_name: str, model_options: dict[str, Any] | None,
     train_config: TrainConfig, data: DataSettings = DataSettings(), val: float = 0.1,
     max_folds: int | None = None, quiet: bool = True, log: Callable[[str], None] | None = None,
-    epoch_log: bool = False, only: Sequence[int] | None = None,
+    epoch_log: bool = False, only: Sequence[int] | None = None, max_memory: int | None = None,
 ) -> list[dict[str, Any]]:
     """Stratified k-fold cross-validation; one dict per fold (``accuracy``, ``macro_f1``, ``epochs``).
 
     Each fold trains from scratch: its own tokenizer on the fold's training
     part, ``val`` of that part held out for early stopping, the fold's test
     part used once at the end. ``max_folds`` runs only the first folds.
-    ``only`` runs just the listed folds (1-based). ``log`` gets one line per
+    ``only`` runs just the listed folds (1-based). ``max_memory`` as in :func:`fit_classifier`. ``log`` gets one line per
     fold (and per epoch with ``epoch_log``).
     """
     labels = [e.label for e in examples]
@@ -226,10 +250,11 @@ def cross_validate(
                 log(f"  fold {_fold}: {line}")
         result = fit_classifier(tr, va, [examples[i] for i in test_idx], model_name=model_name,
                                 model_options=model_options, train_config=train_config, data=data,
-                                quiet=quiet, log=fold_log)
+                                quiet=quiet, log=fold_log, max_memory=max_memory)
         assert result.test is not None
         row = {"fold": index + 1, "accuracy": result.test["accuracy"],
-               "macro_f1": result.test["macro_f1"], "epochs": len(result.history)}
+               "macro_f1": result.test["macro_f1"], "epochs": len(result.history),
+               "peak_memory_mib": round(peak_rss_mib(), 1)}
         results.append(row)
         if log is not None:
             log(f"fold {index + 1:>2}/{folds}  accuracy {row['accuracy']:.4f}  "

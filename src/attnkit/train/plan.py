@@ -32,7 +32,9 @@ class ClassifierPlan:
     the committed state; ``run_id``, ``tokenizer`` and ``label_vocab`` come
     from the run). ``init_from`` is a pretrained BERT folder to start from.
     ``baseline`` scores :mod:`attnkit.train.baseline` on the run's test part
-    before training; its figures go into config.json as ``metrics.baseline``.
+    before training; its figures go into config.json as ``metrics.baseline``. ``max_memory`` bounds
+    what the run plans to allocate, in bytes (None: a share of the available memory; see
+    :mod:`attnkit.train.memory_budget`).
     """
 
     out: Path
@@ -48,6 +50,7 @@ class ClassifierPlan:
     init_from: str | None = None
     quiet: bool = False
     baseline: bool = False
+    max_memory: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("new", "overwrite", "resume"):
@@ -89,7 +92,7 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
             train_config=plan.train_config, data=plan.data_settings, out_dir=plan.out, run_id=run_id,
             overwrite=overwrite, resume=plan.mode == "resume", quiet=plan.quiet, dist=info,
             log=None if plan.quiet else echo, tokenizer=plan.tokenizer, label_vocab=plan.label_vocab,
-            init_model=init_model, extra=extra, baseline=base)
+            init_model=init_model, extra=extra, baseline=base, max_memory=plan.max_memory)
     finally:
         shutdown_distributed()
 
