@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from attnkit.cli.caption_flickr import Flickr8kPrepared, prepare_flickr8k
-from attnkit.cli.commands import allow_unfinished_option, friendly_errors
-from attnkit.cli.options import SEED, task_option
+from attnkit.cli.messages import friendly_errors
+from attnkit.cli.options import SEED, allow_unfinished_option, task_option
 from attnkit.train.captioning import (
     MODEL_NAME,
     commit_caption_run,

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from attnkit.cli.commands import friendly_errors
+from attnkit.cli.messages import friendly_errors
 from attnkit.cli.options import SEED
 
 __all__ = ["demo", "DEMO_MODEL", "DEMO_TRAIN", "run_demo"]
