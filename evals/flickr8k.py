@@ -44,9 +44,9 @@ from typing import Any
 
 import torch
 
-from attnkit.cli.caption_flickr import default_cache_dir, neighbour_index, split_inputs
 from attnkit.data.flickr8k import load_flickr8k, read_rgb_image
 from attnkit.models.captioning.consensus import Consensus, NeighbourIndex
+from attnkit.train.caption_data import default_cache_dir, neighbour_index, split_inputs
 from attnkit.train.captioning import (
     generate,
     load_caption_ensemble,

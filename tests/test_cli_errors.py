@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import attnkit.cli as cli_module
 import attnkit.cli.visualize as visualize_module
-from attnkit._console import missing_extra_message
+from attnkit._lazy import missing_extra_message
 from attnkit.cli import DEBUG_HINT, cli, unexpected_error_message
 from attnkit.cli.inputs import read_text_lines, truncation_notice, warn_truncated
 

@@ -18,9 +18,10 @@ from typing import Any
 
 import click
 
-from attnkit._console import missing_extra_message
+from attnkit._lazy import missing_extra_message
 from attnkit.cli import commands
 from attnkit.cli import demo as demo_module
+from attnkit.cli.messages import user_os_error
 
 __all__ = ["main", "cli", "AttnkitGroup", "DEBUG_HINT"]
 
@@ -87,7 +88,7 @@ class AttnkitGroup(click.Group):
             if ctx.params.get("debug"):
                 raise
             if isinstance(err, OSError):  # a path that cannot be read or written: named, not "unexpected"
-                raise click.ClickException(commands.user_os_error(err)) from err
+                raise click.ClickException(user_os_error(err)) from err
             raise click.ClickException(unexpected_error_message(err)) from err
 
 

@@ -26,7 +26,8 @@ from typing import Any
 
 import click
 
-from attnkit.cli.commands import _print_metrics, _read, friendly_errors
+from attnkit.cli.inputs import read_data
+from attnkit.cli.messages import friendly_errors, print_metrics
 from attnkit.cli.options import (
     SEED,
     LibraryDefaultOption,
@@ -339,11 +340,11 @@ def baseline(**values: Any) -> None:
                             val_ratio=values["val_ratio"], test_ratio=values["test_ratio"],
                             reader=reader_kwargs(values))
         scores = split_baseline(source, seed=seed)
-        _print_metrics(f"baseline ({BASELINE_NAME}, C=4) on train's test part", scores, scores["labels"])
+        print_metrics(f"baseline ({BASELINE_NAME}, C=4) on train's test part", scores, scores["labels"])
         return
     if values["val_path"] or values["test_path"]:
         raise click.UsageError("--folds splits --data itself; it takes no --val or --test")
-    rows = fold_baselines(_read(values["data"], values), folds=values["folds"], seed=seed,
+    rows = fold_baselines(read_data(values["data"], values), folds=values["folds"], seed=seed,
                           max_folds=values["max_folds"])
     for r in rows:
         click.echo(f"fold {r['fold']:>2}/{values['folds']}  accuracy {r['accuracy']:.4f}  "

@@ -1,8 +1,11 @@
 """Image captioning from the command line: ``train --task caption`` and ``caption``.
 
-``train_caption`` trains an :class:`~attnkit.models.captioning.ImageCaptioner`
-on the generated shapes set (:mod:`attnkit.data.shapes`) or on a real caption
-set (``--images`` folder plus ``--captions`` file) and writes a run
+``train_caption`` reads its flags into a
+:class:`~attnkit.train.captioning.CaptionSettings` and calls
+:func:`~attnkit.train.captioning.train_caption_run`, which trains an
+:class:`~attnkit.models.captioning.ImageCaptioner` on the generated shapes set
+(:mod:`attnkit.data.shapes`), a real caption set (``--images`` folder plus
+``--captions`` file) or a Flickr8k folder (``--data``) and writes a run
 directory, one committed generation per epoch (status ``training``) and a
 last one (status ``done``), each ``RUN/checkpoints/NNNNNN/`` holding::
 
@@ -21,132 +24,23 @@ The library half lives in :mod:`attnkit.train.captioning`.
 
 from __future__ import annotations
 
-import uuid
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from typing import Any
 
 import click
 
-from attnkit.cli.caption_flickr import Flickr8kPrepared, prepare_flickr8k
-from attnkit.cli.commands import allow_unfinished_option, friendly_errors
-from attnkit.cli.options import SEED, task_option
+from attnkit._lazy import missing_extra_message
+from attnkit.cli.messages import friendly_errors
+from attnkit.cli.options import SEED, allow_unfinished_option, task_option
 from attnkit.train.captioning import (
-    MODEL_NAME,
-    commit_caption_run,
-    corpus_bleu,
-    fit_captioner,
+    CaptionSettings,
     generate,
     load_caption_ensemble,
     load_caption_neighbours,
+    train_caption_run,
 )
 
-if TYPE_CHECKING:  # torch loads only when a command runs, so that ``attnkit --help`` stays quick
-    from attnkit.data.captions import CaptionVocab
-
 __all__ = ["train_caption", "caption"]
-
-
-# --- data ----------------------------------------------------------------------------------------
-
-
-def _shapes_data(n_train: int, n_val: int, seed: int, size: int) -> tuple[list[Any], list[Any], CaptionVocab]:
-    from attnkit.data.shapes import generate_scenes, shapes_vocab
-
-    train = [(s.image, s.caption) for s in generate_scenes(n_train, seed=seed, size=size)]
-    val = [(s.image, [s.caption]) for s in generate_scenes(n_val, seed=seed + 1_000_003, size=size)]
-    return train, val, shapes_vocab()
-
-
-def _real_data(images: str, captions: str, size: int, seed: int,
-               min_count: int) -> tuple[list[Any], list[Any], CaptionVocab]:
-    import torch
-
-    from attnkit.data.captions import CaptionVocab, load_caption_set
-
-    items = load_caption_set(images, captions, size=size)
-    order = torch.randperm(len(items), generator=torch.Generator().manual_seed(seed)).tolist()
-    n_val = max(1, len(items) // 10) if len(items) > 1 else 0
-    val_items = [items[i] for i in order[:n_val]]
-    train_items = [items[i] for i in order[n_val:]]
-    train = [(it.image, c) for it in train_items for c in it.captions]
-    vocab = CaptionVocab.build([c for _, c in train], min_count=min_count)
-    return train, [(it.image, list(it.captions)) for it in val_items], vocab
-
-
-def _prepare_generic(values: dict[str, Any], saved_config: dict[str, Any] | None) -> Flickr8kPrepared:
-    """The generated shapes set or an ``--images``/``--captions`` set: pixels in memory, one caption per row."""
-    import torch
-
-    from attnkit.data.captions import encode_captions, images_to_tensor
-    from attnkit.models.captioning import CaptionerConfig, ImageCaptioner, load_backbone_weights
-
-    size = values["image_size"]
-    if values["images"]:
-        train, val, vocab = _real_data(values["images"], values["captions"], size, values["seed"],
-                                       values["min_count"])
-        source = {"images": values["images"], "captions": values["captions"]}
-    else:
-        train, val, vocab = _shapes_data(values["train_size"], values["val_size"], values["seed"], size)
-        source = {"shapes": {"train_size": values["train_size"], "val_size": values["val_size"]}}
-    config = CaptionerConfig.from_dict(saved_config) if saved_config is not None else CaptionerConfig(
-        vocab_size=len(vocab), image_size=size, backbone=values["backbone"], attention_reg=values["attention_reg"],
-        attend_with=values["attend_with"], embed_dim=values["embed_dim"], hidden_dim=values["hidden_dim"],
-        attention_dim=values["attention_dim"], dropout=values["dropout"], gate=not values["no_gate"],
-        max_len=values["max_len"], fine_tune_blocks=values["fine_tune_blocks"], region_dim=values["region_dim"])
-    try:
-        model = ImageCaptioner(config)
-    except ImportError as err:
-        raise click.ClickException(str(err)) from None
-    if values["pretrained"] and saved_config is None:  # a resumed run's weights come from its train state
-        load_backbone_weights(model, values["pretrained"])
-    ids, lengths = encode_captions([c for _, c in train], vocab, max_len=config.max_len)
-    val_images = images_to_tensor([im for im, _ in val]) if val else torch.zeros(0, 3, size, size)
-    return Flickr8kPrepared(model, vocab, images_to_tensor([im for im, _ in train]), ids, lengths,
-                            torch.arange(len(ids)), False, (val_images, [refs for _, refs in val], vocab),
-                            {**source, "pretrained": values["pretrained"]})
-
-
-# Options a resumed run takes from its config.json (the flags given with --resume are ignored).
-RESUMED_OPTIONS = ("epochs", "seed", "images", "captions", "train_size", "val_size", "image_size", "backbone",
-                   "pretrained", "batch_size", "lr", "attention_reg", "attend_with", "min_count", "data",
-                   "feature_cache", "fine_tune_blocks", "embed_dim", "hidden_dim", "attention_dim", "dropout",
-                   "no_gate", "max_len", "patience", "region_dim", "captions_per_image", "time_budget")
-
-
-def _data_record(source: dict[str, Any]) -> dict[str, Any]:
-    """``source`` with each data path resolved and the SHA-256 of its content."""
-    from attnkit.train.rundir import data_fingerprint
-
-    record = dict(source)
-    for key in ("images", "captions", "pretrained"):
-        if record.get(key):
-            record[key] = str(Path(record[key]).resolve())
-            record[f"{key}_sha256"] = data_fingerprint(record[key])
-    return record
-
-
-def _resumed_settings(out: Path, values: dict[str, Any]) -> dict[str, Any] | None:
-    """The committed config of the unfinished run ``out`` (None when it is finished), its saved options
-    written into ``values``, and its data checked against the recorded content hashes."""
-    from attnkit.train.rundir import data_fingerprint, read_run_config, run_status
-
-    if values["overwrite"]:
-        raise click.UsageError("--resume and --overwrite exclude each other")
-    saved = read_run_config(out)
-    if saved.get("model_name") != MODEL_NAME or "options" not in saved:
-        raise click.ClickException(f"{out} holds no resumable captioning run")
-    if run_status(saved) == "done":
-        return None
-    values.update({k: v for k, v in saved["options"].items() if k in RESUMED_OPTIONS})
-    data = saved.get("data", {})
-    for key in ("images", "captions", "pretrained"):
-        path, digest = data.get(key), data.get(f"{key}_sha256")
-        if path and (not Path(path).exists() or (digest and data_fingerprint(path) != digest)):
-            raise click.ClickException(f"--{key} {path} is missing or changed since run {out} was trained on it; "
-                                       "resuming needs the same data")
-        if path and key != "pretrained" and not values.get("data"):
-            values[key] = path
-    return saved
 
 
 # --- commands ------------------------------------------------------------------------------------
@@ -226,73 +120,24 @@ def train_caption(**values: Any) -> None:
       attnkit train --task caption --images photos/ --captions captions.txt --out runs/photos
       attnkit train --task caption --data flickr8k --backbone efficientnet-lite0 --out runs/f8k
     """
-    import torch
-
-    from attnkit.train.rundir import RunLockedError, RunWriter
+    from attnkit.train.rundir import RunLockedError
 
     if bool(values["images"]) != bool(values["captions"]):
         raise click.UsageError("--images and --captions go together (a folder and its caption file)")
     if values["data"] and values["images"]:
         raise click.UsageError("--data (a Flickr8k folder) and --images/--captions exclude each other")
-    out = Path(values["out"])
-    saved = _resumed_settings(out, values) if values["resume"] else None
-    if values["resume"] and saved is None:
-        click.echo(f"{out} finished training already; nothing to resume (it was left as it is)")
-        return
-    # Refuses an occupied --out now; takes the lock only once every input has been read and checked,
-    # and replaces an old run (with --overwrite) only at the end of the first epoch.
-    writer = RunWriter(out, saved["run_id"] if saved else uuid.uuid4().hex, overwrite=values["overwrite"])
-    torch.manual_seed(values["seed"])
-    if values["image_size"] is None:
-        from attnkit.models.captioning.efficientnet import LITE_IMAGE_SIZE
-
-        values["image_size"] = LITE_IMAGE_SIZE.get(values["backbone"], 48)
-    saved_config = saved["model_config"] if saved else None
-    prep = prepare_flickr8k(values, saved_config=saved_config) if values["data"] else \
-        _prepare_generic(values, saved_config)
-    model, vocab = prep.model, prep.vocab
-    if saved is not None and saved["vocab"] != vocab.to_dict():
-        raise click.ClickException(f"the data no longer gives the vocabulary run {out} was trained with; "
-                                   "resuming needs the same data")
-    val_inputs, val_refs, _ = prep.validation
-    click.echo(f"{MODEL_NAME}: {len(prep.ids)} training pairs, {len(val_refs)} held-out images, "
-               f"{len(vocab)} words, grid {model.grid}" + (" (cached features)" if prep.features else ""))
-    echo = None if values["quiet"] else click.echo
-    epochs = values["epochs"]
-    meta = {"data": _data_record(prep.source), "options": {k: values[k] for k in RESUMED_OPTIONS},
-            "train": {k: values[k] for k in ("epochs", "seed", "batch_size", "lr", "pretrained", "patience")}}
-
-    unwritten = [prep.neighbours]  # the index goes into this process's first commit; later ones carry it
-
-    def neighbours() -> Any:
-        return unwritten.pop() if unwritten else None
-
-    def commit_epoch(state: dict[str, Any]) -> None:
-        commit_caption_run(writer, model, vocab, status="training", meta=meta, history=state["progress"]["history"],
-                           progress=state["summary"], train_state=state, neighbours=neighbours())
-
+    if values["resume"] and values["overwrite"]:
+        raise click.UsageError("--resume and --overwrite exclude each other")
+    settings = CaptionSettings(**{f.name: values[f.name] for f in dataclasses.fields(CaptionSettings)})
     try:
-        with writer:
-            history = fit_captioner(model, prep.inputs, prep.ids, prep.lengths, epochs=epochs,
-                                    batch_size=values["batch_size"], lr=values["lr"], seed=values["seed"], echo=echo,
-                                    checkpoint=commit_epoch, out_dir=out, resume=saved is not None,
-                                    image_index=prep.image_index, features=prep.features,
-                                    validation=prep.validation if values["data"] else None,
-                                    patience=values["patience"], bucket=bool(values["data"]),
-                                    per_image=values["captions_per_image"] if values["data"] else 0,
-                                    time_budget_s=values["time_budget"] * 60 if values["time_budget"] else None)
-            metrics: dict[str, Any] = {"train_loss": history[-1]["train_loss"]}
-            if val_refs:
-                hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, val_inputs, features=prep.features)]
-                metrics["val_bleu4"] = corpus_bleu(hyps, val_refs)
-                metrics["val_examples"] = [{"reference": refs[0], "generated": h} for refs, h in
-                                           list(zip(val_refs, hyps, strict=True))[:5]]
-                click.echo(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val_refs)})")
-            commit_caption_run(writer, model, vocab, status="done", meta=meta, history=history, metrics=metrics,
-                               progress={"epoch": len(history), "epochs": epochs}, neighbours=neighbours())
+        done = train_caption_run(settings, values["out"], resume=values["resume"], overwrite=values["overwrite"],
+                                 log=click.echo, epoch_log=None if values["quiet"] else click.echo)
     except RunLockedError as err:
         raise click.ClickException(str(err)) from None
-    click.echo(f"saved {out}")
+    except ImportError as err:  # a backbone whose library is missing
+        raise click.ClickException(missing_extra_message(err) or str(err)) from None
+    if done is not None:
+        click.echo(f"saved {values['out']}")
 
 
 @click.command("caption")

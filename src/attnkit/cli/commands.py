@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
 import json
 import statistics
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from attnkit.cli.inputs import read_text_lines, warn_truncated
+from attnkit.cli.inputs import read_data, read_text_lines, warn_truncated
+from attnkit.cli.messages import friendly_errors, print_metrics
 from attnkit.cli.options import (
     allow_unfinished_option,
     baseline_option,
@@ -35,40 +34,6 @@ from attnkit.cli.options import (
 from attnkit.cli.rundata import data_source, resumed_data_source
 from attnkit.train.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def friendly_errors(f: F) -> F:
-    """Turn expected failures (bad values, bad files, OS errors) into a one-line ``Error: ...``."""
-
-    @functools.wraps(f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return f(*args, **kwargs)
-        except click.ClickException:
-            raise
-        except ValueError as err:
-            raise click.ClickException(str(err)) from None
-        except OSError as err:
-            raise click.ClickException(user_os_error(err)) from None
-    return wrapper  # type: ignore[return-value]
-
-
-def user_os_error(err: OSError) -> str:
-    """One line for an OSError: attnkit's own messages as they are, a raw one as ``PATH: reason (CODE)``."""
-    from attnkit.train.fileops import os_error_message
-
-    return str(err) if err.errno is None or err.filename is None and err.strerror is None else os_error_message(err)
-
-
-def _read(path: str, values: dict[str, Any]) -> list[Any]:
-    from attnkit.data.readers import read_examples
-
-    examples = read_examples(path, **reader_kwargs(values))
-    if not examples:
-        raise click.ClickException(f"{path} holds no examples")
-    return examples
-
 
 def _echo(line: str) -> None:
     click.echo(line)
@@ -82,16 +47,6 @@ def _numpy_backend() -> ModuleType:
 def _is_numpy_run(run: str) -> bool:
     """Whether run ``run`` (its committed config) was trained by the NumPy twin; torch-free."""
     return bool(_numpy_backend().is_numpy_run(run))
-
-
-def _print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tuple[str, ...]) -> None:
-    click.echo(f"{title}: accuracy {metrics['accuracy']:.4f}  macro-F1 {metrics['macro_f1']:.4f}  "
-               f"(n={metrics.get('n', '?')})")
-    width = max(8, *(len(lb) for lb in labels))
-    click.echo("confusion matrix (rows: true, columns: predicted)")
-    click.echo(" " * width + "".join(f"{lb[:width]:>{width + 1}}" for lb in labels))
-    for lb, row in zip(labels, metrics["confusion_matrix"], strict=True):
-        click.echo(f"{lb:<{width}}" + "".join(f"{v:>{width + 1}}" for v in row))
 
 
 def _data_plan(values: dict[str, Any], out: Path) -> Any:
@@ -220,7 +175,7 @@ def train(ctx: click.Context, **values: Any) -> None:
             raise click.UsageError("--baseline needs --backend torch" if values["baseline"] else
                                    "missing --data (the training data); see attnkit train --help")
         train_numpy(values, parse_model_options(ctx, values["model_opt"]), _data_plan(values, Path(values["out"])),
-                    echo=_echo, report=_print_metrics)
+                    echo=_echo, report=print_metrics)
         return
     from attnkit.train.plan import run_plan
 
@@ -241,7 +196,7 @@ def train(ctx: click.Context, **values: Any) -> None:
         sys.exit(130)
     if result.is_main:
         if result.test is not None:
-            _print_metrics("test", result.test, result.label_vocab.labels)
+            print_metrics("test", result.test, result.label_vocab.labels)
             from attnkit.cli.baseline import after_training
 
             after_training(plan, result, values["baseline"])
@@ -276,17 +231,17 @@ def evaluate(run: str, data: str, as_json: bool, allow_unfinished: bool, **value
         if as_json:
             click.echo(json.dumps(metrics, indent=2))
         else:
-            _print_metrics(f"{run} on {data}", metrics, numpy_run.labels)
+            print_metrics(f"{run} on {data}", metrics, numpy_run.labels)
         return
     from attnkit.train.inference import evaluate_examples
 
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
-    examples = _read(data, values)
+    examples = read_data(data, values)
     metrics = evaluate_examples(model, tokenizer, labels, examples, max_len=meta["data_settings"]["max_len"])
     if as_json:
         click.echo(json.dumps(metrics, indent=2))
     else:
-        _print_metrics(f"{run} on {data}", metrics, labels.labels)
+        print_metrics(f"{run} on {data}", metrics, labels.labels)
 
 
 # --- predict -----------------------------------------------------------------------------------
@@ -380,7 +335,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
     from attnkit.train.checkpoint import atomic_write_json
     from attnkit.train.pipeline import cross_validate
 
-    examples = _read(values["data"], values)
+    examples = read_data(values["data"], values)
     model_name = values["model"] or DEFAULT_MODEL
     train_config = collect_train_config(values, device="auto", **train_defaults(model_name))
     results = cross_validate(

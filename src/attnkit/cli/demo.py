@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from attnkit.cli.commands import friendly_errors
+from attnkit.cli.messages import friendly_errors
 from attnkit.cli.options import SEED
 
 __all__ = ["demo", "DEMO_MODEL", "DEMO_TRAIN", "run_demo"]
@@ -76,7 +76,8 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
     from attnkit.train import checkpoint as ckpt
     from attnkit.train.config import TrainConfig
     from attnkit.train.inference import attention_focus, pooling_weights
-    from attnkit.train.pipeline import DataSettings, fit_classifier, new_run_id
+    from attnkit.train.pipeline import DataSettings, fit_classifier
+    from attnkit.train.run import new_run_id
 
     start = time.perf_counter()
     # A model this small gains nothing from intra-op threads and loses much to their

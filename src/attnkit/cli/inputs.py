@@ -1,5 +1,5 @@
-"""Reading the commands' own inputs: text files of one text per line, and the notice
-printed when a text is longer than a model keeps.
+"""Reading the commands' own inputs: labelled data files, text files of one text per line,
+and the notice printed when a text is longer than a model keeps.
 
 Errors are one line that names the file, the line and the offending byte, so
 that a file saved in another encoding is found without a traceback.
@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-__all__ = ["read_text_lines", "truncation_notice", "warn_truncated"]
+__all__ = ["read_data", "read_text_lines", "truncation_notice", "warn_truncated"]
 
 
 def read_text_lines(path: str | Path, encoding: str = "utf-8", *,
@@ -86,3 +86,14 @@ def warn_truncated(tokenizer: Any, texts: Sequence[str], max_len: int) -> None:
     notice = truncation_notice(counts, what=f"the run's maximum length, {max_len}")
     if notice is not None:
         click.echo(notice, err=True)
+
+
+def read_data(path: str, values: dict[str, Any]) -> list[Any]:
+    """The labelled examples of the data file ``path``, read with the reader flags in ``values``; none is an error."""
+    from attnkit.cli.options import reader_kwargs
+    from attnkit.data.readers import read_examples
+
+    examples = read_examples(path, **reader_kwargs(values))
+    if not examples:
+        raise click.ClickException(f"{path} holds no examples")
+    return examples

@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from attnkit.cli.commands import allow_unfinished_option, friendly_errors
-from attnkit.cli.options import SEED, task_option
+from attnkit.cli.messages import friendly_errors
+from attnkit.cli.options import SEED, allow_unfinished_option, task_option
 from attnkit.data.parallel import read_parallel
 from attnkit.train.rundir import RunLockedError, read_run_config, run_status
 from attnkit.train.translation import TranslationTrainConfig, fit_translation, load_translation_run

@@ -211,7 +211,8 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
             title = f"BERT {source.name}"
             limit = "--max-len or the model's position limit"
         elif timm_name is not None or is_hf_folder(source):
-            views, title, captured = model_views(source, items, list(images), timm_name, max_len)
+            rows, title, captured = model_views(source, items, list(images), timm_name, max_len)
+            views = [AttentionView(tokens, layers, None) for tokens, layers in rows]
             limit = "--max-len or the model's position limit"
         else:
             if (source / "config.json").is_file():  # name a config.json that is not JSON at all

@@ -1,8 +1,9 @@
 """``attnkit visualize`` for models attnkit did not build: any Hugging Face folder, a timm model.
 
 The model runs as its library built it (its own attention kernels) under
-:func:`attnkit.inspect.capture`; each text or image becomes one
-:class:`~attnkit.cli.visualize.AttentionView`. For an image and a figure output
+:func:`attnkit.inspect.capture`; each text or image gives its tokens and
+their ``(L, H, T, T)`` self-attention, which :mod:`attnkit.cli.visualize`
+shows. For an image and a figure output
 (``.png``/``.svg``/``.pdf``) the figure is the attention rollout of the class
 token laid over the image.
 """
@@ -47,12 +48,12 @@ def _self_attention(tokens: list[str], cap: Any) -> Any:
 
 
 def model_views(source: Path, texts: list[str], images: list[str], timm_name: str | None,
-                max_len: int) -> tuple[list[Any], str, list[Any]]:
+                max_len: int) -> tuple[list[tuple[list[str], Any]], str, list[Any]]:
     """Run ``source`` (a Hugging Face folder, or a weights file with ``timm_name``) on the inputs.
 
-    Returns the views, a title, and one ``(capture, pixels)`` per input.
+    Returns one ``(tokens, self-attention (L, H, T, T))`` per input, a title, and one
+    ``(capture, pixels)`` per input.
     """
-    from attnkit.cli.visualize import AttentionView
     from attnkit.inspect.sources import hf_folder_attention, timm_attention
 
     if timm_name is not None:
@@ -63,7 +64,7 @@ def model_views(source: Path, texts: list[str], images: list[str], timm_name: st
     else:
         results = hf_folder_attention(source, texts or None, images or None, max_len=max_len)
         title = f"{json.loads((source / 'config.json').read_text(encoding='utf-8'))['model_type']} {source.name}"
-    views = [AttentionView(tokens, _self_attention(tokens, cap), None) for tokens, cap, _ in results]
+    views = [(tokens, _self_attention(tokens, cap)) for tokens, cap, _ in results]
     return views, title, [(cap, pixels) for _, cap, pixels in results]
 
 

@@ -13,7 +13,7 @@ from torch import Tensor
 from attnkit._checks import positive_int
 
 __all__ = ["Hypothesis", "StepFunction", "greedy_over_steps", "beam_search_over_steps", "n_best_over_steps",
-           "reorder_state", "gnmt_length_penalty", "ensemble_steps"]
+           "reorder_state", "gnmt_length_penalty", "ensemble_steps", "check_search"]
 
 State = TypeVar("State")
 StepFunction = Callable[[Tensor, State], tuple[Tensor, Tensor | None, State]]
@@ -112,8 +112,9 @@ def ensemble_steps(steps: Sequence[StepFunction[Any]]) -> StepFunction[tuple[Any
     return step
 
 
-def _check_search(max_len: object, beam_size: object = 1, length_penalty: object = 0.0,
-                  length_bonus: object = 0.0, min_len: object = 0) -> float:
+def check_search(max_len: object, beam_size: object = 1, length_penalty: object = 0.0,
+                 length_bonus: object = 0.0, min_len: object = 0) -> float:
+    """Check the settings of a search (a ValueError names the bad one); returns ``length_penalty`` as a float."""
     positive_int("max_len", max_len)
     positive_int("beam_size", beam_size)
     for name, value in (("length_penalty", length_penalty), ("length_bonus", length_bonus)):
@@ -136,7 +137,7 @@ def greedy_over_steps(step: StepFunction[State], state: State, *, batch_size: in
         ``step`` maps last tokens ``(B,)`` to log-probabilities ``(B, V)`` and
         weights ``(B, X)`` or None; returns B hypotheses with weights ``(length, X)``.
     """
-    _check_search(max_len)
+    check_search(max_len)
     prev = torch.full((batch_size,), bos_id, dtype=torch.long, device=device)  # (B,)
     finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
     scores = torch.zeros(batch_size, device=device)
@@ -218,7 +219,7 @@ def n_best_over_steps(
         ``step`` maps last tokens ``(B·K,)`` to log-probabilities ``(B·K, V)`` and
         weights ``(B·K, X)`` or None; returns B lists of hypotheses with weights ``(length, X)``.
     """
-    alpha = _check_search(max_len, beam_size, length_penalty, length_bonus, min_len)
+    alpha = check_search(max_len, beam_size, length_penalty, length_bonus, min_len)
     positive_int("n_best", n_best)
     bonus = float(length_bonus)
     b, k = batch_size, beam_size

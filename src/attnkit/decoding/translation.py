@@ -16,8 +16,8 @@ from torch import Tensor
 from attnkit.decoding.search import (
     Hypothesis,
     StepFunction,
-    _check_search,
     beam_search_over_steps,
+    check_search,
     greedy_over_steps,
 )
 
@@ -96,7 +96,7 @@ def _translate(search: Callable[..., list[Hypothesis]], model: IncrementalDecode
                src_lengths: Tensor, return_alignment: bool, layer: int, **options: Any) -> DecodeResult:
     """Run ``search`` with the model's step function from state ``(encoded, cache)``."""
     src_ids, src_lengths = _check_source(src_ids, src_lengths)
-    _check_search(options["max_len"], options.get("beam_size", 1), options.get("length_penalty", 0.0))
+    check_search(options["max_len"], options.get("beam_size", 1), options.get("length_penalty", 0.0))
     state = (model.encode(src_ids, src_lengths), model.init_cache())
     hyps = search(_translation_step(model, return_alignment, layer), state, batch_size=src_ids.shape[0],
                   bos_id=model.config.bos_id, eos_id=model.config.eos_id, device=src_ids.device, **options)

@@ -1,6 +1,8 @@
 """Image-captioning runs: train an :class:`~attnkit.models.captioning.ImageCaptioner`, caption images, save and load runs.
 
-:func:`fit_captioner` is the training loop (teacher forcing, the doubly
+:func:`train_caption_run` is a whole run (:class:`CaptionSettings` in, a committed run
+directory out: the data of :mod:`attnkit.train.caption_data`, resumable, one
+generation per epoch), :func:`fit_captioner` the training loop (teacher forcing, the doubly
 stochastic attention regulariser when the config asks for it),
 :func:`generate` decodes many images, :func:`corpus_bleu` (that of
 :mod:`attnkit.train.metrics`) scores captions against one or more references,
@@ -19,13 +21,16 @@ stochastic attention regulariser when the config asks for it),
 Training commits one generation per epoch (status ``training``) and a last
 one (status ``done``); readers refuse an unfinished run unless asked.
 
-The commands in :mod:`attnkit.cli.caption` are built on these.
+``attnkit train --task caption`` and ``attnkit caption`` (:mod:`attnkit.cli.caption`) read
+their flags and call these.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,15 +40,192 @@ if TYPE_CHECKING:  # torch loads inside the functions, so that importing this mo
     from torch import Tensor
 
     from attnkit.data.captions import CaptionVocab
-    from attnkit.models.captioning import CaptionEnsemble, ImageCaptioner
+    from attnkit.models.captioning import CaptionEnsemble, CaptionerConfig, ImageCaptioner
     from attnkit.models.captioning.consensus import Consensus, NeighbourIndex
     from attnkit.train.rundir import RunWriter
     from attnkit.train.tasks import StepOutput
 
-__all__ = ["MODEL_NAME", "fit_captioner", "generate", "corpus_bleu", "commit_caption_run", "save_caption_run",
-           "load_caption_run", "load_caption_ensemble", "load_caption_neighbours"]
+__all__ = ["MODEL_NAME", "CaptionSettings", "train_caption_run", "fit_captioner", "generate", "corpus_bleu",
+           "commit_caption_run", "save_caption_run", "load_caption_run", "load_caption_ensemble",
+           "load_caption_neighbours"]
 
 MODEL_NAME = "captioner"
+
+
+@dataclass(frozen=True)
+class CaptionSettings:
+    """Everything a captioning run is trained with: its data, model and training settings.
+
+    A run records them in its config.json (``options``); a resumed run takes
+    them all from there. ``data`` (a Flickr8k folder), ``images`` with
+    ``captions`` (a caption set), or neither (the generated shapes,
+    ``train_size`` and ``val_size`` scenes). ``image_size`` None: the
+    backbone's ImageNet size for EfficientNet-Lite, else 48.
+    ``time_budget`` is in minutes.
+    """
+
+    epochs: int = 12
+    seed: int = 0
+    images: str | None = None
+    captions: str | None = None
+    train_size: int = 4000
+    val_size: int = 300
+    image_size: int | None = None
+    backbone: str = "small"
+    pretrained: str | None = None
+    batch_size: int = 64
+    lr: float = 3e-3
+    attention_reg: float = 0.0
+    attend_with: str = "current_state"
+    min_count: int = 1
+    data: str | None = None
+    feature_cache: str | None = None
+    fine_tune_blocks: int = 0
+    embed_dim: int = 32
+    hidden_dim: int = 128
+    attention_dim: int = 64
+    dropout: float = 0.1
+    no_gate: bool = False
+    max_len: int = 20
+    patience: int = 0
+    region_dim: int = 0
+    captions_per_image: int = 0
+    time_budget: float | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.images) != bool(self.captions):
+            raise ValueError("images and captions go together (a folder and its caption file), got "
+                             f"images={self.images!r}, captions={self.captions!r}")
+        if self.data and self.images:
+            raise ValueError("data (a Flickr8k folder) and images/captions exclude each other")
+
+    def resolved(self) -> CaptionSettings:
+        """These settings with ``image_size`` decided (the backbone's own size when None)."""
+        if self.image_size is not None:
+            return self
+        from attnkit.models.captioning.efficientnet import LITE_IMAGE_SIZE
+
+        return dataclasses.replace(self, image_size=LITE_IMAGE_SIZE.get(self.backbone, 48))
+
+    def model_config(self, vocab_size: int, saved: dict[str, Any] | None = None) -> CaptionerConfig:
+        """The captioner's config: ``saved`` (a resumed run's) as it is, else built from these settings."""
+        from attnkit.models.captioning import CaptionerConfig
+
+        if saved is not None:
+            return CaptionerConfig.from_dict(saved)
+        assert self.image_size is not None, "resolve the settings first"
+        return CaptionerConfig(
+            vocab_size=vocab_size, image_size=self.image_size, backbone=self.backbone,
+            attention_reg=self.attention_reg, attend_with=self.attend_with, embed_dim=self.embed_dim,
+            hidden_dim=self.hidden_dim, attention_dim=self.attention_dim, dropout=self.dropout, gate=not self.no_gate,
+            max_len=self.max_len, fine_tune_blocks=self.fine_tune_blocks, region_dim=self.region_dim)
+
+
+def _data_record(source: dict[str, Any]) -> dict[str, Any]:
+    """``source`` with each data path resolved and the SHA-256 of its content."""
+    from attnkit.train.rundir import data_fingerprint
+
+    record = dict(source)
+    for key in ("images", "captions", "pretrained"):
+        if record.get(key):
+            record[key] = str(Path(record[key]).resolve())
+            record[f"{key}_sha256"] = data_fingerprint(record[key])
+    return record
+
+
+def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], CaptionSettings] | None:
+    """The committed config of the unfinished run ``out`` and the settings it was trained with (None when
+    it is finished); its data is checked against the recorded content hashes."""
+    from attnkit.train.rundir import RunFileError, data_fingerprint, read_run_config, run_status
+
+    saved = read_run_config(out)
+    if saved.get("model_name") != MODEL_NAME or "options" not in saved:
+        raise RunFileError(f"{out} holds no resumable captioning run")
+    if run_status(saved) == "done":
+        return None
+    fields = {f.name for f in dataclasses.fields(CaptionSettings)}
+    changes = {k: v for k, v in saved["options"].items() if k in fields}
+    data = saved.get("data", {})
+    for key in ("images", "captions", "pretrained"):
+        path, digest = data.get(key), data.get(f"{key}_sha256")
+        if path and (not Path(path).exists() or (digest and data_fingerprint(path) != digest)):
+            raise ValueError(f"--{key} {path} is missing or changed since run {out} was trained on it; "
+                             "resuming needs the same data")
+        if path and key != "pretrained" and not changes.get("data", settings.data):
+            changes[key] = path
+    return saved, dataclasses.replace(settings, **changes)
+
+
+def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: bool = False, overwrite: bool = False,
+                      log: Callable[[str], None] = print,
+                      epoch_log: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """Train a captioner with ``settings`` and commit the run to ``out``; returns its held-out metrics.
+
+    One generation is committed per epoch (status ``training``, resumable) and
+    a last one (status ``done``). With ``resume`` the unfinished run in
+    ``out`` goes on with its recorded settings (``settings`` is then ignored)
+    and the same data (checked by content hash); a finished run is left as it
+    is and None returned. ``out`` is judged before anything is read: a folder
+    holding something else is refused, another run only replaced with
+    ``overwrite`` and only at the first commit; the lock is taken once every
+    input has been read and checked. ``log`` gets the summary lines,
+    ``epoch_log`` one line per epoch.
+    """
+    import torch
+
+    from attnkit.train.caption_data import prepare_caption_data
+    from attnkit.train.run import start_run
+
+    path = Path(out)
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    resumed = _resumed(path, settings) if resume else None
+    if resume and resumed is None:
+        log(f"{path} finished training already; nothing to resume (it was left as it is)")
+        return None
+    saved, settings = resumed if resumed is not None else (None, settings)
+    writer = start_run(path, run_id=saved["run_id"] if saved else None, overwrite=overwrite)  # refuses now
+    torch.manual_seed(settings.seed)
+    settings = settings.resolved()
+    prep = prepare_caption_data(settings, saved_config=saved["model_config"] if saved else None)
+    model, vocab = prep.model, prep.vocab
+    if saved is not None and saved["vocab"] != vocab.to_dict():
+        raise ValueError(f"the data no longer gives the vocabulary run {path} was trained with; "
+                         "resuming needs the same data")
+    val_inputs, val_refs, _ = prep.validation
+    log(f"{MODEL_NAME}: {len(prep.ids)} training pairs, {len(val_refs)} held-out images, "
+        f"{len(vocab)} words, grid {model.grid}" + (" (cached features)" if prep.features else ""))
+    meta = {"data": _data_record(prep.source), "options": dataclasses.asdict(settings),
+            "train": {k: getattr(settings, k) for k in ("epochs", "seed", "batch_size", "lr", "pretrained",
+                                                         "patience")}}
+    unwritten = [prep.neighbours]  # the index goes into this process's first commit; later ones carry it
+
+    def neighbours() -> Any:
+        return unwritten.pop() if unwritten else None
+
+    def commit_epoch(state: dict[str, Any]) -> None:
+        commit_caption_run(writer, model, vocab, status="training", meta=meta, history=state["progress"]["history"],
+                           progress=state["summary"], train_state=state, neighbours=neighbours())
+
+    flickr = bool(settings.data)
+    with writer:  # the lock, from here to the last commit
+        history = fit_captioner(model, prep.inputs, prep.ids, prep.lengths, epochs=settings.epochs,
+                                batch_size=settings.batch_size, lr=settings.lr, seed=settings.seed, echo=epoch_log,
+                                checkpoint=commit_epoch, out_dir=path, resume=saved is not None,
+                                image_index=prep.image_index, features=prep.features,
+                                validation=prep.validation if flickr else None, patience=settings.patience,
+                                bucket=flickr, per_image=settings.captions_per_image if flickr else 0,
+                                time_budget_s=settings.time_budget * 60 if settings.time_budget else None)
+        metrics: dict[str, Any] = {"train_loss": history[-1]["train_loss"]}
+        if val_refs:
+            hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, val_inputs, features=prep.features)]
+            metrics["val_bleu4"] = corpus_bleu(hyps, val_refs)
+            metrics["val_examples"] = [{"reference": refs[0], "generated": h} for refs, h in
+                                       list(zip(val_refs, hyps, strict=True))[:5]]
+            log(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val_refs)})")
+        commit_caption_run(writer, model, vocab, status="done", meta=meta, history=history, metrics=metrics,
+                           progress={"epoch": len(history), "epochs": settings.epochs}, neighbours=neighbours())
+    return metrics
 
 
 class CaptionTask:
@@ -256,12 +438,12 @@ def commit_caption_run(writer: RunWriter, model: ImageCaptioner, vocab: CaptionV
 def save_caption_run(directory: str | Path, model: ImageCaptioner, vocab: CaptionVocab, *, run_id: str,
                      overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
     """Commit ``model``, its vocabulary and ``extra`` (``status``: ``"done"`` unless given) as one generation."""
-    from attnkit.train.rundir import RunWriter
+    from attnkit.train.run import save_run
 
     meta = dict(extra or {})
     status = str(meta.pop("status", "done"))
-    with RunWriter(directory, run_id, overwrite=overwrite, resumable=False) as writer:
-        return commit_caption_run(writer, model, vocab, status=status, meta=meta)
+    return save_run(directory, lambda writer: commit_caption_run(writer, model, vocab, status=status, meta=meta),
+                    run_id=run_id, overwrite=overwrite, resumable=False)
 
 
 def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False

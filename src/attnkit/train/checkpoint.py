@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from attnkit._memory import available_memory
+from attnkit.train.run import save_run
 from attnkit.train.run_files import check_labels, check_vocab_size, refuse_non_finite_file
 from attnkit.train.rundir import (
     RunExistsError,
@@ -88,7 +89,6 @@ __all__ = [
     "unwrap",
     "RunCheckpointer",
     "load_weights_into",
-    "RunWriter",
     "committed_dir",
     "check_unlocked",
     "read_json",
@@ -216,9 +216,11 @@ def save_checkpoint(
     meta = dict(extra or {})
     status = str(meta.pop("status", "done"))
     history = meta.pop("history", [])
-    with RunWriter(directory, run_id, overwrite=overwrite) as writer:
+    def commit(writer: RunWriter) -> Path:
         run = RunCheckpointer(writer, model_name, model_config, tokenizer, label_vocab, meta)
         return run.commit(unwrap(model).state_dict(), status=status, history=history, train_state=train_state)
+
+    return save_run(directory, commit, run_id=run_id, overwrite=overwrite)
 
 
 def load_checkpoint(

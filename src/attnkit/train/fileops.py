@@ -160,5 +160,3 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     except RecursionError:
         raise RunFileError(f"{path} is not valid JSON for attnkit: nested too deeply") from None
 
-
-_read_json = read_json  # the name checkpoint.py has always imported

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ from attnkit.reference.module import Module
 from attnkit.reference.optim import AdamW
 from attnkit.reference.text import Vocabulary, pad_batch
 from attnkit.reference.trainer import Trainer
+from attnkit.train.run import save_run, start_run
 from attnkit.train.run_files import check_labels, check_vocab_size, refuse_non_finite_file
 from attnkit.train.rundir import (
     RunFileError,
@@ -190,8 +190,8 @@ def _label_ids(labels: Sequence[str], examples: Sequence[Any]) -> np.ndarray:
 
 def save_numpy_run(run: NumpyRun, directory: str | Path, *, run_id: str, overwrite: bool = False) -> Path:
     """Commit ``run`` to ``directory`` as one generation (status ``"done"``); returns its folder."""
-    with RunWriter(directory, run_id, overwrite=overwrite, resumable=False) as writer:
-        return _commit(writer, run)
+    return save_run(directory, lambda writer: _commit(writer, run), run_id=run_id, overwrite=overwrite,
+                    resumable=False)
 
 
 def _commit(writer: RunWriter, run: NumpyRun) -> Path:
@@ -278,7 +278,7 @@ def train_numpy_run(
     if not train:
         raise ValueError("the training data is empty")
     # Refuses an occupied out_dir now; the lock is taken once the inputs are checked, before training.
-    writer = None if out_dir is None else RunWriter(out_dir, uuid.uuid4().hex, overwrite=overwrite, resumable=False)
+    writer = None if out_dir is None else start_run(out_dir, overwrite=overwrite, resumable=False)
     labels = sorted({e.label for e in train})
     if len(labels) < 2:
         raise ValueError(f"need at least 2 classes in the training data, got {labels}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +30,10 @@ from attnkit.train.checkpoint import unwrap
 from attnkit.train.config import TrainConfig
 from attnkit.train.distributed import DistInfo
 from attnkit.train.memory_budget import fit_to_memory, peak_rss_mib
+from attnkit.train.run import new_run_id, start_run
 from attnkit.train.trainer import Trainer
 
-__all__ = ["DataSettings", "FitResult", "model_config_dict", "fit_classifier", "cross_validate", "new_run_id"]
+__all__ = ["DataSettings", "FitResult", "model_config_dict", "fit_classifier", "cross_validate"]
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,6 @@ class FitResult:
     test_data: TextClassificationDataset | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     is_main: bool = True  # False on the other processes of a data-parallel run
-
-
-def new_run_id() -> str:
-    return uuid.uuid4().hex
 
 
 def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size: int, num_classes: int,
@@ -166,7 +162,7 @@ def fit_classifier(
     meta = {"train_config": train_config.to_dict(), "data_settings": dataclasses.asdict(data), **(extra or {})}
     # Everything above is validated before the run directory is touched; the writer takes the
     # lock now and replaces nothing until its first commit, at the end of the first epoch.
-    writer = ckpt.RunWriter(out_dir, run_id, overwrite=overwrite) if out_dir is not None and dist.is_main else None
+    writer = start_run(out_dir, run_id=run_id, overwrite=overwrite) if out_dir is not None and dist.is_main else None
     with contextlib.ExitStack() as stack:
         run = None
         if writer is not None:

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from attnkit.data.sources import DataSource, load_splits
 from attnkit.train.config import TrainConfig
-from attnkit.train.pipeline import DataSettings, FitResult, fit_classifier, new_run_id
+from attnkit.train.pipeline import DataSettings, FitResult, fit_classifier
+from attnkit.train.run import new_run_id
 
 __all__ = ["DataSource", "ClassifierPlan", "run_plan"]
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -252,12 +251,11 @@ class Trainer:
 
     def _bare_run(self) -> Any:
         """Without a ``checkpoint`` callback: commit history and train state to ``out_dir`` each epoch."""
-        from attnkit.train.rundir import RunWriter, read_manifest
+        from attnkit.train.run import committed_run_id, start_run
 
         assert self.out_dir is not None
-        manifest = read_manifest(self.out_dir)
-        run_id = manifest["run_id"] if manifest else uuid.uuid4().hex
-        writer = RunWriter(self.out_dir, run_id)
+        writer = start_run(self.out_dir, run_id=committed_run_id(self.out_dir))  # the run there, or a new one
+        run_id = writer.run_id
 
         def commit(state: dict[str, Any]) -> None:
             staging = writer.stage()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +43,8 @@ from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import schedules
 from attnkit.train.metrics import corpus_bleu
-from attnkit.train.rundir import RunFileError, RunWriter
+from attnkit.train.run import start_run
+from attnkit.train.rundir import RunFileError
 from attnkit.train.tasks import StepOutput
 from attnkit.train.translation_run import (
     MODEL_NAME,
@@ -243,7 +243,7 @@ def fit_translation(
     if resume:
         start = _resume_state(out, train_config, keep)
         say(f"resuming {out} after epoch {start.epoch} (step {start.step}, {start.seconds:.0f} s of training)")
-    writer = RunWriter(out, start.run_id if resume else uuid.uuid4().hex, overwrite=overwrite)  # refuses now
+    writer = start_run(out, run_id=start.run_id if resume else None, overwrite=overwrite)  # refuses now
     if not resume:
         start = _fresh_start(writer.run_id, train, train_config, model_options, shared_vocab)
     tokenizers, model = start.tokenizers, start.model

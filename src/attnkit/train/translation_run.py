@@ -24,6 +24,7 @@ from attnkit.decoding import beam_search, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import fileops
+from attnkit.train.run import save_run
 from attnkit.train.run_files import check_vocab_size
 from attnkit.train.rundir import RunFileError, RunWriter
 
@@ -45,8 +46,9 @@ def save_translation_run(directory: str | os.PathLike[str], model: Seq2SeqTransf
     """
     meta = dict(extra or {})
     status = str(meta.pop("status", "done"))
-    with RunWriter(directory, run_id, overwrite=overwrite) as writer:
-        return commit_translation_run(writer, model, tokenizers, meta, status=status, carry=False)
+    return save_run(directory, lambda writer: commit_translation_run(writer, model, tokenizers, meta, status=status,
+                                                                     carry=False),
+                    run_id=run_id, overwrite=overwrite)
 
 
 def commit_translation_run(writer: RunWriter, model: Seq2SeqTransformer, tokenizers: TranslationTokenizers,

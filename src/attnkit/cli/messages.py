@@ -1,0 +1,52 @@
+"""What the commands say: one line for an expected failure, and the metrics of a classifier.
+
+:func:`friendly_errors` turns attnkit's user errors (a ``ValueError`` with a
+message that names the flag, file or field; an ``OSError`` naming its path)
+into click's ``Error: ...`` line without a traceback; every command wears it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+__all__ = ["friendly_errors", "user_os_error", "print_metrics"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly_errors(f: F) -> F:
+    """Turn expected failures (bad values, bad files, OS errors) into a one-line ``Error: ...``."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except click.ClickException:
+            raise
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
+        except OSError as err:
+            raise click.ClickException(user_os_error(err)) from None
+    return wrapper  # type: ignore[return-value]
+
+
+def user_os_error(err: OSError) -> str:
+    """One line for an OSError: attnkit's own messages as they are, a raw one as ``PATH: reason (CODE)``."""
+    from attnkit.train.fileops import os_error_message
+
+    return str(err) if err.errno is None or err.filename is None and err.strerror is None else os_error_message(err)
+
+
+def print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tuple[str, ...]) -> None:
+    """Echo accuracy, macro-F1 and the confusion matrix of ``metrics`` under ``title``."""
+    click.echo(f"{title}: accuracy {metrics['accuracy']:.4f}  macro-F1 {metrics['macro_f1']:.4f}  "
+               f"(n={metrics.get('n', '?')})")
+    width = max(8, *(len(lb) for lb in labels))
+    click.echo("confusion matrix (rows: true, columns: predicted)")
+    click.echo(" " * width + "".join(f"{lb[:width]:>{width + 1}}" for lb in labels))
+    for lb, row in zip(labels, metrics["confusion_matrix"], strict=True):
+        click.echo(f"{lb:<{width}}" + "".join(f"{v:>{width + 1}}" for v in row))

