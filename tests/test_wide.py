@@ -212,18 +212,15 @@ def test_the_wide_half_is_the_regression_on_naive_bayes_scaled_features() -> Non
     assert nb.argmax(-1).tolist() == labels  # it separates its training documents
 
 
-def test_a_run_saved_before_exact_bigrams_loads_with_its_hashed_rows() -> None:
-    from attnkit.models import saved_config
-
-    saved = {"vocab_size": V, "num_classes": 2, "ngram_buckets": BUCKETS}  # a config written before "bigrams"
-    old = build_model("wide", saved_config("wide", saved))
+def test_hashed_bigrams_are_asked_for_and_a_config_without_the_field_gets_exact_rows() -> None:
+    saved = {"vocab_size": V, "num_classes": 2, "ngram_buckets": BUCKETS}
+    old = build_model("wide", {**saved, "bigrams": "hashed"})
     assert isinstance(old, WideDeepClassifier) and old.config.bigrams == "hashed" and old.bigram_keys is None
     assert old.wide_bias is None and set(old.state_dict()) >= {"wide", "wide_scale"}
     docs, labels = [[5, 6], [7, 8], [5, 9]], [0, 1, 0]
     old.init_from_training_data(docs, labels)  # hashed rows: the table is naive Bayes itself
     torch.testing.assert_close(old.wide, old.naive_bayes_table(docs, labels).float())
-    assert build_model("wide", saved).config.bigrams == "exact"  # a new config gets the new rows
-    assert saved_config("wide", {**saved, "bigrams": "exact"})["bigrams"] == "exact"
+    assert build_model("wide", saved).config.bigrams == "exact"  # a missing field takes the default
 
 
 def test_fit_classifier_starts_the_wide_model_from_its_training_part() -> None:

@@ -22,9 +22,8 @@ unseen sets).
   the ``ngram_buckets`` bigrams found in the most training documents when there
   are more): the sorted pair keys ``a * vocab_size + b`` are a buffer, and a
   document's bigrams are found in it by binary search; a bigram never seen in
-  training adds nothing. Runs saved before this rule hashed the pairs into the
-  rows (``bigrams="hashed"``, ``(a * 1000003 + b) mod ngram_buckets``), and keep
-  doing so (:attr:`WideDeepClassifierConfig.SAVED_BEFORE`); that hash used fewer
+  training adds nothing. ``bigrams="hashed"`` hashes the pairs into the rows
+  instead (``(a * 1000003 + b) mod ngram_buckets``); that hash uses fewer
   than half the rows, and naive Bayes over it lost 2 points on MR and SMS.
   Dividing the sum by the square root of the feature count is the L2
   normalisation of a binary vector: long and short documents get wide logits
@@ -45,7 +44,6 @@ Shape legend: B batch, T tokens, E embedding width, C classes, F n-gram features
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -84,7 +82,7 @@ class WideDeepClassifierConfig(TextClassifierConfig):
         dropout: on the embeddings and before the deep half's classifier.
         ngram_buckets: rows for word bigrams in the linear half's table (the
             most frequent training bigrams, or hash buckets with ``bigrams="hashed"``).
-        bigrams: ``"exact"`` (a row per training bigram) or ``"hashed"`` (runs saved before it).
+        bigrams: ``"exact"`` (a row per training bigram) or ``"hashed"`` (pairs hashed into the rows).
         word_dropout: share of a training document's words replaced by ``[UNK]`` in the deep half.
     """
 
@@ -96,8 +94,6 @@ class WideDeepClassifierConfig(TextClassifierConfig):
     ngram_buckets: int = 200_000
     word_dropout: float = 0.1
     bigrams: str = "exact"
-
-    SAVED_BEFORE: ClassVar[dict[str, Any]] = {"bigrams": "hashed"}
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -76,9 +76,6 @@ def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size:
                       max_len: int) -> dict[str, Any]:
     """The config dict of ``model_name``: the data-given sizes, then ``overrides``.
 
-    Fields of the config's ``SAVED_BEFORE`` table are written with their current
-    defaults (:meth:`ModelConfig.recorded_defaults`): a run saved now keeps them.
-
     Unknown keys raise a ValueError listing the valid ones (from the model's config class).
     """
     from attnkit.models import MODELS
@@ -92,8 +89,7 @@ def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size:
         raise ValueError(f"unknown {model_name} model option(s) {unknown}; valid keys: {names}")
     sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len}
     base = {k: v for k, v in sizes.items() if k in names}
-    # fields that saved runs predate are written out, so the run keeps them if the default changes
-    return {**config_cls.recorded_defaults(), **base, **overrides}
+    return {**base, **overrides}
 
 
 def _tokenizer_given(model_name: str, options: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
