@@ -150,7 +150,7 @@ def test_train_and_translate_commands(tmp_path: Path) -> None:
     args = ["--src", str(src), "--tgt", str(tgt), "--val-src", str(vsrc), "--val-tgt", str(vtgt), "--out", str(out),
             "--vocab-size", "60", "--d-model", "32", "--heads", "4", "--d-ff", "64", "--encoder-layers", "1",
             "--decoder-layers", "1", "--dropout", "0", "--epochs", "3", "--batch-tokens", "400", "--lr", "5e-3",
-            "--warmup", "20", "--label-smoothing", "0"]
+            "--warmup-steps", "20", "--label-smoothing", "0"]
     result = CliRunner().invoke(train_translate, args)
     assert result.exit_code == 0, result.output
     assert "validation BLEU" in result.output and (committed_dir(out) / "model.safetensors").is_file()
@@ -193,7 +193,7 @@ def _fit(out: Path, epochs: int, *, resume: bool = False, average_last: int = 1,
 
     options = {"d_model": 32, "num_heads": 4, "d_ff": 64, "encoder_layers": 1, "decoder_layers": 1,
                "dropout": dropout, "attention_dropout": 0.0, "label_smoothing": 0.1}
-    config = TranslationTrainConfig(epochs=epochs, max_tokens=300, lr=lr, warmup=10, vocab_size=60,
+    config = TranslationTrainConfig(epochs=epochs, max_tokens=300, lr=lr, warmup_steps=10, vocab_size=60,
                                     average_last=average_last)
     return fit_translation(toy_corpus(120), toy_corpus(12, seed=1), model_options=options, train_config=config,
                            out_dir=out, resume=resume)
@@ -283,7 +283,7 @@ def test_train_translate_resume_flag(tmp_path: Path, monkeypatch: pytest.MonkeyP
     out = tmp_path / "run"
     base = ["--src", str(src), "--tgt", str(tgt), "--out", str(out), "--vocab-size", "60", "--d-model", "32",
             "--heads", "4", "--d-ff", "64", "--encoder-layers", "1", "--decoder-layers", "1",
-            "--batch-tokens", "300", "--warmup", "10", "--attention-dropout", "0", "--activation-dropout", "0",
+            "--batch-tokens", "300", "--warmup-steps", "10", "--attention-dropout", "0", "--activation-dropout", "0",
             "--epochs", "2"]
     with monkeypatch.context() as patch:
         interrupt_in_epoch(patch, 2)

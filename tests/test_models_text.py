@@ -44,8 +44,8 @@ SMALL: dict[str, tuple[str, dict[str, Any]]] = {
         dict(embed_dim=16, word_hidden=8, sentence_hidden=8, attention_dim=8, dropout=0.0,
              sentence_end_ids=(5,), sentence_len=6),
     ),
-    "wide": ("wide", dict(embed_dim=16, attention_dim=8, ngram_buckets=64, dropout=0.0)),
-    "wide-lstm": ("wide", dict(embed_dim=16, encoder="lstm", hidden_size=8, attention_dim=8, ngram_buckets=64,
+    "wide": ("wide", dict(embed_dim=16, attention_dim=8, ngram_rows=64, dropout=0.0)),
+    "wide-lstm": ("wide", dict(embed_dim=16, encoder="lstm", hidden_size=8, attention_dim=8, ngram_rows=64,
                                dropout=0.0)),
 }
 

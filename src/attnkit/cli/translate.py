@@ -54,7 +54,7 @@ __all__ = ["train_translate", "translate"]
 @click.option("--batch-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Padded tokens per batch and side.")
 @click.option("--lr", type=click.FloatRange(0, min_open=True), default=5e-4, show_default=True, help="Peak learning rate.")
-@click.option("--warmup", type=click.IntRange(min=0), default=1000, show_default=True, help="Warm-up steps.")
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=1000, show_default=True, help="Warm-up steps.")
 @click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
               help="Cross-entropy label smoothing.")
 @click.option("--max-len", type=click.IntRange(min=1), default=100, show_default=True,
@@ -92,7 +92,7 @@ def train_translate(**v: Any) -> None:
                      "label_smoothing": v["label_smoothing"], "tie_embeddings": True}
     budget = None if v["time_budget"] is None else 60.0 * v["time_budget"]
     config = TranslationTrainConfig(epochs=v["epochs"], max_tokens=v["batch_tokens"], lr=v["lr"],
-                                    warmup=v["warmup"], seed=v["seed"], max_len=v["max_len"],
+                                    warmup_steps=v["warmup_steps"], seed=v["seed"], max_len=v["max_len"],
                                     vocab_size=v["vocab_size"], time_budget_s=budget, average_last=v["average_last"])
     try:
         summary = fit_translation(train, val, model_options=model_options, train_config=config,
