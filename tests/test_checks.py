@@ -125,3 +125,15 @@ def test_dataclass_kwargs_builds_a_nested_config_and_names_its_fields_by_path() 
         dataclass_kwargs(Outer, {"size": 3, "encoder": 5})
     given = TransformerLayerConfig(8, 2, 16)
     assert dataclass_kwargs(Outer, {"size": 3, "encoder": given})["encoder"] is given
+
+
+@dataclasses.dataclass(frozen=True)
+class WithDefault:
+    encoder: TransformerLayerConfig = dataclasses.field(
+        default_factory=lambda: TransformerLayerConfig(8, 2, 16, dropout=0.2))
+
+
+def test_a_partial_nested_dict_is_laid_over_the_fields_default() -> None:
+    built = dataclass_kwargs(WithDefault, {"encoder": {"d_ff": 32}})["encoder"]
+    assert built == TransformerLayerConfig(8, 2, 32, dropout=0.2)
+    assert dataclass_kwargs(WithDefault, {}) == {}  # the whole default, left to the class

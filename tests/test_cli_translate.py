@@ -11,6 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from attnkit.blocks import TransformerLayerConfig
 from attnkit.cli.translate import train_translate, translate
 from attnkit.data.parallel import (
     BOS_ID,
@@ -121,7 +122,7 @@ def tiny_translator(seed: int = 0) -> Translator:
     torch.manual_seed(seed)
     toks = train_translation_tokenizers(toy_corpus(100), vocab_size=50, shared=False)
     config = Seq2SeqConfig(src_vocab_size=toks.source.get_vocab_size(), tgt_vocab_size=toks.target.get_vocab_size(),
-                           d_model=16, num_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0,
+                           layer=TransformerLayerConfig(16, 2, 32, norm_first=True), encoder_layers=1, decoder_layers=1,
                            tie_embeddings=False)
     return Translator(Seq2SeqTransformer(config).eval(), toks)
 
@@ -191,8 +192,8 @@ def _fit(out: Path, epochs: int, *, resume: bool = False, average_last: int = 1,
          dropout: float = 0.1) -> dict:
     from attnkit.train.translation import TranslationTrainConfig, fit_translation
 
-    options = {"d_model": 32, "num_heads": 4, "d_ff": 64, "encoder_layers": 1, "decoder_layers": 1,
-               "dropout": dropout, "attention_dropout": 0.0, "label_smoothing": 0.1}
+    options = {"layer": {"d_model": 32, "num_heads": 4, "d_ff": 64, "dropout": dropout, "attention_dropout": 0.0},
+               "encoder_layers": 1, "decoder_layers": 1, "label_smoothing": 0.1}
     config = TranslationTrainConfig(epochs=epochs, max_tokens=300, lr=lr, warmup_steps=10, vocab_size=60,
                                     average_last=average_last)
     return fit_translation(toy_corpus(120), toy_corpus(12, seed=1), model_options=options, train_config=config,

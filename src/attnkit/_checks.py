@@ -84,8 +84,9 @@ def dataclass_kwargs(cls: type, data: object, *, what: str | None = None) -> dic
     dataclass), else a TypeError names the field and what came; JSON lists
     become tuples where the field is a tuple. A field whose hint is a dataclass
     (a model config's layer config) takes a dict, checked the same way and
-    built into that dataclass; messages name its fields by their path
-    (``encoder.d_ff``). Range checks stay with the class (its ``__post_init__``).
+    built into that dataclass (a field the dict leaves out takes its value in
+    the field's default, where that default is such a dataclass); messages
+    name its fields by their path (``encoder.d_ff``). Range checks stay with the class (its ``__post_init__``).
     ``what`` names the config in messages (default: the class name).
     """
     return _kwargs(cls, data, what or cls.__name__, "")
@@ -110,7 +111,7 @@ def _kwargs(cls: type, data: object, name: str, prefix: str) -> dict[str, Any]:
         hint = hints.get(key, Any)
         nested = _nested_dataclass(hint)
         if nested is not None and isinstance(value, Mapping):
-            out[key] = _built(nested, value, name, f"{prefix}{key}")
+            out[key] = _built(nested, {**_default_fields(fields[key], nested), **value}, name, f"{prefix}{key}")
             continue
         try:
             out[key] = _fit(value, hint)
@@ -125,6 +126,17 @@ def _nested_dataclass(hint: Any) -> type | None:
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     found = [o for o in options if isinstance(o, type) and dataclasses.is_dataclass(o)]
     return found[0] if len(found) == 1 else None
+
+
+def _default_fields(field: dataclasses.Field[Any], cls: type) -> dict[str, Any]:
+    """The fields of ``field``'s default, when that is a ``cls``: what a partial nested dict is laid over."""
+    if field.default_factory is not dataclasses.MISSING:
+        default = field.default_factory()
+    else:
+        default = None if field.default is dataclasses.MISSING else field.default
+    if not isinstance(default, cls):
+        return {}
+    return {f.name: getattr(default, f.name) for f in dataclasses.fields(cls) if f.init}
 
 
 def _built(cls: type, data: Mapping[str, Any], name: str, path: str) -> Any:

@@ -85,10 +85,10 @@ def train_translate(**v: Any) -> None:
         return
     train = read_parallel(v["src_path"], v["tgt_path"])
     val = read_parallel(v["val_src"], v["val_tgt"]) if v["val_src"] else None
-    model_options = {"d_model": v["d_model"], "num_heads": v["heads"], "d_ff": v["d_ff"],
-                     "encoder_layers": v["encoder_layers"], "decoder_layers": v["decoder_layers"],
-                     "dropout": v["dropout"], "attention_dropout": v["attention_dropout"],
-                     "activation_dropout": v["activation_dropout"], "norm_first": not v["post_norm"],
+    layer = {"d_model": v["d_model"], "num_heads": v["heads"], "d_ff": v["d_ff"], "dropout": v["dropout"],
+             "attention_dropout": v["attention_dropout"], "activation_dropout": v["activation_dropout"],
+             "norm_first": not v["post_norm"]}
+    model_options = {"layer": layer, "encoder_layers": v["encoder_layers"], "decoder_layers": v["decoder_layers"],
                      "label_smoothing": v["label_smoothing"], "tie_embeddings": True}
     budget = None if v["time_budget"] is None else 60.0 * v["time_budget"]
     config = TranslationTrainConfig(epochs=v["epochs"], max_tokens=v["batch_tokens"], lr=v["lr"],
