@@ -297,6 +297,6 @@ def test_train_translate_resume_flag(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert "resuming" in result.output
     meta = json.loads((committed_dir(out) / "config.json").read_text())
     assert [h["epoch"] for h in meta["history"]] == [1, 2] and meta["status"] == "done"
-    assert meta["model_config"]["attention_dropout"] == 0.0
+    assert meta["model_config"]["layer"]["attention_dropout"] == 0.0
     again = CliRunner().invoke(train_translate, [*base, "--resume"])
     assert again.exit_code == 0 and "finished training already" in again.output
