@@ -74,7 +74,9 @@ def new_run_id() -> str:
 
 def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size: int, num_classes: int,
                       max_len: int) -> dict[str, Any]:
-    """The config dict of ``model_name``: the data-given sizes, then ``overrides``.
+    """The config dict of ``model_name``: every field's default, the data-given sizes, then ``overrides``.
+
+    Every field is written out, so that a run saved now keeps its values if a default changes.
 
     Unknown keys raise a ValueError listing the valid ones (from the model's config class).
     """
@@ -89,7 +91,8 @@ def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size:
         raise ValueError(f"unknown {model_name} model option(s) {unknown}; valid keys: {names}")
     sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len}
     base = {k: v for k, v in sizes.items() if k in names}
-    return {**base, **overrides}
+    defaults = {f.name: f.default for f in dataclasses.fields(config_cls) if f.default is not dataclasses.MISSING}
+    return {**defaults, **base, **overrides}
 
 
 def _tokenizer_given(model_name: str, options: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
