@@ -114,7 +114,7 @@ def training_step() -> float:
     from attnkit.reference.optim import AdamW
 
     torch.set_num_threads(OPTS.threads)
-    cfg = ClassifierConfig(vocab_size=9000, d_model=64, num_heads=4, num_layers=1, dim_feedforward=128,
+    cfg = ClassifierConfig(vocab_size=9000, d_model=64, num_heads=4, num_layers=1, d_ff=128,
                            dropout=0.1)
     ours = TransformerClassifier(cfg)
     theirs = DocumentClassifier(DocumentClassifierConfig(

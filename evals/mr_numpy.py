@@ -83,7 +83,7 @@ def main() -> None:
 
     config = ClassifierConfig(
         vocab_size=len(vocab), num_classes=2, d_model=args.d_model, num_heads=args.heads,
-        num_layers=args.layers, dim_feedforward=2 * args.d_model, dropout=args.dropout,
+        num_layers=args.layers, d_ff=2 * args.d_model, dropout=args.dropout,
         pooling="mean", seed=args.seed,
     )
     model = TransformerClassifier(config)

@@ -20,6 +20,7 @@ import random
 import torch
 from _common import output_dir, saved, show, small
 
+from attnkit.blocks import TransformerLayerConfig
 from attnkit.data.parallel import (
     ParallelCorpus,
     batches_by_tokens,
@@ -57,8 +58,9 @@ def main() -> None:
     tokenizers = train_translation_tokenizers(train, vocab_size=200, shared=True)
     pairs = encode_pairs(tokenizers, train)
     vocab = tokenizers.source.get_vocab_size()
-    config = Seq2SeqConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=64, num_heads=4, d_ff=128,
-                           encoder_layers=2, decoder_layers=2, dropout=0.1, shared_vocab=True)
+    config = Seq2SeqConfig(src_vocab_size=vocab, tgt_vocab_size=vocab,
+                           layer=TransformerLayerConfig(64, 4, 128, dropout=0.1, norm_first=True),
+                           encoder_layers=2, decoder_layers=2, shared_vocab=True)
     model = Seq2SeqTransformer(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     for epoch in range(epochs):

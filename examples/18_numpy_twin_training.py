@@ -67,7 +67,7 @@ def main() -> None:
     vocab = Vocabulary.build(texts[:cut])
     encoded = [vocab.encode(t) for t in texts]
     config = ClassifierConfig(vocab_size=len(vocab), num_classes=2, d_model=32, num_heads=2, num_layers=1,
-                              dim_feedforward=64, dropout=0.1, pooling="attention")
+                              d_ff=64, dropout=0.1, pooling="attention")
     model = TransformerClassifier(config)
     optimizer = AdamW(model.parameters(), model.gradients(), lr=3e-3)
     trainer = Trainer(model, optimizer, batch_size=32, seed=0)

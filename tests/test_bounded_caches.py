@@ -123,9 +123,9 @@ def test_translation_model_decodes_with_a_bounded_cache(window: int, sinks: int)
     from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
     torch.manual_seed(3)
-    model = Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=D, num_heads=H,
-                                             d_ff=32, encoder_layers=1, decoder_layers=2,
-                                             dropout=0.0)).eval()
+    model = Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=12, tgt_vocab_size=12,
+                                             layer=TransformerLayerConfig(D, H, 32, norm_first=True), encoder_layers=1,
+                                             decoder_layers=2)).eval()
     src, tgt = torch.randint(4, 12, (2, 5)), torch.randint(4, 12, (2, 7))
     encoded = model.encode(src, torch.tensor([5, 3]))
     cache = model.init_cache(window=window, sinks=sinks)

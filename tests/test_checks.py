@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import pathlib
 from collections.abc import Callable
 
 import pytest
 
 from attnkit import _checks
-from attnkit._checks import non_negative_int, one_of, positive_float, positive_int, probability
-from attnkit.blocks import FeedForward
+from attnkit._checks import (
+    dataclass_kwargs,
+    non_negative_int,
+    one_of,
+    positive_float,
+    positive_int,
+    probability,
+)
+from attnkit.blocks import FeedForward, TransformerLayerConfig
 from attnkit.layers.bert import BertSelfOutput
 from attnkit.layers.multi_head import MultiHeadAttention
 from attnkit.layers.pooling import AttentionPooling
@@ -90,3 +98,42 @@ def test_no_private_copies_of_the_positive_int_check_remain() -> None:
 def test_callers_keep_their_messages(build: Callable[[], object]) -> None:
     with pytest.raises(ValueError, match="must be a positive int, got"):
         build()
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    size: int
+    encoder: TransformerLayerConfig
+
+
+def test_dataclass_kwargs_builds_a_nested_config_and_names_its_fields_by_path() -> None:
+    layer = {"d_model": 8, "num_heads": 2, "d_ff": 16}
+    built = dataclass_kwargs(Outer, {"size": 3, "encoder": layer})
+    assert built["encoder"] == TransformerLayerConfig(8, 2, 16)  # a dict became the dataclass
+    with pytest.raises(TypeError, match=r"^Outer field encoder\.d_ff must be an int, got '16' \(str\)$"):
+        dataclass_kwargs(Outer, {"size": 3, "encoder": {**layer, "d_ff": "16"}})
+    with pytest.raises(ValueError, match=r"unknown Outer field\(s\) \['encoder\.dff'\]; valid fields are "
+                                         r"\['encoder\.d_model', 'encoder\.num_heads', 'encoder\.d_ff'"):
+        dataclass_kwargs(Outer, {"size": 3, "encoder": {"d_model": 8, "num_heads": 2, "dff": 16}})
+    with pytest.raises(ValueError, match=r"Outer is missing required field\(s\) \['encoder\.d_ff'\]"):
+        dataclass_kwargs(Outer, {"size": 3, "encoder": {"d_model": 8, "num_heads": 2}})
+    with pytest.raises(ValueError, match=r"^Outer field encoder\.d_ff must be a positive int, got 0$"):
+        dataclass_kwargs(Outer, {"size": 3, "encoder": {**layer, "d_ff": 0}})
+    with pytest.raises(ValueError, match=r"^Outer field encoder: d_model=8 must be divisible by num_heads=3$"):
+        dataclass_kwargs(Outer, {"size": 3, "encoder": {**layer, "num_heads": 3}})
+    with pytest.raises(TypeError, match=r"Outer field encoder must be TransformerLayerConfig, got 5 \(int\)"):
+        dataclass_kwargs(Outer, {"size": 3, "encoder": 5})
+    given = TransformerLayerConfig(8, 2, 16)
+    assert dataclass_kwargs(Outer, {"size": 3, "encoder": given})["encoder"] is given
+
+
+@dataclasses.dataclass(frozen=True)
+class WithDefault:
+    encoder: TransformerLayerConfig = dataclasses.field(
+        default_factory=lambda: TransformerLayerConfig(8, 2, 16, dropout=0.2))
+
+
+def test_a_partial_nested_dict_is_laid_over_the_fields_default() -> None:
+    built = dataclass_kwargs(WithDefault, {"encoder": {"d_ff": 32}})["encoder"]
+    assert built == TransformerLayerConfig(8, 2, 32, dropout=0.2)
+    assert dataclass_kwargs(WithDefault, {}) == {}  # the whole default, left to the class

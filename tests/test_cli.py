@@ -249,7 +249,7 @@ def test_every_train_command_reads_its_task_back() -> None:
 def test_the_default_recipe_is_the_wide_model_with_its_training_settings(tmp_path, data_csv) -> None:
     out = tmp_path / "default"
     result = _invoke("train", "--data", str(data_csv), "--out", str(out), "--epochs", "2", "--device", "cpu",
-                     "--quiet", "--model-opt", "ngram_buckets=512", "--model-opt", "embed_dim=8")
+                     "--quiet", "--model-opt", "ngram_rows=512", "--model-opt", "embed_dim=8")
     assert result.exit_code == 0, result.output
     meta = json.loads((committed_dir(out) / "config.json").read_text())
     assert meta["model_name"] == "wide"
@@ -263,7 +263,7 @@ def test_the_default_recipe_is_the_wide_model_with_its_training_settings(tmp_pat
     assert json.loads(predicted.output)["accuracy"] > 0.9  # the keyword corpus: the key words decide
     # a flag still overrides the recipe; another model keeps TrainConfig's defaults
     other = _invoke("train", "--data", str(data_csv), "--out", str(tmp_path / "lr"), "--epochs", "1", "--lr", "0.02",
-                    "--max-len", "64", "--device", "cpu", "--quiet", "--model-opt", "ngram_buckets=512",
+                    "--max-len", "64", "--device", "cpu", "--quiet", "--model-opt", "ngram_rows=512",
                     "--model-opt", "embed_dim=8")
     overridden = json.loads((committed_dir(tmp_path / "lr") / "config.json").read_text())
     assert overridden["train_config"]["lr"] == 0.02

@@ -11,6 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from attnkit.blocks import TransformerLayerConfig
 from attnkit.cli.translate import train_translate, translate
 from attnkit.data.parallel import (
     BOS_ID,
@@ -121,7 +122,7 @@ def tiny_translator(seed: int = 0) -> Translator:
     torch.manual_seed(seed)
     toks = train_translation_tokenizers(toy_corpus(100), vocab_size=50, shared=False)
     config = Seq2SeqConfig(src_vocab_size=toks.source.get_vocab_size(), tgt_vocab_size=toks.target.get_vocab_size(),
-                           d_model=16, num_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0,
+                           layer=TransformerLayerConfig(16, 2, 32, norm_first=True), encoder_layers=1, decoder_layers=1,
                            tie_embeddings=False)
     return Translator(Seq2SeqTransformer(config).eval(), toks)
 
@@ -150,7 +151,7 @@ def test_train_and_translate_commands(tmp_path: Path) -> None:
     args = ["--src", str(src), "--tgt", str(tgt), "--val-src", str(vsrc), "--val-tgt", str(vtgt), "--out", str(out),
             "--vocab-size", "60", "--d-model", "32", "--heads", "4", "--d-ff", "64", "--encoder-layers", "1",
             "--decoder-layers", "1", "--dropout", "0", "--epochs", "3", "--batch-tokens", "400", "--lr", "5e-3",
-            "--warmup", "20", "--label-smoothing", "0"]
+            "--warmup-steps", "20", "--label-smoothing", "0"]
     result = CliRunner().invoke(train_translate, args)
     assert result.exit_code == 0, result.output
     assert "validation BLEU" in result.output and (committed_dir(out) / "model.safetensors").is_file()
@@ -191,9 +192,9 @@ def _fit(out: Path, epochs: int, *, resume: bool = False, average_last: int = 1,
          dropout: float = 0.1) -> dict:
     from attnkit.train.translation import TranslationTrainConfig, fit_translation
 
-    options = {"d_model": 32, "num_heads": 4, "d_ff": 64, "encoder_layers": 1, "decoder_layers": 1,
-               "dropout": dropout, "attention_dropout": 0.0, "label_smoothing": 0.1}
-    config = TranslationTrainConfig(epochs=epochs, max_tokens=300, lr=lr, warmup=10, vocab_size=60,
+    options = {"layer": {"d_model": 32, "num_heads": 4, "d_ff": 64, "dropout": dropout, "attention_dropout": 0.0},
+               "encoder_layers": 1, "decoder_layers": 1, "label_smoothing": 0.1}
+    config = TranslationTrainConfig(epochs=epochs, max_tokens=300, lr=lr, warmup_steps=10, vocab_size=60,
                                     average_last=average_last)
     return fit_translation(toy_corpus(120), toy_corpus(12, seed=1), model_options=options, train_config=config,
                            out_dir=out, resume=resume)
@@ -283,7 +284,7 @@ def test_train_translate_resume_flag(tmp_path: Path, monkeypatch: pytest.MonkeyP
     out = tmp_path / "run"
     base = ["--src", str(src), "--tgt", str(tgt), "--out", str(out), "--vocab-size", "60", "--d-model", "32",
             "--heads", "4", "--d-ff", "64", "--encoder-layers", "1", "--decoder-layers", "1",
-            "--batch-tokens", "300", "--warmup", "10", "--attention-dropout", "0", "--activation-dropout", "0",
+            "--batch-tokens", "300", "--warmup-steps", "10", "--attention-dropout", "0", "--activation-dropout", "0",
             "--epochs", "2"]
     with monkeypatch.context() as patch:
         interrupt_in_epoch(patch, 2)
@@ -296,6 +297,6 @@ def test_train_translate_resume_flag(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert "resuming" in result.output
     meta = json.loads((committed_dir(out) / "config.json").read_text())
     assert [h["epoch"] for h in meta["history"]] == [1, 2] and meta["status"] == "done"
-    assert meta["model_config"]["attention_dropout"] == 0.0
+    assert meta["model_config"]["layer"]["attention_dropout"] == 0.0
     again = CliRunner().invoke(train_translate, [*base, "--resume"])
     assert again.exit_code == 0 and "finished training already" in again.output

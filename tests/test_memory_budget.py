@@ -27,7 +27,7 @@ WIDE = ["--epochs", "1", "--batch-size", "16", "--device", "cpu", "--quiet", "--
 
 
 def _small_wide(classes: int = 3, rows: int = 700) -> dict:
-    return model_config_dict("wide", {"ngram_buckets": rows, "embed_dim": 8, "attention_dim": 8},
+    return model_config_dict("wide", {"ngram_rows": rows, "embed_dim": 8, "attention_dim": 8},
                              vocab_size=500, num_classes=classes, max_len=64)
 
 
@@ -95,10 +95,10 @@ def test_fit_to_memory_shrinks_the_rows_to_the_limit() -> None:
     lines: list[str] = []
     limit = need // 3
     shrunk = mb.fit_to_memory("wide", config, tokens=10_000, limit=limit, log=lines.append)
-    rows = shrunk["ngram_buckets"]
+    rows = shrunk["ngram_rows"]
     assert mb.MIN_ROWS <= rows < 50_000
     assert mb.estimate_classifier("wide", shrunk, tokens=10_000).total <= limit
-    assert mb.estimate_classifier("wide", {**shrunk, "ngram_buckets": rows + 1}, tokens=10_000).total > limit
+    assert mb.estimate_classifier("wide", {**shrunk, "ngram_rows": rows + 1}, tokens=10_000).total > limit
     assert len(lines) == 1 and f"using the {rows} most frequent bigrams" in lines[0] and "--max-memory" in lines[0]
     with pytest.raises(mb.MemoryLimitError, match="resumed run keeps its n-gram rows.*--max-memory"):
         mb.fit_to_memory("wide", config, tokens=10_000, limit=limit, can_shrink=False)
@@ -137,7 +137,7 @@ def test_a_run_shrinks_its_rows_says_so_and_reports_its_peak(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if x.startswith("memory:"))
     meta = json.loads((committed_dir(out) / "config.json").read_text())
-    rows = meta["model_config"]["ngram_buckets"]
+    rows = meta["model_config"]["ngram_rows"]
     assert mb.MIN_ROWS <= rows < 200_000 and f"using the {rows} most frequent bigrams" in line
     peak = meta["metrics"]["peak_memory_mib"]
     assert 50 < peak == pytest.approx(mb.peak_rss_mib(), rel=0.5)

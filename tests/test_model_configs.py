@@ -21,7 +21,6 @@ from attnkit.models import (
     build_model,
     config_from_dict,
     config_to_dict,
-    saved_config,
 )
 from attnkit.models.bert import BertConfig, BertModel
 from attnkit.models.config import TextClassifierConfig
@@ -56,15 +55,25 @@ OLD_RUN_CONFIGS: dict[str, dict[str, Any]] = {
 
 
 @pytest.mark.parametrize("name", sorted(OLD_RUN_CONFIGS))
-def test_flat_configs_saved_before_load_and_round_trip(name: str) -> None:
+def test_saved_configs_load_and_round_trip(name: str) -> None:
     saved = json.loads(json.dumps(OLD_RUN_CONFIGS[name]))  # as read back from config.json
-    data = saved_config(name, saved)  # as the run loader reads it: fields it predates get their old values
-    assert {key: data[key] for key in saved} == saved
-    config = config_from_dict(name, data)
-    assert json.loads(json.dumps(config_to_dict(config))) == data  # same keys, same values, still flat
+    config = config_from_dict(name, saved)
+    data = json.loads(json.dumps(config_to_dict(config)))
+    assert {key: data[key] for key in saved} == saved  # the given fields as they were, the rest their defaults
+    defaults = {f.name: f.default for f in dataclasses.fields(MODELS[name][1])}
+    assert all(data[key] == defaults[key] for key in set(data) - set(saved) if not isinstance(data[key], dict))
+    assert config_from_dict(name, data) == config
     model = build_model(name, data)
     assert isinstance(model, MODELS[name][0])
-    assert not getattr(model, "has_ngram_half", False)  # none of these had an n-gram half
+
+
+def test_no_table_of_old_defaults_remains() -> None:
+    import attnkit.models as models
+    from attnkit.models.config import ModelConfig
+
+    assert not hasattr(models, "saved_config")
+    for name in ("SAVED_BEFORE", "saved", "recorded_defaults"):
+        assert not hasattr(ModelConfig, name)
 
 
 def test_the_bert_classifier_config_is_a_bert_config_plus_the_head() -> None:
@@ -74,7 +83,7 @@ def test_the_bert_classifier_config_is_a_bert_config_plus_the_head() -> None:
     own = [f.name for f in dataclasses.fields(BertClassifierConfig) if f.name not in bert_fields]
     assert own == ["num_classes", "cls_token_id", "sep_token_id", "pooling", "classifier_dropout", "max_len",
                    "ngram_rows"]
-    assert config.ngram_rows == 200_000  # the default; a run saved before it reads 0 (saved_config)
+    assert config.ngram_rows == 200_000  # a missing field takes its default
     assert config.bert_config() == BertConfig(**{k: OLD_BERT_RUN_CONFIG[k] for k in bert_fields})
     assert type(config.bert_config()) is BertConfig
     assert BertClassifierConfig.from_bert(config.bert_config(), num_classes=2, cls_token_id=2,

@@ -26,7 +26,7 @@ from attnkit.train.numpy_backend import (
 from attnkit.train.rundir import committed_dir
 
 FAST = ["--epochs", "6", "--batch-size", "32", "--lr", "0.005", "--model-opt", "d_model=32",
-        "--model-opt", "dim_feedforward=64", "--model-opt", "pooling=attention", "--model-opt", "dropout=0.0"]
+        "--model-opt", "d_ff=64", "--model-opt", "pooling=attention", "--model-opt", "dropout=0.0"]
 
 
 @pytest.fixture(scope="module")

@@ -226,7 +226,7 @@ def _model_check(model: Module, ids: np.ndarray, labels: np.ndarray) -> float:
 
 @pytest.mark.parametrize("pooling", ["mean", "attention"])
 def test_transformer_classifier_end_to_end(pooling: str) -> None:
-    cfg = ClassifierConfig(vocab_size=12, d_model=8, num_heads=2, num_layers=2, dim_feedforward=8,
+    cfg = ClassifierConfig(vocab_size=12, d_model=8, num_heads=2, num_layers=2, d_ff=8,
                            norm_first=pooling == "attention", pooling=pooling)
     ids = np.array([[3, 4, 5, 0], [7, 2, 0, 0], [1, 11, 9, 8]])
     assert _model_check(TransformerClassifier(cfg), ids, np.array([0, 1, 1])) < 1e-6

@@ -46,7 +46,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 def _torch_twin(cfg: ClassifierConfig) -> TorchDocumentClassifier:
     tcfg = DocumentClassifierConfig(
         vocab_size=cfg.vocab_size, num_classes=cfg.num_classes, d_model=cfg.d_model,
-        num_heads=cfg.num_heads, num_layers=cfg.num_layers, d_ff=cfg.dim_feedforward,
+        num_heads=cfg.num_heads, num_layers=cfg.num_layers, d_ff=cfg.d_ff,
         dropout=cfg.dropout, pooling=cfg.pooling, positional="sinusoidal",
         norm_first=cfg.norm_first, activation=cfg.activation,
     )
@@ -72,7 +72,7 @@ def test_transformer_classifier_weights_through_safetensors(
     tmp_path: Path, norm_first: bool, pooling: str, activation: str
 ) -> None:
     cfg = ClassifierConfig(vocab_size=10, num_classes=3, d_model=8, num_heads=2, num_layers=2,
-                           dim_feedforward=12, norm_first=norm_first, pooling=pooling, activation=activation)
+                           d_ff=12, norm_first=norm_first, pooling=pooling, activation=activation)
     ours = TransformerClassifier(cfg).astype(np.float64).eval()
     save_weights(ours, tmp_path / "w.safetensors")
     theirs = _torch_twin(cfg)
@@ -160,7 +160,7 @@ def _toy_task(n: int, seed: int) -> tuple[list[list[int]], np.ndarray]:
 
 @pytest.mark.parametrize("kind", ["transformer", "document"])
 def test_trainer_learns_and_every_parameter_gets_a_gradient(kind: str) -> None:
-    cfg = ClassifierConfig(kind=kind, vocab_size=12, d_model=16, num_heads=2, dim_feedforward=16,
+    cfg = ClassifierConfig(kind=kind, vocab_size=12, d_model=16, num_heads=2, d_ff=16,
                            dropout=0.0, seed=1)
     model = build_model(cfg)
     xs, ys = _toy_task(240, 0)
@@ -272,7 +272,7 @@ def test_reference_package_imports_no_torch() -> None:
 def test_transformer_classifier_gradients_match_torch_autograd(tmp_path: Path, norm_first: bool,
                                                                pooling: str) -> None:
     cfg = ClassifierConfig(vocab_size=10, num_classes=3, d_model=8, num_heads=2, num_layers=2,
-                           dim_feedforward=12, norm_first=norm_first, pooling=pooling, activation="gelu")
+                           d_ff=12, norm_first=norm_first, pooling=pooling, activation="gelu")
     ours = TransformerClassifier(cfg).astype(np.float64).eval()
     save_weights(ours, tmp_path / "w.safetensors")
     theirs = _torch_twin(cfg)

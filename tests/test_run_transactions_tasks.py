@@ -44,8 +44,9 @@ def corpus(n: int, seed: int = 0) -> ParallelCorpus:
 def fit(out: Path, epochs: int = 2, *, resume: bool = False, overwrite: bool = False, seed: int = 0) -> dict:
     from attnkit.train.translation import TranslationTrainConfig, fit_translation
 
-    options = {"d_model": 16, "num_heads": 2, "d_ff": 32, "encoder_layers": 1, "decoder_layers": 1, "dropout": 0.0}
-    config = TranslationTrainConfig(epochs=epochs, max_tokens=200, lr=5e-3, warmup=5, vocab_size=40, seed=seed,
+    options = {"layer": {"d_model": 16, "num_heads": 2, "d_ff": 32, "dropout": 0.0}, "encoder_layers": 1,
+               "decoder_layers": 1}
+    config = TranslationTrainConfig(epochs=epochs, max_tokens=200, lr=5e-3, warmup_steps=5, vocab_size=40, seed=seed,
                                     average_last=2)
     return fit_translation(corpus(40), corpus(4, seed=1), model_options=options, train_config=config, out_dir=out,
                            resume=resume, overwrite=overwrite)
@@ -217,7 +218,7 @@ def train_numpy(out: Path, log: list[str] | None = None):  # type: ignore[no-unt
     from attnkit.train.numpy_backend import NumpyTrainSettings, train_numpy_run
 
     data = numpy_data()
-    return train_numpy_run(data[:50], data[50:55], data[55:], model_options={"d_model": 8, "dim_feedforward": 16},
+    return train_numpy_run(data[:50], data[50:55], data[55:], model_options={"d_model": 8, "d_ff": 16},
                            settings=NumpyTrainSettings(epochs=1, batch_size=25), out_dir=out,
                            log=None if log is None else log.append)
 

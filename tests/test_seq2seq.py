@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 import torch
 
+from attnkit.blocks import TransformerLayerConfig
 from attnkit.data.parallel import collate_pairs
 from attnkit.decoding import greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 
 def tiny(**overrides: object) -> Seq2SeqTransformer:
-    options: dict[str, object] = dict(src_vocab_size=17, tgt_vocab_size=13, d_model=16, num_heads=4, d_ff=32,
-                                      encoder_layers=2, decoder_layers=2, dropout=0.0)
+    options: dict[str, object] = dict(src_vocab_size=17, tgt_vocab_size=13, layer=TransformerLayerConfig(16, 4, 32, norm_first=True),
+                                      encoder_layers=2, decoder_layers=2)
     options.update(overrides)
     return Seq2SeqTransformer(Seq2SeqConfig(**options)).eval()  # type: ignore[arg-type]
 
@@ -32,14 +34,20 @@ def test_config_checks() -> None:
         Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=11, shared_vocab=True)
     with pytest.raises(ValueError, match="must differ"):
         Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=10, bos_id=0)
-    with pytest.raises(ValueError, match="divisible"):
-        Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=10, d_model=10, num_heads=4)
+    with pytest.raises(ValueError, match=r"^Seq2SeqConfig field layer: d_model=10 must be divisible by num_heads=4$"):
+        Seq2SeqConfig.from_dict({"src_vocab_size": 10, "tgt_vocab_size": 10, "layer": {"d_model": 10, "num_heads": 4}})
     with pytest.raises(ValueError, match="unknown Seq2SeqConfig field"):
         Seq2SeqConfig.from_dict({"src_vocab_size": 10, "tgt_vocab_size": 10, "layers": 2})
-    with pytest.raises(ValueError, match="attention_dropout"):
-        Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=10, attention_dropout=1.0)
-    config = Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=12, norm_first=False, activation_dropout=0.0)
-    assert Seq2SeqConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match=r"unknown Seq2SeqConfig field\(s\) \['d_ff'\]"):  # the layer's field
+        Seq2SeqConfig.from_dict({"src_vocab_size": 10, "tgt_vocab_size": 10, "d_ff": 64})
+    with pytest.raises(ValueError, match=r"^Seq2SeqConfig field layer\.attention_dropout must be a float in \[0, 1\)"):
+        Seq2SeqConfig.from_dict({"src_vocab_size": 10, "tgt_vocab_size": 10, "layer": {"attention_dropout": 1.0}})
+    config = Seq2SeqConfig.from_dict({"src_vocab_size": 10, "tgt_vocab_size": 12,
+                                      "layer": {"norm_first": False, "activation_dropout": 0.0}})
+    assert config.layer == TransformerLayerConfig(256, 8, 1024, dropout=0.1, norm_first=False, activation_dropout=0.0)
+    saved = json.loads(json.dumps(config.to_dict()))
+    assert saved["layer"]["d_ff"] == 1024 and "d_ff" not in saved  # the layer's fields live in the layer only
+    assert Seq2SeqConfig.from_dict(saved) == config
     model = Seq2SeqTransformer(config)
     assert model.decoder.layers[0].ff.dropout.p == 0.0 and model.decoder.layers[0].self_attn.dropout == 0.1
 
@@ -62,7 +70,7 @@ def test_forward_shapes_and_cross_attention_alignments() -> None:
 @pytest.mark.parametrize("shared", [True, False])
 def test_cached_decoding_equals_full_recomputation(norm_first: bool, shared: bool) -> None:
     vocab = 17 if shared else 13
-    model = tiny(norm_first=norm_first, shared_vocab=shared, tgt_vocab_size=vocab, tie_embeddings=shared)
+    model = tiny(layer=TransformerLayerConfig(16, 4, 32, norm_first=norm_first), shared_vocab=shared, tgt_vocab_size=vocab, tie_embeddings=shared)
     src, lengths, tgt = batch(tt=6, tgt_vocab=vocab)
     full = model(src, lengths, tgt)  # (B, Tt, V)
     encoded, cache = model.encode(src, lengths), model.init_cache()
@@ -138,8 +146,8 @@ def test_tiny_model_learns_the_copy_task() -> None:
     rng = random.Random(0)
     torch.manual_seed(0)
     model = Seq2SeqTransformer(Seq2SeqConfig(
-        src_vocab_size=10, tgt_vocab_size=10, d_model=32, num_heads=4, d_ff=64, encoder_layers=1,
-        decoder_layers=1, dropout=0.0, shared_vocab=True, label_smoothing=0.0))
+        src_vocab_size=10, tgt_vocab_size=10, layer=TransformerLayerConfig(32, 4, 64, norm_first=True), encoder_layers=1,
+        decoder_layers=1, shared_vocab=True, label_smoothing=0.0))
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))
     first = None

@@ -16,7 +16,7 @@ V, BUCKETS = 30, 16
 
 def _model(**extra: object) -> WideDeepClassifier:
     torch.manual_seed(0)
-    config = {"vocab_size": V, "num_classes": 3, "embed_dim": 8, "attention_dim": 4, "ngram_buckets": BUCKETS,
+    config = {"vocab_size": V, "num_classes": 3, "embed_dim": 8, "attention_dim": 4, "ngram_rows": BUCKETS,
               "dropout": 0.0, **extra}
     model = build_model("wide", config)
     assert isinstance(model, WideDeepClassifier)
@@ -70,7 +70,7 @@ def test_the_wide_half_is_a_normalised_sum_added_to_predict_and_left_out_in_trai
 
 
 def test_the_most_frequent_bigrams_get_the_rows() -> None:
-    model = _model(num_classes=2, ngram_buckets=4)
+    model = _model(num_classes=2, ngram_rows=4)
     docs = [[5, 6, 6], [5, 7], [8, 9], [8, 6], [5, 6], [5, 6, 5, 6]]  # "5 6" twice in the last: one document
     model.init_from_training_data(docs, [0, 0, 1, 1, 0, 0])
     assert model.bigram_keys is not None
@@ -148,7 +148,7 @@ def test_the_lstm_encoder_adds_its_parameters_and_keeps_the_pooling_weights() ->
 
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("encoder", "gru", r"encoder must be one of \['none', 'lstm'\], got 'gru'"),
-    ("ngram_buckets", 0, "ngram_buckets must be a positive int, got 0"),
+    ("ngram_rows", 0, "ngram_rows must be a positive int, got 0"),
     ("word_dropout", 1.0, "word_dropout"),
     ("bigrams", "hash", r"bigrams must be one of \['exact', 'hashed'\], got 'hash'"),
     ("dropout", -0.1, "dropout"),
@@ -159,7 +159,7 @@ def test_bad_config_values_are_named(field: str, value: object, message: str) ->
 
 
 def test_naive_bayes_start_is_half_the_log_count_ratio() -> None:
-    model = _model(num_classes=2, ngram_buckets=4096)
+    model = _model(num_classes=2, ngram_rows=4096)
     docs, labels = [[5, 6, 6], [5, 7], [8, 9], [8, 6]], [0, 0, 1, 1]
     model.init_from_training_data(docs, labels)  # sets the bigram rows
     w = model.naive_bayes_table(docs, labels)  # (V + buckets, 2)
@@ -187,7 +187,7 @@ def test_naive_bayes_start_is_half_the_log_count_ratio() -> None:
 def test_the_wide_half_is_the_regression_on_naive_bayes_scaled_features() -> None:
     from attnkit.models.wide import WIDE_C
 
-    model = _model(num_classes=3, ngram_buckets=64)
+    model = _model(num_classes=3, ngram_rows=64)
     docs = [[5, 6, 7], [5, 6], [8, 9, 8], [8, 10], [11, 12], [11, 6, 12], [5, 12], [8, 6]]
     labels = [0, 0, 1, 1, 2, 2, 0, 1]
     model.init_from_training_data(docs, labels)
@@ -212,18 +212,15 @@ def test_the_wide_half_is_the_regression_on_naive_bayes_scaled_features() -> Non
     assert nb.argmax(-1).tolist() == labels  # it separates its training documents
 
 
-def test_a_run_saved_before_exact_bigrams_loads_with_its_hashed_rows() -> None:
-    from attnkit.models import saved_config
-
-    saved = {"vocab_size": V, "num_classes": 2, "ngram_buckets": BUCKETS}  # a config written before "bigrams"
-    old = build_model("wide", saved_config("wide", saved))
+def test_hashed_bigrams_are_asked_for_and_a_config_without_the_field_gets_exact_rows() -> None:
+    saved = {"vocab_size": V, "num_classes": 2, "ngram_rows": BUCKETS}
+    old = build_model("wide", {**saved, "bigrams": "hashed"})
     assert isinstance(old, WideDeepClassifier) and old.config.bigrams == "hashed" and old.bigram_keys is None
     assert old.wide_bias is None and set(old.state_dict()) >= {"wide", "wide_scale"}
     docs, labels = [[5, 6], [7, 8], [5, 9]], [0, 1, 0]
     old.init_from_training_data(docs, labels)  # hashed rows: the table is naive Bayes itself
     torch.testing.assert_close(old.wide, old.naive_bayes_table(docs, labels).float())
-    assert build_model("wide", saved).config.bigrams == "exact"  # a new config gets the new rows
-    assert saved_config("wide", {**saved, "bigrams": "exact"})["bigrams"] == "exact"
+    assert build_model("wide", saved).config.bigrams == "exact"  # a missing field takes the default
 
 
 def test_fit_classifier_starts_the_wide_model_from_its_training_part() -> None:
@@ -234,7 +231,7 @@ def test_fit_classifier_starts_the_wide_model_from_its_training_part() -> None:
     train = [Example("good fine great", "pos"), Example("bad awful poor", "neg")] * 6
     seen: list[int] = []
     result = fit_classifier(train, train[:2], train[:2], model_name="wide",
-                            model_options={"embed_dim": 4, "attention_dim": 4, "ngram_buckets": 32},
+                            model_options={"embed_dim": 4, "attention_dim": 4, "ngram_rows": 32},
                             train_config=TrainConfig(epochs=1, lr=1e-9, warmup_ratio=0.0, device="cpu"),
                             quiet=True, log=lambda line: seen.append(1))
     assert result.test is not None and result.test["accuracy"] == 1.0  # naive Bayes alone separates them

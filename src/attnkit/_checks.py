@@ -80,31 +80,77 @@ def dataclass_kwargs(cls: type, data: object, *, what: str | None = None) -> dic
     Unknown keys and missing required fields raise ValueError listing the
     valid fields. Each value must fit its field's type hint (``int``, ``float``
     (finite; an int is accepted), ``bool``, ``str``, ``X | None``,
-    ``Literal[...]``, ``tuple[...]``, ``list[...]``, ``dict[...]``), else a
-    TypeError names the field and what came; JSON lists become tuples where the
-    field is a tuple. Range checks stay with the class (its ``__post_init__``).
+    ``Literal[...]``, ``tuple[...]``, ``list[...]``, ``dict[...]``, or another
+    dataclass), else a TypeError names the field and what came; JSON lists
+    become tuples where the field is a tuple. A field whose hint is a dataclass
+    (a model config's layer config) takes a dict, checked the same way and
+    built into that dataclass (a field the dict leaves out takes its value in
+    the field's default, where that default is such a dataclass); messages
+    name its fields by their path (``encoder.d_ff``). Range checks stay with the class (its ``__post_init__``).
     ``what`` names the config in messages (default: the class name).
     """
-    name = what or cls.__name__
+    return _kwargs(cls, data, what or cls.__name__, "")
+
+
+def _kwargs(cls: type, data: object, name: str, prefix: str) -> dict[str, Any]:
+    """:func:`dataclass_kwargs` for the fields under ``prefix`` (``""`` or ``"encoder."``) of config ``name``."""
     if not isinstance(data, Mapping):
-        raise TypeError(f"{name} must be a dict of fields, got {_shown(data)}")
+        where = f"{name} field {prefix[:-1]}" if prefix else name
+        raise TypeError(f"{where} must be a dict of fields, got {_shown(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(str(k) for k in set(data) - set(fields))
+    unknown = sorted(prefix + str(k) for k in set(data) - set(fields))
     if unknown:
-        raise ValueError(f"unknown {name} field(s) {unknown}; valid fields are {list(fields)}")
-    missing = [k for k, f in fields.items() if k not in data and f.default is dataclasses.MISSING
+        raise ValueError(f"unknown {name} field(s) {unknown}; valid fields are {[prefix + k for k in fields]}")
+    missing = [prefix + k for k, f in fields.items() if k not in data and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ValueError(f"{name} is missing required field(s) {missing}")
     hints = typing.get_type_hints(cls)
     out = {}
     for key, value in data.items():
+        hint = hints.get(key, Any)
+        nested = _nested_dataclass(hint)
+        if nested is not None and isinstance(value, Mapping):
+            out[key] = _built(nested, {**_default_fields(fields[key], nested), **value}, name, f"{prefix}{key}")
+            continue
         try:
-            out[key] = _fit(value, hints.get(key, Any))
+            out[key] = _fit(value, hint)
         except _Mismatch:
-            raise TypeError(f"{name} field {key} must be {_hint_text(hints.get(key, Any))}, "
+            raise TypeError(f"{name} field {prefix}{key} must be {_hint_text(hint)}, "
                             f"got {_shown(value)}") from None
     return out
+
+
+def _nested_dataclass(hint: Any) -> type | None:
+    """The dataclass of a field hinted ``D`` or ``D | None``, else None."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    found = [o for o in options if isinstance(o, type) and dataclasses.is_dataclass(o)]
+    return found[0] if len(found) == 1 else None
+
+
+def _default_fields(field: dataclasses.Field[Any], cls: type) -> dict[str, Any]:
+    """The fields of ``field``'s default, when that is a ``cls``: what a partial nested dict is laid over."""
+    if field.default_factory is not dataclasses.MISSING:
+        default = field.default_factory()
+    else:
+        default = None if field.default is dataclasses.MISSING else field.default
+    if not isinstance(default, cls):
+        return {}
+    return {f.name: getattr(default, f.name) for f in dataclasses.fields(cls) if f.init}
+
+
+def _built(cls: type, data: Mapping[str, Any], name: str, path: str) -> Any:
+    """Dataclass ``cls`` built from ``data``, the field ``path`` of config ``name``; its own range checks'
+    messages, which start with its field's name, get the path in front (``encoder.d_ff must be ...``)."""
+    kwargs = _kwargs(cls, data, name, path + ".")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        message = str(err)
+        first = message.split(" ", 1)[0]
+        known = {f.name for f in dataclasses.fields(cls)}
+        message = f"{path}.{message}" if first in known else f"{path}: {message}"
+        raise type(err)(f"{name} field {message}") from None
 
 
 class _Mismatch(Exception):

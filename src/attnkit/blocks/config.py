@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from torch import nn
 
-from attnkit._checks import positive_float, positive_int
+from attnkit._checks import positive_float, positive_int, probability
 from attnkit.blocks.feed_forward import ACTIVATIONS
 from attnkit.layers.multi_head import check_dropout
 
@@ -47,10 +47,23 @@ class TransformerLayerConfig:
     activation_dropout: float | None = None
 
     def __post_init__(self) -> None:
+        for name in ("d_model", "num_heads", "d_ff"):
+            positive_int(name, getattr(self, name))
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}")
+        if self.kv_heads is not None and self.num_heads % positive_int("kv_heads", self.kv_heads):
+            raise ValueError(f"kv_heads={self.kv_heads} must divide num_heads={self.num_heads}")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, name)
+            if value is not None or name == "dropout":
+                probability(name, value)
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"unknown activation {self.activation!r}; valid names are {sorted(ACTIVATIONS)}"
             )
+        check_bool("norm_first", self.norm_first)
+        check_bool("bias", self.bias)
+        check_eps(self.layer_norm_eps)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (``TransformerLayerConfig(**d)`` rebuilds it)."""

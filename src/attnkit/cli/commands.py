@@ -102,11 +102,13 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
     saved = ckpt.read_run_config(out)
     if ckpt.run_status(saved) == "done":
         return None
-    from attnkit.models import MODELS, saved_config
+    from attnkit.models import MODELS
     folder = ckpt.committed_dir(out)
     for key in ("model_name", "model_config", "run_id", "train_config", "data_settings"):
         if key not in saved:
             raise ckpt.RunFileError(f"{folder / 'config.json'} lacks {key!r}; it cannot be resumed")
+    if not isinstance(saved["model_config"], dict):
+        raise ckpt.RunFileError(f"{folder / 'config.json'} holds a model_config that is not a dict of fields")
     if saved["model_name"] not in MODELS:
         raise ckpt.RunFileError(f"{folder / 'config.json'} names model {saved['model_name']!r}, which this "
                                 f"attnkit does not know (known: {sorted(MODELS)})")
@@ -117,7 +119,7 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
     values.update(resumed_data_source(saved.get("data", {}), values, out))
     return ClassifierPlan(
         out=out, model_name=saved["model_name"], mode="resume",
-        model_options=saved_config(saved["model_name"], saved["model_config"]),
+        model_options=dict(saved["model_config"]),
         run_id=saved["run_id"], tokenizer=ckpt.load_run_tokenizer(out, saved), label_vocab=label_vocab,
         train_config=collect_train_config({}, **saved["train_config"]),
         data_settings=DataSettings(**saved["data_settings"]), data=_data_plan(values, out), quiet=values["quiet"],

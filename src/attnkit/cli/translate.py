@@ -54,7 +54,7 @@ __all__ = ["train_translate", "translate"]
 @click.option("--batch-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Padded tokens per batch and side.")
 @click.option("--lr", type=click.FloatRange(0, min_open=True), default=5e-4, show_default=True, help="Peak learning rate.")
-@click.option("--warmup", type=click.IntRange(min=0), default=1000, show_default=True, help="Warm-up steps.")
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=1000, show_default=True, help="Warm-up steps.")
 @click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
               help="Cross-entropy label smoothing.")
 @click.option("--max-len", type=click.IntRange(min=1), default=100, show_default=True,
@@ -85,14 +85,14 @@ def train_translate(**v: Any) -> None:
         return
     train = read_parallel(v["src_path"], v["tgt_path"])
     val = read_parallel(v["val_src"], v["val_tgt"]) if v["val_src"] else None
-    model_options = {"d_model": v["d_model"], "num_heads": v["heads"], "d_ff": v["d_ff"],
-                     "encoder_layers": v["encoder_layers"], "decoder_layers": v["decoder_layers"],
-                     "dropout": v["dropout"], "attention_dropout": v["attention_dropout"],
-                     "activation_dropout": v["activation_dropout"], "norm_first": not v["post_norm"],
+    layer = {"d_model": v["d_model"], "num_heads": v["heads"], "d_ff": v["d_ff"], "dropout": v["dropout"],
+             "attention_dropout": v["attention_dropout"], "activation_dropout": v["activation_dropout"],
+             "norm_first": not v["post_norm"]}
+    model_options = {"layer": layer, "encoder_layers": v["encoder_layers"], "decoder_layers": v["decoder_layers"],
                      "label_smoothing": v["label_smoothing"], "tie_embeddings": True}
     budget = None if v["time_budget"] is None else 60.0 * v["time_budget"]
     config = TranslationTrainConfig(epochs=v["epochs"], max_tokens=v["batch_tokens"], lr=v["lr"],
-                                    warmup=v["warmup"], seed=v["seed"], max_len=v["max_len"],
+                                    warmup_steps=v["warmup_steps"], seed=v["seed"], max_len=v["max_len"],
                                     vocab_size=v["vocab_size"], time_budget_s=budget, average_last=v["average_last"])
     try:
         summary = fit_translation(train, val, model_options=model_options, train_config=config,

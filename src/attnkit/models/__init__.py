@@ -54,7 +54,6 @@ __all__ = [
     "build_model",
     "config_to_dict",
     "config_from_dict",
-    "saved_config",
     "model_name",
     "ModelConfig",
     "DocumentClassifier",
@@ -121,11 +120,6 @@ def _entry(name: str) -> tuple[type[nn.Module], type[ModelConfig]]:
 def config_from_dict(name: str, data: Mapping[str, Any]) -> ModelConfig:
     """The validated config of model ``name`` (unknown name or field -> ValueError listing the valid ones)."""
     return _entry(name)[1].from_dict(data)
-
-
-def saved_config(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    """A run's saved config dict of model ``name``, with the values of fields it predates (:meth:`ModelConfig.saved`)."""
-    return _entry(name)[1].saved(data)
 
 
 def config_to_dict(config: ModelConfig) -> dict[str, Any]:

@@ -42,7 +42,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -88,7 +88,7 @@ class BertClassifierConfig(BertConfig, ModelConfig):
             ``max_len + 2`` must fit ``max_position_embeddings``.
         ngram_rows: bigram rows of the n-gram half (:class:`~attnkit.models.ngram_half.NgramHalf`,
             over the WordPiece ids), fitted on the training part and added to the
-            head's logits to predict; 0: no n-gram half (runs saved before it).
+            head's logits to predict; 0: no n-gram half.
     """
 
     num_classes: int
@@ -98,8 +98,6 @@ class BertClassifierConfig(BertConfig, ModelConfig):
     classifier_dropout: float = 0.1
     max_len: int = 128
     ngram_rows: int = 200_000
-
-    SAVED_BEFORE: ClassVar[dict[str, Any]] = {"ngram_rows": 0}
 
     def __post_init__(self) -> None:
         super().__post_init__()  # BertConfig checks the architecture fields

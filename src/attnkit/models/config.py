@@ -4,10 +4,10 @@ Every model takes one frozen dataclass config that inherits :class:`ModelConfig`
 plain data, JSON-ready through :meth:`ModelConfig.to_dict`, rebuilt and
 validated by :meth:`ModelConfig.from_dict`. Unknown keys are an error that
 lists the valid fields -- a typo in a config file must not silently fall back
-to a default. A field added after runs were saved names, in the class's
-``SAVED_BEFORE`` table, the value that runs saved without it were trained with:
-:meth:`ModelConfig.saved` reads a saved config with those values, so that a new
-default never changes what an old run computes, and new runs record the field.
+to a default; a missing field takes its default, or is an error naming it
+when it has none. A field that holds another config (a model's layer config,
+:class:`~attnkit.blocks.TransformerLayerConfig`) is saved as a nested dict and
+read back into that dataclass, its fields named by their path (``encoder.d_ff``).
 
 The text classifiers share one input convention, checked by
 :func:`check_token_batch`: ``ids (B, T)`` token ids padded with anything past
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -59,26 +59,10 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
 class ModelConfig:
     """Base of every model config: dict round trip with strict key checking."""
 
-    SAVED_BEFORE: ClassVar[dict[str, Any]] = {}
-    """Fields added after runs were saved, with the value such a run was trained with."""
-
-    @classmethod
-    def saved(cls, data: Mapping[str, Any]) -> dict[str, Any]:
-        """A saved config dict as it was meant: fields it predates get their :attr:`SAVED_BEFORE` value."""
-        if not isinstance(data, Mapping):
-            raise TypeError(f"config must be a dict, got {type(data).__name__}")
-        return {**cls.SAVED_BEFORE, **data}
-
     @classmethod
     def tokenizer_defaults(cls, tokenizer: Any) -> dict[str, Any]:
         """Fields a training run reads off its tokenizer unless given (none here; the HAN's sentence ends)."""
         return {}
-
-    @classmethod
-    def recorded_defaults(cls) -> dict[str, Any]:
-        """The current defaults of the :attr:`SAVED_BEFORE` fields, which a new run records explicitly."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        return {name: fields[name].default for name in cls.SAVED_BEFORE}
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (tuples become lists in JSON; :meth:`from_dict` restores them)."""

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -122,7 +122,7 @@ class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
         sentence_len: a sentence longer than this is cut into pieces.
         ngram_rows: bigram rows of the n-gram half (:class:`~attnkit.models.ngram_half.NgramHalf`),
             fitted on the training part and added to the logits to predict; 0: none,
-            the paper's model alone (and runs saved before it).
+            the paper's model alone.
     """
 
     embed_dim: int = 200
@@ -133,9 +133,6 @@ class HierarchicalAttentionNetworkConfig(TextClassifierConfig):
     sentence_end_ids: tuple[int, ...] = ()
     sentence_len: int = 50
     ngram_rows: int = 200_000
-
-    # runs saved before ``train`` read the sentence ends off the tokenizer cut only every sentence_len tokens
-    SAVED_BEFORE: ClassVar[dict[str, Any]] = {"sentence_end_ids": (), "ngram_rows": 0}
 
     @classmethod
     def tokenizer_defaults(cls, tokenizer: Any) -> dict[str, Any]:

@@ -32,7 +32,7 @@ H heads, V target vocabulary size.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, overload
 
 import torch
@@ -47,10 +47,8 @@ from attnkit.blocks import (
     TransformerEncoder,
     TransformerLayerConfig,
 )
-from attnkit.blocks.feed_forward import ACTIVATIONS
 from attnkit.models.config import (
     ModelConfig,
-    check_choice,
     check_fraction,
     check_positive_int,
     check_token_batch,
@@ -59,6 +57,9 @@ from attnkit.positional import SinusoidalPositionalEncoding
 
 __all__ = ["Seq2SeqConfig", "Seq2SeqTransformer", "EncoderOutput", "Seq2SeqWeights"]
 
+DEFAULT_LAYER = TransformerLayerConfig(256, 8, 1024, dropout=0.1, norm_first=True)
+"""The layer of a :class:`Seq2SeqConfig` that names none (pre-norm, ReLU)."""
+
 
 @dataclass(frozen=True)
 class Seq2SeqConfig(ModelConfig):
@@ -66,15 +67,13 @@ class Seq2SeqConfig(ModelConfig):
 
     Attributes:
         src_vocab_size, tgt_vocab_size: vocabulary sizes (equal when ``shared_vocab``).
-        d_model, num_heads, d_ff: width, heads and feed-forward width of every layer.
+        layer: every encoder and decoder layer, a :class:`~attnkit.blocks.TransformerLayerConfig`
+            (``d_model``, ``num_heads``, ``d_ff``, ``dropout`` -- also on the embeddings --,
+            ``attention_dropout`` and ``activation_dropout``: ``None`` is ``dropout``, 0 for both
+            is residual dropout only, as in fairseq, and trains faster on a CPU; ``activation``;
+            ``norm_first``: pre-norm, more stable for short warm-ups, or post-norm, the paper's).
+            In JSON a nested dict; fields it leaves out keep the default layer's values.
         encoder_layers, decoder_layers: depths of the two stacks.
-        dropout: dropout on embeddings, attention weights, FFN and residual branches.
-        attention_dropout, activation_dropout: override ``dropout`` for the
-            attention weights and the FFN hidden activations (``None``: same as
-            ``dropout``; 0 for both is residual dropout only, as in fairseq,
-            and trains faster on a CPU).
-        activation: feed-forward activation (a registered name).
-        norm_first: pre-norm layers (more stable for short warm-ups) or post-norm (the paper).
         shared_vocab: one joint vocabulary and one embedding table for both sides.
         tie_embeddings: the output projection is the target embedding matrix.
         label_smoothing: ``epsilon_ls`` of :meth:`Seq2SeqTransformer.loss` (0.1 in the paper).
@@ -84,16 +83,9 @@ class Seq2SeqConfig(ModelConfig):
 
     src_vocab_size: int
     tgt_vocab_size: int
-    d_model: int = 256
-    num_heads: int = 8
-    d_ff: int = 1024
+    layer: TransformerLayerConfig = field(default_factory=lambda: DEFAULT_LAYER)
     encoder_layers: int = 3
     decoder_layers: int = 3
-    dropout: float = 0.1
-    attention_dropout: float | None = None
-    activation_dropout: float | None = None
-    activation: str = "relu"
-    norm_first: bool = True
     shared_vocab: bool = False
     tie_embeddings: bool = True
     label_smoothing: float = 0.1
@@ -103,18 +95,12 @@ class Seq2SeqConfig(ModelConfig):
     eos_id: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff",
-                     "encoder_layers", "decoder_layers", "max_len"):
+        for name in ("src_vocab_size", "tgt_vocab_size", "encoder_layers", "decoder_layers", "max_len"):
             check_positive_int(name, getattr(self, name))
-        if self.d_model % self.num_heads:
-            raise ValueError(f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}")
-        check_fraction("dropout", self.dropout)
-        for name in ("attention_dropout", "activation_dropout"):
-            if getattr(self, name) is not None:
-                check_fraction(name, getattr(self, name))
+        if not isinstance(self.layer, TransformerLayerConfig):
+            raise TypeError(f"layer must be a TransformerLayerConfig, got {type(self.layer).__name__}")
         check_fraction("label_smoothing", self.label_smoothing)
-        check_choice("activation", self.activation, sorted(ACTIVATIONS))
-        for name in ("norm_first", "shared_vocab", "tie_embeddings"):
+        for name in ("shared_vocab", "tie_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
         if self.shared_vocab and self.src_vocab_size != self.tgt_vocab_size:
@@ -132,13 +118,6 @@ class Seq2SeqConfig(ModelConfig):
                 f"pad_id, bos_id and eos_id must differ, got {self.pad_id}, {self.bos_id}, {self.eos_id}"
             )
 
-    def layer_config(self) -> TransformerLayerConfig:
-        """The per-layer arguments shared by the encoder and the decoder."""
-        return TransformerLayerConfig(
-            self.d_model, self.num_heads, self.d_ff, dropout=self.dropout,
-            activation=self.activation, norm_first=self.norm_first,
-            attention_dropout=self.attention_dropout, activation_dropout=self.activation_dropout,
-        )
 
 
 class EncoderOutput(NamedTuple):
@@ -198,7 +177,7 @@ class Seq2SeqTransformer(nn.Module):
         if not isinstance(config, Seq2SeqConfig):
             raise TypeError(f"config must be a Seq2SeqConfig, got {type(config).__name__}")
         self.config = config
-        d = config.d_model
+        d = config.layer.d_model
         self.scale = math.sqrt(d)
         self.src_embed = nn.Embedding(config.src_vocab_size, d, padding_idx=config.pad_id)
         self.tgt_embed = (
@@ -206,10 +185,9 @@ class Seq2SeqTransformer(nn.Module):
             else nn.Embedding(config.tgt_vocab_size, d, padding_idx=config.pad_id)
         )
         self.positional = SinusoidalPositionalEncoding(d, config.max_len)
-        self.embed_dropout = nn.Dropout(config.dropout)
-        layer = config.layer_config()
-        self.encoder = TransformerEncoder(layer, config.encoder_layers)
-        self.decoder = TransformerDecoder(layer, config.decoder_layers)
+        self.embed_dropout = nn.Dropout(config.layer.dropout)
+        self.encoder = TransformerEncoder(config.layer, config.encoder_layers)
+        self.decoder = TransformerDecoder(config.layer, config.decoder_layers)
         self.out_proj = nn.Linear(d, config.tgt_vocab_size, bias=False)
         self._init_embeddings()
         if config.tie_embeddings:
@@ -218,7 +196,7 @@ class Seq2SeqTransformer(nn.Module):
     def _init_embeddings(self) -> None:
         # N(0, D^-1/2) so that Embed * sqrt(D) has unit scale, like the positions.
         for embed in {id(m): m for m in (self.src_embed, self.tgt_embed)}.values():
-            nn.init.normal_(embed.weight, std=self.config.d_model ** -0.5)
+            nn.init.normal_(embed.weight, std=self.config.layer.d_model ** -0.5)
             with torch.no_grad():
                 embed.weight[self.config.pad_id].zero_()
 

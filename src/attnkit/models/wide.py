@@ -19,12 +19,11 @@ unseen sets).
 
 * The unigram features are the token ids themselves. Each bigram of the
   training part has a row of its own after the vocabulary (``bigrams="exact"``;
-  the ``ngram_buckets`` bigrams found in the most training documents when there
+  the ``ngram_rows`` bigrams found in the most training documents when there
   are more): the sorted pair keys ``a * vocab_size + b`` are a buffer, and a
   document's bigrams are found in it by binary search; a bigram never seen in
-  training adds nothing. Runs saved before this rule hashed the pairs into the
-  rows (``bigrams="hashed"``, ``(a * 1000003 + b) mod ngram_buckets``), and keep
-  doing so (:attr:`WideDeepClassifierConfig.SAVED_BEFORE`); that hash used fewer
+  training adds nothing. ``bigrams="hashed"`` hashes the pairs into the rows
+  instead (``(a * 1000003 + b) mod ngram_rows``); that hash uses fewer
   than half the rows, and naive Bayes over it lost 2 points on MR and SMS.
   Dividing the sum by the square root of the feature count is the L2
   normalisation of a binary vector: long and short documents get wide logits
@@ -45,7 +44,6 @@ Shape legend: B batch, T tokens, E embedding width, C classes, F n-gram features
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -82,9 +80,9 @@ class WideDeepClassifierConfig(TextClassifierConfig):
         hidden_size: LSTM hidden width per direction (``encoder="lstm"``).
         attention_dim: width of the additive scoring layer of the pooling.
         dropout: on the embeddings and before the deep half's classifier.
-        ngram_buckets: rows for word bigrams in the linear half's table (the
+        ngram_rows: rows for word bigrams in the linear half's table (the
             most frequent training bigrams, or hash buckets with ``bigrams="hashed"``).
-        bigrams: ``"exact"`` (a row per training bigram) or ``"hashed"`` (runs saved before it).
+        bigrams: ``"exact"`` (a row per training bigram) or ``"hashed"`` (pairs hashed into the rows).
         word_dropout: share of a training document's words replaced by ``[UNK]`` in the deep half.
     """
 
@@ -93,15 +91,13 @@ class WideDeepClassifierConfig(TextClassifierConfig):
     hidden_size: int = 128
     attention_dim: int = 64
     dropout: float = 0.5
-    ngram_buckets: int = 200_000
+    ngram_rows: int = 200_000
     word_dropout: float = 0.1
     bigrams: str = "exact"
 
-    SAVED_BEFORE: ClassVar[dict[str, Any]] = {"bigrams": "hashed"}
-
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("embed_dim", "hidden_size", "attention_dim", "ngram_buckets"):
+        for name in ("embed_dim", "hidden_size", "attention_dim", "ngram_rows"):
             check_positive_int(name, getattr(self, name))
         check_choice("encoder", self.encoder, ENCODERS)
         check_choice("bigrams", self.bigrams, BIGRAMS)
@@ -114,7 +110,7 @@ class WideDeepClassifier(NgramHalf, TextClassifier):
 
     Parameters are named ``embedding.weight``, ``lstm.*`` (``encoder="lstm"``),
     ``pooling.*`` and ``classifier.{weight,bias}`` (the deep half); the buffer
-    ``wide`` ``(vocab_size + ngram_buckets, C)`` holds the naive Bayes half.
+    ``wide`` ``(vocab_size + ngram_rows, C)`` holds the naive Bayes half.
 
     Shape:
         ids ``(B, T)``, lengths ``(B,)``; returns logits ``(B, C)`` and, on
@@ -143,7 +139,7 @@ class WideDeepClassifier(NgramHalf, TextClassifier):
         self.dropout = nn.Dropout(c.dropout)
         self.classifier = nn.Linear(width, c.num_classes)
         # the wide half: buffers wide, bigram_keys, wide_bias, wide_scale (NgramHalf)
-        self._add_ngram_half(c.vocab_size, c.ngram_buckets, c.num_classes, exact=c.bigrams == "exact")
+        self._add_ngram_half(c.vocab_size, c.ngram_rows, c.num_classes, exact=c.bigrams == "exact")
 
     def _deep_logits(self, ids: Tensor, lengths: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """The deep half's logits ``(B, C)`` and pooling weights ``(B, T)``."""

@@ -34,7 +34,7 @@ class TransformerEncoderLayer(Module):
         x ``(B, T, D)``; mask broadcastable to ``(B, H, T, T)``; returns ``(B, T, D)``.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dim_feedforward: int, *,
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, *,
                  dropout: float = 0.0, activation: str = "relu", norm_first: bool = False,
                  eps: float = 1e-5, rng: np.random.Generator | None = None,
                  dtype: type = np.float32) -> None:
@@ -42,7 +42,7 @@ class TransformerEncoderLayer(Module):
         gen = rng if rng is not None else np.random.default_rng()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, rng=gen, dtype=dtype)
-        self.ff = FeedForward(d_model, dim_feedforward, activation=activation, dropout=dropout,
+        self.ff = FeedForward(d_model, d_ff, activation=activation, dropout=dropout,
                               rng=gen, dtype=dtype)
         self.norm1 = LayerNorm(d_model, eps, dtype=dtype)
         self.norm2 = LayerNorm(d_model, eps, dtype=dtype)
@@ -79,13 +79,13 @@ class TransformerEncoder(Module):
         x ``(B, T, D)``; returns ``(B, T, D)``.
     """
 
-    def __init__(self, num_layers: int, d_model: int, num_heads: int, dim_feedforward: int, *,
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, *,
                  dropout: float = 0.0, activation: str = "relu", norm_first: bool = False,
                  rng: np.random.Generator | None = None, dtype: type = np.float32) -> None:
         super().__init__()
         gen = rng if rng is not None else np.random.default_rng()
         self.layers = ModuleList([
-            TransformerEncoderLayer(d_model, num_heads, dim_feedforward, dropout=dropout,
+            TransformerEncoderLayer(d_model, num_heads, d_ff, dropout=dropout,
                                     activation=activation, norm_first=norm_first, rng=gen,
                                     dtype=dtype)
             for _ in range(num_layers)

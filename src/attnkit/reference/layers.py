@@ -226,7 +226,7 @@ class FeedForward(Module):
         x ``(..., D)``; returns ``(..., D)``.
     """
 
-    def __init__(self, d_model: int, dim_feedforward: int, *, activation: str = "relu",
+    def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu",
                  dropout: float = 0.0, rng: np.random.Generator | None = None,
                  dtype: type = np.float32) -> None:
         super().__init__()
@@ -234,10 +234,10 @@ class FeedForward(Module):
         if activation not in acts:
             raise ValueError(f"activation must be one of {sorted(acts)}, got {activation!r}")
         gen = _rng(rng)
-        self.linear1 = Linear(d_model, dim_feedforward, rng=gen, dtype=dtype)
+        self.linear1 = Linear(d_model, d_ff, rng=gen, dtype=dtype)
         self.activation = acts[activation]()
         self.dropout = Dropout(dropout, rng=gen)
-        self.linear2 = Linear(dim_feedforward, d_model, rng=gen, dtype=dtype)
+        self.linear2 = Linear(d_ff, d_model, rng=gen, dtype=dtype)
 
     def forward(self, x: Array) -> Array:
         return self.linear2.forward(self.dropout.forward(self.activation.forward(self.linear1.forward(x))))

@@ -38,7 +38,7 @@ class ClassifierConfig:
     d_model: int = 64
     num_heads: int = 4
     num_layers: int = 1
-    dim_feedforward: int = 128
+    d_ff: int = 128
     dropout: float = 0.1
     activation: str = "relu"
     norm_first: bool = False
@@ -132,7 +132,7 @@ class TransformerClassifier(_Classifier):
         self.positions = SinusoidalPositionalEncoding(d)
         self.dropout = Dropout(config.dropout, rng=rng)
         self.encoder = TransformerEncoder(
-            config.num_layers, d, config.num_heads, config.dim_feedforward, dropout=config.dropout,
+            config.num_layers, d, config.num_heads, config.d_ff, dropout=config.dropout,
             activation=config.activation, norm_first=config.norm_first, rng=rng, dtype=dtype,
         )
         self.pooling: AttentionPooling | MeanPooling = (

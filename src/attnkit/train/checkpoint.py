@@ -236,7 +236,7 @@ def load_checkpoint(
     or foreign file raises :class:`RunFileError` naming it.
     """
     from attnkit.data.batching import LabelVocab
-    from attnkit.models import MODELS, build_model, saved_config
+    from attnkit.models import MODELS, build_model
 
     folder = committed_dir(directory)
     meta = read_run_config(directory)
@@ -253,7 +253,9 @@ def load_checkpoint(
         if not (folder / name).is_file():
             raise RunFileError(f"run directory {directory} is incomplete: {folder / name} is missing")
     try:
-        config = saved_config(meta["model_name"], meta["model_config"])
+        config = meta["model_config"]
+        if not isinstance(config, dict):
+            raise TypeError(f"model_config must be a dict of fields, got {type(config).__name__}")
         check_model_size(meta["model_name"], config, folder / "config.json")
         model = build_model(meta["model_name"], config)
     except (TypeError, ValueError, RuntimeError, MemoryError) as err:

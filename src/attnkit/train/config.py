@@ -1,94 +1,143 @@
-"""The training configuration: one frozen dataclass, saved with every run."""
+"""The training configurations, saved with every run: :class:`TrainSettings`, the fields every trainer
+reads, extended by the classifiers' (:class:`ClassifierTrainSettings`, :class:`TrainConfig`), the NumPy
+twin's and translation's settings."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from attnkit._checks import dataclass_kwargs, positive_int
 from attnkit._finite import check_on_nan
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 
-__all__ = ["TrainConfig", "warmup_linear_factor"]
+__all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "warmup_linear_factor"]
+
+S = TypeVar("S", bound="TrainSettings")
+
+
+def _check_numbers(config: object, ranges: dict[str, tuple[Callable[[float], bool], str]]) -> None:
+    """Each field named in ``ranges`` a finite number passing its test, else ValueError naming the range."""
+    for name, (ok, text) in ranges.items():
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not ok(value):
+            raise ValueError(f"{name} must be a number {text}, got {value!r}")
+
+
+def _check_counts(config: object, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Everything the training loop needs besides the model and the data.
+class TrainSettings:
+    """What every training run of attnkit is told, whatever it trains; saved with the run.
+
+    The classifiers' :class:`TrainConfig` and the NumPy twin's
+    :class:`~attnkit.train.numpy_backend.NumpyTrainSettings` (through
+    :class:`ClassifierTrainSettings`), and translation's
+    :class:`~attnkit.train.translation.TranslationTrainConfig` extend it;
+    a subclass may give a field another default, never another meaning.
 
     Args:
         epochs: passes over the training set (at most; early stopping may end sooner).
-        batch_size: examples per optimizer step on each process.
-        lr: peak learning rate of AdamW (Loshchilov and Hutter, 2019).
-        weight_decay: decoupled weight decay, applied to parameters with two or
-            more dimensions only (biases and norm scales are not decayed).
-        warmup_ratio: share of all steps over which the rate rises linearly from
-            0 to ``lr``; it then falls linearly to ``lr * min_lr_ratio``.
-        min_lr_ratio: the final rate as a share of ``lr``.
+        lr: peak learning rate.
         clip_norm: clip the global gradient norm to this value; ``0`` turns clipping off.
+        seed: seeds the weights' initialisation (by the caller), dropout and the batch order.
+    """
+
+    epochs: int = 10
+    lr: float = 1e-3
+    clip_norm: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        positive_int("epochs", self.epochs)
+        _check_counts(self, ("seed",))
+        _check_numbers(self, {"lr": (lambda v: v > 0, "> 0"), "clip_norm": (lambda v: v >= 0, ">= 0")})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls: type[S], d: Mapping[str, Any]) -> S:
+        """Build from a dict: unknown keys raise a ValueError listing the valid ones, a value of the wrong type
+        a TypeError naming the field (:func:`attnkit._checks.dataclass_kwargs`), a bad range a ValueError."""
+        return cls(**dataclass_kwargs(cls, d))
+
+
+@dataclass(frozen=True)
+class ClassifierTrainSettings(TrainSettings):
+    """:class:`TrainSettings` plus what both classifier trainers (torch and NumPy) read.
+
+    Args:
+        batch_size: examples per optimizer step (on each process).
+        weight_decay: decoupled weight decay of AdamW (Loshchilov and Hutter, 2019), applied
+            to parameters with two or more dimensions only (biases and norm scales are not decayed).
+        warmup_ratio: share of all steps over which the rate rises linearly from
+            0 to ``lr``; it then falls linearly (to ``lr * min_lr_ratio`` in the torch trainer, to 0 in
+            the NumPy one). ``None`` (NumPy trainer only) keeps the rate constant.
         patience: stop after this many epochs without a better validation
             accuracy and restore the best weights; ``0`` turns early stopping off.
-        seed: seeds the weights' initialisation (by the caller), dropout and the batch order.
-        bucket: group examples of similar length into batches (less padding), still shuffled.
-        label_smoothing: cross-entropy label smoothing.
-        pack: ``0`` (off) or the tokens per row: pack each training batch's
-            documents into rows of this many tokens (:mod:`attnkit.data.packing`);
-            it must be at least the longest document (the data's ``max_len``).
-        device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
         on_nan: what a step with a non-finite loss or gradient norm does:
             ``"stop"`` training with an error naming the epoch and step, or
             ``"skip-step"`` (leave the weights as they were, count the skip,
             stop after too many in a row); see :mod:`attnkit._finite`.
     """
 
-    epochs: int = 10
     batch_size: int = 32
-    lr: float = 1e-3
     weight_decay: float = 0.01
+    warmup_ratio: float | None = 0.1
+    patience: int = 3
+    on_nan: str = "stop"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive_int("batch_size", self.batch_size)
+        _check_counts(self, ("patience",))
+        _check_numbers(self, {"weight_decay": (lambda v: v >= 0, ">= 0")})
+        if self.warmup_ratio is not None:
+            _check_numbers(self, {"warmup_ratio": (lambda v: 0 <= v < 1, "in [0, 1)")})
+        check_on_nan(self.on_nan)
+
+
+@dataclass(frozen=True)
+class TrainConfig(ClassifierTrainSettings):
+    """Everything the torch classifier's training loop needs besides the model and the data.
+
+    The fields of :class:`ClassifierTrainSettings` and :class:`TrainSettings`, and:
+
+    Args:
+        warmup_ratio: as in :class:`ClassifierTrainSettings`; a number here (``0``: no warm-up).
+        min_lr_ratio: the final rate as a share of ``lr``.
+        bucket: group examples of similar length into batches (less padding), still shuffled.
+        label_smoothing: cross-entropy label smoothing.
+        pack: ``0`` (off) or the tokens per row: pack each training batch's
+            documents into rows of this many tokens (:mod:`attnkit.data.packing`);
+            it must be at least the longest document (the data's ``max_len``).
+        device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
+    """
+
     warmup_ratio: float = 0.1
     min_lr_ratio: float = 0.0
-    clip_norm: float = 1.0
-    patience: int = 3
-    seed: int = 0
     bucket: bool = True
     label_smoothing: float = 0.0
     device: str = "auto"
     pack: int = 0
-    on_nan: str = "stop"
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size"):
-            positive_int(name, getattr(self, name))
-        for name in ("patience", "seed", "pack"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-        checks = {
-            "lr": lambda v: v > 0,
-            "weight_decay": lambda v: v >= 0,
-            "warmup_ratio": lambda v: 0 <= v < 1,
-            "min_lr_ratio": lambda v: 0 <= v <= 1,
-            "clip_norm": lambda v: v >= 0,
-            "label_smoothing": lambda v: 0 <= v < 1,
-        }
-        ranges = {"lr": "> 0", "weight_decay": ">= 0", "warmup_ratio": "in [0, 1)",
-                  "min_lr_ratio": "in [0, 1]", "clip_norm": ">= 0", "label_smoothing": "in [0, 1)"}
-        for name, ok in checks.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or not ok(value):
-                raise ValueError(f"{name} must be a number {ranges[name]}, got {value!r}")
-        check_on_nan(self.on_nan)
+        if self.warmup_ratio is None:
+            raise ValueError("warmup_ratio must be a number in [0, 1), got None (a constant rate is the NumPy "
+                             "trainer's alone)")
+        super().__post_init__()
+        _check_counts(self, ("pack",))
+        _check_numbers(self, {"min_lr_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+                              "label_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)")})
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        """Build from a dict: unknown keys raise a ValueError listing the valid ones, a value of the wrong type
-        a TypeError naming the field (:func:`attnkit._checks.dataclass_kwargs`), a bad range a ValueError."""
-        return cls(**dataclass_kwargs(cls, d))

@@ -33,8 +33,8 @@ __all__ = ["DEFAULT_FRACTION", "MemoryLimitError", "MemoryEstimate", "parse_memo
 DEFAULT_FRACTION = 0.8
 """Share of the available memory a run may plan to use when ``--max-memory`` is not given."""
 
-ROW_FIELDS = ("ngram_buckets", "ngram_rows")
-"""Model config fields that give an n-gram half's bigram rows (wide, bert)."""
+ROW_FIELDS = ("ngram_rows",)
+"""Model config fields that give an n-gram half's bigram rows (wide, han, bert)."""
 
 MIN_ROWS = 1000
 """Fewer bigram rows than this is no n-gram half worth fitting: the run is refused instead."""

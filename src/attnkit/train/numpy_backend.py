@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from attnkit._checks import dataclass_kwargs
-from attnkit._finite import NonFiniteError, check_on_nan, non_finite_message
+from attnkit._checks import dataclass_kwargs, positive_int
+from attnkit._finite import NonFiniteError, non_finite_message
 from attnkit.data.readers import read_examples
 from attnkit.data.sources import split_examples
 from attnkit.reference.analysis import attention_received
@@ -49,6 +49,7 @@ from attnkit.reference.module import Module
 from attnkit.reference.optim import AdamW
 from attnkit.reference.text import Vocabulary, pad_batch
 from attnkit.reference.trainer import Trainer
+from attnkit.train.config import ClassifierTrainSettings
 from attnkit.train.run import save_run, start_run
 from attnkit.train.run_files import check_labels, check_vocab_size, refuse_non_finite_file
 from attnkit.train.rundir import (
@@ -70,55 +71,33 @@ NUMPY_KINDS = ("transformer", "document")
 
 
 @dataclass(frozen=True)
-class NumpyTrainSettings:
+class NumpyTrainSettings(ClassifierTrainSettings):
     """Training and tokenization settings of a numpy run (saved in its config.json).
 
+    The fields of :class:`attnkit.train.config.ClassifierTrainSettings` (``epochs``,
+    ``batch_size``, ``lr``, ``weight_decay``, ``warmup_ratio``, ``clip_norm``,
+    ``patience``, ``seed``, ``on_nan``), with the NumPy twin's defaults for
+    ``lr`` and ``warmup_ratio`` (``None``: a constant learning rate; a share
+    warms up, then decays linearly to 0), and:
+
     Args:
-        epochs, batch_size, lr, weight_decay, clip_norm, patience, seed: as in
-            :class:`attnkit.train.config.TrainConfig` (``clip_norm=0`` and
-            ``patience=0`` turn clipping and early stopping off).
         max_len: truncate documents to this many words.
         lowercase: lower-case text before splitting on whitespace.
         min_frequency: keep training words seen at least this often.
         vocab_size: keep at most this many words (plus ``<pad>`` and ``<unk>``).
-        warmup_ratio: ``None`` for a constant learning rate, or the share of
-            steps to warm up over before a linear decay to 0.
-        on_nan: ``"stop"`` or ``"skip-step"``, as in :class:`attnkit.train.config.TrainConfig`.
     """
 
-    epochs: int = 10
-    batch_size: int = 32
     lr: float = 3e-3
-    weight_decay: float = 0.01
-    clip_norm: float = 1.0
-    patience: int = 3
-    seed: int = 0
+    warmup_ratio: float | None = None
     max_len: int = 256
     lowercase: bool = True
     min_frequency: int = 1
     vocab_size: int = 20000
-    warmup_ratio: float | None = None
-    on_nan: str = "stop"
 
     def __post_init__(self) -> None:
-        check_on_nan(self.on_nan)
-        ratio = self.warmup_ratio
-        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
-                                  or not 0.0 <= ratio < 1.0):
-            raise ValueError(f"warmup_ratio must be None or a number in [0, 1), got {ratio!r}")
-        for name in ("epochs", "batch_size", "max_len", "min_frequency", "vocab_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        for name in ("patience", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-        for name, low in (("lr", 0.0), ("weight_decay", 0.0), ("clip_norm", 0.0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) \
-                    or value < low or (name == "lr" and value == 0):
-                raise ValueError(f"{name} must be a number {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
+        super().__post_init__()
+        for name in ("max_len", "min_frequency", "vocab_size"):
+            positive_int(name, getattr(self, name))
 
 
 @dataclass

@@ -70,10 +70,9 @@ class FitResult:
 
 def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size: int, num_classes: int,
                       max_len: int) -> dict[str, Any]:
-    """The config dict of ``model_name``: the data-given sizes, then ``overrides``.
+    """The config dict of ``model_name``: every field's default, the data-given sizes, then ``overrides``.
 
-    Fields of the config's ``SAVED_BEFORE`` table are written with their current
-    defaults (:meth:`ModelConfig.recorded_defaults`): a run saved now keeps them.
+    Every field is written out, so that a run saved now keeps its values if a default changes.
 
     Unknown keys raise a ValueError listing the valid ones (from the model's config class).
     """
@@ -88,8 +87,8 @@ def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size:
         raise ValueError(f"unknown {model_name} model option(s) {unknown}; valid keys: {names}")
     sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len}
     base = {k: v for k, v in sizes.items() if k in names}
-    # fields that saved runs predate are written out, so the run keeps them if the default changes
-    return {**config_cls.recorded_defaults(), **base, **overrides}
+    defaults = {f.name: f.default for f in dataclasses.fields(config_cls) if f.default is not dataclasses.MISSING}
+    return {**defaults, **base, **overrides}
 
 
 def _tokenizer_given(model_name: str, options: dict[str, Any], tokenizer: Any) -> dict[str, Any]:

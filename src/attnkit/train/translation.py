@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from attnkit._checks import non_negative_int, positive_float, positive_int
 from attnkit.data.parallel import (
     ParallelCorpus,
     TranslationTokenizers,
@@ -42,6 +43,7 @@ from attnkit.data.parallel import (
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import schedules
+from attnkit.train.config import TrainSettings
 from attnkit.train.metrics import corpus_bleu
 from attnkit.train.run import start_run
 from attnkit.train.rundir import RunFileError
@@ -66,28 +68,47 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class TranslationTrainConfig:
+class TranslationTrainConfig(TrainSettings):
     """Training settings: Adam (0.9, 0.98), linear warm-up then inverse square-root decay
     (Vaswani et al., 2017, eq. 3, with ``lr`` as the peak).
 
-    ``average_last`` > 1 averages the weights saved at the end of the last
-    that many epochs (Vaswani et al., 2017, section 6.1) and keeps the average
-    when its validation loss is no worse than the last epoch's."""
+    The fields of :class:`attnkit.train.config.TrainSettings` (``epochs``,
+    ``lr``, ``clip_norm``, ``seed``; ``lr`` defaults to 5e-4 here), and:
 
-    epochs: int = 10
-    max_tokens: int = 4096
+    Args:
+        max_tokens: source plus target tokens per batch.
+        warmup_steps: optimizer steps of the linear warm-up.
+        max_len: sentence pairs with a side longer than this many tokens are left out of training.
+        vocab_size, lowercase: of the BPE tokenizers trained on the corpus.
+        time_budget_s: stop after the epoch that passes this many seconds (None: no limit).
+        eval_beam, eval_sentences: beam width and sentence count of the BLEU score on the validation part.
+        log_every: steps between progress lines.
+        average_last: > 1 averages the weights saved at the end of the last
+            that many epochs (Vaswani et al., 2017, section 6.1) and keeps the average
+            when its validation loss is no worse than the last epoch's.
+    """
+
     lr: float = 5e-4
-    warmup: int = 1000
-    seed: int = 0
+    max_tokens: int = 4096
+    warmup_steps: int = 1000
     max_len: int = 100
     vocab_size: int = 8000
     lowercase: bool = False
-    clip_norm: float = 1.0
     time_budget_s: float | None = None
     eval_beam: int = 1
     eval_sentences: int | None = None
     log_every: int = 100
     average_last: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("max_tokens", "max_len", "vocab_size", "eval_beam", "log_every", "average_last"):
+            positive_int(name, getattr(self, name))
+        non_negative_int("warmup_steps", self.warmup_steps)
+        if self.eval_sentences is not None:
+            non_negative_int("eval_sentences", self.eval_sentences)
+        if self.time_budget_s is not None:
+            positive_float("time_budget_s", self.time_budget_s)
 
 
 def _validation_loss(model: Seq2SeqTransformer, pairs: list[tuple[list[int], list[int]]], max_tokens: int) -> float:
@@ -104,7 +125,7 @@ def _validation_loss(model: Seq2SeqTransformer, pairs: list[tuple[list[int], lis
 
 
 # Settings that must not change when a run is resumed (the rest may: epochs, time budget, logging).
-RESUME_FIXED = ("max_tokens", "lr", "warmup", "seed", "max_len", "vocab_size", "lowercase", "clip_norm")
+RESUME_FIXED = ("max_tokens", "lr", "warmup_steps", "seed", "max_len", "vocab_size", "lowercase", "clip_norm")
 
 
 def _average_snapshots(model: Seq2SeqTransformer, snapshots: list[dict[str, torch.Tensor]],
@@ -267,7 +288,7 @@ def fit_translation(
                                state={"optimizer": state["optimizer"], "progress": state["progress"]},
                                snapshots=range(max(1, epoch + 1 - keep), epoch + 1) if keep > 1 else ())
 
-    lr, warmup = train_config.lr, train_config.warmup
+    lr, warmup = train_config.lr, train_config.warmup_steps
     trainer = Trainer(
         model, TrainConfig(epochs=epochs, lr=lr, clip_norm=train_config.clip_norm, patience=0, seed=train_config.seed,
                            device="cpu"),
