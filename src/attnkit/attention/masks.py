@@ -449,7 +449,8 @@ class AttentionMask:
 
     def __repr__(self) -> str:
         what = repr(self.allowed) if isinstance(self.allowed, BlockMask) else f"shape={tuple(self.allowed.shape)}"
-        return f"AttentionMask({what}, every row has a key={self.rows is None})"
+        rows = "every row" if self.rows is None else f"shape={tuple(self.rows.shape)}"
+        return f"AttentionMask({what}, rows {rows})"
 
 
 MaskLike = Tensor | BlockMask | AttentionMask | None
