@@ -469,7 +469,11 @@ def as_attention_mask(mask: MaskLike) -> AttentionMask | None:
 
 
 def allowed_pairs(mask: MaskLike) -> Tensor | BlockMask | None:
-    """The allowed pairs of ``mask``: the tensor or BlockMask itself, or an :class:`AttentionMask`'s ``allowed``."""
+    """The allowed pairs of ``mask``: the tensor or BlockMask itself, or an :class:`AttentionMask`'s ``allowed``.
+
+    Shape:
+        returns what the mask holds: a bool tensor broadcasting to ``(B, H, Tq, Tk)``, a BlockMask or ``None``.
+    """
     return mask.allowed if isinstance(mask, AttentionMask) else mask
 
 
