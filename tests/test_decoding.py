@@ -196,17 +196,22 @@ class _InPlace:
 
 
 def test_reorder_state_handles_nested_states() -> None:
+    from attnkit import masks
     from attnkit.models.seq2seq import EncoderOutput
 
     index = torch.tensor([2, 0, 0])
     x = torch.arange(3.0)
     cache = _InPlace(torch.arange(3) * 10)
-    encoded = EncoderOutput(torch.arange(3.0)[:, None, None], torch.ones(3, 1, 1, 1, dtype=torch.bool))
+    encoded = EncoderOutput(torch.arange(3.0)[:, None, None],
+                            masks.AttentionMask.from_lengths(torch.tensor([0, 1, 1]), 1))
     out = reorder_state({"h": (x, [x * 2, None]), "cache": cache, "enc": encoded}, index)
     assert out["h"][0].tolist() == [2.0, 0.0, 0.0] and out["h"][1][0].tolist() == [4.0, 0.0, 0.0]
     assert out["h"][1][1] is None
     assert out["cache"] is cache and cache.values.tolist() == [20, 0, 0]
     assert isinstance(out["enc"], EncoderOutput) and out["enc"].memory.flatten().tolist() == [2.0, 0.0, 0.0]
+    rows = out["enc"].memory_mask.rows  # the rows travel with the mask they belong to
+    assert rows is not None and rows.flatten().tolist() == [True, False, False]
+    assert out["enc"].memory_mask.key_mask().flatten().tolist() == [True, False, False]
     with pytest.raises(TypeError, match="cannot reorder a decoding state of type str"):
         reorder_state("state", index)
 

@@ -147,7 +147,10 @@ def test_the_bert_explain_path_computes_the_last_layers_weights_only(
     assert sorted(weights) == ["layers", "pooling"] and weights["layers"].shape == (4, 3, 2, 14, 14)
     assert torch.equal(logits, full_logits) and torch.equal(pooling, weights["pooling"])
     # The key mask over [CLS] tokens [SEP] is the token mask shifted by two: [SEP] sits at lengths + 1.
-    keys = attention_calls[0]["mask"]
+    # BertModel wraps it once in an AttentionMask, the same object for every layer.
+    mask = attention_calls[0]["mask"]
+    assert isinstance(mask, masks.AttentionMask) and all(call["mask"] is mask for call in attention_calls[:3])
+    keys = mask.allowed
     assert keys.dtype == torch.bool and torch.equal(keys[:, 0, 0], masks.from_lengths(lengths + 2)[:, 0, 0])
 
 

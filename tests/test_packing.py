@@ -139,7 +139,7 @@ def test_long_rows_use_a_block_mask_with_the_same_logits(monkeypatch: pytest.Mon
         dense = model(*args, segment_ids=batch["segment_ids"])
         monkeypatch.setattr(packed, "BLOCK_MASK_FROM", 8)
         sparse_batch = packed.packed_batch(batch["ids"], batch["segment_ids"], None, VOCAB)
-        assert isinstance(sparse_batch.mask, packed.masks.BlockMask)
+        assert isinstance(sparse_batch.mask.allowed, packed.masks.BlockMask)
         sparse = model(*args, segment_ids=batch["segment_ids"])
     assert torch.allclose(dense, sparse, atol=1e-5)
 

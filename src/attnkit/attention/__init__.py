@@ -5,7 +5,9 @@
   returns a :class:`BackendChoice` (path, reason, kernel) and
   :func:`~attnkit.attention.dispatch.run` runs it;
 * :mod:`~attnkit.attention.masks` and :mod:`~attnkit.attention.block_mask` — boolean masks by the one
-  rule (True = may attend) and block masks that let attention skip work;
+  rule (True = may attend), block masks that let attention skip work, and
+  :class:`~attnkit.attention.masks.AttentionMask`, the one object a model builds at its entry;
+* :mod:`~attnkit.attention.rows` — which query rows have any key (the rule behind "no key, zero output");
 * :mod:`~attnkit.attention.score_mods` — ``score_mod`` functions (ALiBi, soft-capping, additive biases);
 * :mod:`~attnkit.attention.types` — ``MaskMod``, ``ScoreMod``, ``BiasFn``;
 * :mod:`~attnkit.attention.kernels` — dense (fused and readable), contiguous runs, gathered blocks, tiles.

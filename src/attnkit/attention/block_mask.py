@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from attnkit import _checks
+from attnkit.attention.rows import rows_with_keys
 from attnkit.attention.types import MaskMod
 
 __all__ = [
@@ -245,10 +246,10 @@ class BlockMask:
         self.elements = elements
         self.counts = counts
         self._kept: tuple[Tensor | None, Tensor | None] | None = None
+        self._derived: dict[tuple[Any, ...], Any] = {}  # what attention derives from it, by key
         # (all blocks full, all query rows keep a key), eagerly: attention may not branch on data
         self._flags = flags if flags is not None else (
-            bool((elem_index == 1).all()), bool(elements.any(-1)[elem_index].any(3).all()))
-        self._derived: dict[tuple[Any, ...], Any] = {}  # what attention derives from it, by key
+            bool((elem_index == 1).all()), bool(self._query_rows().all()))
 
     @property
     def device(self) -> torch.device:
@@ -286,7 +287,7 @@ class BlockMask:
             (bm, hm, nq, k), bs = self.elem_index.shape, self.block_size
             elems = self.elements[self.elem_index]  # (Bm, Hm, nQ, K, bs, bs)
             allowed = elems.transpose(3, 4).reshape(bm, hm, nq, bs, k * bs)
-            row_ok = allowed.any(dim=-1, keepdim=True)
+            row_ok = rows_with_keys(allowed)  # (Bm, Hm, nQ, bs, 1)
             kept = (~allowed & row_ok, None if self._flags[1] else row_ok)
         if not torch.compiler.is_compiling():  # a compiled graph keeps no state on its inputs
             self._kept = kept
@@ -309,17 +310,24 @@ class BlockMask:
             self._derived[key] = value
         return value
 
+    def _query_rows(self) -> Tensor:
+        """:func:`~attnkit.attention.rows.rows_with_keys` read off the blocks: ``(Bm, Hm, Tq, 1)``."""
+        (bm, hm, nq, _), bs = self.elem_index.shape, self.block_size
+        per_block = rows_with_keys(self.elements)[self.elem_index]  # (Bm, Hm, nQ, K, bs, 1)
+        rows = rows_with_keys(per_block[..., 0].transpose(3, 4))  # (Bm, Hm, nQ, bs, 1)
+        return rows.reshape(bm, hm, nq * bs, 1)[:, :, : self.shape[2]]
+
     def rows_with_keys(self) -> Tensor | None:
         """True for each query row that may attend at least one key; ``None`` when every row may.
+
+        Computed once and kept on the mask (:meth:`cached`).
 
         Shape:
             returns ``(Bm, Hm, Tq, 1)`` bool.
         """
         if self._flags[1]:
             return None
-        (bm, hm, nq, _), bs = self.elem_index.shape, self.block_size
-        rows = self.elements.any(-1)[self.elem_index].any(3)  # (Bm, Hm, nQ, bs)
-        return rows.reshape(bm, hm, nq * bs)[:, :, : self.shape[2], None]
+        return self.cached(("rows-with-keys",), self._query_rows)
 
     def to_dense(self) -> Tensor:
         """The dense boolean mask, True where a query may attend a key.

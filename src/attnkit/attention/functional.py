@@ -38,7 +38,6 @@ from attnkit.attention.block_mask import BlockMask
 from attnkit.attention.dispatch import (
     Backend,
     BackendChoice,
-    MaskArg,
     choose_backend,
     last_backend,
     plan,
@@ -46,6 +45,7 @@ from attnkit.attention.dispatch import (
     run,
 )
 from attnkit.attention.kernels.dense import attention_weights, safe_softmax
+from attnkit.attention.masks import AttentionMask, MaskLike
 from attnkit.attention.types import ScoreMod
 
 __all__ = ["attention", "attention_weights", "safe_softmax", "choose_backend", "BackendChoice",
@@ -95,48 +95,26 @@ def _check_inputs(q: object, k: object, v: object) -> None:
         )
 
 
-def _full_mask(
-    mask: Tensor | None, causal: bool, tq: int, tk: int, device: torch.device
-) -> Tensor | None:
-    if not causal:
-        return mask
-    return _masks.combine(mask, _masks.causal(tq, tk, device=device))
-
-
-def _kernel_name(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool,
-                 scale: float, gqa: bool) -> str | None:
-    try:
-        from torch.nn.attention import SDPBackend
-
-        index = torch._fused_sdp_choice(  # type: ignore[attr-defined]
-            q, k, v, attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal, scale=scale,
-            enable_gqa=gqa,
-        )
-        return SDPBackend(index).name
-    except Exception:  # private API: absent or different in other torch versions
-        return None
-
-
 @overload
 def attention(
-    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskArg = ..., bias: Tensor | None = ...,
+    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskLike = ..., bias: Tensor | None = ...,
     causal: bool = ..., dropout: float = ..., scale: float | None = ..., score_mod: ScoreMod | None = ...,
     return_weights: Literal[False] = ..., backend: Backend = ...,
 ) -> Tensor: ...
 @overload
 def attention(
-    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskArg = ..., bias: Tensor | None = ...,
+    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskLike = ..., bias: Tensor | None = ...,
     causal: bool = ..., dropout: float = ..., scale: float | None = ..., score_mod: ScoreMod | None = ...,
     return_weights: Literal[True], backend: Backend = ...,
 ) -> tuple[Tensor, Tensor]: ...
 @overload
 def attention(
-    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskArg = ..., bias: Tensor | None = ...,
+    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskLike = ..., bias: Tensor | None = ...,
     causal: bool = ..., dropout: float = ..., scale: float | None = ..., score_mod: ScoreMod | None = ...,
     return_weights: bool = ..., backend: Backend = ...,
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 def attention(
-    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskArg = None, bias: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, *, mask: MaskLike = None, bias: Tensor | None = None,
     causal: bool = False, dropout: float = 0.0, scale: float | None = None,
     score_mod: ScoreMod | None = None, return_weights: bool = False, backend: Backend = "auto",
 ) -> Tensor | tuple[Tensor, Tensor]:
@@ -151,7 +129,9 @@ def attention(
         v: values.
         mask: boolean, True where a query MAY attend to a key; broadcast to
             ``(B, H, Tq, Tk)``. Build it with :mod:`attnkit.masks`. A
-            :class:`~attnkit.attention.block_mask.BlockMask` runs the block-sparse path.
+            :class:`~attnkit.attention.block_mask.BlockMask` runs the block-sparse path;
+            an :class:`~attnkit.attention.masks.AttentionMask` (what models build
+            once and carry) runs the path of the mask it holds.
         bias: float additive bias broadcast to ``(B, H, Tq, Tk)`` (ALiBi,
             relative positions). Keep it finite: masking is done with ``mask``.
         causal: forbid attention to later keys, aligned bottom-right (the
@@ -178,6 +158,8 @@ def attention(
     b, h, tq, _ = q.shape
     tk = k.shape[2]
     target = (b, h, tq, tk)
+    if isinstance(mask, AttentionMask):
+        mask = mask.allowed  # the kernels read the pairs; their rows come from the same rule
     if mask is not None and not isinstance(mask, BlockMask):
         _masks.check_mask(mask, target)
     if bias is not None:

@@ -15,6 +15,13 @@ Programmable masks that attention can skip block by block
 (:func:`create_block_mask` and the ready mask mods) live in
 :mod:`attnkit.attention.block_mask` and are re-exported here.
 
+A model builds **one** :class:`AttentionMask` at its entry -- from lengths
+(:meth:`AttentionMask.from_lengths`), padding, segment ids or a BlockMask --
+and hands that object to every layer, pooling and kernel below it. It carries
+the allowed pairs and, computed once by the one rule
+(:func:`~attnkit.attention.rows.rows_with_keys`), which query rows have any
+key at all: those that have none give zeros in every layer.
+
 Shape legend: B batch, H heads, Tq query length, Tk key length.
 """
 
@@ -36,9 +43,11 @@ from attnkit.attention.block_mask import (
     prefix_lm_mod,
     sliding_window_mod,
 )
+from attnkit.attention.rows import rows_with_keys
 from attnkit.attention.types import MaskMod
 
 __all__ = [
+    "AttentionMask",
     "causal",
     "from_lengths",
     "sliding_window",
@@ -51,6 +60,9 @@ __all__ = [
     "check_bias",
     "rows_with_keys",
     "query_has_key",
+    "as_attention_mask",
+    "allowed_pairs",
+    "MaskLike",
     # programmable block masks (attnkit.attention.block_mask)
     "create_block_mask",
     "BlockMask",
@@ -313,40 +325,173 @@ def check_bias(bias: object, target: tuple[int, ...], name: str = "bias") -> Ten
     return bias
 
 
-def rows_with_keys(mask: Tensor) -> Tensor:
-    """True for each query row that has at least one key it may attend to.
+_causal_mask = causal  # the causal flags below shadow the function
+
+
+def _query_rows(mask: Tensor | BlockMask | None, tq: int, causal_tk: int | None) -> Tensor | None:
+    """Rows with a key in some head, by :func:`rows_with_keys`; ``causal_tk`` adds bottom-right causality.
 
     Shape:
-        mask ``(..., Tq, Tk)``; returns ``(..., Tq, 1)``.
+        returns ``(Bm, Tq or 1, 1)`` bool, or ``None`` when every row has a key.
     """
-    return mask.any(dim=-1, keepdim=True)
+    if isinstance(mask, BlockMask):
+        block_rows = mask.rows_with_keys()  # (Bm, Hm, Tq, 1) or None
+        return None if block_rows is None else block_rows.any(dim=1)
+    if mask is None and (causal_tk is None or tq <= causal_tk):
+        return None
+    device = None if mask is None else mask.device
+    full = mask if causal_tk is None else combine(mask, _causal_mask(tq, causal_tk, device=device))
+    assert full is not None
+    rows = rows_with_keys(full)  # (..., Tq, 1)
+    while rows.dim() < 4:
+        rows = rows.unsqueeze(0)
+    return rows.any(dim=1)  # (Bm, Tq or 1, 1): some head has a key
 
 
-_causal_mask = causal  # query_has_key's flag shadows the function
+class AttentionMask:
+    """One mask for a whole forward pass: the pairs a query may attend, and the rows that have any.
+
+    A model builds it once at its entry -- ``AttentionMask(mask)`` from a
+    boolean mask (True = may attend) or a :class:`BlockMask`, or
+    :meth:`from_lengths` -- and passes the object down unchanged:
+    :func:`attnkit.attention` and every attnkit layer, block and pooling take
+    it wherever they take a mask, and none of them rebuilds it. The rows that
+    have a key are found once here, by :func:`rows_with_keys`; a layer reads
+    them (:meth:`query_rows`) to give a query with no key a zero output.
+
+    Attributes:
+        allowed: the boolean mask broadcasting to ``(B, H, Tq, Tk)``, or the
+            :class:`BlockMask`, exactly as given.
+        rows: ``(Bm, Tq or 1, 1)`` bool, True for each query row that may
+            attend some key in some head; ``None`` when every row may
+            (a BlockMask knows that without looking).
+
+    Shape:
+        allowed ``(..., Tq or 1, Tk)`` or a BlockMask for ``(B, H, Tq, Tk)``.
+    """
+
+    __slots__ = ("allowed", "rows", "_causal_rows")
+
+    def __init__(self, allowed: Tensor | BlockMask) -> None:
+        if isinstance(allowed, AttentionMask):
+            raise TypeError("allowed is already an AttentionMask; pass it on as it is")
+        if not isinstance(allowed, BlockMask):
+            check_mask(allowed, tuple(allowed.shape) if isinstance(allowed, Tensor) else ())
+            if allowed.dim() > 4:
+                raise ValueError(
+                    f"allowed must broadcast to (B, H, Tq, Tk), got {allowed.dim()} dims {tuple(allowed.shape)}"
+                )
+        self.allowed: Tensor | BlockMask = allowed
+        self.rows: Tensor | None = _query_rows(allowed, 1, None)
+        self._causal_rows: dict[tuple[int, int], Tensor | None] = {}
+
+    @classmethod
+    def from_lengths(cls, lengths: Tensor | Sequence[int], max_len: int | None = None) -> AttentionMask:
+        """The key-padding mask of :func:`from_lengths` (``(B, 1, 1, Tk)``) with its rows.
+
+        Shape:
+            lengths ``(B,)``; ``allowed`` is ``(B, 1, 1, Tk)`` and ``rows`` ``(B, 1, 1)``.
+        """
+        return cls(from_lengths(lengths, max_len))
+
+    @property
+    def is_block(self) -> bool:
+        """Whether :attr:`allowed` is a :class:`BlockMask` (attention takes the block-sparse path)."""
+        return isinstance(self.allowed, BlockMask)
+
+    @property
+    def device(self) -> torch.device:
+        return self.allowed.device
+
+    def key_mask(self) -> Tensor:
+        """The ``(B, Tk)`` key mask of a key-padding mask ``(B, 1, 1, Tk)``: True on the keys that may be attended.
+
+        Raises ``ValueError`` for a mask that differs between queries or heads (it has no one key mask).
+        """
+        m = self.allowed
+        if isinstance(m, BlockMask) or m.dim() != 4 or m.shape[1] != 1 or m.shape[2] != 1:
+            what = "a BlockMask" if isinstance(m, BlockMask) else f"shape {tuple(m.shape)}"
+            raise ValueError(f"key_mask() needs a key-padding mask (B, 1, 1, Tk), got {what}")
+        return m[:, 0, 0]  # (B, Tk)
+
+    def query_rows(self, tq: int, tk: int, *, causal: bool = False) -> Tensor | None:
+        """True for each of ``Tq`` query rows that may attend a key in some head; ``None`` when all may.
+
+        ``causal`` adds the bottom-right causal mask of ``attention(causal=True)``
+        over ``Tk`` keys; that variant is computed once per ``(Tq, Tk)`` and kept.
+
+        Shape:
+            returns ``(Bm, Tq or 1, 1)`` bool, or ``None``.
+        """
+        if not causal:
+            return self.rows
+        if (tq, tk) not in self._causal_rows:
+            rows = _query_rows(self.allowed, tq, tk)
+            if torch.compiler.is_compiling():  # a compiled graph keeps no state on its inputs
+                return rows
+            self._causal_rows[(tq, tk)] = rows
+        return self._causal_rows[(tq, tk)]
+
+    def index_select(self, index: Tensor) -> AttentionMask:
+        """The mask of the examples ``index`` picks (beam search reorders its batch), rows included.
+
+        Shape:
+            index ``(B',)``; returns a mask whose batch axis is ``B'``.
+        """
+        if isinstance(self.allowed, BlockMask):
+            raise TypeError("index_select() takes a dense mask; build the BlockMask for the new batch instead")
+        picked = object.__new__(AttentionMask)
+        picked.allowed = self.allowed.index_select(0, index) if self.allowed.shape[0] > 1 else self.allowed
+        rows = self.rows
+        picked.rows = None if rows is None else rows.index_select(0, index) if rows.shape[0] > 1 else rows
+        picked._causal_rows = {}
+        return picked
+
+    def __repr__(self) -> str:
+        what = repr(self.allowed) if isinstance(self.allowed, BlockMask) else f"shape={tuple(self.allowed.shape)}"
+        rows = "every row" if self.rows is None else f"shape={tuple(self.rows.shape)}"
+        return f"AttentionMask({what}, rows {rows})"
 
 
-def query_has_key(mask: Tensor | BlockMask | None, tq: int, tk: int, *, causal: bool = False
-                  ) -> Tensor | None:
+MaskLike = Tensor | BlockMask | AttentionMask | None
+"""What a layer takes as ``mask=``: a boolean tensor, a BlockMask, one :class:`AttentionMask`, or ``None``."""
+
+
+def as_attention_mask(mask: MaskLike) -> AttentionMask | None:
+    """``mask`` as an :class:`AttentionMask` (itself when it is one already); ``None`` stays ``None``.
+
+    Layers call this at their boundary for plain masks; a model passes the
+    object it built, which goes through untouched.
+    """
+    if mask is None or isinstance(mask, AttentionMask):
+        return mask
+    return AttentionMask(mask)
+
+
+def allowed_pairs(mask: MaskLike) -> Tensor | BlockMask | None:
+    """The allowed pairs of ``mask``: the tensor or BlockMask itself, or an :class:`AttentionMask`'s ``allowed``.
+
+    Shape:
+        returns what the mask holds: a bool tensor broadcasting to ``(B, H, Tq, Tk)``, a BlockMask or ``None``.
+    """
+    return mask.allowed if isinstance(mask, AttentionMask) else mask
+
+
+def query_has_key(mask: MaskLike, tq: int, tk: int, *, causal: bool = False) -> Tensor | None:
     """True for each query row that may attend at least one key in some head; ``None`` when all may.
 
     The rule behind "a query with no key gives zeros" for a layer whose output
     passes through a projection with a bias: :func:`attnkit.attention` already
     gives zero for such a row, and the layer zeroes the projected row too.
     ``causal`` adds the bottom-right causal mask of ``attention(causal=True)``.
+    An :class:`AttentionMask` answers from the rows it carries.
 
     Shape:
-        mask broadcasting to ``(B, H, Tq, Tk)``, or a :class:`BlockMask`;
-        returns ``(B or 1, Tq, 1)`` bool, or ``None``.
+        mask broadcasting to ``(B, H, Tq, Tk)``, a :class:`BlockMask` or an
+        :class:`AttentionMask`; returns ``(B or 1, Tq, 1)`` bool, or ``None``.
     """
-    if isinstance(mask, BlockMask):
-        rows = mask.rows_with_keys()  # (Bm, Hm, Tq, 1) or None
-        return None if rows is None else rows.any(dim=1)
-    if mask is None and (not causal or tq <= tk):
-        return None
-    device = None if mask is None else mask.device
-    full = combine(mask, _causal_mask(tq, tk, device=device) if causal else None)
-    assert full is not None
-    rows = rows_with_keys(full)  # (..., Tq, 1)
-    while rows.dim() < 4:
-        rows = rows.unsqueeze(0)
-    return rows.any(dim=1).expand(rows.shape[0], tq, 1)
+    if isinstance(mask, AttentionMask):
+        rows = mask.query_rows(tq, tk, causal=causal)
+    else:
+        rows = _query_rows(mask, tq, tk if causal else None)
+    return None if rows is None else rows.expand(rows.shape[0], tq, 1)

@@ -36,7 +36,7 @@ from typing import Any, Literal, NamedTuple, overload
 
 from torch import Tensor, nn
 
-from attnkit.attention.masks import BlockMask
+from attnkit.attention.masks import AttentionMask, BlockMask, MaskLike
 from attnkit.blocks.cache import DecoderCache, DecoderLayerCache
 from attnkit.blocks.config import (
     LayerSpec,
@@ -119,19 +119,19 @@ class TransformerDecoderLayer(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | BlockMask | None = ...,
-        memory_mask: Tensor | BlockMask | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: MaskLike = ...,
+        memory_mask: MaskLike = ..., self_bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[False] = ..., cache: DecoderLayerCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | BlockMask | None = ...,
-        memory_mask: Tensor | BlockMask | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: MaskLike = ...,
+        memory_mask: MaskLike = ..., self_bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[True], cache: DecoderLayerCache | None = ...,
     ) -> tuple[Tensor, DecoderWeights]: ...
     def forward(
-        self, x: Tensor, memory: Tensor | None = None, *, self_mask: Tensor | BlockMask | None = None,
-        memory_mask: Tensor | BlockMask | None = None, self_bias: Tensor | None = None, causal: bool = True,
+        self, x: Tensor, memory: Tensor | None = None, *, self_mask: MaskLike = None,
+        memory_mask: MaskLike = None, self_bias: Tensor | None = None, causal: bool = True,
         return_weights: bool = False, cache: DecoderLayerCache | None = None,
     ) -> Tensor | tuple[Tensor, DecoderWeights]:
         """Run the layer.
@@ -146,7 +146,9 @@ class TransformerDecoderLayer(nn.Module):
                 position, broadcast to ``(B, H, Tq, Tk)``; usually the memory's
                 padding, ``masks.from_lengths(src_lengths)``. Either mask may be a
                 :class:`~attnkit.attention.masks.BlockMask` for its ``(B, H, Tq, Tk)``, passed to
-                the attention as it is (block-sparse path); a ``self_mask`` BlockMask
+                the attention as it is (block-sparse path), and so is the
+                :class:`~attnkit.attention.masks.AttentionMask` a model builds once
+                (``AttentionMask.from_lengths(src_lengths)``); a ``self_mask`` BlockMask
                 carries causality itself (``masks.and_mods(masks.causal_mod, ...)``)
                 and needs ``causal=False`` and no ``self_bias``.
             self_bias: optional additive bias for self-attention.
@@ -173,7 +175,8 @@ class TransformerDecoderLayer(nn.Module):
                     f"memory batch {memory.shape[0]} differs from x batch {x.shape[0]}: "
                     f"x {tuple(x.shape)}, memory {tuple(memory.shape)}"
                 )
-        if isinstance(self_mask, BlockMask) and (causal or self_bias is not None):
+        self_block = isinstance(self_mask, BlockMask) or (isinstance(self_mask, AttentionMask) and self_mask.is_block)
+        if self_block and (causal or self_bias is not None):
             raise ValueError(
                 "self_mask is a BlockMask: build causality into it (masks.and_mods(masks.causal_mod, ...)), "
                 "pass causal=False (the decoder's default is True) and no self_bias"
@@ -268,19 +271,19 @@ class TransformerDecoder(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | BlockMask | None = ...,
-        memory_mask: Tensor | BlockMask | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: MaskLike = ...,
+        memory_mask: MaskLike = ..., self_bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[False] = ..., cache: DecoderCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: Tensor | BlockMask | None = ...,
-        memory_mask: Tensor | BlockMask | None = ..., self_bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, memory: Tensor | None = ..., *, self_mask: MaskLike = ...,
+        memory_mask: MaskLike = ..., self_bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[True], cache: DecoderCache | None = ...,
     ) -> tuple[Tensor, list[DecoderWeights]]: ...
     def forward(
-        self, x: Tensor, memory: Tensor | None = None, *, self_mask: Tensor | BlockMask | None = None,
-        memory_mask: Tensor | BlockMask | None = None, self_bias: Tensor | None = None, causal: bool = True,
+        self, x: Tensor, memory: Tensor | None = None, *, self_mask: MaskLike = None,
+        memory_mask: MaskLike = None, self_bias: Tensor | None = None, causal: bool = True,
         return_weights: bool = False, cache: DecoderCache | None = None,
     ) -> Tensor | tuple[Tensor, list[DecoderWeights]]:
         """Run every layer; arguments as :meth:`TransformerDecoderLayer.forward`.

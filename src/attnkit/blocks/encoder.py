@@ -28,7 +28,7 @@ from typing import Literal, overload
 
 from torch import Tensor, nn
 
-from attnkit.attention.masks import BlockMask
+from attnkit.attention.masks import MaskLike
 from attnkit.blocks.cache import SelfAttentionCache
 from attnkit.blocks.config import (
     LayerSpec,
@@ -101,16 +101,16 @@ class TransformerEncoderLayer(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, *, mask: MaskLike = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[False] = ..., cache: KVCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, *, mask: MaskLike = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[True], cache: KVCache | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, x: Tensor, *, mask: Tensor | BlockMask | None = None, bias: Tensor | None = None, causal: bool = False,
+        self, x: Tensor, *, mask: MaskLike = None, bias: Tensor | None = None, causal: bool = False,
         return_weights: bool = False, cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Run the layer.
@@ -124,6 +124,8 @@ class TransformerEncoderLayer(nn.Module):
                 the attention as it is (block-sparse path); it takes neither
                 ``bias`` nor ``causal=True`` (build causality into the mask), and
                 padding goes into it too (``masks.and_mods(..., masks.document_mod(ids))``).
+                The :class:`~attnkit.attention.masks.AttentionMask` a model builds once
+                is passed to every layer as it is.
             bias: optional additive attention bias (ALiBi, relative positions).
             causal: forbid attention to later positions.
             return_weights: also return the self-attention weights.
@@ -155,7 +157,7 @@ class TransformerEncoderLayer(nn.Module):
         return x
 
     def _attend(
-        self, h: Tensor, mask: Tensor | BlockMask | None, bias: Tensor | None, causal: bool, return_weights: bool,
+        self, h: Tensor, mask: MaskLike, bias: Tensor | None, causal: bool, return_weights: bool,
         cache: KVCache | None,
     ) -> tuple[Tensor, Tensor | None]:
         if return_weights:
@@ -229,16 +231,16 @@ class TransformerEncoder(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, *, mask: MaskLike = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[False] = ..., cache: SelfAttentionCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        self, x: Tensor, *, mask: MaskLike = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[True], cache: SelfAttentionCache | None = ...,
     ) -> tuple[Tensor, list[Tensor]]: ...
     def forward(
-        self, x: Tensor, *, mask: Tensor | BlockMask | None = None, bias: Tensor | None = None, causal: bool = False,
+        self, x: Tensor, *, mask: MaskLike = None, bias: Tensor | None = None, causal: bool = False,
         return_weights: bool = False, cache: SelfAttentionCache | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Run every layer with the same mask, bias and causal setting.

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from attnkit._checks import positive_int
 from attnkit.attention.functional import safe_softmax
+from attnkit.attention.masks import AttentionMask, MaskLike
 from attnkit.layers.multi_head import refuse_block_mask
 
 __all__ = ["AdditiveAttention"]
@@ -51,8 +52,11 @@ def _key_mask(mask: object, b: int, tq: int, tk: int) -> Tensor:
 
     Accepted: ``(B, Tk)`` (a key mask shared by every query), anything 3-D
     that broadcasts to ``(B, Tq, Tk)``, and the 4-D ``(B, 1, Tq or 1, Tk)``
-    masks that :mod:`attnkit.masks` builds (``from_lengths``).
+    masks that :mod:`attnkit.masks` builds (``from_lengths``), also inside the
+    model's :class:`~attnkit.attention.masks.AttentionMask`.
     """
+    if isinstance(mask, AttentionMask):
+        mask = mask.allowed
     if not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a boolean torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
@@ -127,7 +131,7 @@ class AdditiveAttention(nn.Module):
 
     def forward(
         self, query: Tensor, keys: Tensor, values: Tensor | None = None, *,
-        mask: Tensor | None = None, projected_keys: Tensor | None = None,
+        mask: MaskLike = None, projected_keys: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Score every key against the query and return ``(context, weights)``.
 

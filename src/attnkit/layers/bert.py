@@ -17,9 +17,11 @@ rule: a boolean mask, True where a token may be attended. Hugging Face's
 ``attention_mask`` (1 = real token, 0 = padding) goes through
 :func:`from_hf_attention_mask` first.
 
-One difference from Hugging Face: a query with no key to attend to gets zeros
-(the attnkit rule) where Hugging Face spreads its weight uniformly. Ordinary
-padding never produces such a row, because every sequence keeps ``[CLS]``.
+One difference from Hugging Face: a query with no key to attend to gets a zero
+context (the attnkit rule) where Hugging Face spreads its weight uniformly, and
+:class:`BertAttention` adds no output bias to it, so its output is
+``LayerNorm(x)``. Ordinary padding never produces such a row, because every
+sequence keeps ``[CLS]``.
 
 Shape legend: B batch, T length, D hidden size, H heads, Dh = D / H.
 """
@@ -34,8 +36,8 @@ from torch import Tensor, nn
 
 from attnkit._checks import non_negative_int, positive_float, positive_int
 from attnkit.attention.functional import attention, merge_heads, split_heads
-from attnkit.attention.masks import BlockMask, from_hf_attention_mask
-from attnkit.layers.multi_head import check_dropout, check_sequence
+from attnkit.attention.masks import MaskLike, from_hf_attention_mask
+from attnkit.layers.multi_head import check_dropout, check_sequence, zero_rows_without_key
 
 __all__ = [
     "BertSelfAttention",
@@ -113,18 +115,19 @@ class BertSelfAttention(nn.Module):
 
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[False] = ...
+        self, hidden_states: Tensor, *, mask: MaskLike = ..., return_weights: Literal[False] = ...
     ) -> Tensor: ...
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[True]
+        self, hidden_states: Tensor, *, mask: MaskLike = ..., return_weights: Literal[True]
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = None, return_weights: bool = False
+        self, hidden_states: Tensor, *, mask: MaskLike = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend over the sequence; ``mask`` is boolean, broadcast to ``(B, H, T, T)``.
 
-        A :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)`` runs the block-sparse path.
+        A :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)`` runs the block-sparse path;
+        the model's :class:`~attnkit.attention.masks.AttentionMask` is passed on as it is.
 
         Shape:
             hidden_states ``(B, T, D)``; mask e.g. ``(B, 1, 1, T)``; returns the
@@ -159,8 +162,13 @@ class BertSelfOutput(nn.Module):
         self.LayerNorm = nn.LayerNorm(hidden_size, eps=eps)
         self.dropout = nn.Dropout(check_dropout(hidden_dropout_prob))
 
-    def forward(self, hidden_states: Tensor, input_tensor: Tensor) -> Tensor:
-        """Project, drop out, add the residual ``input_tensor`` and normalise."""
+    def forward(self, hidden_states: Tensor, input_tensor: Tensor, *, mask: MaskLike = None) -> Tensor:
+        """Project, drop out, add the residual ``input_tensor`` and normalise.
+
+        ``mask``, the self-attention's mask, marks the rows that attended to
+        nothing: their projection (bias included) is zero, so they keep
+        ``LayerNorm(input_tensor)``.
+        """
         check_sequence("hidden_states", hidden_states, self.hidden_size)
         check_sequence("input_tensor", input_tensor, self.hidden_size)
         if hidden_states.shape != input_tensor.shape:
@@ -168,7 +176,8 @@ class BertSelfOutput(nn.Module):
                 f"hidden_states {tuple(hidden_states.shape)} and input_tensor "
                 f"{tuple(input_tensor.shape)} must have the same shape"
             )
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)  # (B, T, D)
+        projected = zero_rows_without_key(self.dense(hidden_states), mask, hidden_states.shape[1])  # (B, T, D)
+        return self.LayerNorm(self.dropout(projected) + input_tensor)  # (B, T, D)
 
 
 class BertAttention(nn.Module):
@@ -210,25 +219,27 @@ class BertAttention(nn.Module):
 
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[False] = ...
+        self, hidden_states: Tensor, *, mask: MaskLike = ..., return_weights: Literal[False] = ...
     ) -> Tensor: ...
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[True]
+        self, hidden_states: Tensor, *, mask: MaskLike = ..., return_weights: Literal[True]
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, hidden_states: Tensor, *, mask: Tensor | BlockMask | None = None, return_weights: bool = False
+        self, hidden_states: Tensor, *, mask: MaskLike = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Self-attention, output projection, residual and LayerNorm.
 
         ``mask`` is boolean, True where a token may be attended, e.g.
-        ``from_hf_attention_mask(attention_mask)``, or a
-        :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)``.
+        ``from_hf_attention_mask(attention_mask)``, a
+        :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)``, or the
+        model's :class:`~attnkit.attention.masks.AttentionMask`. A token that may
+        attend no key gets ``LayerNorm(hidden_states)``: no attention, no bias.
 
         Shape:
             hidden_states ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].
         """
         result = self.self(hidden_states, mask=mask, return_weights=return_weights)
         context, weights = result if isinstance(result, tuple) else (result, None)
-        out = self.output(context, hidden_states)  # (B, T, D)
+        out = self.output(context, hidden_states, mask=mask)  # (B, T, D)
         return out if weights is None else (out, weights)

@@ -36,17 +36,17 @@ from torch import Tensor, nn
 
 from attnkit._checks import positive_int
 from attnkit.attention.functional import attention
-from attnkit.attention.masks import BlockMask
+from attnkit.attention.masks import AttentionMask, BlockMask, MaskLike
 
 __all__ = ["SelfAttention2d"]
 
 
-def _position_mask(mask: object, b: int, h: int, w: int) -> Tensor | BlockMask:
+def _position_mask(mask: object, b: int, h: int, w: int) -> Tensor | BlockMask | AttentionMask:
     """Read a position mask ``(B, H, W)`` or ``(B, N)`` as the ``(B, 1, 1, N)`` keys mask.
 
-    A BlockMask over the ``N = H * W`` positions is passed on as it is.
+    A BlockMask or an AttentionMask over the ``N = H * W`` positions is passed on as it is.
     """
-    if isinstance(mask, BlockMask):
+    if isinstance(mask, (BlockMask, AttentionMask)):
         return mask
     if not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a boolean torch.Tensor, got {type(mask).__name__}")
@@ -110,16 +110,16 @@ class SelfAttention2d(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[False] = ...,
+        self, x: Tensor, *, mask: MaskLike = ..., return_weights: Literal[False] = ...,
         average_heads: bool = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | BlockMask | None = ..., return_weights: Literal[True],
+        self, x: Tensor, *, mask: MaskLike = ..., return_weights: Literal[True],
         average_heads: bool = ...,
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, x: Tensor, *, mask: Tensor | BlockMask | None = None, return_weights: bool = False,
+        self, x: Tensor, *, mask: MaskLike = None, return_weights: bool = False,
         average_heads: bool = True,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Add ``gamma`` times the attended features to ``x``.

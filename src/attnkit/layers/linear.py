@@ -49,6 +49,7 @@ from torch import Tensor, nn
 
 from attnkit._checks import positive_int
 from attnkit.attention.functional import merge_heads, safe_softmax, split_heads
+from attnkit.attention.masks import AttentionMask, BlockMask, MaskLike, allowed_pairs
 from attnkit.layers.multi_head import (
     check_sequence,
     refuse_block_mask,
@@ -254,22 +255,24 @@ class LinearAttention(nn.Module):
     @overload
     def forward(
         self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
-        mask: Tensor | None = ..., return_weights: Literal[False] = ...,
+        mask: MaskLike = ..., return_weights: Literal[False] = ...,
     ) -> Tensor: ...
     @overload
     def forward(
         self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
-        mask: Tensor | None = ..., return_weights: Literal[True],
+        mask: MaskLike = ..., return_weights: Literal[True],
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
         self, x: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
-        mask: Tensor | None = None, return_weights: bool = False,
+        mask: MaskLike = None, return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from ``x`` to itself (or to ``key``/``value``).
 
         ``mask`` is a boolean key mask, True where a key may be attended:
-        ``(B, Tk)`` or ``(B, 1, 1, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`).
-        A BlockMask is refused (``TypeError``): the layer applies key masks only.
+        ``(B, Tk)`` or ``(B, 1, 1, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`),
+        or the model's ``AttentionMask`` holding one. A BlockMask is refused
+        (``TypeError``): the layer applies key masks only. A query with no key
+        gets a zero output.
         """
         refuse_block_mask("LinearAttention", mask, "it applies key-padding masks only")
         check_sequence("x", x, self.d_model)
@@ -277,9 +280,13 @@ class LinearAttention(nn.Module):
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, Tq, Dh)
         k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, Tk, Dh)
         v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, Tk, Dh)
-        out = self.out_proj(merge_heads(linear_attention(q, k, v, causal=self.causal, key_mask=mask)))
-        keys = _key_mask(mask, k.shape[0], k.shape[2])  # (B, 1, Tk)
-        out = zero_rows_without_key(out, None if keys is None else keys[:, None], k.shape[2], causal=self.causal)
+        pairs = allowed_pairs(mask)
+        assert not isinstance(pairs, BlockMask)  # refused above
+        out = self.out_proj(merge_heads(linear_attention(q, k, v, causal=self.causal, key_mask=pairs)))
+        if not isinstance(mask, AttentionMask):  # a plain key mask: read as (B, 1, 1, Tk) for its rows
+            keys = _key_mask(pairs, k.shape[0], k.shape[2])  # (B, 1, Tk)
+            mask = None if keys is None else AttentionMask(keys[:, None])
+        out = zero_rows_without_key(out, mask, k.shape[2], causal=self.causal)
         if return_weights:
-            return out, linear_attention_weights(q, k, causal=self.causal, key_mask=mask)
+            return out, linear_attention_weights(q, k, causal=self.causal, key_mask=pairs)
         return out  # (B, Tq, D)

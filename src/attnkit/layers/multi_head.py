@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from attnkit._checks import positive_int, probability
 from attnkit.attention.functional import attention, merge_heads, split_heads
-from attnkit.attention.masks import BlockMask, query_has_key
+from attnkit.attention.masks import AttentionMask, BlockMask, MaskLike, allowed_pairs, query_has_key
 from attnkit.layers.kv_cache import KVCache
 
 __all__ = ["MultiHeadAttention"]
@@ -29,20 +29,23 @@ def check_dropout(value: object) -> float:
 
 
 def refuse_block_mask(layer: str, mask: object, why: str) -> None:
-    """Raise ``TypeError`` naming ``layer`` when ``mask`` is a BlockMask, which that layer cannot use."""
-    if isinstance(mask, BlockMask):
+    """Raise ``TypeError`` naming ``layer`` when ``mask`` is (or holds) a BlockMask, which that layer cannot use."""
+    if isinstance(mask, BlockMask) or (isinstance(mask, AttentionMask) and mask.is_block):
         raise TypeError(
             f"{layer} does not support a BlockMask as mask ({why}); pass a boolean tensor mask, "
             "or use MultiHeadAttention or attnkit.attention for block-sparse attention"
         )
 
 
-def zero_rows_without_key(y: Tensor, mask: Tensor | BlockMask | None, tk: int, *, causal: bool = False
-                          ) -> Tensor:
+def zero_rows_without_key(y: Tensor, mask: MaskLike, tk: int, *, causal: bool = False) -> Tensor:
     """``y`` with the rows of the queries that have no key set to zero, after a biased projection.
 
+    The rows come from :func:`attnkit.masks.query_has_key`: an
+    :class:`~attnkit.attention.masks.AttentionMask` hands over the rows it carries.
+
     Shape:
-        y ``(B, Tq, D)``; mask broadcasting to ``(B, H, Tq, Tk)`` or a BlockMask; returns ``(B, Tq, D)``.
+        y ``(B, Tq, D)``; mask broadcasting to ``(B, H, Tq, Tk)``, a BlockMask or an
+        AttentionMask; returns ``(B, Tq, D)``.
     """
     ok = query_has_key(mask, y.shape[1], tk, causal=causal)  # (B or 1, Tq, 1)
     return y if ok is None else y.masked_fill(~ok, 0.0)
@@ -79,16 +82,21 @@ def resolve_key_value(
     return key, value
 
 
-def _with_cache_mask(mask: Tensor | BlockMask | None, limit: Tensor | None) -> Tensor | BlockMask | None:
-    """``mask`` narrowed to the keys a bounded cache (rolling, sinks) lets the new queries see."""
+def _with_cache_mask(mask: MaskLike, limit: Tensor | None) -> MaskLike:
+    """``mask`` narrowed to the keys a bounded cache (rolling, sinks) lets the new queries see.
+
+    The cache decides anew at every step which keys exist, so the narrowed mask
+    is a new one: a boolean tensor, whose rows the layer then finds by the same rule.
+    """
     if limit is None:
         return mask
-    if isinstance(mask, BlockMask):
+    pairs = allowed_pairs(mask)
+    if isinstance(pairs, BlockMask):
         raise TypeError(
             "MultiHeadAttention cannot combine a BlockMask with a rolling or attention-sink cache "
             "(the cache decides which keys each query sees); pass a boolean mask or none"
         )
-    return limit if mask is None else mask & limit
+    return limit if pairs is None else pairs & limit
 
 
 class MultiHeadAttention(nn.Module):
@@ -137,18 +145,18 @@ class MultiHeadAttention(nn.Module):
     @overload
     def forward(
         self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
-        mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        mask: MaskLike = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[False] = ..., cache: KVCache | None = ...,
     ) -> Tensor: ...
     @overload
     def forward(
         self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
-        mask: Tensor | BlockMask | None = ..., bias: Tensor | None = ..., causal: bool = ...,
+        mask: MaskLike = ..., bias: Tensor | None = ..., causal: bool = ...,
         return_weights: Literal[True], cache: KVCache | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
         self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
-        mask: Tensor | BlockMask | None = None, bias: Tensor | None = None, causal: bool = False,
+        mask: MaskLike = None, bias: Tensor | None = None, causal: bool = False,
         return_weights: bool = False, cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from ``query`` to ``key``/``value`` (to ``query`` itself when they are omitted).
@@ -158,7 +166,9 @@ class MultiHeadAttention(nn.Module):
         first go through :func:`attnkit.masks.from_lengths` or
         :func:`attnkit.masks.from_key_padding_mask`. A
         :class:`attnkit.masks.BlockMask` for ``(B, H, Tq, Tk)`` runs the
-        block-sparse path. ``cache`` enables
+        block-sparse path; an :class:`attnkit.masks.AttentionMask` built once
+        by the model is used as it is, its rows included. A query with no key
+        gets a zero output (no output-projection bias). ``cache`` enables
         incremental decoding: the projected keys and values of this call are
         appended to it (or, for a static cache that is already filled, read
         from it, and ``key``/``value`` may be omitted); a

@@ -44,9 +44,12 @@ def _check_key_mask(mask: object, b: int, r: int, t: int) -> Tensor:
     The pooling is attention from ``r`` learned queries (one head) to the
     ``T`` positions, so a mask broadcasting to ``(B, 1, r, T)`` -- such as the
     ``(B, 1, 1, T)`` of :func:`attnkit.masks.from_lengths` that a model built
-    at its entry -- is used as it is. A ``(B, T)`` position mask only gets the
-    two axes it lacks (a view).
+    at its entry, or the :class:`~attnkit.attention.masks.AttentionMask` holding
+    it -- is used as it is. A ``(B, T)`` position mask only gets the two axes it
+    lacks (a view).
     """
+    if isinstance(mask, _masks.AttentionMask):
+        mask = mask.allowed
     if isinstance(mask, Tensor) and mask.dim() == 2:
         if mask.dtype == torch.bool and (mask.shape[1] != t or mask.shape[0] not in (1, b)):
             raise ValueError(f"mask must be (B, T) = {(b, t)}, got shape {tuple(mask.shape)}")
@@ -84,21 +87,21 @@ class AttentionPooling(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[False] = ...
+        self, x: Tensor, *, mask: _masks.MaskLike = ..., return_weights: Literal[False] = ...
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = ..., return_weights: Literal[True]
+        self, x: Tensor, *, mask: _masks.MaskLike = ..., return_weights: Literal[True]
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, x: Tensor, *, mask: Tensor | None = None, return_weights: bool = False
+        self, x: Tensor, *, mask: _masks.MaskLike = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Weighted average ``sum_t alpha_t x_t`` of the valid positions.
 
         Shape:
             x ``(B, T, D)``; mask ``(B, T)``, or ``(B, 1, 1, T)`` from
             :func:`attnkit.masks.from_lengths` (anything broadcasting to
-            ``(B, 1, r, T)``). Returns ``(B, D)`` [and weights
+            ``(B, 1, r, T)``), or the model's ``AttentionMask`` holding it. Returns ``(B, D)`` [and weights
             ``(B, T)``], or ``(B, r, D)`` [and ``(B, r, T)``] when ``num_queries > 1``.
             A BlockMask is refused (``TypeError``): pooling takes a position mask.
         """

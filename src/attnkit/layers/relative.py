@@ -252,22 +252,24 @@ class RelativePositionAttention(nn.Module):
     @overload
     def forward(
         self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
-        mask: Tensor | None = ..., causal: bool = ..., return_weights: Literal[False] = ...,
+        mask: _masks.MaskLike = ..., causal: bool = ..., return_weights: Literal[False] = ...,
     ) -> Tensor: ...
     @overload
     def forward(
         self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
-        mask: Tensor | None = ..., causal: bool = ..., return_weights: Literal[True],
+        mask: _masks.MaskLike = ..., causal: bool = ..., return_weights: Literal[True],
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
         self, x: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
-        mask: Tensor | None = None, causal: bool = False, return_weights: bool = False,
+        mask: _masks.MaskLike = None, causal: bool = False, return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from ``x`` to itself (or to ``key``/``value``) with relative positions.
 
         ``mask`` is boolean, True where a query may attend a key, broadcastable
-        to ``(B, H, Tq, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`). A
-        BlockMask is refused (``TypeError``): the relative terms need dense weights.
+        to ``(B, H, Tq, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`), or the
+        model's ``AttentionMask`` holding one. A BlockMask is refused
+        (``TypeError``): the relative terms need dense weights. A query with no
+        key gets a zero output.
         """
         refuse_block_mask("RelativePositionAttention", mask, "its relative terms need every weight")
         check_sequence("x", x, self.d_model)
@@ -276,11 +278,13 @@ class RelativePositionAttention(nn.Module):
         k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, Tk, Dh)
         v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, Tk, Dh)
         dropout = self.dropout if self.training else 0.0
+        pairs = _masks.allowed_pairs(mask)
+        assert not isinstance(pairs, _masks.BlockMask)  # refused above
         if return_weights:
             out, weights = relative_attention(
-                q, k, v, self.rel_k, self.rel_v, mask=mask, causal=causal, dropout=dropout,
+                q, k, v, self.rel_k, self.rel_v, mask=pairs, causal=causal, dropout=dropout,
                 return_weights=True,
             )
             return zero_rows_without_key(self.out_proj(merge_heads(out)), mask, k.shape[2], causal=causal), weights
-        out = relative_attention(q, k, v, self.rel_k, self.rel_v, mask=mask, causal=causal, dropout=dropout)
+        out = relative_attention(q, k, v, self.rel_k, self.rel_v, mask=pairs, causal=causal, dropout=dropout)
         return zero_rows_without_key(self.out_proj(merge_heads(out)), mask, k.shape[2], causal=causal)  # (B, Tq, D)

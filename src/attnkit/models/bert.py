@@ -25,7 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.attention.masks import BlockMask, check_mask
+from attnkit.attention.masks import (
+    AttentionMask,
+    BlockMask,
+    MaskLike,
+    as_attention_mask,
+    check_mask,
+)
 from attnkit.layers.bert import BertAttention, from_hf_attention_mask
 from attnkit.positional import check_positions
 
@@ -161,7 +167,7 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, x: Tensor, mask: Tensor | BlockMask | None, return_weights: bool
+    def forward(self, x: Tensor, mask: AttentionMask | None, return_weights: bool
                 ) -> tuple[Tensor, Tensor | None]:
         if return_weights:
             attended, weights = self.attention(x, mask=mask, return_weights=True)
@@ -209,7 +215,7 @@ class BertModel(nn.Module):
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None, *, mask: Tensor | BlockMask | None = None,
+        token_type_ids: Tensor | None = None, *, mask: MaskLike = None,
         return_weights: bool | Collection[int] = False, position_ids: Tensor | None = None,
     ) -> BertModelOutput:
         """Encode token ids; ``return_weights`` fills ``attentions``.
@@ -250,10 +256,11 @@ class BertModel(nn.Module):
             )
         if attention_mask is not None and mask is not None:
             raise ValueError("pass attention_mask (Hugging Face's 1/0) or mask (attnkit's boolean), not both")
-        if isinstance(mask, BlockMask):
-            mask.check(input_ids.shape[0], self.config.num_attention_heads, t, t, input_ids.device)
-        elif mask is not None:
-            check_mask(mask, (input_ids.shape[0], self.config.num_attention_heads, t, t))
+        pairs = mask.allowed if isinstance(mask, AttentionMask) else mask
+        if isinstance(pairs, BlockMask):
+            pairs.check(input_ids.shape[0], self.config.num_attention_heads, t, t, input_ids.device)
+        elif pairs is not None:
+            check_mask(pairs, (input_ids.shape[0], self.config.num_attention_heads, t, t))
         elif attention_mask is not None:
             if attention_mask.shape != input_ids.shape:
                 raise ValueError(
@@ -261,6 +268,7 @@ class BertModel(nn.Module):
                     f"input_ids shape {tuple(input_ids.shape)}"
                 )
             mask = from_hf_attention_mask(attention_mask)  # (B, 1, 1, T)
+        keys = as_attention_mask(mask)  # built once, read by every layer
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         wanted = self._weight_layers(return_weights)
@@ -268,7 +276,7 @@ class BertModel(nn.Module):
         hidden: list[Tensor] = [x]
         attentions: list[Tensor] = []
         for index, layer in enumerate(self.encoder.layer):
-            x, weights = layer(x, mask, index in wanted)
+            x, weights = layer(x, keys, index in wanted)
             hidden.append(x)
             if weights is not None:
                 attentions.append(weights)

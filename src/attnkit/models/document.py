@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from attnkit.attention.functional import attention
-from attnkit.attention.masks import BlockMask
+from attnkit.attention.masks import MaskLike
 from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
 from attnkit.layers.pooling import AttentionPooling
 from attnkit.models.base import TextClassifier, WeightSelection
@@ -196,7 +196,7 @@ class DocumentClassifier(TextClassifier):
                 f"{self.config.max_len}; truncate the documents or raise max_len"
             )
 
-    def _encode(self, x: Tensor, mask: Tensor | BlockMask, weights: WeightSelection | None,
+    def _encode(self, x: Tensor, mask: MaskLike, weights: WeightSelection | None,
                 found: dict[str, Tensor]) -> Tensor:
         """The encoder and the parameter-free layers, each reading ``mask``; weights into ``found``."""
         if self.encoder is not None:

@@ -49,7 +49,9 @@ class PackedBatch:
         positions: ``(R, T)`` position of each token in its document (0 on padding).
         lengths: ``(N,)`` tokens per document.
         real: ``(R, T)`` bool, True on document tokens.
-        mask: ``(R, 1, T, T)`` bool or a BlockMask: True where a token may attend another.
+        mask: the batch's one :class:`~attnkit.attention.masks.AttentionMask`, holding
+            ``(R, 1, T, T)`` bool or a BlockMask: True where a token may attend another
+            (padding attends nothing, so its rows give zeros in every layer).
         gather: ``(N, L)`` index into the flattened ``R * T`` tokens of each document's tokens.
         doc_mask: ``(N, 1, 1, L)`` bool, True on the real tokens of :meth:`unpack`'s rows.
 
@@ -62,7 +64,7 @@ class PackedBatch:
     positions: Tensor
     lengths: Tensor
     real: Tensor
-    mask: Tensor | masks.BlockMask
+    mask: masks.AttentionMask
     gather: Tensor
     doc_mask: Tensor
 
@@ -183,9 +185,10 @@ def packed_batch(ids: Tensor, segment_ids: object, positions: object | None, voc
     gather = (first[:, None] + offsets[None, :]).masked_fill(~doc_real, 0)  # (N, L)
     t = ids.shape[1]
     if t >= BLOCK_MASK_FROM:
-        mask: Tensor | masks.BlockMask = masks.create_block_mask(
+        pairs: Tensor | masks.BlockMask = masks.create_block_mask(
             masks.document_mod(seg), ids.shape[0], None, t, t, device=ids.device)
     else:
-        mask = ((seg[:, :, None] == seg[:, None, :]) & real[:, :, None] & real[:, None, :])[:, None]
+        pairs = ((seg[:, :, None] == seg[:, None, :]) & real[:, :, None] & real[:, None, :])[:, None]
+    mask = masks.AttentionMask(pairs)  # the one mask every layer of the packed forward reads
     return PackedBatch(ids.masked_fill(~real, 0), seg, pos, lengths, real, mask, gather,
                        doc_real[:, None, None, :])

@@ -124,11 +124,14 @@ class EncoderOutput(NamedTuple):
     """What the decoder needs from the encoder.
 
     Shape:
-        memory ``(B, Ts, D)``; memory_mask ``(B, 1, 1, Ts)`` boolean, True at real source tokens.
+        memory ``(B, Ts, D)``; memory_mask the source's key-padding
+        :class:`~attnkit.attention.masks.AttentionMask`, ``allowed`` ``(B, 1, 1, Ts)``
+        True at real source tokens, built once by :meth:`Seq2SeqTransformer.encode`
+        and read by every decoder layer at every step.
     """
 
     memory: Tensor
-    memory_mask: Tensor
+    memory_mask: masks.AttentionMask
 
     def index_select(self, index: Tensor) -> EncoderOutput:
         """Keep (or repeat) batch entries ``index`` — beam search expands each source K times.
@@ -136,7 +139,7 @@ class EncoderOutput(NamedTuple):
         Shape:
             index ``(B',)``; returns memory ``(B', Ts, D)``, memory_mask ``(B', 1, 1, Ts)``.
         """
-        return EncoderOutput(self.memory.index_select(0, index), self.memory_mask.index_select(0, index))
+        return EncoderOutput(self.memory.index_select(0, index), self.memory_mask.index_select(index))
 
 
 class Seq2SeqWeights(NamedTuple):
@@ -245,9 +248,9 @@ class Seq2SeqTransformer(nn.Module):
             memory ``(B, Ts, D)`` and memory_mask ``(B, 1, 1, Ts)``.
         """
         src_ids, src_lengths = check_token_batch(src_ids, src_lengths, self.config.src_vocab_size)
-        src_mask = masks.from_lengths(src_lengths, src_ids.shape[1])  # (B, 1, 1, Ts)
+        src_mask = masks.AttentionMask.from_lengths(src_lengths, src_ids.shape[1])  # (B, 1, 1, Ts)
         # Ids past the length may be anything; make them valid rows before the lookup.
-        src_ids = src_ids.masked_fill(~src_mask[:, 0, 0, :], self.config.pad_id)
+        src_ids = src_ids.masked_fill(~src_mask.key_mask(), self.config.pad_id)
         x = self.embed_dropout(self.positional(self.src_embed(src_ids) * self.scale))  # (B, Ts, D)
         if return_weights:
             memory, weights = self.encoder(x, mask=src_mask, return_weights=True)
@@ -312,7 +315,7 @@ class Seq2SeqTransformer(nn.Module):
             raise TypeError(f"encoded must be the EncoderOutput of encode(), got {type(encoded).__name__}")
         if not isinstance(cache, DecoderCache):
             raise TypeError(f"cache must be a DecoderCache from init_cache(), got {type(cache).__name__}")
-        tgt_ids = self._check_target(tgt_ids, encoded.memory_mask.shape[0])
+        tgt_ids = self._check_target(tgt_ids, encoded.memory.shape[0])
         offset = cache.offset
         x = self._embed_target(tgt_ids, offset)  # (B, Tnew, D)
         memory = encoded.memory if offset == 0 else None  # cross caches are filled on the first step

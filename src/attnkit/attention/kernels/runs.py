@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from attnkit.attention.block_mask import BlockMask
+from attnkit.attention.rows import rows_with_keys
 
 __all__ = ["run_plan", "usable", "runs_attention"]
 
@@ -109,7 +110,7 @@ def _find_plan(bm: BlockMask) -> list[Call] | None:
     bs, tq, tk = bm.block_size, bm.shape[2], bm.shape[3]
     for g in _groups(starts, ends):
         allowed = _allowed(bm, g, starts, ends)
-        if not bool(allowed.any(-1).all()):
+        if not bool(rows_with_keys(allowed).all()):  # a row with no key: the gather path zeroes it
             return None
         groups.append((g[0] * bs, min(g[1] * bs, tq), g[2] * bs, min(g[3] * bs, tk),
                        None if bool(allowed.all()) else allowed))

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.attention.block_mask import BlockMask
+from attnkit.attention.rows import rows_with_keys
 from attnkit.attention.score_mods import apply_score_mod, bias_of, refuse_non_finite
 from attnkit.attention.types import BiasFn, ScoreMod
 
@@ -130,7 +131,7 @@ def _blocked(bm: BlockMask | None, tile: _Tile) -> tuple[Tensor, Tensor | None] 
                                                                        : tile.c1 - tile.c0]
     if tile.c1 - tile.c0 < tile.k1 - tile.k0:  # the span's other columns are full blocks: every row has keys
         return ~allowed, None
-    rows = allowed.any(dim=-1, keepdim=True)
+    rows = rows_with_keys(allowed)  # (Bm, Hm, Tb, 1)
     return ~allowed, None if bool(rows.all()) else rows
 
 
