@@ -10,6 +10,8 @@ from typing import Any
 from attnkit._checks import dataclass_kwargs, positive_int
 from attnkit._finite import check_on_nan
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
+from attnkit.train.metrics import check_metric
+from attnkit.train.objective import CLASS_WEIGHTS
 
 __all__ = ["TrainConfig", "warmup_linear_factor"]
 
@@ -41,6 +43,12 @@ class TrainConfig:
             ``"stop"`` training with an error naming the epoch and step, or
             ``"skip-step"`` (leave the weights as they were, count the skip,
             stop after too many in a row); see :mod:`attnkit._finite`.
+        metric: the measure the run is trained for (:data:`attnkit.train.metrics.METRICS` or
+            ``f1:<class>``): early stopping, the best epoch, the weighing of an n-gram half and the
+            tuned class offsets follow it (:mod:`attnkit.train.objective`).
+        class_weight: ``"none"`` or ``"balanced"`` (each class weighs alike in the losses).
+        tune_thresholds: tune per-class offsets on the validation part for ``metric``
+            (None: when ``metric`` is not accuracy).
     """
 
     epochs: int = 10
@@ -57,6 +65,9 @@ class TrainConfig:
     device: str = "auto"
     pack: int = 0
     on_nan: str = "stop"
+    metric: str = "accuracy"
+    class_weight: str = "none"
+    tune_thresholds: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size"):
@@ -81,6 +92,9 @@ class TrainConfig:
                     or not ok(value):
                 raise ValueError(f"{name} must be a number {ranges[name]}, got {value!r}")
         check_on_nan(self.on_nan)
+        check_metric(self.metric)
+        if self.class_weight not in CLASS_WEIGHTS:
+            raise ValueError(f"class_weight must be one of {list(CLASS_WEIGHTS)}, got {self.class_weight!r}")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 
