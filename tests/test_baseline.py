@@ -147,7 +147,8 @@ def test_train_baseline_and_report(tmp_path, data_csv) -> None:
 
     assert (committed_dir(out) / "config.json").is_file()
     stored = read_run_config(out)["metrics"]["baseline"]
-    assert set(stored) == {"accuracy", "macro_f1", "n"} and stored["n"] == 24
+    assert set(stored) == {"accuracy", "macro_f1", "weighted_f1", "macro_recall", "per_class", "class_weight",
+                           "n"} and stored["n"] == 24
     row = next(line for line in result.output.splitlines() if line.startswith("baseline "))
     assert row.split()[1:] == [f"{stored['accuracy']:.4f}", f"{stored['macro_f1']:.4f}"]
     page = (out / "report.html").read_text(encoding="utf-8")

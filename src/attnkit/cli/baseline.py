@@ -37,7 +37,7 @@ from attnkit.cli.options import (
     resolve_default,
 )
 
-__all__ = ["baseline", "comparison_lines", "cv_comparison_lines", "results_analysis", "format_report",
+__all__ = ["baseline", "measure", "headline_lines", "comparison_lines", "cv_comparison_lines", "results_analysis", "format_report",
            "report_sections", "write_html_report", "after_training", "print_cv_baseline"]
 
 SEED_DEFAULT = "attnkit.train.config:TrainConfig.seed"
@@ -49,31 +49,72 @@ def _signed(x: float) -> str:
     return f"{x:+.4f}"
 
 
-def comparison_lines(model: dict[str, Any], base: dict[str, Any]) -> list[str]:
-    """The model, the baseline and their difference (accuracy and macro-F1) as table lines."""
-    from attnkit.train.baseline import BASELINE_NAME
+def measure(scores: dict[str, Any], metric: str) -> float | None:
+    """The value of ``metric`` in ``scores`` (a test or baseline result); ``f1:<class>`` from its ``per_class``."""
+    from attnkit.train.metrics import metric_class
 
-    lines = [f"{'':<12}{'accuracy':>10}{'macro-F1':>10}",
-             f"{'model':<12}{model['accuracy']:>10.4f}{model['macro_f1']:>10.4f}",
-             f"{'baseline':<12}{base['accuracy']:>10.4f}{base['macro_f1']:>10.4f}",
-             f"{'difference':<12}{_signed(model['accuracy'] - base['accuracy']):>10}"
-             f"{_signed(model['macro_f1'] - base['macro_f1']):>10}",
-             f"baseline: {BASELINE_NAME} (C=4) on the same test part (n={base['n']})"]
+    if metric in scores:
+        return float(scores[metric])
+    name = metric_class(metric)
+    for row in scores.get("per_class") or []:
+        if name is not None and row.get("label") == name:
+            return float(row["f1"])
+    return None
+
+
+def _columns(metric: str) -> list[str]:
+    """The measures a comparison shows: accuracy, macro-F1 and the run's ``metric``."""
+    return list(dict.fromkeys(("accuracy", "macro_f1", metric)))
+
+
+def headline_lines(test: dict[str, Any], metric: str) -> list[str]:
+    """The report's first figures: the measure the run was trained for, then every other measure of ``test``."""
+    from attnkit.train.metrics import METRICS, metric_title
+
+    value = measure(test, metric)
+    lines = [f"{metric_title(metric)} {value:.4f} (the measure this run was trained for: --metric {metric})"
+             if value is not None else f"--metric {metric}"]
+    lines.append("   ".join(f"{metric_title(m)} {test[m]:.4f}" for m in METRICS if m in test))
     return lines
 
 
-def cv_comparison_lines(results: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
-                        test: dict[str, Any]) -> list[str]:
-    """Per fold the model's and the baseline's accuracy and the difference; the means; the paired test."""
+def comparison_lines(model: dict[str, Any], base: dict[str, Any], metric: str = "accuracy") -> list[str]:
+    """The model, the baseline and their difference (accuracy, macro-F1 and ``metric``) as table lines."""
     from attnkit.train.baseline import BASELINE_NAME
+    from attnkit.train.metrics import metric_title
 
-    lines = [f"{'fold':>4}{'model':>10}{'baseline':>10}{'difference':>12}"]
-    for r, b in zip(results, base, strict=True):
-        lines.append(f"{r['fold']:>4}{r['accuracy']:>10.4f}{b['accuracy']:>10.4f}"
-                     f"{_signed(r['accuracy'] - b['accuracy']):>12}")
-    m, bm = statistics.mean(r["accuracy"] for r in results), statistics.mean(b["accuracy"] for b in base)
+    columns = [m for m in _columns(metric) if measure(model, m) is not None and measure(base, m) is not None]
+    width = max(10, *(len(metric_title(m)) + 2 for m in columns))
+
+    def row(name: str, values: list[str]) -> str:
+        return f"{name:<12}" + "".join(f"{v:>{width}}" for v in values)
+
+    lines = [row("", [metric_title(m) for m in columns]),
+             row("model", [f"{measure(model, m):.4f}" for m in columns]),
+             row("baseline", [f"{measure(base, m):.4f}" for m in columns]),
+             row("difference", [_signed(measure(model, m) - measure(base, m)) for m in columns]),  # type: ignore[operator]
+             f"baseline: {BASELINE_NAME} (C=4{_weighting(base)}) on the same test part (n={base['n']})"]
+    return lines
+
+
+def _weighting(base: dict[str, Any]) -> str:
+    return ", class_weight=balanced" if base.get("class_weight") == "balanced" else ""
+
+
+def cv_comparison_lines(results: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
+                        test: dict[str, Any], metric: str = "accuracy") -> list[str]:
+    """Per fold the model's and the baseline's ``metric`` and the difference; the means; the paired test."""
+    from attnkit.train.baseline import BASELINE_NAME
+    from attnkit.train.metrics import metric_title
+
+    model_values = [measure(r, metric) or 0.0 for r in results]
+    base_values = [measure(b, metric) or 0.0 for b in base]
+    lines = [f"{metric_title(metric)} per fold", f"{'fold':>4}{'model':>10}{'baseline':>10}{'difference':>12}"]
+    for r, m, b in zip(results, model_values, base_values, strict=True):
+        lines.append(f"{r['fold']:>4}{m:>10.4f}{b:>10.4f}{_signed(m - b):>12}")
+    m, bm = statistics.mean(model_values), statistics.mean(base_values)
     lines.append(f"{'mean':>4}{m:>10.4f}{bm:>10.4f}{_signed(m - bm):>12}")
-    lines.append(f"baseline: {BASELINE_NAME} (C=4) on the same folds")
+    lines.append(f"baseline: {BASELINE_NAME} (C=4{_weighting(base[0]) if base else ''}) on the same folds")
     if test["t"] is None:
         lines.append(f"paired test over {test['n']} fold(s): not possible (needs 2 folds that differ in spread); "
                      f"mean difference {_signed(test['mean_difference'])}")
@@ -96,9 +137,10 @@ def after_training(plan: Any, result: Any, baseline: bool) -> None:
     out = Path(plan.out)
     base = read_run_config(out).get("metrics", {}).get("baseline") if baseline else None
     if base is not None:
-        for line in comparison_lines(result.test, base):
+        for line in comparison_lines(result.test, base, plan.train_config.metric):
             click.echo(line)
     analysis = results_analysis(result)
+    analysis["metric"] = plan.train_config.metric
     atomic_write_text(out / "report.txt", format_report(result.test, analysis, base))
     write_html_report(out / "report.html", result.test, analysis, base)
     click.echo(f"wrote {out / 'report.txt'} and report.html (per-class scores, most attended words, "
@@ -106,15 +148,17 @@ def after_training(plan: Any, result: Any, baseline: bool) -> None:
 
 
 def print_cv_baseline(examples: Sequence[Any], results: Sequence[dict[str, Any]], folds: int, seed: int,
-                      max_folds: int | None) -> dict[str, Any]:
-    """Score the baseline on ``cv``'s folds, print the comparison; the figures for ``--json``."""
+                      max_folds: int | None, metric: str = "accuracy", class_weight: str = "none") -> dict[str, Any]:
+    """Score the baseline (with the run's ``class_weight``) on ``cv``'s folds, print the comparison of
+    ``metric``; the figures for ``--json``."""
     from attnkit.train.baseline import fold_baselines, paired_test
 
-    base = fold_baselines(examples, folds=folds, seed=seed, max_folds=max_folds)
-    test = paired_test([r["accuracy"] for r in results], [b["accuracy"] for b in base])
-    for line in cv_comparison_lines(results, base, test):
+    base = fold_baselines(examples, folds=folds, seed=seed, max_folds=max_folds, class_weight=class_weight)
+    test = paired_test([measure(r, metric) or 0.0 for r in results], [measure(b, metric) or 0.0 for b in base])
+    for line in cv_comparison_lines(results, base, test, metric):
         click.echo(line)
-    return {"folds": base, "mean_accuracy": statistics.mean(b["accuracy"] for b in base), "paired_test": test}
+    return {"folds": base, "mean_accuracy": statistics.mean(b["accuracy"] for b in base),
+            f"mean_{metric}": statistics.mean(measure(b, metric) or 0.0 for b in base), "paired_test": test}
 
 
 # --- the analysis of a finished run ------------------------------------------------------------
@@ -194,10 +238,10 @@ def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str
 
     labels = analysis["labels"]
     width = max(10, *(len(lb) + 2 for lb in labels))
-    lines = [f"attnkit train: results on the test part (n={analysis['n']})",
-             f"accuracy {test['accuracy']:.4f}   macro-F1 {test['macro_f1']:.4f}", ""]
+    metric = analysis.get("metric", "accuracy")
+    lines = [f"attnkit train: results on the test part (n={analysis['n']})", *headline_lines(test, metric), ""]
     if base is not None:
-        lines += [*comparison_lines(test, base), ""]
+        lines += [*comparison_lines(test, base, metric), ""]
     lines += ["per class", f"{'class':<{width}}{'precision':>10}{'recall':>10}{'F1':>10}{'support':>10}"]
     lines += [f"{c['label']:<{width}}{c['precision']:>10.4f}{c['recall']:>10.4f}{c['f1']:>10.4f}{c['support']:>10}"
               for c in analysis["per_class"]]
@@ -236,17 +280,21 @@ def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[s
     from attnkit.train.inference import format_ngrams
 
     labels = analysis["labels"]
-    scores = [["model", f"{test['accuracy']:.4f}", f"{test['macro_f1']:.4f}"]]
-    text = [f"test part: n={analysis['n']}"]
+    from attnkit.train.metrics import METRICS, metric_title
+
+    metric = analysis.get("metric", "accuracy")
+    columns = [m for m in dict.fromkeys((metric, *METRICS)) if measure(test, m) is not None
+               and (base is None or measure(base, m) is not None)]
+    scores = [["model", *(f"{measure(test, m):.4f}" for m in columns)]]
+    text = [f"test part: n={analysis['n']}", headline_lines(test, metric)[0]]
     if base is not None:
         from attnkit.train.baseline import BASELINE_NAME
 
-        scores += [["baseline", f"{base['accuracy']:.4f}", f"{base['macro_f1']:.4f}"],
-                   ["difference", _signed(test["accuracy"] - base["accuracy"]),
-                    _signed(test["macro_f1"] - base["macro_f1"])]]
-        text.append(f"baseline: {BASELINE_NAME} (C=4) on the same test part (n={base['n']})")
+        scores += [["baseline", *(f"{measure(base, m):.4f}" for m in columns)],
+                   ["difference", *(_signed(measure(test, m) - measure(base, m)) for m in columns)]]  # type: ignore[operator]
+        text.append(f"baseline: {BASELINE_NAME} (C=4{_weighting(base)}) on the same test part (n={base['n']})")
     sections = [
-        {"title": "Results on the test part", "text": text, "columns": ["", "accuracy", "macro-F1"],
+        {"title": "Results on the test part", "text": text, "columns": ["", *(metric_title(m) for m in columns)],
          "rows": scores},
         {"title": "Per class", "columns": ["class", "precision", "recall", "F1", "support"],
          "rows": [[c["label"], f"{c['precision']:.4f}", f"{c['recall']:.4f}", f"{c['f1']:.4f}", c["support"]]
@@ -320,6 +368,8 @@ def write_html_report(path: Path, test: dict[str, Any], analysis: dict[str, Any]
               help="Share of --data held out for testing when --test is absent.")
 @click.option("--seed", type=SEED, cls=LibraryDefaultOption, default_from=SEED_DEFAULT,
               help="The split or fold seed (train's and cv's --seed).")
+@click.option("--class-weight", type=click.Choice(["none", "balanced"]), default="none", show_default=True,
+              help="The logistic regression's class weighting (train's and cv's --class-weight).")
 @reader_options
 @friendly_errors
 def baseline(**values: Any) -> None:
@@ -339,13 +389,13 @@ def baseline(**values: Any) -> None:
         source = DataSource(train=values["data"], val=values["val_path"], test=values["test_path"],
                             val_ratio=values["val_ratio"], test_ratio=values["test_ratio"],
                             reader=reader_kwargs(values))
-        scores = split_baseline(source, seed=seed)
+        scores = split_baseline(source, seed=seed, class_weight=values["class_weight"])
         print_metrics(f"baseline ({BASELINE_NAME}, C=4) on train's test part", scores, scores["labels"])
         return
     if values["val_path"] or values["test_path"]:
         raise click.UsageError("--folds splits --data itself; it takes no --val or --test")
     rows = fold_baselines(read_data(values["data"], values), folds=values["folds"], seed=seed,
-                          max_folds=values["max_folds"])
+                          max_folds=values["max_folds"], class_weight=values["class_weight"])
     for r in rows:
         click.echo(f"fold {r['fold']:>2}/{values['folds']}  accuracy {r['accuracy']:.4f}  "
                    f"macro-F1 {r['macro_f1']:.4f}")

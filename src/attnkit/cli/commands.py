@@ -349,11 +349,15 @@ def cv(ctx: click.Context, **values: Any) -> None:
     accs = [r["accuracy"] for r in results]
     spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
     click.echo(f"mean accuracy over {len(accs)} fold(s): {statistics.mean(accs):.4f}{spread}")
+    metric = train_config.metric
+    if metric != "accuracy":
+        click.echo(f"mean {metric} over {len(accs)} fold(s): {statistics.mean(r[metric] for r in results):.4f}")
     base = None
     if values["baseline"]:
         from attnkit.cli.baseline import print_cv_baseline
 
-        base = print_cv_baseline(examples, results, values["folds"], train_config.seed, values["max_folds"])
+        base = print_cv_baseline(examples, results, values["folds"], train_config.seed, values["max_folds"],
+                                 metric, train_config.class_weight)
     if values["out_json"]:
         atomic_write_json(values["out_json"], {"model": model_name, "folds": values["folds"], "results": results,
                                                "mean_accuracy": statistics.mean(accs), "baseline": base})

@@ -14,7 +14,8 @@ __all__ = ["train_numpy"]
 SETTING_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip_norm", "patience", "seed", "max_len",
                 "min_frequency", "vocab_size", "warmup_ratio", "on_nan")
 UNSUPPORTED = {"label_smoothing": "--label-smoothing", "resume": "--resume", "init_from": "--init-from",
-               "tokenizer": "--tokenizer", "pack": "--pack"}
+               "tokenizer": "--tokenizer", "pack": "--pack", "metric": "--metric", "class_weight": "--class-weight",
+               "tune_thresholds": "--tune-thresholds"}
 
 
 def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: Any, *,

@@ -245,6 +245,17 @@ def train_options(f: F) -> F:
         _settings_flag("--on-nan", click.Choice(["stop", "skip-step"]),
                        "A step with a non-finite loss or gradient norm: stop with an error (nothing of the epoch is "
                        "committed), or skip it (counted as skipped_steps; 10 in a row stop).", "TrainConfig.on_nan"),
+        _settings_flag("--metric", str,
+                       "The measure to train for: accuracy, macro_f1, weighted_f1, macro_recall or f1:CLASS; "
+                       "early stopping, the best epoch, the weighing of the n-gram half, the tuned class offsets "
+                       "and the report's headline follow it.", "TrainConfig.metric", numpy=False,
+                       numpy_help="Not with --backend numpy.", metavar="METRIC"),
+        _settings_flag("--class-weight", click.Choice(["none", "balanced"]),
+                       "Weigh each class alike in the losses (network, n-gram half, baseline): balanced, "
+                       "or none.", "TrainConfig.class_weight", numpy=False, numpy_help="Not with --backend numpy."),
+        click.option("--tune-thresholds/--no-tune-thresholds", default=None,
+                     help="Tune per-class offsets (priors, thresholds) on the validation part for --metric "
+                          "[default: on when --metric is not accuracy]."),
     )(f)
 
 
@@ -319,7 +330,7 @@ def parse_model_options(ctx: click.Context, pairs: tuple[str, ...]) -> dict[str,
 
 
 _TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
-               "label_smoothing", "seed", "device", "pack", "on_nan")
+               "label_smoothing", "seed", "device", "pack", "on_nan", "metric", "class_weight", "tune_thresholds")
 _DATA_KEYS = ("tokenizer", "vocab_size", "min_frequency", "max_len")
 
 

@@ -201,11 +201,12 @@ class NgramHalf:
         return module.prepare(ids.to(device), torch.tensor([len(d) for d in docs], device=device))
 
     def weigh_halves(self, documents: Sequence[Sequence[int]], labels: Sequence[int], *,
-                     chunk: int = 256) -> tuple[float, float]:
+                     chunk: int = 256, class_weights: Sequence[float] | None = None) -> tuple[float, float]:
         """Weigh the model's own logits and the half on held-out documents: ``a * own + b * wide`` from then on.
 
         ``a`` and ``b`` are :func:`~attnkit.models.wide_fit.fit_stacking_weights`'s
-        (least cross-entropy on the documents); ``a`` is folded into the
+        (least cross-entropy on the documents, weighed by ``class_weights`` when
+        given: :func:`attnkit.train.objective.stacking_weights`); ``a`` is folded into the
         ``classifier`` layer (its weight and bias times ``a``) and ``b``
         becomes ``wide_scale``, so the saved weights predict with both and runs
         saved before this rule load unchanged. Called by
@@ -221,7 +222,7 @@ class NgramHalf:
             raise ValueError(f"need the same, non-zero number of documents and labels, got {len(documents)} "
                              f"and {len(labels)}")
         own, wide = self.each_half(documents, chunk=chunk)
-        a, b = fit_stacking_weights(own, wide, labels)
+        a, b = fit_stacking_weights(own, wide, labels, class_weights)
         with torch.no_grad():
             self.classifier.weight.mul_(a)
             self.classifier.bias.mul_(a)
@@ -249,7 +250,8 @@ class NgramHalf:
 
     @torch.no_grad()
     def init_from_training_data(self, documents: Sequence[Sequence[int]], labels: Sequence[int], *,
-                                alpha: float = 1.0, chunk: int = 1024) -> None:
+                                alpha: float = 1.0, chunk: int = 1024,
+                                class_weights: Sequence[float] | None = None) -> None:
         """Set the half from the training documents: bigram rows, naive Bayes ratios, then the regression.
 
         With exact rows the bigram rows go first to the bigrams of the
@@ -259,7 +261,8 @@ class NgramHalf:
         scaled by :meth:`naive_bayes_table` (NB-LR; Wang and Manning, 2012).
         With hashed rows (wide-model runs saved before) it is the naive Bayes
         table itself. Called by :func:`attnkit.train.pipeline.fit_classifier`
-        on a new model, with the training part only.
+        on a new model, with the training part only. ``class_weights`` (one
+        per class) weigh the regression's cross-entropy (``--class-weight balanced``).
 
         Shape:
             documents: token-id lists (one per document, ids in ``[0, V)``);
@@ -276,7 +279,7 @@ class NgramHalf:
         if self.wide_bias is None:  # hashed rows: the naive Bayes table itself
             table.copy_(ratios.to(table.dtype))
             return
-        weights, bias = fit_nb_regression(counts, labels, ratios)
+        weights, bias = fit_nb_regression(counts, labels, ratios, class_weights)
         table.copy_(weights.to(table.dtype))
         self.wide_bias.copy_(bias.to(self.wide_bias.dtype))
 

@@ -108,13 +108,16 @@ def naive_bayes_ratios(counts: Tensor, labels: Sequence[int], num_classes: int, 
     return ((logp - logp.mean(0, keepdim=True)) * seen).T  # (S, C)
 
 
-def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor) -> tuple[Tensor, Tensor]:
+def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor,
+                      class_weights: Sequence[float] | None = None) -> tuple[Tensor, Tensor]:
     """Logistic regression on the naive-Bayes-scaled n-gram features: the table ``ratios * U`` and a bias.
 
     ``x`` holds each document's n-gram counts over the square root of its
     n-gram count (what :meth:`NgramHalf.wide_logits` reads); ``U`` and
     the bias minimise ``mean CE(x (ratios * U) + bias) + |U|^2 / (2 WIDE_C N)``
-    (full batch, L-BFGS), so an n-gram never seen keeps weight zero.
+    (full batch, L-BFGS), so an n-gram never seen keeps weight zero. With
+    ``class_weights`` (one per class) the cross-entropy is their weighted mean
+    (:func:`attnkit.train.objective.class_weights`).
 
     Shape:
         counts sparse ``(N, S)`` (:func:`ngram_counts`), ratios ``(S, C)``; returns ``(S, C)`` and ``(C,)``.
@@ -128,12 +131,13 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor) -> 
     u = torch.zeros(ratios.shape, dtype=ratios.dtype, requires_grad=True)  # (S, C)
     bias = torch.zeros(ratios.shape[1], dtype=ratios.dtype, requires_grad=True)
     penalty = 1.0 / (2 * WIDE_C * counts.shape[0])
+    weight = _class_weights(class_weights, ratios.shape[1], ratios.dtype)
     opt = torch.optim.LBFGS([u, bias], max_iter=300, tolerance_grad=1e-6, history_size=LBFGS_HISTORY,
                             line_search_fn="strong_wolfe")
 
     def loss() -> Tensor:
         opt.zero_grad()
-        value = nn.functional.cross_entropy(torch.sparse.mm(x, ratios * u) + bias, target)
+        value = nn.functional.cross_entropy(torch.sparse.mm(x, ratios * u) + bias, target, weight=weight)
         value = value + penalty * (u * u).sum()
         value.backward()
         return value
@@ -143,7 +147,16 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor) -> 
     return (ratios * u).detach(), bias.detach()
 
 
-def fit_stacking_weights(deep: Tensor, wide: Tensor, labels: Sequence[int]) -> tuple[float, float]:
+def _class_weights(weights: Sequence[float] | None, num_classes: int, dtype: torch.dtype) -> Tensor | None:
+    if weights is None:
+        return None
+    if len(weights) != num_classes:
+        raise ValueError(f"class_weights must hold one weight per class ({num_classes}), got {len(weights)}")
+    return torch.as_tensor(list(weights), dtype=dtype)
+
+
+def fit_stacking_weights(deep: Tensor, wide: Tensor, labels: Sequence[int],
+                         class_weights: Sequence[float] | None = None) -> tuple[float, float]:
     """Weights ``a, b > 0`` of the sum ``a * deep + b * wide`` with the least cross-entropy on held-out documents.
 
     Stacking with two weights (Wolpert, 1992): ``a`` is the deep half's
@@ -153,6 +166,8 @@ def fit_stacking_weights(deep: Tensor, wide: Tensor, labels: Sequence[int]) -> t
     L-BFGS over ``log a`` and ``log b`` with a unit normal prior on each (as
     one document's worth of evidence: it keeps them finite when the held-out
     documents are separable), each then held within :data:`STACKING_BOUNDS`.
+    With ``class_weights`` (one per class) the cross-entropy is their weighted
+    mean (:func:`attnkit.train.objective.stacking_weights`).
 
     Shape:
         deep, wide ``(N, C)`` logits of the two halves; labels ``N`` class indices; returns ``(a, b)``.
@@ -164,12 +179,13 @@ def fit_stacking_weights(deep: Tensor, wide: Tensor, labels: Sequence[int]) -> t
     target = torch.as_tensor(list(labels), dtype=torch.long)
     lo, hi = (math.log(x) for x in STACKING_BOUNDS)
     log_w = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    weight = _class_weights(class_weights, d.shape[1], d.dtype)
     opt = torch.optim.LBFGS([log_w], max_iter=200, tolerance_grad=1e-9, line_search_fn="strong_wolfe")
 
     def loss() -> Tensor:
         opt.zero_grad()
         a, b = log_w.exp()
-        value = nn.functional.cross_entropy(a * d + b * w, target) + (log_w * log_w).sum() / (2 * len(target))
+        value = nn.functional.cross_entropy(a * d + b * w, target, weight=weight) + (log_w * log_w).sum() / (2 * len(target))
         value.backward()
         return value
 

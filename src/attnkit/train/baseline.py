@@ -11,7 +11,9 @@ model on MR beside 79.4% for NB-SVM). The baseline here is
 * classifier: L2-regularised logistic regression with ``C = 4``
   (``LogisticRegression(C=4, solver="lbfgs")``, multinomial over more than
   two classes; liblinear would be quicker on two classes but takes no
-  multinomial loss).
+  multinomial loss), with the run's class weighting (``class_weight``:
+  ``"none"``, or ``"balanced"``, scikit-learn's ``N / (C n_c)``, the rule of
+  :func:`attnkit.train.objective.class_weights`), so that the comparison stays fair.
 
 It is scored on exactly the examples a model is scored on:
 :func:`split_baseline` on the test part of ``attnkit train``'s split
@@ -48,7 +50,7 @@ BASELINE_C = 4.0
 """Inverse L2 regularisation strength of the logistic regression."""
 
 
-def _pipeline(c: float) -> Any:
+def _pipeline(c: float, class_weight: str = "none") -> Any:
     try:
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
@@ -56,23 +58,27 @@ def _pipeline(c: float) -> Any:
     except ImportError as err:
         raise ImportError(f"the baseline needs scikit-learn: pip install 'attnkit[tasks]' ({err})") from err
     return make_pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, lowercase=True),
-                         LogisticRegression(C=c, solver="lbfgs", max_iter=1000))
+                         LogisticRegression(C=c, solver="lbfgs", max_iter=1000,
+                                            class_weight=None if class_weight == "none" else class_weight))
 
 
 def baseline_scores(train: Sequence[Example], test: Sequence[Example], *, c: float = BASELINE_C,
-                    labels: Sequence[str] | None = None) -> dict[str, Any]:
+                    labels: Sequence[str] | None = None, class_weight: str = "none") -> dict[str, Any]:
     """Fit the baseline on ``train`` and score it on ``test``.
 
     ``labels`` fixes the class order of the confusion matrix (default: the
     sorted labels of ``train``, the order of a run's label vocabulary); a test
-    label outside it raises ValueError naming it.
+    label outside it raises ValueError naming it. ``class_weight``: ``"none"``
+    or ``"balanced"`` (a class of ``labels`` absent from ``train`` then raises ValueError naming it).
 
     Returns:
-        ``accuracy``, ``macro_f1``, ``confusion_matrix`` (rows true, columns
-        predicted, as nested lists), ``n`` (test examples), ``labels`` and
-        ``predictions`` (one label per test example).
+        every measure of :func:`attnkit.train.metrics.classification_report`
+        (``accuracy``, ``macro_f1``, ``weighted_f1``, ``macro_recall``,
+        ``per_class``, ``confusion_matrix``), ``n`` (test examples), ``labels``,
+        ``class_weight`` and ``predictions`` (one label per test example).
     """
     from attnkit.train.metrics import classification_report
+    from attnkit.train.objective import class_weights
 
     if not train or not test:
         raise ValueError(f"the baseline needs training and test examples, got {len(train)} and {len(test)}")
@@ -83,23 +89,27 @@ def baseline_scores(train: Sequence[Example], test: Sequence[Example], *, c: flo
     unknown = sorted({e.label for e in (*train, *test)} - set(index))
     if unknown:
         raise ValueError(f"label(s) {unknown} are not among the baseline's classes {classes}")
-    model = _pipeline(c)
-    model.fit([e.text for e in train], [index[e.label] for e in train])
+    y = [index[e.label] for e in train]
+    class_weights(y, len(classes), class_weight, classes)  # checks the choice and that no class is absent
+    model = _pipeline(c, class_weight)
+    model.fit([e.text for e in train], y)
     predicted = [int(p) for p in model.predict([e.text for e in test])]
-    report = classification_report([index[e.label] for e in test], predicted, len(classes))
-    return {**report, "n": len(test), "labels": classes, "predictions": [classes[p] for p in predicted]}
+    report = classification_report([index[e.label] for e in test], predicted, len(classes), classes)
+    return {**report, "n": len(test), "labels": classes, "class_weight": class_weight,
+            "predictions": [classes[p] for p in predicted]}
 
 
-def split_baseline(source: DataSource, *, seed: int, c: float = BASELINE_C) -> dict[str, Any]:
+def split_baseline(source: DataSource, *, seed: int, c: float = BASELINE_C, class_weight: str = "none"
+                   ) -> dict[str, Any]:
     """The baseline on ``attnkit train``'s split of ``source`` with ``seed``: fit on train + validation, score on test."""
     train, val, test = load_splits(source, seed=seed)
     if not test:
         raise ValueError("the split has no test part (--test-ratio 0 and no --test): nothing to score")
-    return baseline_scores([*train, *val], test, c=c)
+    return baseline_scores([*train, *val], test, c=c, class_weight=class_weight)
 
 
 def fold_baselines(examples: Sequence[Example], *, folds: int, seed: int, max_folds: int | None = None,
-                   c: float = BASELINE_C) -> list[dict[str, Any]]:
+                   c: float = BASELINE_C, class_weight: str = "none") -> list[dict[str, Any]]:
     """The baseline on each fold of ``attnkit cv``: same ``kfold`` call, same seed, same test indices.
 
     Returns one dict per fold (``fold``, 1-based, and :func:`baseline_scores`'s
@@ -110,7 +120,7 @@ def fold_baselines(examples: Sequence[Example], *, folds: int, seed: int, max_fo
     rows = []
     for index, (train_idx, test_idx) in enumerate(parts[: max_folds or folds]):
         scores = baseline_scores([examples[i] for i in train_idx], [examples[i] for i in test_idx], c=c,
-                                 labels=classes)
+                                 labels=classes, class_weight=class_weight)
         scores.pop("predictions")
         rows.append({"fold": index + 1, **scores})
     return rows

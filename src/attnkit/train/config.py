@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 from attnkit._checks import dataclass_kwargs, positive_int
 from attnkit._finite import check_on_nan
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
+from attnkit.train.metrics import check_metric
+from attnkit.train.objective import CLASS_WEIGHTS
 
 __all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "warmup_linear_factor"]
 
@@ -122,6 +124,12 @@ class TrainConfig(ClassifierTrainSettings):
             documents into rows of this many tokens (:mod:`attnkit.data.packing`);
             it must be at least the longest document (the data's ``max_len``).
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
+        metric: the measure the run is trained for (:data:`attnkit.train.metrics.METRICS` or
+            ``f1:<class>``): early stopping, the best epoch, the weighing of an n-gram half and the
+            tuned class offsets follow it (:mod:`attnkit.train.objective`).
+        class_weight: ``"none"`` or ``"balanced"`` (each class weighs alike in the losses).
+        tune_thresholds: tune per-class offsets on the validation part for ``metric``
+            (None: when ``metric`` is not accuracy).
     """
 
     warmup_ratio: float = 0.1
@@ -130,6 +138,9 @@ class TrainConfig(ClassifierTrainSettings):
     label_smoothing: float = 0.0
     device: str = "auto"
     pack: int = 0
+    metric: str = "accuracy"
+    class_weight: str = "none"
+    tune_thresholds: bool | None = None
 
     def __post_init__(self) -> None:
         if self.warmup_ratio is None:
@@ -139,5 +150,8 @@ class TrainConfig(ClassifierTrainSettings):
         _check_counts(self, ("pack",))
         _check_numbers(self, {"min_lr_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
                               "label_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)")})
+        check_metric(self.metric)
+        if self.class_weight not in CLASS_WEIGHTS:
+            raise ValueError(f"class_weight must be one of {list(CLASS_WEIGHTS)}, got {self.class_weight!r}")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")

@@ -167,7 +167,8 @@ def attention_focus(weights: Tensor, positions: Sequence[Sequence[int]]) -> Tens
 @torch.no_grad()
 def evaluate_examples(model: nn.Module, tokenizer: object, labels: LabelVocab, examples: Sequence[Example],
                       *, max_len: int, batch_size: int = 128) -> dict[str, object]:
-    """Accuracy, macro-F1 and confusion matrix of ``model`` on labelled ``examples``.
+    """Every measure of :func:`attnkit.train.metrics.classification_report` (accuracy, macro-F1, weighted-F1,
+    macro-recall, per-class precision/recall/F1, confusion matrix) of ``model`` on labelled ``examples``.
 
     Every label must be one the model knows; an unknown one raises ValueError naming it.
     """
@@ -186,7 +187,7 @@ def evaluate_examples(model: nn.Module, tokenizer: object, labels: LabelVocab, e
         batch = collate([data[i] for i in range(start, min(len(data), start + batch_size))])
         preds.append(model(batch["ids"], batch["lengths"]).argmax(-1))
         targets.append(batch["labels"])
-    report = classification_report(torch.cat(targets), torch.cat(preds), len(labels))
+    report = classification_report(torch.cat(targets), torch.cat(preds), len(labels), list(labels.labels))
     report["n"] = len(data)
     report["labels"] = list(labels.labels)
     return report

@@ -10,6 +10,15 @@ length) and work on tensors, NumPy arrays or plain sequences alike.
   denominator otherwise counts as F1 = 0.
 * macro-F1 = mean of F1_c over the classes, so a small class counts as much as
   a large one (Sokolova and Lapalme, 2009).
+* weighted-F1 = sum_c (support_c / N) F1_c, the F1 of each class weighed by its share of the targets.
+* macro-recall = mean of R_c over the classes present in the targets (balanced accuracy).
+* ``f1:<class>`` = F1 of one named class (e.g. the rare class of a detection task).
+
+:data:`METRICS` lists the measures a run can be trained for (``--metric``):
+early stopping, the best epoch, the weighing of a model's halves and the
+class offsets tuned on the validation part follow it; :func:`check_metric`
+validates a name, :func:`metric_score` computes it, and
+:func:`classification_report` holds every measure at once.
 
 BLEU (Papineni et al., 2002) is sacreBLEU's (Post, 2018), with its standard
 ``13a`` tokenization, so that figures compare with published ones:
@@ -37,8 +46,12 @@ import numpy as np
 if TYPE_CHECKING:  # torch is not imported here: the captioning commands import BLEU and start quickly
     import torch
 
-__all__ = ["accuracy", "macro_f1", "confusion_matrix", "per_class_scores", "classification_report", "corpus_bleu",
-           "bleu_scores"]
+__all__ = ["accuracy", "macro_f1", "weighted_f1", "macro_recall", "confusion_matrix", "per_class_scores",
+           "classification_report", "METRICS", "check_metric", "metric_class", "metric_score", "metric_title",
+           "corpus_bleu", "bleu_scores"]
+
+METRICS = ("accuracy", "macro_f1", "weighted_f1", "macro_recall")
+"""The measures a classifier can be trained for, besides ``f1:<class>`` (the F1 of one named class)."""
 
 IntArrayLike: TypeAlias = "Sequence[int] | np.ndarray | torch.Tensor"
 
@@ -124,13 +137,87 @@ def per_class_scores(
     return rows
 
 
+def weighted_f1(targets: IntArrayLike, predictions: IntArrayLike, num_classes: int | None = None) -> float:
+    """Per-class F1 weighed by each class's share of the targets (0.0 for an empty input)."""
+    rows = per_class_scores(targets, predictions, num_classes)
+    total = sum(r["support"] for r in rows)
+    return float(sum(r["f1"] * r["support"] for r in rows) / total) if total else 0.0
+
+
+def macro_recall(targets: IntArrayLike, predictions: IntArrayLike, num_classes: int | None = None) -> float:
+    """Mean recall over the classes present in ``targets`` (balanced accuracy; 0.0 for an empty input)."""
+    rows = [r for r in per_class_scores(targets, predictions, num_classes) if r["support"]]
+    return float(sum(r["recall"] for r in rows) / len(rows)) if rows else 0.0
+
+
+def _metric_choices(labels: Sequence[str] | None) -> str:
+    classes = ", ".join(f"f1:{lb}" for lb in labels) if labels is not None else "f1:<class>"
+    return f"{', '.join(METRICS)}, {classes}"
+
+
+def check_metric(metric: str, labels: Sequence[str] | None = None) -> str:
+    """``metric`` if it is one of :data:`METRICS` or ``f1:<class>`` (with ``labels``: a class among them).
+
+    Raises ValueError naming the valid choices otherwise.
+    """
+    if not isinstance(metric, str) or not (metric in METRICS or metric.startswith("f1:") and len(metric) > 3):
+        raise ValueError(f"metric must be one of {_metric_choices(labels)}; got {metric!r}")
+    name = metric_class(metric)
+    if name is not None and labels is not None and name not in labels:
+        raise ValueError(f"metric {metric!r} names class {name!r}, which is not among the classes "
+                         f"{list(labels)}; valid metrics: {_metric_choices(labels)}")
+    return metric
+
+
+def metric_class(metric: str) -> str | None:
+    """The class named by ``f1:<class>`` (None for the other measures)."""
+    return metric[3:] if metric.startswith("f1:") else None
+
+
+def metric_title(metric: str) -> str:
+    """How tables name a measure: ``macro-F1``, ``F1 of spam``, ..."""
+    name = metric_class(metric)
+    if name is not None:
+        return f"F1 of {name}"
+    return {"accuracy": "accuracy", "macro_f1": "macro-F1", "weighted_f1": "weighted-F1",
+            "macro_recall": "macro-recall"}[metric]
+
+
+def metric_score(metric: str, targets: IntArrayLike, predictions: IntArrayLike, num_classes: int | None = None,
+                 labels: Sequence[str] | None = None) -> float:
+    """The value of ``metric`` (:func:`check_metric`); ``f1:<class>`` needs ``labels``, the class names in id order."""
+    check_metric(metric, labels)
+    name = metric_class(metric)
+    if name is not None:
+        if labels is None:
+            raise ValueError(f"metric {metric!r} needs the class names (labels) to find its class")
+        return per_class_scores(targets, predictions, num_classes or len(labels))[list(labels).index(name)]["f1"]
+    functions = {"accuracy": lambda t, p, c: accuracy(t, p), "macro_f1": macro_f1, "weighted_f1": weighted_f1,
+                 "macro_recall": macro_recall}
+    return float(functions[metric](targets, predictions, num_classes))
+
+
 def classification_report(
-    targets: IntArrayLike, predictions: IntArrayLike, num_classes: int | None = None
+    targets: IntArrayLike, predictions: IntArrayLike, num_classes: int | None = None,
+    labels: Sequence[str] | None = None,
 ) -> dict[str, object]:
-    """Accuracy, macro-F1 and the confusion matrix (as nested lists) in one JSON-ready dict."""
+    """Every measure in one JSON-ready dict.
+
+    ``accuracy``, ``macro_f1``, ``weighted_f1``, ``macro_recall``,
+    ``per_class`` (:func:`per_class_scores`, each row with its ``label`` when
+    ``labels`` names the classes in id order) and ``confusion_matrix`` (nested lists).
+    """
+    rows: list[dict[str, Any]] = list(per_class_scores(targets, predictions, num_classes))
+    if labels is not None:
+        if len(labels) != len(rows):
+            raise ValueError(f"labels must name the {len(rows)} classes, got {len(labels)} names")
+        rows = [{"label": lb, **r} for lb, r in zip(labels, rows, strict=True)]
     return {
         "accuracy": accuracy(targets, predictions),
         "macro_f1": macro_f1(targets, predictions, num_classes),
+        "weighted_f1": weighted_f1(targets, predictions, num_classes),
+        "macro_recall": macro_recall(targets, predictions, num_classes),
+        "per_class": rows,
         "confusion_matrix": confusion_matrix(targets, predictions, num_classes).tolist(),
     }
 

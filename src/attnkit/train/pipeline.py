@@ -30,6 +30,7 @@ from attnkit.train.checkpoint import unwrap
 from attnkit.train.config import TrainConfig
 from attnkit.train.distributed import DistInfo
 from attnkit.train.memory_budget import fit_to_memory, peak_rss_mib
+from attnkit.train.objective import check_objective, fit_decision
 from attnkit.train.run import new_run_id, start_run
 from attnkit.train.trainer import Trainer
 
@@ -142,6 +143,8 @@ def fit_classifier(
                                     vocab_size=data.vocab_size, min_frequency=data.min_frequency,
                                     lowercase=data.lowercase)
     train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, data.max_len, train, val, test)
+    loss_weights = check_objective(train_config.metric, train_config.class_weight, train_ds.labels,
+                                   label_vocab.labels)
     from attnkit.models import build_model
 
     config = model_config_dict(model_name, _tokenizer_given(model_name, model_options or {}, tokenizer),
@@ -157,7 +160,8 @@ def fit_classifier(
         init_model(model)
     if getattr(model, "has_ngram_half", False) and not resume:
         # A model with an n-gram half (models.ngram_half) gets its table from the training part, and only from it.
-        model.init_from_training_data(train_ds.ids, train_ds.labels)  # type: ignore[operator]
+        model.init_from_training_data(train_ds.ids, train_ds.labels,  # type: ignore[operator]
+                                      class_weights=loss_weights)
     meta = {"train_config": train_config.to_dict(), "data_settings": dataclasses.asdict(data), **(extra or {})}
     # Everything above is validated before the run directory is touched; the writer takes the
     # lock now and replaces nothing until its first commit, at the end of the first epoch.
@@ -171,15 +175,14 @@ def fit_classifier(
                           lengths=train_ds.lengths, out_dir=out_dir, quiet=quiet, dist=dist, log=log,
                           checkpoint=run.epoch_hook() if run is not None else None)
         history = trainer.fit(resume=resume)
-        if getattr(unwrap(model), "has_ngram_half", False) and len(val_ds):
-            # the model's own logits and its n-gram half are weighed on the validation part, after training
-            a, b = unwrap(model).weigh_halves(val_ds.ids, val_ds.labels)  # type: ignore[operator]
-            if log is not None and dist.is_main:
-                log(f"halves weighed on the validation part: network x {a:.3g}, n-gram regression x {b:.3g}")
+        # the halves weighed and the class offsets tuned on the validation part, for the run's metric
+        decision = fit_decision(unwrap(model), trainer.predict, val_ds, metric=train_config.metric,
+                                class_weight=train_config.class_weight, tune=train_config.tune_thresholds,
+                                names=label_vocab.labels, log=log if dist.is_main else None)
         test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
         if run is not None:
             metrics = {"test": test_metrics, "val_best": _best_val(history),
-                       "peak_memory_mib": round(peak_rss_mib(), 1)}
+                       "peak_memory_mib": round(peak_rss_mib(), 1), "decision": decision}
             if baseline is not None:
                 metrics["baseline"] = baseline
             run.commit(unwrap(model).state_dict(), status="done", history=history, progress=trainer._summary(),
@@ -217,13 +220,17 @@ def _best_val(history: list[dict[str, Any]]) -> float | None:
     return max(vals) if vals else None
 
 
+_MEASURES = ("accuracy", "macro_f1", "weighted_f1", "macro_recall")
+
+
 def cross_validate(
     examples: Sequence[Example], *, folds: int, model_name: str, model_options: dict[str, Any] | None,
     train_config: TrainConfig, data: DataSettings = DataSettings(), val: float = 0.1,
     max_folds: int | None = None, quiet: bool = True, log: Callable[[str], None] | None = None,
     epoch_log: bool = False, only: Sequence[int] | None = None, max_memory: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Stratified k-fold cross-validation; one dict per fold (``accuracy``, ``macro_f1``, ``epochs``).
+    """Stratified k-fold cross-validation; one dict per fold (``accuracy``, ``macro_f1``, ``weighted_f1``,
+    ``macro_recall``, the ``train_config.metric``, ``epochs``).
 
     Each fold trains from scratch: its own tokenizer on the fold's training
     part, ``val`` of that part held out for early stopping, the fold's test
@@ -247,11 +254,13 @@ def cross_validate(
                                 model_options=model_options, train_config=train_config, data=data,
                                 quiet=quiet, log=fold_log, max_memory=max_memory)
         assert result.test is not None
-        row = {"fold": index + 1, "accuracy": result.test["accuracy"],
-               "macro_f1": result.test["macro_f1"], "epochs": len(result.history),
+        row = {"fold": index + 1, **{k: result.test[k] for k in (*_MEASURES, train_config.metric)
+                                     if k in result.test}, "epochs": len(result.history),
                "peak_memory_mib": round(peak_rss_mib(), 1)}
         results.append(row)
         if log is not None:
+            chosen = ("" if train_config.metric in ("accuracy", "macro_f1")
+                      else f"  {train_config.metric} {row[train_config.metric]:.4f}")
             log(f"fold {index + 1:>2}/{folds}  accuracy {row['accuracy']:.4f}  "
-                f"macro-F1 {row['macro_f1']:.4f}  epochs {row['epochs']}")
+                f"macro-F1 {row['macro_f1']:.4f}{chosen}  epochs {row['epochs']}")
     return results

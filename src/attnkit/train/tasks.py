@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-from attnkit.train.metrics import accuracy, confusion_matrix, macro_f1
+from attnkit.train.metrics import classification_report, metric_score
 
 __all__ = ["StepOutput", "TrainTask", "ClassificationTask", "epoch_batches"]
 
@@ -111,9 +111,13 @@ class ClassificationTask:
             (:class:`attnkit.data.packing.PackedCollator`; ``collate`` must then
             be None); the model gets ``segment_ids`` and ``positions`` and returns
             one row of logits per document. Validation and prediction stay padded.
+        metric: the measure the best epoch is chosen by (:data:`attnkit.train.metrics.METRICS`
+            or ``f1:<class>``, the class named as in ``train_data.label_vocab``).
+        class_weight: ``"none"`` or ``"balanced"``: the cross-entropy weighs each class by
+            :func:`attnkit.train.objective.class_weights` of ``train_data.labels``.
 
-    Validation metrics: ``loss``, ``accuracy``, ``macro_f1``; the best epoch
-    has the highest accuracy, ties broken by the lower loss.
+    Validation metrics: ``loss``, ``accuracy``, ``macro_f1`` and ``metric``; the best epoch
+    has the highest ``metric``, ties broken by the lower loss.
 
     Shape:
         batch ``ids`` ``(B, T)`` (or ``(B, S, T)`` for hierarchical models),
@@ -124,7 +128,8 @@ class ClassificationTask:
 
     def __init__(self, train_data: Dataset, val_data: Dataset | None = None, *, collate: Collate | None = None,
                  lengths: Sequence[int] | None = None, batch_size: int = 32, seed: int = 0,
-                 label_smoothing: float = 0.0, device: torch.device | str = "cpu", pack: int | None = None) -> None:
+                 label_smoothing: float = 0.0, device: torch.device | str = "cpu", pack: int | None = None,
+                 metric: str = "accuracy", class_weight: str = "none") -> None:
         n = len(train_data)  # type: ignore[arg-type]
         if n == 0:
             raise ValueError("train_data is empty")
@@ -144,6 +149,18 @@ class ClassificationTask:
         self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
         self.label_smoothing = label_smoothing
         self.device = torch.device(device)
+        self.metric, self.class_weight = metric, class_weight
+        vocab = getattr(train_data, "label_vocab", None)
+        self.label_names: list[str] | None = list(vocab.labels) if vocab is not None else None
+        self.loss_weights: Tensor | None = None
+        if class_weight != "none":
+            from attnkit.train.objective import class_weights
+
+            if self.label_names is None or not hasattr(train_data, "labels"):
+                raise ValueError("class_weight 'balanced' needs a training dataset with labels and label_vocab "
+                                 "(a TextClassificationDataset)")
+            weights = class_weights(train_data.labels, len(self.label_names), class_weight, self.label_names)
+            self.loss_weights = torch.tensor(weights, dtype=torch.float32, device=self.device)
 
     def batches(self, epoch: int, rank: int = 0, world_size: int = 1) -> list[list[int]]:
         return epoch_batches(len(self.train_data), self.batch_size, self.seed, epoch,  # type: ignore[arg-type]
@@ -159,9 +176,15 @@ class ClassificationTask:
             logits = net(data["ids"], segment_ids=data["segment_ids"], positions=data["positions"])
         else:
             logits = net(data["ids"], data["lengths"])
-        loss = F.cross_entropy(logits, data["labels"], label_smoothing=self.label_smoothing)
+        loss = F.cross_entropy(logits, data["labels"], weight=self._weights(logits),
+                               label_smoothing=self.label_smoothing)
         correct = float((logits.detach().argmax(-1) == data["labels"]).float().mean())
         return StepOutput(loss, data["labels"].shape[0], {"accuracy": correct})
+
+    def _weights(self, logits: Tensor) -> Tensor | None:
+        if self.loss_weights is None:
+            return None
+        return self.loss_weights.to(device=logits.device, dtype=logits.dtype)
 
     @torch.no_grad()
     def predict(self, model: nn.Module, data: Dataset, *, batch_size: int = 64) -> tuple[Tensor, Tensor]:
@@ -180,25 +203,28 @@ class ClassificationTask:
         return torch.cat(logits), torch.cat(labels)
 
     def evaluate(self, model: nn.Module, data: Dataset) -> dict[str, Any]:
-        """Loss, accuracy, macro-F1 and confusion matrix of ``model`` on ``data``."""
+        """Loss and every measure of :func:`attnkit.train.metrics.classification_report` of ``model`` on ``data``.
+
+        With a ``metric`` other than those, its value too (``f1:<class>``: the class's F1).
+        """
         logits, labels = self.predict(model, data, batch_size=max(self.batch_size, 64))
         if labels.numel() == 0:
             raise ValueError("cannot evaluate on an empty dataset")
         pred = logits.argmax(-1)
         c = logits.shape[-1]
-        return {
-            "loss": float(F.cross_entropy(logits, labels)),
-            "accuracy": accuracy(labels, pred),
-            "macro_f1": macro_f1(labels, pred, c),
-            "confusion_matrix": confusion_matrix(labels, pred, c).tolist(),
-            "n": int(labels.numel()),
-        }
+        names = self.label_names if self.label_names is not None and len(self.label_names) == c else None
+        report = classification_report(labels, pred, c, names)
+        out: dict[str, Any] = {"loss": float(F.cross_entropy(logits, labels)), **report, "n": int(labels.numel())}
+        if self.metric not in out:
+            out[self.metric] = metric_score(self.metric, labels, pred, c, names)
+        return out
 
     def validate(self, model: nn.Module) -> dict[str, float] | None:
         if self.val_data is None or len(self.val_data) == 0:  # type: ignore[arg-type]
             return None
         metrics = self.evaluate(model, self.val_data)
-        return {"loss": metrics["loss"], "accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"]}
+        keys = dict.fromkeys(("loss", "accuracy", "macro_f1", self.metric))
+        return {k: metrics[k] for k in keys}
 
     def score(self, metrics: dict[str, float]) -> tuple[float, ...]:
-        return (metrics["accuracy"], -metrics["loss"])
+        return (metrics[self.metric], -metrics["loss"])

@@ -128,7 +128,8 @@ class Trainer:
             task = ClassificationTask(train_data, val_data, collate=collate_fn,
                                       lengths=lengths if config.bucket else None, batch_size=config.batch_size,
                                       seed=config.seed, label_smoothing=config.label_smoothing,
-                                      device=self.device, pack=config.pack or None)
+                                      device=self.device, pack=config.pack or None, metric=config.metric,
+                                      class_weight=config.class_weight)
         self.task = task
         self.train_data, self.val_data = train_data, val_data
         self.out_dir = Path(out_dir) if out_dir is not None else None
