@@ -311,3 +311,18 @@ def test_encoder_decoder_logits_and_gradients_equal_eager(build):
         assert (got_grads[n] - want_grads[n]).abs().max() <= 1e-5 * scale, n
     if build is _t5:
         assert want_grads["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"].abs().sum() > 0
+
+
+def test_a_layout_seen_again_reuses_its_block_mask_and_another_does_not():
+    from transformers.masking_utils import sliding_window_causal_mask_function
+
+    padding = torch.tensor([[0, 0, 1, 1, 1, 1]], dtype=torch.bool)
+    a = hf.attnkit_mask(1, 6, 6, mask_function=sliding_window_causal_mask_function(3), attention_mask=padding)
+    b = hf.attnkit_mask(1, 6, 6, mask_function=sliding_window_causal_mask_function(3), attention_mask=padding.clone())
+    other_window = hf.attnkit_mask(1, 6, 6, mask_function=sliding_window_causal_mask_function(2),
+                                   attention_mask=padding)
+    other_padding = hf.attnkit_mask(1, 6, 6, mask_function=sliding_window_causal_mask_function(3),
+                                    attention_mask=torch.tensor([[0, 1, 1, 1, 1, 1]], dtype=torch.bool))
+    assert b is a and other_window is not a and other_padding is not a
+    assert not torch.equal(other_window.to_dense(), a.to_dense())
+    assert not torch.equal(other_padding.to_dense(), a.to_dense())

@@ -34,7 +34,9 @@ length, Dh head width.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -102,6 +104,38 @@ def register() -> None:
     AttentionMaskInterface.register(NAME, attnkit_mask)
 
 
+_MASKS: OrderedDict[tuple[Any, ...], BlockMask] = OrderedDict()  # the last few masks built, by what built them
+_KEEP_MASKS = 4
+
+
+class _NoKey(Exception):
+    """A mask function whose closure holds something that cannot be compared by value."""
+
+
+def _fingerprint(obj: Any, depth: int = 0) -> Any:
+    """What a mask function computes, by value: its code and, recursively, what its closure holds.
+
+    transformers builds a new closure per forward; two with the same code and
+    equal captured values (ints, the padding or packing tensors) are the same
+    index-based function, so their BlockMask (and the plan the kernels keep on
+    it) serves every step of that layout.
+    """
+    if depth > 12:
+        raise _NoKey
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, Tensor):
+        data = obj.detach().cpu().contiguous().numpy().tobytes()
+        return ("tensor", str(obj.dtype), tuple(obj.shape), str(obj.device), hashlib.blake2b(data).hexdigest())
+    if isinstance(obj, (tuple, list)):
+        return tuple(_fingerprint(x, depth + 1) for x in obj)
+    code = getattr(obj, "__code__", None)
+    if code is not None and not getattr(obj, "__defaults__", None) and not getattr(obj, "__kwdefaults__", None):
+        cells = tuple(_fingerprint(c.cell_contents, depth + 1) for c in (obj.__closure__ or ()))
+        return ("function", code, cells)
+    raise _NoKey
+
+
 def _as_int(value: int | Tensor, what: str) -> int:
     if isinstance(value, Tensor):
         if value.numel() != 1:
@@ -156,6 +190,14 @@ def attnkit_mask(
             mod = and_masks(mod, padding_mask_function(padding))
     mod = add_offsets_to_mask_function(mod, _as_int(q_offset, "q_offset"), _as_int(kv_offset, "kv_offset"))
 
+    try:
+        key: tuple[Any, ...] | None = (batch_size, q_length, kv_length, str(device), _fingerprint(mod))
+    except _NoKey:
+        key = None
+    if key is not None and key in _MASKS:
+        _MASKS.move_to_end(key)
+        return _MASKS[key]
+
     def checked(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         try:
             return mod(b, h, q_idx, kv_idx)
@@ -169,6 +211,10 @@ def attnkit_mask(
     block_mask = create_block_mask(checked, batch_size, None, q_length, kv_length, block_size=BLOCK_SIZE,
                                    device=device)
     block_mask.cached(_RECIPE, lambda: checked)
+    if key is not None:
+        _MASKS[key] = block_mask
+        while len(_MASKS) > _KEEP_MASKS:
+            _MASKS.popitem(last=False)
     return block_mask
 
 
