@@ -183,7 +183,7 @@ def main() -> None:
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     if args.only != "minilm":
-        mistral(2048 if args.quick else 8192, 2 if args.quick else 3, not args.no_flex)
+        mistral(2048 if args.quick else 8192, 1 if args.quick else 2, not args.no_flex)
     if args.only != "mistral":
         minilm(64 if args.quick else 256, 16, 1)
 
