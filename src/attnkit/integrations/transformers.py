@@ -1,0 +1,423 @@
+"""``attn_implementation="attnkit"``: attnkit's block-sparse attention inside Hugging Face models.
+
+Importing this module (or calling :func:`register`, which is idempotent) adds
+``"attnkit"`` to transformers' ``AttentionInterface`` (the attention function)
+and ``AttentionMaskInterface`` (the mask builder), so that::
+
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="attnkit")
+    model.set_attn_implementation("attnkit")
+
+run every attention layer through :func:`attnkit.attention`.
+
+**The mask builder** (:func:`attnkit_mask`) receives what transformers hands
+every backend: the mask function of the layer type (causal, bidirectional,
+sliding window, chunked, packed sequences found from position ids that restart,
+image-token overlays), the 2-D padding mask and the query/key offsets of a KV
+cache. It evaluates that function tile by tile into an attnkit
+:class:`~attnkit.attention.block_mask.BlockMask` for ``(B, ·, Tq, Tk)``, never a
+dense ``(Tq, Tk)`` tensor, the way transformers' ``flex_attention`` builds
+torch's BlockMask. Blocks between packed documents and outside a window are
+skipped by the kernels.
+
+**The attention function** (:func:`attnkit_attention_forward`) runs
+:func:`attnkit.attention` with the layer's ``scaling``, grouped-query heads,
+``dropout``, ``softcap`` (a score mod), attention sinks (``s_aux``: one extra
+key per head whose logit is the sink) and an additive ``position_bias`` (a
+score mod). ``output_attentions=True`` takes attnkit's weights path and returns
+the probabilities (before dropout). What it cannot honour (a float or foreign
+mask, a keyword it does not know, a transformers version outside the range it
+was tested with) raises :class:`HFBackendError` at the first call.
+
+Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk query/key
+length, Dh head width.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnkit.attention.block_mask import BlockMask, and_mods, create_block_mask, or_mods
+from attnkit.attention.functional import attention
+from attnkit.attention.score_mods import bias_mod, soft_cap_mod
+from attnkit.attention.types import MaskMod, ScoreMod
+
+__all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "attnkit_mask", "attnkit_attention_forward"]
+
+NAME = "attnkit"
+"""The name to pass as ``attn_implementation``."""
+SUPPORTED = ((5, 24), (5, 25))
+"""transformers versions this backend was tested with: ``>= 5.24, < 5.25`` (the ``hf`` extra)."""
+
+BLOCK_SIZE = 128
+"""Block size of the masks the builder makes (attnkit's default)."""
+
+_RECIPE = ("attnkit.integrations.transformers", "mask_mod")  # BlockMask.cached key: the mod it was built from
+
+# Keywords models pass down that do not change the attention math (bookkeeping, or read by the
+# mask builder already: position ids, cache positions, a window the mask holds).
+_IGNORED = frozenset({
+    "position_ids", "cache_position", "use_cache", "output_hidden_states", "output_router_logits",
+    "num_items_in_batch", "return_dict", "sliding_window", "layer_idx", "past_key_values", "cache",
+    "max_length_q", "max_length_k", "token_type_ids", "position_embeddings", "head_dim",
+})
+
+
+class HFBackendError(ValueError):
+    """What the ``attnkit`` attention backend cannot honour: a mask, a keyword, a transformers version."""
+
+
+def _version() -> tuple[int, int]:
+    import transformers
+
+    found = re.match(r"(\d+)\.(\d+)", transformers.__version__)
+    if found is None:
+        raise HFBackendError(f"cannot read the transformers version {transformers.__version__!r}")
+    return int(found.group(1)), int(found.group(2))
+
+
+def check_version(version: tuple[int, int] | None = None) -> None:
+    """Raise :class:`HFBackendError` unless transformers (or ``version``) is in :data:`SUPPORTED`."""
+    got = _version() if version is None else version
+    low, high = SUPPORTED
+    if not low <= got < high:
+        raise HFBackendError(
+            f"attn_implementation='attnkit' supports transformers >= {low[0]}.{low[1]}, "
+            f"< {high[0]}.{high[1]} (the masking interface it builds on), got {got[0]}.{got[1]}; "
+            "install the range with pip install 'attnkit[hf]'"
+        )
+
+
+def register() -> None:
+    """Register ``"attnkit"`` with transformers' attention and mask interfaces (idempotent)."""
+    check_version()
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, attnkit_attention_forward)
+    AttentionMaskInterface.register(NAME, attnkit_mask)
+
+
+_MASKS: OrderedDict[tuple[Any, ...], BlockMask] = OrderedDict()  # the last few masks built, by what built them
+_KEEP_MASKS = 4
+
+
+class _NoKey(Exception):
+    """A mask function whose closure holds something that cannot be compared by value."""
+
+
+def _fingerprint(obj: Any, depth: int = 0) -> Any:
+    """What a mask function computes, by value: its code and, recursively, what its closure holds.
+
+    transformers builds a new closure per forward; two with the same code and
+    equal captured values (ints, the padding or packing tensors) are the same
+    index-based function, so their BlockMask (and the plan the kernels keep on
+    it) serves every step of that layout.
+    """
+    if depth > 12:
+        raise _NoKey
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, Tensor):
+        data = obj.detach().cpu().contiguous().numpy().tobytes()
+        return ("tensor", str(obj.dtype), tuple(obj.shape), str(obj.device), hashlib.blake2b(data).hexdigest())
+    if isinstance(obj, (tuple, list)):
+        return tuple(_fingerprint(x, depth + 1) for x in obj)
+    code = getattr(obj, "__code__", None)
+    if code is not None and not getattr(obj, "__defaults__", None) and not getattr(obj, "__kwdefaults__", None):
+        cells = tuple(_fingerprint(c.cell_contents, depth + 1) for c in (obj.__closure__ or ()))
+        return ("function", code, cells)
+    raise _NoKey
+
+
+def _as_int(value: int | Tensor, what: str) -> int:
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise HFBackendError(f"the mask builder needs one {what} for the batch, got shape {tuple(value.shape)}")
+        return int(value)
+    return int(value)
+
+
+def attnkit_mask(
+    batch_size: int, q_length: int, kv_length: int, q_offset: int | Tensor = 0, kv_offset: int | Tensor = 0,
+    mask_function: Callable[..., Tensor] | None = None, attention_mask: Tensor | None = None,
+    local_size: int | None = None, allow_is_causal_skip: bool = True, allow_is_bidirectional_skip: bool = False,
+    use_vmap: bool = False, device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
+    config: Any = None, **kwargs: Any,
+) -> BlockMask:
+    """The ``AttentionMaskInterface`` entry: transformers' mask function as an attnkit BlockMask.
+
+    ``mask_function(b, h, q_idx, kv_idx)`` is transformers' (True = may attend,
+    attnkit's rule too); the padding mask and the cache offsets are folded in as
+    transformers' own ``flex_attention_mask`` does. ``local_size``, ``dtype``,
+    ``config`` and the ``allow_*_skip`` flags are accepted and need nothing: a
+    BlockMask is never skipped (an all-full mask costs one pass through the
+    fused kernel).
+
+    Shape:
+        attention_mask ``(B, Tk + kv_offset)`` or shorter (padded with False);
+        returns a BlockMask for ``(B, H, Tq, Tk)``, ``H`` broadcast.
+    """
+    from transformers.masking_utils import (
+        add_offsets_to_mask_function,
+        and_masks,
+        causal_mask_function,
+        padding_mask_function,
+        prepare_padding_mask,
+    )
+
+    if kwargs:
+        raise HFBackendError(
+            f"the attnkit mask builder got keywords it does not know: {sorted(kwargs)}; "
+            "this transformers version passes more than attnkit understands"
+        )
+    mod = causal_mask_function if mask_function is None else mask_function
+    if attention_mask is not None:
+        if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2:
+            shape = tuple(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask)
+            raise HFBackendError(
+                f"the attnkit mask builder takes a 2-D padding attention_mask (B, T), got {shape}"
+            )
+        if not bool(attention_mask.all()):
+            padding = prepare_padding_mask(attention_mask.bool(), kv_length, _as_int(kv_offset, "kv_offset"))
+            assert padding is not None
+            mod = and_masks(mod, padding_mask_function(padding))
+    mod = add_offsets_to_mask_function(mod, _as_int(q_offset, "q_offset"), _as_int(kv_offset, "kv_offset"))
+
+    try:
+        key: tuple[Any, ...] | None = (batch_size, q_length, kv_length, str(device), _fingerprint(mod))
+    except _NoKey:
+        key = None
+    if key is not None and key in _MASKS:
+        _MASKS.move_to_end(key)
+        return _MASKS[key]
+
+    def checked(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        try:
+            return mod(b, h, q_idx, kv_idx)
+        except (RuntimeError, IndexError, TypeError) as e:
+            raise HFBackendError(
+                f"the model's mask function cannot be evaluated on broadcast index tensors ({e}); "
+                "attn_implementation='attnkit' needs index-based mask functions"
+                + (" (this one was built for torch.vmap)" if use_vmap else "")
+            ) from e
+
+    block_mask = create_block_mask(checked, batch_size, None, q_length, kv_length, block_size=BLOCK_SIZE,
+                                   device=device)
+    block_mask.cached(_RECIPE, lambda: checked)
+    if key is not None:
+        _MASKS[key] = block_mask
+        while len(_MASKS) > _KEEP_MASKS:
+            _MASKS.popitem(last=False)
+    return block_mask
+
+
+def _sink_mask(mask: BlockMask | Tensor | None, b: int, tq: int, tk: int, causal: bool,
+               device: torch.device) -> BlockMask | Tensor:
+    """The mask with one more key at ``Tk`` that every query may attend (the sink)."""
+    if isinstance(mask, Tensor):
+        column = torch.ones(*mask.shape[:-1], 1, dtype=torch.bool, device=mask.device)
+        return torch.cat([mask, column], dim=-1)
+
+    def sink(b_: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return kv_idx == tk
+
+    def keys(b_: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return kv_idx < tk
+
+    if mask is None:
+        base: MaskMod = keys
+        if causal:
+            def base(b_: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+                return kv_idx <= q_idx + (tk - tq)
+        return create_block_mask(or_mods(base, sink), None, None, tq, tk + 1, block_size=BLOCK_SIZE,
+                                 device=device)
+    bm = mask
+    recipe: MaskMod | None = bm.cached(_RECIPE, lambda: None)
+    if recipe is None:
+        raise HFBackendError(
+            "attention sinks (s_aux) need the attnkit mask builder's BlockMask; build the model's masks "
+            "with attn_implementation='attnkit'"
+        )
+    found = recipe
+
+    def keys_of_mask(b_: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return found(b_, h, q_idx, kv_idx.clamp(max=tk - 1)) & (kv_idx < tk)  # the sink is read by no mod
+
+    return bm.cached(("attnkit.integrations.transformers", "sinks"), lambda: create_block_mask(
+        or_mods(keys_of_mask, sink), bm.shape[0], None, tq, tk + 1, block_size=BLOCK_SIZE, device=device))
+
+
+def _packed(mask: BlockMask | Tensor | None, position_ids: Any, b: int, tq: int, tk: int, causal: bool,
+            device: torch.device) -> BlockMask | Tensor | None:
+    """The mask kept within the documents that ``position_ids`` restarting mark (packed rows).
+
+    transformers finds packed rows this way for its causal masks only; attnkit
+    does it for every layer, so that an encoder (BERT) trains padding-free too.
+    Rows of one document, or a call with a cache (``Tq != Tk``), keep ``mask``.
+    """
+    if not isinstance(position_ids, Tensor) or position_ids.dim() != 2 or tq != tk or position_ids.shape[-1] != tq:
+        return mask
+    if isinstance(mask, Tensor) and not isinstance(mask, BlockMask):
+        return mask  # a caller's own dense mask says everything
+    from transformers.masking_utils import find_packed_sequence_indices
+
+    ids = position_ids.to(device).expand(b, -1)
+    seq = find_packed_sequence_indices(ids)
+    if seq is None:
+        return mask
+    key = ("attnkit.integrations.transformers", "packed", seq.cpu().numpy().tobytes())
+
+    def same_doc(b_: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return seq[b_, q_idx] == seq[b_, kv_idx]
+
+    def causal_mod(b_: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return kv_idx <= q_idx
+
+    if mask is None:
+        base = and_mods(causal_mod, same_doc) if causal else same_doc
+        return create_block_mask(base, b, None, tq, tk, block_size=BLOCK_SIZE, device=device)
+    bm = mask
+    recipe: MaskMod | None = bm.cached(_RECIPE, lambda: None)
+    if recipe is None:
+        return mask
+    found = recipe
+    return bm.cached(key, lambda: create_block_mask(and_mods(found, same_doc), bm.shape[0] or b, None, tq, tk,
+                                                    block_size=BLOCK_SIZE, device=device))
+
+
+def _check_kwargs(kwargs: dict[str, Any]) -> None:
+    unknown = sorted(k for k, v in kwargs.items() if k not in _IGNORED and v is not None and v is not False)
+    for name in ("cu_seq_lens_q", "cu_seq_lens_k", "seq_idx"):
+        if name in unknown:
+            if kwargs.get("position_ids") is None:
+                raise HFBackendError(
+                    f"{name} without position_ids: attn_implementation='attnkit' finds packed sequences from "
+                    "position ids that restart; pass position_ids (DataCollatorWithFlattening does)"
+                )
+            unknown.remove(name)
+    if unknown:
+        raise HFBackendError(
+            f"attn_implementation='attnkit' does not know the attention keywords {unknown}; "
+            "use attn_implementation='eager' for this model"
+        )
+
+
+def _mask_of(module: torch.nn.Module, attention_mask: Any, is_causal: bool | None, tq: int, tk: int
+             ) -> tuple[BlockMask | Tensor | None, bool]:
+    """The mask attention runs with, and whether it is causal without one; foreign masks refused."""
+    mask: BlockMask | Tensor | None
+    causal = False
+    if isinstance(attention_mask, BlockMask) or attention_mask is None:
+        mask = attention_mask
+    elif isinstance(attention_mask, Tensor) and attention_mask.dtype == torch.bool and attention_mask.dim() == 4:
+        mask = attention_mask[..., :tk]
+    else:
+        what = (f"a {attention_mask.dtype} tensor of shape {tuple(attention_mask.shape)}"
+                if isinstance(attention_mask, Tensor) else type(attention_mask).__name__)
+        raise HFBackendError(
+            f"attn_implementation='attnkit' got attention_mask as {what}; it takes the masks its own mask "
+            "builder makes, or a boolean (B, 1, Tq, Tk) mask (True = may attend), not a float or another "
+            "backend's mask"
+        )
+    if mask is None:
+        causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True)) and tq > 1
+        if causal and tq != tk:
+            raise HFBackendError(
+                f"attn_implementation='attnkit' got no mask for a causal layer with Tq={tq} != Tk={tk}; "
+                "build the model's masks with attn_implementation='attnkit'"
+            )
+    return mask, causal
+
+
+def _score_mods(softcap: float | None, position_bias: Tensor | None, b: int, h: int, tq: int, tk: int
+               ) -> list[ScoreMod]:
+    """The score mods of soft-capping and an additive position bias, in eager's order."""
+    mods: list[ScoreMod] = []
+    if softcap is not None:
+        mods.append(soft_cap_mod(float(softcap)))
+    if position_bias is not None:
+        pb = position_bias[..., :tk].expand(b, h, tq, tk)
+
+        def bias(b_: Tensor, h_: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return pb[b_, h_, q_idx, kv_idx].float()
+
+        mods.append(bias_mod(bias))
+    return mods
+
+
+def attnkit_attention_forward(
+    module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
+    dropout: float = 0.0, scaling: float | None = None, softcap: float | None = None,
+    s_aux: Tensor | None = None, position_bias: Tensor | None = None, is_causal: bool | None = None,
+    output_attentions: bool | None = None, **kwargs: Any,
+) -> tuple[Tensor, Tensor | None]:
+    """The ``AttentionInterface`` entry: one attention layer of a transformers model through attnkit.
+
+    ``attention_mask`` is the BlockMask of :func:`attnkit_mask`, a boolean
+    ``(B, 1, Tq, Tk)`` mask a caller prepared (True = may attend), or ``None``
+    (then ``is_causal``, else ``module.is_causal``, decides). A float mask or
+    torch's FlexAttention BlockMask is refused: it was built for another backend.
+
+    Shape:
+        query ``(B, H, Tq, Dh)``, key ``(B, Hkv, Tk, Dh)``, value ``(B, Hkv, Tk, Dv)``,
+        position_bias ``(B or 1, H, Tq, Tk)``, s_aux ``(H,)``; returns the output
+        ``(B, Tq, H, Dv)`` and the weights ``(B, H, Tq, Tk)`` or ``None``.
+    """
+    _check_kwargs(kwargs)
+    b, h, tq, _ = query.shape
+    tk = key.shape[2]
+    if output_attentions is None:
+        output_attentions = bool(getattr(getattr(module, "config", None), "output_attentions", False))
+    mask, causal = _mask_of(module, attention_mask, is_causal, tq, tk)
+    mask = _packed(mask, kwargs.get("position_ids"), b, tq, tk, causal, query.device)
+    if mask is not None and causal and isinstance(mask, BlockMask):
+        causal = False  # the packed mask holds causality
+
+    mods = _score_mods(softcap, position_bias, b, h, tq, tk)
+    if s_aux is not None:
+        if s_aux.shape != (h,):
+            raise HFBackendError(f"s_aux must hold one sink logit per query head ({h},), got {tuple(s_aux.shape)}")
+        mask = _sink_mask(mask, b, tq, tk, causal, query.device)
+        causal = False
+        key = torch.cat([key, key.new_zeros(*key.shape[:2], 1, key.shape[3])], dim=2)
+        value = torch.cat([value, value.new_zeros(*value.shape[:2], 1, value.shape[3])], dim=2)
+        sinks = s_aux
+
+        def sink_logit(score: Tensor, b_: Tensor, h_: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return torch.where(kv_idx == tk, sinks.float()[h_], score)
+
+        mods.append(sink_logit)
+    score_mod: ScoreMod | None = None
+    if len(mods) == 1:
+        score_mod = mods[0]
+    elif mods:
+        def score_mod(score: Tensor, b_: Tensor, h_: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            for m in mods:
+                score = m(score, b_, h_, q_idx, kv_idx)
+            return score
+
+    p = float(dropout) if module.training else 0.0
+    if (isinstance(mask, BlockMask) and score_mod is None and p == 0.0 and not output_attentions
+            and key.shape[1] != h and query.device.type == "cpu"):
+        # the contiguous-runs kernel takes one key head per query head: share the heads as views
+        groups = h // key.shape[1]
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    if output_attentions:
+        out, weights = attention(query, key, value, mask=mask, causal=causal, dropout=p, scale=scaling,
+                                 score_mod=score_mod, return_weights=True)
+        if s_aux is not None:
+            weights = weights[..., :tk]
+        return out.transpose(1, 2).contiguous(), weights  # (B, Tq, H, Dv)
+    out = attention(query, key, value, mask=mask, causal=causal, dropout=p, scale=scaling, score_mod=score_mod)
+    return out.transpose(1, 2).contiguous(), None  # (B, Tq, H, Dv)
+
+
+register()

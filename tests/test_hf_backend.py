@@ -1,0 +1,328 @@
+"""attn_implementation="attnkit" in Hugging Face models: parity with eager, packing, generation, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from attnkit.attention.block_mask import BlockMask  # noqa: E402
+from attnkit.integrations import transformers as hf  # noqa: E402
+
+V, T = 97, 12
+
+
+def _bert():
+    return transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+
+
+def _llama():  # grouped-query attention: 4 query heads, 2 key/value heads
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64))
+
+
+def _mistral():  # a window of 5 keys, shorter than the sequence
+    return transformers.MistralForCausalLM(transformers.MistralConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, sliding_window=5))
+
+
+def _qwen2():  # one sliding layer (window 4), one full layer
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, use_sliding_window=True, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"]))
+
+
+def _gemma2():  # soft-capping at 0.5 (the random logits reach it) and a window of 4
+    return transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, sliding_window=4,
+        attn_logit_softcapping=0.5, query_pre_attn_scalar=8))
+
+
+def _gpt2():
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
+        attn_pdrop=0.0))
+
+
+def _gpt_oss():  # attention sinks (s_aux), alternating sliding and full layers
+    return transformers.GptOssForCausalLM(transformers.GptOssConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
+        max_position_embeddings=64, sliding_window=4))
+
+
+FAMILIES = {"bert": _bert, "llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "gemma2": _gemma2,
+            "gpt2": _gpt2, "gpt_oss": _gpt_oss}
+
+
+def _model(name: str):
+    torch.manual_seed(0)
+    model = FAMILIES[name]().eval()
+    with torch.no_grad():  # a sink that matters: random init draws them near 0
+        for p_name, p in model.named_parameters():
+            if p_name.endswith("sinks"):
+                p.normal_(0.0, 1.0)
+    return model
+
+
+def _run(model, impl: str, **inputs):
+    model.set_attn_implementation(impl)
+    model.zero_grad()
+    logits = model(**inputs).logits
+    valid = inputs["attention_mask"].bool()
+    torch.manual_seed(1)
+    (logits[valid] * torch.randn_like(logits[valid])).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logits.detach()[valid], grads
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_logits_and_gradients_equal_eager_with_padding(name):
+    model = _model(name)
+    ids = torch.randint(1, V, (3, T))
+    mask = torch.ones(3, T, dtype=torch.long)
+    if name == "bert":
+        mask[1, 8:] = 0  # right padding
+    else:
+        mask[1, :4] = 0  # left padding, as for generation
+    mask[2, :1] = 0 if name != "bert" else 1
+    want, want_grads = _run(model, "eager", input_ids=ids, attention_mask=mask)
+    got, got_grads = _run(model, "attnkit", input_ids=ids, attention_mask=mask)
+    assert torch.allclose(got, want, atol=1e-5, rtol=0), (got - want).abs().max()
+    assert want_grads.keys() == got_grads.keys() and len(got_grads) > 4
+    for n in want_grads:
+        scale = max(1.0, float(want_grads[n].abs().max()))  # 1e-5 of the largest entry (float32 sums)
+        assert (got_grads[n] - want_grads[n]).abs().max() <= 1e-5 * scale, n
+
+
+def test_the_masks_are_block_masks_that_skip_blocks_outside_the_window():
+    model = _model("mistral")
+    model.set_attn_implementation("attnkit")
+    seen = []
+    layer = model.model.layers[0].self_attn
+    layer.register_forward_pre_hook(lambda mod, args, kwargs: seen.append(kwargs["attention_mask"]),
+                                    with_kwargs=True)
+    with torch.no_grad():
+        model(input_ids=torch.randint(1, V, (1, 1024)))
+    assert isinstance(seen[0], BlockMask) and seen[0].shape == (1, None, 1024, 1024)
+    assert seen[0].counts["empty"] > 0.7 * sum(seen[0].counts.values())  # a window of 5 in 1024
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])
+def test_bfloat16_runs_without_nan(name):
+    model = _model(name).to(torch.bfloat16)
+    model.set_attn_implementation("attnkit")
+    mask = torch.ones(2, T, dtype=torch.long)
+    mask[0, :5] = 0
+    logits = model(input_ids=torch.randint(1, V, (2, T)), attention_mask=mask).logits
+    logits.float().sum().backward()
+    assert torch.isfinite(logits.float()).all()
+    assert all(torch.isfinite(p.grad.float()).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("name", ["bert", "llama", "mistral"])
+def test_packed_rows_equal_each_example_alone(name):
+    model = _model(name)
+    model.set_attn_implementation("attnkit")
+    torch.manual_seed(2)
+    examples = [torch.randint(1, V, (n,)) for n in (5, 9, 7)]
+    batch = transformers.DataCollatorWithFlattening()([{"input_ids": e.tolist(), "labels": e.tolist()}
+                                                        for e in examples])
+    assert batch["input_ids"].shape == (1, 21) and batch["position_ids"][0, 5] == 0
+    model.zero_grad()
+    packed = model(**batch)
+    packed.loss.backward()
+    packed_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    model.zero_grad()
+    starts = [0, 5, 14, 21]
+    causal = name != "bert"
+    counts = [int((batch["labels"][0, s + causal: e] != -100).sum()) for s, e in zip(starts, starts[1:], strict=False)]
+    alone_logits = []
+    for s, e, n in zip(starts, starts[1:], counts, strict=False):
+        out = model(input_ids=batch["input_ids"][:, s:e], labels=batch["labels"][:, s:e])
+        (out.loss * n / sum(counts)).backward()
+        alone_logits.append(out.logits.detach())
+    assert torch.allclose(packed.logits.detach(), torch.cat(alone_logits, 1), atol=1e-5, rtol=0)
+    for n in packed_grads:
+        assert torch.allclose(packed_grads[n], dict(model.named_parameters())[n].grad, atol=1e-5, rtol=0), n
+
+
+def test_packed_rows_differ_from_one_long_document():
+    """The document mask is what makes the packed row equal: without restarting positions it differs."""
+    model = _model("bert")
+    model.set_attn_implementation("attnkit")
+    ids = torch.randint(1, V, (1, 14))
+    with torch.no_grad():
+        restarting = model(input_ids=ids, position_ids=torch.tensor([list(range(5)) + list(range(9))])).logits
+        alone = model(input_ids=ids[:, :5]).logits
+    assert torch.allclose(restarting[:, :5], alone, atol=1e-5)
+    model.set_attn_implementation("eager")  # eager lets an encoder's documents see each other
+    with torch.no_grad():
+        eager = model(input_ids=ids, position_ids=torch.tensor([list(range(5)) + list(range(9))])).logits
+    assert not torch.allclose(eager[:, :5], alone, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "gpt2"])
+def test_generate_with_the_cache_equals_sdpa(name):
+    model = _model(name)
+    ids = torch.randint(1, V, (2, 6))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[0, :2] = 0
+    tokens = {}
+    for impl in ("sdpa", "attnkit"):
+        model.set_attn_implementation(impl)
+        tokens[impl] = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10, do_sample=False,
+                                      pad_token_id=0)
+    assert tokens["attnkit"].shape == (2, 16)
+    assert torch.equal(tokens["attnkit"], tokens["sdpa"])
+
+
+def test_output_attentions_returns_the_weights_of_eager():
+    model = _model("llama")
+    mask = torch.ones(2, T, dtype=torch.long)
+    mask[0, :3] = 0
+    ids = torch.randint(1, V, (2, T))
+    got = {}
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad():
+            got[impl] = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    assert len(got["attnkit"]) == 2
+    for a, b in zip(got["attnkit"], got["eager"], strict=True):
+        assert a.shape == b.shape == (2, 4, T, T)
+        assert torch.allclose(a[1], b[1], atol=1e-6) and torch.allclose(a[0, :, 3:], b[0, :, 3:], atol=1e-6)
+
+
+def test_training_mode_with_dropout_runs_and_differs_between_calls():
+    model = _model("bert")
+    model.config.attention_probs_dropout_prob = 0.5
+    for layer in model.bert.encoder.layer:
+        layer.attention.self.dropout.p = 0.5
+    model.set_attn_implementation("attnkit")
+    model.train()
+    ids = torch.randint(1, V, (2, T))
+    a, b = model(input_ids=ids).logits, model(input_ids=ids).logits
+    assert torch.isfinite(a).all() and not torch.allclose(a, b)
+
+
+def test_register_is_idempotent_and_names_both_interfaces():
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    hf.register()
+    hf.register()
+    assert AttentionInterface._global_mapping["attnkit"] is hf.attnkit_attention_forward
+    assert AttentionMaskInterface._global_mapping["attnkit"] is hf.attnkit_mask
+
+
+@pytest.mark.parametrize("version", [(5, 23), (5, 25), (6, 0), (4, 57)])
+def test_a_transformers_version_outside_the_range_is_refused(version):
+    with pytest.raises(hf.HFBackendError, match=r"transformers >= 5\.24, < 5\.25.*attnkit\[hf\]"):
+        hf.check_version(version)
+    hf.check_version()  # the installed one is inside
+
+
+def test_a_float_mask_is_refused_by_name():
+    model = _model("llama")
+    model.set_attn_implementation("attnkit")
+    float_mask = torch.zeros(1, 1, T, T)
+    with pytest.raises(hf.HFBackendError, match=r"attention_mask as a torch.float32 tensor of shape \(1, 1, 12, 12\)"):
+        model(input_ids=torch.randint(1, V, (1, T)), attention_mask=float_mask)
+
+
+def test_a_prepared_boolean_mask_is_used_as_given():
+    model = _model("llama")
+    ids = torch.randint(1, V, (1, T))
+    causal = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
+    model.set_attn_implementation("attnkit")
+    with torch.no_grad():
+        got = model(input_ids=ids, attention_mask=causal).logits
+        want = model(input_ids=ids).logits
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_an_unknown_keyword_or_mask_shape_is_refused_by_name():
+    q = torch.randn(1, 4, 3, 8)
+    module = torch.nn.Module()
+    with pytest.raises(hf.HFBackendError, match=r"does not know the attention keywords \['head_mask'\]"):
+        hf.attnkit_attention_forward(module, q, q, q, None, head_mask=torch.ones(4))
+    with pytest.raises(hf.HFBackendError, match="cu_seq_lens_q without position_ids"):
+        hf.attnkit_attention_forward(module, q, q, q, None, cu_seq_lens_q=torch.tensor([0, 3]))
+    with pytest.raises(hf.HFBackendError, match=r"2-D padding attention_mask \(B, T\), got \(1, 1, 3\)"):
+        hf.attnkit_mask(1, 3, 3, attention_mask=torch.ones(1, 1, 3, dtype=torch.bool))
+    with pytest.raises(hf.HFBackendError, match=r"keywords it does not know: \['chunk'\]"):
+        hf.attnkit_mask(1, 3, 3, chunk=4)
+    with pytest.raises(hf.HFBackendError, match=r"s_aux must hold one sink logit per query head \(4,\)"):
+        hf.attnkit_attention_forward(module, q, q, q, None, s_aux=torch.zeros(3))
+
+
+def test_the_mask_builder_folds_padding_offsets_and_chunks():
+    from transformers.masking_utils import chunked_causal_mask_function, sdpa_mask
+
+    padding = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    fn = chunked_causal_mask_function(3, torch.tensor([1]))
+    got = hf.attnkit_mask(1, 4, 10, q_offset=6, kv_offset=0, mask_function=fn, attention_mask=padding)
+    want = sdpa_mask(1, 4, 10, q_offset=6, kv_offset=0, mask_function=fn, attention_mask=padding,
+                     allow_is_causal_skip=False)
+    assert torch.equal(got.to_dense(), want)
+
+
+def _t5():  # a learned relative position bias (position_bias, a score mod) and cross-attention
+    return transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0,
+        decoder_start_token_id=0, relative_attention_num_buckets=8))
+
+
+def _bart():  # cross-attention over a padded source
+    return transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+        dropout=0.0, attention_dropout=0.0))
+
+
+@pytest.mark.parametrize("build", [_t5, _bart], ids=["t5", "bart"])
+def test_encoder_decoder_logits_and_gradients_equal_eager(build):
+    torch.manual_seed(0)
+    model = build().eval()
+    src, tgt = torch.randint(1, V, (2, T)), torch.randint(1, V, (2, 7))
+    mask = torch.ones(2, T, dtype=torch.long)
+    mask[1, 7:] = 0
+    results = {}
+    for impl in ("eager", "attnkit"):
+        model.set_attn_implementation(impl)
+        model.zero_grad()
+        logits = model(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+        torch.manual_seed(1)
+        (logits * torch.randn_like(logits)).sum().backward()
+        results[impl] = logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                          if p.grad is not None}
+    (want, want_grads), (got, got_grads) = results["eager"], results["attnkit"]
+    assert torch.allclose(got, want, atol=1e-5, rtol=0)
+    for n in want_grads:
+        scale = max(1.0, float(want_grads[n].abs().max()))
+        assert (got_grads[n] - want_grads[n]).abs().max() <= 1e-5 * scale, n
+    if build is _t5:
+        assert want_grads["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"].abs().sum() > 0
+
+
+def test_a_layout_seen_again_reuses_its_block_mask_and_another_does_not():
+    from transformers.masking_utils import sliding_window_causal_mask_function
+
+    padding = torch.tensor([[0, 0, 1, 1, 1, 1]], dtype=torch.bool)
+    a = hf.attnkit_mask(1, 6, 6, mask_function=sliding_window_causal_mask_function(3), attention_mask=padding)
+    b = hf.attnkit_mask(1, 6, 6, mask_function=sliding_window_causal_mask_function(3), attention_mask=padding.clone())
+    other_window = hf.attnkit_mask(1, 6, 6, mask_function=sliding_window_causal_mask_function(2),
+                                   attention_mask=padding)
+    other_padding = hf.attnkit_mask(1, 6, 6, mask_function=sliding_window_causal_mask_function(3),
+                                    attention_mask=torch.tensor([[0, 1, 1, 1, 1, 1]], dtype=torch.bool))
+    assert b is a and other_window is not a and other_padding is not a
+    assert not torch.equal(other_window.to_dense(), a.to_dense())
+    assert not torch.equal(other_padding.to_dense(), a.to_dense())
