@@ -4,7 +4,7 @@
 
 Each head projects the input into its own small subspace (Dh = D / H) and can
 learn a different pattern; the heads' outputs are concatenated and mixed.
-:class:`attnkit.layers.multi_head.MultiHeadAttention` does the projections and
+:class:`attnkit.MultiHeadAttention` does the projections and
 calls :func:`attnkit.attention`; ``split_heads``/``merge_heads`` are the reshapes.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from _common import output_dir, saved, show
 
-from attnkit.attention.functional import merge_heads, split_heads
-from attnkit.layers.multi_head import MultiHeadAttention
+from attnkit.functional import merge_heads, split_heads
+from attnkit import MultiHeadAttention
 from attnkit.viz.plots import plot_heads
 
 OUTPUTS = ["04_heads.png"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from _common import output_dir, saved, show
 
-from attnkit.layers.multi_head import MultiHeadAttention
+from attnkit import MultiHeadAttention
 from attnkit.viz.explain import plot_alignment
 
 OUTPUTS = ["07_cross_attention.png"]

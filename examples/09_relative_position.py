@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from _common import output_dir, saved, show
 
-from attnkit.layers.multi_head import MultiHeadAttention
-from attnkit.layers.relative import RelativePositionAttention
+from attnkit import MultiHeadAttention
+from attnkit import RelativePositionAttention
 from attnkit.viz.plots import plot_attention
 
 OUTPUTS = ["09_relative.png"]

@@ -23,7 +23,7 @@ import torch
 from _common import output_dir, saved, show, small
 from matplotlib.figure import Figure
 
-from attnkit.attention.functional import attention
+from attnkit import attention
 from attnkit.layers.linear import LinearAttention, linear_attention
 
 OUTPUTS = ["10_linear_vs_softmax.png", "10_timings.csv"]
