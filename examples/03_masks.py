@@ -21,8 +21,7 @@ from __future__ import annotations
 import torch
 from _common import output_dir, saved, show
 
-from attnkit import masks
-from attnkit import attention
+from attnkit import attention, masks
 from attnkit.viz.plots import plot_masked_attention
 
 OUTPUTS = ["03_causal.png", "03_padding_causal.png"]

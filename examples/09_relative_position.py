@@ -19,8 +19,7 @@ from __future__ import annotations
 import torch
 from _common import output_dir, saved, show
 
-from attnkit import MultiHeadAttention
-from attnkit import RelativePositionAttention
+from attnkit import MultiHeadAttention, RelativePositionAttention
 from attnkit.viz.plots import plot_attention
 
 OUTPUTS = ["09_relative.png"]
