@@ -113,6 +113,25 @@ def claims_19(printed: str) -> None:
     assert as_written > 0.5 > swapped, "a key word of the other class should flip the prediction"
 
 
+def claims_20(printed: str) -> None:
+    assert "cache size after steps 1, 2, 10, 40: 1, 2, 10, 40" in printed
+    assert all(gap < 1e-5 for gap in numbers(r"max \|cached - [^=]*= ([\d.e+-]+)", printed))
+    assert len(re.findall(r"max \|cached - ", printed)) == 3
+    assert numbers(r"rolling \(window 8\): cache size at most (\d+)", printed) == [8]
+    assert numbers(r"sinks \(2 sinks \+ window 8\): cache size at most (\d+)", printed) == [10]
+
+
+def claims_21(printed: str) -> None:
+    empty, partial, full = (int(n) for n in re.search(  # type: ignore[union-attr]
+        r"(\d+) empty \(skipped\), (\d+) partial, (\d+) full", printed).groups())
+    assert empty > 0 and partial > 0 and full > 0, "the figure should show all three kinds of tile"
+    assert all(gap < 1e-5 for gap in numbers(r"max(?:imum)? (?:\|block mask - dense mask\| =|difference) ([\d.e+-]+)",
+                                              printed))
+    assert len(re.findall(r"vs by hand: max difference", printed)) == 2
+    before, after = numbers(r"largest score ([\d.]+) before", printed)[0], numbers(r", ([\d.]+) after", printed)[0]
+    assert after <= 2.0 < before
+
+
 CLAIMS: dict[str, Callable[[str], None]] = {
     name.removeprefix("claims_"): check for name, check in list(globals().items()) if name.startswith("claims_")
 }
@@ -164,7 +183,7 @@ def test_example_runs_and_writes_its_outputs(script: Path, tmp_path: Path, monke
 
 def test_every_claim_check_names_a_script() -> None:
     assert set(CLAIMS) <= {s.name[:2] for s in SCRIPTS}
-    assert {"02", "03", "06", "08", "12", "19"} <= set(CLAIMS)
+    assert {"02", "03", "06", "08", "12", "19", "20", "21"} <= set(CLAIMS)
 
 
 def test_example_runs_as_a_script(tmp_path: Path) -> None:
