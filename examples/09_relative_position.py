@@ -12,6 +12,10 @@ Give every position the same input and plain attention cannot tell them apart
 (uniform weights); relative attention's weights then depend on the distance
 only: ``w[i, j] / w[i, i]`` is the same for every row ``i`` (each row is then
 renormalised over the keys it has, which differ near the edges).
+
+Try this: print ``w[4, 7]``, ``w[4, 8]`` and ``w[4, 9]`` of head 0. Why are
+they equal? (Answer: distances 3, 4 and 5 are all clipped to ``k = 3`` and
+share one vector.)
 """
 
 from __future__ import annotations

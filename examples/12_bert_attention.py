@@ -26,6 +26,10 @@ large [CLS] -> [CLS] figure has a second cause: rollout adds the residual path
 As a check that the weights are really loaded, mean-pooled sentence vectors of
 two paraphrases are closer than those of two unrelated sentences (MiniLM was
 trained for exactly that).
+
+Try this: analyse the second or the third sentence instead of the first
+(``encodings[1]``, ``attention_mask[1]``). Is the previous-token head the same?
+(Answer: yes, layer 0, head 2 again: the head is about positions, not words.)
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ Data: the MR movie reviews when their folder exists (``--data``, else
 else (and in small mode) attnkit's generated keyword corpus, where one to
 three key words of the class hide among neutral words — there the right
 answer for "where should the model look" is known, and we measure it.
+
+Try this: compare the most attended words in ``14_results.txt`` with the
+corpus's key words, ``attnkit.data.synthetic.class_keywords(2)``. (Answer: the
+top words of each class are its key words; filler words follow with small
+weights.)
 """
 
 from __future__ import annotations

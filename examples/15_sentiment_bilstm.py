@@ -14,6 +14,9 @@ the attention over a few new sentences, word by word.
 Data: the MR movie reviews when their folder exists (``--data``, else
 ``$ATTNKIT_DATA/mr``, else ``../shared/data/mr`` next to the repository),
 else (and in small mode) the generated keyword corpus.
+
+Try this: print ``weights["pooling"].sum(-1)``. (Answer: 1 for each
+sentence: the padding positions of the shorter sentences get weight 0.)
 """
 
 from __future__ import annotations

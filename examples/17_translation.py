@@ -11,6 +11,10 @@ target word and the target reverses the word order, so the right alignment
 is known — the anti-diagonal — and the cross-attention of the trained model
 can be checked against it (Bahdanau et al., 2015, Fig. 3). Real German-English
 training on Multi30k is the evaluation ``evals/multi30k.py``.
+
+Try this: call ``beam_search`` with ``beam_size=1``. Are the beam
+translations now the greedy ones? (Answer: yes: a beam of one keeps the best
+token at every step, which is greedy search.)
 """
 
 from __future__ import annotations

@@ -12,6 +12,12 @@ We first check a multi-head attention layer's backward against central
 differences in float64, then train a small Transformer classifier with the
 twin's AdamW and trainer on a generated keyword task, look at its attention,
 and save it in safetensors (the same layout the torch models load).
+
+Try this: break the backward of the softmax (``attnkit.reference.attention.
+softmax_backward = lambda p, dp: p * dp``, forgetting the rowsum term) and run
+step 1 again. Which arrays fail the check? (Answer: those behind the softmax:
+the query and the q/k projections; v_proj and out_proj stay near 1e-11.
+``docs/concepts.md`` derives the right formula.)
 """
 
 from __future__ import annotations
