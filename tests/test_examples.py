@@ -132,6 +132,16 @@ def claims_21(printed: str) -> None:
     assert after <= 2.0 < before
 
 
+def claims_22(printed: str) -> None:
+    assert numbers(r"one row: max \|acc / l - softmax\(s\) v\| = ([\d.e+-]+)", printed)[0] < 1e-12
+    assert numbers(r"keys  0-  ?3: m = [+-][\d.]+, alpha = ([\d.]+)", printed) == [0.0]
+    gaps = re.search(r"max \|tiles - plain\| output ([\d.e+-]+), gradients q ([\d.e+-]+), k ([\d.e+-]+), "
+                     r"v ([\d.e+-]+)", printed)
+    assert gaps is not None and all(float(g) < 1e-4 for g in gaps.groups())
+    plain, tiles = (float(x) for x in re.search(r"plain memory x(\d+), tiles x(\d+)", printed).groups())  # type: ignore[union-attr]
+    assert plain > 10 and tiles < 6, "quadratic against linear over a 4x longer sequence"
+
+
 CLAIMS: dict[str, Callable[[str], None]] = {
     name.removeprefix("claims_"): check for name, check in list(globals().items()) if name.startswith("claims_")
 }
@@ -183,7 +193,7 @@ def test_example_runs_and_writes_its_outputs(script: Path, tmp_path: Path, monke
 
 def test_every_claim_check_names_a_script() -> None:
     assert set(CLAIMS) <= {s.name[:2] for s in SCRIPTS}
-    assert {"02", "03", "06", "08", "12", "19", "20", "21"} <= set(CLAIMS)
+    assert {"02", "03", "06", "08", "12", "19", "20", "21", "22"} <= set(CLAIMS)
 
 
 def test_example_runs_as_a_script(tmp_path: Path) -> None:
