@@ -142,6 +142,14 @@ def claims_22(printed: str) -> None:
     assert plain > 10 and tiles < 6, "quadratic against linear over a 4x longer sequence"
 
 
+def claims_23(printed: str) -> None:
+    assert numbers(r"classifier: max \|packed - one document at a time\| = ([\d.e+-]+)", printed)[0] < 1e-5
+    assert numbers(r"with the document mask ([\d.e+-]+),", printed)[0] < 1e-5
+    assert numbers(r"without it ([\d.]+) \(the documents", printed)[0] > 1e-2
+    padded, packed = numbers(r"batch: .* (\d+)% padding", printed)
+    assert packed < padded
+
+
 CLAIMS: dict[str, Callable[[str], None]] = {
     name.removeprefix("claims_"): check for name, check in list(globals().items()) if name.startswith("claims_")
 }
@@ -193,7 +201,7 @@ def test_example_runs_and_writes_its_outputs(script: Path, tmp_path: Path, monke
 
 def test_every_claim_check_names_a_script() -> None:
     assert set(CLAIMS) <= {s.name[:2] for s in SCRIPTS}
-    assert {"02", "03", "06", "08", "12", "19", "20", "21", "22"} <= set(CLAIMS)
+    assert {"02", "03", "06", "08", "12", "19", "20", "21", "22", "23"} <= set(CLAIMS)
 
 
 def test_example_runs_as_a_script(tmp_path: Path) -> None:
