@@ -9,6 +9,10 @@ Here three "facts" (keys) carry three values; a query close to the second key
 gets back (almost) the second value.
 
     .venv/bin/python examples/01_queries_keys_values.py --out example_output
+
+Try this: move the query to ``(1.0, 1.0)``, halfway between the first two
+keys. Which weights come out equal? (Answer: the first two: ``q · k`` is 4 for
+both.)
 """
 
 from __future__ import annotations

@@ -2,10 +2,18 @@
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(Dh)) V
 
-Dividing by sqrt(Dh) keeps the scores' variance near 1 whatever the head width,
-so the softmax does not saturate into a one-hot. This script writes the formula
-by hand, checks it against :func:`attnkit.attention` (which uses torch's fused
-kernel when it can) and shows why the scale matters.
+Why the scale: if the entries of q and k are independent with mean 0 and
+variance 1, the score ``q · k = sum_i q_i k_i`` sums Dh terms of variance 1,
+so its variance is Dh; dividing by sqrt(Dh) brings it back to 1 whatever the
+head width, and the softmax does not saturate into a one-hot (whose gradient
+is nearly zero). This script writes the formula by hand, checks it against
+:func:`attnkit.attention` (which uses torch's fused kernel when it can), then
+*measures* the variance over many random draws per width, and the largest
+weight a query gives with and without the scale.
+
+Try this: draw q and k with standard deviation 2 instead of 1. What variance
+does the scaled score have now, and what scale would bring it back to 1?
+(Answer: 16 = 2^2 * 2^2; divide by 4 sqrt(Dh).)
 
 Shape: q ``(B, H, Tq, Dh)``, k ``(B, H, Tk, Dh)``, v ``(B, H, Tk, Dv)``;
 out ``(B, H, Tq, Dv)``, weights ``(B, H, Tq, Tk)``.
@@ -18,7 +26,7 @@ import math
 import torch
 from _common import output_dir, saved, show, small
 
-from attnkit.attention.functional import attention, last_backend
+from attnkit import attention, last_backend
 
 OUTPUTS = ["02_scale.txt"]
 
@@ -45,15 +53,21 @@ def main() -> None:
     print(f"max |by hand - attnkit| = {(out_by_hand - out_fast).abs().max():.2e}")
     assert torch.allclose(out_by_hand, out_fast, atol=1e-5)
 
-    # Without the scale, larger heads give sharper (near one-hot) weights.
+    # The variance of the scores over many draws, and the largest weight, with and without the scale.
     lines = []
-    widths = (4, 64) if small() else (4, 16, 64, 256, 1024)
+    draws = 2000 if small() else 20000
+    widths = (4, 64, 1024) if small() else (4, 16, 64, 256, 1024)
     for width in widths:
-        qw, kw = torch.randn(1, 1, 1, width), torch.randn(1, 1, 256, width)
+        qd, kd = torch.randn(draws, width), torch.randn(draws, width)  # one (q, k) pair per draw
+        raw_scores = (qd * kd).sum(-1)  # (draws,): q · k
+        scaled_var = (raw_scores / math.sqrt(width)).var().item()
+        qw, kw = torch.randn(1, 1, 1, width), torch.randn(1, 1, 256, width)  # one query, 256 keys
         raw = (qw @ kw.transpose(-2, -1)).softmax(-1).max().item()
         scaled = (qw @ kw.transpose(-2, -1) / math.sqrt(width)).softmax(-1).max().item()
-        lines.append(f"Dh={width:>5}: largest weight unscaled {raw:.3f}, scaled {scaled:.3f}")
+        lines.append(f"Dh={width:>5}: score variance unscaled {raw_scores.var().item():8.1f}, "
+                     f"scaled {scaled_var:.3f}; largest of 256 weights unscaled {raw:.3f}, scaled {scaled:.3f}")
         print(lines[-1])
+        assert abs(scaled_var - 1.0) < 0.15, scaled_var
     path = out / OUTPUTS[0]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     saved(path)

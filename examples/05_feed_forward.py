@@ -6,6 +6,10 @@ applied to every position independently: attention mixes information *across*
 positions, the FFN transforms each position *on its own*. Gated variants
 (Shazeer, 2020) such as SwiGLU multiply two projections:
 ``W_2 (swish(W_1 x) * (W_3 x))``.
+
+Try this: do the same test on example 04's ``MultiHeadAttention`` (self-
+attention): change position 0 and compare the other positions' outputs.
+(Answer: they all change: attention mixes positions, the FFN does not.)
 """
 
 from __future__ import annotations

@@ -9,6 +9,15 @@ Each pair of features is a clock at its own speed. Because
 ``sin(a + b)`` expands into sines and cosines of ``a`` and ``b``, the encoding
 of ``t + k`` is a fixed rotation of the encoding of ``t``: the dot product
 ``PE[t] · PE[t + k]`` depends on the offset ``k`` only.
+
+The script first *shows* the blindness: it permutes the tokens of a sentence
+and prints how far self-attention's output is from the same permutation of
+the original output (zero: permutation-equivariant); with the positions added,
+the two differ.
+
+Try this: sum the output over positions (a bag-of-words pooling) with and
+without positions, and permute the tokens: which sum changes? (Answer: only
+the one with positions; without them attention + pooling is blind to order.)
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 import torch
 from _common import output_dir, saved, show, small
 
+from attnkit import MultiHeadAttention
 from attnkit.positional import SinusoidalPositionalEncoding, sinusoidal_table
 from attnkit.viz.plots import plot_positional_encoding
 
@@ -27,6 +37,20 @@ def main() -> None:
     length, d = (32, 32) if small() else (100, 128)
     table = sinusoidal_table(length, d)  # (T, D)
     show("PE table", table)
+
+    # Attention alone is blind to order: permuting the inputs permutes the outputs, nothing else.
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d, 4).eval()
+    x = torch.randn(1, 8, d)  # (B, T, D): eight "word embeddings"
+    perm = torch.randperm(8)
+    with torch.no_grad():
+        gap_plain = (mha(x[:, perm]) - mha(x)[:, perm]).abs().max().item()
+        # With positions, the permuted words sit at new positions and get those positions' encodings.
+        gap_pe = (mha(x[:, perm] + table[:8]) - mha(x + table[:8])[:, perm]).abs().max().item()
+    print(f"permutation {perm.tolist()}")
+    print(f"  without positions: max |attn(permuted x) - permuted attn(x)| = {gap_plain:.1e} (equivariant)")
+    print(f"  with positions:    max |attn(permuted x + PE) - permuted attn(x + PE)| = {gap_pe:.2f} (order matters)")
+    assert gap_plain < 1e-5 < gap_pe
 
     # The similarity of two positions depends only on their distance.
     for k in (1, 5):

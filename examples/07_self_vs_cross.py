@@ -6,6 +6,16 @@
   keys and values from another (the encoder's source words): ``mha(y, x, x)``;
   the weights are ``(B, H, Tq, Tk)`` with Tq = target length, Tk = source length.
   This is how a translation model "looks up" the source while writing.
+
+An untrained layer's cross-attention is noise, so the figure shows one
+*constructed* by hand: each source word gets a random key vector, and each
+target word's query is the key of the source word it translates (times a
+sharpness factor). The weights then pick out the alignment, and "im" and
+"park", which no target word translates, get little; a trained translation
+model learns such queries itself (example 17).
+
+Try this: lower ``sharpness`` from 1 to 0.1. What happens to the rows?
+(Answer: they flatten towards uniform, about 1/6 per source word.)
 """
 
 from __future__ import annotations
@@ -13,7 +23,7 @@ from __future__ import annotations
 import torch
 from _common import output_dir, saved, show
 
-from attnkit.layers.multi_head import MultiHeadAttention
+from attnkit import MultiHeadAttention, attention
 from attnkit.viz.explain import plot_alignment
 
 OUTPUTS = ["07_cross_attention.png"]
@@ -42,8 +52,19 @@ def main() -> None:
     # The output of cross-attention has one row per *query* (target) position,
     # and each row is a mix of source values only.
     # A decoder additionally masks its self-attention causally: see 03_masks.py.
-    plot_alignment(w_cross[0].mean(0), source, target,
-                   title="Cross-attention of an untrained layer (mean over heads)", path=out / OUTPUTS[0])
+
+    # Constructed cross-attention: target word t queries with the key of the source word it translates.
+    aligned = {"a": "ein", "dog": "hund", "runs": "läuft", ".": "."}
+    keys = torch.nn.functional.normalize(torch.randn(len(source), d), dim=-1) * d**0.5  # (Ts, D), |k| = sqrt(D)
+    sharpness = 1.0
+    queries = sharpness * keys[[source.index(aligned[w]) for w in target]]  # (Tt, D)
+    _, w_built = attention(queries[None, None], keys[None, None], keys[None, None], return_weights=True)
+    w_built = w_built[0, 0]  # (Tt, Ts)
+    for i, word in enumerate(target):
+        print(f"{word!r:>7} attends most to {source[int(w_built[i].argmax())]!r} ({w_built[i].max():.2f})")
+    assert [source[int(j)] for j in w_built.argmax(-1)] == [aligned[w] for w in target]
+    plot_alignment(w_built, source, target,
+                   title="Cross-attention constructed from a word alignment", path=out / OUTPUTS[0])
     saved(out / OUTPUTS[0])
 
 

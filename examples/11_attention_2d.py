@@ -12,6 +12,10 @@ block begins as the identity and lets attention in as training finds it useful).
 We train a tiny classifier (conv, :class:`SelfAttention2d`, pooling) on
 scikit-learn's real 8x8 handwritten digits, then lay the attention of one
 query pixel over the digit.
+
+Try this: print ``model.attn.gamma`` before training. What is the block's
+output then? (Answer: gamma is 0, so ``y = x``: the block starts as the
+identity and lets attention in as training raises gamma.)
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ of the document classifier in example 14. This script builds one from
 PyTorch's own ``nn.TransformerEncoderLayer`` (weights copied) and checks the
 two agree, shows that padding never leaks into real positions, and collects
 every layer's weights.
+
+Try this: build PyTorch's layer with ``norm_first=True`` and copy it. Does
+the parity still hold? (Answer: yes, ``from_torch`` copies the norm placement:
+the difference is 0.)
 """
 
 from __future__ import annotations

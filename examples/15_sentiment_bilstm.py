@@ -14,6 +14,9 @@ the attention over a few new sentences, word by word.
 Data: the MR movie reviews when their folder exists (``--data``, else
 ``$ATTNKIT_DATA/mr``, else ``../shared/data/mr`` next to the repository),
 else (and in small mode) the generated keyword corpus.
+
+Try this: print ``weights["pooling"].sum(-1)``. (Answer: 1 for each
+sentence: the padding positions of the shorter sentences get weight 0.)
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import random
 from pathlib import Path
 
 import torch
-from _common import optional_data, parse_args, saved, show, small
+from _common import optional_data, parse_args, quick_mode, saved, show, small
+from matplotlib.figure import Figure
 from torch import nn
 
 from attnkit.data.batching import LabelVocab, TextClassificationDataset, bucket_batches, collate
@@ -30,9 +34,19 @@ from attnkit.data.readers import Example, read_examples
 from attnkit.data.synthetic import keyword_corpus
 from attnkit.data.tokenization import encode_batch, train_tokenizer
 from attnkit.models.sentiment import SentimentClassifier, SentimentClassifierConfig
-from attnkit.viz.plots import plot_attention
 
 OUTPUTS = ["15_sentiment_attention.png", "15_results.txt"]
+
+
+# New sentences to explain, in the words each data set knows (the keyword corpus has no "not").
+SENTENCES = {
+    "MR movie reviews": ["a quietly moving film with a terrific cast",
+                         "the plot is dull and the acting is terrible",
+                         "not the delightful comedy it wants to be"],
+    "generated keyword corpus": ["a brilliant film with a wonderful cast",
+                                 "the plot is dull and the script was terrible",
+                                 "this movie was the best picture this year"],
+}
 
 
 def load_data(data: Path | None) -> tuple[str, list[Example]]:
@@ -41,7 +55,7 @@ def load_data(data: Path | None) -> tuple[str, list[Example]]:
         examples = read_examples(mr, format="polarity", encoding="latin-1")
         random.Random(0).shuffle(examples)
         return "MR movie reviews", examples
-    return "generated keyword corpus", [Example(d.text, d.label) for d in keyword_corpus(400 if small() else 3000)]
+    return "generated keyword corpus", [Example(d.text, d.label) for d in keyword_corpus(1000 if small() else 3000)]
 
 
 def main() -> None:
@@ -50,6 +64,8 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     name, examples = load_data(args.data)
+    quick_mode("1000 generated documents, 2 epochs: enough for the key words to take the attention; "
+               "the MR reviews (and 'not' before a word) are read in full mode only")
     cut = int(0.9 * len(examples))
     train, test = examples[:cut], examples[cut:]
     tokenizer = train_tokenizer([e.text for e in train], vocab_size=20000)
@@ -61,7 +77,7 @@ def main() -> None:
                                        embed_dim=64, hidden_size=64, attention_dim=64, dropout=0.3)
     model = SentimentClassifier(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    epochs = 1 if small() else 4
+    epochs = 2 if small() else 4
     for epoch in range(epochs):
         model.train()
         for batch_index in bucket_batches(train_set.lengths, 32, seed=epoch):
@@ -80,9 +96,7 @@ def main() -> None:
     accuracy = (logits.argmax(-1) == batch["labels"]).float().mean().item()
     lines = [f"data: {name} ({len(train)} train, {len(test)} test)", f"test accuracy: {accuracy:.4f}"]
 
-    sentences = ["a quietly moving film with a terrific cast",
-                 "the plot is dull and the acting is terrible",
-                 "not the delightful comedy it wants to be"]
+    sentences = SENTENCES[name]
     ids = encode_batch(tokenizer, sentences, max_len=64)
     padded = collate([{"ids": torch.tensor(s or [1]), "label": torch.tensor(0)} for s in ids])
     with torch.no_grad():
@@ -98,11 +112,17 @@ def main() -> None:
     print("\n".join(lines))
     (out / OUTPUTS[1]).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    # One row per sentence: the attention each word gets (rows padded with zeros).
-    longest = max(len(s) for s in ids)
-    plot_attention(weights["pooling"][:, :longest].numpy(), key_tokens=[f"w{i}" for i in range(longest)],
-                   tokens=[f"s{r}" for r in range(len(sentences))], xlabel="word position", ylabel="sentence",
-                   title="BiLSTM attention pooling per sentence", path=out / OUTPUTS[0])
+    # One strip per sentence, each labelled with its own words and the predicted label.
+    fig = Figure(figsize=(8, 1.3 * len(sentences)))
+    for r, axis in enumerate(fig.subplots(len(sentences), 1)):
+        words = [tokenizer.id_to_token(i) for i in ids[r]]
+        row = weights["pooling"][r, : len(words)].numpy()[None]  # (1, T)
+        axis.imshow(row, cmap="viridis", vmin=0.0, vmax=float(weights["pooling"].max()), aspect="auto")
+        axis.set_xticks(range(len(words)), words)
+        axis.set_yticks([0], [labels.decode(int(logits[r].argmax()))])
+    fig.suptitle("BiLSTM attention pooling: the weight of each word")
+    fig.tight_layout()
+    fig.savefig(out / OUTPUTS[0], dpi=100)
     saved(out / OUTPUTS[0])
     saved(out / OUTPUTS[1])
 

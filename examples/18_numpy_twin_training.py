@@ -12,6 +12,12 @@ We first check a multi-head attention layer's backward against central
 differences in float64, then train a small Transformer classifier with the
 twin's AdamW and trainer on a generated keyword task, look at its attention,
 and save it in safetensors (the same layout the torch models load).
+
+Try this: break the backward of the softmax (``attnkit.reference.attention.
+softmax_backward = lambda p, dp: p * dp``, forgetting the rowsum term) and run
+step 1 again. Which arrays fail the check? (Answer: those behind the softmax:
+the query and the q/k projections; v_proj and out_proj stay near 1e-11.
+``docs/concepts.md`` derives the right formula.)
 """
 
 from __future__ import annotations
@@ -61,9 +67,9 @@ def main() -> None:
     print("gradcheck, largest relative error per array:", {k: f"{v:.1e}" for k, v in errors.items()})
 
     # 2. Train a Transformer classifier with attention pooling.
-    n = 300 if small() else 3000
+    n = 600 if small() else 3000
     texts, labels = keyword_texts(n, rng)
-    cut = int(0.8 * n)
+    cut, held = int(0.8 * n), int(0.9 * n)  # 80% train, 10% validation (per epoch), 10% test (once, at the end)
     vocab = Vocabulary.build(texts[:cut])
     encoded = [vocab.encode(t) for t in texts]
     config = ClassifierConfig(vocab_size=len(vocab), num_classes=2, d_model=32, num_heads=2, num_layers=1,
@@ -71,11 +77,11 @@ def main() -> None:
     model = TransformerClassifier(config)
     optimizer = AdamW(model.parameters(), model.gradients(), lr=3e-3)
     trainer = Trainer(model, optimizer, batch_size=32, seed=0)
-    history = trainer.fit(encoded[:cut], labels[:cut], epochs=2 if small() else 6,
-                          val_x=encoded[cut:], val_y=labels[cut:], log=print)
-    test_accuracy = accuracy(predict(model, encoded[cut:]), labels[cut:])
+    history = trainer.fit(encoded[:cut], labels[:cut], epochs=3 if small() else 6,
+                          val_x=encoded[cut:held], val_y=labels[cut:held], log=print)
+    test_accuracy = accuracy(predict(model, encoded[held:]), labels[held:])
 
-    ids = pad_batch(encoded[cut:])  # (B, T)
+    ids = pad_batch(encoded[held:])  # (B, T): the test documents
     model.eval()
     logits = model.forward(ids)
     weights = model.attention_weights()  # (B, H, T, T)
@@ -85,7 +91,7 @@ def main() -> None:
     top = most_attended_tokens(weights, ids, vocab.itos, k=6, mask=ids != 0, min_count=3)
     lines = [f"train loss per epoch: {[round(v, 3) for v in history.train_loss]}",
              f"validation accuracy per epoch: {[round(v, 3) for v in history.val_accuracy]}",
-             f"test accuracy: {test_accuracy:.3f}",
+             f"test accuracy (held-out 10%, never seen in training or validation): {test_accuracy:.3f}",
              "most attended tokens: " + ", ".join(f"{t} ({w:.3f})" for t, w, _ in top)]
 
     # 3. Save (safetensors + JSON config) and load back: the same predictions.

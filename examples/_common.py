@@ -26,6 +26,12 @@ def small() -> bool:
     return os.environ.get("ATTNKIT_EXAMPLES_SMALL", "") not in ("", "0")
 
 
+def quick_mode(note: str) -> None:
+    """In small mode, say what the smaller run shows and what only the full run shows."""
+    if small():
+        print(f"quick mode (ATTNKIT_EXAMPLES_SMALL=1): {note}")
+
+
 def parse_args(description: str | None, *, data: str | None = None) -> argparse.Namespace:
     """Parse ``--out`` (default ``./example_output``, created) and, when ``data`` names a data set, ``--data``."""
     parser = argparse.ArgumentParser(description=(description or "").strip().splitlines()[0])
