@@ -262,7 +262,7 @@ def train_options(f: F) -> F:
 def _data_flag(flag: str, type: Any, help: str, field: str, shown: Any, numpy: bool = True,
                **kwargs: Any) -> Callable[[F], F]:
     # DataSettings lives beside the torch training code; its defaults are written here
-    # (``shown``) so that help loads no torch, and tests/test_cli_docs.py holds them equal.
+    # (``shown``) so that help loads no torch, and tests/cli/test_cli_docs.py holds them equal.
     numpy_ref = f"attnkit.train.numpy_backend:NumpyTrainSettings.{field}" if numpy else None
     return click.option(flag, type=type, help=help, cls=LibraryDefaultOption, shown=shown,
                         default_from=f"attnkit.train.pipeline:DataSettings.{field}", numpy_default_from=numpy_ref,

@@ -18,7 +18,7 @@ documents apart:
   encoders and anything else that must not see across documents.
 
 Each document then gets the logits it gets alone (up to float rounding):
-that is what ``tests/test_packing.py`` holds every classifier to.
+that is what ``tests/data/test_packing.py`` holds every classifier to.
 
 Shape legend: R packed rows, T tokens per row, N documents, L longest document.
 """

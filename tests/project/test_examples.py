@@ -1,0 +1,214 @@
+"""The guided tour: every script under examples/ runs in small mode, writes
+each file it promises in its module-level ``OUTPUTS`` list, and prints the
+evidence for what its text claims (``CLAIMS``: a variance near 1, a zero row,
+a permutation that changes nothing...), checked here on its printed output.
+
+The scripts run in this process (``runpy``): one torch import for the whole
+tour instead of one per script. One script also runs as a real subprocess, to
+prove they work outside this harness.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import runpy
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SCRIPTS = sorted(EXAMPLES.glob("[0-9][0-9]_*.py"))
+
+
+def numbers(pattern: str, printed: str) -> list[float]:
+    """Every match of ``pattern`` (one group, a number) in the printed text, as floats."""
+    found = [float(m) for m in re.findall(pattern, printed)]
+    assert found, f"nothing printed matches {pattern!r}:\n{printed}"
+    return found
+
+
+def claims_02(printed: str) -> None:
+    for width, raw, scaled in re.findall(r"Dh=\s*(\d+): score variance unscaled\s+([\d.]+), scaled ([\d.]+)", printed):
+        assert abs(float(scaled) - 1.0) < 0.15, f"scaled variance {scaled} at Dh={width}"
+        assert 0.8 * int(width) < float(raw) < 1.2 * int(width), f"unscaled variance {raw} at Dh={width}"
+    assert len(re.findall(r"score variance", printed)) >= 3
+
+
+def claims_03(printed: str) -> None:
+    assert re.search(r"after the -inf fill: +\[.*-inf", printed)
+    assert "plain softmax of a fully masked row: [nan, nan, nan]" in printed
+    assert "fully masked query 0: output [0.0, 0.0, 0.0, 0.0] ... weights [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]" in printed
+
+
+def claims_04(printed: str) -> None:
+    assert "head 0 (previous token): query i looks at key [0, 0, 1, 2, 3, 4, 5]" in printed
+    assert "head 3 (first token): query i looks at key [0, 0, 0, 0, 0, 0, 0]" in printed
+
+
+def claims_06(printed: str) -> None:
+    assert numbers(r"without positions: .* = ([\d.e+-]+) \(equivariant\)", printed)[0] < 1e-5
+    assert numbers(r"with positions: .* = ([\d.]+) \(order matters\)", printed)[0] > 1e-3
+
+
+def claims_07(printed: str) -> None:
+    for target, source in (("a", "ein"), ("dog", "hund"), ("runs", "läuft")):
+        assert f"'{target}' attends most to '{source}'" in printed
+
+
+def claims_08(printed: str) -> None:
+    post = numbers(r"post-norm: gradient norm .* \(ratio ([\d.]+)\)", printed)[0]
+    pre = numbers(r"pre-norm : gradient norm .* \(ratio ([\d.]+)\)", printed)[0]
+    assert post > 1.0 > pre
+
+
+def claims_09(printed: str) -> None:
+    assert "rel_k is (2k + 1, Dh) = (7, 8): one table for all 4 heads" in printed
+    a, b = numbers(r"w\[\d,\d\]/w\[\d,\d\] = ([\d.]+)", printed)
+    assert a == b
+
+
+def claims_12(printed: str) -> None:
+    assert numbers(r"previous-token head: layer \d, head \d+ \(([\d.]+) of each token", printed)[0] > 0.5
+    assert max(numbers(r"share of attention on \[CLS\] per layer: \[([\d.]+)", printed)) > 0.1
+
+
+def claims_14(printed: str) -> None:
+    assert numbers(r"test accuracy: ([\d.]+)", printed)[0] >= 0.9
+    focus, chance = re.search(r"focus on the key words: ([\d.]+) \(chance ([\d.]+)\)", printed).groups()  # type: ignore[union-attr]
+    assert float(focus) > 2 * float(chance)
+    assert "quick mode" in printed
+
+
+def claims_15(printed: str) -> None:
+    assert numbers(r"test accuracy: ([\d.]+)", printed)[0] >= 0.9
+    verdicts = re.findall(r"^\s*(positive|negative): ", printed, flags=re.M)
+    assert verdicts == ["positive", "negative", "positive"], verdicts
+
+
+def claims_16(printed: str) -> None:
+    assert "attend_with='current_state', attention_reg=0.0" in printed
+    for loss, nll in re.findall(r"loss ([\d.]+) \(word nll ([\d.]+)", printed):
+        assert loss == nll  # the penalty is measured, weighted 0
+
+
+def claims_17(printed: str) -> None:
+    assert numbers(r"exact translations \(greedy\): (\d+)/8", printed)[0] >= 3
+    assert numbers(r"attention on its mirrored source word: ([\d.]+)", printed)[0] > 0.5
+
+
+def claims_18(printed: str) -> None:
+    assert numbers(r"test accuracy \(held-out 10%.*\): ([\d.]+)", printed)[0] >= 0.8
+    assert "torch was imported" in printed
+
+
+def claims_19(printed: str) -> None:
+    focus, chance = re.search(r"on the key words: ([\d.]+) \(chance about ([\d.]+)\)", printed).groups()  # type: ignore[union-attr]
+    assert float(focus) > 2 * float(chance)
+    as_written = numbers(r"as written ([\d.]+)", printed)[0]
+    swapped = numbers(r"replaced by '(?!the')\w+' ([\d.]+)", printed)[0]
+    assert as_written > 0.5 > swapped, "a key word of the other class should flip the prediction"
+
+
+def claims_20(printed: str) -> None:
+    assert "cache size after steps 1, 2, 10, 40: 1, 2, 10, 40" in printed
+    assert all(gap < 1e-5 for gap in numbers(r"max \|cached - [^=]*= ([\d.e+-]+)", printed))
+    assert len(re.findall(r"max \|cached - ", printed)) == 3
+    assert numbers(r"rolling \(window 8\): cache size at most (\d+)", printed) == [8]
+    assert numbers(r"sinks \(2 sinks \+ window 8\): cache size at most (\d+)", printed) == [10]
+
+
+def claims_21(printed: str) -> None:
+    empty, partial, full = (int(n) for n in re.search(  # type: ignore[union-attr]
+        r"(\d+) empty \(skipped\), (\d+) partial, (\d+) full", printed).groups())
+    assert empty > 0 and partial > 0 and full > 0, "the figure should show all three kinds of tile"
+    assert all(gap < 1e-5 for gap in numbers(r"max(?:imum)? (?:\|block mask - dense mask\| =|difference) ([\d.e+-]+)",
+                                              printed))
+    assert len(re.findall(r"vs by hand: max difference", printed)) == 2
+    before, after = numbers(r"largest score ([\d.]+) before", printed)[0], numbers(r", ([\d.]+) after", printed)[0]
+    assert after <= 2.0 < before
+
+
+def claims_22(printed: str) -> None:
+    assert numbers(r"one row: max \|acc / l - softmax\(s\) v\| = ([\d.e+-]+)", printed)[0] < 1e-12
+    assert numbers(r"keys  0-  ?3: m = [+-][\d.]+, alpha = ([\d.]+)", printed) == [0.0]
+    gaps = re.search(r"max \|tiles - plain\| output ([\d.e+-]+), gradients q ([\d.e+-]+), k ([\d.e+-]+), "
+                     r"v ([\d.e+-]+)", printed)
+    assert gaps is not None and all(float(g) < 1e-4 for g in gaps.groups())
+    plain, tiles = (float(x) for x in re.search(r"plain memory x(\d+), tiles x(\d+)", printed).groups())  # type: ignore[union-attr]
+    assert plain > 10 and tiles < 6, "quadratic against linear over a 4x longer sequence"
+
+
+def claims_23(printed: str) -> None:
+    assert numbers(r"classifier: max \|packed - one document at a time\| = ([\d.e+-]+)", printed)[0] < 1e-5
+    assert numbers(r"with the document mask ([\d.e+-]+),", printed)[0] < 1e-5
+    assert numbers(r"without it ([\d.]+) \(the documents", printed)[0] > 1e-2
+    padded, packed = numbers(r"batch: .* (\d+)% padding", printed)
+    assert packed < padded
+
+
+CLAIMS: dict[str, Callable[[str], None]] = {
+    name.removeprefix("claims_"): check for name, check in list(globals().items()) if name.startswith("claims_")
+}
+
+
+def promised_outputs(script: Path) -> list[str]:
+    """The script's ``OUTPUTS = [...]``, read without running it."""
+    tree = ast.parse(script.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "OUTPUTS" for t in node.targets):
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, list) and all(isinstance(v, str) for v in value)
+            return value
+    raise AssertionError(f"{script.name} declares no module-level OUTPUTS list")
+
+
+def test_tour_is_numbered_in_order() -> None:
+    numbers = [int(s.name[:2]) for s in SCRIPTS]
+    assert len(SCRIPTS) >= 15, f"expected the tour's scripts in {EXAMPLES}, found {len(SCRIPTS)}"
+    assert numbers == sorted(set(numbers)), "two scripts share a number"
+    assert numbers[0] == 1
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
+def test_example_runs_and_writes_its_outputs(script: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    outputs = promised_outputs(script)
+    assert outputs, f"{script.name} promises no output file"
+    out = tmp_path / "out"
+    monkeypatch.setenv("ATTNKIT_EXAMPLES_SMALL", "1")
+    monkeypatch.setattr(sys, "argv", [str(script), "--out", str(out)])
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(script), run_name="__main__")
+    printed = capsys.readouterr().out
+    for name in outputs:
+        path = out / name
+        assert path.is_file(), f"{script.name} promised {name} but did not write it"
+        assert path.stat().st_size > 0, f"{script.name} wrote an empty {name}"
+        assert f"wrote {path}" in printed, f"{script.name} did not report writing {name}"
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert written <= set(outputs), f"{script.name} wrote undeclared files {sorted(written - set(outputs))}"
+    # Every script prints the shapes it produces: at least one "(d, d...)" tuple.
+    assert any(line.rstrip().endswith(")") and "(" in line for line in printed.splitlines()), printed
+    check = CLAIMS.get(script.name[:2])
+    if check is not None:
+        check(printed)
+
+
+def test_every_claim_check_names_a_script() -> None:
+    assert set(CLAIMS) <= {s.name[:2] for s in SCRIPTS}
+    assert {"02", "03", "06", "08", "12", "19", "20", "21", "22", "23"} <= set(CLAIMS)
+
+
+def test_example_runs_as_a_script(tmp_path: Path) -> None:
+    script = EXAMPLES / "01_queries_keys_values.py"
+    done = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "o")], capture_output=True,
+                          text=True, timeout=120, env={"ATTNKIT_EXAMPLES_SMALL": "1", "PATH": "/usr/bin:/bin"},
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "o" / "01_lookup.txt").is_file()
+    assert "weights = softmax(scores)" in done.stdout

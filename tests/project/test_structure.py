@@ -1,0 +1,237 @@
+"""The shape of the house: imports go one way (docs/design.md), no module of attnkit takes part
+in an import cycle, no module imports another's private names, and functions stay small.
+
+The import rules are read from the source (every ``import attnkit...``, also
+inside functions; only imports under ``if TYPE_CHECKING:``, which never run,
+are left out of the cycle check), so a module that reaches upward or round
+fails here whatever the reason; the negative controls show the checks can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "attnkit"
+MAX_FUNCTION_LINES = 80
+
+# What each part of the package may import from attnkit (besides itself); docs/design.md, "Layers".
+# The core is imported by its own paths (attnkit.attention....): attnkit.masks, attnkit.functional
+# and attnkit.score_mods are the names users import, aliases that only the alias files touch.
+BASE = {"_checks", "_lazy", "_finite", "_hf_folder", "_memory"}
+ALIAS = {"attention"}
+MAY_IMPORT: dict[str, set[str]] = {
+    "attention": BASE | {"positional"},
+    "positional": BASE,
+    "masks": BASE | ALIAS,
+    "functional": BASE | ALIAS,
+    "score_mods": BASE | ALIAS,
+    "layers": BASE | {"attention", "positional"},
+    "blocks": BASE | {"layers", "attention", "positional"},
+    "decoding": BASE,
+    "models": BASE | {"blocks", "layers", "attention", "positional", "decoding"},
+    "reference": BASE,
+    "data": BASE,
+    "train": BASE | {"models", "blocks", "layers", "attention", "positional", "decoding", "data",
+                     "reference", "__version__"},
+    "viz": BASE,
+    "inspect": BASE | {"layers", "attention", "viz"},
+    "bench": BASE | {"attention", "layers", "positional"},
+}
+# Import cycles still to break (each a set of modules that import one another): shrink it.
+CYCLES_LEFT: list[set[str]] = [
+    {"attnkit.models.ngram_half", "attnkit.models.wide_fit"},
+]
+
+
+def _part(path: Path) -> str:
+    rel = path.relative_to(SRC)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def imported_parts(source: str) -> set[str]:
+    """The parts of attnkit (``masks``, ``train``...) that ``source`` imports, at any depth."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "attnkit":
+            names = [node.module] if node.module != "attnkit" else [f"attnkit.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.split(".")[0] == "attnkit"]
+        found.update(name.split(".")[1] for name in names if "." in name)
+    return found
+
+
+def upward_imports(path: Path) -> set[str]:
+    part = _part(path)
+    allowed = MAY_IMPORT.get(part)
+    if allowed is None:  # cli, the package facade and the console entry may import everything
+        return set()
+    return imported_parts(path.read_text(encoding="utf-8")) - allowed - {part}
+
+
+def long_functions(source: str) -> list[tuple[str, int]]:
+    return [(node.name, node.end_lineno - node.lineno + 1)  # type: ignore[operator]
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]  # type: ignore[operator]
+
+
+FILES = sorted(SRC.rglob("*.py"))
+
+
+def test_imports_only_go_downward() -> None:
+    bad = {str(p.relative_to(SRC)): sorted(up) for p in FILES if (up := upward_imports(p))}
+    assert not bad, f"modules importing against the layering of docs/design.md: {bad}"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in FILES}
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (imports that never run)."""
+    nodes: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        nodes.append(node)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
+def imported_modules(source: str, package: str) -> set[str]:
+    """The attnkit modules ``source`` imports when it runs, at any depth (inside functions too);
+    ``from pkg import mod`` counts as ``pkg.mod``."""
+    found: set[str] = set()
+    for node in _runtime_nodes(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            module = node.module if node.level == 0 else ".".join(
+                [*package.split(".")[: len(package.split(".")) - node.level + 1], node.module])
+            for alias in node.names:
+                found.add(f"{module}.{alias.name}" if f"{module}.{alias.name}" in MODULES else module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m in MODULES}
+
+
+def private_imports(source: str) -> set[str]:
+    """Private names (``_x``) that ``source`` imports from other attnkit modules (modules themselves aside)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "attnkit":
+            names.update(a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")
+                         and f"{node.module}.{a.name}" not in MODULES)
+    return names
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (module -> the modules it imports), first module repeated at the end."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        stack.pop()
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The groups of modules that reach one another through imports (strongly connected, two or more)."""
+    reach = {node: _reachable(graph, node) for node in graph}
+    groups: list[set[str]] = []
+    for node in sorted(graph):
+        group = {other for other in reach[node] if node in reach.get(other, set())}
+        if len(group) > 1 and group not in groups:
+            groups.append(group)
+    return groups
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module of attnkit -> the attnkit modules it imports when it runs."""
+    return {name: {m for m in imported_modules(p.read_text(encoding="utf-8"), name if p.name == "__init__.py"
+                                               else name.rpartition(".")[0]) if m != name}
+            for name, p in MODULES.items()}
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    graph = import_graph()
+    found = cycles(graph)
+    new = [sorted(group) for group in found if group not in CYCLES_LEFT]
+    assert not new, f"import cycles (imports inside functions count): {new}; e.g. {_cycle(graph)}"
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    found = {str(p.relative_to(SRC)): names for p in FILES
+             if (names := private_imports(p.read_text(encoding="utf-8")))}
+    assert not found, f"private names imported across modules (make them public, or move them): {found}"
+
+
+def test_no_function_over_the_limit() -> None:
+    long = {str(p.relative_to(SRC)): f for p in FILES if (f := long_functions(p.read_text(encoding="utf-8")))}
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from attnkit.train.rundir import committed_dir", {"train"}),
+    ("def f():\n    import attnkit.models.bert as b\n", {"models"}),
+    ("from attnkit import masks, functional", {"masks", "functional"}),
+    ("from attnkit.attention.kernels import tiles", {"attention"}),
+    ("import numpy\nfrom . import sibling", set()),
+])
+def test_the_import_reader_sees_every_form(source: str, expected: set[str]) -> None:
+    assert imported_parts(source) == expected
+
+
+def test_the_checks_can_fail(tmp_path: Path) -> None:
+    """Negative controls: an upward import in viz, a cycle, a private import and an 81-line function are caught."""
+    fake = SRC / "viz" / "upward_example.py"
+    assert MAY_IMPORT["viz"] == BASE
+    assert imported_parts("from attnkit.models.bert import BertModel") - MAY_IMPORT[_part(fake)] == {"models"}
+    assert imported_parts("from attnkit import masks") - MAY_IMPORT["layers"] == {"masks"}  # the alias, not the core
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert cycles({"a": {"b"}, "b": {"a", "c"}, "c": set(), "d": {"d"}}) == [{"a", "b"}]
+    assert imported_modules("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                            "    from attnkit.attention import dispatch\n", "attnkit") == set()
+    assert imported_modules("if TYPE_CHECKING:\n    pass\nelse:\n    from attnkit.attention import dispatch\n",
+                            "attnkit") == {"attnkit.attention.dispatch"}
+    assert imported_modules("def f():\n    from attnkit.attention import dispatch\n",
+                            "attnkit.attention.kernels") == {"attnkit.attention.dispatch"}
+    assert private_imports("from attnkit.attention.kernels.runs import _view, usable") == {"_view"}
+    assert private_imports("from attnkit import _checks") == set()
+    body = "def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES
+    assert long_functions(body) == [("f", MAX_FUNCTION_LINES + 1)]

@@ -1,0 +1,239 @@
+"""Training for a chosen measure: --metric, class weights, tuned class offsets, and the reports that show them."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tests.support.cli import TINY
+
+pytest.importorskip("sklearn")
+
+from attnkit.cli import cli  # noqa: E402
+from attnkit.data.readers import Example  # noqa: E402
+from attnkit.data.synthetic import keyword_corpus  # noqa: E402
+from attnkit.train import baseline as bl  # noqa: E402
+from attnkit.train import metrics as M  # noqa: E402
+from attnkit.train import objective as O  # noqa: E402
+from attnkit.train.checkpoint import read_run_config  # noqa: E402
+from attnkit.train.config import TrainConfig  # noqa: E402
+from attnkit.train.tasks import ClassificationTask  # noqa: E402
+
+# --- the measures ---------------------------------------------------------------------------------
+
+
+def test_weighted_f1_and_macro_recall_by_hand() -> None:
+    targets = [0, 0, 0, 0, 1, 1, 2, 2]
+    preds = [0, 0, 0, 1, 1, 0, 2, 0]
+    # class 0: P 3/5, R 3/4, F1 2*3/(4+5)=2/3; class 1: P 1/2, R 1/2, F1 1/2; class 2: P 1, R 1/2, F1 2/3
+    assert M.weighted_f1(targets, preds) == pytest.approx((4 * 2 / 3 + 2 * 0.5 + 2 * 2 / 3) / 8)
+    assert M.macro_recall(targets, preds) == pytest.approx((0.75 + 0.5 + 0.5) / 3)
+    assert M.metric_score("f1:c", targets, preds, 3, ["a", "b", "c"]) == pytest.approx(2 / 3)
+    assert M.metric_score("macro_f1", targets, preds, 3) == pytest.approx(M.macro_f1(targets, preds))
+
+
+def test_classification_report_holds_every_measure_and_named_per_class_rows() -> None:
+    report = M.classification_report([0, 1, 1], [0, 1, 0], 2, ["neg", "pos"])
+    assert set(M.METRICS) <= set(report)
+    assert [r["label"] for r in report["per_class"]] == ["neg", "pos"]
+    assert report["per_class"][1] == {"label": "pos", "precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3),
+                                      "support": 2}
+
+
+def test_unknown_metric_or_class_is_one_line_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"one of accuracy, macro_f1, weighted_f1, macro_recall, f1:<class>; got 'f2'"):
+        M.check_metric("f2")
+    with pytest.raises(ValueError, match=r"class 'nope'.*valid metrics: .*f1:neg, f1:pos"):
+        M.check_metric("f1:nope", ["neg", "pos"])
+    with pytest.raises(ValueError, match="metric must be one of"):
+        TrainConfig(metric="top5")
+    with pytest.raises(ValueError, match=r"class_weight must be one of \['none', 'balanced'\]"):
+        TrainConfig(class_weight="inverse")
+    assert TrainConfig.from_dict({"epochs": 1}).metric == "accuracy"  # runs saved before keep accuracy
+
+
+# --- class weights and offsets --------------------------------------------------------------------
+
+
+def test_balanced_class_weights_and_an_absent_class() -> None:
+    assert O.class_weights([0, 0, 0, 1], 2, "balanced") == pytest.approx([4 / 6, 2.0])
+    assert O.class_weights([0, 1], 2, "none") is None
+    with pytest.raises(ValueError, match=r"class\(es\) \['rare'\] have no training example.*'none'"):
+        O.class_weights([0, 0, 1], 3, "balanced", ["a", "b", "rare"])
+
+
+def test_tuned_offsets_raise_macro_f1_when_a_rare_class_is_under_predicted() -> None:
+    g = torch.Generator().manual_seed(0)
+    labels = torch.tensor([0] * 180 + [1] * 20)
+    logits = torch.zeros(200, 2)
+    logits[:, 1] = torch.where(labels == 1, 0.0, -2.0) - 1.0 + 0.5 * torch.randn(200, generator=g)
+    before = M.macro_f1(labels, logits.argmax(1))
+    offsets, start, after = O.tune_offsets(logits, labels.tolist(), "macro_f1", ["common", "rare"])
+    assert start == pytest.approx(before) and after > before + 0.1
+    assert offsets[0] == 0.0 and offsets[1] > 0  # the rare class's logit is raised
+    assert M.macro_f1(labels, (logits + torch.tensor(offsets)).argmax(1)) == pytest.approx(after)
+    named, _, _ = O.tune_offsets(logits, labels.tolist(), "f1:rare", ["common", "rare"])
+    assert named[0] == 0.0 and named[1] > 0
+
+
+def test_offsets_are_left_at_zero_when_nothing_gains() -> None:
+    logits = torch.tensor([[2.0, 0.0], [0.0, 2.0]] * 10)
+    offsets, before, after = O.tune_offsets(logits, [0, 1] * 10, "macro_f1", ["a", "b"])
+    assert offsets == [0.0, 0.0] and before == after == 1.0
+
+
+def test_fold_offsets_shifts_the_classifier_bias() -> None:
+    model = torch.nn.Module()
+    model.classifier = torch.nn.Linear(3, 2)
+    bias = model.classifier.bias.detach().clone()
+    O.fold_offsets(model, [0.0, 1.5])
+    assert torch.allclose(model.classifier.bias, bias + torch.tensor([0.0, 1.5]))
+    with pytest.raises(ValueError, match="classifier"):
+        O.fold_offsets(torch.nn.Linear(2, 2), [0.0, 1.0])
+
+
+def test_stacking_weighs_classes_alike_for_macro_measures_only() -> None:
+    labels = [0, 0, 0, 1]
+    assert O.stacking_weights("accuracy", labels, 2, "none") is None
+    assert O.stacking_weights("macro_f1", labels, 2, "none") == pytest.approx([4 / 6, 2.0])
+    assert O.stacking_weights("accuracy", labels, 2, "balanced") == pytest.approx([4 / 6, 2.0])
+    assert O.stacking_weights("f1:x", [0, 0], 2, "none") == pytest.approx([1.0, 0.0])  # class 1 absent from val
+
+
+class _Items:
+    def __init__(self, labels: list[int]) -> None:
+        from attnkit.data.batching import LabelVocab
+
+        self.labels, self.label_vocab = labels, LabelVocab(["a", "b"])
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def test_classification_task_scores_and_weighs_by_the_metric() -> None:
+    task = ClassificationTask(_Items([0, 0, 0, 1]), metric="macro_f1", class_weight="balanced")
+    assert task.score({"accuracy": 0.9, "macro_f1": 0.4, "loss": 1.0}) == (0.4, -1.0)
+    assert task.loss_weights is not None and task.loss_weights.tolist() == pytest.approx([4 / 6, 2.0])
+    assert ClassificationTask(_Items([0, 1])).score({"accuracy": 0.9, "macro_f1": 0.4, "loss": 1.0}) == (0.9, -1.0)
+
+
+def test_class_weighted_ngram_regression_favours_the_rare_class() -> None:
+    from attnkit.models.wide_fit import fit_nb_regression
+
+    # 2 documents, 2 n-grams: the same n-gram in each, so only the bias can tell the classes apart
+    counts = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2, 3], [0, 0, 0, 0]]), torch.ones(4, dtype=torch.float64),
+                                     (4, 2)).coalesce()
+    ratios = torch.ones(2, 2, dtype=torch.float64)
+    labels = [0, 0, 0, 1]
+    _, plain = fit_nb_regression(counts, labels, ratios)
+    _, balanced = fit_nb_regression(counts, labels, ratios, [4 / 6, 2.0])
+    assert float(plain[0] - plain[1]) > 0.5  # the common class wins unweighted
+    assert abs(float(balanced[0] - balanced[1])) < 0.05  # balanced: the classes weigh alike
+
+
+# --- the baseline ---------------------------------------------------------------------------------
+
+
+def _imbalanced(n: int = 600, rare: float = 0.08, seed: int = 3) -> list[Example]:
+    rng = random.Random(seed)
+    out = []
+    for i, d in enumerate(keyword_corpus(n, seed=seed, length=(8, 12))):
+        if d.label == "positive" and rng.random() > rare:
+            continue
+        # few keywords per document: the rare class is hard, so weighting matters
+        words = d.text.split()
+        out.append(Example(" ".join(words[:3]) + f" doc{i}", d.label))
+    return out
+
+
+def test_baseline_uses_the_runs_class_weighting() -> None:
+    examples = _imbalanced()
+    train, test = examples[: len(examples) * 2 // 3], examples[len(examples) * 2 // 3 :]
+    plain = bl.baseline_scores(train, test)
+    balanced = bl.baseline_scores(train, test, class_weight="balanced")
+    assert plain["class_weight"] == "none" and balanced["class_weight"] == "balanced"
+    assert "weighted_f1" in balanced and balanced["per_class"][1]["label"] == "positive"
+    assert balanced["per_class"][1]["recall"] > plain["per_class"][1]["recall"]
+    with pytest.raises(ValueError, match=r"\['zzz'\] have no training example"):
+        bl.baseline_scores(train, test, labels=["negative", "positive", "zzz"], class_weight="balanced")
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def imbalanced_csv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "imbalanced.csv"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["text", "label"])
+        for e in _imbalanced(900, rare=0.2):
+            writer.writerow([e.text, e.label])
+    return path
+
+
+WIDE = ["--model", "wide", "--model-opt", "embed_dim=8", "--model-opt", "attention_dim=8",
+        "--model-opt", "ngram_rows=2000", "--vocab-size", "2000", "--max-len", "32", "--epochs", "2",
+        "--device", "cpu", "--quiet"]
+
+
+def test_train_with_a_metric_reports_it_first_with_every_measure(tmp_path, imbalanced_csv) -> None:
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["train", "--data", str(imbalanced_csv), "--out", str(out), "--metric",
+                                      "f1:positive", "--class-weight", "balanced", "--baseline", *WIDE])
+    assert result.exit_code == 0, result.output
+    report = (out / "report.txt").read_text(encoding="utf-8").splitlines()
+    assert report[1].startswith("F1 of positive ") and "--metric f1:positive" in report[1]
+    assert all(word in report[2] for word in ("accuracy", "macro-F1", "weighted-F1", "macro-recall"))
+    assert "class_weight=balanced" in "\n".join(report) and "F1 of positive" in report[4]
+    saved = read_run_config(out)
+    assert saved["train_config"]["metric"] == "f1:positive"
+    decision = saved["metrics"]["decision"]
+    assert decision["metric"] == "f1:positive" and len(decision["offsets"]) == 2 and decision["offsets"][0] == 0.0
+    assert saved["metrics"]["baseline"]["class_weight"] == "balanced"
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "F1 of positive" in page and "macro-recall" in page
+
+    scored = CliRunner().invoke(cli, ["evaluate", str(out), "--data", str(imbalanced_csv), "--json"])
+    assert scored.exit_code == 0, scored.output
+    metrics = json.loads(scored.output)
+    assert set(M.METRICS) <= set(metrics)
+    assert [r["label"] for r in metrics["per_class"]] == ["negative", "positive"]
+
+
+def test_accuracy_runs_tune_no_offsets(tmp_path, imbalanced_csv) -> None:
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["train", "--data", str(imbalanced_csv), "--out", str(out), *TINY])
+    assert result.exit_code == 0, result.output
+    saved = read_run_config(out)
+    assert "offsets" not in saved["metrics"]["decision"]
+    assert (out / "report.txt").read_text(encoding="utf-8").splitlines()[1].startswith("accuracy ")
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--metric", "f1:maybe"], "valid metrics: accuracy, macro_f1, weighted_f1, macro_recall, f1:negative, "
+                               "f1:positive"),
+    (["--metric", "auc"], "metric must be one of accuracy, macro_f1"),
+    (["--class-weight", "inverse"], "'inverse' is not one of 'none', 'balanced'"),
+])
+def test_bad_metric_flags_are_one_line_errors(tmp_path, imbalanced_csv, flags, expected) -> None:
+    result = CliRunner().invoke(cli, ["train", "--data", str(imbalanced_csv), "--out", str(tmp_path / "r"),
+                                      *flags, *TINY])
+    assert result.exit_code != 0 and expected in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "r").exists()
+
+
+def test_cv_compares_the_chosen_metric_with_the_weighted_baseline(tmp_path, imbalanced_csv) -> None:
+    out = tmp_path / "cv.json"
+    result = CliRunner().invoke(cli, ["cv", "--data", str(imbalanced_csv), "--folds", "3", "--max-folds", "1",
+                                      "--metric", "macro_recall", "--class-weight", "balanced", "--baseline",
+                                      "--json", str(out), *TINY])
+    assert result.exit_code == 0, result.output
+    assert "mean macro_recall over 1 fold(s)" in result.output and "macro-recall per fold" in result.output
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    assert "macro_recall" in saved["results"][0] and saved["baseline"]["folds"][0]["class_weight"] == "balanced"
