@@ -101,7 +101,8 @@ def encoder_layer_reference(layer: nn.TransformerEncoderLayer, args: tuple[Any, 
     a = bound.arguments
     src, kpm, attn_mask = a["src"], a["src_key_padding_mask"], a["src_mask"]
     mha = layer.self_attn
-    if src.is_nested:  # (B, *T, E) -> padded (B, T, E) with a key padding mask
+    nested = bool(src.is_nested)
+    if nested:  # (B, *T, E) -> padded (B, T, E) with a key padding mask
         parts = src.unbind()
         lengths = [int(t.shape[0]) for t in parts]
         longest = max(lengths + [length or 0])
@@ -113,6 +114,8 @@ def encoder_layer_reference(layer: nn.TransformerEncoderLayer, args: tuple[Any, 
     x = layer.norm1(src) if layer.norm_first else src
     _, w = _eval_call(mha, lambda: nn.MultiheadAttention.forward(
         mha, x, x, x, key_padding_mask=kpm, attn_mask=attn_mask, need_weights=True, average_attn_weights=False))
+    if nested:  # the fast path computes no padded query, and the capture leaves its row zero
+        w = w * (~kpm)[:, None, :, None]
     return w  # type: ignore[no-any-return]
 
 
