@@ -46,14 +46,53 @@ def _self_attention(tokens: list[str], cap: Any) -> Any:
     return np.asarray(cap.stacked(names)[0])  # (L, H, T, T)
 
 
+def _role_views(source: list[str], target: list[str], cap: Any, label: str) -> list[Any]:
+    """An encoder-decoder's three views of one input: encoder self, decoder self, cross.
+
+    Each view stacks the maps of one role, layers in call order; queries and
+    keys carry the tokens of their side (source, or what the decoder read).
+    """
+    import numpy as np
+
+    from attnkit.cli.visualize import AttentionView
+
+    views = []
+    for role, queries, keys in (("encoder self", source, None), ("decoder self", target, None),
+                                ("cross", target, source)):
+        names = [n for n in cap.weights if cap.roles[n] == role]
+        if not names:
+            raise ValueError(f"no {role}-attention was recorded; not recorded: {cap.missed or 'nothing'}")
+        layers = np.asarray(cap.stacked(names)[0])  # (L, H, Tq, Tk)
+        views.append(AttentionView(queries, layers, None, source=keys, name=f"{label} · {role}"))
+    return views
+
+
 def model_views(source: Path, texts: list[str], images: list[str], timm_name: str | None,
-                max_len: int) -> tuple[list[Any], str, list[Any]]:
+                max_len: int, targets: list[str] | None = None) -> tuple[list[Any], str, list[Any]]:
     """Run ``source`` (a Hugging Face folder, or a weights file with ``timm_name``) on the inputs.
 
-    Returns the views, a title, and one ``(capture, pixels)`` per input.
+    An encoder-decoder folder reads each text as the source and ``targets``
+    (one per text, optional) as what the decoder reads; each input then gives
+    three views, by role. Returns the views, a title, and one
+    ``(capture, pixels)`` per input.
     """
     from attnkit.cli.visualize import AttentionView
-    from attnkit.inspect.sources import hf_folder_attention, timm_attention
+    from attnkit.inspect.sources import (
+        hf_folder_attention,
+        hf_seq2seq_attention,
+        is_encoder_decoder,
+        timm_attention,
+    )
+
+    if timm_name is None and is_encoder_decoder(source):
+        if images:
+            raise ValueError(f"{source} is an encoder-decoder over text: --image does not apply")
+        pairs = hf_seq2seq_attention(source, texts, targets, max_len=max_len)
+        model_type = json.loads((source / "config.json").read_text(encoding="utf-8"))["model_type"]
+        views = [v for i, (src, tgt, cap) in enumerate(pairs) for v in _role_views(src, tgt, cap, f"text {i + 1}")]
+        return views, f"{model_type} {source.name}", [(cap, None) for _, _, cap in pairs]
+    if targets:
+        raise ValueError("--target: only an encoder-decoder folder (T5, BART, Marian...) reads a target text")
 
     if timm_name is not None:
         if not source.is_file():

@@ -64,7 +64,7 @@ class UnreadableCall(ValueError):
 INERT = frozenset({
     "dropout", "output_attentions", "output_hidden_states", "output_router_logits", "deterministic",
     "position_ids", "num_items_in_batch", "max_length_q", "max_length_k", "use_cache", "cache_position",
-    "return_dict", "layer_idx", "target_dtype",
+    "return_dict", "layer_idx", "target_dtype", "token_type_ids",
 })
 # Keywords that change the scores and are computed into the recorded weights.
 TERMS = ("scaling", "is_causal", "position_bias", "softcap", "s_aux", "sinks", "sliding_window")

@@ -166,8 +166,10 @@ def _split_examples(tokens: Any, attentions: Any, source_tokens: Any) -> list[tu
         check_ndim(a, (5,), "attentions", "(B, L, H, Tq, Tk) when tokens is one list per example")
         if a.shape[0] != len(tokens):
             raise ValueError(f"tokens: expected {a.shape[0]} token lists (one per example), got {len(tokens)}")
-        if source_tokens is not None and (not _is_batch(source_tokens) or len(source_tokens) != a.shape[0]):
-            raise ValueError(f"source_tokens: expected {a.shape[0]} token lists (one per example)")
+        if source_tokens is not None and (not _is_batch([t for t in source_tokens if t is not None] or [[]])
+                                          or len(source_tokens) != a.shape[0]):
+            raise ValueError(f"source_tokens: expected {a.shape[0]} token lists (one per example, None for "
+                             "self-attention)")
         per_example = [(a[b], tokens[b], None if source_tokens is None else source_tokens[b])
                        for b in range(a.shape[0])]
     else:
@@ -301,7 +303,8 @@ def write_report(
         title: the page title.
         predictions: per example, a string or ``{"label": ..., "probability": ...}``.
         source_tokens: for cross-attention, the key (source) tokens, in the same
-            form as ``tokens``; queries are then the target tokens.
+            form as ``tokens``; queries are then the target tokens. In a batch,
+            an entry may be None: that example is self-attention.
         example_names: labels for the example selector.
         top_k: edges kept per query row.
         thumb_size: cells per side of the model-view thumbnails, at most.
