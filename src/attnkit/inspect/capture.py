@@ -14,6 +14,7 @@ module                                  how its weights are read
 ``nn.MultiheadAttention``               forward pre-hook on the module (``torch_nn``)
 ``nn.TransformerEncoderLayer``'s MHA    forward pre-hook on the layer, also on the fast path
 Hugging Face attention modules          the attention function they dispatch to is wrapped (``hf``)
+BLOOM, Falcon, GPT-Neo, DeBERTa-v2...   the weights the module computes itself (``hf_returns``)
 timm ``Attention``                      forward pre-hook, from its qkv layer (``timm_attention``)
 attnkit layers                          ``return_weights=True`` (``own_layers``)
 ======================================= ======================================================
@@ -48,6 +49,7 @@ from attnkit.inspect.hf import (
     hf_weights,
     is_hf_attention,
 )
+from attnkit.inspect.hf_returns import RepeatRefused, is_hf_returning, returned_weights
 from attnkit.inspect.own_layers import OWN_LAYERS, CacheCall, own_layer_weights
 from attnkit.inspect.timm_attention import is_timm_attention, timm_call_weights
 from attnkit.inspect.torch_nn import encoder_layer_call_weights, mha_call_weights
@@ -64,7 +66,8 @@ from attnkit.inspect.views import CaptureViews
 __all__ = ["capture", "Capture", "find_attention", "CaptureMismatch"]
 
 SUPPORTED = ("torch.nn.MultiheadAttention (also inside nn.TransformerEncoder/Decoder), Hugging Face "
-             "attention modules that dispatch through ALL_ATTENTION_FUNCTIONS, timm Attention, attnkit layers")
+             "attention modules that dispatch through ALL_ATTENTION_FUNCTIONS or return their own weights "
+             "(BLOOM, Falcon, GPT-Neo, DeBERTa-v2, BLIP), timm Attention, attnkit layers")
 
 
 def _kind(module: nn.Module) -> str | None:
@@ -76,6 +79,8 @@ def _kind(module: nn.Module) -> str | None:
         return "attnkit"
     if is_hf_attention(module):
         return "hf"
+    if is_hf_returning(module):
+        return "hf-returns"
     if is_timm_attention(module):
         return "timm"
     return None
@@ -294,19 +299,19 @@ def _hooks(cap: Capture, chosen: dict[str, tuple[str, nn.Module]], model: nn.Mod
             cap._record(name, w, q, k, lambda: reference(module, args, kwargs))
         return hook
 
-    def own(name: str) -> Any:
+    def own(name: str, read: Any = own_layer_weights) -> Any:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
             if not cap._mine():
                 return
             try:
-                w = own_layer_weights(module, args, kwargs, output)
-            except CacheCall as exc:
+                w = read(module, args, kwargs, output)
+            except (CacheCall, RepeatRefused) as exc:
                 cap.missed[name] = str(exc)
                 return
             except Exception as exc:  # the model's own call must go on: report, do not raise
                 cap.missed[name] = f"{type(exc).__name__}: {exc}"
                 return
-            cap._record(name, w, reference=lambda: w)  # the layer's own return_weights=True
+            cap._record(name, w, reference=lambda: w)  # the module's own eager weights
         return hook
 
     def mha_fn(mod: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> Any:
@@ -333,6 +338,8 @@ def _hooks(cap: Capture, chosen: dict[str, tuple[str, nn.Module]], model: nn.Mod
                                                        with_kwargs=True))
         elif kind == "attnkit":
             handles.append(m.register_forward_hook(own(name), with_kwargs=True))
+        elif kind == "hf-returns":
+            handles.append(m.register_forward_hook(own(name, returned_weights), with_kwargs=True))
 
     def encoder_len(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         src = args[0] if args else kwargs.get("src")

@@ -37,7 +37,7 @@ _S2S = dict(vocab_size=64, d_model=32, encoder_layers=2, decoder_layers=2, encod
             decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64)
 _T5 = dict(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4)
 
-# family: (config class, model class, config keywords, input kind)
+# family: (config class, model class, config keywords, input kind); "-eager" rows load attn_implementation="eager"
 FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "bert": ("BertConfig", "BertModel", _T, "text"),
     "roberta": ("RobertaConfig", "RobertaModel", dict(_T, pad_token_id=1), "text"),
@@ -55,6 +55,8 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "bloom": ("BloomConfig", "BloomModel", dict(vocab_size=64, hidden_size=32, n_layer=2, n_head=4), "text"),
     "falcon": ("FalconConfig", "FalconModel", dict(vocab_size=64, hidden_size=32, num_hidden_layers=2,
                                                    num_attention_heads=4, alibi=True), "text"),
+    "falcon-eager": ("FalconConfig", "FalconModel", dict(vocab_size=64, hidden_size=32, num_hidden_layers=2,
+                                                         num_attention_heads=4, alibi=True), "text"),
     "llama": ("LlamaConfig", "LlamaModel", _DEC, "text"),
     "mistral": ("MistralConfig", "MistralModel", dict(_DEC, sliding_window=4), "text"),
     "qwen2": ("Qwen2Config", "Qwen2Model", _DEC, "text"),
@@ -158,7 +160,7 @@ def _rows(inputs: dict[str, Tensor], role: str, w: Tensor) -> Tensor | None:
 def coverage_row(family: str, build: Callable[[str, str], nn.Module] = tiny_model) -> CoverageRow:
     """Capture ``family`` under its default kernels and compare with its eager maps (see the module)."""
     try:
-        model = build(family, "sdpa")
+        model = build(family, "eager" if family.endswith("-eager") else "sdpa")
     except ValueError:  # no SDPA path in this architecture: its default is eager
         model = build(family, "eager")
     eager = build(family, "eager")
