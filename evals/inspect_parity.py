@@ -92,7 +92,7 @@ def coverage_table() -> tuple[list[str], bool]:
         ok &= row.status != "WRONG" and row.outputs_equal
         read += row.status == "read"
         refused = "; ".join(r.replace("|", "/") for r in row.refused) or "-"
-        verify = {True: "equal", False: "DIFFERS", None: "-"}[row.verified]
+        verify = {True: "equal", False: "DIFFERS", None: "-"}[row.verified] if row.read else "-"
         worst = f"{row.worst:.1e}" if row.read else "-"
         lines.append(f"| {family} | {'yes' if row.outputs_equal else 'NO'} | {row.status} ({row.read}) | {worst} | "
                      f"{verify} | {refused} |")
