@@ -135,3 +135,21 @@ def test_verify_on_torch_modules() -> None:
         enc(torch.randn(2, 7, 16), src_key_padding_mask=pad)  # the nested-tensor fast path
     assert sorted(cap.verified) == ["layers.0.self_attn", "layers.1.self_attn"]
     assert max(cap.verified.values()) <= 1e-6
+
+
+def test_a_timm_style_block_called_on_a_feature_map_is_missed_with_the_reason() -> None:
+    """The reason names the shape that came, not an unpacking error from deep inside."""
+    from attnkit.inspect.timm_attention import timm_call_weights
+
+    class Attention(nn.Module):  # the standard block's parts
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv, self.num_heads, self.head_dim, self.scale = nn.Linear(8, 24), 2, 4, 0.5
+            self.q_norm = self.k_norm = nn.Identity()
+
+        def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+            return x
+    with pytest.raises(ValueError, match=r"reads tokens \(B, N, C\), got \(1, 8, 4, 4\)"):
+        timm_call_weights(Attention(), (torch.randn(1, 8, 4, 4),), {})
+    w, q, _ = timm_call_weights(Attention(), (torch.randn(1, 5, 8),), {})
+    assert w.shape == (1, 2, 5, 5) and torch.allclose(w.sum(-1), torch.ones(1, 2, 5))
