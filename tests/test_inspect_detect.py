@@ -153,3 +153,27 @@ def test_a_timm_style_block_called_on_a_feature_map_is_missed_with_the_reason() 
         timm_call_weights(Attention(), (torch.randn(1, 8, 4, 4),), {})
     w, q, _ = timm_call_weights(Attention(), (torch.randn(1, 5, 8),), {})
     assert w.shape == (1, 2, 5, 5) and torch.allclose(w.sum(-1), torch.ones(1, 2, 5))
+
+
+def test_roles_view_labels_source_and_target(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Whisper: audio frames are the source positions; the report has one named example per role."""
+    model = tiny_model("whisper", "sdpa")
+    inputs = tiny_inputs("whisper")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with capture(model) as cap:
+            model(**inputs)
+    frames = [f"frame {i}" for i in range(cap.weights["encoder.layers.0.self_attn"].shape[-1])]
+    target = ["<start>", "a", "b", "c", "d"]
+    data = cap.roles_view(frames, target).data
+    assert [e["name"] for e in data["examples"]] == ["encoder self", "decoder self", "cross"]
+    assert data["examples"][2]["queries"] == target and data["examples"][2]["keys"] == frames
+    assert data["examples"][0]["keys"] == frames
+    with pytest.raises(ValueError, match=r"target_tokens: the decoder self maps are 5 x 5 .* give 2 x 2"):
+        cap.roles_view(frames, ["a", "b"])
+    mha = nn.MultiheadAttention(8, 2, batch_first=True)
+    x = torch.randn(1, 3, 8)
+    with capture(mha) as self_only:
+        mha(x, x, x)
+    with pytest.raises(ValueError, match="no encoder self-attention was recorded; recorded roles: \\['self'\\]"):
+        self_only.roles_view(["a"] * 3, ["b"] * 3)

@@ -159,23 +159,10 @@ def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
 
 
 def _write_named_views(views: list[AttentionView], out: Path, title: str) -> Path:
-    """Views of several shapes (an encoder-decoder's roles) as one report, one named example each.
+    """Views of several shapes (an encoder-decoder's roles) as one report, one named example each."""
+    from attnkit.viz.report import pad_examples, write_report
 
-    Maps are laid into zeros of the largest layer, head and token counts; each
-    example shows only its own tokens (a view with fewer layers shows empty ones).
-    """
-    import numpy as np
-
-    from attnkit.viz.report import write_report
-
-    size = [max(v.layers.shape[i] for v in views) for i in range(4)]
-    size[2] = max(size[2], max(len(v.tokens) for v in views))
-    size[3] = max(size[3], max(len(v.source or v.tokens) for v in views))
-    stacked = np.zeros((len(views), *size), np.float32)  # (B, L, H, Tq, Tk)
-    for b, v in enumerate(views):
-        ell, h, tq, tk = v.layers.shape
-        stacked[b, :ell, :h, :tq, :tk] = v.layers
-    return write_report(out, [v.tokens for v in views], stacked, title=title,
+    return write_report(out, [v.tokens for v in views], pad_examples([v.layers for v in views]), title=title,
                         source_tokens=[v.source for v in views], example_names=[v.name or "" for v in views])
 
 

@@ -43,7 +43,7 @@ from attnkit.viz._neuron_assets import NEURON_CSS, NEURON_JS, NEURON_SECTION
 from attnkit.viz._report_assets import CSS, JS, PAGE
 from attnkit.viz.measures import attention_entropy
 
-__all__ = ["write_report", "report_data", "ReportLimits"]
+__all__ = ["write_report", "report_data", "ReportLimits", "pad_examples"]
 
 Prediction = str | Mapping[str, Any] | None
 Section = Mapping[str, Any]
@@ -148,6 +148,23 @@ def _example(a: np.ndarray, queries: list[str], keys: list[str], cross: bool,
         "entropy": np.round(np.nan_to_num(entropy, nan=0.0), 3).tolist(),
         "coverage": np.round(np.nan_to_num(cov_head, nan=1.0), 3).tolist(),
     }
+
+
+def pad_examples(maps: Sequence[np.ndarray]) -> np.ndarray:
+    """Examples of different shapes (an encoder-decoder's roles) laid into zeros of the largest.
+
+    Each example is then cut back to its own tokens by the report; an example
+    with fewer layers or heads shows empty ones.
+
+    Shape:
+        maps: each ``(L, H, Tq, Tk)``; returns ``(B, L, H, Tq, Tk)``.
+    """
+    size = [max(int(m.shape[i]) for m in maps) for i in range(4)]
+    out = np.zeros((len(maps), *size), np.float32)  # (B, L, H, Tq, Tk)
+    for b, m in enumerate(maps):
+        ell, h, tq, tk = m.shape
+        out[b, :ell, :h, :tq, :tk] = m
+    return out
 
 
 def _is_batch(tokens: Any) -> bool:
