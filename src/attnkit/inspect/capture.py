@@ -150,6 +150,8 @@ def _select(found: dict[str, tuple[str, nn.Module]], model: nn.Module, modules: 
 
 
 ROLES = ("encoder self", "decoder self", "cross", "self")
+"""What a recorded map can be (``cap.roles``)."""
+
 _CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn", "multihead_attn",
                 "cross_attention")
 _CROSS_KEYWORDS = ("key_value_states", "encoder_hidden_states")

@@ -87,6 +87,7 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
                                                          conv_kernel=(4, 4), num_conv_pos_embeddings=4,
                                                          num_conv_pos_embedding_groups=2), "audio"),
 }
+"""The architectures of the coverage table: ``{family: (config class, model class, config keywords, input kind)}``."""
 
 
 @dataclass

@@ -60,14 +60,16 @@ class UnreadableCall(ValueError):
     """A call whose weights cannot be computed beside the kernel (the reason is the message)."""
 
 
-# Keywords an attention function receives that change no score: read and set aside.
 INERT = frozenset({
     "dropout", "output_attentions", "output_hidden_states", "output_router_logits", "deterministic",
     "position_ids", "num_items_in_batch", "max_length_q", "max_length_k", "use_cache", "cache_position",
     "return_dict", "layer_idx", "target_dtype", "token_type_ids",
 })
-# Keywords that change the scores and are computed into the recorded weights.
+"""Keywords an attention function receives that change no score: read and set aside."""
+
 TERMS = ("scaling", "is_causal", "position_bias", "softcap", "s_aux", "sinks", "sliding_window")
+"""Keywords that change the scores and are computed into the recorded weights."""
+
 # Keywords that restrict keys in a way only a 4-D mask also carries (packed documents).
 PACKING = ("cu_seq_lens_q", "cu_seq_lens_k", "seq_idx")
 

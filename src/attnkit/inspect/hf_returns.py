@@ -32,7 +32,11 @@ from torch import Tensor, nn
 __all__ = ["RETURNS_WEIGHTS", "ON_REQUEST", "is_hf_returning", "returned_weights"]
 
 RETURNS_WEIGHTS = frozenset({"BloomAttention", "GPTNeoSelfAttention", "BlipAttention"})
+"""Classes whose output always holds their ``(B, H, Tq, Tk)`` weights second."""
+
 ON_REQUEST = frozenset({"FalconAttention", "DisentangledSelfAttention"})
+"""Classes that return their weights when called with ``output_attentions=True`` (eager only)."""
+
 _CACHES = ("layer_past", "past_key_values", "past_key_value", "cache")
 
 
