@@ -120,8 +120,8 @@ def test_mha_with_bias_kv_and_bool_mask() -> None:
         out, _ = mha(q, k, v, attn_mask=mask, need_weights=False)
     _, ref = mha(q, k, v, attn_mask=mask, need_weights=True, average_attn_weights=False)
     assert torch.equal(out, mha(q, k, v, attn_mask=mask, need_weights=False)[0])
-    assert cap.weights[""].shape == (2, 3, 4, 8)  # 6 keys + bias_k + the zero key
-    assert (cap.weights[""] - ref).abs().max() <= 1e-6
+    assert cap.weights["MultiheadAttention"].shape == (2, 3, 4, 8)  # 6 keys + bias_k + the zero key
+    assert (cap.weights["MultiheadAttention"] - ref).abs().max() <= 1e-6
 
 
 def test_attnkit_layers_are_captured_without_changing_them() -> None:
@@ -169,7 +169,7 @@ def test_multi_head_attention_in_training_keeps_the_random_stream() -> None:
     with capture(mha) as cap:
         seen = mha(x)
     assert torch.equal(plain, seen)
-    assert torch.allclose(cap.weights[""].sum(-1), torch.ones(2, 4, 5))  # before dropout
+    assert torch.allclose(cap.weights["MultiHeadAttention"].sum(-1), torch.ones(2, 4, 5))  # before dropout
 
 
 class MyAttention(nn.Module):

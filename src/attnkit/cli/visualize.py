@@ -41,7 +41,9 @@ class AttentionView:
         pooling ``(T,)`` pooling weights, or ``None``.
 
     ``total_tokens`` counts the text's tokens before it was cut to the
-    model's maximum length (``len(tokens)`` when nothing was cut).
+    model's maximum length (``len(tokens)`` when nothing was cut). A
+    cross-attention view has ``source``, the key tokens (``layers`` is then
+    ``(L, H, Tq, Tk)``); ``name`` labels the view in the report.
     """
 
     tokens: list[str]
@@ -50,6 +52,8 @@ class AttentionView:
     label: str | None = None
     probability: float | None = None
     total_tokens: int | None = None
+    source: list[str] | None = None
+    name: str | None = None
 
 
 def _is_run(folder: Path) -> bool:
@@ -126,6 +130,8 @@ def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
             for v in views
         ]
         t = max(len(v.tokens) for v in views)
+        if any(v.name is not None for v in views) and all(v.layers.shape[0] > 0 for v in views):
+            return _write_named_views(views, out, title)
         if all(v.layers.shape[0] > 0 for v in views):
             stacked = np.zeros((len(views), *views[0].layers.shape[:2], t, t), np.float32)  # (B, L, H, T, T)
             for b, v in enumerate(views):
@@ -152,6 +158,14 @@ def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
     return out
 
 
+def _write_named_views(views: list[AttentionView], out: Path, title: str) -> Path:
+    """Views of several shapes (an encoder-decoder's roles) as one report, one named example each."""
+    from attnkit.viz.report import pad_examples, write_report
+
+    return write_report(out, [v.tokens for v in views], pad_examples([v.layers for v in views]), title=title,
+                        source_tokens=[v.source for v in views], example_names=[v.name or "" for v in views])
+
+
 @click.command()
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
 @click.argument("texts", nargs=-1)
@@ -166,11 +180,14 @@ def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
               help="An image for a vision model (repeatable).")
 @click.option("--timm", "timm_name", default=None,
               help="A timm model name; SOURCE is then its local weights file (.safetensors or .pth).")
+@click.option("--target", "targets", multiple=True,
+              help="For an encoder-decoder folder (T5, BART, Marian): the text the decoder reads, one per "
+                   "TEXT in order (repeatable; default: only the decoder's start token).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @allow_unfinished_option
 def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path | None, encoding: str,
-              max_len: int, images: tuple[str, ...], timm_name: str | None, overwrite: bool,
-              allow_unfinished: bool) -> None:
+              max_len: int, images: tuple[str, ...], timm_name: str | None, targets: tuple[str, ...],
+              overwrite: bool, allow_unfinished: bool) -> None:
     """Show where a trained run, a Hugging Face folder or a timm model attends.
 
     \b
@@ -178,6 +195,7 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
       attnkit visualize runs/demo "a brilliant and moving film" -o report.html
       attnkit visualize path/to/bert "Attention filters noise." -o heads.png
       attnkit visualize path/to/gpt2-folder "Attention filters noise." -o gpt2.html
+      attnkit visualize path/to/t5-folder "translate: a cat" --target "eine Katze" -o t5.html
       attnkit visualize vit.safetensors --timm vit_tiny_patch16_224 --image cat.png -o rollout.png
     """
     from attnkit.cli.visualize_models import (
@@ -211,8 +229,8 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
             title = f"BERT {source.name}"
             limit = "--max-len or the model's position limit"
         elif timm_name is not None or is_hf_folder(source):
-            rows, title, captured = model_views(source, items, list(images), timm_name, max_len)
-            views = [AttentionView(tokens, layers, None) for tokens, layers in rows]
+            rows, title, captured = model_views(source, items, list(images), timm_name, max_len, list(targets))
+            views = [AttentionView(tokens, layers, None, source=keys, name=name) for tokens, layers, keys, name in rows]
             limit = "--max-len or the model's position limit"
         else:
             if (source / "config.json").is_file():  # name a config.json that is not JSON at all
@@ -227,6 +245,9 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
                                    what=limit)
         if notice is not None:
             click.echo(notice, err=True)
+        if targets and not captured:
+            raise click.BadParameter("only an encoder-decoder Hugging Face folder reads a target text",
+                                     param_hint="--target")
         if captured and captured[0][1] is not None and out.suffix != ".html":
             path = write_image_rollout(captured[0], views[0].tokens, out)
         else:

@@ -18,6 +18,9 @@ from typing import Any
 __all__ = ["is_hf_folder", "is_attnkit_bert", "model_views", "write_image_rollout"]
 
 
+ViewRow = tuple[list[str], Any, "list[str] | None", "str | None"]
+"""One view for the report: query tokens, maps ``(L, H, Tq, Tk)``, key tokens (None: the query tokens), a name."""
+
 def is_hf_folder(folder: Path) -> bool:
     """A folder with a Hugging Face ``config.json`` (one that names its ``model_type``)."""
     path = folder / "config.json"
@@ -47,14 +50,50 @@ def _self_attention(tokens: list[str], cap: Any) -> Any:
     return np.asarray(cap.stacked(names)[0])  # (L, H, T, T)
 
 
+def _role_views(source: list[str], target: list[str], cap: Any, label: str) -> list[ViewRow]:
+    """An encoder-decoder's three views of one input: encoder self, decoder self, cross.
+
+    Each view stacks the maps of one role, layers in call order; queries and
+    keys carry the tokens of their side (source, or what the decoder read).
+    """
+    import numpy as np
+
+    views: list[ViewRow] = []
+    for role, queries, keys in (("encoder self", source, None), ("decoder self", target, None),
+                                ("cross", target, source)):
+        names = [n for n in cap.weights if cap.roles[n] == role]
+        if not names:
+            raise ValueError(f"no {role}-attention was recorded; not recorded: {cap.missed or 'nothing'}")
+        layers = np.asarray(cap.stacked(names)[0])  # (L, H, Tq, Tk)
+        views.append((queries, layers, keys, f"{label} · {role}"))
+    return views
+
+
 def model_views(source: Path, texts: list[str], images: list[str], timm_name: str | None,
-                max_len: int) -> tuple[list[tuple[list[str], Any]], str, list[Any]]:
+                max_len: int, targets: list[str] | None = None) -> tuple[list[ViewRow], str, list[Any]]:
     """Run ``source`` (a Hugging Face folder, or a weights file with ``timm_name``) on the inputs.
 
-    Returns one ``(tokens, self-attention (L, H, T, T))`` per input, a title, and one
+    An encoder-decoder folder reads each text as the source and ``targets``
+    (one per text, optional) as what the decoder reads; each input then gives
+    three views, by role. Returns one :data:`ViewRow` per view, a title, and one
     ``(capture, pixels)`` per input.
     """
-    from attnkit.inspect.sources import hf_folder_attention, timm_attention
+    from attnkit.inspect.sources import (
+        hf_folder_attention,
+        hf_seq2seq_attention,
+        is_encoder_decoder,
+        timm_attention,
+    )
+
+    if timm_name is None and is_encoder_decoder(source):
+        if images:
+            raise ValueError(f"{source} is an encoder-decoder over text: --image does not apply")
+        pairs = hf_seq2seq_attention(source, texts, targets, max_len=max_len)
+        model_type = json.loads((source / "config.json").read_text(encoding="utf-8"))["model_type"]
+        roles = [v for i, (src, tgt, cap) in enumerate(pairs) for v in _role_views(src, tgt, cap, f"text {i + 1}")]
+        return roles, f"{model_type} {source.name}", [(cap, None) for _, _, cap in pairs]
+    if targets:
+        raise ValueError("--target: only an encoder-decoder folder (T5, BART, Marian...) reads a target text")
 
     if timm_name is not None:
         if not source.is_file():
@@ -64,7 +103,7 @@ def model_views(source: Path, texts: list[str], images: list[str], timm_name: st
     else:
         results = hf_folder_attention(source, texts or None, images or None, max_len=max_len)
         title = f"{json.loads((source / 'config.json').read_text(encoding='utf-8'))['model_type']} {source.name}"
-    views = [(tokens, _self_attention(tokens, cap)) for tokens, cap, _ in results]
+    views: list[ViewRow] = [(tokens, _self_attention(tokens, cap), None, None) for tokens, cap, _ in results]
     return views, title, [(cap, pixels) for _, cap, pixels in results]
 
 

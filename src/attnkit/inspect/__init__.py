@@ -9,6 +9,6 @@ tokens=...)`` (the offline HTML report, with a neuron view), ``cap.figure()``,
 itself inline in Jupyter. See ``docs/inspect.md``.
 """
 
-from attnkit.inspect.capture import Capture, capture, find_attention
+from attnkit.inspect.capture import Capture, CaptureMismatch, capture, find_attention
 
-__all__ = ["capture", "Capture", "find_attention"]
+__all__ = ["capture", "Capture", "CaptureMismatch", "find_attention"]

@@ -14,20 +14,25 @@ module                                  how its weights are read
 ``nn.MultiheadAttention``               forward pre-hook on the module (``torch_nn``)
 ``nn.TransformerEncoderLayer``'s MHA    forward pre-hook on the layer, also on the fast path
 Hugging Face attention modules          the attention function they dispatch to is wrapped (``hf``)
+BLOOM, Falcon, GPT-Neo, DeBERTa-v2...   the weights the module computes itself (``hf_returns``)
 timm ``Attention``                      forward pre-hook, from its qkv layer (``timm_attention``)
 attnkit layers                          ``return_weights=True`` (``own_layers``)
 ======================================= ======================================================
 
 In every case the weights are computed *beside* the model: its output is
 bit-for-bit what it gives without a capture, from the same kernels. Modules
-whose class name says attention but which none of these reads are listed in
+that look like attention (by name, or by what they compute: see
+:mod:`attnkit.inspect.detect`) but which none of these reads are listed in
 ``cap.unsupported`` (and a warning names them); calls that could not be read
-are in ``cap.missed`` with the reason.
+exactly are in ``cap.missed`` with the reason, never recorded approximately.
+``verify=True`` checks each read against the plain computation
+(:mod:`attnkit.inspect.verify`). Each map has a role (``cap.roles``): encoder
+self, decoder self, cross, or self.
 """
 
 from __future__ import annotations
 
-import re
+import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -36,17 +41,33 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnkit.inspect.hf import HFPatches, UnreadableCall, hf_weights, is_hf_attention
+from attnkit.inspect.detect import unread_attention
+from attnkit.inspect.hf import (
+    HFPatches,
+    UnreadableCall,
+    eager_reference,
+    hf_weights,
+    is_hf_attention,
+)
+from attnkit.inspect.hf_returns import RepeatRefused, is_hf_returning, returned_weights
 from attnkit.inspect.own_layers import OWN_LAYERS, CacheCall, own_layer_weights
 from attnkit.inspect.timm_attention import is_timm_attention, timm_call_weights
 from attnkit.inspect.torch_nn import encoder_layer_call_weights, mha_call_weights
+from attnkit.inspect.verify import (
+    TOLERANCE,
+    CaptureMismatch,
+    encoder_layer_reference,
+    map_difference,
+    mha_reference,
+    timm_reference,
+)
 from attnkit.inspect.views import CaptureViews
 
-__all__ = ["capture", "Capture", "find_attention"]
+__all__ = ["capture", "Capture", "find_attention", "CaptureMismatch"]
 
-_ATTENTION_NAME = re.compile(r"attention|attn", re.IGNORECASE)
 SUPPORTED = ("torch.nn.MultiheadAttention (also inside nn.TransformerEncoder/Decoder), Hugging Face "
-             "attention modules that dispatch through ALL_ATTENTION_FUNCTIONS, timm Attention, attnkit layers")
+             "attention modules that dispatch through ALL_ATTENTION_FUNCTIONS or return their own weights "
+             "(BLOOM, Falcon, GPT-Neo, DeBERTa-v2, BLIP), timm Attention, attnkit layers")
 
 
 def _kind(module: nn.Module) -> str | None:
@@ -58,6 +79,8 @@ def _kind(module: nn.Module) -> str | None:
         return "attnkit"
     if is_hf_attention(module):
         return "hf"
+    if is_hf_returning(module):
+        return "hf-returns"
     if is_timm_attention(module):
         return "timm"
     return None
@@ -68,12 +91,14 @@ def find_attention(model: nn.Module) -> tuple[dict[str, tuple[str, nn.Module]], 
 
     An encoder layer's ``self_attn`` is listed under its own name
     (``layers.0.self_attn``) but read through the layer (kind
-    ``torch-encoder-layer``), whose fast path bypasses it. Unsupported: a module
-    whose class name mentions attention, that is not read, holds no read module
-    and sits inside none.
+    ``torch-encoder-layer``), whose fast path bypasses it. The model itself,
+    when it is the attention module, is named after its class. Unsupported:
+    the innermost modules that look like attention (:mod:`attnkit.inspect.detect`)
+    that are not read, hold no read module and sit inside none.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    top = type(model).__name__
     found: dict[str, tuple[str, nn.Module]] = {}
     inside: set[int] = set()
     for name, m in model.named_modules():
@@ -83,17 +108,10 @@ def find_attention(model: nn.Module) -> tuple[dict[str, tuple[str, nn.Module]], 
         if kind is None:
             continue
         key = f"{name}.self_attn" if kind == "torch-encoder-layer" else name
-        found[key.lstrip(".")] = (kind, m)
+        found[key.lstrip(".") or top] = (kind, m)
         inside.update(id(s) for s in m.modules())
     covered = {id(s) for _, m in found.values() for s in m.modules()}
-    unsupported = []
-    for name, m in model.named_modules():
-        if id(m) in covered or not _ATTENTION_NAME.search(type(m).__name__):
-            continue
-        if any(id(s) in covered for s in m.modules()):
-            continue  # a container of read modules (a Hugging Face BertAttention, say)
-        unsupported.append(f"{name or '(model)'} ({type(m).__name__})")
-    return found, unsupported
+    return found, unread_attention(model, covered, top)
 
 
 def _select(found: dict[str, tuple[str, nn.Module]], model: nn.Module, modules: Iterable[Any] | None,
@@ -102,18 +120,20 @@ def _select(found: dict[str, tuple[str, nn.Module]], model: nn.Module, modules: 
     if modules is not None:
         if isinstance(modules, (str, nn.Module)):
             modules = [modules]
-        names = {id(m): n for n, m in model.named_modules()}
+        names = {id(m): n or type(model).__name__ for n, m in model.named_modules()}
         chosen = {}
         for item in modules:
             name = names.get(id(item)) if isinstance(item, nn.Module) else item
+            name = type(model).__name__ if name == "" else name
             if not isinstance(name, str):
                 raise ValueError(f"modules: {item!r} is not a module of the model (expected names or submodules)")
             if name not in names.values():
                 raise ValueError(f"modules: the model has no module {name!r}; its attention modules are "
                                  f"{sorted(found)}")
-            under = {n: v for n, v in found.items() if n == name or n.startswith(f"{name}.") or not name}
+            whole = name == type(model).__name__
+            under = {n: v for n, v in found.items() if n == name or n.startswith(f"{name}.") or whole}
             if not under:
-                m = dict(model.named_modules())[name]
+                m = {n or type(model).__name__: s for n, s in model.named_modules()}[name]
                 raise ValueError(f"modules: {name!r} ({type(m).__name__}) cannot be captured: it is not, and "
                                  f"holds no, supported attention module ({SUPPORTED})")
             chosen.update(under)
@@ -129,35 +149,102 @@ def _select(found: dict[str, tuple[str, nn.Module]], model: nn.Module, modules: 
     return chosen
 
 
+ROLES = ("encoder self", "decoder self", "cross", "self")
+"""What a recorded map can be (``cap.roles``)."""
+
+_CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn", "multihead_attn",
+                "cross_attention")
+_CROSS_KEYWORDS = ("key_value_states", "encoder_hidden_states")
+
+
+def _stacks(names: Iterable[str]) -> bool:
+    """Whether the module names show an encoder and a decoder (an encoder-decoder model)."""
+    parts = [set(n.split(".")) for n in names]
+    return any(p.startswith("encoder") for s in parts for p in s) and \
+        any(p.startswith("decoder") for s in parts for p in s)
+
+
+def _role(name: str, cross: bool, two_stacks: bool) -> str:
+    """``"cross"``, ``"encoder self"``, ``"decoder self"`` or ``"self"`` for a call of module ``name``.
+
+    Encoder and decoder are told apart only in a model that has both.
+    """
+    parts = name.split("#")[0].split(".")
+    if cross or any(p in _CROSS_NAMES for p in parts):
+        return "cross"
+    if not two_stacks:
+        return "self"
+    if any(p.startswith("decoder") for p in parts):
+        return "decoder self"
+    if any(p.startswith("encoder") for p in parts):
+        return "encoder self"
+    return "self"
+
+
 class Capture(CaptureViews):
     """What one :func:`capture` recorded.
 
     Attributes:
         weights: ``{module name: weights (B, H, Tq, Tk)}`` in call order; a
             module called again in the same capture adds ``name#1``, ``name#2``...
+        roles: ``{name: role}`` for each recorded call: ``"encoder self"``,
+            ``"decoder self"``, ``"cross"`` (decoder queries, encoder keys) or ``"self"``.
         vectors: ``{name: (q (B, H, Tq, Dh), k (B, H, Tk, Dh))}`` when
             ``vectors=True`` (for the neuron view), for the modules that have them.
         modules: ``{name: kind}`` of the modules being read.
         unsupported: attention-like modules nothing reads, by name and class.
         missed: ``{name: reason}`` for calls whose weights could not be read.
+        verified: ``{module name: max |recorded - reference|}`` with ``verify=True``.
     """
 
-    def __init__(self, modules: dict[str, str], unsupported: list[str], keep_vectors: bool) -> None:
+    def __init__(self, modules: dict[str, str], unsupported: list[str], keep_vectors: bool,
+                 verify: bool = False) -> None:
         self.weights: dict[str, Tensor] = {}
+        self.roles: dict[str, str] = {}
         self.vectors: dict[str, tuple[Tensor, Tensor]] = {}
         self.modules = modules
         self.unsupported = unsupported
         self.missed: dict[str, str] = {}
+        self.verified: dict[str, float] = {}
+        self._unverifiable: dict[str, str] = {}
+        self._verify = verify
         self._keep_vectors = keep_vectors
         self._calls: dict[str, int] = {}
+        self._cross: set[str] = set()
+        self._thread = threading.get_ident()
+        self._two_stacks = _stacks(modules)
 
-    def _record(self, name: str, w: Tensor, q: Tensor | None = None, k: Tensor | None = None) -> None:
+    def _mine(self) -> bool:
+        """Whether the current call belongs to this capture (made in the thread that opened it)."""
+        return threading.get_ident() == self._thread
+
+    def _record(self, name: str, w: Tensor, q: Tensor | None = None, k: Tensor | None = None,
+                reference: Any = None) -> None:
         n = self._calls.get(name, 0)
         self._calls[name] = n + 1
         key = name if n == 0 else f"{name}#{n}"
         self.weights[key] = w.detach()
+        self.roles[key] = _role(name, name in self._cross, self._two_stacks)
         if self._keep_vectors and q is not None and k is not None:
             self.vectors[key] = (q.detach(), k.detach())
+        if self._verify and n == 0 and reference is not None:
+            try:
+                with torch.no_grad():
+                    self.verified[name] = map_difference(w, reference())
+            except Exception as exc:  # reported when the capture closes, by module name
+                self._unverifiable[name] = f"{type(exc).__name__}: {exc}"
+
+    def _check(self) -> None:
+        """Raise for the modules whose map differs from its reference, or could not be recomputed."""
+        wrong = {n: d for n, d in self.verified.items() if not d <= TOLERANCE}
+        if wrong:
+            listed = ", ".join(f"{n} (max difference {d:.2e})" for n, d in wrong.items())
+            raise CaptureMismatch(f"verify: the recorded maps of {listed} differ from the plain eager computation "
+                                  f"by more than {TOLERANCE:g}; do not trust them")
+        if self._unverifiable:
+            listed = "; ".join(f"{n} ({why})" for n, why in self._unverifiable.items())
+            raise CaptureMismatch(f"verify: these maps cannot be recomputed the plain way (capture without "
+                                  f"verify=True to keep them unchecked): {listed}")
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{n}: {tuple(w.shape)}" for n, w in list(self.weights.items())[:4])
@@ -172,7 +259,7 @@ class _ForwardWrapper:
     attached to it or to its submodules, which would change the kernel that
     runs (and the last bits of the output). An instance attribute ``forward``
     that calls the class's own ``forward`` is invisible to that check; it is
-    removed when the capture closes.
+    removed when the capture closes (nested captures stack their wrappers).
     """
 
     def __init__(self, module: nn.Module, fn: Any) -> None:
@@ -199,38 +286,62 @@ def _hooks(cap: Capture, chosen: dict[str, tuple[str, nn.Module]], model: nn.Mod
     handles: list[Any] = []
     seen_len: dict[str, int | None] = {"encoder": None}
 
-    def pre(name: str, fn: Any) -> Any:
+    def pre(name: str, fn: Any, reference: Any) -> Any:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            if not cap._mine():
+                return
             try:
                 with torch.no_grad():
                     w, q, k = fn(module, args, kwargs)
             except Exception as exc:  # the model's own call must go on: report, do not raise
                 cap.missed[name] = f"{type(exc).__name__}: {exc}"
                 return
-            cap._record(name, w, q, k)
+            if q is not None and k is not None and q.dim() == k.dim() == 4 and q.shape[-2] != k.shape[-2]:
+                cap._cross.add(name)
+            cap._record(name, w, q, k, lambda: reference(module, args, kwargs))
         return hook
 
-    def own(name: str) -> Any:
+    def own(name: str, read: Any = own_layer_weights) -> Any:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+            if not cap._mine():
+                return
             try:
-                cap._record(name, own_layer_weights(module, args, kwargs, output))
-            except CacheCall as exc:
+                w = read(module, args, kwargs, output)
+            except (CacheCall, RepeatRefused) as exc:
                 cap.missed[name] = str(exc)
+                return
             except Exception as exc:  # the model's own call must go on: report, do not raise
                 cap.missed[name] = f"{type(exc).__name__}: {exc}"
+                return
+            cap._record(name, w, reference=lambda: w)  # the module's own eager weights
         return hook
 
+    def mha_fn(mod: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+        w, q, k = mha_call_weights(mod, a, kw)  # type: ignore[arg-type]
+        query, key = (a + (None, None))[:2]
+        query, key = kw.get("query", query), kw.get("key", key)
+        if query is not key:
+            cap._cross.add(names[id(mod)])
+        return w, q, k
+
+    names = {id(m): n for n, (_, m) in chosen.items()}
     for name, (kind, m) in chosen.items():
         if kind == "torch-mha":
-            handles.append(m.register_forward_pre_hook(pre(name, mha_call_weights), with_kwargs=True))
+            handles.append(m.register_forward_pre_hook(pre(name, mha_fn, mha_reference), with_kwargs=True))
         elif kind == "torch-encoder-layer":
             def layer_fn(mod: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> Any:
                 return encoder_layer_call_weights(mod, a, kw, seen_len["encoder"])  # type: ignore[arg-type]
-            handles.append(_ForwardWrapper(m, pre(name, layer_fn)))
+
+            def layer_ref(mod: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+                return encoder_layer_reference(mod, a, kw, seen_len["encoder"])  # type: ignore[arg-type]
+            handles.append(_ForwardWrapper(m, pre(name, layer_fn, layer_ref)))
         elif kind == "timm":
-            handles.append(m.register_forward_pre_hook(pre(name, timm_call_weights), with_kwargs=True))
+            handles.append(m.register_forward_pre_hook(pre(name, timm_call_weights, timm_reference),
+                                                       with_kwargs=True))
         elif kind == "attnkit":
             handles.append(m.register_forward_hook(own(name), with_kwargs=True))
+        elif kind == "hf-returns":
+            handles.append(m.register_forward_hook(own(name, returned_weights), with_kwargs=True))
 
     def encoder_len(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         src = args[0] if args else kwargs.get("src")
@@ -242,24 +353,51 @@ def _hooks(cap: Capture, chosen: dict[str, tuple[str, nn.Module]], model: nn.Mod
 
 
 def _hf_callback(cap: Capture, names: dict[int, str], pending: set[int]) -> Any:
-    def callback(module: nn.Module, query: Tensor, key: Tensor, mask: Any, kwargs: dict[str, Any]) -> None:
+    def callback(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, mask: Any,
+                 kwargs: dict[str, Any]) -> None:
+        if not cap._mine():
+            return
         pending.discard(id(module))
+        name = names[id(module)]
         try:
             with torch.no_grad():
                 w = hf_weights(module, query, key, mask, kwargs)
         except UnreadableCall as exc:
-            cap.missed[names[id(module)]] = f"cannot be read beside the kernel: {exc}"
+            cap.missed[name] = f"cannot be read beside the kernel: {exc}"
             return
         except Exception as exc:  # the model's own call must go on: report, do not raise
-            cap.missed[names[id(module)]] = f"{type(exc).__name__}: {exc}"
+            cap.missed[name] = f"{type(exc).__name__}: {exc}"
             return
-        cap._record(names[id(module)], w, query, key)
+        cap._record(name, w, query, key, lambda: eager_reference(module, query, key, value, mask, kwargs))
     return callback
+
+
+def _hf_call_hooks(cap: Capture, hf: list[nn.Module], names: dict[int, str], pending: set[int]) -> list[Any]:
+    """Hooks around each Hugging Face module: a call that never reached its attention function is
+    reported as missed; one given encoder states is cross-attention."""
+    handles = []
+
+    def before(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not cap._mine():
+            return
+        pending.add(id(mod))
+        if any(kwargs.get(k) is not None for k in _CROSS_KEYWORDS):
+            cap._cross.add(names[id(mod)])
+
+    def after(mod: nn.Module, _a: Any, _o: Any) -> None:
+        if cap._mine() and id(mod) in pending:
+            pending.discard(id(mod))
+            cap.missed.setdefault(names[id(mod)], "its attention function was not called "
+                                  "(a model-specific path, e.g. GPT-2's reorder_and_upcast_attn)")
+    for m in hf:
+        handles.append(m.register_forward_pre_hook(before, with_kwargs=True))
+        handles.append(m.register_forward_hook(after))
+    return handles
 
 
 @contextmanager
 def capture(model: nn.Module, *, modules: Iterable[Any] | None = None, layers: Iterable[int] | None = None,
-            vectors: bool = False) -> Iterator[Capture]:
+            vectors: bool = False, verify: bool = False) -> Iterator[Capture]:
     """Record the per-head attention weights of every supported attention module of ``model``.
 
     Args:
@@ -269,11 +407,19 @@ def capture(model: nn.Module, *, modules: Iterable[Any] | None = None, layers: I
         layers: indices (negative from the end) into the attention modules, in
             model order, to keep (after ``modules``).
         vectors: also keep each call's query and key vectors (the neuron view).
+        verify: recompute the first call of each read module the plain way
+            (:mod:`attnkit.inspect.verify`) and raise :class:`CaptureMismatch`,
+            naming the modules, when a map differs by more than 1e-5 or cannot
+            be recomputed. The differences are in ``cap.verified``.
+
+    Calls are recorded from the thread that opened the capture; captures may
+    be nested (each records every call) and open in several threads at once.
 
     Raises:
         TypeError: ``model`` is not a module.
         ValueError: the model has no attention module, a named module does not
             exist or cannot be captured, or an index is out of range.
+        CaptureMismatch: with ``verify=True``, when the capture closes.
 
     Shape:
         ``cap.weights[name]`` is ``(B, H, Tq, Tk)``.
@@ -287,26 +433,20 @@ def capture(model: nn.Module, *, modules: Iterable[Any] | None = None, layers: I
     if unsupported:
         warnings.warn(f"attention modules that cannot be captured (their weights are not recorded): "
                       f"{', '.join(unsupported)}", stacklevel=3)
-    cap = Capture({n: kind for n, (kind, _) in chosen.items()}, unsupported, vectors)
+    cap = Capture({n: kind for n, (kind, _) in chosen.items()}, unsupported, vectors, verify)
     hf = [m for kind, m in chosen.values() if kind == "hf"]
     names = {id(m): n for n, (_, m) in chosen.items()}
     pending: set[int] = set()
-    handles = _hooks(cap, chosen, model)
-    for m in hf:
-        handles.append(m.register_forward_pre_hook(lambda mod, _a: pending.add(id(mod))))
-
-        def check(mod: nn.Module, _a: Any, _o: Any) -> None:
-            if id(mod) in pending:
-                pending.discard(id(mod))
-                cap.missed.setdefault(names[id(mod)], "its attention function was not called "
-                                      "(a model-specific path, e.g. GPT-2's reorder_and_upcast_attn)")
-        handles.append(m.register_forward_hook(check))
-    keys = HFPatches.open(hf, _hf_callback(cap, names, pending))
+    handles = _hooks(cap, chosen, model) + _hf_call_hooks(cap, hf, names, pending)
+    callback = _hf_callback(cap, names, pending)
+    keys = HFPatches.open(hf, callback)
     try:
         yield cap
     finally:
-        for h in handles:
+        for h in reversed(handles):
             h.remove()
-        HFPatches.close(hf, keys)
+        HFPatches.close(hf, keys, callback)
         if cap.missed:
             warnings.warn(f"attention calls not recorded: {cap.missed}", stacklevel=3)
+    if verify:
+        cap._check()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import inspect as _pyinspect
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -31,11 +32,12 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.attention import masks
-from attnkit.attention.functional import attention_weights
+from attnkit.attention.functional import attention_weights, safe_softmax
 
-__all__ = ["is_hf_attention", "hf_weights", "HFPatches"]
+__all__ = ["is_hf_attention", "hf_weights", "check_keywords", "HFPatches", "UnreadableCall", "INERT", "TERMS",
+           "eager_reference"]
 
-Callback = Callable[[nn.Module, Tensor, Tensor, Any, dict[str, Any]], None]
+Callback = Callable[[nn.Module, Tensor, Tensor, Tensor, Any, dict[str, Any]], None]
 
 
 @functools.lru_cache(maxsize=256)
@@ -58,22 +60,77 @@ class UnreadableCall(ValueError):
     """A call whose weights cannot be computed beside the kernel (the reason is the message)."""
 
 
+INERT = frozenset({
+    "dropout", "output_attentions", "output_hidden_states", "output_router_logits", "deterministic",
+    "position_ids", "num_items_in_batch", "max_length_q", "max_length_k", "use_cache", "cache_position",
+    "return_dict", "layer_idx", "target_dtype", "token_type_ids",
+})
+"""Keywords an attention function receives that change no score: read and set aside."""
+
+TERMS = ("scaling", "is_causal", "position_bias", "softcap", "s_aux", "sinks", "sliding_window")
+"""Keywords that change the scores and are computed into the recorded weights."""
+
+# Keywords that restrict keys in a way only a 4-D mask also carries (packed documents).
+PACKING = ("cu_seq_lens_q", "cu_seq_lens_k", "seq_idx")
+
+
+def check_keywords(kwargs: dict[str, Any], attention_mask: Any) -> None:
+    """Raise :class:`UnreadableCall` for a keyword whose effect on the scores is not reproduced.
+
+    Every keyword is read by name: a score term in :data:`TERMS` is computed,
+    one in :data:`INERT` changes nothing, packed-sequence boundaries are taken
+    from the 4-D mask that carries them too; anything else that is set (not
+    None, a bool or a string) may add to the scores, so the call is refused
+    by the keyword's name rather than recorded wrong.
+    """
+    for name, value in kwargs.items():
+        if name in TERMS or name in INERT or value is None or isinstance(value, (bool, str)):
+            continue
+        if name in PACKING:
+            if isinstance(attention_mask, Tensor) and attention_mask.dim() == 4:
+                continue
+            raise UnreadableCall(f"packed sequences ({name}) without a 4-D mask that separates them")
+        raise UnreadableCall(f"the attention function receives {name}={type(value).__name__}, "
+                             "whose effect on the scores is not reproduced")
+
+
+def _sink_softmax(scores: Tensor, keep: Tensor | None, sinks: Tensor) -> Tensor:
+    """Softmax over each row plus one sink logit per head, the sink's share dropped (GPT-OSS).
+
+    Shape:
+        scores ``(B, H, Tq, Tk)``, sinks ``(H,)``; returns ``(B, H, Tq, Tk)``.
+    """
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    sink = sinks.float().reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # (B, H, Tq, 1)
+    both = torch.cat([scores, sink], dim=-1)
+    both = both - both.amax(dim=-1, keepdim=True)
+    return torch.softmax(both, dim=-1)[..., :-1]
+
+
 def hf_weights(module: nn.Module, query: Tensor, key: Tensor, attention_mask: Any,
                kwargs: dict[str, Any]) -> Tensor:
-    """``softmax(Q K^T * scaling + mask)`` for one call of the attention function.
+    """``softmax(softcap(Q K^T * scaling + position_bias) + mask)`` (with sinks) for one call.
+
+    The terms come from the keywords the attention function receives
+    (:data:`TERMS`); any other keyword that may change the scores makes the
+    call unreadable (:func:`check_keywords`). A ``sliding_window`` is applied
+    when the mask does not already hold it (a flash-attention call's
+    ``(B, Tk)`` padding mask, or none).
 
     Shape:
         query ``(B, H, Tq, Dh)``, key ``(B, Hkv, Tk, Dh)``; attention_mask a
         ``(B, 1|H, Tq, Tk)`` bool (True = attend) or additive float tensor, a
-        ``(B, Tk)`` 1/0 padding mask, or None; returns ``(B, H, Tq, Tk)``.
+        ``(B, Tk)`` 1/0 padding mask, or None; position_bias ``(1|B, H, Tq, Tk)``;
+        sinks ``(H,)``; returns ``(B, H, Tq, Tk)``.
     """
-    if kwargs.get("softcap") is not None:
-        raise UnreadableCall("logit soft-capping is not reproduced")
+    check_keywords(kwargs, attention_mask)
     scaling = kwargs.get("scaling")
     tq, tk = query.shape[-2], key.shape[-2]
     keep: Tensor | None = None
     bias: Tensor | None = None
     causal = False
+    full = isinstance(attention_mask, Tensor) and attention_mask.dim() == 4
     if attention_mask is None:
         is_causal = kwargs.get("is_causal")
         causal = bool(getattr(module, "is_causal", False) if is_causal is None else is_causal) and tq > 1
@@ -85,31 +142,102 @@ def hf_weights(module: nn.Module, query: Tensor, key: Tensor, attention_mask: An
     elif attention_mask.dtype == torch.bool:
         keep = attention_mask[..., :tk]
     else:
-        bias = attention_mask[..., :tk]
-    w = attention_weights(query.detach(), key.detach(), mask=keep, bias=None if bias is None else bias.detach(),
-                          causal=causal, scale=scaling)
-    return w
+        bias = attention_mask[..., :tk].float()
+    window = kwargs.get("sliding_window")
+    if window is not None and not full and int(window) < tk:  # HF's window: key distance < sliding_window
+        band = masks.sliding_window(tq, tk, int(window) - 1, device=query.device)
+        keep = masks.combine(keep, masks.combine(band, masks.causal(tq, tk, device=query.device)))
+    position_bias = kwargs.get("position_bias")
+    if isinstance(position_bias, Tensor):
+        term = position_bias[..., :tk].float()
+        bias = term if bias is None else bias + term
+    softcap = kwargs.get("softcap")
+    sinks = next((kwargs[n] for n in ("s_aux", "sinks") if isinstance(kwargs.get(n), Tensor)), None)
+    q, k = query.detach(), key.detach()
+    if softcap is None and sinks is None:
+        w = attention_weights(q, k, mask=keep, bias=None if bias is None else bias.detach(), causal=causal,
+                              scale=scaling)
+        return w
+    groups = q.shape[1] // k.shape[1]
+    scale = q.shape[-1] ** -0.5 if scaling is None else float(scaling)
+    scores = q.float() @ k.float().repeat_interleave(groups, dim=1).transpose(-2, -1) * scale  # (B, H, Tq, Tk)
+    if softcap is not None:
+        scores = torch.tanh(scores / float(softcap)) * float(softcap)
+    if bias is not None:
+        scores = scores + bias.detach()
+    if causal:
+        keep = masks.combine(keep, masks.causal(tq, tk, device=q.device))
+    if sinks is not None:
+        return _sink_softmax(scores, keep, sinks.detach()).to(q.dtype)
+    return safe_softmax(scores, keep).to(q.dtype)
 
 
-def _wrap(original: Callable[..., Any], owners: dict[int, Callback]) -> Callable[..., Any]:
+def _wrap(original: Callable[..., Any], owners: dict[int, list[Callback]]) -> Callable[..., Any]:
     @functools.wraps(original)
     def wrapped(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
                 *args: Any, **kwargs: Any) -> Any:
         out = original(module, query, key, value, attention_mask, *args, **kwargs)
-        callback = owners.get(id(module))
-        if callback is not None:
-            callback(module, query, key, attention_mask, kwargs)
+        for callback in list(owners.get(id(module), ())):  # every open capture of this module
+            callback(module, query, key, value, attention_mask, kwargs)
         return out
 
     wrapped.__attnkit_original__ = original  # type: ignore[attr-defined]
     return wrapped
 
 
-class HFPatches:
-    """The wrapped attention functions, shared by every open capture (reference-counted)."""
+def eager_function(module: nn.Module) -> Callable[..., Any]:
+    """The ``eager_attention_forward`` of ``module``'s own model file (unwrapped)."""
+    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    while fn is not None and hasattr(fn, "__attnkit_original__"):
+        fn = fn.__attnkit_original__
+    if fn is None:
+        raise UnreadableCall(f"{type(module).__module__} has no eager_attention_forward to recompute it with")
+    return fn  # type: ignore[no-any-return]
 
-    owners: dict[int, Callback] = {}
+
+def eager_reference(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
+                    kwargs: dict[str, Any]) -> Tensor:
+    """The weights the model's own eager attention function returns for this call.
+
+    The mask is handed over in the eager form (additive floats, the dtype's
+    minimum where a key is excluded); a call whose kernel took the causal or
+    sliding-window structure from a flag or a ``(B, Tk)`` padding mask gets
+    that structure written into the mask. Dropout is off.
+
+    Shape:
+        as :func:`hf_weights`; returns ``(B, H, Tq, Tk)``.
+    """
+    fn = eager_function(module)
+    tq, tk = query.shape[-2], key.shape[-2]
+    mask = attention_mask
+    if not (isinstance(mask, Tensor) and mask.dim() == 4):
+        keep: Tensor | None = None
+        if isinstance(mask, Tensor):  # (B, Tk) 1/0 padding
+            keep = masks.from_hf_attention_mask(mask)
+        is_causal = kwargs.get("is_causal")
+        if bool(getattr(module, "is_causal", False) if is_causal is None else is_causal) and tq > 1:
+            keep = masks.combine(keep, masks.causal(tq, tk, device=query.device))
+        window = kwargs.get("sliding_window")
+        if window is not None and int(window) < tk:
+            keep = masks.combine(keep, masks.causal(tq, tk, device=query.device),
+                                 masks.sliding_window(tq, tk, int(window) - 1, device=query.device))
+        mask = keep
+    if isinstance(mask, Tensor) and mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+            ~mask, torch.finfo(query.dtype).min)
+    rest = {k: v for k, v in kwargs.items() if k not in ("dropout", "is_causal", "sliding_window")}
+    _, weights = fn(module, query, key, value, mask, dropout=0.0, **rest)
+    if not isinstance(weights, Tensor):
+        raise UnreadableCall(f"{fn.__module__}.eager_attention_forward returns no weights")
+    return weights
+
+
+class HFPatches:
+    """The wrapped attention functions, shared by every open capture (reference-counted, thread-safe)."""
+
+    owners: dict[int, list[Callback]] = {}
     _installed: dict[tuple[Any, ...], tuple[Callable[[], None], int]] = {}
+    _lock = threading.Lock()
 
     @classmethod
     def _target(cls, module: nn.Module) -> tuple[tuple[Any, ...], Callable[[], Callable[[], None]]]:
@@ -138,27 +266,33 @@ class HFPatches:
 
     @classmethod
     def open(cls, modules: list[nn.Module], callback: Callback) -> list[tuple[Any, ...]]:
-        """Wrap the functions ``modules`` dispatch to and route their calls to ``callback``."""
+        """Wrap the functions ``modules`` dispatch to and route their calls to ``callback`` too."""
         keys = []
-        for m in modules:
-            key, install = cls._target(m)
-            if key in cls._installed:
-                restore, count = cls._installed[key]
-                cls._installed[key] = (restore, count + 1)
-            else:
-                cls._installed[key] = (install(), 1)
-            keys.append(key)
-            cls.owners[id(m)] = callback
+        with cls._lock:
+            for m in modules:
+                key, install = cls._target(m)
+                if key in cls._installed:
+                    restore, count = cls._installed[key]
+                    cls._installed[key] = (restore, count + 1)
+                else:
+                    cls._installed[key] = (install(), 1)
+                keys.append(key)
+                cls.owners.setdefault(id(m), []).append(callback)
         return keys
 
     @classmethod
-    def close(cls, modules: list[nn.Module], keys: list[tuple[Any, ...]]) -> None:
-        for m in modules:
-            cls.owners.pop(id(m), None)
-        for key in keys:
-            restore, count = cls._installed[key]
-            if count == 1:
-                restore()
-                del cls._installed[key]
-            else:
-                cls._installed[key] = (restore, count - 1)
+    def close(cls, modules: list[nn.Module], keys: list[tuple[Any, ...]], callback: Callback) -> None:
+        with cls._lock:
+            for m in modules:
+                left = [c for c in cls.owners.get(id(m), []) if c is not callback]
+                if left:
+                    cls.owners[id(m)] = left
+                else:
+                    cls.owners.pop(id(m), None)
+            for key in keys:
+                restore, count = cls._installed[key]
+                if count == 1:
+                    restore()
+                    del cls._installed[key]
+                else:
+                    cls._installed[key] = (restore, count - 1)

@@ -14,6 +14,7 @@ and the :class:`~attnkit.inspect.Capture` of one forward pass per input.
 
 from __future__ import annotations
 
+import inspect as _pyinspect
 import json
 import os
 from pathlib import Path
@@ -26,7 +27,8 @@ from torch import nn
 from attnkit._hf_folder import check_model_folder, check_safetensors_file
 from attnkit.inspect.capture import Capture, capture
 
-__all__ = ["hf_folder_attention", "timm_attention", "load_image", "folder_kind"]
+__all__ = ["hf_folder_attention", "hf_seq2seq_attention", "timm_attention", "load_image", "folder_kind",
+           "is_encoder_decoder"]
 
 
 def folder_kind(folder: str | os.PathLike[str]) -> str:
@@ -37,6 +39,15 @@ def folder_kind(folder: str | os.PathLike[str]) -> str:
     except (OSError, ValueError) as err:
         raise ValueError(f"{path}: not a readable Hugging Face config ({err})") from None
     return "vision" if "image_size" in config or "num_channels" in config else "text"
+
+
+def is_encoder_decoder(folder: str | os.PathLike[str]) -> bool:
+    """Whether the folder's config describes an encoder-decoder (T5, BART, Marian, ...)."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(config.get("is_encoder_decoder"))
 
 
 def load_image(path: str | os.PathLike[str], size: int, mean: Any = 0.5, std: Any = 0.5) -> tuple[np.ndarray, torch.Tensor]:
@@ -105,6 +116,8 @@ def hf_folder_attention(folder: str | os.PathLike[str], texts: list[str] | None 
         return out
     if not texts:
         raise ValueError(f"{folder} is a text model: give at least one text")
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError(f"{folder} is an encoder-decoder: read it with hf_seq2seq_attention (source and target)")
     tokenizer = transformers.AutoTokenizer.from_pretrained(root, **SAFE_LOAD)
     limit = min(max_len, int(getattr(model.config, "max_position_embeddings", max_len) or max_len))
     for text in texts:
@@ -112,6 +125,51 @@ def hf_folder_attention(folder: str | os.PathLike[str], texts: list[str] | None 
         cap = _run(model, dict(enc))
         tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
         out.append(([str(t) for t in tokens], cap, None))
+    return out
+
+
+def hf_seq2seq_attention(folder: str | os.PathLike[str], texts: list[str], targets: list[str] | None = None,
+                         *, max_len: int = 512) -> list[tuple[list[str], list[str], Capture]]:
+    """Capture an encoder-decoder folder on each source text: ``[(source tokens, target tokens, capture)]``.
+
+    The decoder reads its start token followed by the target text's tokens
+    (``targets[i]`` for ``texts[i]``; only the start token when there is no
+    target), so the decoder's queries are labelled with exactly what it read.
+    The capture's ``roles`` say which map is encoder self (source x source),
+    decoder self (target x target) or cross (target x source).
+    """
+    if not texts:
+        raise ValueError(f"{folder} is an encoder-decoder: give at least one source text")
+    targets = list(targets or [])
+    if len(targets) > len(texts):
+        raise ValueError(f"--target: {len(targets)} targets for {len(texts)} source texts (at most one each)")
+    import transformers
+
+    root = Path(folder)
+    check_model_folder(root)
+    try:
+        model = transformers.AutoModel.from_pretrained(root, **SAFE_LOAD, use_safetensors=True).eval()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(root, **SAFE_LOAD)
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"{folder}: transformers cannot load this folder ({str(err).splitlines()[0]})") from None
+    if "input_ids" not in _pyinspect.signature(model.forward).parameters:
+        raise ValueError(f"{folder}: {type(model).__name__} does not read text (an audio or image encoder); "
+                         "capture it in Python with attnkit.inspect.capture")
+    start = model.config.decoder_start_token_id
+    if start is None:
+        raise ValueError(f"{folder}/config.json: decoder_start_token_id is not set")
+    out: list[tuple[list[str], list[str], Capture]] = []
+    for i, text in enumerate(texts):
+        enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_len)
+        target_ids = [int(start)]
+        if i < len(targets):
+            target_ids += tokenizer(text_target=targets[i], truncation=True, max_length=max_len - 1)["input_ids"]
+        inputs = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+                  "decoder_input_ids": torch.tensor([target_ids])}
+        cap = _run(model, inputs)
+        source = [str(t) for t in tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())]
+        target = [str(t) for t in tokenizer.convert_ids_to_tokens(target_ids)]
+        out.append((source, target, cap))
     return out
 
 

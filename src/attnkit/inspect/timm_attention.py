@@ -50,6 +50,10 @@ def timm_call_weights(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     bound = _pyinspect.signature(type(module).forward).bind(module, *args, **kwargs)
     bound.apply_defaults()
     x: Tensor = bound.arguments["x"]
+    if not isinstance(x, Tensor) or x.dim() != 3:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x: the standard timm Attention block reads tokens (B, N, C), got {shape}; "
+                         "a (B, C, H, W) feature map is not read")
     attn_mask = bound.arguments.get("attn_mask")
     is_causal = bool(bound.arguments.get("is_causal", False))
     b, n, _ = x.shape

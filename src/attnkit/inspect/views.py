@@ -114,6 +114,42 @@ class CaptureViews:
             data["neuron"] = neuron_data(first, q, k, w, layer_names=chosen)
         return ReportView(data)
 
+    def roles_view(self, source_tokens: Sequence[str], target_tokens: Sequence[str], *, example: int = 0,
+                   title: str = "Attention") -> ReportView:
+        """An encoder-decoder's report: encoder self, decoder self and cross attention, one example each.
+
+        Queries and keys carry the tokens of their side: the source for the
+        encoder, the target (what the decoder read) for the decoder's queries.
+
+        Raises:
+            ValueError: a role was not recorded, or the tokens do not match its maps' lengths.
+
+        Shape:
+            source_tokens ``Ts`` strings, target_tokens ``Tt`` strings.
+        """
+        from attnkit.viz.notebook import ReportView
+        from attnkit.viz.report import pad_examples, report_data
+
+        roles: dict[str, str] = getattr(self, "roles", {})
+        maps, queries, keys, names = [], [], [], []
+        for role, q_tok, k_tok in (("encoder self", source_tokens, None), ("decoder self", target_tokens, None),
+                                   ("cross", target_tokens, source_tokens)):
+            chosen = [n for n in self.weights if roles.get(n) == role]
+            if not chosen:
+                raise ValueError(f"no {role}-attention was recorded; recorded roles: {sorted(set(roles.values()))}")
+            a = self.stacked(chosen)[example]  # (L, H, Tq, Tk)
+            want = (len(q_tok), len(k_tok if k_tok is not None else q_tok))
+            if a.shape[-2:] != want:
+                side = "source_tokens" if role == "encoder self" else "target_tokens"
+                raise ValueError(f"{side}: the {role} maps are {a.shape[-2]} x {a.shape[-1]} (queries x keys), "
+                                 f"the tokens give {want[0]} x {want[1]}")
+            maps.append(a)
+            queries.append([str(t) for t in q_tok])
+            keys.append(None if k_tok is None else [str(t) for t in k_tok])
+            names.append(role)
+        return ReportView(report_data(queries, pad_examples(maps), title=title, source_tokens=keys,
+                                      example_names=names))
+
     def report(self, path: str | os.PathLike[str], tokens: Any = None, **options: Any) -> Path:
         """Write the offline HTML report (head, model and optionally neuron view) to ``path``.
 

@@ -43,7 +43,7 @@ from attnkit.viz._neuron_assets import NEURON_CSS, NEURON_JS, NEURON_SECTION
 from attnkit.viz._report_assets import CSS, JS, PAGE
 from attnkit.viz.measures import attention_entropy
 
-__all__ = ["write_report", "report_data", "ReportLimits"]
+__all__ = ["write_report", "report_data", "ReportLimits", "pad_examples"]
 
 Prediction = str | Mapping[str, Any] | None
 Section = Mapping[str, Any]
@@ -150,6 +150,23 @@ def _example(a: np.ndarray, queries: list[str], keys: list[str], cross: bool,
     }
 
 
+def pad_examples(maps: Sequence[np.ndarray]) -> np.ndarray:
+    """Examples of different shapes (an encoder-decoder's roles) laid into zeros of the largest.
+
+    Each example is then cut back to its own tokens by the report; an example
+    with fewer layers or heads shows empty ones.
+
+    Shape:
+        maps: each ``(L, H, Tq, Tk)``; returns ``(B, L, H, Tq, Tk)``.
+    """
+    size = [max(int(m.shape[i]) for m in maps) for i in range(4)]
+    out = np.zeros((len(maps), *size), np.float32)  # (B, L, H, Tq, Tk)
+    for b, m in enumerate(maps):
+        ell, h, tq, tk = m.shape
+        out[b, :ell, :h, :tq, :tk] = m
+    return out
+
+
 def _is_batch(tokens: Any) -> bool:
     return (isinstance(tokens, Sequence) and not isinstance(tokens, str) and len(tokens) > 0
             and all(isinstance(t, Sequence) and not isinstance(t, str) for t in tokens))
@@ -166,8 +183,10 @@ def _split_examples(tokens: Any, attentions: Any, source_tokens: Any) -> list[tu
         check_ndim(a, (5,), "attentions", "(B, L, H, Tq, Tk) when tokens is one list per example")
         if a.shape[0] != len(tokens):
             raise ValueError(f"tokens: expected {a.shape[0]} token lists (one per example), got {len(tokens)}")
-        if source_tokens is not None and (not _is_batch(source_tokens) or len(source_tokens) != a.shape[0]):
-            raise ValueError(f"source_tokens: expected {a.shape[0]} token lists (one per example)")
+        if source_tokens is not None and (not _is_batch([t for t in source_tokens if t is not None] or [[]])
+                                          or len(source_tokens) != a.shape[0]):
+            raise ValueError(f"source_tokens: expected {a.shape[0]} token lists (one per example, None for "
+                             "self-attention)")
         per_example = [(a[b], tokens[b], None if source_tokens is None else source_tokens[b])
                        for b in range(a.shape[0])]
     else:
@@ -301,7 +320,8 @@ def write_report(
         title: the page title.
         predictions: per example, a string or ``{"label": ..., "probability": ...}``.
         source_tokens: for cross-attention, the key (source) tokens, in the same
-            form as ``tokens``; queries are then the target tokens.
+            form as ``tokens``; queries are then the target tokens. In a batch,
+            an entry may be None: that example is self-attention.
         example_names: labels for the example selector.
         top_k: edges kept per query row.
         thumb_size: cells per side of the model-view thumbnails, at most.
