@@ -21,7 +21,7 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
-    from test_train_helpers import TinyClassifier, TokenDataset, collate
+    from tests.train.test_train_helpers import TinyClassifier, TokenDataset, collate
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
@@ -48,7 +48,7 @@ def test_two_gloo_ranks_hold_identical_weights(tmp_path) -> None:
     w0 = load_tensors(tmp_path / "rank0.safetensors")
     w1 = load_tensors(tmp_path / "rank1.safetensors")
     torch.manual_seed(0)
-    from test_train_helpers import TinyClassifier
+    from tests.train.test_train_helpers import TinyClassifier
 
     initial = TinyClassifier().state_dict()
     for name in w0:
