@@ -61,3 +61,159 @@ def test_the_wide_contributions_hold_both_halves() -> None:
     # a bigram's share goes half to each of its tokens: token 5 of "5 6 7 8" gets "5" and half of "5 6"
     _, _, terms = model.ngram_contributions(ids, mask)
     assert torch.allclose(ngram_tokens[0, 0], terms[0, 0] + terms[0, 5] / 2, atol=1e-6)
+
+
+# --- the attribution methods ------------------------------------------------------------------
+
+from attnkit.attribution import (  # noqa: E402
+    METHODS,
+    MethodNotApplicable,
+    aopc,
+    applicable_methods,
+    attribute,
+    erasure_counts,
+    faithfulness,
+)
+from attnkit.attribution.faithfulness import decisive_words, format_table  # noqa: E402
+
+
+def _linear(**extra: object) -> torch.nn.Module:
+    """Embeddings, mean pooling, a linear head: the logit is linear in each embedding."""
+    torch.manual_seed(2)
+    return build_model("document", {"vocab_size": V, "num_classes": 2, "d_model": 4, "num_layers": 0,
+                                    "pooling": "mean", "positional": "none", **extra})
+
+
+def _bert() -> torch.nn.Module:
+    torch.manual_seed(3)
+    return build_model("bert", {"vocab_size": V, "num_classes": 2, "hidden_size": 16, "num_hidden_layers": 2,
+                                "num_attention_heads": 2, "intermediate_size": 32, "max_position_embeddings": 16,
+                                "cls_token_id": 2, "sep_token_id": 3, "ngram_rows": 0, "max_len": 14})
+
+
+def test_each_model_names_the_methods_that_apply() -> None:
+    assert applicable_methods(_wide()) == ("contributions", "attention", "attention_norm", "grad_input",
+                                           "integrated_gradients")
+    assert applicable_methods(_document()) == METHODS
+    assert "contributions" not in applicable_methods(_bert()) and "chefer" in applicable_methods(_bert())
+    lstm = build_model("sentiment", {"vocab_size": V, "num_classes": 2})
+    with pytest.raises(MethodNotApplicable, match=r"'contributions' does not apply to SentimentClassifier.*"
+                                                  r"the methods that do: attention, attention_norm, grad_input"):
+        attribute(lstm, *BATCH, "contributions")
+    with pytest.raises(ValueError, match="method must be one of"):
+        attribute(_wide(), *BATCH, "saliency")
+
+
+def test_on_a_linear_model_the_gradient_methods_equal_the_exact_contributions() -> None:
+    model = _linear()
+    ids, lengths = BATCH
+    exact = attribute(model, ids, lengths, "contributions")
+    assert torch.allclose(attribute(model, ids, lengths, "grad_input"), exact, atol=1e-6)
+    assert torch.allclose(attribute(model, ids, lengths, "integrated_gradients", steps=3), exact, atol=1e-6)
+    other = 1 - model(ids, lengths).argmax(-1)
+    assert not torch.allclose(attribute(model, ids, lengths, "contributions", target=other), exact)
+
+
+def test_integrated_gradients_add_up_to_the_change_from_the_zero_embeddings() -> None:
+    model = _wide(dropout=0.0).eval()
+    ids, lengths = BATCH
+    target = torch.tensor([0, 1, 2])
+    ig = attribute(model, ids, lengths, "integrated_gradients", target=target, steps=60)
+    with torch.no_grad():
+        full = model(ids, lengths).gather(1, target[:, None])[:, 0]
+        handle = model.embedding.register_forward_hook(lambda _m, _a, out: out * 0)
+        zero = model(ids, lengths).gather(1, target[:, None])[:, 0]
+        handle.remove()
+    assert torch.allclose(ig.sum(1), full - zero, atol=2e-3)  # completeness, up to the Riemann sum
+
+
+@pytest.mark.parametrize("make", [_document, _bert, lambda: _document(num_layers=0, parameter_free_layers=2)])
+def test_every_applicable_method_scores_the_real_tokens(make: object) -> None:
+    import attnkit.layers.multi_head as multi_head
+
+    model = make()  # type: ignore[operator]
+    before = multi_head.attention
+    for method in applicable_methods(model):
+        scores = attribute(model, *BATCH, method)
+        assert scores.shape == (3, 5) and torch.isfinite(scores).all(), method
+        assert scores[2, 1:].abs().max() == 0, method  # padding scores nothing
+        assert scores[:2].abs().sum() > 0, method
+    assert multi_head.attention is before  # the gradient-relevance path puts the fast path back
+
+
+def test_chefer_relevance_by_hand_on_one_parameter_free_layer() -> None:
+    """One parameter-free layer, mean pooling: R = I + mean_h (grad A . A)^+, read through the mean's row."""
+    model = _linear(parameter_free_layers=1).eval()
+    ids, lengths = BATCH[0][:1, :4], BATCH[1][:1]
+    x = model.embedding(ids)[0].detach()  # (T, D)
+    a = torch.softmax(x @ x.T / 2.0, -1).requires_grad_(True)  # (T, T), scale 1/sqrt(4)
+    alpha = torch.full((4,), 0.25)  # mean pooling: a fixed row, no attention to weigh by its gradient
+    logits = model.classifier(alpha @ (a @ x))
+    c = int(logits.argmax())
+    (ga,) = torch.autograd.grad(logits[c], [a])
+    relevance = torch.eye(4) + (ga * a).clamp_min(0)
+    expected = alpha @ relevance
+    assert torch.allclose(attribute(model, ids, lengths, "chefer")[0], expected.detach(), atol=1e-5)
+
+
+# --- faithfulness ------------------------------------------------------------------------------
+
+
+def test_erasure_counts_take_the_ceiling_and_at_least_one_token() -> None:
+    assert erasure_counts(4) == [1, 1, 1, 1, 2]
+    assert erasure_counts(30) == [1, 2, 3, 6, 15]
+    with pytest.raises(ValueError, match="n must be"):
+        erasure_counts(0)
+
+
+def test_comprehensiveness_and_sufficiency_match_a_hand_computation() -> None:
+    """ERASER's formulas written out on a mean-of-embeddings model, every perturbed document by hand."""
+    model = _linear().eval()
+    docs = [[5, 6, 7, 8], [9, 10, 11], [12]]
+    emb, w, b = model.embedding.weight.detach(), model.classifier.weight.detach(), model.classifier.bias.detach()
+
+    def prob(doc: list[int], c: int) -> float:
+        return float(torch.softmax(w @ emb[doc].mean(0) + b, -1)[c])
+
+    comp, suff = [], []
+    for doc in docs:
+        c = int(torch.argmax(w @ emb[doc].mean(0) + b))
+        push = [float(w[c] @ emb[t]) for t in doc]  # each token's contribution, times n
+        order = sorted(range(len(doc)), key=lambda i: -push[i])
+        for k in erasure_counts(len(doc)):
+            top = set(order[:k])
+            rest = [t for i, t in enumerate(doc) if i not in top] or [1]
+            comp.append(prob(doc, c) - prob(rest, c))
+            suff.append(prob(doc, c) - prob([t for i, t in enumerate(doc) if i in top], c))
+    result = faithfulness(model, docs, methods=["contributions", "attention"])
+    got = result["methods"]["contributions"]
+    assert got["comprehensiveness"] == pytest.approx(sum(comp) / len(comp), abs=1e-6)
+    assert got["sufficiency"] == pytest.approx(sum(suff) / len(suff), abs=1e-6)
+    assert result["shown_first"] == "contributions"  # mean pooling's attention is uniform: no ranking at all
+    assert set(result["random"]) == {"comprehensiveness", "sufficiency"} and result["n"] == 3
+    lines = format_table(result)
+    assert any(line.startswith("contributions") and "shown first" in line for line in lines)
+    assert any(line.startswith("random order") for line in lines)
+
+
+def test_aopc_is_the_mean_drop_and_checks_its_shapes() -> None:
+    assert aopc([0.9, 0.8], [[0.5, 0.7], [0.8, 0.4]]) == pytest.approx((0.4 + 0.2 + 0.0 + 0.4) / 4)
+    with pytest.raises(ValueError, match="perturbed must be"):
+        aopc([0.9], [0.5, 0.7])
+
+
+def test_decisive_words_sum_each_words_push_toward_the_predicted_class() -> None:
+    model = _linear().eval()
+    docs = [[5, 6, 7], [5, 8], [9, 9, 10], [11, 5]]
+    expected: dict[tuple[int, int], float] = {}
+    for doc in docs:
+        contrib, _ = model.token_contributions(torch.tensor([doc]), torch.tensor([len(doc)]))  # (1, T, C)
+        c = int(contrib[0].sum(0).argmax())  # the bias is shared by every document
+        margin = contrib[0, :, c] - contrib[0].mean(-1)  # (T,): the push toward c over the mean class
+        for tok, m in zip(doc, margin.tolist(), strict=True):
+            expected[c, tok] = expected.get((c, tok), 0.0) + m
+    words = decisive_words(model, docs, top=10)
+    got = {(c, tok): total for c, rows in enumerate(words) for tok, total in rows}
+    assert got.keys() == expected.keys()
+    assert all(got[k] == pytest.approx(v, abs=1e-6) for k, v in expected.items())
+    assert all([t for _, t in rows] == sorted((t for _, t in rows), reverse=True) for rows in words)
