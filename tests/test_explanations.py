@@ -217,3 +217,76 @@ def test_decisive_words_sum_each_words_push_toward_the_predicted_class() -> None
     assert got.keys() == expected.keys()
     assert all(got[k] == pytest.approx(v, abs=1e-6) for k, v in expected.items())
     assert all([t for _, t in rows] == sorted((t for _, t in rows), reverse=True) for rows in words)
+
+
+# --- the command line and the reports ---------------------------------------------------------
+
+import json  # noqa: E402
+
+from cli_helpers import write_keyword_csv  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+
+from attnkit.cli import cli  # noqa: E402
+
+
+def _invoke(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def wide_run(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The default model (wide) trained briefly on keyword reviews: (run folder, data file)."""
+    folder = tmp_path_factory.mktemp("explain")
+    data = write_keyword_csv(folder / "reviews.csv", 240)
+    result = _invoke("train", "--data", str(data), "--out", str(folder / "run"), "--epochs", "2", "-q")
+    assert result.exit_code == 0, result.output
+    return folder / "run", data
+
+
+def test_evaluate_prints_and_returns_the_faithfulness_table(wide_run) -> None:  # type: ignore[no-untyped-def]
+    run, data = wide_run
+    result = _invoke("evaluate", str(run), "--data", str(data), "--faithfulness")
+    assert result.exit_code == 0, result.output
+    table = result.output.split("faithfulness on 240 documents")[1].splitlines()
+    rows = {line.split()[0]: line for line in table[3:]}
+    assert set(rows) == {"contributions", "attention", "attention_norm", "grad_input", "integrated_gradients",
+                         "random"}
+    assert "shown first" in rows["contributions"] and "(control)" in rows["random"]
+    scores = json.loads(_invoke("evaluate", str(run), "--data", str(data), "--faithfulness", "--json").output)
+    faith = scores["faithfulness"]
+    assert scores["n"] == 240 and faith["shown_first"] == "contributions"
+    assert set(faith["methods"]["attention"]) >= {"comprehensiveness", "sufficiency"}
+    ours, rand = faith["methods"]["contributions"], faith["random"]
+    assert ours["comprehensiveness"] > 2 * rand["comprehensiveness"] and ours["sufficiency"] < rand["sufficiency"]
+
+
+def test_predict_explains_with_exact_contributions_that_add_up(wide_run) -> None:  # type: ignore[no-untyped-def]
+    run, _ = wide_run
+    row = json.loads(_invoke("predict", str(run), "an excellent and wonderful xyzzy film", "--explain",
+                             "--json").output)
+    shown = row["explanation"]
+    assert shown["method"] == "contributions" and "[UNK]" in shown["tokens"]
+    assert len(shown["scores"]) == len(shown["tokens"]) == 6
+    assert sum(shown["scores"]) + shown["bias"] == pytest.approx(shown["logit"], abs=1e-5)
+    probs = torch.tensor(list(row["probabilities"].values()))
+    assert shown["logit"] != 0 and float(probs.max()) == pytest.approx(row["probability"])
+    text = _invoke("predict", str(run), "a dull xyzzy film", "--explain", "--top", "6").output.splitlines()
+    assert text[1].strip().startswith("moved (exact contributions") and "bias" in text[1]
+    assert "[UNK] (out-of-vocabulary word)" in text[1] and text[2].strip().startswith("attended:")
+
+
+def test_the_report_leads_with_the_method_chosen_on_the_validation_part(wide_run) -> None:  # type: ignore[no-untyped-def]
+    run, _ = wide_run
+    record = json.loads((run / "faithfulness.json").read_text(encoding="utf-8"))
+    assert record["chosen_on"] == "validation" and record["shown_first"] == record["validation"]["shown_first"]
+    assert set(record["test"]["methods"]) == {record["shown_first"], "attention"}
+    report = (run / "report.txt").read_text(encoding="utf-8")
+    first = report.index("explanation shown first: exact contributions (chosen on the validation part")
+    assert first < report.index("words that moved the decision most per class") < report.index(
+        "raw attention: most attended words per class")
+    words = report.split("words that moved the decision most per class")[1].splitlines()[1:3]
+    assert words[0].split(":")[0].strip() == "negative" and words[1].split(":")[0].strip() == "positive"
+    assert any(w in words[1] for w in ("excellent", "wonderful", "brilliant", "superb", "delightful", "best"))
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert page.index("Explanation shown first: exact contributions") < page.index(
+        "Raw attention: most attended words per class")

@@ -34,8 +34,8 @@ from torch import Tensor, nn
 
 from attnkit.attribution.methods import IG_STEPS, METHOD_NAMES, attribute, method_list
 
-__all__ = ["PERCENTS", "UNK_ID", "erasure_counts", "aopc", "faithfulness", "decisive_words", "token_label",
-           "format_table"]
+__all__ = ["PERCENTS", "UNK_ID", "erasure_counts", "aopc", "faithfulness", "text_faithfulness", "decisive_words",
+           "token_label", "format_table"]
 
 PERCENTS = (1, 5, 10, 20, 50)
 UNK_ID = 1  # attnkit's tokenizers: [PAD] 0, [UNK] 1
@@ -151,6 +151,16 @@ def faithfulness(model: nn.Module, documents: Sequence[Sequence[int]], *, method
     scored = result["methods"]
     result["shown_first"] = max(scored, key=lambda m: scored[m]["comprehensiveness"] - scored[m]["sufficiency"])
     return result
+
+
+def text_faithfulness(model: nn.Module, tokenizer: Any, texts: Sequence[str], *, max_len: int,
+                      methods: Sequence[str] | None = None, **options: Any) -> dict[str, Any]:
+    """:func:`faithfulness` of ``texts``, encoded as the model reads them (the first ``max_len`` tokens)."""
+    from attnkit.data.tokenization import encode_batch
+
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings, got a single str")
+    return faithfulness(model, encode_batch(tokenizer, list(texts), max_len), methods=methods, **options)
 
 
 def format_table(result: dict[str, Any]) -> list[str]:
