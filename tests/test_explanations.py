@@ -290,3 +290,14 @@ def test_the_report_leads_with_the_method_chosen_on_the_validation_part(wide_run
     page = (run / "report.html").read_text(encoding="utf-8")
     assert page.index("Explanation shown first: exact contributions") < page.index(
         "Raw attention: most attended words per class")
+
+
+def test_faithfulness_of_a_numpy_run_is_refused_by_name(wide_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    _, data = wide_run
+    out = tmp_path / "numpy"
+    trained = _invoke("train", "--data", str(data), "--backend", "numpy", "--out", str(out), "-q", "--epochs", "1",
+                      "--model-opt", "d_model=8", "--model-opt", "dim_feedforward=16")
+    assert trained.exit_code == 0, trained.output
+    result = CliRunner().invoke(cli, ["evaluate", str(out), "--data", str(data), "--faithfulness"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "--faithfulness needs a torch run" in result.output and "--backend numpy" in result.output
