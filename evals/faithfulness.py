@@ -10,7 +10,8 @@ control, in the same run. Prints the table, the time the faithfulness took,
 whether the method a report shows first passes the bar (comprehensiveness at
 least 3x the random order's and at least raw attention's, sufficiency at most
 raw attention's), and on MR the five words that moved the decision most per
-class (exact contributions) beside the five most attended (raw attention).
+class (exact contributions: the mean push per document a word is in, among words in at least 1% of the
+class's documents; and the total push, which favours frequent words) beside raw attention's.
 
     nice -n 10 .venv/bin/python evals/faithfulness.py                       # MR and AG News, 1,000 each
     nice -n 10 .venv/bin/python evals/faithfulness.py --sets mr --documents 200 --json faith.json
@@ -73,12 +74,12 @@ def run_set(name: str, args: argparse.Namespace) -> dict[str, Any]:
                            "seconds": seconds}
     if name == "mr":
         labels = list(fit.label_vocab.labels)
-        for method in ("contributions", "attention"):
-            rows = decisive_words(fit.model, docs, method=method, top=args.top)
+        for method, aggregate in (("contributions", "mean"), ("contributions", "sum"), ("attention", "mean")):
+            rows = decisive_words(fit.model, docs, method=method, top=args.top, aggregate=aggregate)
             words = {labels[c]: [token_label(fit.tokenizer, t) for t, _ in r] for c, r in enumerate(rows)}
-            out[f"words_{method}"] = words
+            out[f"words_{method}_{aggregate}"] = words
             for label, shown in words.items():
-                print(f"  {method:>13} {label}: {', '.join(shown)}")
+                print(f"  {method:>13} ({aggregate:>4}) {label}: {', '.join(shown)}", flush=True)
     return out
 
 

@@ -202,21 +202,31 @@ def test_aopc_is_the_mean_drop_and_checks_its_shapes() -> None:
         aopc([0.9], [0.5, 0.7])
 
 
-def test_decisive_words_sum_each_words_push_toward_the_predicted_class() -> None:
+def test_decisive_words_rank_each_words_push_toward_the_predicted_class() -> None:
     model = _linear().eval()
-    docs = [[5, 6, 7], [5, 8], [9, 9, 10], [11, 5]]
-    expected: dict[tuple[int, int], float] = {}
+    docs = [[5, 6, 7], [5, 8], [9, 9, 10], [11, 5], [6, 5, 6]]
+    total: dict[tuple[int, int], float] = {}
+    seen: dict[tuple[int, int], int] = {}
     for doc in docs:
         contrib, _ = model.token_contributions(torch.tensor([doc]), torch.tensor([len(doc)]))  # (1, T, C)
         c = int(contrib[0].sum(0).argmax())  # the bias is shared by every document
         margin = contrib[0, :, c] - contrib[0].mean(-1)  # (T,): the push toward c over the mean class
-        for tok, m in zip(doc, margin.tolist(), strict=True):
-            expected[c, tok] = expected.get((c, tok), 0.0) + m
-    words = decisive_words(model, docs, top=10)
-    got = {(c, tok): total for c, rows in enumerate(words) for tok, total in rows}
-    assert got.keys() == expected.keys()
-    assert all(got[k] == pytest.approx(v, abs=1e-6) for k, v in expected.items())
-    assert all([t for _, t in rows] == sorted((t for _, t in rows), reverse=True) for rows in words)
+        for tok in set(doc):
+            push = sum(m for t, m in zip(doc, margin.tolist(), strict=True) if t == tok)
+            total[c, tok] = total.get((c, tok), 0.0) + push
+            seen[c, tok] = seen.get((c, tok), 0) + 1
+    summed = {(c, t): x for c, rows in enumerate(decisive_words(model, docs, top=10, aggregate="sum"))
+              for t, x in rows}
+    assert summed.keys() == total.keys()
+    assert all(summed[k] == pytest.approx(v, abs=1e-6) for k, v in total.items())
+    mean = {(c, t): x for c, rows in enumerate(decisive_words(model, docs, top=10, min_documents=2))
+            for t, x in rows}
+    assert mean.keys() == {k for k, n in seen.items() if n >= 2}  # words in fewer documents are not ranked
+    assert all(mean[k] == pytest.approx(total[k] / seen[k], abs=1e-6) for k in mean)
+    for rows in decisive_words(model, docs, top=10, min_documents=1):
+        assert [x for _, x in rows] == sorted((x for _, x in rows), reverse=True)
+    with pytest.raises(ValueError, match="aggregate must be"):
+        decisive_words(model, docs, aggregate="max")
 
 
 # --- the command line and the reports ---------------------------------------------------------

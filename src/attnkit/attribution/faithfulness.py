@@ -190,28 +190,39 @@ def token_label(tokenizer: Any, token_id: int) -> str:
 
 
 def decisive_words(model: nn.Module, documents: Sequence[Sequence[int]], *, method: str = "contributions",
-                   top: int = 5, batch_size: int = 64, steps: int = IG_STEPS) -> list[list[tuple[int, float]]]:
-    """Per class, the ``top`` token ids that moved the decision toward it most, and by how much in all.
+                   top: int = 5, batch_size: int = 64, steps: int = IG_STEPS, aggregate: str = "mean",
+                   min_documents: int | None = None) -> list[list[tuple[int, float]]]:
+    """Per class, the ``top`` token ids that moved the decision toward it most, and by how much.
 
-    Summed over the documents predicted as the class: with ``contributions``,
-    what each token adds to the class's logit minus the mean of the classes'
-    (its push toward this class rather than the others); with another method,
-    its score for the class. A word that pushes every class alike moves no
-    decision and scores near zero.
+    A token's push in one document: with ``contributions``, what its
+    occurrences add to the class's logit minus the mean of the classes' (its
+    push toward this class rather than the others); with another method, its
+    scores for the class. Over the documents predicted as the class,
+    ``aggregate="mean"`` ranks by the mean push per document the token is in,
+    among the tokens found in at least ``min_documents`` of them (default:
+    1% of them, at least 2): how much a word moves the decision where it
+    appears, once it appears often enough to say. ``"sum"`` ranks by the
+    total push (every token counts), which favours frequent words.
 
     Shape:
-        documents: N token-id lists; returns C lists of ``(token_id, total)``, largest first.
+        documents: N token-id lists; returns C lists of ``(token_id, push)``, largest first.
     """
+    if aggregate not in ("mean", "sum"):
+        raise ValueError(f"aggregate must be 'mean' or 'sum', got {aggregate!r}")
     docs = [list(map(int, d)) or [UNK_ID] for d in documents]
     method_list([method], model)
     model.eval()
     totals: list[dict[int, float]] = []
+    counts: list[dict[int, int]] = []
+    per_class_docs: list[int] = []
     for _, ids, lengths in _batches(docs, batch_size):
         with torch.no_grad():
             logits = model(ids, lengths)
         target = logits.argmax(-1)  # (B,)
         while len(totals) < logits.shape[1]:
             totals.append({})
+            counts.append({})
+            per_class_docs.append(0)
         if method == "contributions":
             with torch.no_grad():
                 per, _ = model.token_contributions(ids, lengths)  # type: ignore[operator]  # (B, T, C)
@@ -220,7 +231,20 @@ def decisive_words(model: nn.Module, documents: Sequence[Sequence[int]], *, meth
         else:
             scores = attribute(model, ids, lengths, method, target=target, steps=steps)
         for row, n in enumerate(lengths.tolist()):
-            bucket = totals[int(target[row])]
-            for tok, s in zip(ids[row, :n].tolist(), scores[row, :n].tolist(), strict=True):
-                bucket[tok] = bucket.get(tok, 0.0) + float(s)
-    return [sorted(t.items(), key=lambda kv: (-kv[1], kv[0]))[:top] for t in totals]
+            c = int(target[row])
+            per_class_docs[c] += 1
+            pushes: dict[int, float] = {}
+            for tok, x in zip(ids[row, :n].tolist(), scores[row, :n].tolist(), strict=True):
+                pushes[tok] = pushes.get(tok, 0.0) + float(x)
+            for tok, x in pushes.items():
+                totals[c][tok] = totals[c].get(tok, 0.0) + x
+                counts[c][tok] = counts[c].get(tok, 0) + 1
+    out = []
+    for c, total in enumerate(totals):
+        if aggregate == "sum":
+            ranked = total
+        else:
+            least = min_documents if min_documents is not None else max(2, math.ceil(0.01 * per_class_docs[c]))
+            ranked = {t: x / counts[c][t] for t, x in total.items() if counts[c][t] >= least}
+        out.append(sorted(ranked.items(), key=lambda kv: (-kv[1], kv[0]))[:top])
+    return out

@@ -5,7 +5,7 @@ faithfulness (:func:`attnkit.attribution.faithfulness.faithfulness`) on up
 to :data:`REPORT_DOCUMENTS` documents of the validation part and picks the
 best (largest comprehensiveness minus sufficiency); the chosen method and raw
 attention are then scored on the test part, beside the random control, and
-the words that moved the decision most per class are summed from the exact
+the words that moved the decision most per class are ranked from the exact
 contributions (or the chosen method where the model has none).
 :func:`record_text` is what the run folder keeps of the choice, as
 :data:`FAITHFULNESS_FILE`, where :func:`default_method` finds it for

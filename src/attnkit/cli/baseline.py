@@ -237,10 +237,11 @@ def explanation_lines(explanation: dict[str, Any]) -> list[str]:
 
 
 def _words_title(explanation: dict[str, Any]) -> str:
+    where = ("mean per test document predicted as the class that holds the word, over the words in at least 1% "
+             "of those documents")
     if explanation["words_method"] == "contributions":
-        return ("exact contributions: each word's push toward the class over the mean of the classes, summed over "
-                "the test documents predicted as it")
-    return f"{explanation['words_method']} scores for the class, summed over the test documents predicted as it"
+        return f"exact contributions: each word's push toward the class over the mean of the classes, {where}"
+    return f"{explanation['words_method']} scores for the class, {where}"
 
 
 def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None) -> str:
