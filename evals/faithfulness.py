@@ -13,6 +13,25 @@ raw attention's), and on MR the five words that moved the decision most per
 class (exact contributions: the mean push per document a word is in, among words in at least 1% of the
 class's documents; and the total push, which favours frequent words) beside raw attention's.
 
+Measured (seed 0; MR 1,000 test sentences, AG News its 760 test articles;
+comprehensiveness / sufficiency, AOPC):
+
+======================= ============== ==============
+method                  MR             AG News
+======================= ============== ==============
+exact contributions     0.328 / -0.166 0.413 / -0.101
+integrated gradients    0.302 / -0.146 0.381 / -0.078
+gradient x input        0.253 / -0.120 0.348 / -0.070
+attention x value norm  0.162 / -0.016 0.285 / -0.008
+raw attention           0.155 /  0.003 0.283 / -0.007
+random order (control)  0.028 /  0.171 0.031 /  0.319
+======================= ============== ==============
+
+Faithfulness of the five methods: 35 s for the 1,000 MR sentences, 123 s for
+AG News, on a shared 2-core CPU (training took 11-17 minutes a set there).
+MR's words that moved the decision most: neg mediocre, dull, unfunny, fails,
+seagal; pos culture, delightful, powerful, beautiful, solid.
+
     nice -n 10 .venv/bin/python evals/faithfulness.py                       # MR and AG News, 1,000 each
     nice -n 10 .venv/bin/python evals/faithfulness.py --sets mr --documents 200 --json faith.json
 
