@@ -127,7 +127,11 @@ def test_integrated_gradients_add_up_to_the_change_from_the_zero_embeddings() ->
     assert torch.allclose(ig.sum(1), full - zero, atol=2e-3)  # completeness, up to the Riemann sum
 
 
-@pytest.mark.parametrize("make", [_document, _bert, lambda: _document(num_layers=0, parameter_free_layers=2)])
+@pytest.mark.parametrize("make", [
+    _document, _bert, lambda: _document(num_layers=0, parameter_free_layers=2),
+    lambda: build_model("sentiment", {"vocab_size": V, "num_classes": 2}),
+    lambda: build_model("han", {"vocab_size": V, "num_classes": 2}),
+])
 def test_every_applicable_method_scores_the_real_tokens(make: object) -> None:
     import attnkit.layers.multi_head as multi_head
 
