@@ -57,9 +57,10 @@ def test_train_evaluate_predict_and_refuse_overwrite(tmp_path, data_csv) -> None
 
     result = _invoke("predict", str(out), "an excellent and wonderful film", "--explain", "--top", "2")
     assert result.exit_code == 0, result.output
-    first, second = result.output.splitlines()[:2]
+    first, second, third = result.output.splitlines()[:3]
     assert first.split("\t")[0] in ("positive", "negative")
-    assert second.strip().startswith("attended:") and second.count("(") == 2
+    assert second.strip().startswith("moved (")  # the explanation chosen on the validation part leads
+    assert third.strip().startswith("attended:") and third.count("(") == 2
 
     before = (committed_dir(out) / "model.safetensors").read_bytes()
     again = CliRunner().invoke(cli, ["train", "--data", str(data_csv), "--out", str(out), *TINY])
@@ -77,8 +78,8 @@ def test_predict_explains_both_halves_of_the_default_model(tmp_path, data_csv) -
     result = _invoke("predict", str(out), "an excellent and wonderful film", "--explain", "--top", "2")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[1].strip().startswith("attended:")
-    assert lines[2].strip().startswith("margin from the network") and lines[2].count("(+") + lines[2].count("(-") == 2
+    assert lines[1].strip().startswith("moved (") and lines[2].strip().startswith("attended:")
+    assert lines[3].strip().startswith("margin from the network") and lines[3].count("(+") + lines[3].count("(-") == 2
     row = json.loads(_invoke("predict", str(out), "an excellent and wonderful film", "--explain", "--json").output)
     assert set(row["halves"]) == {"network", "ngrams"} and len(row["top_ngrams"]) == 5
     plain = json.loads(_invoke("predict", str(out), "an excellent film", "--json").output)

@@ -143,8 +143,12 @@ def after_training(plan: Any, result: Any, baseline: bool) -> None:
     analysis["metric"] = plan.train_config.metric
     atomic_write_text(out / "report.txt", format_report(result.test, analysis, base))
     write_html_report(out / "report.html", result.test, analysis, base)
-    click.echo(f"wrote {out / 'report.txt'} and report.html (per-class scores, most attended words, "
-               f"confidently wrong examples)")
+    if analysis.get("explanation"):
+        from attnkit.attribution.report import FAITHFULNESS_FILE, record_text
+
+        atomic_write_text(out / FAITHFULNESS_FILE, record_text(analysis["explanation"]))
+    click.echo(f"wrote {out / 'report.txt'} and report.html (per-class scores, the explanation shown first and "
+               f"its faithfulness, words that moved the decision, confidently wrong examples)")
 
 
 def print_cv_baseline(examples: Sequence[Any], results: Sequence[dict[str, Any]], folds: int, seed: int,
@@ -223,13 +227,66 @@ def results_analysis(result: Any, *, wrong: int = WRONG_SHOWN, words: int = WORD
                          "weights": weights[i] if weights else None})
     attended = (most_attended_words(tokens, weights, [labels[t] for t in targets], top=words)
                 if weights is not None else None)
+    explanation = _explanation(result, misses, examples, predicted)
     ngrams = None
     if getattr(result.model, "has_ngram_half", False):  # the half's own weights: what the attention does not show
         ngrams = {lb: [(ngram_text(token, ids), w) for ids, w in rows]
                   for lb, rows in zip(labels, result.model.top_ngrams(words), strict=True)}
     return {"labels": labels, "per_class": per_class, "n": len(ds),
             "confusion_matrix": confusion_matrix(targets, predicted, len(labels)).tolist(),
-            "most_attended": attended, "top_ngrams": ngrams, "confidently_wrong": examples}
+            "most_attended": attended, "top_ngrams": ngrams, "confidently_wrong": examples,
+            "explanation": explanation}
+
+
+def _explanation(result: Any, misses: list[int], examples: list[dict[str, Any]], predicted: list[int]
+                 ) -> dict[str, Any] | None:
+    """:func:`attnkit.attribution.report.explanation_analysis` of the run; each wrong example gets its
+    ``moved`` tokens (the shown-first method's five largest scores for the predicted class)."""
+    import torch
+
+    from attnkit.attribution.faithfulness import token_label
+    from attnkit.attribution.methods import attribute
+    from attnkit.attribution.report import explanation_analysis
+
+    ds, val = result.test_data, getattr(result, "val_data", None)
+    found = explanation_analysis(result.model, result.tokenizer, list(result.label_vocab.labels),
+                                 list(val.ids) if val is not None else None, list(ds.ids))
+    if found is None:
+        return None
+    for i, e in zip(misses, examples, strict=True):
+        ids = torch.tensor([list(map(int, ds.ids[i]))])
+        scores = attribute(result.model, ids, torch.tensor([ids.shape[1]]), found["shown_first"],
+                           target=torch.tensor([predicted[i]]))[0]
+        top = torch.argsort(scores, descending=True, stable=True)[:5].tolist()
+        e["moved"] = [(token_label(result.tokenizer, int(ids[0, t])), float(scores[t])) for t in top]
+    return found
+
+
+def explanation_lines(explanation: dict[str, Any]) -> list[str]:
+    """The explanation a report shows first: its name, how it was chosen and its faithfulness."""
+    test = explanation["test"]
+    shown, r = test["methods"][explanation["shown_first"]], test["random"]
+    chosen = ("chosen on the validation part: the largest comprehensiveness minus sufficiency of "
+              f"{len(explanation['validation']['methods'])} methods" if explanation.get("validation")
+              else "no validation part to choose on: the first of exact contributions, integrated gradients, "
+                   "gradient-weighted relevance, gradient x input, attention that applies")
+    lines = [f"explanation shown first: {explanation['title']} ({chosen})",
+             f"  faithfulness on the test part (n={test['n']}, ERASER AOPC): comprehensiveness "
+             f"{shown['comprehensiveness']:.3f} (random order {r['comprehensiveness']:.3f}; higher is better), "
+             f"sufficiency {shown['sufficiency']:.3f} (random order {r['sufficiency']:.3f}; lower is better)"]
+    if "attention" in test["methods"] and explanation["shown_first"] != "attention":
+        a = test["methods"]["attention"]
+        lines.append(f"  raw attention: comprehensiveness {a['comprehensiveness']:.3f}, "
+                     f"sufficiency {a['sufficiency']:.3f}")
+    return lines
+
+
+def _words_title(explanation: dict[str, Any]) -> str:
+    where = ("mean per test document predicted as the class that holds the word, over the words in at least 1% "
+             "of those documents")
+    if explanation["words_method"] == "contributions":
+        return f"exact contributions: each word's push toward the class over the mean of the classes, {where}"
+    return f"{explanation['words_method']} scores for the class, {where}"
 
 
 def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None) -> str:
@@ -249,7 +306,12 @@ def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str
               " " * width + "".join(f"{lb[:width - 1]:>{width}}" for lb in labels)]
     lines += [f"{lb:<{width}}" + "".join(f"{v:>{width}}" for v in row)
               for lb, row in zip(labels, analysis["confusion_matrix"], strict=True)]
-    lines += ["", "most attended words per class (true class; mean pooling attention per document)"]
+    explanation = analysis.get("explanation")
+    if explanation:
+        lines += ["", *explanation_lines(explanation), "",
+                  f"words that moved the decision most per class ({_words_title(explanation)})"]
+        lines += [f"  {c}: " + ", ".join(f"{t} ({m:+.2f})" for t, m in rows) for c, rows in explanation["words"].items()]
+    lines += ["", "raw attention: most attended words per class (true class; mean pooling attention per document)"]
     if analysis["most_attended"] is None:
         lines.append("  (this model has no pooling attention)")
     else:
@@ -259,12 +321,15 @@ def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str
         lines += ["", f"n-grams weighed most toward each class (the n-gram half; {NGRAM_WEIGHT})"]
         lines += [f"  {c}: " + format_ngrams(rows)
                   for c, rows in analysis["top_ngrams"].items()]
-    lines += ["", "most confidently wrong test examples (with their most attended words)"]
+    lines += ["", "most confidently wrong test examples (with the words that moved them most, and their most "
+              "attended words)"]
     if not analysis["confidently_wrong"]:
         lines.append("  (none: every test example is classified correctly)")
     for k, e in enumerate(analysis["confidently_wrong"], 1):
         text = e["text"] if len(e["text"]) <= 300 else e["text"][:297] + "..."
         lines.append(f"{k}. true {e['label']}, predicted {e['predicted']} ({e['probability']:.3f}): {text}")
+        if e.get("moved"):
+            lines.append("   moved: " + ", ".join(f"{t} ({w:+.2f})" for t, w in e["moved"]))
         if e["attended"]:
             lines.append("   attended: " + ", ".join(f"{t} ({w:.2f})" for t, w in e["attended"]))
     return "\n".join(lines) + "\n"
@@ -302,8 +367,23 @@ def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[s
         {"title": "Confusion matrix", "text": ["rows: true class, columns: predicted class"],
          "columns": ["", *labels], "rows": [[lb, *row] for lb, row in zip(labels, analysis["confusion_matrix"],
                                                                           strict=True)]}]
+    explanation = analysis.get("explanation")
+    if explanation:
+        test_part = explanation["test"]
+        sections.append({"title": f"Explanation shown first: {explanation['title']}",
+                         "text": [*explanation_lines(explanation), "raw attention: the views below"],
+                         "columns": ["method", "comprehensiveness (higher is better)",
+                                     "sufficiency (lower is better)"],
+                         "rows": [[m, f"{v['comprehensiveness']:.3f}", f"{v['sufficiency']:.3f}"]
+                                  for m, v in test_part["methods"].items()]
+                         + [["random order (control)", f"{test_part['random']['comprehensiveness']:.3f}",
+                             f"{test_part['random']['sufficiency']:.3f}"]]})
+        sections.append({"title": "Words that moved the decision most per class", "text": [_words_title(explanation)],
+                         "columns": ["class", "words"],
+                         "rows": [[c, ", ".join(f"{t} ({m:+.2f})" for t, m in rows)]
+                                  for c, rows in explanation["words"].items()]})
     attended = analysis["most_attended"]
-    sections.append({"title": "Most attended words per class",
+    sections.append({"title": "Raw attention: most attended words per class",
                      "text": ["true class; mean pooling attention per document"] if attended is not None
                      else ["this model has no pooling attention"],
                      "columns": ["class", "words"] if attended is not None else [],
@@ -317,8 +397,10 @@ def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[s
     wrong = analysis["confidently_wrong"]
     sections.append({"title": "Most confidently wrong test examples",
                      "text": [] if wrong else ["none: every test example is classified correctly"],
-                     "columns": ["#", "true", "predicted", "probability", "text", "attended"] if wrong else [],
+                     "columns": ["#", "true", "predicted", "probability", "text", "moved", "attended"]
+                     if wrong else [],
                      "rows": [[k, e["label"], e["predicted"], f"{e['probability']:.3f}", _short(e["text"]),
+                               ", ".join(f"{t} ({w:+.2f})" for t, w in e.get("moved", ())),
                                ", ".join(f"{t} ({w:.2f})" for t, w in e["attended"])]
                               for k, e in enumerate(wrong, 1)]})
     return sections

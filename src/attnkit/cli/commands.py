@@ -214,15 +214,23 @@ def train(ctx: click.Context, **values: Any) -> None:
 @click.option("--data", required=True, type=click.Path(exists=True), help="Labelled data to score.")
 @reader_options
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+@click.option("--faithfulness", is_flag=True,
+              help="Also score how faithful each explanation method is on --data: comprehensiveness and "
+                   "sufficiency (ERASER AOPC) beside a random-order control.")
 @allow_unfinished_option
 @friendly_errors
-def evaluate(run: str, data: str, as_json: bool, allow_unfinished: bool, **values: Any) -> None:
+def evaluate(run: str, data: str, as_json: bool, faithfulness: bool, allow_unfinished: bool,
+             **values: Any) -> None:
     """Score a trained run on labelled data: accuracy, macro-F1, confusion matrix.
 
     \b
     Example:
       attnkit evaluate runs/reviews --data test.csv
+      attnkit evaluate runs/reviews --data test.csv --faithfulness --json > scores.json
     """
+    if faithfulness and _is_numpy_run(run):
+        raise click.ClickException(f"--faithfulness needs a torch run; {run} was trained with --backend numpy, "
+                                   "whose model has no gradients or exact contributions to score")
     if _is_numpy_run(run):
         backend = _numpy_backend()
         numpy_run = backend.load_numpy_run(run)
@@ -240,10 +248,18 @@ def evaluate(run: str, data: str, as_json: bool, allow_unfinished: bool, **value
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
     examples = read_data(data, values)
     metrics = evaluate_examples(model, tokenizer, labels, examples, max_len=meta["data_settings"]["max_len"])
+    if faithfulness:
+        from attnkit.attribution.faithfulness import format_table, text_faithfulness
+
+        scores = text_faithfulness(model, tokenizer, [e.text for e in examples],
+                                   max_len=meta["data_settings"]["max_len"])
+        metrics["faithfulness"] = scores
     if as_json:
         click.echo(json.dumps(metrics, indent=2))
     else:
         print_metrics(f"{run} on {data}", metrics, labels.labels)
+        if faithfulness:
+            click.echo("\n".join(format_table(scores)))
 
 
 # --- predict -----------------------------------------------------------------------------------
@@ -286,21 +302,24 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
             if explain:
                 click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"]))
         return
+    from attnkit.attribution.report import default_method, explanation_line
     from attnkit.train.inference import format_ngrams, predict_texts
 
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
     warn_truncated(tokenizer, items, meta["data_settings"]["max_len"])
     predictions = predict_texts(model, tokenizer, labels, items, max_len=meta["data_settings"]["max_len"],
-                                top_k=top if explain else 0)
+                                top_k=top if explain else 0, method=default_method(model, run) if explain else None)
     for p in predictions:
         if as_json:
             extra = {"top_ngrams": [list(t) for t in p.top_ngrams], "halves": p.halves} if p.halves else {}
+            shown = {"explanation": p.explanation} if p.explanation else {}
             click.echo(json.dumps({"text": p.text, "label": p.label, "probability": p.probability,
                                    "probabilities": p.probabilities,
-                                   "top_tokens": [list(t) for t in p.top_tokens], **extra}))
+                                   "top_tokens": [list(t) for t in p.top_tokens], **shown, **extra}))
             continue
         click.echo(f"{p.label}\t{p.probability:.3f}\t{p.text}")
         if explain:
+            click.echo("    " + explanation_line(p.explanation, top, run))
             click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p.top_tokens))
         if explain and p.halves:  # a model with an n-gram half: what each half adds, and the n-grams that add most
             click.echo(f"    margin from the network {p.halves['network']:+.2f}, from n-grams {p.halves['ngrams']:+.2f}: "

@@ -35,7 +35,7 @@ from attnkit.attention import masks as _masks
 from attnkit.attention.functional import safe_softmax
 from attnkit.layers.multi_head import check_sequence, refuse_block_mask
 
-__all__ = ["AttentionPooling"]
+__all__ = ["AttentionPooling", "linear_head_contributions"]
 
 
 def _check_key_mask(mask: object, b: int, r: int, t: int) -> Tensor:
@@ -118,3 +118,18 @@ class AttentionPooling(nn.Module):
         if self.num_queries == 1:
             pooled, weights = pooled[:, 0], weights[:, 0]  # (B, D), (B, T)
         return (pooled, weights) if return_weights else pooled
+
+
+def linear_head_contributions(weights: Tensor, values: Tensor, head: nn.Linear) -> Tensor:
+    """What each position adds to each logit of ``head(sum_t weights_t values_t)``: exact, by linearity.
+
+    ``logit_c = b_c + sum_t weights_t (w_c . values_t)``, so position ``t`` adds
+    ``weights_t (w_c . values_t)`` to class ``c`` and the additions plus
+    ``head.bias`` are the logits (up to rounding). Only a linear head after
+    the pooling keeps this exact (dropout in eval mode is the identity); a
+    nonlinearity between the two would break it.
+
+    Shape:
+        weights ``(B, T)`` (zero on padding), values ``(B, T, D)``; returns ``(B, T, C)``.
+    """
+    return weights[..., None].to(values.dtype) * (values @ head.weight.T)  # (B, T, C)

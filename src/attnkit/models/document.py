@@ -29,12 +29,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
 from attnkit.attention.functional import attention
 from attnkit.attention.masks import MaskLike
 from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
-from attnkit.layers.pooling import AttentionPooling
+from attnkit.layers.pooling import AttentionPooling, linear_head_contributions
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (
     TextClassifierConfig,
@@ -222,3 +223,33 @@ class DocumentClassifier(TextClassifier):
             return self.pooling(x, mask=mask, return_weights=True)  # (B, D), (B, T)
         pool_w = mask[:, 0, 0].to(x.dtype) / lengths[:, None].to(x.dtype)  # (B, T)
         return (pool_w[:, :, None] * x).sum(dim=1), pool_w  # (B, D)
+
+    @torch.no_grad()
+    def token_contributions(self, ids: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """What each position adds to each class's logit in eval mode, and the bias: exact.
+
+        ``logits = W (sum_t alpha_t x_t) + b = b + sum_t alpha_t (W x_t)``: the
+        head is linear after the pooling (dropout is the identity in eval
+        mode), so the contributions plus the bias are the logits to float
+        rounding, for attention and for mean pooling alike. ``x_t`` is the top
+        layer's vector at position ``t``; with encoder layers it carries
+        context from the other positions, so the split is exact over
+        positions, not over the words alone. The mode is left as it was.
+
+        Shape:
+            ids ``(B, T)``, lengths ``(B,)``; returns contributions ``(B, T, C)`` (zero on padding)
+            and the bias ``(B, C)``.
+        """
+        ids, lengths, mask = self.prepare(ids, lengths)
+        was_training = self.training
+        self.eval()
+        try:
+            x = self.embedding(ids)  # (B, T, D)
+            if self.positional is not None:
+                x = self.positional(x)
+            x = self._encode(x, mask, None, {})
+            _, pool_w = self._pool(x, mask, lengths)  # (B, T)
+            per = linear_head_contributions(pool_w, x, self.classifier)  # (B, T, C)
+        finally:
+            self.train(was_training)
+        return per, self.classifier.bias.expand(ids.shape[0], -1)

@@ -320,6 +320,28 @@ class NgramHalf:
         return feats, real, self.wide_scale * per
 
     @torch.no_grad()
+    def token_ngram_contributions(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`ngram_contributions` folded onto the tokens, and the half's bias ``wide_scale * wide_bias``.
+
+        A unigram's share goes to its token, a bigram's half to each of its two
+        tokens; the tokens' shares plus the bias are the half's logits in eval mode.
+
+        Shape:
+            ids ``(B, T)``, mask ``(B, 1, 1, T)``; returns ``(B, T, C)`` and ``(C,)``.
+        """
+        _, _, per = self.ngram_contributions(ids, mask)  # (B, 2T - 1, C)
+        t = ids.shape[1]
+        tokens = per[:, :t].clone()  # unigrams: one per position
+        pairs = per[:, t:] / 2  # (B, T - 1, C): bigram (t, t + 1)
+        tokens[:, :-1] += pairs
+        tokens[:, 1:] += pairs
+        assert self.wide_scale is not None
+        bias = torch.zeros(per.shape[-1], dtype=per.dtype, device=per.device)
+        if self.wide_bias is not None:
+            bias = self.wide_scale * self.wide_bias
+        return tokens, bias
+
+    @torch.no_grad()
     def top_ngrams(self, k: int) -> list[list[tuple[tuple[int, ...], float]]]:
         """Per class, the ``k`` n-grams weighed most toward it: token ids and ``wide_scale * (W[f, c] - mean_c W[f])``.
 

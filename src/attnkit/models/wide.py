@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnkit.layers.pooling import AttentionPooling
+from attnkit.layers.pooling import AttentionPooling, linear_head_contributions
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (
     TextClassifierConfig,
@@ -164,3 +164,38 @@ class WideDeepClassifier(NgramHalf, TextClassifier):
         """
         deep, pool_w = self._deep_logits(ids, lengths, mask)  # the deep half learns on its own
         return deep, {"pooling": pool_w}
+
+    @torch.no_grad()
+    def token_contributions(self, ids: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """What each token adds to each class's logit in eval mode (both halves), and the bias: exact.
+
+        The deep half's ``W (sum_t alpha_t h_t) + b`` splits into
+        ``alpha_t (W h_t)`` per token (:func:`~attnkit.layers.pooling.linear_head_contributions`);
+        the n-gram half's per-n-gram terms fold onto their tokens
+        (:meth:`~attnkit.models.ngram_half.NgramHalf.token_ngram_contributions`).
+        The sum of both plus the bias (the deep half's ``b`` and the n-gram
+        half's scaled bias) is the model's eval-mode logits to float rounding.
+        With ``encoder="lstm"`` the deep half's ``h_t`` carries context, so its
+        share is exact over positions, not over the words alone. The mode is
+        left as it was.
+
+        Shape:
+            ids ``(B, T)``, lengths ``(B,)``; returns contributions ``(B, T, C)`` (zero on padding)
+            and the bias ``(B, C)``.
+        """
+        ids, lengths, mask = self.prepare(ids, lengths)
+        was_training = self.training
+        self.eval()
+        try:
+            h = self.embedding(ids)  # (B, T, E)
+            if self.lstm is not None:
+                h = run_packed(self.lstm, h, lengths)  # (B, T, 2H)
+            _, pool_w = self.pooling(h, mask=mask, return_weights=True)  # (B, T)
+            per = linear_head_contributions(pool_w, h, self.classifier)  # (B, T, C)
+            bias = self.classifier.bias.expand(ids.shape[0], -1)
+            if self.has_ngram_half:
+                tokens, wide_bias = self.token_ngram_contributions(ids, mask)
+                per, bias = per + tokens.to(per.dtype), bias + wide_bias.to(bias.dtype)
+        finally:
+            self.train(was_training)
+        return per, bias

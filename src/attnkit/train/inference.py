@@ -29,7 +29,12 @@ class Prediction:
     """A predicted label, its probability, all class probabilities and the most attended tokens.
 
     For a model with an n-gram half (:class:`attnkit.models.ngram_half.NgramHalf`)
-    an explained prediction also carries ``halves`` -- how far each half
+    An explained prediction carries ``explanation``: ``{"method", "tokens",
+    "scores"}``, each token's score for the predicted class by the method
+    (:mod:`attnkit.attribution.methods`); for an exact method also ``"logit"``
+    and ``"bias"``, with ``sum(scores) + bias == logit``.
+
+    For a model with an n-gram half it also carries ``halves`` -- how far each half
     raises the predicted class's logit above the mean of the classes
     (``{"network": ..., "ngrams": ...}``; the two add up to the whole margin) --
     and ``top_ngrams``, the n-grams that raise it most, with what each adds.
@@ -42,6 +47,7 @@ class Prediction:
     top_tokens: tuple[tuple[str, float], ...] = ()
     top_ngrams: tuple[tuple[str, float], ...] = ()
     halves: dict[str, float] = field(default_factory=dict)
+    explanation: dict[str, object] = field(default_factory=dict)
 
 
 def _batch(ids: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
@@ -70,8 +76,10 @@ def pooling_weights(model: nn.Module, ids: Tensor, lengths: Tensor) -> tuple[Ten
 
 @torch.no_grad()
 def predict_texts(model: nn.Module, tokenizer: object, labels: LabelVocab, texts: Sequence[str], *,
-                  max_len: int, top_k: int = 0, batch_size: int = 64) -> list[Prediction]:
-    """Classify ``texts``; with ``top_k > 0`` also list each text's ``top_k`` most attended tokens."""
+                  max_len: int, top_k: int = 0, batch_size: int = 64, method: str | None = None
+                  ) -> list[Prediction]:
+    """Classify ``texts``; with ``top_k > 0`` also explain each: its ``top_k`` most attended tokens and
+    every token's score by ``method`` (default: :func:`attnkit.attribution.report.default_method`)."""
     if isinstance(texts, str):
         raise TypeError("texts must be a sequence of strings, got a single str")
     model.eval()
@@ -86,6 +94,7 @@ def predict_texts(model: nn.Module, tokenizer: object, labels: LabelVocab, texts
             logits, weights = model(ids, lengths), None
         probs = logits.float().softmax(-1)  # (B, C)
         ngrams = _ngram_parts(model, ids, lengths, logits) if weights is not None else None
+        explained = _explanations(model, tokenizer, ids, lengths, logits, method) if top_k > 0 else None
         for row, text in enumerate(chunk):
             best = int(probs[row].argmax())
             top: tuple[tuple[str, float], ...] = ()
@@ -98,8 +107,31 @@ def predict_texts(model: nn.Module, tokenizer: object, labels: LabelVocab, texts
             top_ngrams, halves = _ngram_explanation(model, tokenizer, ngrams, logits[row].float(), row, best, top_k)
             results.append(Prediction(
                 text, labels.decode(best), float(probs[row, best]),
-                {labels.decode(c): float(p) for c, p in enumerate(probs[row].tolist())}, top, top_ngrams, halves))
+                {labels.decode(c): float(p) for c, p in enumerate(probs[row].tolist())}, top, top_ngrams, halves,
+                explained[row] if explained is not None else {}))
     return results
+
+
+def _explanations(model: nn.Module, tokenizer: object, ids: Tensor, lengths: Tensor, logits: Tensor,
+                  method: str | None) -> list[dict[str, object]]:
+    """Each document's ``explanation`` (see :class:`Prediction`) for its predicted class."""
+    from attnkit.attribution.methods import attribute, is_exact
+    from attnkit.attribution.report import default_method
+
+    name = method or default_method(model)
+    target = logits.argmax(-1)  # (B,)
+    scores = attribute(model, ids, lengths, name, target=target)  # (B, T)
+    bias = model.token_contributions(ids, lengths)[1] if is_exact(name) else None  # type: ignore[operator]
+    token = tokenizer.id_to_token  # type: ignore[attr-defined]
+    out: list[dict[str, object]] = []
+    for row, n in enumerate(lengths.tolist()):
+        found: dict[str, object] = {"method": name, "tokens": [str(token(int(i))) for i in ids[row, :n]],
+                                    "scores": scores[row, :n].tolist()}
+        if bias is not None:
+            c = int(target[row])
+            found["logit"], found["bias"] = float(logits[row, c]), float(bias[row, c])
+        out.append(found)
+    return out
 
 
 def _ngram_parts(model: nn.Module, ids: Tensor, lengths: Tensor, logits: Tensor

@@ -67,6 +67,7 @@ class FitResult:
     test_data: TextClassificationDataset | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     is_main: bool = True  # False on the other processes of a data-parallel run
+    val_data: TextClassificationDataset | None = None  # the validation part (reports choose an explanation on it)
 
 
 def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size: int, num_classes: int,
@@ -188,7 +189,7 @@ def fit_classifier(
             run.commit(unwrap(model).state_dict(), status="done", history=history, progress=trainer._summary(),
                        meta={"epochs_run": len(history), "metrics": metrics})
     return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds,
-                     is_main=dist.is_main)
+                     is_main=dist.is_main, val_data=val_ds if len(val_ds) else None)
 
 
 def _checked_labels(train: Sequence[Example], train_config: TrainConfig, data: DataSettings,

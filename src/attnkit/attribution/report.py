@@ -1,0 +1,109 @@
+"""The explanation a run's reports and ``predict --explain`` lead with, and the figures behind the choice.
+
+After training, :func:`explanation_analysis` scores every applicable method's
+faithfulness (:func:`attnkit.attribution.faithfulness.faithfulness`) on up
+to :data:`REPORT_DOCUMENTS` documents of the validation part and picks the
+best (largest comprehensiveness minus sufficiency); the chosen method and raw
+attention are then scored on the test part, beside the random control, and
+the words that moved the decision most per class are ranked from the exact
+contributions (or the chosen method where the model has none).
+:func:`record_text` is what the run folder keeps of the choice, as
+:data:`FAITHFULNESS_FILE`, where :func:`default_method` finds it for
+``predict --explain``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from attnkit.attribution.faithfulness import decisive_words, faithfulness, token_label
+from attnkit.attribution.methods import METHOD_NAMES, MethodNotApplicable, applicable_methods
+
+__all__ = ["FAITHFULNESS_FILE", "PREFERRED", "REPORT_DOCUMENTS", "default_method", "explanation_analysis",
+           "record_text", "read_record", "explanation_line"]
+
+FAITHFULNESS_FILE = "faithfulness.json"
+PREFERRED = ("contributions", "integrated_gradients", "chefer", "grad_input", "attention")
+"""The method shown when a run has no faithfulness record: the first that applies."""
+REPORT_DOCUMENTS = 200
+
+
+def read_record(run: str | Path) -> dict[str, Any] | None:
+    """The run's :data:`FAITHFULNESS_FILE`, or None when it has none (or an unreadable one)."""
+    path = Path(run) / FAITHFULNESS_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def default_method(model: nn.Module, run: str | Path | None = None) -> str:
+    """The method to explain ``model``'s predictions with: the run's recorded choice, else :data:`PREFERRED`'s first."""
+    valid = applicable_methods(model)
+    record = read_record(run) if run is not None else None
+    chosen = ((record or {}).get("validation") or {}).get("shown_first")
+    if chosen in valid:
+        return str(chosen)
+    for name in PREFERRED:
+        if name in valid:
+            return name
+    raise MethodNotApplicable(f"no attribution method applies to {type(model).__name__}")
+
+
+def explanation_analysis(model: nn.Module, tokenizer: Any, labels: Sequence[str],
+                         validation: Sequence[Sequence[int]] | None, test: Sequence[Sequence[int]], *,
+                         documents: int = REPORT_DOCUMENTS, words: int = 8) -> dict[str, Any] | None:
+    """The explanation a report shows first, chosen on ``validation``, scored on ``test``; None if no method applies.
+
+    Returns ``{"shown_first", "title", "chosen_on", "validation" (every method's
+    figures there, or None), "test" (the chosen method's and raw attention's,
+    with the random control), "words_method", "words" ({label: [(word, total)]})}``.
+    Without a validation part the method is :data:`PREFERRED`'s first.
+    """
+    valid = applicable_methods(model)
+    if not valid or not test:
+        return None
+    chosen = faithfulness(model, validation[:documents]) if validation else None
+    best = chosen["shown_first"] if chosen is not None else default_method(model)
+    shown = [best] + (["attention"] if best != "attention" and "attention" in valid else [])
+    scored = faithfulness(model, test[:documents], methods=shown)
+    scored["shown_first"] = best
+    words_method = "contributions" if "contributions" in valid else best
+    per_class = decisive_words(model, test, method=words_method, top=words)
+    named = {labels[c]: [(token_label(tokenizer, t), total) for t, total in rows]
+             for c, rows in enumerate(per_class) if c < len(labels)}
+    return {"shown_first": best, "title": METHOD_NAMES[best], "chosen_on": "validation" if chosen else None,
+            "validation": chosen, "test": scored, "words_method": words_method, "words": named}
+
+
+def record_text(analysis: dict[str, Any]) -> str:
+    """The JSON text of the run's :data:`FAITHFULNESS_FILE`: ``analysis`` without its word lists."""
+    return json.dumps({k: v for k, v in analysis.items() if k != "words"}, indent=2) + "\n"
+
+
+def explanation_line(explanation: dict[str, Any], top: int, run: str | Path | None = None) -> str:
+    """One line for ``predict --explain``: the method, its test-part faithfulness if recorded, the ``top`` tokens.
+
+    ``[UNK]`` is named as the out-of-vocabulary words it stands for.
+    """
+    method = str(explanation["method"])
+    tokens, scores = list(explanation["tokens"]), list(explanation["scores"])
+    order = sorted(range(len(tokens)), key=lambda i: (-scores[i], i))[:top]
+    shown = ", ".join(f"{'[UNK] (out-of-vocabulary word)' if tokens[i] == '[UNK]' else tokens[i]} "
+                      f"({scores[i]:+.2f})" for i in order)
+    record = read_record(run) if run is not None else None
+    figures = ((record or {}).get("test") or {}).get("methods", {}).get(method)
+    how = ""
+    if figures:
+        how = (f", comprehensiveness {figures['comprehensiveness']:.2f} vs random "
+               f"{record['test']['random']['comprehensiveness']:.2f} on the test part")  # type: ignore[index]
+    total = ""
+    if "logit" in explanation:
+        total = f"; bias {explanation['bias']:+.2f} + scores = logit {explanation['logit']:+.2f}"
+    return f"moved ({METHOD_NAMES[method]}{how}{total}): {shown}"
