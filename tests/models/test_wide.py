@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from attnkit.models import build_model
+from attnkit.models.ngram_half import STACKING_BOUNDS, fit_stacking_weights
 from attnkit.models.wide import WideDeepClassifier, WideDeepClassifierConfig, ngram_features
-from attnkit.models.wide_fit import STACKING_BOUNDS, fit_stacking_weights
 
 V, BUCKETS = 30, 16
 

@@ -15,8 +15,7 @@ from attnkit.data.batching import LabelVocab, TextClassificationDataset, TokenId
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.models import build_model
-from attnkit.models.ngram_half import NgramHalf
-from attnkit.models.wide_fit import ngram_counts
+from attnkit.models.ngram_half import NgramHalf, ngram_counts
 from attnkit.train import memory_budget as mb
 from attnkit.train.pipeline import model_config_dict
 from attnkit.train.rundir import committed_dir

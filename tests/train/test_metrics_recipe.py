@@ -123,7 +123,7 @@ def test_classification_task_scores_and_weighs_by_the_metric() -> None:
 
 
 def test_class_weighted_ngram_regression_favours_the_rare_class() -> None:
-    from attnkit.models.wide_fit import fit_nb_regression
+    from attnkit.models.ngram_half import fit_nb_regression
 
     # 2 documents, 2 n-grams: the same n-gram in each, so only the bias can tell the classes apart
     counts = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2, 3], [0, 0, 0, 0]]), torch.ones(4, dtype=torch.float64),

@@ -56,9 +56,8 @@ from attnkit.models.config import (
     check_fraction,
     check_positive_int,
 )
-from attnkit.models.ngram_half import NgramHalf, ngram_features
+from attnkit.models.ngram_half import WIDE_C, NgramHalf, ngram_features
 from attnkit.models.sentiment import run_packed
-from attnkit.models.wide_fit import WIDE_C
 
 __all__ = ["WideDeepClassifierConfig", "WideDeepClassifier", "ngram_features", "ENCODERS", "BIGRAMS", "WIDE_C"]
 

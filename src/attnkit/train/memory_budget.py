@@ -4,7 +4,7 @@
 is built. It measures the model exactly without allocating it (built on
 torch's ``meta`` device: parameters count four times, for their gradients and
 two AdamW moments; buffers once), adds what fitting an n-gram half
-(:mod:`attnkit.models.ngram_half`) allocates (:func:`attnkit.models.wide_fit.fit_bytes`)
+(:mod:`attnkit.models.ngram_half`) allocates (:func:`attnkit.models.ngram_half.fit_bytes`)
 and the encoded documents, and compares the sum with the limit: ``--max-memory``,
 or by default :data:`DEFAULT_FRACTION` of the memory available now
 (``MemAvailable`` of ``/proc/meminfo``). Above it, the n-gram half's bigram rows
@@ -121,7 +121,7 @@ def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int,
                         ) -> MemoryEstimate:
     """:class:`MemoryEstimate` of training ``model_name`` with ``config`` on ``tokens`` training tokens
     (``documents``: the bytes the encoded documents hold)."""
-    from attnkit.models.wide_fit import fit_bytes
+    from attnkit.models.ngram_half import fit_bytes
 
     params, buffers = model_bytes(model_name, config)
     field, rows = _rows(model_name, config)
