@@ -1,0 +1,93 @@
+"""A new user's first day: a run used from Python, commands that can be re-run, progress off a
+terminal, and the hint each common data mistake gets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import TINY, write_keyword_csv
+from click.testing import CliRunner
+
+import attnkit
+from attnkit.cli import cli
+from attnkit.train.rundir import RunFileError, committed_dir
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("first_day")
+    data = write_keyword_csv(folder / "reviews.csv", 200)
+    out = folder / "run"
+    result = _invoke("train", "--data", str(data), *TINY, "--max-len", "7", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+TEXTS = ["a wonderful film with the best cast", "dull and boring , the worst", "x"]
+
+
+# --- the run from Python ---------------------------------------------------------------------------
+
+
+def test_load_run_predicts_what_the_cli_prints(trained: Path) -> None:
+    run = attnkit.load_run(trained)
+    assert run.max_len == 7  # the run's own --max-len, from its config
+    assert set(run.labels) == {"positive", "negative"}
+    printed = _invoke("predict", str(trained), *TEXTS, "--json").output.splitlines()
+    cli_rows = [json.loads(line) for line in printed]
+    assert run.predict(TEXTS) == [r["label"] for r in cli_rows]
+    proba = run.predict_proba(TEXTS)
+    assert proba.shape == (3, 2)
+    expected = np.array([[r["probabilities"][lb] for lb in run.labels] for r in cli_rows])
+    np.testing.assert_array_equal(proba, expected)  # to the last digit
+    assert np.allclose(proba.sum(1), 1.0)
+    explained = run.explain(TEXTS[:1], top=2)
+    assert len(explained[0].top_tokens) == 2
+
+
+def test_save_pretrained_writes_a_run_the_cli_reads(trained: Path, tmp_path: Path) -> None:
+    run = attnkit.Predictor.from_pretrained(trained)
+    saved = run.save_pretrained(tmp_path / "copy")
+    again = attnkit.load_run(saved)
+    np.testing.assert_array_equal(again.predict_proba(TEXTS), run.predict_proba(TEXTS))
+    assert again.config["data_settings"] == run.config["data_settings"]
+    result = _invoke("predict", str(saved), TEXTS[0])
+    assert result.exit_code == 0 and result.output.split("\t")[0] == run.predict(TEXTS[:1])[0]
+    # a second save into the same folder replaces nothing without overwrite
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        run.save_pretrained(saved)
+    run.save_pretrained(saved, overwrite=True)
+
+
+def test_load_run_keeps_the_loader_checks(trained: Path, tmp_path: Path) -> None:
+    copy = attnkit.load_run(trained).save_pretrained(tmp_path / "unfinished")
+    config_path = committed_dir(copy) / "config.json"
+    config = json.loads(config_path.read_text())
+    config["status"], config["progress"] = "training", {"epoch": 1, "epochs": 3}
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="did not finish training.*--allow-unfinished"):
+        attnkit.load_run(copy)
+    served = attnkit.load_run(copy, allow_unfinished=True)
+    assert served.notice is not None and "unfinished" in served.notice
+    with pytest.raises(RunFileError, match="not an attnkit run directory"):
+        attnkit.load_run(tmp_path)
+    with pytest.raises(TypeError, match="single str"):
+        served.predict("one text")  # type: ignore[arg-type]
+
+
+def test_evaluate_matches_the_cli(trained: Path, tmp_path: Path) -> None:
+    run = attnkit.load_run(trained)
+    data = write_keyword_csv(tmp_path / "eval.csv", 30)
+    import csv
+
+    rows = list(csv.DictReader(data.open(encoding="utf-8")))
+    metrics = run.evaluate([r["text"] for r in rows], [r["label"] for r in rows])
+    cli_metrics = json.loads(_invoke("evaluate", str(trained), "--data", str(data), "--json").output)
+    assert metrics["accuracy"] == cli_metrics["accuracy"] and metrics["n"] == 30
