@@ -91,3 +91,36 @@ def test_evaluate_matches_the_cli(trained: Path, tmp_path: Path) -> None:
     metrics = run.evaluate([r["text"] for r in rows], [r["label"] for r in rows])
     cli_metrics = json.loads(_invoke("evaluate", str(trained), "--data", str(data), "--json").output)
     assert metrics["accuracy"] == cli_metrics["accuracy"] and metrics["n"] == 30
+
+
+# --- commands that can be re-run ---------------------------------------------------------------------
+
+
+def test_a_second_demo_replaces_its_own_run_but_never_a_users(trained: Path, tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    first = CliRunner().invoke(cli, ["demo", "--out", str(out), "--quick"], catch_exceptions=False)
+    assert first.exit_code == 0, first.output
+    manifest = json.loads((out / "current.json").read_text())
+    second = CliRunner().invoke(cli, ["demo", "--out", str(out), "--quick"], catch_exceptions=False)
+    assert second.exit_code == 0, second.output
+    assert f"replacing the earlier demo run in {out}" in second.output
+    assert json.loads((out / "current.json").read_text())["run_id"] != manifest["run_id"]
+    kept = [int(p.name) for p in (out / "checkpoints").iterdir()]
+    assert min(kept) > manifest["generation"]  # none of the earlier run's generations is left
+    users = attnkit.load_run(trained).save_pretrained(tmp_path / "mine")
+    refused = _invoke("demo", "--out", str(users), "--quick", "--quiet")
+    assert refused.exit_code == 1 and "already holds a different run" in refused.output
+    assert "--overwrite" in refused.output and "--resume" not in refused.output
+    assert attnkit.load_run(users).labels == attnkit.load_run(trained).labels  # untouched
+
+
+def test_visualize_replaces_its_own_report_but_not_a_foreign_file(trained: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.html"
+    for _ in range(2):
+        result = _invoke("visualize", str(trained), "a wonderful film", "-o", str(report))
+        assert result.exit_code == 0, result.output
+    foreign = tmp_path / "notes.html"
+    foreign.write_text("<!DOCTYPE html><html><head><title>mine</title></head></html>")
+    result = _invoke("visualize", str(trained), "a wonderful film", "-o", str(foreign))
+    assert result.exit_code == 1 and "is not a report attnkit wrote; pass --overwrite" in result.output
+    assert "mine" in foreign.read_text()
