@@ -124,3 +124,44 @@ def test_visualize_replaces_its_own_report_but_not_a_foreign_file(trained: Path,
     result = _invoke("visualize", str(trained), "a wonderful film", "-o", str(foreign))
     assert result.exit_code == 1 and "is not a report attnkit wrote; pass --overwrite" in result.output
     assert "mine" in foreign.read_text()
+
+
+# --- progress off a terminal -------------------------------------------------------------------------
+
+
+def test_plain_progress_prints_a_line_per_interval() -> None:
+    import io
+
+    from attnkit._progress import PlainProgress
+
+    now = [0.0]
+    out = io.StringIO()
+    bar = PlainProgress(10, "epoch 1/3", interval=30.0, unit="steps", stream=out, clock=lambda: now[0])
+    for _ in range(10):
+        now[0] += 7.0  # a step every 7 s: a line at 35 s (past 30 s), the next due at 70 s is the close's
+        bar.set_postfix(loss="0.5000")
+        bar.update(1)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert lines == ["epoch 1/3: 50% (5/10 steps), loss=0.5000, 35s elapsed",
+                     "epoch 1/3: 100% (10/10 steps), loss=0.5000, 1m10s elapsed"]
+    quick = io.StringIO()
+    short = PlainProgress(3, "x", interval=30.0, stream=quick)
+    short.update(3)
+    short.close()
+    assert quick.getvalue() == ""  # short work prints nothing
+
+
+def test_training_off_a_terminal_prints_progress_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATTNKIT_PROGRESS_SECONDS", "0")
+    data = write_keyword_csv(tmp_path / "d.csv", 120)
+    args = [a for a in TINY if a != "--quiet"]
+    result = CliRunner().invoke(cli, ["train", "--data", str(data), *args, "--out", str(tmp_path / "run")],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "epoch 1/3: 100% (" in result.stderr and "steps), loss=" in result.stderr
+    evaluated = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "run"), "--data", str(data)])
+    assert evaluated.exit_code == 0  # one batch: nothing to report
+    monkeypatch.setenv("ATTNKIT_PROGRESS_SECONDS", "soon")
+    bad = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "run"), "--data", str(data)])
+    assert bad.exit_code == 1 and "ATTNKIT_PROGRESS_SECONDS must be a number of seconds or 'off'" in bad.output

@@ -239,7 +239,8 @@ def evaluate(run: str, data: str, as_json: bool, allow_unfinished: bool, **value
 
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
     examples = read_data(data, values)
-    metrics = evaluate_examples(model, tokenizer, labels, examples, max_len=meta["data_settings"]["max_len"])
+    metrics = evaluate_examples(model, tokenizer, labels, examples, max_len=meta["data_settings"]["max_len"],
+                                show_progress=True)
     if as_json:
         click.echo(json.dumps(metrics, indent=2))
     else:
