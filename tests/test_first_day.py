@@ -165,3 +165,109 @@ def test_training_off_a_terminal_prints_progress_lines(tmp_path: Path, monkeypat
     monkeypatch.setenv("ATTNKIT_PROGRESS_SECONDS", "soon")
     bad = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "run"), "--data", str(data)])
     assert bad.exit_code == 1 and "ATTNKIT_PROGRESS_SECONDS must be a number of seconds or 'off'" in bad.output
+
+
+# --- the right hint for each common data mistake ------------------------------------------------------
+
+
+def _rows(n: int = 12) -> list[tuple[str, str]]:
+    return [(f"a wonderful film number {i}" if i % 2 else f"a dull film number {i}", "positive" if i % 2 else
+             "negative") for i in range(n)]
+
+
+def test_a_utf16_file_gets_the_utf16_hint(trained: Path, tmp_path: Path) -> None:
+    data = tmp_path / "reviews.csv"
+    data.write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in _rows()), encoding="utf-16")
+    for extra in ([], ["--encoding", "latin-1"]):  # latin-1 would read it as nonsense, not fail
+        result = _invoke("evaluate", str(trained), "--data", str(data), *extra)
+        assert result.exit_code == 1
+        assert "is UTF-16 text (it starts with a UTF-16 byte-order mark)" in result.output
+        assert "pass --encoding utf-16" in result.output and "latin-1 (" not in result.output
+    assert _invoke("evaluate", str(trained), "--data", str(data), "--encoding", "utf-16").exit_code == 0
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a wonderful film\n", encoding="utf-16-le")  # no byte-order mark
+    result = _invoke("predict", str(trained), "--file", str(texts))
+    assert result.exit_code == 1 and "is UTF-16-LE text" in result.output
+    assert "pass --encoding utf-16-le" in result.output
+
+
+def test_a_semicolon_csv_gets_the_delimiter_hint_and_reads_with_it(trained: Path, tmp_path: Path) -> None:
+    data = tmp_path / "reviews.csv"
+    data.write_text("text;label\n" + "".join(f"{t};{y}\n" for t, y in _rows()), encoding="utf-8")
+    result = _invoke("evaluate", str(trained), "--data", str(data))
+    assert result.exit_code == 1
+    assert "the header ['text;label'] is one column: the file is separated by ';', not ','" in result.output
+    assert "pass --delimiter ';'" in result.output
+    ok = _invoke("evaluate", str(trained), "--data", str(data), "--delimiter", ";", "--json")
+    assert ok.exit_code == 0 and json.loads(ok.output)["n"] == 12
+    bad = _invoke("evaluate", str(trained), "--data", str(data), "--delimiter", ";;")
+    assert bad.exit_code == 2 and "--delimiter" in bad.output and "one character" in bad.output
+
+
+def test_a_txt_holding_csv_gets_the_format_hint(trained: Path, tmp_path: Path) -> None:
+    data = tmp_path / "reviews.txt"
+    data.write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in _rows()), encoding="utf-8")
+    result = _invoke("evaluate", str(trained), "--data", str(data))
+    assert result.exit_code == 1
+    assert "'text,label' is a header of columns separated by ','" in result.output
+    assert "pass --format csv (format='csv' in Python)" in result.output and "empty text" not in result.output
+    assert _invoke("evaluate", str(trained), "--data", str(data), "--format", "csv").exit_code == 0
+
+
+def test_predict_file_reads_the_text_column_of_a_csv(trained: Path, tmp_path: Path) -> None:
+    data = tmp_path / "reviews.csv"
+    data.write_text("label,text\n" + "".join(f"{y},{t}\n" for t, y in _rows(4)), encoding="utf-8")
+    result = _invoke("predict", str(trained), "--file", str(data), "--json")
+    assert result.exit_code == 0, result.output
+    texts = [json.loads(line)["text"] for line in result.stdout.splitlines()]
+    assert texts == [t for t, _ in _rows(4)]  # no header, no label column
+    assert f"note: classifying the 'text' column of {data} (4 texts)" in result.stderr
+    wrong = _invoke("predict", str(trained), "--file", str(data), "--text-field", "review")
+    assert wrong.exit_code == 1 and "text_field='review' is not a column; the header has ['label', 'text']" \
+        in wrong.output and "--text-field NAME" in wrong.output
+    plain = tmp_path / "reviews.txt"
+    plain.write_text("text,label\na wonderful film,positive\n", encoding="utf-8")
+    result = _invoke("predict", str(trained), "--file", str(plain))
+    assert result.exit_code == 0
+    assert "warning: the first line of" in result.stderr and "looks like a header of columns" in result.stderr
+
+
+def test_too_little_data_for_the_split_is_an_error_that_says_how_much(tmp_path: Path) -> None:
+    data = tmp_path / "two.csv"
+    data.write_text("text,label\na wonderful film,positive\na dull film,negative\n", encoding="utf-8")
+    result = _invoke("train", "--data", str(data), *TINY, "--out", str(tmp_path / "run"))
+    assert result.exit_code == 1
+    assert (f"{data} holds 2 examples, the largest class 1: --val-ratio 0.1 holds out none of them for validation "
+            "(a class needs at least 6 examples for one); add data, give a --val FILE, or pass --val-ratio 0"
+            in result.output)
+    assert not (tmp_path / "run").exists()
+    result = _invoke("train", "--data", str(data), *TINY, "--val-ratio", "0.6", "--out", str(tmp_path / "run"))
+    assert "--test-ratio 0.1 holds out none of them for test" in result.output
+
+
+def test_resume_refuses_the_flags_it_would_ignore(trained: Path) -> None:
+    result = _invoke("train", "--out", str(trained), "--resume", "--epochs", "20", "--lr", "0.1")
+    assert result.exit_code == 2
+    assert f"--resume continues {trained} with its saved settings and does not take --epochs, --lr" in result.output
+    done = _invoke("train", "--out", str(trained), "--resume", "--quiet")
+    assert done.exit_code == 0 and "finished training already" in done.output
+
+
+def test_translation_warns_when_the_warm_up_outlasts_the_run(tmp_path: Path) -> None:
+    from attnkit.cli.translate import train_translate, warmup_notice
+
+    sources = ["ein kleines haus"] * 300
+    targets = ["a small house"] * 300
+    assert warmup_notice(sources, targets, 4096, 10, 1000) == (
+        "warning: --warmup-steps 1000 is more than half of this run's about 10 steps (10 epochs of about 1 on 300 "
+        "pairs): the learning rate would still be rising when training ends; pass --warmup-steps 1 (a tenth of "
+        "the steps), more --epochs, or a smaller --batch-tokens")
+    assert warmup_notice(sources, targets, 40, 10, 100) is None  # 30 steps an epoch, 300 in all
+    (tmp_path / "a.de").write_text("\n".join(sources[:40]) + "\n", encoding="utf-8")
+    (tmp_path / "a.en").write_text("\n".join(targets[:40]) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(train_translate, [
+        "--src", str(tmp_path / "a.de"), "--tgt", str(tmp_path / "a.en"), "--out", str(tmp_path / "run"),
+        "--vocab-size", "30", "--d-model", "16", "--heads", "2", "--d-ff", "16", "--encoder-layers", "1",
+        "--decoder-layers", "1", "--epochs", "1", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "warning: --warmup-steps 1000 is more than half of this run's about 1 steps" in result.stderr
