@@ -132,13 +132,14 @@ RESUME_FLAGS = {"out", "resume", "quiet", "data", "val_path", "test_path", "max_
 
 def _refuse_ignored_flags(ctx: click.Context, out: Path) -> None:
     """``--resume`` trains with the run's saved settings: a flag it would ignore (``--epochs 20``) is an
-    error naming it, never silently dropped."""
+    error naming it, never silently dropped. (A ``--config`` file's values are left alone: the file the run
+    was started with may be given again.)"""
     from click.core import ParameterSource
 
     given = [p for p in ctx.command.params
              if isinstance(p, click.Option) and p.name not in RESUME_FLAGS and p.expose_value
-             and ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT,
-                                                      ParameterSource.DEFAULT_MAP)]  # type: ignore[arg-type]
+             and ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE,  # type: ignore[arg-type]
+                                                      ParameterSource.ENVIRONMENT)]
     if given:
         flags = ", ".join(max(p.opts, key=len) for p in given)
         raise click.UsageError(
