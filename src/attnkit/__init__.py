@@ -48,6 +48,8 @@ _EXPORTS: dict[str, str] = {
     "beam_search": "attnkit.decoding",
     "Trainer": "attnkit.train",
     "TrainConfig": "attnkit.train",
+    "load_run": "attnkit.api",
+    "Predictor": "attnkit.api",
 }
 _SUBMODULES = {
     "masks", "functional", "score_mods", "layers", "positional", "blocks", "models", "reference", "data",
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
         train,
         viz,
     )
+    from attnkit.api import Predictor, load_run
     from attnkit.attention.dispatch import BackendChoice, choose_backend, last_backend
     from attnkit.attention.functional import attention, attention_weights
     from attnkit.blocks import (

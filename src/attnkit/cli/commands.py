@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from attnkit.cli.inputs import read_data, read_text_lines, warn_truncated
+from attnkit.cli.inputs import read_data, read_texts_to_classify, warn_truncated
 from attnkit.cli.messages import friendly_errors, print_metrics
 from attnkit.cli.options import (
     allow_unfinished_option,
@@ -126,6 +126,28 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
         baseline=bool(values.get("baseline")), max_memory=values.get("max_memory"))
 
 
+# What ``train --resume`` reads besides the saved settings: where the run and its data are, and how to report.
+RESUME_FLAGS = {"out", "resume", "quiet", "data", "val_path", "test_path", "max_memory", "baseline"}
+
+
+def _refuse_ignored_flags(ctx: click.Context, out: Path) -> None:
+    """``--resume`` trains with the run's saved settings: a flag it would ignore (``--epochs 20``) is an
+    error naming it, never silently dropped. (A ``--config`` file's values are left alone: the file the run
+    was started with may be given again.)"""
+    from click.core import ParameterSource
+
+    given = [p for p in ctx.command.params
+             if isinstance(p, click.Option) and p.name not in RESUME_FLAGS and p.expose_value
+             and ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE,  # type: ignore[arg-type]
+                                                      ParameterSource.ENVIRONMENT)]
+    if given:
+        flags = ", ".join(max(p.opts, key=len) for p in given)
+        raise click.UsageError(
+            f"--resume continues {out} with its saved settings and does not take {flags}; leave "
+            f"{'it' if len(given) == 1 else 'them'} out to resume, or start a new run (another --out, or "
+            "--overwrite) with the new settings")
+
+
 # --- train ---------------------------------------------------------------------------------------
 
 
@@ -152,7 +174,8 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @click.option("--resume", is_flag=True,
-              help="Continue the interrupted run in --out with its saved settings (other flags ignored).")
+              help="Continue the interrupted run in --out with its saved settings (a training, model or data "
+                   "flag given with it is an error).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or per-epoch lines.")
 @memory_option
 @baseline_option
@@ -185,6 +208,7 @@ def train(ctx: click.Context, **values: Any) -> None:
         raise click.UsageError("--resume and --overwrite exclude each other")
     out = Path(values["out"])
     if values["resume"]:
+        _refuse_ignored_flags(ctx, out)
         plan = _resume_plan(out, values)
         if plan is None:
             click.echo(f"{out} finished training already; nothing to resume (it was left as it is)")
@@ -247,7 +271,8 @@ def evaluate(run: str, data: str, as_json: bool, faithfulness: bool, allow_unfin
 
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
     examples = read_data(data, values)
-    metrics = evaluate_examples(model, tokenizer, labels, examples, max_len=meta["data_settings"]["max_len"])
+    metrics = evaluate_examples(model, tokenizer, labels, examples, max_len=meta["data_settings"]["max_len"],
+                                show_progress=True)
     if faithfulness:
         from attnkit.attribution.faithfulness import format_table, text_faithfulness
 
@@ -270,7 +295,11 @@ def evaluate(run: str, data: str, as_json: bool, faithfulness: bool, allow_unfin
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
 @click.argument("texts", nargs=-1)
 @click.option("--file", "text_file", type=click.Path(exists=True, dir_okay=False),
-              help="Classify every line of this UTF-8 file as well.")
+              help="Classify the texts of this file as well: the --text-field column of a .csv, .tsv or .jsonl "
+                   "file, every non-empty line of any other.")
+@click.option("--text-field", default="text", show_default=True, help="Text column/field of a --file .csv/.tsv/.jsonl.")
+@click.option("--delimiter", metavar="CHAR", help="Column separator of a --file .csv/.tsv, e.g. ';' or tab.")
+@click.option("--encoding", default="utf-8", show_default=True, help="Text encoding of --file.")
 @click.option("--explain", is_flag=True,
               help="List the most attended tokens of each prediction (and, for a model with an n-gram half, "
                    "what each half adds and the n-grams that add most).")
@@ -279,8 +308,8 @@ def evaluate(run: str, data: str, as_json: bool, faithfulness: bool, allow_unfin
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @allow_unfinished_option
 @friendly_errors
-def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bool, top: int,
-            as_json: bool, allow_unfinished: bool) -> None:
+def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field: str, delimiter: str | None,
+            encoding: str, explain: bool, top: int, as_json: bool, allow_unfinished: bool) -> None:
     """Classify texts with a trained run.
 
     \b
@@ -289,7 +318,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, explain: bo
     """
     items = list(texts)
     if text_file:
-        items += [line for line in read_text_lines(text_file) if line.strip()]
+        items += read_texts_to_classify(text_file, encoding=encoding, text_field=text_field, delimiter=delimiter)
     if not items:
         raise click.UsageError("give at least one TEXT argument or --file")
     if _is_numpy_run(run):

@@ -21,7 +21,7 @@ import click
 from attnkit.cli.messages import friendly_errors
 from attnkit.cli.options import SEED
 
-__all__ = ["demo", "DEMO_MODEL", "DEMO_TRAIN", "run_demo"]
+__all__ = ["demo", "DEMO_MODEL", "DEMO_TRAIN", "run_demo", "is_demo_run"]
 
 # Attention pooling straight over the word embeddings (num_layers=0): each word's pooling
 # score comes from that word alone, so the weights can only rise on the words that matter.
@@ -89,14 +89,18 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
     as_examples = [Example(d.text, d.label) for d in corpus]
     run_id = new_run_id()
     if out is not None:  # refuse an occupied directory before training, touching nothing
-        ckpt.check_run_dir(out, run_id, overwrite=overwrite)
+        if not overwrite and is_demo_run(out):
+            overwrite = True  # the demo's own earlier run: replaced at the first commit, whole until then
+            if not quiet:
+                click.echo(f"replacing the earlier demo run in {out}", err=True)
+        ckpt.check_run_dir(out, run_id, overwrite=overwrite, resumable=False)  # demo has no --resume
     config = TrainConfig.from_dict({**DEMO_TRAIN, "epochs": epochs, "seed": seed})
     baseline = _baseline(as_examples[:cut_test], as_examples[cut_test:])
     result = fit_classifier(
         as_examples[:cut_val], as_examples[cut_val:cut_test], as_examples[cut_test:],
         model_name="document", model_options=DEMO_MODEL, train_config=config,
         data=DataSettings(max_len=64), out_dir=out, run_id=run_id, overwrite=overwrite, quiet=quiet,
-        log=None if quiet else click.echo, extra={"data": {"source": "keyword_corpus", "n": n, "seed": seed}},
+        log=None if quiet else click.echo, extra={"data": {"source": DEMO_SOURCE, "n": n, "seed": seed}},
         baseline=baseline)
     assert result.test is not None and result.test_data is not None
     test_docs = corpus[cut_test:]
@@ -120,6 +124,23 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
             "table": table,
             "documents": n, "tokens": tokens, "weights": rows, "labels": [d.label for d in test_docs],
             "key_positions": [d.key_positions for d in test_docs]}
+
+
+DEMO_SOURCE = "keyword_corpus"  # config.json's data.source in a run the demo wrote
+
+
+def is_demo_run(out: Path) -> bool:
+    """Whether ``out`` holds a committed run that ``attnkit demo`` wrote (any other run, a user's
+    trained one included, is replaced only with ``--overwrite``)."""
+    from attnkit.train.rundir import read_run_config
+
+    if not (out / "current.json").is_file():
+        return False
+    try:
+        data = read_run_config(out).get("data")
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("source") == DEMO_SOURCE
 
 
 REPORT_DOCUMENTS = 12  # test documents shown in report.html
@@ -163,7 +184,8 @@ def write_demo_figures(out: Path, tokens: list[list[str]], weights: list[list[fl
               help="Run directory for the checkpoint and report.txt.")
 @click.option("--quick", is_flag=True, help="A smaller corpus and fewer epochs (for tests).")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Corpus and training seed.")
-@click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace a run in --out that the demo did not write (its own earlier run is replaced anyway).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or per-epoch lines.")
 @friendly_errors
 def demo(out: str, quick: bool, seed: int, overwrite: bool, quiet: bool) -> None:

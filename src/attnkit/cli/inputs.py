@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-__all__ = ["read_data", "read_text_lines", "truncation_notice", "warn_truncated"]
+__all__ = ["read_data", "read_text_lines", "read_texts_to_classify", "truncation_notice", "warn_truncated"]
 
 
 def read_text_lines(path: str | Path, encoding: str = "utf-8", *,
@@ -37,6 +37,11 @@ def read_text_lines(path: str | Path, encoding: str = "utf-8", *,
         data = path.read_bytes()
     except OSError as err:
         raise click.ClickException(f"cannot read {path}: {err.strerror or err}") from None
+    from attnkit.data.readers import encoding_hint
+
+    hint = encoding_hint(data, encoding, flag=encoding_flag)
+    if hint is not None:
+        raise click.ClickException(f"{path}: {hint}")
     try:
         text = data.decode("utf-8-sig" if codec == "utf-8" else encoding)
     except UnicodeDecodeError as err:
@@ -97,3 +102,26 @@ def read_data(path: str, values: dict[str, Any]) -> list[Any]:
     if not examples:
         raise click.ClickException(f"{path} holds no examples")
     return examples
+
+
+def read_texts_to_classify(path: str | Path, *, encoding: str = "utf-8", text_field: str = "text",
+                           delimiter: str | None = None) -> list[str]:
+    """The texts of a file given to ``predict --file``: the ``--text-field`` column of a .csv/.tsv/.jsonl
+    (never its header or its label column; a note on stderr says which column was read), else every
+    non-empty line, with a warning on stderr when the first line looks like a header of columns.
+    """
+    from attnkit.data.readers import format_from_name, read_texts, sniff_delimiter
+
+    p = Path(path)
+    fmt = format_from_name(p)
+    if fmt in ("csv", "tsv", "jsonl"):
+        texts = read_texts(p, format=fmt, encoding=encoding, text_field=text_field, delimiter=delimiter)
+        click.echo(f"note: classifying the {text_field!r} {'field' if fmt == 'jsonl' else 'column'} of {p} "
+                   f"({len(texts)} texts)", err=True)
+        return texts
+    lines = [line for line in read_text_lines(p, encoding, encoding_flag="--encoding") if line.strip()]
+    if lines and sniff_delimiter(lines[0], [text_field], "") is not None and lines[0].count(" ") == 0:
+        click.echo(f"warning: the first line of {p}, {lines[0][:60]!r}, looks like a header of columns; "
+                   f"--file classifies every line of a plain text file as one text (a .csv, .tsv or .jsonl "
+                   f"file is read by its --text-field column)", err=True)
+    return lines

@@ -285,6 +285,17 @@ def data_options(f: F) -> F:
 _READER = "attnkit.data.readers:read_examples"
 
 
+def _delimiter_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from attnkit.data.readers import check_delimiter
+
+    if value is None:
+        return None
+    try:
+        return check_delimiter(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err).removeprefix("--delimiter "), ctx, param) from None
+
+
 def reader_options(f: F) -> F:
     """How to read a data file (see :func:`attnkit.data.read_examples`)."""
     return _stack(
@@ -297,6 +308,9 @@ def reader_options(f: F) -> F:
                      default_from=f"{_READER}.text_field"),
         click.option("--label-field", type=str, help="Label column/field for csv, tsv, jsonl.",
                      cls=LibraryDefaultOption, default_from=f"{_READER}.label_field"),
+        click.option("--delimiter", type=str, metavar="CHAR",
+                     help="Column separator of csv/tsv data, e.g. ';' or tab (default: , for csv, tab for tsv).",
+                     callback=_delimiter_value),
         click.option("--skip-bad-rows", is_flag=True,
                      help="Skip rows with an empty text or an empty or null label, and say on stderr "
                           "how many and where, instead of stopping at the first with an error."),
@@ -368,7 +382,7 @@ def reader_kwargs(values: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if values.get("data_format"):
         out["format"] = values["data_format"]
-    for key in ("encoding", "text_field", "label_field"):
+    for key in ("encoding", "text_field", "label_field", "delimiter"):
         if values.get(key):
             out[key] = values[key]
     if values.get("skip_bad_rows"):

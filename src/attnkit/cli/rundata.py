@@ -22,7 +22,7 @@ __all__ = ["data_source", "resumed_data_source", "DATA_PATHS"]
 # option name -> flag, for the paths a classification run reads
 DATA_PATHS = {"data": "--data", "val_path": "--val", "test_path": "--test"}
 READER_KEYS = ("val_ratio", "test_ratio", "data_format", "encoding", "text_field", "label_field",
-               "skip_bad_rows")
+               "skip_bad_rows", "delimiter")
 
 
 def data_source(values: dict[str, Any], out: Path) -> dict[str, Any]:

@@ -91,6 +91,10 @@ def train_translate(**v: Any) -> None:
     model_options = {"layer": layer, "encoder_layers": v["encoder_layers"], "decoder_layers": v["decoder_layers"],
                      "label_smoothing": v["label_smoothing"], "tie_embeddings": True}
     budget = None if v["time_budget"] is None else 60.0 * v["time_budget"]
+    if not v["resume"]:
+        notice = warmup_notice(train.sources, train.targets, v["batch_tokens"], v["epochs"], v["warmup_steps"])
+        if notice is not None:
+            click.echo(notice, err=True)
     config = TranslationTrainConfig(epochs=v["epochs"], max_tokens=v["batch_tokens"], lr=v["lr"],
                                     warmup_steps=v["warmup_steps"], seed=v["seed"], max_len=v["max_len"],
                                     vocab_size=v["vocab_size"], time_budget_s=budget, average_last=v["average_last"])
@@ -104,6 +108,31 @@ def train_translate(**v: Any) -> None:
     except RunLockedError as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"saved run to {v['out']} ({summary['steps']} steps, {summary['seconds']:.0f} s)")
+
+
+WARMUP_SHARE = 0.5  # of all steps: a longer warm-up leaves the rate rising for most of the run
+
+
+def estimated_steps(sources: list[str], targets: list[str], batch_tokens: int) -> int:
+    """At least how many optimizer steps one epoch of these pairs takes with ``--batch-tokens``, from their
+    lengths in words (a subword tokenizer splits a word into one or more tokens, so it is a lower bound)."""
+    width = sum(max(len(s.split()), len(t.split()) + 1) for s, t in zip(sources, targets, strict=True))
+    return max(1, -(-width // batch_tokens))
+
+
+def warmup_notice(sources: list[str], targets: list[str], batch_tokens: int, epochs: int,
+                  warmup_steps: int) -> str | None:
+    """A warning when ``--warmup-steps`` exceeds :data:`WARMUP_SHARE` of the run's estimated steps (a small
+    corpus under the default warm-up of 1000 steps), naming a warm-up that fits; None when it fits."""
+    per_epoch = estimated_steps(sources, targets, batch_tokens)
+    total = per_epoch * epochs
+    if warmup_steps <= WARMUP_SHARE * total:
+        return None
+    fits = max(1, total // 10)
+    return (f"warning: --warmup-steps {warmup_steps} is more than half of this run's about {total} steps "
+            f"({epochs} epochs of about {per_epoch} on {len(sources)} pairs): the learning rate would still "
+            f"be rising when training ends; pass --warmup-steps {fits} (a tenth of the steps), more --epochs, "
+            "or a smaller --batch-tokens")
 
 
 def _finished(out: str) -> bool:

@@ -27,7 +27,7 @@ import click
 from attnkit.cli.inputs import read_text_lines, truncation_notice
 from attnkit.cli.options import allow_unfinished_option
 
-__all__ = ["visualize", "AttentionView", "run_attention", "bert_attention", "write_views"]
+__all__ = ["visualize", "AttentionView", "run_attention", "bert_attention", "write_views", "is_attnkit_report"]
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -118,6 +118,22 @@ def bert_attention(folder: Path, texts: list[str], max_len: int) -> list[Attenti
     return views
 
 
+REPORT_MARKER = b'<meta name="generator" content="attnkit">'
+
+
+def is_attnkit_report(path: Path) -> bool:
+    """Whether ``path`` is an HTML report attnkit wrote (its page names attnkit as generator in its head),
+    which ``visualize`` may replace without ``--overwrite``; any other file is never replaced silently."""
+    if path.suffix != ".html" or not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.lstrip().lower().startswith(b"<!doctype html>") and REPORT_MARKER in head
+
+
 def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
     """Write ``views`` as an HTML report (``.html``) or a figure of the first text."""
     from attnkit.viz.report import write_report  # the report needs no matplotlib
@@ -183,7 +199,8 @@ def _write_named_views(views: list[AttentionView], out: Path, title: str) -> Pat
 @click.option("--target", "targets", multiple=True,
               help="For an encoder-decoder folder (T5, BART, Marian): the text the decoder reads, one per "
                    "TEXT in order (repeatable; default: only the decoder's start token).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing output file (an HTML report attnkit wrote is replaced without it).")
 @allow_unfinished_option
 def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path | None, encoding: str,
               max_len: int, images: tuple[str, ...], timm_name: str | None, targets: tuple[str, ...],
@@ -216,8 +233,9 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
             f"unknown output type {out.suffix!r}; use one of ['.html', '.png', '.svg', '.pdf']",
             param_hint="--out",
         )
-    if out.exists() and not overwrite:
-        raise click.ClickException(f"{out} already exists; pass --overwrite to replace it")
+    if out.exists() and not overwrite and not is_attnkit_report(out):
+        raise click.ClickException(f"{out} already exists and is not a report attnkit wrote; "
+                                   "pass --overwrite to replace it")
     captured: list[Any] = []
     try:
         if timm_name is None and source.is_dir() and _is_run(source):

@@ -53,13 +53,14 @@ is bad, which usually means a wrong ``text_field``/``label_field``.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import io
 import json
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from attnkit.data.examples import (
@@ -72,7 +73,8 @@ from attnkit.data.examples import (
 )
 
 __all__ = ["Example", "DataFormatError", "BadRow", "SkippedRows", "MAX_REPORTED", "FORMATS", "read_examples",
-           "read_lines", "guess_format"]
+           "read_lines", "guess_format", "read_texts", "detect_unicode_encoding", "encoding_hint", "sniff_delimiter",
+           "check_delimiter", "format_from_name"]
 
 FORMATS = ("csv", "tsv", "jsonl", "label-tab-text", "label-space-text", "folder", "polarity")
 """The format names :func:`read_examples` accepts."""
@@ -91,6 +93,50 @@ def _stem(path: Path) -> Path:
     return path.with_suffix("") if path.suffix == ".gz" else path
 
 
+def format_from_name(path: str | os.PathLike[str]) -> str | None:
+    """The format a file's extension (under ``.gz``) names: ``reviews.csv.gz`` is ``"csv"``; None for
+    a name that names none (``.txt``)."""
+    return _EXTENSIONS.get(_stem(Path(path)).suffix.lower())
+
+
+# Byte-order marks, longest first (UTF-32's little-endian mark begins with UTF-16's).
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def detect_unicode_encoding(raw: bytes) -> str | None:
+    """``"utf-16"``, ``"utf-32"`` or ``"utf-8"`` when ``raw`` starts with that byte-order mark, and
+    ``"utf-16"`` for BOM-less UTF-16 text (a zero byte in every other place of its first bytes);
+    None otherwise."""
+    for bom, name in _BOMS:
+        if raw.startswith(bom):
+            return name
+    head = raw[:200]
+    if len(head) >= 8:
+        even, odd = head[0::2], head[1::2]
+        if (odd.count(0) >= 0.9 * len(odd) and even.count(0) == 0) or (
+                even.count(0) >= 0.9 * len(even) and odd.count(0) == 0):
+            return "utf-16-le" if odd.count(0) else "utf-16-be"
+    return None
+
+
+def encoding_hint(raw: bytes, encoding: str, *, flag: str | None = "--encoding") -> str | None:
+    """What to pass when ``raw``, read as ``encoding``, is really UTF-16 or UTF-32 text (None when it is not):
+    such a file would fail as UTF-8 and turn to nonsense as latin-1. ``flag``: the command's encoding option
+    (None: the command has none, and the advice is to save the file as UTF-8)."""
+    found = detect_unicode_encoding(raw)
+    try:
+        asked = codecs.lookup(encoding).name
+    except LookupError:
+        return None
+    if found is None or found == "utf-8" or asked.startswith(found[:6]):
+        return None
+    how = "starts with a UTF-16 byte-order mark" if found == "utf-16" else (
+        "starts with a UTF-32 byte-order mark" if found == "utf-32" else "has a zero byte in every other place")
+    advice = f"pass {flag} {found} (encoding='{found}' in Python) or save it as UTF-8" if flag else "save it as UTF-8"
+    return f"the file is {found.upper()} text (it {how}), not {encoding}; {advice}"
+
+
 def _read_text(path: Path, encoding: str) -> str:
     """Whole file as text, gunzipped when the name ends in ``.gz``."""
     try:
@@ -99,6 +145,9 @@ def _read_text(path: Path, encoding: str) -> str:
         raise DataFormatError(path, None, f"not a gzip file ({exc})") from None
     except FileNotFoundError:
         raise FileNotFoundError(f"path: no such file {str(path)!r}") from None
+    hint = encoding_hint(raw, encoding)
+    if hint is not None:
+        raise DataFormatError(path, None, hint)
     try:
         return raw.decode(encoding)
     except LookupError:
@@ -164,6 +213,51 @@ def guess_format(path: str | os.PathLike[str]) -> str:
     return "label-tab-text"
 
 
+_DELIMITERS = {",": "','", ";": "';'", "\t": "a tab", "|": "'|'"}
+
+
+def _delimiter_flag(delimiter: str) -> str:
+    return "--delimiter tab" if delimiter == "\t" else f"--delimiter '{delimiter}'"
+
+
+def sniff_delimiter(line: str, fields: Sequence[str], delimiter: str) -> str | None:
+    """Another delimiter (of ``, ; TAB |``) that splits the header ``line`` into columns naming every one of
+    ``fields``, when ``delimiter`` does not; None otherwise."""
+    for other in _DELIMITERS:
+        if other != delimiter and other in line:
+            columns = [c.strip().strip('"') for c in line.split(other)]
+            if all(f in columns for f in fields):
+                return other
+    return None
+
+
+def check_delimiter(delimiter: str) -> str:
+    """``delimiter`` as the csv module takes it (``tab`` or ``\\t`` is a tab); one character, else ValueError."""
+    value = "\t" if delimiter in ("tab", "\\t", "TAB") else delimiter
+    if len(value) != 1 or value in ('"', "\n", "\r"):
+        raise ValueError(f"--delimiter must be one character (such as ';' or tab), got {delimiter!r}")
+    return value
+
+
+def _header_columns(path: Path, header: list[str], delimiter: str, fields: Sequence[tuple[str, str]]) -> list[int]:
+    """The index of each ``(name, field)`` column in ``header``; a missing one is a DataFormatError that names
+    the delimiter to pass when another one splits the header into the right columns."""
+    names = [field for _, field in fields]
+    missing = [(name, field) for name, field in fields if field not in header]
+    if not missing:
+        return [header.index(field) for field in names]
+    name, field = missing[0]
+    other = sniff_delimiter(delimiter.join(header), names, delimiter) if len(header) == 1 else None
+    if other is not None:
+        raise DataFormatError(
+            path, 1, f"the header {header} is one column: the file is separated by {_DELIMITERS[other]}, "
+            f"not {_DELIMITERS.get(delimiter, repr(delimiter))}; pass {_delimiter_flag(other)} "
+            f"(delimiter={other!r} in Python)")
+    flag = f"--{name.replace('_', '-')}"
+    raise DataFormatError(path, 1, f"{name}={field!r} is not a column; the header has {header} "
+                                   f"(pass {flag} NAME to read another column)")
+
+
 def _read_delimited(path: Path, text: str, delimiter: str, text_field: str,
                     label_field: str, bad: BadRowPolicy) -> list[Example]:
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
@@ -171,12 +265,7 @@ def _read_delimited(path: Path, text: str, delimiter: str, text_field: str,
         header = next(reader)
     except StopIteration:
         raise DataFormatError(path, 1, "empty file; expected a header row") from None
-    for name, field in (("text_field", text_field), ("label_field", label_field)):
-        if field not in header:
-            raise DataFormatError(
-                path, 1, f"{name}={field!r} is not a column; the header has {header}"
-            )
-    ti, li = header.index(text_field), header.index(label_field)
+    ti, li = _header_columns(path, header, delimiter, (("text_field", text_field), ("label_field", label_field)))
     out: list[Example] = []
     start = reader.line_num + 1
     try:
@@ -283,6 +372,7 @@ def read_examples(
     label_field: str = "label",
     skip_bad_rows: bool = False,
     on_skipped: Callable[[SkippedRows], None] | None = None,
+    delimiter: str | None = None,
 ) -> list[Example]:
     """Read labelled documents from ``path`` in one of :data:`FORMATS`.
 
@@ -298,6 +388,14 @@ def read_examples(
         on_skipped: called once with a :class:`SkippedRows` when rows were
             skipped; without it, the same report is a ``UserWarning``. Never
             called when nothing was skipped.
+        delimiter: the column separator of csv (default ``,``) and tsv (default
+            a tab), one character, e.g. ``";"``; ``"tab"`` is a tab. Given for a
+            file whose format is guessed as neither, the file is read as csv.
+
+    A file that is UTF-16 or UTF-32 text while ``encoding`` says otherwise, a
+    header split by another delimiter than the one used, and a ``.txt`` whose
+    first line is a CSV header raise a :class:`DataFormatError` that names
+    what to pass instead.
 
     Returns:
         the examples in file order (folder: class folders and files sorted by
@@ -316,7 +414,8 @@ def read_examples(
         skipped 2 bad row(s) in reviews.csv: line 4 (empty text), line 9 (empty label)
     """
     bad = BadRowPolicy(skip_bad_rows)
-    examples = _read_format(Path(path), format, encoding, text_field, label_field, bad)
+    examples = _read_format(Path(path), format, encoding, text_field, label_field, bad,
+                            None if delimiter is None else check_delimiter(delimiter))
     if bad.count:
         report = SkippedRows(str(path), bad.count, tuple(bad.rows))
         if not examples:
@@ -331,8 +430,10 @@ def read_examples(
 
 
 def _read_format(p: Path, format: str | None, encoding: str, text_field: str, label_field: str,
-                 bad: BadRowPolicy) -> list[Example]:
+                 bad: BadRowPolicy, delimiter: str | None = None) -> list[Example]:
     fmt = guess_format(p) if format is None else format
+    if format is None and delimiter is not None and fmt in ("label-tab-text", "label-space-text"):
+        fmt = "csv"  # a delimiter names a delimited file, whatever its name
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {list(FORMATS)}, got {fmt!r}")
     if fmt == "folder":
@@ -348,8 +449,67 @@ def _read_format(p: Path, format: str | None, encoding: str, text_field: str, la
     if p.is_dir():
         raise ValueError(f"path: format {fmt!r} needs a file, got the folder {str(p)!r}")
     text = _read_text(p, encoding).removeprefix("\ufeff")
+    if format is None and fmt in ("label-tab-text", "label-space-text"):
+        _refuse_csv_header(p, text, fmt, (text_field, label_field))
     if fmt in ("csv", "tsv"):
-        return _read_delimited(p, text, "," if fmt == "csv" else "\t", text_field, label_field, bad)
+        sep = delimiter or ("," if fmt == "csv" else "\t")
+        return _read_delimited(p, text, sep, text_field, label_field, bad)
     if fmt == "jsonl":
         return _read_jsonl(p, text, text_field, label_field, bad)
     return _read_label_text(p, text, "\t" if fmt == "label-tab-text" else None, fmt, bad)
+
+
+def _refuse_csv_header(path: Path, text: str, fmt: str, fields: Sequence[str]) -> None:
+    """A file guessed as ``fmt`` (from a name such as ``.txt``) whose first line is a header naming
+    ``fields`` is a delimited file: a DataFormatError says which ``--format`` (and delimiter) to pass."""
+    first = next((line for _, line in _lines(text)), "")
+    other = sniff_delimiter(first, fields, "")
+    if other is None:
+        return
+    if other == "\t":
+        how, python = "--format tsv", "format='tsv'"
+    elif other == ",":
+        how, python = "--format csv", "format='csv'"
+    else:
+        how, python = f"--format csv {_delimiter_flag(other)}", f"format='csv', delimiter={other!r}"
+    raise DataFormatError(path, 1, f"{first[:60]!r} is a header of columns separated by {_DELIMITERS[other]}, "
+                                   f"not {fmt} (guessed from the file's name); pass {how} ({python} in Python)")
+
+
+def read_texts(path: str | os.PathLike[str], *, format: str | None = None, encoding: str = "utf-8",
+               text_field: str = "text", delimiter: str | None = None) -> list[str]:
+    """The texts of the ``text_field`` column (csv, tsv) or field (jsonl) of ``path``, in file order; other
+    columns (a label) are left out and no label is needed. Rows with an empty text are skipped.
+
+    ``format`` is ``"csv"``, ``"tsv"`` or ``"jsonl"`` (guessed from the name when None); a missing column
+    raises :class:`DataFormatError` naming the header and ``--text-field``.
+    """
+    p = Path(path)
+    fmt = format or format_from_name(p)
+    if fmt not in ("csv", "tsv", "jsonl"):
+        raise ValueError(f"format must be csv, tsv or jsonl to read a text column, got {fmt!r}")
+    text = _read_text(p, encoding).removeprefix("\ufeff")
+    if fmt == "jsonl":
+        out = []
+        for number, line in _lines(text):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataFormatError(p, number, f"invalid JSON ({exc.msg})") from None
+            if not isinstance(record, dict) or text_field not in record:
+                keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+                raise DataFormatError(p, number, f"no field {text_field!r} (it has {keys}); pass --text-field NAME")
+            if isinstance(record[text_field], str) and record[text_field].strip():
+                out.append(record[text_field])
+        return out
+    sep = check_delimiter(delimiter) if delimiter else ("," if fmt == "csv" else "\t")
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    try:
+        header = next(reader)
+    except StopIteration:
+        return []
+    (ti,) = _header_columns(p, header, sep, (("text_field", text_field),))
+    try:
+        return [row[ti] for row in reader if len(row) > ti and row[ti].strip()]
+    except csv.Error as exc:
+        raise DataFormatError(p, reader.line_num, f"malformed row ({exc})") from None

@@ -9,6 +9,8 @@ twin split the same examples the same way.
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +67,22 @@ def load_splits(source: DataSource, *, seed: int) -> tuple[list[Example], list[E
     examples = read_nonempty(source.train, source.reader)
     tr, va, te = split_examples(examples, val=0.0 if source.val else source.val_ratio,
                                 test=0.0 if source.test else source.test_ratio, seed=seed)
+    for part, given, ratio, what, flag in ((va, source.val, source.val_ratio, "validation", "val"),
+                                           (te, source.test, source.test_ratio, "test", "test")):
+        if not part and not given and ratio > 0:
+            raise ValueError(_too_few(source.train, examples, ratio, what, flag))
     va = read_nonempty(source.val, source.reader) if source.val else va
     te = read_nonempty(source.test, source.reader) if source.test else te
     return tr, va, te
+
+
+def _too_few(path: str | os.PathLike[str], examples: Sequence[Example], ratio: float, what: str, flag: str) -> str:
+    """Why ``--{flag}-ratio`` held out no example of ``path``, how many it needs, and what to do instead."""
+    counts: dict[str, int] = {}
+    for e in examples:
+        counts[e.label] = counts.get(e.label, 0) + 1
+    needed = math.floor(0.5 / ratio) + 1  # the split rounds ratio * (examples of a class) to the nearest integer
+    return (f"{path} holds {len(examples)} examples, the largest class {max(counts.values())}: "
+            f"--{flag}-ratio {ratio:g} holds out none of them for {what} (a class needs at least {needed} "
+            f"examples for one); add data, give a --{flag} FILE, or pass --{flag}-ratio 0 to train without "
+            f"a {what} part")

@@ -142,8 +142,8 @@ def encode_to_cache(model: ImageCaptioner | CaptionEnsemble, paths: Sequence[Pat
     import time
 
     import torch
-    from tqdm.auto import tqdm
 
+    from attnkit._progress import progress as progress_bar
     from attnkit.data.captions import images_to_tensor
 
     if not getattr(model.encoder, "frozen", False):
@@ -154,8 +154,8 @@ def encode_to_cache(model: ImageCaptioner | CaptionEnsemble, paths: Sequence[Pat
     model.eval()
     pending: dict[str, Tensor] = {}
     clock = time.perf_counter()
-    with torch.inference_mode(), tqdm(total=len(todo), desc="encoding images", unit="img",
-                                      disable=not progress or not todo) as bar:
+    with torch.inference_mode(), progress_bar(len(todo), "encoding images", unit="img",
+                                              enabled=progress) as bar:
         for start in range(0, len(todo), batch_size):
             chunk = todo[start:start + batch_size]
             pixels = images_to_tensor([read(p, model.config.image_size) for p in chunk])

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from attnkit._progress import progress
 from attnkit.data.batching import LabelVocab
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import encode_batch
@@ -198,11 +199,12 @@ def attention_focus(weights: Tensor, positions: Sequence[Sequence[int]]) -> Tens
 
 @torch.no_grad()
 def evaluate_examples(model: nn.Module, tokenizer: object, labels: LabelVocab, examples: Sequence[Example],
-                      *, max_len: int, batch_size: int = 128) -> dict[str, object]:
+                      *, max_len: int, batch_size: int = 128, show_progress: bool = False) -> dict[str, object]:
     """Every measure of :func:`attnkit.train.metrics.classification_report` (accuracy, macro-F1, weighted-F1,
     macro-recall, per-class precision/recall/F1, confusion matrix) of ``model`` on labelled ``examples``.
 
-    Every label must be one the model knows; an unknown one raises ValueError naming it.
+    Every label must be one the model knows; an unknown one raises ValueError naming it. With
+    ``show_progress``, long work reports its progress on stderr (:func:`attnkit._progress.progress`).
     """
     from attnkit.data.batching import TextClassificationDataset, collate
     from attnkit.train.metrics import classification_report
@@ -215,10 +217,12 @@ def evaluate_examples(model: nn.Module, tokenizer: object, labels: LabelVocab, e
     data = TextClassificationDataset(list(examples), tokenizer, labels, max_len)
     model.eval()
     preds, targets = [], []
-    for start in range(0, len(data), batch_size):
-        batch = collate([data[i] for i in range(start, min(len(data), start + batch_size))])
-        preds.append(model(batch["ids"], batch["lengths"]).argmax(-1))
-        targets.append(batch["labels"])
+    with progress(-(-len(data) // batch_size), "evaluating", enabled=show_progress, unit="batches") as bar:
+        for start in range(0, len(data), batch_size):
+            batch = collate([data[i] for i in range(start, min(len(data), start + batch_size))])
+            preds.append(model(batch["ids"], batch["lengths"]).argmax(-1))
+            targets.append(batch["labels"])
+            bar.update(1)
     report = classification_report(torch.cat(targets), torch.cat(preds), len(labels), list(labels.labels))
     report["n"] = len(data)
     report["labels"] = list(labels.labels)

@@ -22,7 +22,6 @@ restored with the rest.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,9 +30,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.utils.data import Dataset
-from tqdm import tqdm
 
 from attnkit._finite import StepGuard, refuse_non_finite, refuse_non_finite_metrics
+from attnkit._progress import progress
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import schedules
 from attnkit.train.config import TrainConfig
@@ -43,8 +42,9 @@ from attnkit.train.tasks import ClassificationTask, StepOutput, TrainTask, epoch
 __all__ = ["Trainer", "epoch_batches", "StepOutput", "TrainTask"]
 
 
-def _progress(total: int, desc: str, enabled: bool) -> tqdm:
-    return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True, disable=not enabled)
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    # a bar on a terminal, a plain line every ATTNKIT_PROGRESS_SECONDS elsewhere (a log file, nohup)
+    return progress(total, desc, enabled=enabled, unit="steps")
 
 
 def _weights(model: nn.Module) -> dict[str, Tensor]:
@@ -96,7 +96,7 @@ class Trainer:
             that do not depend on the total number of steps); otherwise the
             resumed plan must have the same total.
         log_every: also log the running loss every this many steps (0: never).
-        quiet: no progress bar (it is also off when stderr is not a terminal).
+        quiet: no progress (a bar on a terminal, else a plain line every ``ATTNKIT_PROGRESS_SECONDS``, 30 s).
         dist: this process's place in a data-parallel run.
         log: called with one line of text per epoch (rank 0 only).
 
@@ -134,7 +134,7 @@ class Trainer:
         self.train_data, self.val_data = train_data, val_data
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.checkpoint = checkpoint
-        self.show_progress = not quiet and self.dist.is_main and sys.stderr.isatty()
+        self.show_progress = not quiet and self.dist.is_main
         self.log = log if (log is not None and self.dist.is_main) else (lambda _line: None)
         self.model = model.to(self.device)
         self.net: nn.Module = self.model

@@ -15,6 +15,7 @@ PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<meta name="generator" content="attnkit">
 <meta http-equiv="Content-Security-Policy" content="@CSP@">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>@TITLE@</title>
