@@ -315,6 +315,14 @@ def model_options(f: F) -> F:
     )(f)
 
 
+def preset_option(f: F) -> F:
+    """``--preset fast|accurate`` of ``train`` and ``cv`` (:data:`attnkit.train.recipe.PRESETS`)."""
+    from attnkit.train.recipe import PRESET_HELP, PRESETS
+
+    return click.option("--preset", type=click.Choice(PRESETS), default="fast", show_default=True,
+                        help=PRESET_HELP)(f)
+
+
 def parse_model_options(ctx: click.Context, pairs: tuple[str, ...]) -> dict[str, Any]:
     """The config file's ``model_options`` updated by ``--model-opt KEY=VALUE`` flags (JSON values)."""
     options = dict(ctx.meta.get("attnkit.model_options", {}))
