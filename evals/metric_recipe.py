@@ -72,6 +72,26 @@ def load(name: str, root: Path | None, seed: int) -> list[Example]:
     return load_set(name, root)
 
 
+def test_parts(result: Any) -> dict[str, float]:
+    """Test macro-F1 (points) of what the decision combines: each half alone, their weighed sum without the
+    tuned class offsets, and with them (what the model predicts)."""
+    from attnkit.train.metrics import macro_f1
+
+    model, data = result.model, result.test_data
+    if not getattr(model, "has_ngram_half", False) or data is None or not len(data):
+        return {}
+    own, wide = model.each_half(data.ids)  # own: the network's logits, times a, plus the offsets
+    offsets = torch.tensor(result.extra.get("decision", {}).get("offsets", [0.0] * own.shape[1]))
+    b = float(model.wide_scale)
+    y = list(data.labels)
+
+    def score(z: torch.Tensor) -> float:
+        return round(100 * macro_f1(y, z.argmax(1).tolist(), z.shape[1]), 2)
+
+    return {"network": score(own - offsets), "ngrams": score(wide), "sum": score(own - offsets + b * wide),
+            "sum+offsets": score(own + b * wide)}
+
+
 def run_set(name: str, examples: list[Example], args: argparse.Namespace) -> dict[str, Any]:
     tr, va, te = split_examples(examples, val=0.1, test=0.2, seed=args.seed)
     counts = {lb: sum(e.label == lb for e in examples) for lb in sorted({e.label for e in examples})}
@@ -90,9 +110,13 @@ def run_set(name: str, examples: list[Example], args: argparse.Namespace) -> dic
         row[label] = {"accuracy": result.test["accuracy"], "macro_f1": result.test["macro_f1"],
                       "minutes": (time.perf_counter() - start) / 60, "epochs": len(result.history),
                       "per_class_recall": [round(r["recall"], 4) for r in result.test["per_class"]]}
+        row[label]["decision"] = result.extra.get("decision", {})
+        row[label]["test_parts"] = test_parts(result)
         print(f"  {label:<18} accuracy {result.test['accuracy'] * 100:6.2f}  macro-F1 "
               f"{result.test['macro_f1'] * 100:6.2f}  recall per class {row[label]['per_class_recall']}  "
               f"({row[label]['minutes']:.1f} min, {len(result.history)} epochs)", flush=True)
+        print(f"    {'':<18} decision {row[label]['decision']}; test macro-F1 of its parts "
+              f"{row[label]['test_parts']}", flush=True)
     for label, weighting in (("baseline", "none"), ("baseline balanced", "balanced")):
         base = baseline_scores([*tr, *va], te, class_weight=weighting)
         row[label] = {"accuracy": base["accuracy"], "macro_f1": base["macro_f1"],

@@ -188,7 +188,7 @@ def fit_classifier(
             run.commit(unwrap(model).state_dict(), status="done", history=history, progress=trainer._summary(),
                        meta={"epochs_run": len(history), "metrics": metrics})
     return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds,
-                     is_main=dist.is_main)
+                     extra={"decision": decision}, is_main=dist.is_main)
 
 
 def _checked_labels(train: Sequence[Example], train_config: TrainConfig, data: DataSettings,
