@@ -86,6 +86,12 @@ def test_offsets_are_left_at_zero_when_nothing_gains() -> None:
     assert offsets == [0.0, 0.0] and before == after == 1.0
 
 
+def test_offsets_are_tuned_by_default_only_for_an_unweighted_loss() -> None:
+    assert O.tunes_offsets("macro_f1", None, "none") and not O.tunes_offsets("accuracy", None, "none")
+    assert not O.tunes_offsets("macro_f1", None, "balanced") and not O.tunes_offsets("f1:pos", None, "balanced")
+    assert O.tunes_offsets("macro_f1", True, "balanced") and not O.tunes_offsets("macro_f1", False, "none")
+
+
 def test_fold_offsets_shifts_the_classifier_bias() -> None:
     model = torch.nn.Module()
     model.classifier = torch.nn.Linear(3, 2)
@@ -193,7 +199,7 @@ def test_train_with_a_metric_reports_it_first_with_every_measure(tmp_path, imbal
     saved = read_run_config(out)
     assert saved["train_config"]["metric"] == "f1:positive"
     decision = saved["metrics"]["decision"]
-    assert decision["metric"] == "f1:positive" and len(decision["offsets"]) == 2 and decision["offsets"][0] == 0.0
+    assert decision["metric"] == "f1:positive" and "offsets" not in decision  # balanced: no offsets by default
     assert saved["metrics"]["baseline"]["class_weight"] == "balanced"
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "F1 of positive" in page and "macro-recall" in page

@@ -255,7 +255,7 @@ def train_options(f: F) -> F:
                        "or none.", "TrainConfig.class_weight", numpy=False, numpy_help="Not with --backend numpy."),
         click.option("--tune-thresholds/--no-tune-thresholds", default=None,
                      help="Tune per-class offsets (priors, thresholds) on the validation part for --metric "
-                          "[default: on when --metric is not accuracy]."),
+                          "[default: on when --metric is not accuracy and --class-weight is none]."),
     )(f)
 
 
