@@ -10,9 +10,14 @@ classes have some test support), the same split for every row, in one run:
 * ``macro_f1``: the default recipe with ``--metric macro_f1`` (best epoch by
   validation macro-F1, halves weighed with balanced cross-entropy, class
   offsets tuned on the validation part);
-* ``macro_f1+balanced`` (``--balanced``): the same with ``--class-weight balanced``;
+* ``macro_f1+balanced`` (``--balanced``): the same with ``--class-weight balanced``
+  (which tunes no offsets unless asked);
 * the baseline (TF-IDF 1-2-grams + logistic regression) unweighted and with
   ``class_weight="balanced"``, fit on train + validation.
+
+Under each recipe row it prints the decision fitted on the validation part
+(the halves' weights, the offsets) and the test macro-F1 of each half alone,
+of their sum and of the sum with the offsets (what the run predicts).
 
 Sets: ``mr``, ``sms`` (13.4% spam: imbalanced as it is), ``agnews`` (the
 7,600-article file) and imbalanced variants built from them with a fixed seed:
@@ -20,6 +25,7 @@ Sets: ``mr``, ``sms`` (13.4% spam: imbalanced as it is), ``agnews`` (the
 whole) and ``mr-imb`` (the positive sentences down-sampled to 10%).
 
     .venv/bin/python evals/metric_recipe.py --sets sms agnews-imb mr-imb mr agnews --balanced
+    .venv/bin/python evals/metric_recipe.py --sets agnews-imb sms mr-imb --rows macro_f1 macro_f1+balanced
     /usr/bin/time -v .venv/bin/python evals/metric_recipe.py --sets sms   # with the peak memory
 """
 
