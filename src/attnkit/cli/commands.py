@@ -26,6 +26,7 @@ from attnkit.cli.options import (
     memory_option,
     model_options,
     parse_model_options,
+    preset_option,
     reader_kwargs,
     reader_options,
     task_option,
@@ -57,6 +58,37 @@ def _data_plan(values: dict[str, Any], out: Path) -> Any:
                     record=data_source(values, out))
 
 
+def _pretrained_folder(values: dict[str, Any]) -> str | None:
+    """The BERT folder to fine-tune: ``--init-from``, or ``--preset accurate``'s MiniLM; None: train from scratch."""
+    if values.get("preset") == "accurate":
+        if values.get("init_from"):
+            raise click.UsageError("--preset accurate fine-tunes all-MiniLM-L6-v2 and --init-from another folder: "
+                                   "give one of them")
+        if values["model"] not in (None, "bert"):
+            raise click.UsageError(f"--preset accurate fine-tunes all-MiniLM-L6-v2 (--model bert), "
+                                   f"got --model {values['model']}: drop --model or use --preset fast")
+        from attnkit.train.recipe import pretrained_folder
+
+        return pretrained_folder()
+    if values.get("init_from") and values["model"] not in (None, "bert"):
+        raise click.UsageError(f"--init-from fine-tunes a BERT folder and needs --model bert, "
+                               f"got --model {values['model']}")
+    return values.get("init_from") or None
+
+
+def _finetune_settings(ctx: click.Context, values: dict[str, Any], folder: str, **config: Any
+                       ) -> tuple[Any, dict[str, Any], Any, Any]:
+    """Tokenizer, model options, TrainConfig and DataSettings of fine-tuning BERT ``folder`` (flags over
+    :data:`attnkit.train.finetune.FINETUNE_DEFAULTS`; ``config``: more TrainConfig defaults)."""
+    from attnkit.train import finetune
+
+    tokenizer = finetune.load_finetune_tokenizer(folder)
+    options = finetune.bert_model_options(folder, tokenizer, parse_model_options(ctx, values["model_opt"]))
+    return (tokenizer, options, collect_train_config(values, **{**finetune.FINETUNE_DEFAULTS, **config}),
+            collect_data_settings(values, max_len=finetune.FINETUNE_MAX_LEN, tokenizer="wordpiece",
+                                  vocab_size=int(options["vocab_size"])))
+
+
 def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
     """The plan of a new run (or an overwrite) from the flags: from scratch, or fine-tuning ``--init-from``."""
     from attnkit.train.plan import ClassifierPlan
@@ -66,20 +98,11 @@ def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
     common = {"out": out, "data": _data_plan(values, out), "quiet": values["quiet"],
               "mode": "overwrite" if values["overwrite"] else "new", "baseline": bool(values.get("baseline")),
               "max_memory": values.get("max_memory")}
-    if values["init_from"]:
-        from attnkit.train import finetune
-
-        if values["model"] not in (None, "bert"):
-            raise click.UsageError(f"--init-from fine-tunes a BERT folder and needs --model bert, "
-                                   f"got --model {values['model']}")
-        tokenizer = finetune.load_finetune_tokenizer(values["init_from"])
-        options = finetune.bert_model_options(values["init_from"], tokenizer,
-                                              parse_model_options(ctx, values["model_opt"]))
-        return ClassifierPlan(
-            model_name="bert", model_options=options, tokenizer=tokenizer, init_from=values["init_from"],
-            train_config=collect_train_config(values, **finetune.FINETUNE_DEFAULTS),
-            data_settings=collect_data_settings(values, max_len=finetune.FINETUNE_MAX_LEN, tokenizer="wordpiece",
-                                                vocab_size=int(options["vocab_size"])), **common)
+    folder = _pretrained_folder(values)
+    if folder:
+        tokenizer, options, train_config, data_settings = _finetune_settings(ctx, values, folder)
+        return ClassifierPlan(model_name="bert", model_options=options, tokenizer=tokenizer, init_from=folder,
+                              train_config=train_config, data_settings=data_settings, **common)
     model_name = values["model"] or DEFAULT_MODEL
     if model_name == "bert":
         raise click.UsageError("--model bert fine-tunes a pretrained folder: give --init-from DIR")
@@ -163,6 +186,7 @@ def _refuse_ignored_flags(ctx: click.Context, out: Path) -> None:
               help="Share of --data held out for testing when --test is absent.")
 @reader_options
 @model_options
+@preset_option
 @train_options
 @data_options
 @click.option("--init-from", type=click.Path(),
@@ -367,6 +391,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
               help="Share of each fold's training part held out for early stopping.")
 @reader_options
 @model_options
+@preset_option
 @train_options
 @data_options
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), help="Also write the fold results here.")
@@ -385,15 +410,29 @@ def cv(ctx: click.Context, **values: Any) -> None:
     from attnkit.train.checkpoint import atomic_write_json
     from attnkit.train.pipeline import cross_validate
 
+    values.setdefault("init_from", None)
+    folder = _pretrained_folder(values)
     examples = read_data(values["data"], values)
-    model_name = values["model"] or DEFAULT_MODEL
-    train_config = collect_train_config(values, device="auto", **train_defaults(model_name))
+    if folder:  # --preset accurate: every fold fine-tunes the same pretrained folder
+        from attnkit.train.finetune import pretrained_initializer
+
+        model_name = "bert"
+        tokenizer, model_options, train_config, data_settings = _finetune_settings(ctx, values, folder, device="auto")
+        pretrained: dict[str, Any] = {"tokenizer": tokenizer, "init_model": pretrained_initializer(folder)}
+    else:
+        model_name = values["model"] or DEFAULT_MODEL
+        if model_name == "bert":
+            raise click.UsageError("cv fine-tunes BERT with --preset accurate (all-MiniLM-L6-v2); "
+                                   "--model bert alone has no folder to start from")
+        model_options = parse_model_options(ctx, values["model_opt"])
+        train_config = collect_train_config(values, device="auto", **train_defaults(model_name))
+        data_settings = collect_data_settings(values, **data_defaults(model_name))
+        pretrained = {}
     results = cross_validate(
-        examples, folds=values["folds"], model_name=model_name,
-        model_options=parse_model_options(ctx, values["model_opt"]), train_config=train_config,
-        data=collect_data_settings(values, **data_defaults(model_name)), val=values["val_ratio"],
+        examples, folds=values["folds"], model_name=model_name, model_options=model_options,
+        train_config=train_config, data=data_settings, val=values["val_ratio"],
         max_folds=values["max_folds"], max_memory=values["max_memory"],
-        quiet=values["quiet"], log=_echo)
+        quiet=values["quiet"], log=_echo, **pretrained)
     accs = [r["accuracy"] for r in results]
     spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
     click.echo(f"mean accuracy over {len(accs)} fold(s): {statistics.mean(accs):.4f}{spread}")

@@ -255,7 +255,7 @@ def train_options(f: F) -> F:
                        "or none.", "TrainConfig.class_weight", numpy=False, numpy_help="Not with --backend numpy."),
         click.option("--tune-thresholds/--no-tune-thresholds", default=None,
                      help="Tune per-class offsets (priors, thresholds) on the validation part for --metric "
-                          "[default: on when --metric is not accuracy]."),
+                          "[default: on when --metric is not accuracy and --class-weight is none]."),
     )(f)
 
 
@@ -327,6 +327,14 @@ def model_options(f: F) -> F:
         click.option("--model-opt", multiple=True, metavar="KEY=VALUE",
                      help="A model config field, e.g. --model-opt d_model=128 (repeatable)."),
     )(f)
+
+
+def preset_option(f: F) -> F:
+    """``--preset fast|accurate`` of ``train`` and ``cv`` (:data:`attnkit.train.recipe.PRESETS`)."""
+    from attnkit.train.recipe import PRESET_HELP, PRESETS
+
+    return click.option("--preset", type=click.Choice(PRESETS), default="fast", show_default=True,
+                        help=PRESET_HELP)(f)
 
 
 def parse_model_options(ctx: click.Context, pairs: tuple[str, ...]) -> dict[str, Any]:

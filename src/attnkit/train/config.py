@@ -129,7 +129,7 @@ class TrainConfig(ClassifierTrainSettings):
             tuned class offsets follow it (:mod:`attnkit.train.objective`).
         class_weight: ``"none"`` or ``"balanced"`` (each class weighs alike in the losses).
         tune_thresholds: tune per-class offsets on the validation part for ``metric``
-            (None: when ``metric`` is not accuracy).
+            (None: when ``metric`` is not accuracy and ``class_weight`` is none).
     """
 
     warmup_ratio: float = 0.1

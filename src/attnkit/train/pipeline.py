@@ -189,7 +189,7 @@ def fit_classifier(
             run.commit(unwrap(model).state_dict(), status="done", history=history, progress=trainer._summary(),
                        meta={"epochs_run": len(history), "metrics": metrics})
     return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds,
-                     is_main=dist.is_main, val_data=val_ds if len(val_ds) else None)
+                     extra={"decision": decision}, is_main=dist.is_main, val_data=val_ds if len(val_ds) else None)
 
 
 def _checked_labels(train: Sequence[Example], train_config: TrainConfig, data: DataSettings,
@@ -229,6 +229,7 @@ def cross_validate(
     train_config: TrainConfig, data: DataSettings = DataSettings(), val: float = 0.1,
     max_folds: int | None = None, quiet: bool = True, log: Callable[[str], None] | None = None,
     epoch_log: bool = False, only: Sequence[int] | None = None, max_memory: int | None = None,
+    tokenizer: Any = None, init_model: Callable[[nn.Module], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Stratified k-fold cross-validation; one dict per fold (``accuracy``, ``macro_f1``, ``weighted_f1``,
     ``macro_recall``, the ``train_config.metric``, ``epochs``).
@@ -237,7 +238,9 @@ def cross_validate(
     part, ``val`` of that part held out for early stopping, the fold's test
     part used once at the end. ``max_folds`` runs only the first folds.
     ``only`` runs just the listed folds (1-based). ``max_memory`` as in :func:`fit_classifier`. ``log`` gets one line per
-    fold (and per epoch with ``epoch_log``).
+    fold (and per epoch with ``epoch_log``). ``tokenizer`` and ``init_model`` (a pretrained model's
+    tokenizer and weights, as :func:`attnkit.train.finetune.finetune_bert` passes them) serve every fold
+    instead of a tokenizer trained on the fold and fresh weights.
     """
     labels = [e.label for e in examples]
     parts = kfold(len(examples), folds, train_config.seed, labels=labels)
@@ -253,7 +256,8 @@ def cross_validate(
                 log(f"  fold {_fold}: {line}")
         result = fit_classifier(tr, va, [examples[i] for i in test_idx], model_name=model_name,
                                 model_options=model_options, train_config=train_config, data=data,
-                                quiet=quiet, log=fold_log, max_memory=max_memory)
+                                quiet=quiet, log=fold_log, max_memory=max_memory, tokenizer=tokenizer,
+                                init_model=init_model)
         assert result.test is not None
         row = {"fold": index + 1, **{k: result.test[k] for k in (*_MEASURES, train_config.metric)
                                      if k in result.test}, "epochs": len(result.history),
