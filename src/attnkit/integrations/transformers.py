@@ -404,12 +404,6 @@ def attnkit_attention_forward(
             return score
 
     p = float(dropout) if module.training else 0.0
-    if (isinstance(mask, BlockMask) and score_mod is None and p == 0.0 and not output_attentions
-            and key.shape[1] != h and query.device.type == "cpu"):
-        # the contiguous-runs kernel takes one key head per query head: share the heads as views
-        groups = h // key.shape[1]
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
     if output_attentions:
         out, weights = attention(query, key, value, mask=mask, causal=causal, dropout=p, scale=scaling,
                                  score_mod=score_mod, return_weights=True)

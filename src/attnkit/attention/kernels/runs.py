@@ -11,12 +11,13 @@ The plan (groups and masks) is found once per BlockMask and kept on it;
 backward calls the flash kernel's backward from the saved log-sum-exp and adds
 each group's key and value gradients into their slices in place.
 
-Shape legend: B batch, H heads, Tq/Tk query/key length, Dh head width,
+Shape legend: B batch, H heads, Hkv key/value heads, Tq/Tk query/key length, Dh head width,
 bs block size, nQ query blocks, K key blocks stored per query block.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -117,10 +118,23 @@ def _find_plan(bm: BlockMask) -> list[Call] | None:
     return _batched(groups)
 
 
+@functools.cache
+def native_gqa() -> bool:
+    """Whether torch's CPU flash kernel (forward and backward) takes fewer key heads than query heads."""
+    try:
+        q, k = torch.ones(1, 2, 2, 1), torch.ones(1, 1, 2, 1)
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, k, scale=1.0)
+        gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            torch.ones_like(o), q, k, k, o, lse, 0.0, False, scale=1.0)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    return o.shape == q.shape and gq.shape == q.shape and gk.shape == k.shape and gv.shape == k.shape
+
+
 def usable(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask) -> bool:
-    """Whether :func:`runs_attention` can run this call (eager, CPU, one head count, contiguous runs)."""
-    return (not torch.compiler.is_compiling() and q.device.type == "cpu" and k.shape[1] == q.shape[1]
-            and v.shape[-1] == q.shape[-1]
+    """Whether :func:`runs_attention` can run this call (eager, CPU, contiguous runs; GQA allowed)."""
+    return (not torch.compiler.is_compiling() and q.device.type == "cpu" and q.shape[1] % k.shape[1] == 0
+            and v.shape[1] == k.shape[1] and v.shape[-1] == q.shape[-1]
             and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
             and run_plan(bm) is not None)
 
@@ -195,10 +209,16 @@ class _Runs(torch.autograd.Function):
 def runs_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, *, scale: float) -> Tensor:
     """Attention over ``bm``'s contiguous key runs as views; call only where :func:`usable` says so.
 
+    Grouped-query keys and values (``Hkv`` dividing ``H``) go to torch's kernel as they are, no copy
+    per query head, where that kernel takes them (:func:`native_gqa`).
+
     Shape:
-        q ``(B, H, Tq, Dh)``, k ``(B, H, Tk, Dh)``, v ``(B, H, Tk, Dh)``; returns ``(B, H, Tq, Dh)``.
+        q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dh)``; returns ``(B, H, Tq, Dh)``.
     """
     plan = run_plan(bm)
     assert plan is not None
+    if k.shape[1] != q.shape[1] and not native_gqa():
+        groups = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     out: Tensor = _Runs.apply(q, k, v, plan, _additive(bm, plan, q.dtype), scale)
     return out
