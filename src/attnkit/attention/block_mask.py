@@ -135,8 +135,12 @@ def _window_rule(window: int) -> BlockRule:
     return rule
 
 
-def _same_id_rule(ids: Tensor, non_negative: bool) -> BlockRule:
-    """Rule of ``ids[q] == ids[kv]`` (and both ``>= 0`` when ``non_negative``)."""
+def same_id_rule(ids: Tensor, non_negative: bool) -> BlockRule:
+    """The block rule of ``ids[q] == ids[kv]`` (and both ``>= 0`` when ``non_negative``).
+
+    Shape:
+        ids ``(T,)`` or ``(B, T)`` integers.
+    """
     def rule(x: BlockBounds) -> tuple[Tensor, Tensor]:
         (qlo, qhi), (klo, khi) = x.q_range(ids), x.k_range(ids)
         empty = (qhi < klo) | (khi < qlo)
@@ -215,7 +219,7 @@ def document_mod(segment_ids: Tensor) -> MaskMod:
 
     batch = ids.shape[0] if ids.dim() == 2 else None
     setattr(mod, _NEEDS, [("document_mod segment_ids", batch, ids.shape[-1])])
-    setattr(mod, _RULE, _same_id_rule(ids, non_negative=True))
+    setattr(mod, _RULE, same_id_rule(ids, non_negative=True))
     return mod
 
 
