@@ -63,13 +63,19 @@ def _groups(starts: list[int], ends: list[int]) -> list[tuple[int, int, int, int
     return out
 
 
-def _allowed(bm: BlockMask, g: tuple[int, int, int, int], starts: list[int], ends: list[int]) -> Tensor:
-    """The group's bool mask over its span, from the stored blocks. Shape: ``(rows, cols)``."""
+def _block_index(bm: BlockMask, g: tuple[int, int, int, int], starts: list[int], ends: list[int]) -> Tensor:
+    """The group's blocks as indices into ``bm.elements`` (0 empty, 1 full). Shape: ``(query blocks, key blocks)``."""
     i0, i1, s, e = g
-    bs = bm.block_size
     idx = torch.zeros(i1 - i0, e - s, dtype=torch.long, device=bm.device)
     for r, i in enumerate(range(i0, i1)):
         idx[r, starts[i] - s: ends[i] - s] = bm.elem_index[0, 0, i, : ends[i] - starts[i]]
+    return idx
+
+
+def _allowed(bm: BlockMask, g: tuple[int, int, int, int], idx: Tensor) -> Tensor:
+    """The group's bool mask over its span, from the stored blocks. Shape: ``(rows, cols)``."""
+    i0, i1, s, e = g
+    bs = bm.block_size
     allowed = bm.elements[idx].transpose(1, 2).reshape((i1 - i0) * bs, (e - s) * bs)
     tq, tk = bm.shape[2], bm.shape[3]
     return allowed[: min(i1 * bs, tq) - i0 * bs, : min(e * bs, tk) - s * bs]
@@ -110,11 +116,17 @@ def _find_plan(bm: BlockMask) -> list[Call] | None:
     groups: list[tuple[int, int, int, int, Tensor | None]] = []
     bs, tq, tk = bm.block_size, bm.shape[2], bm.shape[3]
     for g in _groups(starts, ends):
-        allowed = _allowed(bm, g, starts, ends)
-        if not bool(rows_with_keys(allowed).all()):  # a row with no key: the gather path zeroes it
-            return None
-        groups.append((g[0] * bs, min(g[1] * bs, tq), g[2] * bs, min(g[3] * bs, tk),
-                       None if bool(allowed.all()) else allowed))
+        idx = _block_index(bm, g, starts, ends)
+        full = idx == 1
+        if bool(full.all()):  # every block full: no mask, every row keeps a key
+            groups.append((g[0] * bs, min(g[1] * bs, tq), g[2] * bs, min(g[3] * bs, tk), None))
+            continue
+        allowed = _allowed(bm, g, idx)
+        open_rows = ~full.any(1).repeat_interleave(bs)[: allowed.shape[0]]  # rows of blocks with no full block
+        if bool(open_rows.any()) and not bool(rows_with_keys(allowed[open_rows]).all()):
+            return None  # a row with no key: the gather path zeroes it
+        every = not bool((idx == 0).any()) and bool(allowed.all())  # an empty block holds a refused entry
+        groups.append((g[0] * bs, min(g[1] * bs, tq), g[2] * bs, min(g[3] * bs, tk), None if every else allowed))
     return _batched(groups)
 
 
