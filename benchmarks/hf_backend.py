@@ -106,7 +106,9 @@ def worker(impl: str, t: int, repeats: int) -> dict[str, object]:
 
 def _side(impl: str, t: int, repeats: int) -> dict[str, object]:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, __file__, "--worker", impl, "--t", str(t), "--repeats", str(repeats)],
+    threads = ["--threads", str(torch.get_num_threads())]
+    proc = subprocess.run([sys.executable, __file__, "--worker", impl, "--t", str(t), "--repeats", str(repeats),
+                           *threads],
                           capture_output=True, text=True, env=env, timeout=3600)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1][:200] if proc.stderr.strip() else "failed"}
@@ -127,9 +129,13 @@ def mistral(t: int, repeats: int, flex: bool) -> None:
         if "error" not in rest:
             r_all = float(rest["seconds"])
             s_att, o_att = s_all - r_all, o_all - r_all
-            print(f"  attention alone (step minus the {NO_ATTENTION} step, {r_all:.3f} s): sdpa {s_att:.3f} s, "
-                  f"attnkit {o_att:.3f} s, {s_att / max(o_att, 1e-9):.1f}x faster; at most "
-                  f"{s_all / r_all:.1f}x for the whole model even if attnkit's attention cost nothing")
+            if min(s_att, o_att) <= 0:
+                print(f"  attention alone: not measurable in this run (the {NO_ATTENTION} step, {r_all:.3f} s, "
+                      "was not the fastest: the machine's load varied more than attention costs)")
+            else:
+                    print(f"  attention alone (step minus the {NO_ATTENTION} step, {r_all:.3f} s): sdpa {s_att:.3f} s, "
+                      f"attnkit {o_att:.3f} s, {s_att / o_att:.1f}x faster; at most "
+                      f"{s_all / r_all:.1f}x for the whole model even if attnkit's attention cost nothing")
     if flex:
         r = _side("flex_attention", t, 1)
         print("  flex_attention: " + (f"{r['seconds']:.3f} s, peak {r['peak_mib']:.0f} MiB" if "error" not in r
@@ -198,6 +204,8 @@ def minilm(docs: int, batch: int, epochs: int) -> None:
     diff = max(abs(a - b) for a, b in zip(padded_losses, packed_losses, strict=True))
     print(f"  sdpa, padded batches   {padded_rate:8.0f} tokens/s, mean loss {sum(padded_losses) / len(padded_losses):.4f}")
     print(f"  attnkit, packed rows   {packed_rate:8.0f} tokens/s, mean loss {sum(packed_losses) / len(packed_losses):.4f}")
+    print("  loss per step, sdpa padded:  " + " ".join(f"{x:.4f}" for x in padded_losses))
+    print("  loss per step, attnkit packed: " + " ".join(f"{x:.4f}" for x in packed_losses))
     print(f"  packed: {packed_rate / padded_rate:.2f}x the tokens/s (target >= 1.5x); "
           f"largest loss difference over {len(packed_losses)} steps {diff:.1e} (first step "
           f"{abs(padded_losses[0] - packed_losses[0]):.1e})")
@@ -208,10 +216,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="T=2048 and fewer steps")
     ap.add_argument("--no-flex", action="store_true", help="skip the flex_attention line")
     ap.add_argument("--only", choices=["mistral", "minilm"], help="run one of the two parts")
+    ap.add_argument("--threads", type=int, help="torch threads on both sides (default: torch's own)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--t", type=int, default=8192, help=argparse.SUPPRESS)
     ap.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.worker:
         print(json.dumps(worker(args.worker, args.t, args.repeats)))
         return
