@@ -76,6 +76,7 @@ class BlockBounds:
         return BlockBounds(self.b, self.h, self.q_pos + dq, self.k_pos + dk)
 
     def _range(self, table: Tensor, pos: Tensor, query: bool) -> tuple[Tensor, Tensor]:
+        table = table.to(pos.device)
         if table.dim() == 1:
             vals = table[pos]  # (n, bs)
             lo, hi = vals.amin(-1), vals.amax(-1)
