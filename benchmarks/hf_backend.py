@@ -136,6 +136,10 @@ def mistral(t: int, repeats: int, flex: bool) -> None:
                     print(f"  attention alone (step minus the {NO_ATTENTION} step, {r_all:.3f} s): sdpa {s_att:.3f} s, "
                       f"attnkit {o_att:.3f} s, {s_att / o_att:.1f}x faster; at most "
                       f"{s_all / r_all:.1f}x for the whole model even if attnkit's attention cost nothing")
+            s_mem, o_mem, r_mem = (float(x["peak_mib"]) for x in (sdpa, ours, rest))
+            print(f"  memory of attention alone (peak minus the {NO_ATTENTION} peak, {r_mem:.0f} MiB): sdpa "
+                  f"{s_mem - r_mem:.0f} MiB, attnkit {o_mem - r_mem:.0f} MiB ({(o_mem - r_mem) / (s_mem - r_mem):.2f}x); "
+                  f"at least {r_mem / s_mem:.2f}x for the whole model even if attnkit's attention held nothing")
     if flex:
         r = _side("flex_attention", t, 1)
         print("  flex_attention: " + (f"{r['seconds']:.3f} s, peak {r['peak_mib']:.0f} MiB" if "error" not in r
