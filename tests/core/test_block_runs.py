@@ -69,3 +69,26 @@ def test_gapped_runs_and_per_head_masks_take_the_gather_path() -> None:
         want = _grads(bm.to_dense(), q, k, v, g, backend="math")
         for a, b in zip(got, want, strict=True):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_grouped_query_heads_take_the_runs_path_without_copies(native: bool,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnkit.attention.kernels import runs
+
+    if not native:  # a torch whose CPU flash kernel wants equal head counts: the heads are repeated
+        monkeypatch.setattr(runs, "native_gqa", lambda: False)
+    elif not runs.native_gqa():
+        pytest.fail("torch's CPU flash kernel should take grouped key heads (torch >= 2.5)")
+    torch.manual_seed(3)
+    bm = masks.create_block_mask(CONTIGUOUS["sliding window"], None, None, T, T, block_size=32)
+    q = torch.randn(2, 6, T, 16, requires_grad=True)
+    k, v = (torch.randn(2, 2, T, 16, requires_grad=True) for _ in range(2))  # 3 query heads per key head
+    g = torch.randn(2, 6, T, 16)
+    got = _grads(bm, q, k, v, g)
+    choice = last_backend()
+    assert choice is not None and choice.route == "runs"
+    assert got[2].shape == k.shape and got[3].shape == v.shape
+    want = _grads(bm.to_dense(), q, k, v, g, backend="math")
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

@@ -326,3 +326,92 @@ def test_a_layout_seen_again_reuses_its_block_mask_and_another_does_not():
     assert b is a and other_window is not a and other_padding is not a
     assert not torch.equal(other_window.to_dense(), a.to_dense())
     assert not torch.equal(other_padding.to_dense(), a.to_dense())
+
+
+def _transformers_mask_functions(seed):
+    """transformers' own mask functions, with random windows, chunks, packed documents and padding."""
+    import random
+    from collections import OrderedDict
+
+    from transformers import masking_utils as mu
+
+    rng = random.Random(seed)
+    t = rng.randint(20, 90)
+    docs = torch.zeros(2, t, dtype=torch.long)
+    for row in range(2):
+        for cut in rng.sample(range(1, t), rng.randint(0, 4)):
+            docs[row, cut:] += 1
+    fns = [
+        mu.causal_mask_function,
+        mu.bidirectional_mask_function,
+        mu.sliding_window_causal_mask_function(rng.randint(1, 30)),
+        mu.sliding_window_bidirectional_mask_function(rng.randint(1, 30)),
+        mu.chunked_causal_mask_function(rng.randint(1, 20), torch.tensor([rng.randint(0, 5), 0])),
+        mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(docs)),
+        mu.or_masks(mu.sliding_window_overlay(rng.randint(1, 9)), mu.packed_sequence_mask_function(docs)),
+    ]
+    padding = torch.ones(2, t, dtype=torch.bool)
+    padding[0, : rng.randint(0, t // 2)] = False  # left padding
+    padding[1, t - rng.randint(0, t // 2):] = False  # right padding
+    q_offset = rng.choice([0, 0, rng.randint(1, t - 1)])
+    return t, fns, padding, q_offset, OrderedDict()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_block_rules_of_transformers_mask_functions_give_the_exhaustive_mask(seed, monkeypatch):
+    from transformers.masking_utils import sdpa_mask
+
+    from attnkit.attention import block_mask as bmod
+
+    t, fns, padding, q_offset, cache = _transformers_mask_functions(seed)
+    monkeypatch.setattr(hf, "BLOCK_SIZE", 8)  # many blocks of every kind
+    monkeypatch.setattr(hf, "_MASKS", cache)
+    for fn in fns:
+        assert hf._rule_of(fn) is not None, fn
+        tq = t - q_offset
+        got = hf.attnkit_mask(2, tq, t, q_offset=q_offset, mask_function=fn, attention_mask=padding)
+        want = sdpa_mask(2, tq, t, q_offset=q_offset, mask_function=fn, attention_mask=padding,
+                         allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
+        assert torch.equal(got.to_dense(), want.expand(2, 1, tq, t))
+        cache.clear()
+        with monkeypatch.context() as m:
+            m.setattr(bmod, "_USE_RULES", False)
+            slow = hf.attnkit_mask(2, tq, t, q_offset=q_offset, mask_function=fn, attention_mask=padding)
+        cache.clear()
+        for name in ("kv_indices", "elem_index", "elements"):
+            assert torch.equal(getattr(got, name), getattr(slow, name)), name
+        assert got.counts == slow.counts
+
+
+def test_a_window_mask_evaluates_only_the_blocks_on_its_edges(monkeypatch):
+    from transformers.masking_utils import sliding_window_causal_mask_function
+
+    from attnkit.attention import block_mask as bmod
+
+    seen = []
+    real = bmod.eval_mod
+    monkeypatch.setattr(bmod, "eval_mod", lambda mod, idx, shape: seen.append(shape) or real(mod, idx, shape))
+    monkeypatch.setattr(hf, "_MASKS", type(hf._MASKS)())
+    bm = hf.attnkit_mask(1, 4096, 4096, mask_function=sliding_window_causal_mask_function(512))
+    evaluated = sum(torch.Size(s).numel() for s in seen)
+    assert evaluated <= 2 * 32 * 128 * 128  # the diagonal and the window's edge, not 4096 * 4096 entries
+    q, k = torch.arange(4096)[:, None], torch.arange(4096)
+    assert torch.equal(bm.to_dense()[0, 0], (k <= q) & (k > q - 512))
+
+
+def test_packed_rows_of_short_documents_take_small_blocks(monkeypatch):
+    seq = torch.repeat_interleave(torch.arange(16), torch.tensor([58, 30, 90, 61, 40, 75, 58, 20, 101, 58, 44,
+                                                                  66, 58, 35, 80, 58]))[None]
+    assert hf.packed_block_size(seq) == 16  # half the median document (58) rounded down to a power of two
+    assert hf.packed_block_size(torch.repeat_interleave(torch.arange(2), 600)[None]) == hf.BLOCK_SIZE
+    assert hf.packed_block_size(torch.zeros(1, 5, dtype=torch.long)) == hf.MIN_PACKED_BLOCK_SIZE
+    made = []
+    real = hf.create_block_mask
+    monkeypatch.setattr(hf, "create_block_mask", lambda *a, **kw: made.append(kw["block_size"]) or real(*a, **kw))
+    model = _model("bert")
+    model.set_attn_implementation("attnkit")
+    collate = transformers.DataCollatorWithFlattening()
+    batch = collate([{"input_ids": list(range(1, 1 + n))} for n in (40, 44, 38)])
+    with torch.no_grad():
+        model(input_ids=batch["input_ids"], position_ids=batch["position_ids"])
+    assert made == [hf.BLOCK_SIZE, 16]  # the builder's mask, then the packed row's (median 40: blocks of 16)

@@ -10,7 +10,11 @@ that broadcasts to it). Write it element-wise, for index tensors of any rank.
 :func:`create_block_mask` evaluates a mod once, tile by tile, and records for
 every query block which key blocks are *empty* (skipped), *full* (computed
 without an element mask) or *partial* (the element mask is kept for those
-blocks only). :func:`attnkit.attention` given the resulting :class:`BlockMask`
+blocks only). The mods of this module (causal, windows, documents, prefix-LM
+and their ``and_mods``/``or_mods``) also carry a *block rule*
+(:func:`with_block_rule`) that classifies whole blocks from their corners and
+per-block ranges of the ids they read; then only the blocks the rule cannot
+decide are evaluated entry by entry, with the same result. :func:`attnkit.attention` given the resulting :class:`BlockMask`
 computes the non-empty blocks only. The conventions follow PyTorch's
 FlexAttention (``create_block_mask``, ``mask_mod``); the rule is attnkit's.
 
@@ -39,12 +43,114 @@ __all__ = [
     "prefix_lm_mod",
     "and_mods",
     "or_mods",
+    "BlockBounds",
+    "with_block_rule",
 ]
 
 T = TypeVar("T")
 
 _CHUNK_ELEMENTS = 1 << 24  # mask entries evaluated at once by create_block_mask
 _NEEDS = "_attnkit_needs"  # attribute of a mod: [(what, batch or None, length)] it requires
+_RULE = "_attnkit_block_rule"  # attribute of a mod: its BlockRule
+_USE_RULES = True  # False: every mod evaluated entry by entry (what the rules are tested against)
+
+
+class BlockBounds:
+    """Where the blocks of :func:`create_block_mask` lie: what a mod's block rule reads.
+
+    Index tensors broadcast to ``(B, H, nQ, nK)``: ``b`` ``(B, 1, 1, 1)``,
+    ``h`` ``(1, H, 1, 1)``, the first and last query index of each query block
+    ``qa``, ``qz`` ``(1, 1, nQ, 1)`` and of each key block ``ka``, ``kz``
+    ``(1, 1, 1, nK)``, cut at ``Tq``/``Tk``. ``q_pos`` ``(nQ, bs)`` and
+    ``k_pos`` ``(nK, bs)`` are the positions of each block, the last one
+    repeated past the end.
+    """
+
+    def __init__(self, b: Tensor, h: Tensor, q_pos: Tensor, k_pos: Tensor):
+        self.b, self.h, self.q_pos, self.k_pos = b, h, q_pos, k_pos
+        self.qa, self.qz = q_pos[:, 0].view(1, 1, -1, 1), q_pos[:, -1].view(1, 1, -1, 1)
+        self.ka, self.kz = k_pos[:, 0].view(1, 1, 1, -1), k_pos[:, -1].view(1, 1, 1, -1)
+
+    def shifted(self, dq: int, dk: int) -> BlockBounds:
+        """The same blocks with query indices moved by ``dq`` and key indices by ``dk``."""
+        return BlockBounds(self.b, self.h, self.q_pos + dq, self.k_pos + dk)
+
+    def _range(self, table: Tensor, pos: Tensor, query: bool) -> tuple[Tensor, Tensor]:
+        table = table.to(pos.device)
+        if table.dim() == 1:
+            vals = table[pos]  # (n, bs)
+            lo, hi = vals.amin(-1), vals.amax(-1)
+            shape = (1, 1, -1, 1) if query else (1, 1, 1, -1)
+            return lo.view(shape), hi.view(shape)
+        vals = table[:, pos]  # (Bt, n, bs)
+        lo, hi = vals.amin(-1)[self.b.view(-1)], vals.amax(-1)[self.b.view(-1)]  # (B, n)
+        shape = (-1, 1, lo.shape[1], 1) if query else (-1, 1, 1, lo.shape[1])
+        return lo.view(shape), hi.view(shape)
+
+    def q_range(self, table: Tensor) -> tuple[Tensor, Tensor]:
+        """Least and greatest of ``table`` ``(T,)`` or ``(B, T)`` over each query block: ``(B|1, 1, nQ, 1)``."""
+        return self._range(table, self.q_pos, True)
+
+    def k_range(self, table: Tensor) -> tuple[Tensor, Tensor]:
+        """Least and greatest of ``table`` ``(T,)`` or ``(B, T)`` over each key block: ``(B|1, 1, 1, nK)``."""
+        return self._range(table, self.k_pos, False)
+
+
+BlockRule = Callable[[BlockBounds], "tuple[Tensor | bool, Tensor | bool]"]
+"""``rule(bounds) -> (empty, full)``, each broadcast to ``(B, H, nQ, nK)``: True only where *every* entry
+of the block is refused (``empty``) or allowed (``full``); False where it cannot tell."""
+
+
+def with_block_rule(mask_mod: MaskMod, rule: BlockRule | None) -> MaskMod:
+    """``mask_mod`` with a block rule that :func:`create_block_mask` asks before evaluating entries.
+
+    The rule must be sound: a block it calls empty or full holds no entry where
+    the mod says otherwise (blocks it leaves undecided are evaluated). ``None``
+    returns ``mask_mod`` itself. The returned mod computes what ``mask_mod`` does.
+    """
+    if rule is None:
+        return mask_mod
+
+    def ruled(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return mask_mod(b, h, q_idx, kv_idx)
+
+    setattr(ruled, _NEEDS, getattr(mask_mod, _NEEDS, []))
+    setattr(ruled, _RULE, rule)
+    return ruled
+
+
+def block_rule(mask_mod: object) -> BlockRule | None:
+    """The block rule a mod carries (:func:`with_block_rule`), or ``None``."""
+    rule: BlockRule | None = getattr(mask_mod, _RULE, None)
+    return rule
+
+
+def _causal_rule(x: BlockBounds) -> tuple[Tensor, Tensor]:
+    return x.ka > x.qz, x.kz <= x.qa
+
+
+def _window_rule(window: int) -> BlockRule:
+    def rule(x: BlockBounds) -> tuple[Tensor, Tensor]:
+        return (x.ka - x.qz > window) | (x.qa - x.kz > window), torch.maximum(x.kz - x.qa, x.qz - x.ka) <= window
+
+    return rule
+
+
+def same_id_rule(ids: Tensor, non_negative: bool) -> BlockRule:
+    """The block rule of ``ids[q] == ids[kv]`` (and both ``>= 0`` when ``non_negative``).
+
+    Shape:
+        ids ``(T,)`` or ``(B, T)`` integers.
+    """
+    def rule(x: BlockBounds) -> tuple[Tensor, Tensor]:
+        (qlo, qhi), (klo, khi) = x.q_range(ids), x.k_range(ids)
+        empty = (qhi < klo) | (khi < qlo)
+        full = (qlo == qhi) & (klo == khi) & (qlo == klo)
+        if non_negative:
+            empty, full = empty | (qhi < 0) | (khi < 0), full & (qlo >= 0)
+        return empty, full
+
+    return rule
 
 
 def causal_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -54,6 +160,9 @@ def causal_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         index tensors broadcast together; returns their broadcast shape, bool.
     """
     return kv_idx <= q_idx
+
+
+setattr(causal_mod, _RULE, _causal_rule)
 
 
 def sliding_window_mod(window: int) -> MaskMod:
@@ -70,6 +179,7 @@ def sliding_window_mod(window: int) -> MaskMod:
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return (kv_idx - q_idx).abs() <= window
 
+    setattr(mod, _RULE, _window_rule(window))
     return mod
 
 
@@ -110,6 +220,7 @@ def document_mod(segment_ids: Tensor) -> MaskMod:
 
     batch = ids.shape[0] if ids.dim() == 2 else None
     setattr(mod, _NEEDS, [("document_mod segment_ids", batch, ids.shape[-1])])
+    setattr(mod, _RULE, same_id_rule(ids, non_negative=True))
     return mod
 
 
@@ -133,13 +244,22 @@ def prefix_lm_mod(prefix_len: int | Tensor) -> MaskMod:
         def per_example(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             return (kv_idx < lengths.to(b.device)[b]) | (kv_idx <= q_idx)
 
+        def per_example_rule(x: BlockBounds) -> tuple[Tensor, Tensor]:
+            n = lengths.to(x.b.device)[x.b]
+            return (x.ka >= n) & (x.ka > x.qz), (x.kz < n) | (x.kz <= x.qa)
+
         setattr(per_example, _NEEDS, [("prefix_lm_mod prefix_len", lengths.shape[0], None)])
+        setattr(per_example, _RULE, per_example_rule)
         return per_example
     n = _checks.non_negative_int("prefix_len", prefix_len)
 
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return (kv_idx < n) | (kv_idx <= q_idx)
 
+    def rule(x: BlockBounds) -> tuple[Tensor, Tensor]:
+        return (x.ka >= n) & (x.ka > x.qz), (x.kz < n) | (x.kz <= x.qa)
+
+    setattr(mod, _RULE, rule)
     return mod
 
 
@@ -157,7 +277,23 @@ def _combine_mods(mods: tuple[MaskMod, ...], name: str, both: bool) -> MaskMod:
         return result
 
     setattr(mod, _NEEDS, [need for m in mods for need in getattr(m, _NEEDS, [])])
+    rules = [block_rule(m) for m in mods]
+    if any(r is not None for r in rules):
+        setattr(mod, _RULE, combine_rules(rules, both))
     return mod
+
+
+def combine_rules(rules: list[BlockRule | None], both: bool) -> BlockRule:
+    """The rule of ``and`` (``both``) or ``or`` of mods with these rules; ``None`` decides nothing."""
+    def rule(x: BlockBounds) -> tuple[Tensor | bool, Tensor | bool]:
+        empty: Tensor | bool = not both  # and: any part empty; or: every part empty
+        full: Tensor | bool = both  # and: every part full; or: any part full
+        for r in rules:
+            e, f = r(x) if r is not None else (False, False)
+            empty, full = (empty | e, full & f) if both else (empty & e, full | f)
+        return empty, full
+
+    return rule
 
 
 def and_mods(*mods: MaskMod) -> MaskMod:
@@ -366,6 +502,11 @@ class BlockMask:
             )
 
 
+def _chunk_rows(b: int, h: int, nk: int, bs: int) -> int:
+    """Query rows evaluated at once: the chunks of the entry-by-entry evaluation (a multiple of ``bs``)."""
+    return max(1, _CHUNK_ELEMENTS // max(1, b * h * nk * bs * bs)) * bs
+
+
 def _block_kinds(mask_mod: MaskMod, b: int, h: int, tq: int, tk: int, bs: int, device: Any
                  ) -> tuple[Tensor, list[Tensor]]:
     """Evaluate the mod tile by tile: per block 0 empty, 1 full, 2 + i partial ``i``."""
@@ -375,7 +516,7 @@ def _block_kinds(mask_mod: MaskMod, b: int, h: int, tq: int, tk: int, bs: int, d
     kv_ok = (kv_all < tk).view(1, 1, 1, -1)
     b_idx = torch.arange(b, device=device).view(b, 1, 1, 1)
     h_idx = torch.arange(h, device=device).view(1, h, 1, 1)
-    rows = max(1, _CHUNK_ELEMENTS // max(1, b * h * nk * bs * bs)) * bs
+    rows = _chunk_rows(b, h, nk, bs)
     kinds = torch.empty(b, h, nq, nk, dtype=torch.long, device=device)
     partials: list[Tensor] = []
     n_partial = 0
@@ -396,6 +537,73 @@ def _block_kinds(mask_mod: MaskMod, b: int, h: int, tq: int, tk: int, bs: int, d
     return kinds, partials
 
 
+def _ruled_block_kinds(mask_mod: MaskMod, rule: BlockRule, b: int, h: int, tq: int, tk: int, bs: int,
+                       device: Any) -> tuple[Tensor, list[Tensor]]:
+    """:func:`_block_kinds` where the rule decides blocks; only the undecided ones are evaluated.
+
+    The partial blocks are numbered in the order :func:`_block_kinds` finds them
+    (by its query-row chunks, then batch, head, query block, key block), so both
+    build the same BlockMask.
+    """
+    nq, nk = -(-tq // bs), -(-tk // bs)
+    ar = torch.arange(bs, device=device)
+    q_pos = (torch.arange(nq, device=device)[:, None] * bs + ar).clamp(max=tq - 1)  # (nQ, bs)
+    k_pos = (torch.arange(nk, device=device)[:, None] * bs + ar).clamp(max=tk - 1)  # (nK, bs)
+    bounds = BlockBounds(torch.arange(b, device=device).view(b, 1, 1, 1),
+                         torch.arange(h, device=device).view(1, h, 1, 1), q_pos, k_pos)
+    try:
+        empty, full = rule(bounds)
+    except IndexError:  # a table shorter than the indices: the entry-by-entry evaluation says so
+        return _block_kinds(mask_mod, b, h, tq, tk, bs, device)
+    shape = (b, h, nq, nk)
+    whole = ((torch.arange(nq, device=device) + 1) * bs <= tq).view(-1, 1) & \
+        ((torch.arange(nk, device=device) + 1) * bs <= tk)  # blocks not cut at Tq or Tk
+    empty_t = torch.as_tensor(empty, device=device).expand(shape)
+    full_t = torch.as_tensor(full, device=device).expand(shape) & whole & ~empty_t
+    kinds = full_t.long()
+    undecided = ~(empty_t | full_t)
+    partials: list[Tensor] = []
+    n_partial = 0
+    per_call = max(1, _CHUNK_ELEMENTS // (bs * bs))
+    rows = _chunk_rows(b, h, nk, bs) // bs
+    found = torch.nonzero(undecided)  # (N, 4) in (b, h, q block, k block) order
+    if found.shape[0] == 0:  # nothing to evaluate: call the mod once on one block, for its errors
+        found_check = torch.zeros(1, 4, dtype=torch.long, device=device)
+        _eval_blocks(mask_mod, found_check, q_pos, k_pos, tq, tk)
+    chunk_of = found[:, 2] // rows
+    order = torch.sort(chunk_of, stable=True).indices  # the query-row chunks of _block_kinds first
+    found = found[order]
+    for s0 in range(0, found.shape[0], per_call):
+        where = found[s0: s0 + per_call]
+        blocks = _eval_blocks(mask_mod, where, q_pos, k_pos, tq, tk)  # (n, bs, bs)
+        any_, all_ = blocks.any(dim=(1, 2)), blocks.all(dim=(1, 2))
+        part = any_ & ~all_
+        kind = all_.long()
+        p = int(part.sum())
+        kind[part] = torch.arange(2 + n_partial, 2 + n_partial + p, device=device)
+        partials.append(blocks[part])
+        n_partial += p
+        kinds[where[:, 0], where[:, 1], where[:, 2], where[:, 3]] = kind
+    return kinds, partials
+
+
+def _eval_blocks(mask_mod: MaskMod, where: Tensor, q_pos: Tensor, k_pos: Tensor, tq: int, tk: int) -> Tensor:
+    """The mod's entries of the blocks ``where`` ``(n, 4)`` (b, h, q block, k block), cut at Tq, Tk.
+
+    Shape:
+        returns ``(n, bs, bs)`` bool, False past ``Tq`` or ``Tk``.
+    """
+    n, bs = where.shape[0], q_pos.shape[1]
+    device = where.device
+    ar = torch.arange(bs, device=device)
+    q = q_pos[where[:, 2]].view(n, 1, bs, 1)
+    kv = k_pos[where[:, 3]].view(n, 1, 1, bs)
+    q_ok = (where[:, 2, None] * bs + ar < tq).view(n, 1, bs, 1)
+    kv_ok = (where[:, 3, None] * bs + ar < tk).view(n, 1, 1, bs)
+    idx = (where[:, 0].view(n, 1, 1, 1), where[:, 1].view(n, 1, 1, 1), q, kv)
+    return (eval_mod(mask_mod, idx, (n, 1, bs, bs)) & q_ok & kv_ok)[:, 0]
+
+
 def create_block_mask(
     mask_mod: MaskMod, B: int | None, H: int | None, Tq: int, Tk: int, *, block_size: int = 128,
     device: torch.device | str | None = None,
@@ -406,7 +614,10 @@ def create_block_mask(
     ``q_idx`` of head ``h`` of example ``b`` may attend key ``kv_idx``; it is
     called on broadcast index tensors, a few thousand query rows at a time.
     ``B`` or ``H`` ``None`` means the mask does not depend on that axis and
-    broadcasts over it.
+    broadcasts over it. A mod with a block rule (:func:`with_block_rule`; the
+    mods of this module carry one) is evaluated only on the blocks its rule
+    leaves undecided, in batches of blocks (index tensors of shape
+    ``(n, 1, bs, 1)`` and ``(n, 1, 1, bs)``).
 
     Shape:
         returns a :class:`BlockMask` for attention over ``(B, H, Tq, Tk)``.
@@ -419,7 +630,9 @@ def create_block_mask(
     bs = _checks.positive_int("block_size", block_size)
     _check_needs(mask_mod, B, tq, tk)
     device = torch.device(device) if device is not None else torch.device("cpu")
-    kinds, partials = _block_kinds(mask_mod, b, h, tq, tk, bs, device)  # (B, H, nQ, nK)
+    rule = block_rule(mask_mod)
+    kinds, partials = (_block_kinds(mask_mod, b, h, tq, tk, bs, device) if rule is None or not _USE_RULES
+                       else _ruled_block_kinds(mask_mod, rule, b, h, tq, tk, bs, device))  # (B, H, nQ, nK)
     nonempty = kinds > 0
     counts_per_row = nonempty.sum(dim=-1)  # (B, H, nQ)
     k = max(1, int(counts_per_row.max()))

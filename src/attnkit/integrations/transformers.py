@@ -13,10 +13,13 @@ run every attention layer through :func:`attnkit.attention`.
 every backend: the mask function of the layer type (causal, bidirectional,
 sliding window, chunked, packed sequences found from position ids that restart,
 image-token overlays), the 2-D padding mask and the query/key offsets of a KV
-cache. It evaluates that function tile by tile into an attnkit
+cache. It evaluates that function into an attnkit
 :class:`~attnkit.attention.block_mask.BlockMask` for ``(B, ·, Tq, Tk)``, never a
 dense ``(Tq, Tk)`` tensor, the way transformers' ``flex_attention`` builds
-torch's BlockMask. Blocks between packed documents and outside a window are
+torch's BlockMask. transformers' own mask functions (causal, bidirectional,
+windows, chunks, padding, packed sequences, their ``and``/``or`` and offsets)
+are read as block rules (:func:`~attnkit.attention.block_mask.with_block_rule`),
+so that only the blocks on a mask's edges are evaluated entry by entry. Blocks between packed documents and outside a window are
 skipped by the kernels.
 
 **The attention function** (:func:`attnkit_attention_forward`) runs
@@ -34,6 +37,7 @@ length, Dh head width.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections import OrderedDict
@@ -43,7 +47,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnkit.attention.block_mask import BlockMask, and_mods, create_block_mask, or_mods
+from attnkit.attention.block_mask import (
+    BlockBounds,
+    BlockMask,
+    BlockRule,
+    and_mods,
+    block_rule,
+    causal_mod,
+    combine_rules,
+    create_block_mask,
+    or_mods,
+    same_id_rule,
+    sliding_window_mod,
+    with_block_rule,
+)
 from attnkit.attention.functional import attention
 from attnkit.attention.score_mods import bias_mod, soft_cap_mod
 from attnkit.attention.types import MaskMod, ScoreMod
@@ -57,6 +74,8 @@ SUPPORTED = ((5, 24), (5, 25))
 
 BLOCK_SIZE = 128
 """Block size of the masks the builder makes (attnkit's default)."""
+MIN_PACKED_BLOCK_SIZE = 16
+"""The smallest block size of a packed row's mask (:func:`packed_block_size`)."""
 
 _RECIPE = ("attnkit.integrations.transformers", "mask_mod")  # BlockMask.cached key: the mod it was built from
 
@@ -136,6 +155,78 @@ def _fingerprint(obj: Any, depth: int = 0) -> Any:
     raise _NoKey
 
 
+@functools.cache
+def _codes() -> dict[Any, str]:
+    """The code objects of transformers' mask functions, by what they compute."""
+    from transformers import masking_utils as mu
+
+    ones, ids = torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, 1, dtype=torch.long)
+    return {
+        mu.causal_mask_function.__code__: "causal",
+        mu.bidirectional_mask_function.__code__: "all",
+        mu.sliding_window_overlay(1).__code__: "window-after",
+        mu.sliding_window_bidirectional_overlay(1).__code__: "window",
+        mu.chunked_overlay(1, ids[0]).__code__: "chunk",
+        mu.padding_mask_function(ones).__code__: "padding",
+        mu.packed_sequence_mask_function(ids).__code__: "same-id",
+        mu.and_masks(mu.causal_mask_function).__code__: "and",
+        mu.or_masks(mu.causal_mask_function).__code__: "or",
+        mu.add_offsets_to_mask_function(mu.causal_mask_function, 0, 0).__code__: "offsets",
+    }
+
+
+def _rule_of(fn: Any, depth: int = 0) -> BlockRule | None:
+    """A block rule for one of transformers' mask functions (recursively), or ``None`` (evaluated entry by entry).
+
+    Each rule restates what the function computes on whole blocks: its code is
+    recognised by identity and its closure read by name.
+    """
+    code = getattr(fn, "__code__", None)
+    kind = _codes().get(code) if code is not None and depth <= 12 else None
+    if kind is None or code is None:
+        return None
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in fn.__closure__ or ()), strict=True))
+    if kind == "causal":
+        return block_rule(causal_mod)
+    if kind == "all":
+        return lambda x: (False, True)
+    if kind in ("and", "or"):
+        return combine_rules([_rule_of(f, depth + 1) for f in cells["mask_functions"]], both=kind == "and")
+    if kind == "offsets":
+        inner, qo, ko = _rule_of(cells["mask_function"], depth + 1), cells["q_offset"], cells["kv_offset"]
+        if inner is None or not isinstance(qo, int) or not isinstance(ko, int):
+            return None
+        found = inner
+        return lambda x: found(x.shifted(qo, ko))
+    if kind == "same-id":
+        return same_id_rule(cells["packed_sequence_mask"], non_negative=False)
+    if kind == "padding":
+        pm = cells["padding_mask"].long()
+
+        def padding(x: BlockBounds) -> tuple[Tensor, Tensor]:
+            lo, hi = x.k_range(pm)
+            return hi == 0, lo == 1
+
+        return padding
+    w = cells.get("sliding_window", cells.get("chunk_size"))
+    if not isinstance(w, int) or w < 1:
+        return None
+    if kind == "window":
+        return block_rule(sliding_window_mod(w))
+    if kind == "window-after":  # kv_idx > q_idx - w
+        return lambda x: (x.kz <= x.qa - w, x.ka > x.qz - w)
+    left = cells["left_padding"]  # chunk: (kv - left[b]) // w == (q - left[b]) // w
+    if not isinstance(left, Tensor) or left.dim() != 1:
+        return None
+
+    def chunk(x: BlockBounds) -> tuple[Tensor, Tensor]:
+        lp = left.to(x.b.device)[x.b]
+        qlo, qhi, klo, khi = ((x.qa - lp) // w, (x.qz - lp) // w, (x.ka - lp) // w, (x.kz - lp) // w)
+        return (qhi < klo) | (khi < qlo), (qlo == qhi) & (klo == khi) & (qlo == klo)
+
+    return chunk
+
+
 def _as_int(value: int | Tensor, what: str) -> int:
     if isinstance(value, Tensor):
         if value.numel() != 1:
@@ -198,7 +289,7 @@ def attnkit_mask(
         _MASKS.move_to_end(key)
         return _MASKS[key]
 
-    def checked(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    def evaluated(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         try:
             return mod(b, h, q_idx, kv_idx)
         except (RuntimeError, IndexError, TypeError) as e:
@@ -207,6 +298,8 @@ def attnkit_mask(
                 "attn_implementation='attnkit' needs index-based mask functions"
                 + (" (this one was built for torch.vmap)" if use_vmap else "")
             ) from e
+
+    checked = with_block_rule(evaluated, _rule_of(mod))
 
     block_mask = create_block_mask(checked, batch_size, None, q_length, kv_length, block_size=BLOCK_SIZE,
                                    device=device)
@@ -254,6 +347,22 @@ def _sink_mask(mask: BlockMask | Tensor | None, b: int, tq: int, tk: int, causal
         or_mods(keys_of_mask, sink), bm.shape[0], None, tq, tk + 1, block_size=BLOCK_SIZE, device=device))
 
 
+def packed_block_size(seq: Tensor) -> int:
+    """The block size of a packed row's mask: a power of two near half its median document, 16 to 128.
+
+    Blocks much longer than the documents make every query block attend the
+    keys of its neighbours too (computed, then masked); blocks near the
+    documents' size keep that waste small while the kernel calls stay few.
+
+    Shape:
+        seq ``(B, T)``: the document index of each position.
+    """
+    lengths = torch.cat([torch.unique_consecutive(row, return_counts=True)[1] for row in seq.cpu()])
+    half = max(1, int(lengths.median()) // 2)
+    size = 1 << (half.bit_length() - 1)  # the largest power of two <= half
+    return max(MIN_PACKED_BLOCK_SIZE, min(BLOCK_SIZE, size))
+
+
 def _packed(mask: BlockMask | Tensor | None, position_ids: Any, b: int, tq: int, tk: int, causal: bool,
             device: torch.device) -> BlockMask | Tensor | None:
     """The mask kept within the documents that ``position_ids`` restarting mark (packed rows).
@@ -274,22 +383,21 @@ def _packed(mask: BlockMask | Tensor | None, position_ids: Any, b: int, tq: int,
         return mask
     key = ("attnkit.integrations.transformers", "packed", seq.cpu().numpy().tobytes())
 
-    def same_doc(b_: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    def same_doc_entries(b_: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return seq[b_, q_idx] == seq[b_, kv_idx]
 
-    def causal_mod(b_: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return kv_idx <= q_idx
-
+    same_doc = with_block_rule(same_doc_entries, same_id_rule(seq, non_negative=False))
+    size = packed_block_size(seq)
     if mask is None:
         base = and_mods(causal_mod, same_doc) if causal else same_doc
-        return create_block_mask(base, b, None, tq, tk, block_size=BLOCK_SIZE, device=device)
+        return create_block_mask(base, b, None, tq, tk, block_size=size, device=device)
     bm = mask
     recipe: MaskMod | None = bm.cached(_RECIPE, lambda: None)
     if recipe is None:
         return mask
     found = recipe
     return bm.cached(key, lambda: create_block_mask(and_mods(found, same_doc), bm.shape[0] or b, None, tq, tk,
-                                                    block_size=BLOCK_SIZE, device=device))
+                                                    block_size=size, device=device))
 
 
 def _check_kwargs(kwargs: dict[str, Any]) -> None:
@@ -404,12 +512,6 @@ def attnkit_attention_forward(
             return score
 
     p = float(dropout) if module.training else 0.0
-    if (isinstance(mask, BlockMask) and score_mod is None and p == 0.0 and not output_attentions
-            and key.shape[1] != h and query.device.type == "cpu"):
-        # the contiguous-runs kernel takes one key head per query head: share the heads as views
-        groups = h // key.shape[1]
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
     if output_attentions:
         out, weights = attention(query, key, value, mask=mask, causal=causal, dropout=p, scale=scaling,
                                  score_mod=score_mod, return_weights=True)

@@ -11,12 +11,13 @@ The plan (groups and masks) is found once per BlockMask and kept on it;
 backward calls the flash kernel's backward from the saved log-sum-exp and adds
 each group's key and value gradients into their slices in place.
 
-Shape legend: B batch, H heads, Tq/Tk query/key length, Dh head width,
+Shape legend: B batch, H heads, Hkv key/value heads, Tq/Tk query/key length, Dh head width,
 bs block size, nQ query blocks, K key blocks stored per query block.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -62,13 +63,19 @@ def _groups(starts: list[int], ends: list[int]) -> list[tuple[int, int, int, int
     return out
 
 
-def _allowed(bm: BlockMask, g: tuple[int, int, int, int], starts: list[int], ends: list[int]) -> Tensor:
-    """The group's bool mask over its span, from the stored blocks. Shape: ``(rows, cols)``."""
+def _block_index(bm: BlockMask, g: tuple[int, int, int, int], starts: list[int], ends: list[int]) -> Tensor:
+    """The group's blocks as indices into ``bm.elements`` (0 empty, 1 full). Shape: ``(query blocks, key blocks)``."""
     i0, i1, s, e = g
-    bs = bm.block_size
     idx = torch.zeros(i1 - i0, e - s, dtype=torch.long, device=bm.device)
     for r, i in enumerate(range(i0, i1)):
         idx[r, starts[i] - s: ends[i] - s] = bm.elem_index[0, 0, i, : ends[i] - starts[i]]
+    return idx
+
+
+def _allowed(bm: BlockMask, g: tuple[int, int, int, int], idx: Tensor) -> Tensor:
+    """The group's bool mask over its span, from the stored blocks. Shape: ``(rows, cols)``."""
+    i0, i1, s, e = g
+    bs = bm.block_size
     allowed = bm.elements[idx].transpose(1, 2).reshape((i1 - i0) * bs, (e - s) * bs)
     tq, tk = bm.shape[2], bm.shape[3]
     return allowed[: min(i1 * bs, tq) - i0 * bs, : min(e * bs, tk) - s * bs]
@@ -109,18 +116,37 @@ def _find_plan(bm: BlockMask) -> list[Call] | None:
     groups: list[tuple[int, int, int, int, Tensor | None]] = []
     bs, tq, tk = bm.block_size, bm.shape[2], bm.shape[3]
     for g in _groups(starts, ends):
-        allowed = _allowed(bm, g, starts, ends)
-        if not bool(rows_with_keys(allowed).all()):  # a row with no key: the gather path zeroes it
-            return None
-        groups.append((g[0] * bs, min(g[1] * bs, tq), g[2] * bs, min(g[3] * bs, tk),
-                       None if bool(allowed.all()) else allowed))
+        idx = _block_index(bm, g, starts, ends)
+        full = idx == 1
+        if bool(full.all()):  # every block full: no mask, every row keeps a key
+            groups.append((g[0] * bs, min(g[1] * bs, tq), g[2] * bs, min(g[3] * bs, tk), None))
+            continue
+        allowed = _allowed(bm, g, idx)
+        open_rows = ~full.any(1).repeat_interleave(bs)[: allowed.shape[0]]  # rows of blocks with no full block
+        if bool(open_rows.any()) and not bool(rows_with_keys(allowed[open_rows]).all()):
+            return None  # a row with no key: the gather path zeroes it
+        every = not bool((idx == 0).any()) and bool(allowed.all())  # an empty block holds a refused entry
+        groups.append((g[0] * bs, min(g[1] * bs, tq), g[2] * bs, min(g[3] * bs, tk), None if every else allowed))
     return _batched(groups)
 
 
+@functools.cache
+def native_gqa() -> bool:
+    """Whether torch's CPU flash kernel (forward and backward) takes fewer key heads than query heads."""
+    try:
+        q, k = torch.ones(1, 2, 2, 1), torch.ones(1, 1, 2, 1)
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, k, scale=1.0)
+        gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            torch.ones_like(o), q, k, k, o, lse, 0.0, False, scale=1.0)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    return o.shape == q.shape and gq.shape == q.shape and gk.shape == k.shape and gv.shape == k.shape
+
+
 def usable(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask) -> bool:
-    """Whether :func:`runs_attention` can run this call (eager, CPU, one head count, contiguous runs)."""
-    return (not torch.compiler.is_compiling() and q.device.type == "cpu" and k.shape[1] == q.shape[1]
-            and v.shape[-1] == q.shape[-1]
+    """Whether :func:`runs_attention` can run this call (eager, CPU, contiguous runs; GQA allowed)."""
+    return (not torch.compiler.is_compiling() and q.device.type == "cpu" and q.shape[1] % k.shape[1] == 0
+            and v.shape[1] == k.shape[1] and v.shape[-1] == q.shape[-1]
             and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
             and run_plan(bm) is not None)
 
@@ -195,10 +221,16 @@ class _Runs(torch.autograd.Function):
 def runs_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, *, scale: float) -> Tensor:
     """Attention over ``bm``'s contiguous key runs as views; call only where :func:`usable` says so.
 
+    Grouped-query keys and values (``Hkv`` dividing ``H``) go to torch's kernel as they are, no copy
+    per query head, where that kernel takes them (:func:`native_gqa`).
+
     Shape:
-        q ``(B, H, Tq, Dh)``, k ``(B, H, Tk, Dh)``, v ``(B, H, Tk, Dh)``; returns ``(B, H, Tq, Dh)``.
+        q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dh)``; returns ``(B, H, Tq, Dh)``.
     """
     plan = run_plan(bm)
     assert plan is not None
+    if k.shape[1] != q.shape[1] and not native_gqa():
+        groups = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     out: Tensor = _Runs.apply(q, k, v, plan, _additive(bm, plan, q.dtype), scale)
     return out
