@@ -58,12 +58,14 @@ _USE_RULES = True  # False: every mod evaluated entry by entry (what the rules a
 class BlockBounds:
     """Where the blocks of :func:`create_block_mask` lie: what a mod's block rule reads.
 
-    Index tensors broadcast to ``(B, H, nQ, nK)``: ``b`` ``(B, 1, 1, 1)``,
-    ``h`` ``(1, H, 1, 1)``, the first and last query index of each query block
-    ``qa``, ``qz`` ``(1, 1, nQ, 1)`` and of each key block ``ka``, ``kz``
-    ``(1, 1, 1, nK)``, cut at ``Tq``/``Tk``. ``q_pos`` ``(nQ, bs)`` and
-    ``k_pos`` ``(nK, bs)`` are the positions of each block, the last one
-    repeated past the end.
+    The first and last query index of each query block (``qa``, ``qz``) and of
+    each key block (``ka``, ``kz``) are cut at ``Tq``/``Tk``; the positions of
+    each block repeat the last one past the end.
+
+    Shape:
+        index tensors broadcast to ``(B, H, nQ, nK)``: ``b`` ``(B, 1, 1, 1)``,
+        ``h`` ``(1, H, 1, 1)``, ``qa``, ``qz`` ``(1, 1, nQ, 1)``, ``ka``, ``kz``
+        ``(1, 1, 1, nK)``; ``q_pos`` ``(nQ, bs)``, ``k_pos`` ``(nK, bs)``.
     """
 
     def __init__(self, b: Tensor, h: Tensor, q_pos: Tensor, k_pos: Tensor):
