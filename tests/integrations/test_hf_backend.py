@@ -19,6 +19,21 @@ def _bert():
         max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
 
 
+def _roberta():  # positions counted from its padding index
+    return transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+
+
+def _distilbert():
+    return transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(
+        vocab_size=V, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64, dropout=0.0,
+        attention_dropout=0.0))
+
+
+ENCODERS = ("bert", "roberta", "distilbert")
+
+
 def _llama():  # grouped-query attention: 4 query heads, 2 key/value heads
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -58,8 +73,8 @@ def _gpt_oss():  # attention sinks (s_aux), alternating sliding and full layers
         max_position_embeddings=64, sliding_window=4))
 
 
-FAMILIES = {"bert": _bert, "llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "gemma2": _gemma2,
-            "gpt2": _gpt2, "gpt_oss": _gpt_oss}
+FAMILIES = {"bert": _bert, "roberta": _roberta, "distilbert": _distilbert, "llama": _llama, "mistral": _mistral,
+            "qwen2": _qwen2, "gemma2": _gemma2, "gpt2": _gpt2, "gpt_oss": _gpt_oss}
 
 
 def _model(name: str):
@@ -88,11 +103,11 @@ def test_logits_and_gradients_equal_eager_with_padding(name):
     model = _model(name)
     ids = torch.randint(1, V, (3, T))
     mask = torch.ones(3, T, dtype=torch.long)
-    if name == "bert":
+    if name in ENCODERS:
         mask[1, 8:] = 0  # right padding
     else:
         mask[1, :4] = 0  # left padding, as for generation
-    mask[2, :1] = 0 if name != "bert" else 1
+    mask[2, :1] = 0 if name not in ENCODERS else 1
     want, want_grads = _run(model, "eager", input_ids=ids, attention_mask=mask)
     got, got_grads = _run(model, "attnkit", input_ids=ids, attention_mask=mask)
     assert torch.allclose(got, want, atol=1e-5, rtol=0), (got - want).abs().max()
@@ -127,7 +142,7 @@ def test_bfloat16_runs_without_nan(name):
     assert all(torch.isfinite(p.grad.float()).all() for p in model.parameters() if p.grad is not None)
 
 
-@pytest.mark.parametrize("name", ["bert", "llama", "mistral"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "llama", "mistral"])
 def test_packed_rows_equal_each_example_alone(name):
     model = _model(name)
     model.set_attn_implementation("attnkit")
@@ -143,11 +158,12 @@ def test_packed_rows_equal_each_example_alone(name):
 
     model.zero_grad()
     starts = [0, 5, 14, 21]
-    causal = name != "bert"
+    causal = name not in ENCODERS
     counts = [int((batch["labels"][0, s + causal: e] != -100).sum()) for s, e in zip(starts, starts[1:], strict=False)]
     alone_logits = []
     for s, e, n in zip(starts, starts[1:], counts, strict=False):
-        out = model(input_ids=batch["input_ids"][:, s:e], labels=batch["labels"][:, s:e])
+        out = model(input_ids=batch["input_ids"][:, s:e], labels=batch["labels"][:, s:e],
+                    position_ids=batch["position_ids"][:, s:e])  # RoBERTa would count from its padding index
         (out.loss * n / sum(counts)).backward()
         alone_logits.append(out.logits.detach())
     assert torch.allclose(packed.logits.detach(), torch.cat(alone_logits, 1), atol=1e-5, rtol=0)
@@ -415,3 +431,36 @@ def test_packed_rows_of_short_documents_take_small_blocks(monkeypatch):
     with torch.no_grad():
         model(input_ids=batch["input_ids"], position_ids=batch["position_ids"])
     assert made == [hf.BLOCK_SIZE, 16]  # the builder's mask, then the packed row's (median 40: blocks of 16)
+
+
+def _deberta_v2():  # its attention layers do not call transformers' attention interface
+    return transformers.DebertaV2ForMaskedLM(transformers.DebertaV2Config(
+        vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64))
+
+
+UNSUPPORTED = r"DebertaV2ForMaskedLM cannot use attn_implementation='attnkit': .* attention interface"
+
+
+def test_a_model_without_the_attention_interface_is_refused_by_name_on_set():
+    model = _deberta_v2()
+    with pytest.raises(hf.HFBackendError, match=UNSUPPORTED):
+        model.set_attn_implementation("attnkit")  # transformers itself only warns and keeps eager
+    assert model.config._attn_implementation == "eager"
+    model.set_attn_implementation("sdpa")  # other backends are left to transformers
+
+
+def test_a_model_without_the_attention_interface_is_refused_by_name_on_load(tmp_path):
+    _deberta_v2().save_pretrained(tmp_path)
+    for loader in (transformers.DebertaV2ForMaskedLM, transformers.AutoModelForMaskedLM):
+        with pytest.raises(hf.HFBackendError, match=UNSUPPORTED):  # transformers would load it silently
+            loader.from_pretrained(tmp_path, attn_implementation="attnkit")
+    assert loader.from_pretrained(tmp_path, attn_implementation="eager").config._attn_implementation == "eager"
+
+
+def test_check_model_passes_the_families_that_use_the_interface():
+    hf.register()  # the guards are installed once
+    assert getattr(transformers.PreTrainedModel._check_and_adjust_attn_implementation, "_attnkit_guard", False)
+    for build in (*FAMILIES.values(), _t5, _bart):  # T5 and BART leave _supports_attention_backend False
+        hf.check_model(build())
+    with pytest.raises(hf.HFBackendError, match="DebertaV2Model cannot"):
+        hf.check_model(transformers.DebertaV2Model)

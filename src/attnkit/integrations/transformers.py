@@ -29,7 +29,9 @@ key per head whose logit is the sink) and an additive ``position_bias`` (a
 score mod). ``output_attentions=True`` takes attnkit's weights path and returns
 the probabilities (before dropout). What it cannot honour (a float or foreign
 mask, a keyword it does not know, a transformers version outside the range it
-was tested with) raises :class:`HFBackendError` at the first call.
+was tested with) raises :class:`HFBackendError` at the first call; a model whose
+attention layers do not call the interface is refused when ``"attnkit"`` is
+asked for (:func:`check_model`).
 
 Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk query/key
 length, Dh head width.
@@ -65,7 +67,8 @@ from attnkit.attention.functional import attention
 from attnkit.attention.score_mods import bias_mod, soft_cap_mod
 from attnkit.attention.types import MaskMod, ScoreMod
 
-__all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "attnkit_mask", "attnkit_attention_forward"]
+__all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "check_model", "attnkit_mask",
+           "attnkit_attention_forward"]
 
 NAME = "attnkit"
 """The name to pass as ``attn_implementation``."""
@@ -121,6 +124,59 @@ def register() -> None:
 
     AttentionInterface.register(NAME, attnkit_attention_forward)
     AttentionMaskInterface.register(NAME, attnkit_mask)
+    _guard_model_classes()
+
+
+def check_model(model: Any) -> None:
+    """Raise :class:`HFBackendError` unless every attention layer of ``model`` can run through attnkit.
+
+    ``model`` is a transformers ``PreTrainedModel`` (instance or class). A
+    model whose attention layers do not call transformers' attention interface
+    (DeBERTa-v2, BLOOM, Falcon, GPT-Neo in transformers 5.24) would keep its own
+    attention: transformers only warns on ``set_attn_implementation`` and says
+    nothing on ``from_pretrained``. :func:`register` makes both call this check
+    when ``"attnkit"`` is asked for. transformers' own test of the source
+    (``_can_set_attn_implementation``) decides, not ``_supports_attention_backend``,
+    which T5 and BART leave False although they use the interface.
+    """
+    from transformers import PreTrainedModel
+
+    modules = model.modules() if isinstance(model, torch.nn.Module) else [model]
+    for m in modules:
+        cls = m if isinstance(m, type) else type(m)
+        if issubclass(cls, PreTrainedModel) and not cls._can_set_attn_implementation():
+            raise HFBackendError(
+                f"{cls.__name__} cannot use attn_implementation='attnkit': its attention layers do not call "
+                "transformers' attention interface (AttentionInterface), so they would keep their own attention; "
+                "use attn_implementation='eager' or 'sdpa' for this model"
+            )
+
+
+def _guard_model_classes() -> None:
+    """Make ``PreTrainedModel`` refuse ``"attnkit"`` by name where its layers would ignore it (idempotent)."""
+    from transformers import PreTrainedModel
+
+    init_check = PreTrainedModel._check_and_adjust_attn_implementation
+    if getattr(init_check, "_attnkit_guard", False):
+        return
+    setter = PreTrainedModel.set_attn_implementation
+
+    @functools.wraps(init_check)
+    def checked_init(self: Any, attn_implementation: Any, *args: Any, **kwargs: Any) -> Any:
+        if attn_implementation == NAME:  # each model's __init__, from_pretrained's included
+            check_model(type(self))
+        return init_check(self, attn_implementation, *args, **kwargs)
+
+    @functools.wraps(setter)
+    def checked_set(self: Any, attn_implementation: Any, *args: Any, **kwargs: Any) -> Any:
+        asked = attn_implementation.get("") if isinstance(attn_implementation, dict) else attn_implementation
+        if asked == NAME:  # transformers would only warn and keep the current attention
+            check_model(self)
+        return setter(self, attn_implementation, *args, **kwargs)
+
+    checked_init._attnkit_guard = True  # type: ignore[attr-defined]
+    PreTrainedModel._check_and_adjust_attn_implementation = checked_init  # type: ignore[method-assign]
+    PreTrainedModel.set_attn_implementation = checked_set  # type: ignore[method-assign]
 
 
 _MASKS: OrderedDict[tuple[Any, ...], BlockMask] = OrderedDict()  # the last few masks built, by what built them
