@@ -16,8 +16,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from attnkit._lazy import lazy_exports
-
-__version__ = "0.1.0"
+from attnkit._version import __version__
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from attnkit.data.flickr8k import Flickr8k
     from attnkit.models.captioning import CaptionEnsemble, ImageCaptioner
     from attnkit.models.captioning.consensus import NeighbourIndex
-    from attnkit.train.captioning import CaptionSettings
+    from attnkit.train.caption_settings import CaptionSettings
 
 __all__ = ["CaptionData", "prepare_caption_data", "prepare_flickr8k", "prepare_generic", "default_cache_dir",
            "neighbour_index", "split_inputs"]

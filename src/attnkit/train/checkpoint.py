@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from attnkit._memory import available_memory
+from attnkit._version import __version__
 from attnkit.train.run import save_run
 from attnkit.train.run_files import check_labels, check_vocab_size, refuse_non_finite_file
 from attnkit.train.rundir import (
@@ -166,11 +167,7 @@ class RunCheckpointer:
                                   "model_config": self.model_config, **self.meta, "status": status}
         if progress is not None:
             config["progress"] = progress
-        try:
-            from attnkit import __version__
-            config["attnkit_version"] = __version__
-        except ImportError:  # pragma: no cover - the package always has a version
-            pass
+        config["attnkit_version"] = __version__
         atomic_write_json(staging / "config.json", config)
         epoch = progress.get("epoch") if progress else None
         return self.writer.commit(staging, status=status, epoch=epoch)
