@@ -76,3 +76,41 @@ def show(name: str, value: Any) -> None:
 
 def saved(path: Path) -> None:
     print(f"wrote {path}")
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out a matplotlib figure, write it to ``path`` at 100 dpi and say so."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    saved(path)
+
+
+SUBJECTS = ("the cat", "a dog", "the old man", "my sister", "a small bird", "the teacher", "our neighbour")
+VERBS = ("sees", "finds", "likes", "paints", "carries", "hides", "follows")
+OBJECTS = ("a red ball", "the blue door", "an old key", "the green hat", "a wooden box", "the little boat")
+PLACES = ("in the garden", "near the river", "at school", "under the table", "by the sea", "on the hill")
+
+
+def sentences(count: int, seed: int = 0) -> str:
+    """``count`` sentences of a small English grammar (subject, verb, object, place), as one text.
+
+    A character language model has plenty to learn from it (words, spelling,
+    which word may follow which) and learns it in seconds on a CPU.
+    """
+    import random
+
+    rng = random.Random(seed)
+    return " ".join(f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(PLACES)}."
+                    for _ in range(count))
+
+
+def char_corpus(held_out: int) -> tuple[list[str], Any, Any]:
+    """The characters of :func:`sentences`, a training text (600 sentences in small mode, else 4000) and
+    ``held_out`` validation sentences, as id tensors ``(N,)`` and ``(M,)``."""
+    import torch
+
+    text, valid = sentences(600 if small() else 4000, seed=0), sentences(held_out, seed=1)
+    chars = sorted(set(text + valid))
+    index = {c: i for i, c in enumerate(chars)}
+    return chars, torch.tensor([index[c] for c in text]), torch.tensor([index[c] for c in valid])
+

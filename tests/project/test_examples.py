@@ -11,6 +11,7 @@ prove they work outside this harness.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import runpy
 import subprocess
@@ -150,6 +151,32 @@ def claims_23(printed: str) -> None:
     assert packed < padded
 
 
+def claims_24(printed: str) -> None:
+    entropy = numbers(r"unigram entropy of the characters: ([\d.]+) nats", printed)[0]
+    before, after = re.search(r"validation loss before training ([\d.]+), after .* ([\d.]+) nats", printed).groups()  # type: ignore[union-attr]
+    assert float(after) < entropy < float(before), "the trained model should beat the unigram entropy"
+    assert numbers(r"max \|cached logits - recomputed logits\| .* = ([\d.e+-]+)", printed)[0] < 1e-4
+    assert "same sample with and without the cache: True" in printed
+
+
+def claims_25(printed: str) -> None:
+    assert numbers(r"rotary: \|R\(3\)q.R\(10\)k - R\(53\)q.R\(60\)k\| = ([\d.e+-]+)", printed)[0] < 1e-5
+    rotary = numbers(r"rotary: trained on .* \(x([\d.]+)\)", printed)[0]
+    alibi = numbers(r"alibi: trained on .* \(x([\d.]+)\)", printed)[0]
+    assert alibi < 1.2 < 1.5 < rotary, f"ALiBi should hold past the training length (x{alibi}), rotary not (x{rotary})"
+
+
+def claims_26(printed: str) -> None:
+    assert "nn.TransformerEncoder: output unchanged by the capture: True" in printed
+    assert "weight on the 2 padded keys of sequence 1: 0.0" in printed
+    assert numbers(r"PyTorch's need_weights=True\| = ([\d.e+-]+)", printed)[0] < 1e-5
+    if importlib.util.find_spec("transformers") is None:
+        assert "it needs the [hf] extra" in printed
+    else:
+        assert "GPT-2 (sdpa): output unchanged by the capture: True" in printed
+        assert numbers(r"returned by eager output_attentions\| = ([\d.e+-]+)", printed)[0] < 1e-5
+
+
 CLAIMS: dict[str, Callable[[str], None]] = {
     name.removeprefix("claims_"): check for name, check in list(globals().items()) if name.startswith("claims_")
 }
@@ -201,7 +228,7 @@ def test_example_runs_and_writes_its_outputs(script: Path, tmp_path: Path, monke
 
 def test_every_claim_check_names_a_script() -> None:
     assert set(CLAIMS) <= {s.name[:2] for s in SCRIPTS}
-    assert {"02", "03", "06", "08", "12", "19", "20", "21", "22", "23"} <= set(CLAIMS)
+    assert {"02", "03", "06", "08", "12", "19", "20", "21", "22", "23", "24", "25", "26"} <= set(CLAIMS)
 
 
 def test_example_runs_as_a_script(tmp_path: Path) -> None:
@@ -212,3 +239,15 @@ def test_example_runs_as_a_script(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "o" / "01_lookup.txt").is_file()
     assert "weights = softmax(scores)" in done.stdout
+
+
+def test_capture_example_names_the_hf_extra_without_transformers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now raises ImportError
+    monkeypatch.setattr(sys, "argv", ["26_capture_other_models.py", "--out", str(tmp_path / "out")])
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    runpy.run_path(str(EXAMPLES / "26_capture_other_models.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "Hugging Face part skipped: it needs the [hf] extra (pip install '.[hf]')" in printed
+    assert "GPT-2" not in printed
+    assert (tmp_path / "out" / "26_capture.png").is_file()
