@@ -27,8 +27,9 @@ model and the text falls apart (try it: ``steps_out = 150``), the problem
 example 25 measures for rotary and ALiBi positions.
 
 Try this: set ``temperature`` to 0.1 in ``main`` and run again. What happens
-to the sample? (Answer: it becomes nearly greedy, the most likely sentence
-again and again; higher temperatures give more varied, and more misspelt, text.)
+to the sample? (Answer: it becomes nearly greedy, the most likely character
+at each step: the commonest words ("the", "sees") and fewer misspellings;
+higher temperatures give more varied, and more misspelt, text.)
 """
 
 from __future__ import annotations

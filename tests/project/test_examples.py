@@ -251,3 +251,9 @@ def test_capture_example_names_the_hf_extra_without_transformers(tmp_path: Path,
     assert "Hugging Face part skipped: it needs the [hf] extra (pip install '.[hf]')" in printed
     assert "GPT-2" not in printed
     assert (tmp_path / "out" / "26_capture.png").is_file()
+
+
+def test_learners_path_lists_every_example() -> None:
+    page = (EXAMPLES.parent / "docs" / "learn.md").read_text(encoding="utf-8")
+    rows = {line.split(" | ")[1].strip("`") for line in page.splitlines() if re.match(r"\| \d\d \| ", line)}
+    assert rows == {s.name for s in SCRIPTS}, "docs/learn.md's table of the order must have one row per example"
