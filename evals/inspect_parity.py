@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from attnkit.inspect import capture
-from attnkit.inspect.coverage import FAMILIES, coverage_row
+from attnkit.inspect.coverage import FAMILIES, TIMM_FAMILIES, coverage_row, timm_coverage_row
 from attnkit.models.bert_attentions import bundled_minilm_dir
 
 
@@ -87,8 +87,14 @@ def coverage_table() -> tuple[list[str], bool]:
     lines = ["| architecture | outputs bit-equal | maps | max difference | verify | refused by name |",
              "|---|---|---|---|---|---|"]
     ok, read = True, 0
-    for family in FAMILIES:
-        row = coverage_row(family)
+    try:
+        import timm  # noqa: F401
+        timm_rows = list(TIMM_FAMILIES)
+    except ImportError:  # timm needs torchvision: ./dev install-check's second environment has both
+        timm_rows = []
+    families = list(FAMILIES) + timm_rows
+    for family in families:
+        row = timm_coverage_row(family) if family in TIMM_FAMILIES else coverage_row(family)
         ok &= row.status != "WRONG" and row.outputs_equal
         read += row.status == "read"
         refused = "; ".join(r.replace("|", "/") for r in row.refused) or "-"
@@ -96,8 +102,9 @@ def coverage_table() -> tuple[list[str], bool]:
         worst = f"{row.worst:.1e}" if row.read else "-"
         lines.append(f"| {family} | {'yes' if row.outputs_equal else 'NO'} | {row.status} ({row.read}) | {worst} | "
                      f"{verify} | {refused} |")
-    lines.append(f"\n{read} of {len(FAMILIES)} architectures read ({100 * read / len(FAMILIES):.0f}%), "
-                 f"{len(FAMILIES) - read} refused by name, {0 if ok else 'SOME'} silently wrong.")
+    skipped = "" if timm_rows else " (timm rows skipped: timm is not importable here)"
+    lines.append(f"\n{read} of {len(families)} architectures read ({100 * read / len(families):.0f}%), "
+                 f"{len(families) - read} refused by name, {0 if ok else 'SOME'} silently wrong{skipped}.")
     return lines, ok
 
 
