@@ -87,12 +87,13 @@ def coverage_table() -> tuple[list[str], bool]:
     lines = ["| architecture | outputs bit-equal | maps | max difference | verify | refused by name |",
              "|---|---|---|---|---|---|"]
     ok, read = True, 0
-    try:
-        import timm  # noqa: F401
-        timm_rows = list(TIMM_FAMILIES)
-    except ImportError:  # timm needs torchvision: ./dev install-check's second environment has both
-        timm_rows = []
-    families = list(FAMILIES) + timm_rows
+    families, skipped = [], []
+    for package, rows in (("transformers", FAMILIES), ("timm", TIMM_FAMILIES)):
+        try:  # timm needs torchvision: ./dev install-check's second environment has both
+            __import__(package)
+            families += list(rows)
+        except ImportError:
+            skipped.append(package)
     for family in families:
         row = timm_coverage_row(family) if family in TIMM_FAMILIES else coverage_row(family)
         ok &= row.status != "WRONG" and row.outputs_equal
@@ -102,9 +103,9 @@ def coverage_table() -> tuple[list[str], bool]:
         worst = f"{row.worst:.1e}" if row.read else "-"
         lines.append(f"| {family} | {'yes' if row.outputs_equal else 'NO'} | {row.status} ({row.read}) | {worst} | "
                      f"{verify} | {refused} |")
-    skipped = "" if timm_rows else " (timm rows skipped: timm is not importable here)"
-    lines.append(f"\n{read} of {len(families)} architectures read ({100 * read / len(families):.0f}%), "
-                 f"{len(families) - read} refused by name, {0 if ok else 'SOME'} silently wrong{skipped}.")
+    note = f" ({' and '.join(skipped)} rows skipped: not importable here)" if skipped else ""
+    lines.append(f"\n{read} of {len(families)} architectures read ({100 * read / max(len(families), 1):.0f}%), "
+                 f"{len(families) - read} refused by name, {0 if ok else 'SOME'} silently wrong{note}.")
     return lines, ok
 
 
