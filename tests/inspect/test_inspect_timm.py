@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attnkit.inspect import capture
+from attnkit.inspect.coverage import TIMM_FAMILIES, timm_coverage_row
 
 if os.environ.get("ATTNKIT_REQUIRE_TIMM") == "1":
     import timm
@@ -86,11 +87,15 @@ def test_visualize_a_timm_model_from_a_local_weights_file(tmp_path) -> None:  # 
     assert result.exit_code != 0 and "do not fit timm model 'vit_small_patch16_224'" in result.output
 
 
-@pytest.mark.parametrize("family", ["timm vit", "timm swin", "timm beit", "timm eva02", "timm cait", "timm convit",
-                                    "timm maxvit", "timm xcit"])
-def test_timm_family_reads_every_block_exactly(family: str) -> None:
-    from attnkit.inspect.coverage import timm_coverage_row
+def test_the_coverage_table_holds_every_timm_family() -> None:
+    from attnkit.inspect.coverage import TIMM_FAMILIES
 
+    assert {"timm swin", "timm beit", "timm eva02", "timm cait", "timm convit", "timm maxvit",
+            "timm xcit"} <= set(TIMM_FAMILIES)
+
+
+@pytest.mark.parametrize("family", sorted(TIMM_FAMILIES))
+def test_timm_family_reads_every_block_exactly(family: str) -> None:
     row = timm_coverage_row(family)
     assert row.outputs_equal  # the fused kernels ran, their output untouched
     assert row.status == "read" and not row.refused, row.refused
@@ -194,3 +199,20 @@ def test_a_fused_block_whose_plain_path_disagrees_is_missed_by_name() -> None:
         model(images)
     assert list(cap.weights) == ["blocks.0.attn"]
     assert "another output than its fused kernel" in cap.missed["blocks.1.attn"]
+
+
+def test_nested_captures_of_a_fused_timm_block_each_record_every_call() -> None:
+    torch.manual_seed(0)
+    model = timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=28, patch_size=7, depth=2,
+                              embed_dim=32, num_heads=4).eval()
+    images = torch.randn(2, 3, 28, 28)
+    with torch.no_grad():
+        plain = model(images)
+        with capture(model) as outer:
+            model(images)
+            with capture(model) as inner:
+                seen = model(images)
+    assert torch.equal(plain, seen)
+    assert list(inner.weights) == ["blocks.0.attn", "blocks.1.attn"]
+    assert list(outer.weights) == ["blocks.0.attn", "blocks.1.attn", "blocks.0.attn#1", "blocks.1.attn#1"]
+    assert torch.equal(outer.weights["blocks.1.attn#1"], inner.weights["blocks.1.attn"])
