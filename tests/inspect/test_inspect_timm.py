@@ -216,3 +216,23 @@ def test_nested_captures_of_a_fused_timm_block_each_record_every_call() -> None:
     assert list(inner.weights) == ["blocks.0.attn", "blocks.1.attn"]
     assert list(outer.weights) == ["blocks.0.attn", "blocks.1.attn", "blocks.0.attn#1", "blocks.1.attn#1"]
     assert torch.equal(outer.weights["blocks.1.attn#1"], inner.weights["blocks.1.attn"])
+
+
+def test_visualize_refuses_channel_maps_rather_than_label_them_as_patches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+    from click.testing import CliRunner
+    from PIL import Image
+    from safetensors.torch import save_file
+
+    from attnkit.cli.visualize import visualize
+
+    torch.manual_seed(1)
+    model = timm.create_model("xcit_nano_12_p16_224", pretrained=False, num_classes=3)
+    weights = tmp_path / "xcit.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
+    image = tmp_path / "img.png"
+    Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8)).save(image)
+    result = CliRunner().invoke(visualize, [str(weights), "--timm", "xcit_nano_12_p16_224", "--image", str(image),
+                                            "-o", str(tmp_path / "x.html")])
+    assert result.exit_code != 0 and not (tmp_path / "x.html").exists()
+    assert "no self-attention over the image's tokens" in result.output and "channel" in result.output
