@@ -59,22 +59,29 @@ def test_timm_vit_capture_equals_hand_computation() -> None:
     assert cap.rollout(example=0).shape == (17, 17)
 
 
-def test_visualize_a_timm_model_from_a_local_weights_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import json
-
+def _weights_and_image(tmp_path, name: str):  # type: ignore[no-untyped-def]
+    """A random-weight timm model's safetensors file and a random image, both in ``tmp_path``."""
     import numpy as np
-    from click.testing import CliRunner
     from PIL import Image
     from safetensors.torch import save_file
 
-    from attnkit.cli.visualize import visualize
-
     torch.manual_seed(1)
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=3)
-    weights = tmp_path / "vit.safetensors"
+    model = timm.create_model(name, pretrained=False, num_classes=3)
+    weights = tmp_path / f"{name}.safetensors"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
     image = tmp_path / "img.png"
     Image.fromarray((np.random.default_rng(0).random((64, 80, 3)) * 255).astype(np.uint8)).save(image)
+    return weights, image
+
+
+def test_visualize_a_timm_model_from_a_local_weights_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from click.testing import CliRunner
+
+    from attnkit.cli.visualize import visualize
+
+    weights, image = _weights_and_image(tmp_path, "vit_tiny_patch16_224")
     out = tmp_path / "vit.html"
     args = [str(weights), "--timm", "vit_tiny_patch16_224", "--image", str(image), "-o", str(out)]
     result = CliRunner().invoke(visualize, args)
@@ -219,19 +226,11 @@ def test_nested_captures_of_a_fused_timm_block_each_record_every_call() -> None:
 
 
 def test_visualize_refuses_channel_maps_rather_than_label_them_as_patches(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import numpy as np
     from click.testing import CliRunner
-    from PIL import Image
-    from safetensors.torch import save_file
 
     from attnkit.cli.visualize import visualize
 
-    torch.manual_seed(1)
-    model = timm.create_model("xcit_nano_12_p16_224", pretrained=False, num_classes=3)
-    weights = tmp_path / "xcit.safetensors"
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
-    image = tmp_path / "img.png"
-    Image.fromarray((np.random.default_rng(0).random((32, 32, 3)) * 255).astype(np.uint8)).save(image)
+    weights, image = _weights_and_image(tmp_path, "xcit_nano_12_p16_224")
     result = CliRunner().invoke(visualize, [str(weights), "--timm", "xcit_nano_12_p16_224", "--image", str(image),
                                             "-o", str(tmp_path / "x.html")])
     assert result.exit_code != 0 and not (tmp_path / "x.html").exists()
