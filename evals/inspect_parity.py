@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from attnkit.inspect import capture
-from attnkit.inspect.coverage import FAMILIES, coverage_row
+from attnkit.inspect.coverage import FAMILIES, TIMM_FAMILIES, coverage_row, timm_coverage_row
 from attnkit.models.bert_attentions import bundled_minilm_dir
 
 
@@ -87,8 +87,15 @@ def coverage_table() -> tuple[list[str], bool]:
     lines = ["| architecture | outputs bit-equal | maps | max difference | verify | refused by name |",
              "|---|---|---|---|---|---|"]
     ok, read = True, 0
-    for family in FAMILIES:
-        row = coverage_row(family)
+    families, skipped = [], []
+    for package, rows in (("transformers", FAMILIES), ("timm", TIMM_FAMILIES)):
+        try:  # timm needs torchvision: ./dev install-check's second environment has both
+            __import__(package)
+            families += list(rows)
+        except ImportError:
+            skipped.append(package)
+    for family in families:
+        row = timm_coverage_row(family) if family in TIMM_FAMILIES else coverage_row(family)
         ok &= row.status != "WRONG" and row.outputs_equal
         read += row.status == "read"
         refused = "; ".join(r.replace("|", "/") for r in row.refused) or "-"
@@ -96,8 +103,9 @@ def coverage_table() -> tuple[list[str], bool]:
         worst = f"{row.worst:.1e}" if row.read else "-"
         lines.append(f"| {family} | {'yes' if row.outputs_equal else 'NO'} | {row.status} ({row.read}) | {worst} | "
                      f"{verify} | {refused} |")
-    lines.append(f"\n{read} of {len(FAMILIES)} architectures read ({100 * read / len(FAMILIES):.0f}%), "
-                 f"{len(FAMILIES) - read} refused by name, {0 if ok else 'SOME'} silently wrong.")
+    note = f" ({' and '.join(skipped)} rows skipped: not importable here)" if skipped else ""
+    lines.append(f"\n{read} of {len(families)} architectures read ({100 * read / max(len(families), 1):.0f}%), "
+                 f"{len(families) - read} refused by name, {0 if ok else 'SOME'} silently wrong{note}.")
     return lines, ok
 
 

@@ -219,3 +219,25 @@ def test_bad_input_names_the_problem(case) -> None:  # type: ignore[no-untyped-d
     _, args, kwargs, error, pattern = case
     with pytest.raises(error, match=pattern):
         attention(*args, **kwargs)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_weights_without_a_graph_are_bit_for_bit_those_with_one(masked: bool) -> None:
+    """Under no_grad the weights are computed in place (one buffer): same bits, inputs untouched."""
+    from attnkit.attention.functional import attention_weights
+
+    g = torch.Generator().manual_seed(0)
+    both = torch.randn(2, 7, 3, 4, 8, generator=g)  # (B, T, q/k, H, Dh): q and k as head-transposed views
+    q, k = both[:, :, 0].transpose(1, 2), both[:, :, 1].transpose(1, 2)
+    bias = torch.randn(1, 4, 7, 7, generator=g)
+    mask = torch.rand(2, 1, 7, 7, generator=g) > 0.3 if masked else None
+    if mask is not None:
+        mask[0, 0, 2] = False  # a query with no key: a zero row
+    kept = (both.clone(), bias.clone())
+    with torch.no_grad():
+        fast = attention_weights(q, k, mask=mask, bias=bias)
+    graph = attention_weights(q.clone().requires_grad_(), k, mask=mask, bias=bias)
+    assert torch.equal(fast, graph.detach())
+    assert torch.equal(both, kept[0]) and torch.equal(bias, kept[1])
+    if mask is not None:
+        assert fast[0, :, 2].abs().sum() == 0

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attnkit.inspect import capture
+from attnkit.inspect.coverage import TIMM_FAMILIES, timm_coverage_row
 
 if os.environ.get("ATTNKIT_REQUIRE_TIMM") == "1":
     import timm
@@ -58,22 +59,29 @@ def test_timm_vit_capture_equals_hand_computation() -> None:
     assert cap.rollout(example=0).shape == (17, 17)
 
 
-def test_visualize_a_timm_model_from_a_local_weights_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import json
-
+def _weights_and_image(tmp_path, name: str):  # type: ignore[no-untyped-def]
+    """A random-weight timm model's safetensors file and a random image, both in ``tmp_path``."""
     import numpy as np
-    from click.testing import CliRunner
     from PIL import Image
     from safetensors.torch import save_file
 
-    from attnkit.cli.visualize import visualize
-
     torch.manual_seed(1)
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=3)
-    weights = tmp_path / "vit.safetensors"
+    model = timm.create_model(name, pretrained=False, num_classes=3)
+    weights = tmp_path / f"{name}.safetensors"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
     image = tmp_path / "img.png"
     Image.fromarray((np.random.default_rng(0).random((64, 80, 3)) * 255).astype(np.uint8)).save(image)
+    return weights, image
+
+
+def test_visualize_a_timm_model_from_a_local_weights_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from click.testing import CliRunner
+
+    from attnkit.cli.visualize import visualize
+
+    weights, image = _weights_and_image(tmp_path, "vit_tiny_patch16_224")
     out = tmp_path / "vit.html"
     args = [str(weights), "--timm", "vit_tiny_patch16_224", "--image", str(image), "-o", str(out)]
     result = CliRunner().invoke(visualize, args)
@@ -84,3 +92,146 @@ def test_visualize_a_timm_model_from_a_local_weights_file(tmp_path) -> None:  # 
     result = CliRunner().invoke(visualize, [str(weights), "--timm", "vit_small_patch16_224", "--image",
                                             str(image), "-o", str(tmp_path / "bad.html")])
     assert result.exit_code != 0 and "do not fit timm model 'vit_small_patch16_224'" in result.output
+
+
+def test_the_coverage_table_holds_every_timm_family() -> None:
+    from attnkit.inspect.coverage import TIMM_FAMILIES
+
+    assert {"timm swin", "timm beit", "timm eva02", "timm cait", "timm convit", "timm maxvit",
+            "timm xcit"} <= set(TIMM_FAMILIES)
+
+
+@pytest.mark.parametrize("family", sorted(TIMM_FAMILIES))
+def test_timm_family_reads_every_block_exactly(family: str) -> None:
+    row = timm_coverage_row(family)
+    assert row.outputs_equal  # the fused kernels ran, their output untouched
+    assert row.status == "read" and not row.refused, row.refused
+    assert row.read >= 2 and row.worst <= 1e-5 and row.verified is True
+
+
+def _swin_block() -> tuple[torch.nn.Module, torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=56, depths=(2, 1),
+                              num_heads=(2, 4), embed_dim=16).eval()
+    block = model.layers[0].blocks[1]
+    assert tuple(block.shift_size) == (3, 3)  # the shifted-window block, with its mask
+    return model, block, torch.randn(2, 3, 56, 56)
+
+
+def test_swin_shifted_window_maps_equal_a_hand_computation() -> None:
+    model, block, images = _swin_block()
+    attn = block.attn
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    hook = attn.register_forward_pre_hook(lambda m, a, kw: seen.append((a[0], kw["mask"])), with_kwargs=True)
+    with torch.no_grad(), capture(model) as cap:
+        model(images)
+    hook.remove()
+    x, mask = seen[0]  # (B * windows, 49, C), (windows, 49, 49) of 0 / -100
+    b_, n, c = x.shape
+    h = attn.num_heads
+    qkv = (x @ attn.qkv.weight.T + attn.qkv.bias).reshape(b_, n, 3, h, c // h).permute(2, 0, 3, 1, 4)
+    scores = qkv[0] @ qkv[1].transpose(-1, -2) * (c // h) ** -0.5  # (B * windows, H, 49, 49)
+    table = attn.relative_position_bias_table[attn.relative_position_index.view(-1)].view(n, n, h)
+    scores = scores + table.permute(2, 0, 1)[None]
+    scores = scores.view(-1, mask.shape[0], h, n, n) + mask[None, :, None]
+    hand = torch.softmax(scores.view(b_, h, n, n), dim=-1)
+    w = cap.weights["layers.0.blocks.1.attn"]
+    assert w.shape == (2 * 4, 2, 49, 49) and (w - hand).abs().max().item() <= 1e-6
+    layout = cap.layouts["layers.0.blocks.1.attn"]
+    assert (layout.kind, layout.image, layout.window, layout.shift) == ("window", (14, 14), (7, 7), (3, 3))
+
+
+def test_swin_maps_on_the_image_give_the_blocks_output() -> None:
+    """Laid on image positions, the windows' maps times the values are the block's attention output."""
+    model, block, images = _swin_block()
+    inputs: list[torch.Tensor] = []
+    hook = block.register_forward_pre_hook(lambda m, a: inputs.append(a[0]))
+    with torch.no_grad(), capture(model) as cap:
+        model(images)
+        hook.remove()
+        x = block.norm1(inputs[0])  # (B, 14, 14, C)
+        expected = block._attn(x).reshape(2, 196, -1)  # the block's windowed, shifted attention
+        on_image = cap.on_image("layers.0.blocks.1.attn")  # (B, H, 196, 196)
+        attn = block.attn
+        c, h = x.shape[-1], attn.num_heads
+        v = (x.reshape(2, 196, c) @ attn.qkv.weight[2 * c:].T + attn.qkv.bias[2 * c:])  # (B, 196, C)
+        mixed = on_image @ v.reshape(2, 196, h, c // h).transpose(1, 2)  # (B, H, 196, Dh)
+        out = attn.proj(mixed.transpose(1, 2).reshape(2, 196, c))
+    assert on_image.shape == (2, 2, 196, 196)
+    assert torch.allclose(on_image.sum(-1), torch.ones(2, 2, 196), atol=1e-5)
+    assert (out - expected).abs().max().item() <= 1e-5
+
+
+def test_window_positions_follow_timms_own_partitions() -> None:
+    from timm.models.maxxvit import grid_partition
+    from timm.models.maxxvit import window_partition as maxvit_window_partition
+    from timm.models.swin_transformer import window_partition
+
+    from attnkit.inspect.timm_blocks import WindowLayout
+
+    index = torch.arange(12 * 8).view(1, 12, 8, 1)  # (B, H, W, C): each token's own position
+    shifted = torch.roll(index, shifts=(-2, -3), dims=(1, 2))
+    swin = window_partition(shifted, (4, 4)).reshape(-1, 16)
+    assert torch.equal(WindowLayout("window", (12, 8), (4, 4), (2, 3)).positions(), swin)
+    block = maxvit_window_partition(index, [3, 4]).reshape(-1, 12)
+    assert torch.equal(WindowLayout("window", (12, 8), (3, 4)).positions(), block)
+    grid = grid_partition(index, [3, 4]).reshape(-1, 12)
+    assert torch.equal(WindowLayout("grid", (12, 8), (3, 4)).positions(), grid)
+
+
+def test_xcit_channel_maps_are_named_channel() -> None:
+    torch.manual_seed(0)
+    model = timm.create_model("xcit_nano_12_p16_224", pretrained=False, img_size=32, depth=2).eval()
+    with torch.no_grad(), capture(model) as cap:
+        model(torch.randn(2, 3, 32, 32))
+    channel = [n for n, r in cap.roles.items() if r == "channel"]
+    assert channel == ["blocks.0.attn", "blocks.1.attn"]  # XCA: channels attend to channels
+    dim, heads = 128, 4
+    assert cap.weights["blocks.0.attn"].shape == (2, heads, dim // heads, dim // heads)
+    assert all(r == "self" for n, r in cap.roles.items() if n not in channel)  # the class-attention blocks
+    with pytest.raises(ValueError, match="not a recorded call of a windowed block"):
+        cap.on_image("blocks.0.attn")
+
+
+def test_a_fused_block_whose_plain_path_disagrees_is_missed_by_name() -> None:
+    torch.manual_seed(0)
+    model = timm.create_model("beit_base_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
+                              embed_dim=32, num_heads=4).eval()
+    assert model.blocks[1].attn.fused_attn
+    with torch.no_grad():
+        model.blocks[1].attn.qkv.weight.mul_(20)  # scores far from uniform
+    model.blocks[1].attn.scale = 1.0  # the non-fused path reads it, the fused kernel does not
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad(), pytest.warns(UserWarning, match="not recorded"), capture(model) as cap:
+        model(images)
+    assert list(cap.weights) == ["blocks.0.attn"]
+    assert "another output than its fused kernel" in cap.missed["blocks.1.attn"]
+
+
+def test_nested_captures_of_a_fused_timm_block_each_record_every_call() -> None:
+    torch.manual_seed(0)
+    model = timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=28, patch_size=7, depth=2,
+                              embed_dim=32, num_heads=4).eval()
+    images = torch.randn(2, 3, 28, 28)
+    with torch.no_grad():
+        plain = model(images)
+        with capture(model) as outer:
+            model(images)
+            with capture(model) as inner:
+                seen = model(images)
+    assert torch.equal(plain, seen)
+    assert list(inner.weights) == ["blocks.0.attn", "blocks.1.attn"]
+    assert list(outer.weights) == ["blocks.0.attn", "blocks.1.attn", "blocks.0.attn#1", "blocks.1.attn#1"]
+    assert torch.equal(outer.weights["blocks.1.attn#1"], inner.weights["blocks.1.attn"])
+
+
+def test_visualize_refuses_channel_maps_rather_than_label_them_as_patches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from attnkit.cli.visualize import visualize
+
+    weights, image = _weights_and_image(tmp_path, "xcit_nano_12_p16_224")
+    result = CliRunner().invoke(visualize, [str(weights), "--timm", "xcit_nano_12_p16_224", "--image", str(image),
+                                            "-o", str(tmp_path / "x.html")])
+    assert result.exit_code != 0 and not (tmp_path / "x.html").exists()
+    assert "no self-attention over the image's tokens" in result.output and "channel" in result.output

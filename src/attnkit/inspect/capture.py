@@ -16,6 +16,7 @@ module                                  how its weights are read
 Hugging Face attention modules          the attention function they dispatch to is wrapped (``hf``)
 BLOOM, Falcon, GPT-Neo, DeBERTa-v2...   the weights the module computes itself (``hf_returns``)
 timm ``Attention``                      forward pre-hook, from its qkv layer (``timm_attention``)
+timm Swin, BEiT, EVA, CaiT, ConViT...   the map the block passes through its ``attn_drop`` (``timm_blocks``)
 attnkit layers                          ``return_weights=True`` (``own_layers``)
 ======================================= ======================================================
 
@@ -27,7 +28,9 @@ that look like attention (by name, or by what they compute: see
 exactly are in ``cap.missed`` with the reason, never recorded approximately.
 ``verify=True`` checks each read against the plain computation
 (:mod:`attnkit.inspect.verify`). Each map has a role (``cap.roles``): encoder
-self, decoder self, cross, or self.
+self, decoder self, cross, self, or channel (XCiT's channel x channel map).
+A windowed block's maps (Swin, MaxViT) keep their window order, with their
+layout in ``cap.layouts``; ``cap.on_image(name)`` lays them on image positions.
 """
 
 from __future__ import annotations
@@ -52,6 +55,16 @@ from attnkit.inspect.hf import (
 from attnkit.inspect.hf_returns import RepeatRefused, is_hf_returning, returned_weights
 from attnkit.inspect.own_layers import OWN_LAYERS, CacheCall, own_layer_weights
 from attnkit.inspect.timm_attention import is_timm_attention, timm_call_weights
+from attnkit.inspect.timm_blocks import (
+    WindowLayout,
+    channel_block,
+    drop_inputs,
+    eager_probabilities,
+    is_timm_block,
+    outputs_agree,
+    place_windows,
+    window_layout,
+)
 from attnkit.inspect.torch_nn import encoder_layer_call_weights, mha_call_weights
 from attnkit.inspect.verify import (
     TOLERANCE,
@@ -67,7 +80,8 @@ __all__ = ["capture", "Capture", "find_attention", "CaptureMismatch"]
 
 SUPPORTED = ("torch.nn.MultiheadAttention (also inside nn.TransformerEncoder/Decoder), Hugging Face "
              "attention modules that dispatch through ALL_ATTENTION_FUNCTIONS or return their own weights "
-             "(BLOOM, Falcon, GPT-Neo, DeBERTa-v2, BLIP), timm Attention, attnkit layers")
+             "(BLOOM, Falcon, GPT-Neo, DeBERTa-v2, BLIP), timm Attention and the timm blocks that pass their map "
+             "through attn_drop (Swin, BEiT, EVA, CaiT, ConViT, MaxViT, XCiT), attnkit layers")
 
 
 def _kind(module: nn.Module) -> str | None:
@@ -83,6 +97,8 @@ def _kind(module: nn.Module) -> str | None:
         return "hf-returns"
     if is_timm_attention(module):
         return "timm"
+    if is_timm_block(module):
+        return "timm-block"
     return None
 
 
@@ -149,7 +165,7 @@ def _select(found: dict[str, tuple[str, nn.Module]], model: nn.Module, modules: 
     return chosen
 
 
-ROLES = ("encoder self", "decoder self", "cross", "self")
+ROLES = ("encoder self", "decoder self", "cross", "self", "channel")
 """What a recorded map can be (``cap.roles``)."""
 
 _CROSS_NAMES = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn", "multihead_attn",
@@ -188,7 +204,10 @@ class Capture(CaptureViews):
         weights: ``{module name: weights (B, H, Tq, Tk)}`` in call order; a
             module called again in the same capture adds ``name#1``, ``name#2``...
         roles: ``{name: role}`` for each recorded call: ``"encoder self"``,
-            ``"decoder self"``, ``"cross"`` (decoder queries, encoder keys) or ``"self"``.
+            ``"decoder self"``, ``"cross"`` (decoder queries, encoder keys), ``"self"``
+            or ``"channel"`` (XCiT: ``(B, H, C/H, C/H)``, channels attending to channels).
+        layouts: ``{name: WindowLayout}`` for the calls of windowed blocks (Swin,
+            MaxViT), whose weights are ``(B * windows, H, N, N)``; see :meth:`on_image`.
         vectors: ``{name: (q (B, H, Tq, Dh), k (B, H, Tk, Dh))}`` when
             ``vectors=True`` (for the neuron view), for the modules that have them.
         modules: ``{name: kind}`` of the modules being read.
@@ -206,6 +225,7 @@ class Capture(CaptureViews):
         self.unsupported = unsupported
         self.missed: dict[str, str] = {}
         self.verified: dict[str, float] = {}
+        self.layouts: dict[str, WindowLayout] = {}
         self._unverifiable: dict[str, str] = {}
         self._verify = verify
         self._keep_vectors = keep_vectors
@@ -219,12 +239,14 @@ class Capture(CaptureViews):
         return threading.get_ident() == self._thread
 
     def _record(self, name: str, w: Tensor, q: Tensor | None = None, k: Tensor | None = None,
-                reference: Any = None) -> None:
+                reference: Any = None, role: str | None = None, layout: WindowLayout | None = None) -> None:
         n = self._calls.get(name, 0)
         self._calls[name] = n + 1
         key = name if n == 0 else f"{name}#{n}"
         self.weights[key] = w.detach()
-        self.roles[key] = _role(name, name in self._cross, self._two_stacks)
+        self.roles[key] = role or _role(name, name in self._cross, self._two_stacks)
+        if layout is not None:
+            self.layouts[key] = layout
         if self._keep_vectors and q is not None and k is not None:
             self.vectors[key] = (q.detach(), k.detach())
         if self._verify and n == 0 and reference is not None:
@@ -245,6 +267,18 @@ class Capture(CaptureViews):
             listed = "; ".join(f"{n} ({why})" for n, why in self._unverifiable.items())
             raise CaptureMismatch(f"verify: these maps cannot be recomputed the plain way (capture without "
                                   f"verify=True to keep them unchecked): {listed}")
+
+    def on_image(self, name: str) -> Tensor:
+        """The windows of a windowed block's call laid on the image (zero between windows).
+
+        Shape:
+            returns ``(B, H, HW, HW)``, positions row-major over the feature map.
+        """
+        if name not in self.layouts:
+            windowed = sorted(self.layouts) or "none"
+            raise ValueError(f"name: {name!r} is not a recorded call of a windowed block (Swin, MaxViT); "
+                             f"those recorded: {windowed}")
+        return place_windows(self.weights[name], self.layouts[name])
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{n}: {tuple(w.shape)}" for n, w in list(self.weights.items())[:4])
@@ -325,6 +359,7 @@ def _hooks(cap: Capture, chosen: dict[str, tuple[str, nn.Module]], model: nn.Mod
         return w, q, k
 
     names = {id(m): n for n, (_, m) in chosen.items()}
+    parents = {id(child): parent for parent in model.modules() for child in parent.children()}
     for name, (kind, m) in chosen.items():
         if kind == "torch-mha":
             handles.append(m.register_forward_pre_hook(pre(name, mha_fn, mha_reference), with_kwargs=True))
@@ -338,6 +373,8 @@ def _hooks(cap: Capture, chosen: dict[str, tuple[str, nn.Module]], model: nn.Mod
         elif kind == "timm":
             handles.append(m.register_forward_pre_hook(pre(name, timm_call_weights, timm_reference),
                                                        with_kwargs=True))
+        elif kind == "timm-block":
+            handles += _timm_block_hooks(cap, name, m, parents.get(id(m)))
         elif kind == "attnkit":
             handles.append(m.register_forward_hook(own(name), with_kwargs=True))
         elif kind == "hf-returns":
@@ -349,6 +386,63 @@ def _hooks(cap: Capture, chosen: dict[str, tuple[str, nn.Module]], model: nn.Mod
     for m in model.modules():
         if isinstance(m, nn.TransformerEncoder):
             handles.append(_ForwardWrapper(m, encoder_len))
+    return handles
+
+
+def _timm_block_hooks(cap: Capture, name: str, block: nn.Module, parent: nn.Module | None) -> list[Any]:
+    """Read a timm block's map from its ``attn_drop`` (:mod:`attnkit.inspect.timm_blocks`).
+
+    A block without a fused path is read during its own call; a fused one is
+    run the non-fused way beside its kernel, and read only when both outputs
+    agree. A Swin or MaxViT block's window layout comes from its parent's input.
+    """
+    state: dict[str, Any] = {}
+    image: list[tuple[int, int]] = []
+    role = "channel" if channel_block(block) else None
+
+    def before(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        state.clear()
+        if not cap._mine():
+            return
+        state["call"] = (args, kwargs)
+        if not getattr(mod, "fused_attn", False):
+            state["seen"] = drop_inputs(mod).__enter__()
+            return
+        try:
+            state["map"], state["eager"] = eager_probabilities(mod, args, kwargs)
+        except Exception as exc:  # the model's own call must go on: report, do not raise
+            state["error"] = f"{type(exc).__name__}: {exc}"
+
+    def after(mod: nn.Module, _a: Any, _kw: Any, output: Any) -> None:
+        if "call" not in state:
+            return
+        args, kwargs = state.pop("call")
+        seen = state.pop("seen", None)
+        try:
+            if seen is not None:
+                seen.__exit__()
+                w = seen.single()
+            elif "error" in state:
+                raise RuntimeError(state["error"])
+            else:
+                w = state["map"]
+                if not mod.training and outputs_agree(output, state["eager"]) is None:
+                    raise RuntimeError("its non-fused path gives another output than its fused kernel")
+        except Exception as exc:  # the model's own call must go on: report, do not raise
+            cap.missed[name] = str(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}"
+            return
+        layout = window_layout(parent, image[-1]) if parent is not None and image else None
+        cap._record(name, w, reference=lambda: eager_probabilities(mod, args, kwargs)[0], role=role, layout=layout)
+
+    def parent_input(_m: nn.Module, args: tuple[Any, ...]) -> None:
+        x = args[0] if args else None
+        if cap._mine() and isinstance(x, Tensor) and x.dim() == 4:  # (B, H, W, C), channels last
+            image.append((int(x.shape[1]), int(x.shape[2])))
+
+    handles = [block.register_forward_pre_hook(before, with_kwargs=True),
+               block.register_forward_hook(after, with_kwargs=True)]
+    if parent is not None and window_layout(parent, (1, 1)) is not None:
+        handles.append(parent.register_forward_pre_hook(parent_input))
     return handles
 
 

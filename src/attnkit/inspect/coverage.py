@@ -14,6 +14,11 @@ A row is ``read`` (maps equal within 1e-5), ``refused`` (each attention
 module is named in ``cap.unsupported`` or ``cap.missed``) or ``WRONG``
 (a recorded map differs: the one outcome that must never happen).
 ``evals/inspect_parity.py`` prints the table; the tests run every row.
+
+:func:`timm_coverage_row` does the same for a timm architecture
+(:data:`TIMM_FAMILIES`, built with ``timm.create_model(..., pretrained=False)``
+at a small size), whose eager maps are what each block passes through its
+``attn_drop`` with every ``fused_attn`` turned off.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from torch import Tensor, nn
 from attnkit.inspect.capture import capture
 from attnkit.inspect.verify import TOLERANCE, CaptureMismatch, map_difference
 
-__all__ = ["FAMILIES", "CoverageRow", "coverage_row", "tiny_model"]
+__all__ = ["FAMILIES", "TIMM_FAMILIES", "CoverageRow", "coverage_row", "timm_coverage_row", "tiny_model"]
 
 _T = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 _DEC = dict(_T, num_key_value_heads=2, max_position_embeddings=64)
@@ -201,3 +206,69 @@ def coverage_row(family: str, build: Callable[[str, str], nn.Module] = tiny_mode
     unchecked = len([n for n in cap.weights if n.split("#")[0] not in checked]) if read < len(cap.weights) else 0
     return CoverageRow(family, torch.equal(plain, seen), read, worst if not unchecked else float("inf"), refused,
                        verified, f"{unchecked} recorded maps without an eager counterpart" if unchecked else "")
+
+
+TIMM_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "timm vit": ("vit_tiny_patch16_224", dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=4)),
+    "timm swin": ("swin_tiny_patch4_window7_224", dict(img_size=56, depths=(2, 1), num_heads=(2, 4), embed_dim=16)),
+    "timm beit": ("beit_base_patch16_224", dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=4)),
+    "timm eva02": ("eva02_tiny_patch14_224", dict(img_size=28, patch_size=7, depth=2, embed_dim=32, num_heads=4)),
+    "timm cait": ("cait_xxs24_224", dict(img_size=32, patch_size=8, depth=2, depth_token_only=1, embed_dim=32,
+                                         num_heads=4)),
+    "timm convit": ("convit_tiny", dict(img_size=32, patch_size=8, depth=2, local_up_to_layer=1, embed_dim=32,
+                                        num_heads=4)),
+    "timm maxvit": ("maxvit_tiny_tf_224", dict(img_size=64)),
+    "timm xcit": ("xcit_nano_12_p16_224", dict(img_size=32, depth=2)),
+}
+"""timm rows of the coverage table: ``{family: (timm model name, create_model keywords)}``."""
+
+
+def _timm_eager_maps(model: nn.Module, x: Tensor) -> list[Tensor]:
+    """Each attention block's map on the non-fused path, in call order (what goes through ``attn_drop``)."""
+    maps: list[Tensor] = []
+    blocks = [m for m in model.modules() if isinstance(getattr(m, "attn_drop", None), nn.Dropout)]
+    fused: list[tuple[Any, bool]] = [(m, bool(m.fused_attn)) for m in blocks if hasattr(m, "fused_attn")]
+    handles = [m.attn_drop.register_forward_hook(lambda _m, inp, _o: maps.append(inp[0]))  # type: ignore[union-attr]
+               for m in blocks]
+    try:
+        for m, _ in fused:
+            m.fused_attn = False
+        model(x)
+    finally:
+        for m, flag in fused:
+            m.fused_attn = flag
+        for h in handles:
+            h.remove()
+    return maps
+
+
+def timm_coverage_row(family: str) -> CoverageRow:
+    """:func:`coverage_row` for a timm architecture of :data:`TIMM_FAMILIES` (needs ``timm``)."""
+    import timm
+
+    name, kwargs = TIMM_FAMILIES[family]
+    torch.manual_seed(0)
+    model = timm.create_model(name, pretrained=False, **kwargs).eval()
+    size = int(kwargs.get("img_size", 224))
+    x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = model(x)
+        try:
+            with capture(model) as cap:
+                seen = model(x)
+        except ValueError as err:
+            return CoverageRow(family, True, 0, 0.0, [str(err).split("captured: ")[-1]], None, "refused")
+        expected = _timm_eager_maps(model, x)
+        try:
+            with capture(model, verify=True):
+                model(x)
+            verified: bool | None = True
+        except CaptureMismatch:
+            verified = False
+    worst = max((map_difference(w, ref) for w, ref in zip(cap.weights.values(), expected, strict=False)),
+                default=0.0)
+    if len(expected) != len(cap.weights):
+        worst = float("inf")  # a map recorded without its eager counterpart, or one missing without a name
+    refused = list(cap.unsupported) + [f"{n}: {r}" for n, r in cap.missed.items()]
+    return CoverageRow(family, torch.equal(plain, seen), len(cap.weights), worst, refused, verified)

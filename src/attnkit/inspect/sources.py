@@ -190,6 +190,18 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def _token_count(name: str, cap: Capture) -> int:
+    """The length of the token sequence the model's self-attention runs over (windows and channels aside)."""
+    square = [w for n, w in cap.weights.items()
+              if cap.roles[n] == "self" and n not in cap.layouts and w.shape[-1] == w.shape[-2]]
+    if not square:
+        kinds = sorted({"windowed (Swin, MaxViT)" if n in cap.layouts else cap.roles[n] for n in cap.weights})
+        raise ValueError(f"timm model {name!r}: no self-attention over the image's tokens to draw (its maps are "
+                         f"{', '.join(kinds) or 'none'}); capture it in Python, where cap.on_image(name) lays a "
+                         "windowed block's maps on the image")
+    return int(square[0].shape[-1])
+
+
 def timm_attention(name: str, weights: str | os.PathLike[str], images: list[str]) -> list[tuple[list[str], Capture, Any]]:
     """Capture timm model ``name`` (with ``weights`` from a local file) on each image.
 
@@ -207,7 +219,7 @@ def timm_attention(name: str, weights: str | os.PathLike[str], images: list[str]
     if not images:
         raise ValueError("a timm model needs at least one --image FILE")
     state = _read_weights(path)
-    head = state.get("head.weight")
+    head = state.get("head.weight", state.get("head.fc.weight"))  # Swin, MaxViT: head.fc
     try:
         model = timm.create_model(name, pretrained=False,
                                   **({"num_classes": int(head.shape[0])} if head is not None else {}))
@@ -223,6 +235,5 @@ def timm_attention(name: str, weights: str | os.PathLike[str], images: list[str]
     for image in images:
         pixels, x = load_image(image, size, cfg.get("mean", 0.5), cfg.get("std", 0.5))
         cap = _run(model, {"x": x})
-        t = next(iter(cap.weights.values())).shape[-1]
-        out.append((_patch_tokens(t, int(getattr(model, "num_prefix_tokens", 1))), cap, pixels))
+        out.append((_patch_tokens(_token_count(name, cap), int(getattr(model, "num_prefix_tokens", 1))), cap, pixels))
     return out

@@ -13,7 +13,8 @@ mask)``, before ``attn_drop``.
 
 A module is taken for a timm attention block when its class comes from
 ``timm`` and has exactly that structure; variants with rotary positions or
-other projections (``AttentionRope``, ...) are listed as unsupported.
+other projections (``AttentionRope``, Swin, BEiT, ...) are read from their
+``attn_drop`` instead (:mod:`attnkit.inspect.timm_blocks`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ Hugging Face attention              the model file's own ``eager_attention_forwa
 ``nn.MultiheadAttention``           the module's own ``need_weights=True,
                                     average_attn_weights=False`` (eval mode)
 ``nn.TransformerEncoderLayer``      the same on its ``self_attn``, from the (normalised) input
-timm attention blocks               the block's non-fused path, its ``attn_drop`` input (eval mode)
+timm attention blocks               the block's non-fused path, its ``attn_drop`` input (eval mode);
+                                    for Swin, BEiT, EVA... this is also how they are read, and their
+                                    fused output is checked against that path's
 attnkit layers, BLOOM, Falcon...     their own weights (``return_weights=True``, ``output_attentions``): what is recorded
 =================================== =============================================================
 
@@ -28,6 +30,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from attnkit.inspect.timm_blocks import eager_probabilities, eval_call
 
 __all__ = ["CaptureMismatch", "map_difference", "mha_reference", "encoder_layer_reference", "timm_reference",
            "TOLERANCE"]
@@ -60,17 +64,6 @@ def map_difference(ours: Tensor, ref: Tensor) -> float:
     return float((a - torch.nan_to_num(b)).abs().masked_select(rows.expand_as(a)).max())
 
 
-def _eval_call(module: nn.Module, fn: Any) -> Any:
-    modes = [(m, m.training) for m in module.modules()]
-    try:
-        module.eval()
-        with torch.no_grad():
-            return fn()
-    finally:
-        for m, mode in modes:
-            m.training = mode
-
-
 def mha_reference(mha: nn.MultiheadAttention, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
     """The module's own per-head weights for the call ``mha(*args, **kwargs)``.
 
@@ -82,7 +75,7 @@ def mha_reference(mha: nn.MultiheadAttention, args: tuple[Any, ...], kwargs: dic
     a = dict(bound.arguments)
     a.pop("self")
     a.update(need_weights=True, average_attn_weights=False)
-    _, w = _eval_call(mha, lambda: nn.MultiheadAttention.forward(mha, **a))  # the class's forward: no hooks
+    _, w = eval_call(mha, lambda: nn.MultiheadAttention.forward(mha, **a))  # the class's forward: no hooks
     return w if w.dim() == 4 else w[None]  # type: ignore[no-any-return]
 
 
@@ -112,7 +105,7 @@ def encoder_layer_reference(layer: nn.TransformerEncoderLayer, args: tuple[Any, 
         if not mha.batch_first:
             src = src.transpose(0, 1)  # (T, B, E)
     x = layer.norm1(src) if layer.norm_first else src
-    _, w = _eval_call(mha, lambda: nn.MultiheadAttention.forward(
+    _, w = eval_call(mha, lambda: nn.MultiheadAttention.forward(
         mha, x, x, x, key_padding_mask=kpm, attn_mask=attn_mask, need_weights=True, average_attn_weights=False))
     if nested:  # the fast path computes no padded query, and the capture leaves its row zero
         w = w * (~kpm)[:, None, :, None]
@@ -123,23 +116,12 @@ def timm_reference(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
     """The probabilities a timm attention block computes on its non-fused path.
 
     The block is called again with ``fused_attn`` off, in eval mode, and the
-    input of its ``attn_drop`` (the softmax output) is kept.
+    input of its ``attn_drop`` (the map that multiplies the values) is kept
+    (:func:`attnkit.inspect.timm_blocks.eager_probabilities`).
 
     Shape:
-        returns the block's own weights, ``(B, H, Tq, Tk)`` for the standard block.
+        returns the block's own weights, ``(B, H, Tq, Tk)``.
     """
-    drop = getattr(module, "attn_drop", None)
-    if not isinstance(drop, nn.Module) or not hasattr(module, "fused_attn"):
-        raise ValueError(f"{type(module).__name__} has no attn_drop/fused_attn to recompute it with")
-    seen: list[Tensor] = []
-    handle = drop.register_forward_hook(lambda _m, inp, _o: seen.append(inp[0].detach()))
-    fused = module.fused_attn
-    try:
-        module.fused_attn = False  # type: ignore[assignment]
-        _eval_call(module, lambda: type(module).forward(module, *args, **kwargs))
-    finally:
-        module.fused_attn = fused
-        handle.remove()
-    if len(seen) != 1:
-        raise ValueError(f"{type(module).__name__}'s non-fused path passed {len(seen)} maps through attn_drop")
-    return seen[0]
+    if not isinstance(getattr(module, "attn_drop", None), nn.Module):
+        raise ValueError(f"{type(module).__name__} has no attn_drop to recompute it with")
+    return eager_probabilities(module, args, kwargs)[0]

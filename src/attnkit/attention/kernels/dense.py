@@ -79,6 +79,21 @@ def kernel_name(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_ca
         return None
 
 
+def _tracks_grad(*tensors: Tensor) -> bool:
+    """Whether autograd records an op on these tensors (a graph would need the inputs kept)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _softmax_in_place(scores: Tensor) -> Tensor:
+    """``torch.softmax(scores, -1)`` written over ``scores`` (no second ``(B, H, Tq, Tk)`` buffer).
+
+    Only for a tensor no graph holds. The kernel reads each entry of a row
+    before it writes the same entry, so the result is bit-for-bit the
+    allocating softmax's.
+    """
+    return torch.ops.aten._softmax.out(scores, -1, False, out=scores)  # type: ignore[no-any-return]
+
+
 def _scores(q: Tensor, k: Tensor, scale: float) -> Tensor:
     """Scaled logits ``Q K^T * scale`` with key/value heads shared across query-head groups."""
     b, h, tq, dh = q.shape
@@ -87,10 +102,15 @@ def _scores(q: Tensor, k: Tensor, scale: float) -> Tensor:
     if q.dtype in HALF:
         # float16 logits overflow past 65504; compute them in float32 like the fused kernels do.
         q, k = q.float(), k.float()
+    elif not _tracks_grad(q, k) and not torch.compiler.is_compiling():
+        # Nothing to differentiate: scale q straight into a contiguous buffer (one pass, where
+        # ``(q * scale) @ k^T`` on a head-transposed view writes q scaled, then matmul copies it).
+        q = torch.mul(q, scale, out=torch.empty(q.shape, dtype=q.dtype, device=q.device))
+        scale = 1.0
     if group == 1:
         # Plain batched matmul: its backward needs no copy of the (B, H, Tq, Tk) gradient.
-        return (q * scale) @ k.transpose(-1, -2)  # (B, H, Tq, Tk)
-    qg = (q * scale).reshape(b, hkv, group, tq, dh)  # (B, Hkv, G, Tq, Dh)
+        return (q if scale == 1.0 else q * scale) @ k.transpose(-1, -2)  # (B, H, Tq, Tk)
+    qg = (q if scale == 1.0 else q * scale).reshape(b, hkv, group, tq, dh)  # (B, Hkv, G, Tq, Dh)
     scores = qg @ k.unsqueeze(2).transpose(-1, -2)  # (B, Hkv, G, Tq, Tk)
     return scores.reshape(b, h, tq, tk)  # (B, H, Tq, Tk)
 
@@ -115,7 +135,8 @@ def attention_weights(
         # -inf in the bias masks entries too (assumed when compiled: a graph cannot branch on data)
         if torch.compiler.is_compiling() or torch.isneginf(bias).any():
             return safe_softmax(scores + bias.to(scores.dtype), full).to(q.dtype)
-        scores = scores + bias.to(scores.dtype)
+        scores = scores.add_(bias) if not _tracks_grad(scores, bias) and scores.dtype == bias.dtype \
+            and scores.shape == torch.broadcast_shapes(scores.shape, bias.shape) else scores + bias.to(scores.dtype)
     return _masked_softmax(scores, full).to(q.dtype)
 
 
@@ -128,10 +149,13 @@ def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     no ``-inf - -inf`` NaN arises, forward or backward) and then zeroed, which
     also zeroes its gradient.
     """
+    fresh = not _tracks_grad(scores) and scores.is_contiguous() and not torch.compiler.is_compiling()
     if mask is None:
-        return torch.softmax(scores, dim=-1)
+        return _softmax_in_place(scores) if fresh else torch.softmax(scores, dim=-1)
     row_ok = _masks.rows_with_keys(mask)  # (..., Tq, 1)
     allowed = mask | ~row_ok
+    if fresh and torch.broadcast_shapes(scores.shape, mask.shape) == scores.shape:  # no graph: in its own buffer
+        return _softmax_in_place(scores.masked_fill_(~allowed, float("-inf"))).masked_fill_(~row_ok, 0.0)
     weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
     return weights.masked_fill(~row_ok, 0.0)
 
