@@ -35,17 +35,19 @@ class MissingExtraError(ModuleNotFoundError):
     """An optional dependency is not installed; the message is the one-line install hint."""
 
 
-def _hint(what: str, module: str) -> str:
+def _hint(what: str, module: str, otherwise: str | None = None) -> str:
     extra = EXTRA_MODULES[module]
-    return f"{what} needs the '{extra}' extra (module '{module}' is missing): pip install 'attnkit[{extra}]'"
+    return (f"{what} needs the '{extra}' extra (module '{module}' is missing): pip install 'attnkit[{extra}]'"
+            + (f", or {otherwise}" if otherwise else ""))
 
 
-def require_extra(what: str, *modules: str) -> None:
+def require_extra(what: str, *modules: str, otherwise: str | None = None) -> None:
     """Raise :class:`MissingExtraError` with the install hint unless each of ``modules`` can be imported.
 
     Called before any work by what needs an extra (``what`` names it: ``"attnkit visualize"``,
     ``"attnkit.TextClassifier"``), so that a missing one is said in one line at once, the same
-    everywhere. ``modules`` are top-level names of :data:`EXTRA_MODULES`.
+    everywhere. ``modules`` are top-level names of :data:`EXTRA_MODULES`; ``otherwise`` ends the
+    line with what to do instead (``"choose --preset fast"``).
     """
     import importlib.util
 
@@ -55,7 +57,7 @@ def require_extra(what: str, *modules: str) -> None:
         except (ImportError, ValueError):
             found = False
         if not found:
-            raise MissingExtraError(_hint(what, module), name=module)
+            raise MissingExtraError(_hint(what, module, otherwise), name=module)
 
 
 def missing_extra_message(err: ImportError) -> str | None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from attnkit._lazy import require_extra
 from attnkit.cli.inputs import read_text_lines, truncation_notice
 from attnkit.cli.options import allow_unfinished_option
 
@@ -253,6 +254,9 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
             f"unknown output type {out.suffix!r}; use one of ['.html', '.png', '.svg', '.pdf']",
             param_hint="--out",
         )
+    if out.suffix in FIGURE_SUFFIXES:  # a figure needs matplotlib, the HTML report does not
+        require_extra(f"attnkit visualize -o FILE{out.suffix}", "matplotlib",
+                      otherwise="write an HTML report (-o report.html)")
     if out.exists() and not overwrite and not is_attnkit_report(out):
         raise click.ClickException(f"{out} already exists and is not a report attnkit wrote; "
                                    "pass --overwrite to replace it")
