@@ -291,3 +291,21 @@ def test_predict_into_a_closed_pipe_ends_quietly(trained: Path, tmp_path: Path) 
     assert proc.wait(timeout=300) in (0, 1, 141)
     assert first.startswith(b"positive") or first.startswith(b"negative")
     assert "Broken pipe" not in stderr and "Error" not in stderr and "Traceback" not in stderr, stderr
+
+
+def test_a_run_killed_before_its_first_commit_is_named_as_such(tmp_path: Path) -> None:
+    """A writer that died in its first epoch leaves only its lock: the run is not 'not an attnkit run'."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "killed"
+    code = ("import os, sys\nfrom attnkit.train.run import start_run\n"
+            "start_run(sys.argv[1]).__enter__()\nos._exit(9)")  # the lock taken, then killed before a commit
+    env = {**os.environ, "PYTHONPATH": str(Path(attnkit.__file__).parents[1])}
+    assert subprocess.run([sys.executable, "-c", code, str(out)], env=env, timeout=120).returncode == 9
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    result = _invoke("predict", str(out), "a text")
+    assert result.exit_code == 1
+    assert (f"{out} holds no committed checkpoint: its training was interrupted before the first epoch "
+            "ended; start it again (with --overwrite)") in result.output
