@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "TrainConfig": "attnkit.train",
     "load_run": "attnkit.api",
     "Predictor": "attnkit.api",
+    "TextClassifier": "attnkit.estimator",
 }
 _SUBMODULES = {
     "masks", "functional", "score_mods", "layers", "positional", "blocks", "models", "reference", "data",
@@ -83,6 +84,7 @@ if TYPE_CHECKING:
         TransformerEncoderLayer,
     )
     from attnkit.decoding import beam_search, greedy_decode
+    from attnkit.estimator import TextClassifier
     from attnkit.layers import (
         AdditiveAttention,
         AttentionPooling,

@@ -271,3 +271,41 @@ def test_translation_warns_when_the_warm_up_outlasts_the_run(tmp_path: Path) -> 
         "--decoder-layers", "1", "--epochs", "1", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "warning: --warmup-steps 1000 is more than half of this run's about 1 steps" in result.stderr
+
+
+def test_predict_into_a_closed_pipe_ends_quietly(trained: Path, tmp_path: Path) -> None:
+    """``attnkit predict RUN --file big.txt | head -1``: the reader goes away, attnkit says nothing."""
+    import os
+    import subprocess
+    import sys
+
+    texts = tmp_path / "many.txt"
+    texts.write_text("a wonderful film with the best cast\n" * 20000, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(attnkit.__file__).parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "attnkit", "predict", str(trained), "--file", str(texts)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does after its line
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) in (0, 1, 141)
+    assert first.startswith(b"positive") or first.startswith(b"negative")
+    assert "Broken pipe" not in stderr and "Error" not in stderr and "Traceback" not in stderr, stderr
+
+
+def test_a_run_killed_before_its_first_commit_is_named_as_such(tmp_path: Path) -> None:
+    """A writer that died in its first epoch leaves only its lock: the run is not 'not an attnkit run'."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "killed"
+    code = ("import os, sys\nfrom attnkit.train.run import start_run\n"
+            "start_run(sys.argv[1]).__enter__()\nos._exit(9)")  # the lock taken, then killed before a commit
+    env = {**os.environ, "PYTHONPATH": str(Path(attnkit.__file__).parents[1])}
+    assert subprocess.run([sys.executable, "-c", code, str(out)], env=env, timeout=120).returncode == 9
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    result = _invoke("predict", str(out), "a text")
+    assert result.exit_code == 1
+    assert (f"{out} holds no committed checkpoint: its training was interrupted before the first epoch "
+            "ended; start it again (with --overwrite)") in result.output

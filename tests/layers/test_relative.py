@@ -175,14 +175,8 @@ def test_half_precision_runs_softmax_in_float32():
 
 
 def test_benchmark_naive_form_matches_layer_function():
-    import importlib.util
-    from pathlib import Path
+    from attnkit.bench import naive_relative as naive
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "naive_relative.py"
-    spec = importlib.util.spec_from_file_location("naive_relative", path)
-    assert spec is not None and spec.loader is not None
-    naive = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(naive)
     q, k, v = (torch.randn(2, 3, 7, 4, dtype=torch.float64) for _ in range(3))
     rel_k, rel_v = torch.randn(5, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
     mask = masks.from_lengths([7, 4], 7)

@@ -100,3 +100,24 @@ def test_time_pair_repeats_short_side() -> None:
     calls: list[str] = []
     time_pair(lambda: calls.append("a"), lambda: calls.append("b"), warmup=0, repeats=2, a_calls=3)
     assert calls == ["a", "a", "a", "b", "b", "a", "a", "a"]
+
+
+def test_every_case_finds_what_it_needs_inside_the_package(tmp_path: Path) -> None:
+    """An installed wheel has no benchmarks/ folder: the package alone, copied elsewhere, runs the relative
+    case's naive side (once read from benchmarks/naive_relative.py of a checkout, N/A from a wheel)."""
+    import shutil
+
+    import attnkit
+
+    site = tmp_path / "site"
+    shutil.copytree(Path(attnkit.__file__).parent, site / "attnkit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import attnkit.bench.memory as m, attnkit\n"
+            f"assert attnkit.__file__.startswith({str(site)!r}), attnkit.__file__\n"
+            "m._relative_naive({'B': 1, 'H': 2, 'T': 4, 'Dh': 2, 'max_rel': 1})()\n"
+            "print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    sources = [p for p in (site / "attnkit" / "bench").glob("*.py") if "__file__" in p.read_text()]
+    assert not sources, f"bench modules that read files beside the package: {sources}"

@@ -155,6 +155,16 @@ def test_page_snippets_run(page: str, isolated: Path) -> None:
     assert ran + sum(b.not_run is not None for b in PAGES[page]) == len(PAGES[page])
 
 
+# Pages whose blocks are read one at a time (a reader copies one swap): each runs in a fresh namespace.
+STANDALONE_PAGES = ["docs/own-model.md"]
+
+
+@pytest.mark.parametrize("block", [b for page in STANDALONE_PAGES for b in PAGES[page] if b.not_run is None],
+                         ids=lambda b: b.where)
+def test_standalone_page_blocks_run_alone(block: Block, isolated: Path) -> None:
+    assert run_blocks([block], {"__name__": "__doc_snippet__"}) == 1
+
+
 @pytest.mark.parametrize("block", NOT_RUN or [None], ids=lambda b: b.where if b else "none")
 def test_blocks_not_run_are_listed(block: Block | None) -> None:
     """One skipped test per marked block, its reason in pytest's skip summary (-rs)."""

@@ -257,3 +257,51 @@ def test_learners_path_lists_every_example() -> None:
     page = (EXAMPLES.parent / "docs" / "learn.md").read_text(encoding="utf-8")
     rows = {line.split(" | ")[1].strip("`") for line in page.splitlines() if re.match(r"\| \d\d \| ", line)}
     assert rows == {s.name for s in SCRIPTS}, "docs/learn.md's table of the order must have one row per example"
+
+
+REPO = EXAMPLES.parent
+NOTEBOOK = EXAMPLES / "first_day.ipynb"
+
+
+def test_the_notebook_runs_top_to_bottom(tmp_path: Path) -> None:
+    """examples/first_day.ipynb, executed headlessly in a fresh kernel: every cell runs, its asserts hold."""
+    import os
+
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env_path) if p)
+    try:
+        nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        os.environ["PYTHONPATH"] = env_path
+        if not env_path:
+            del os.environ["PYTHONPATH"]
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert float(re.search(r"held-out accuracy ([\d.]+)", printed).group(1)) > 0.7  # type: ignore[union-attr]
+    assert (tmp_path / "runs" / "notebook" / "current.json").is_file()
+
+
+def test_the_sdist_ships_the_examples_and_the_notebook(tmp_path: Path) -> None:
+    """The source distribution built from pyproject.toml and MANIFEST.in holds every example and the notebook."""
+    import shutil
+    import tarfile
+
+    tree = tmp_path / "tree"
+    for name in ("pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, tree / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for folder in ("src", "examples"):
+        shutil.copytree(REPO / folder, tree / folder, ignore=ignore)
+    code = "import sys\nfrom setuptools import build_meta\nprint(build_meta.build_sdist(sys.argv[1]))"
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=tree, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with tarfile.open(tmp_path / "dist" / done.stdout.strip().splitlines()[-1]) as sdist:
+        names = {Path(*Path(n).parts[1:]).as_posix() for n in sdist.getnames()}
+    expected = {f"examples/{p.name}" for p in [*SCRIPTS, EXAMPLES / "_common.py", NOTEBOOK]}
+    assert expected <= names, sorted(expected - names)
+    assert "src/attnkit/bench/naive_relative.py" in names

@@ -164,3 +164,25 @@ def test_warmup_ratio_trains_with_the_torch_schedule(corpus: Path, tmp_path: Pat
     assert meta["settings"]["warmup_ratio"] == 0.2
     test_line = next(line for line in result.output.splitlines() if line.startswith("test: accuracy"))
     assert float(test_line.split()[2]) >= 0.9, result.output
+
+
+def test_a_numpy_run_opens_in_visualize(numpy_run: tuple[Path, str], tmp_path: Path) -> None:
+    from attnkit.cli.visualize import is_attnkit_report, numpy_run_attention
+
+    out, _ = numpy_run
+    text = "the film was good and the cast was good"
+    views = numpy_run_attention(out, [text, "x"])
+    run = load_numpy_run(out)
+    predicted = predict_numpy_run(run, [text])[0]
+    first = views[0]
+    assert first.tokens == [run.vocab.itos[i] for i in run.encode([text])[0]]
+    assert first.layers.shape == (run.model.config.num_layers, run.model.config.num_heads, len(first.tokens),
+                                  len(first.tokens))
+    np.testing.assert_allclose(first.layers.sum(-1), 1.0, rtol=1e-5)
+    assert first.pooling is not None and first.pooling.shape == (len(first.tokens),)
+    assert (first.label, first.probability) == (predicted["label"], predicted["probability"])
+    for name in ("report.html", "heads.png"):
+        result = CliRunner().invoke(cli, ["visualize", str(out), text, "-o", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / name).stat().st_size > 1000
+    assert is_attnkit_report(tmp_path / "report.html")

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from attnkit._memory import peak_rss_mib
-from attnkit.bench.workloads import load_naive_relative, relative_inputs
+from attnkit.bench.naive_relative import naive_relative_attention
+from attnkit.bench.workloads import relative_inputs
 
 __all__ = ["WORKLOADS", "peak_rss_mib", "measure_peak"]
 
@@ -79,11 +80,8 @@ def _relative_attnkit(p: dict[str, Any]) -> Call:
 
 
 def _relative_naive(p: dict[str, Any]) -> Call:
-    naive = load_naive_relative()
-    if naive is None:
-        raise RuntimeError("benchmarks/naive_relative.py not found")
     q, k, v, rel_k, rel_v = relative_inputs(p)
-    return lambda: naive(q, k, v, rel_k, rel_v, p["max_rel"])
+    return lambda: naive_relative_attention(q, k, v, rel_k, rel_v, p["max_rel"])
 
 
 def _alibi_score_mod(p: dict[str, Any]) -> Call:

@@ -2,7 +2,7 @@
 
 * ``relative``: :func:`attnkit.layers.relative.relative_attention` (Shaw et al.,
   2018, computed through distance buckets) against the formula written out
-  with ``(B, Tq, Tk, Dh)`` relative tensors (``benchmarks/naive_relative.py``).
+  with ``(B, Tq, Tk, Dh)`` relative tensors (:mod:`attnkit.bench.naive_relative`).
 * ``linear``: :func:`attnkit.layers.linear.linear_attention` (Katharopoulos et
   al., 2020), ``O(T Dh^2)``, against softmax :func:`attnkit.attention`, ``O(T^2 Dh)``.
 
@@ -21,9 +21,10 @@ from typing import Any
 import torch
 
 from attnkit.attention.functional import attention
+from attnkit.bench.naive_relative import naive_relative_attention as naive
 from attnkit.bench.result import Result, completed, judge, unavailable
 from attnkit.bench.timing import MEMORY_METHOD, TIMING_METHOD, peak_memory_mib, time_pair
-from attnkit.bench.workloads import load_naive_relative, relative_inputs
+from attnkit.bench.workloads import relative_inputs
 
 __all__ = ["relative", "linear"]
 
@@ -57,10 +58,7 @@ def relative(quick: bool) -> list[Result]:
     p: dict[str, Any] = {"B": 1, "H": 8, "T": t, "Dh": 64, "max_rel": 16}
     a_label, b_label = "attnkit relative_attention", "naive_relative_attention"
     fast, why = _import("attnkit.layers.relative", "relative_attention")
-    naive = load_naive_relative()
-    if naive is None:
-        why = why or "benchmarks/naive_relative.py not found"
-    if fast is None or naive is None:
+    if fast is None:
         return [
             unavailable("relative", check, a_label, b_label, unit=unit, sense="<=", bound=bound,
                         why=why, params=p)

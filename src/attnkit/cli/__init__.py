@@ -79,8 +79,8 @@ class AttnkitGroup(click.Group):
         """Run the command; an unexpected exception becomes a one-line error unless ``--debug``."""
         try:
             return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise
+        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
+            raise  # click's main ends a closed output pipe (`attnkit predict ... | head -1`) quietly
         except KeyboardInterrupt:
             click.echo("\ninterrupted", err=True)
             sys.exit(130)

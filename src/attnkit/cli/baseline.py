@@ -26,6 +26,7 @@ from typing import Any
 
 import click
 
+from attnkit._lazy import require_extra
 from attnkit.cli.inputs import read_data
 from attnkit.cli.messages import friendly_errors, print_metrics
 from attnkit.cli.options import (
@@ -462,6 +463,7 @@ def baseline(**values: Any) -> None:
       attnkit baseline --data reviews.csv
       attnkit baseline --data path/to/mr --encoding latin-1 --folds 10
     """
+    require_extra("attnkit baseline", "sklearn")
     from attnkit.train.baseline import BASELINE_NAME, fold_baselines, split_baseline
 
     seed = values["seed"] if values["seed"] is not None else resolve_default(SEED_DEFAULT)

@@ -277,8 +277,8 @@ def evaluate(run: str, data: str, as_json: bool, faithfulness: bool, allow_unfin
       attnkit evaluate runs/reviews --data test.csv --faithfulness --json > scores.json
     """
     if faithfulness and _is_numpy_run(run):
-        raise click.ClickException(f"--faithfulness needs a torch run; {run} was trained with --backend numpy, "
-                                   "whose model has no gradients or exact contributions to score")
+        raise click.ClickException(f"--faithfulness needs a torch run; {run} is a NumPy run (attnkit train --backend "
+                                   "numpy), whose model has no gradients or exact contributions to score")
     if _is_numpy_run(run):
         backend = _numpy_backend()
         numpy_run = backend.load_numpy_run(run)

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from attnkit._lazy import require_extra
 from attnkit.cli.messages import friendly_errors
 from attnkit.cli.options import SEED
 
@@ -196,6 +197,7 @@ def demo(out: str, quick: bool, seed: int, overwrite: bool, quiet: bool) -> None
     report.txt (most attended words per class), report.html (the offline
     interactive attention report) and explanation.png to --out.
     """
+    require_extra("attnkit demo", "matplotlib")  # its explanation.png, written after training
     summary = run_demo(Path(out), quick=quick, seed=seed, overwrite=overwrite, quiet=quiet)
     from attnkit.train.baseline import BASELINE_NAME
 

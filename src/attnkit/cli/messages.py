@@ -25,7 +25,7 @@ def friendly_errors(f: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return f(*args, **kwargs)
-        except click.ClickException:
+        except (click.ClickException, BrokenPipeError):  # a closed pipe ends quietly (click's main)
             raise
         except ValueError as err:
             raise click.ClickException(str(err)) from None

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from attnkit._lazy import require_extra
+
 if TYPE_CHECKING:
     from attnkit.data.readers import SkippedRows
 
@@ -457,7 +459,12 @@ def memory_option(f: F) -> F:
 
 def baseline_option(f: F) -> F:
     """``--baseline``: score TF-IDF + logistic regression on the same split or folds (:mod:`attnkit.train.baseline`)."""
+    def check(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        if value:  # before any work: the data is not read, nothing is trained
+            require_extra("--baseline", "sklearn")
+        return value
+
     return click.option(
-        "--baseline", is_flag=True,
+        "--baseline", is_flag=True, callback=check,
         help="Also fit TF-IDF 1-2-grams + logistic regression on the same split or folds and print it "
              "beside the model, with the difference (needs scikit-learn, the tasks extra).")(f)

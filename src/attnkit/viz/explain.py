@@ -9,14 +9,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from matplotlib import colormaps
-from matplotlib.cm import ScalarMappable
-from matplotlib.colors import Normalize
-from matplotlib.figure import Figure
 
-from attnkit.viz._arrays import as_array, check_ndim, check_tokens
-from attnkit.viz._figure import PathLike, label_axis, new_figure, save, shade_limits
-from attnkit.viz.plots import plot_attention
+from attnkit._lazy import require_extra
+
+require_extra("plotting with attnkit.viz", "matplotlib")
+
+from matplotlib import colormaps  # noqa: E402
+from matplotlib.cm import ScalarMappable  # noqa: E402
+from matplotlib.colors import Normalize  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from attnkit.viz._arrays import as_array, check_ndim, check_tokens  # noqa: E402
+from attnkit.viz._figure import PathLike, label_axis, new_figure, save, shade_limits  # noqa: E402
+from attnkit.viz.plots import plot_attention  # noqa: E402
 
 __all__ = [
     "plot_classification",

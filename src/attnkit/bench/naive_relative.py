@@ -7,8 +7,10 @@ relative tables ``a^K`` and ``a^V`` expanded over the batch to
     e_ij = q_i · (k_j + a^K_ij) / sqrt(Dh)
     z_i  = Σ_j softmax_j(e_ij) (v_j + a^V_ij),   a_ij = w[clip(j - i, -k, k)]
 
-Benchmarks compare :class:`attnkit.layers.relative.RelativePositionAttention`
-against it; the unit tests hold the two equal.
+``attnkit bench``'s relative case compares
+:class:`attnkit.layers.relative.RelativePositionAttention` against it (it ships in
+the package, so the case runs from an installed wheel); the unit tests hold the
+two equal.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import math
 
 import torch
 from torch import Tensor
+
+__all__ = ["naive_relative_attention"]
 
 
 def naive_relative_attention(
