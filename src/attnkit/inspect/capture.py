@@ -214,6 +214,10 @@ class Capture(CaptureViews):
         unsupported: attention-like modules nothing reads, by name and class.
         missed: ``{name: reason}`` for calls whose weights could not be read.
         verified: ``{module name: max |recorded - reference|}`` with ``verify=True``.
+
+    Shape:
+        weights: (B, H, Tq, Tk) per call; (B * windows, H, N, N) for windowed blocks,
+        which :meth:`on_image` lays out as (B, H, HW, HW); (B, H, C/H, C/H) for channel maps.
     """
 
     def __init__(self, modules: dict[str, str], unsupported: list[str], keep_vectors: bool,
