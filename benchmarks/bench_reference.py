@@ -81,7 +81,8 @@ def attention_throughput() -> float:
     with torch.inference_mode():
         t_torch = best_time(lambda: F.scaled_dot_product_attention(tq, tk, tv), OPTS.repeats)
         ref = F.scaled_dot_product_attention(tq, tk, tv).numpy()
-    t_np = best_time(lambda: chunked_attention_forward(q, k, v, block_q=OPTS.block_q, block_k=OPTS.block_k, workers=OPTS.threads),
+    t_np = best_time(lambda: chunked_attention_forward(q, k, v, block_q=OPTS.block_q, block_k=OPTS.block_k,
+                                                       workers=OPTS.threads),
                      OPTS.repeats)
     out, _ = chunked_attention_forward(q, k, v, block_q=OPTS.block_q, block_k=OPTS.block_k, workers=OPTS.threads)
     flops = 4 * 8 * 4096 * 4096 * 64

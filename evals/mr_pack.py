@@ -11,7 +11,8 @@ pooling, so attention has a cost) twice on one seeded split, through the same
   packed into rows of ``--pack`` tokens (``attnkit train --pack``), attention
   kept within each document.
 
-Both take the same number of optimizer steps of the same number of documents; the figures are the training throughput (document tokens per CPU
+Both take the same number of optimizer steps of the same number of documents;
+the figures are the training throughput (document tokens per CPU
 second of training, validation excluded: process time, so that other jobs on a shared machine do not skew
 it; run with ``--threads 1`` for it to mean what it says) and the test accuracy, with their ratio and
 difference, measured in this one run::

@@ -93,7 +93,8 @@ def main() -> None:
     keys = [docs[cut + r].key_positions for r in range(len(lengths))]
     focus = np.mean([attention_focus(pooling[r, None, : lengths[r]], list(keys[r]))
                      for r in range(len(lengths))])
-    print(f"pooling attention on the key words: {focus:.3f} (chance about {np.mean([len(k) / n for k, n in zip(keys, lengths, strict=True)]):.3f})")
+    chance = np.mean([len(k) / n for k, n in zip(keys, lengths, strict=True)])
+    print(f"pooling attention on the key words: {focus:.3f} (chance about {chance:.3f})")
     n = lengths[0]
     entropy = attention_entropy(layers[0, :, :, :n, :n])  # (L, H)
     print("entropy per layer and head (nats) of the first example:", np.round(entropy, 2).tolist())
@@ -101,8 +102,8 @@ def main() -> None:
     tokens = [[tokenizer.id_to_token(int(i)) for i in batch["ids"][r, : lengths[r]]] for r in range(len(lengths))]
     probabilities = logits.softmax(-1)
     shown = range(min(6, len(tokens)))
-    predictions = [{"label": labels.decode(int(probabilities[r].argmax())), "probability": float(probabilities[r].max())}
-                   for r in shown]
+    predictions = [{"label": labels.decode(int(probabilities[r].argmax())),
+                    "probability": float(probabilities[r].max())} for r in shown]
     report = write_report(out / OUTPUTS[0], [tokens[r] for r in shown], layers[: len(shown)],
                           title="Keyword classifier: encoder attention", predictions=predictions,
                           example_names=[f"test {r}: {docs[cut + r].label}" for r in shown])
@@ -129,7 +130,8 @@ def main() -> None:
         ids = batch["ids"][:1, :n].clone()
         ids[0, key] = tokenizer.token_to_id(word)
         with torch.no_grad():
-            changed.append(f"key words replaced by {word!r} {model(ids, batch['lengths'][:1]).softmax(-1)[0, label]:.3f}")
+            replaced = model(ids, batch["lengths"][:1]).softmax(-1)[0, label]
+            changed.append(f"key words replaced by {word!r} {replaced:.3f}")
     print("  " + ", ".join(changed))
 
 

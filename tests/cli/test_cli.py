@@ -196,7 +196,8 @@ def test_interrupted_cli_run_resumes_to_identical_weights(tmp_path, data_csv, mo
     monkeypatch.setattr(Trainer, "_train_epoch", original)
     resumed = _invoke("train", "--out", str(run), "--resume", "--quiet")
     assert resumed.exit_code == 0, resumed.output
-    a, b = load_tensors(committed_dir(straight) / "model.safetensors"), load_tensors(committed_dir(run) / "model.safetensors")
+    a = load_tensors(committed_dir(straight) / "model.safetensors")
+    b = load_tensors(committed_dir(run) / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 

@@ -234,7 +234,8 @@ def test_registry_and_config_errors() -> None:
     with pytest.raises(ValueError, match=r"unknown model 'cnn'; valid names are \['bert', 'document', 'han', "
                                          r"'sentiment', 'wide'\]"):
         build_model("cnn", {"vocab_size": 10, "num_classes": 2})
-    with pytest.raises(ValueError, match=r"unknown DocumentClassifierConfig field\(s\) \['d_modle'\]; valid fields are \['vocab_size'"):
+    with pytest.raises(ValueError, match=r"unknown DocumentClassifierConfig field\(s\) \['d_modle'\]; "
+                                         r"valid fields are \['vocab_size'"):
         build_model("document", {"vocab_size": 10, "num_classes": 2, "d_modle": 8})
     with pytest.raises(ValueError, match=r"missing required field\(s\) \['num_classes'\]"):
         config_from_dict("sentiment", {"vocab_size": 10})

@@ -200,7 +200,8 @@ def test_analysis() -> None:
     stats = attention_stats(w)
     assert stats["max"] == pytest.approx(0.65)
     entropy = -(0.7 * np.log(0.7) + 0.2 * np.log(0.2) + 0.1 * np.log(0.1))
-    assert stats["entropy"] == pytest.approx((entropy - (0.6 * np.log(0.6) + 0.3 * np.log(0.3) + 0.1 * np.log(0.1))) / 2)
+    other = -(0.6 * np.log(0.6) + 0.3 * np.log(0.3) + 0.1 * np.log(0.1))
+    assert stats["entropy"] == pytest.approx((entropy + other) / 2)
     uniform = attention_stats(np.full((2, 4), 0.25))
     assert uniform["relative_entropy"] == pytest.approx(1.0) and uniform["spread"] == 0.0
     assert accuracy(np.array([1, 0, 1]), np.array([1, 1, 1])) == pytest.approx(2 / 3)

@@ -31,7 +31,9 @@ import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["SEED", "baseline_option", "memory_option", "MemorySize", "LibraryDefaultOption", "resolve_default", "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
+__all__ = ["SEED", "baseline_option", "memory_option", "MemorySize", "LibraryDefaultOption", "resolve_default",
+           "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option",
+           "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
            "reader_kwargs", "report_skipped_rows"]
 
@@ -433,7 +435,8 @@ def task_option(task: str) -> Callable[[F], F]:
 
 
 class MemorySize(click.ParamType):
-    """A size such as ``4GB``, ``800MB`` or ``1.5GiB``, as bytes (:func:`attnkit.train.memory_budget.parse_memory_size`)."""
+    """A size such as ``4GB``, ``800MB`` or ``1.5GiB``, as bytes
+    (:func:`attnkit.train.memory_budget.parse_memory_size`)."""
 
     name = "size"
 

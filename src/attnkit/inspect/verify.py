@@ -13,7 +13,8 @@ Hugging Face attention              the model file's own ``eager_attention_forwa
                                     average_attn_weights=False`` (eval mode)
 ``nn.TransformerEncoderLayer``      the same on its ``self_attn``, from the (normalised) input
 timm attention blocks               the block's non-fused path, its ``attn_drop`` input (eval mode)
-attnkit layers, BLOOM, Falcon...     their own weights (``return_weights=True``, ``output_attentions``): what is recorded
+attnkit layers, BLOOM, Falcon...     their own weights (``return_weights=True``,
+                                    ``output_attentions``): what is recorded
 =================================== =============================================================
 
 Rows compared: those where the reference is finite and either map holds

@@ -69,7 +69,8 @@ from torch import Tensor, nn
 
 from attnkit.models.base import WeightSelection
 
-__all__ = ["NgramHalf", "ngram_features", "WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios", "fit_nb_regression", "fit_stacking_weights", "STACKING_BOUNDS", "LBFGS_HISTORY", "FIT_TABLES", "fit_bytes"]
+__all__ = ["NgramHalf", "ngram_features", "WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios",
+           "fit_nb_regression", "fit_stacking_weights", "STACKING_BOUNDS", "LBFGS_HISTORY", "FIT_TABLES", "fit_bytes"]
 
 WIDE_C = 10.0
 """Inverse L2 strength of the wide half's logistic regression (``C`` of scikit-learn's summed loss)."""
@@ -230,7 +231,8 @@ def fit_stacking_weights(deep: Tensor, wide: Tensor, labels: Sequence[int],
     def loss() -> Tensor:
         opt.zero_grad()
         a, b = log_w.exp()
-        value = nn.functional.cross_entropy(a * d + b * w, target, weight=weight) + (log_w * log_w).sum() / (2 * len(target))
+        value = (nn.functional.cross_entropy(a * d + b * w, target, weight=weight)
+                 + (log_w * log_w).sum() / (2 * len(target)))
         value.backward()
         return value
 

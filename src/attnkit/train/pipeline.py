@@ -237,7 +237,8 @@ def cross_validate(
     Each fold trains from scratch: its own tokenizer on the fold's training
     part, ``val`` of that part held out for early stopping, the fold's test
     part used once at the end. ``max_folds`` runs only the first folds.
-    ``only`` runs just the listed folds (1-based). ``max_memory`` as in :func:`fit_classifier`. ``log`` gets one line per
+    ``only`` runs just the listed folds (1-based). ``max_memory`` as in :func:`fit_classifier`.
+    ``log`` gets one line per
     fold (and per epoch with ``epoch_log``). ``tokenizer`` and ``init_model`` (a pretrained model's
     tokenizer and weights, as :func:`attnkit.train.finetune.finetune_bert` passes them) serve every fold
     instead of a tokenizer trained on the fold and fresh weights.
