@@ -48,7 +48,7 @@ from attnkit.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
-MODEL = {"d_model": 128, "num_heads": 4, "num_layers": 2, "d_ff": 256, "dropout": 0.3,
+MODEL = {"layer": {"d_model": 128, "num_heads": 4, "d_ff": 256, "dropout": 0.3}, "num_layers": 2,
          "positional": "sinusoidal", "pooling": "attention"}
 TRAIN = {"epochs": 5, "batch_size": 64, "lr": 1e-3, "weight_decay": 0.05, "patience": 0,
          "label_smoothing": 0.1, "device": "cpu"}

@@ -36,6 +36,8 @@ change the prediction?
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 from _common import output_dir, saved, show, small
@@ -45,7 +47,7 @@ from attnkit.data.batching import LabelVocab, TextClassificationDataset, bucket_
 from attnkit.data.readers import Example
 from attnkit.data.synthetic import class_keywords, keyword_corpus
 from attnkit.data.tokenization import train_tokenizer
-from attnkit.models.document import DocumentClassifier, DocumentClassifierConfig
+from attnkit.models.document import DOCUMENT_LAYER, DocumentClassifier, DocumentClassifierConfig
 from attnkit.viz.explain import plot_classification
 from attnkit.viz.measures import attention_entropy, attention_focus
 from attnkit.viz.plots import plot_heads, plot_layers_heads
@@ -65,8 +67,9 @@ def main() -> None:
     labels = LabelVocab.from_examples(examples[:cut])
     train_set = TextClassificationDataset(examples[:cut], tokenizer, labels, max_len=32)
     test_set = TextClassificationDataset(examples[cut:], tokenizer, labels, max_len=32)
-    config = DocumentClassifierConfig(vocab_size=tokenizer.get_vocab_size(), num_classes=len(labels), d_model=32,
-                                      num_heads=4, num_layers=2, d_ff=64, dropout=0.1, positional="none")
+    config = DocumentClassifierConfig(vocab_size=tokenizer.get_vocab_size(), num_classes=len(labels),
+                                      layer=replace(DOCUMENT_LAYER, d_model=32, num_heads=4, d_ff=64, dropout=0.1),
+                                      num_layers=2, positional="none")
     model = DocumentClassifier(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for epoch in range(3 if small() else 5):

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 import attnkit.layers.bert as bert_layers
 import attnkit.layers.multi_head as multi_head
 from attnkit import masks
+from attnkit.blocks import TransformerLayerConfig
 from attnkit.models import build_model
 from attnkit.models.base import TextClassifier
 from attnkit.models.bert import BertConfig, BertModel
@@ -30,7 +31,8 @@ V = 60
 
 def _document(**extra: Any) -> DocumentClassifier:
     torch.manual_seed(0)
-    config = dict(vocab_size=V, num_classes=3, d_model=16, num_heads=2, d_ff=32, num_layers=2, dropout=0.0)
+    layer = TransformerLayerConfig(16, 2, 32, activation="gelu", norm_first=True)
+    config = dict(vocab_size=V, num_classes=3, layer=layer, num_layers=2)
     return DocumentClassifier(DocumentClassifierConfig(**{**config, **extra})).eval()
 
 
