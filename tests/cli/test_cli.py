@@ -47,7 +47,7 @@ def test_train_evaluate_predict_and_refuse_overwrite(tmp_path, data_csv) -> None
     for name in ("model.safetensors", "config.json", "tokenizer.json", "labels.json", "history.jsonl"):
         assert (committed_dir(out) / name).is_file(), name
     meta = json.loads((committed_dir(out) / "config.json").read_text())
-    assert meta["status"] == "done" and meta["model_config"]["d_model"] == 16
+    assert meta["status"] == "done" and meta["model_config"]["layer"]["d_model"] == 16
     assert len((committed_dir(out) / "history.jsonl").read_text().splitlines()) == meta["epochs_run"]
 
     result = _invoke("evaluate", str(out), "--data", str(data_csv), "--json")
