@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.attention.functional import attention
-from attnkit.attention.masks import MaskLike
+from attnkit.attention.masks import AttentionMask, MaskLike
 from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
 from attnkit.layers.pooling import AttentionPooling, linear_head_contributions
 from attnkit.models.base import TextClassifier, WeightSelection
@@ -136,15 +136,16 @@ class DocumentClassifier(TextClassifier):
         self.classifier = nn.Linear(d, c.num_classes)
 
     def classify(
-        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+        self, ids: Tensor, lengths: Tensor, mask: AttentionMask, weights: WeightSelection | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Logits for a prepared batch, and the weights in ``weights``.
 
         ``mask`` is the batch's one key-padding mask; the encoder, the
-        parameter-free layers and the pooling all read this same tensor.
+        parameter-free layers and the pooling all read this same object.
 
         Shape:
-            ids ``(B, T)``, lengths ``(B,)``, mask ``(B, 1, 1, T)``; returns ``(B, C)`` and a dict of weights.
+            ids ``(B, T)``, lengths ``(B,)``, mask allowed ``(B, 1, 1, T)``; returns ``(B, C)`` and a dict
+            of weights.
         """
         self._check_length(ids.shape[1])
         x = self.embedding(ids)  # (B, T, D)
@@ -202,11 +203,11 @@ class DocumentClassifier(TextClassifier):
             x = out[:, 0]  # (B, T, D)
         return x
 
-    def _pool(self, x: Tensor, mask: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    def _pool(self, x: Tensor, mask: AttentionMask, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """The document vector ``(B, D)`` and the pooling weights ``(B, T)``."""
         if self.pooling is not None:
             return self.pooling(x, mask=mask, return_weights=True)  # (B, D), (B, T)
-        pool_w = mask[:, 0, 0].to(x.dtype) / lengths[:, None].to(x.dtype)  # (B, T)
+        pool_w = mask.key_mask().to(x.dtype) / lengths[:, None].to(x.dtype)  # (B, T)
         return (pool_w[:, :, None] * x).sum(dim=1), pool_w  # (B, D)
 
     @torch.no_grad()
