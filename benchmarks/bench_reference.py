@@ -81,7 +81,8 @@ def attention_throughput() -> float:
     with torch.inference_mode():
         t_torch = best_time(lambda: F.scaled_dot_product_attention(tq, tk, tv), OPTS.repeats)
         ref = F.scaled_dot_product_attention(tq, tk, tv).numpy()
-    t_np = best_time(lambda: chunked_attention_forward(q, k, v, block_q=OPTS.block_q, block_k=OPTS.block_k, workers=OPTS.threads),
+    t_np = best_time(lambda: chunked_attention_forward(q, k, v, block_q=OPTS.block_q, block_k=OPTS.block_k,
+                                                       workers=OPTS.threads),
                      OPTS.repeats)
     out, _ = chunked_attention_forward(q, k, v, block_q=OPTS.block_q, block_k=OPTS.block_k, workers=OPTS.threads)
     flops = 4 * 8 * 4096 * 4096 * 64
@@ -108,6 +109,7 @@ def long_memory() -> float:
 def training_step() -> float:
     import torch
 
+    from attnkit.blocks import TransformerLayerConfig
     from attnkit.models.document import DocumentClassifier, DocumentClassifierConfig
     from attnkit.reference.losses import SoftmaxCrossEntropy
     from attnkit.reference.models import ClassifierConfig, TransformerClassifier
@@ -118,8 +120,8 @@ def training_step() -> float:
                            dropout=0.1)
     ours = TransformerClassifier(cfg)
     theirs = DocumentClassifier(DocumentClassifierConfig(
-        vocab_size=9000, num_classes=2, d_model=64, num_heads=4, num_layers=1, d_ff=128, dropout=0.1,
-        pooling="mean", positional="sinusoidal", norm_first=False, activation="relu"))
+        vocab_size=9000, num_classes=2, layer=TransformerLayerConfig(64, 4, 128, dropout=0.1), num_layers=1,
+        pooling="mean", positional="sinusoidal"))
     theirs.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ours.parameters().items()})
     rng = np.random.default_rng(0)
     lengths = rng.integers(5, 40, size=32)

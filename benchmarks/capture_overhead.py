@@ -37,7 +37,8 @@ def main() -> None:
     layer = nn.TransformerEncoderLayer(512, 8, 2048, dropout=0.1, batch_first=True)
     model = nn.TransformerEncoder(layer, 6).eval()
     x = torch.randn(args.batch, args.length, 512)  # (B, T, D)
-    padding = torch.arange(args.length)[None, :] >= torch.linspace(args.length // 2, args.length, args.batch).long()[:, None]
+    lengths = torch.linspace(args.length // 2, args.length, args.batch).long()
+    padding = torch.arange(args.length)[None, :] >= lengths[:, None]
 
     def plain() -> torch.Tensor:
         return model(x, src_key_padding_mask=padding)

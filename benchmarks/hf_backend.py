@@ -163,7 +163,8 @@ def mistral(t: int, repeats: int, flex: bool) -> None:
                       f"{s_all / r_all:.1f}x for the whole model even if attnkit's attention cost nothing")
             s_mem, o_mem, r_mem = (float(x["peak_mib"]) for x in (sdpa, ours, rest))
             print(f"  memory of attention alone (peak minus the {NO_ATTENTION} peak, {r_mem:.0f} MiB): sdpa "
-                  f"{s_mem - r_mem:.0f} MiB, attnkit {o_mem - r_mem:.0f} MiB ({(o_mem - r_mem) / (s_mem - r_mem):.2f}x); "
+                  f"{s_mem - r_mem:.0f} MiB, attnkit {o_mem - r_mem:.0f} MiB "
+                  f"({(o_mem - r_mem) / (s_mem - r_mem):.2f}x); "
                   f"at least {r_mem / s_mem:.2f}x for the whole model even if attnkit's attention held nothing")
     if flex:
         r = _side("flex_attention", t, 1)
@@ -236,8 +237,10 @@ def minilm(docs: int, batch: int, epochs: int) -> None:
     padded_rate, padded_losses = epochs * n_tokens / sides[0]["seconds"], sides[0]["losses"]
     packed_rate, packed_losses = epochs * n_tokens / sides[1]["seconds"], sides[1]["losses"]
     diff = max(abs(a - b) for a, b in zip(padded_losses, packed_losses, strict=True))
-    print(f"  sdpa, padded batches   {padded_rate:8.0f} tokens/s, mean loss {sum(padded_losses) / len(padded_losses):.4f}")
-    print(f"  attnkit, packed rows   {packed_rate:8.0f} tokens/s, mean loss {sum(packed_losses) / len(packed_losses):.4f}")
+    print(f"  sdpa, padded batches   {padded_rate:8.0f} tokens/s, "
+          f"mean loss {sum(padded_losses) / len(padded_losses):.4f}")
+    print(f"  attnkit, packed rows   {packed_rate:8.0f} tokens/s, "
+          f"mean loss {sum(packed_losses) / len(packed_losses):.4f}")
     print("  loss per step, sdpa padded:  " + " ".join(f"{x:.4f}" for x in padded_losses))
     print("  loss per step, attnkit packed: " + " ".join(f"{x:.4f}" for x in packed_losses))
     print(f"  packed: {packed_rate / padded_rate:.2f}x the tokens/s (target >= 1.5x); "

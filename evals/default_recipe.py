@@ -102,7 +102,8 @@ def run_cv(name: str, examples: list[Example], args: argparse.Namespace, model: 
     base = [b for b in base if b["fold"] in {r["fold"] for r in results}]
     ours, theirs = [r["accuracy"] for r in results], [b["accuracy"] for b in base]
     test = paired_test(ours, theirs)
-    return {"set": name, "protocol": f"fold(s) {', '.join(str(r['fold']) for r in results)} of {args.folds}", "model": statistics.mean(ours),
+    return {"set": name, "protocol": f"fold(s) {', '.join(str(r['fold']) for r in results)} of {args.folds}",
+            "model": statistics.mean(ours),
             "baseline": statistics.mean(theirs), "model_f1": statistics.mean(r["macro_f1"] for r in results),
             "baseline_f1": statistics.mean(b["macro_f1"] for b in base), "paired": test, "minutes": minutes,
             "folds": results, "baseline_folds": [{"fold": b["fold"], "accuracy": b["accuracy"]} for b in base]}

@@ -58,7 +58,8 @@ def main() -> None:
             opt.step()
             sched.step()
         if (epoch + 1) % 10 == 0 or epoch == args.epochs - 1:
-            print(f"epoch {epoch + 1:3d}  loss {loss.item():.4f}  test accuracy {accuracy(model, xte, yte):.4f}", flush=True)
+            print(f"epoch {epoch + 1:3d}  loss {loss.item():.4f}  test accuracy {accuracy(model, xte, yte):.4f}",
+                  flush=True)
     acc = accuracy(model, xte, yte)
     gammas = [round(float(a.gamma.detach()), 3) for a in model.attention]
     print(f"digits test accuracy {acc:.4f} (target >= 0.97) in {time.perf_counter() - start:.0f}s; "

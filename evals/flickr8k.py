@@ -120,7 +120,8 @@ def write_html(path: Path, columns: list[str], rows: list[list[str]], shown: lis
     for item in shown:
         data = base64.b64encode(Path(item["file"]).read_bytes()).decode("ascii")
         page.append(f"<h3>{html.escape(item['subject'])}: {html.escape(item['image'])} — "
-                    f"“{html.escape(item['caption'])}”</h3><img alt=\"attention\" src=\"data:image/png;base64,{data}\">")
+                    f"“{html.escape(item['caption'])}”</h3>"
+                    f"<img alt=\"attention\" src=\"data:image/png;base64,{data}\">")
     path.write_text("<!doctype html><meta charset=\"utf-8\"><title>attnkit on Flickr8k</title>\n"
                     + "\n".join(page) + "\n", encoding="utf-8")
 
@@ -175,7 +176,8 @@ def main() -> None:
     decodings: list[tuple[str, int, Consensus | None]] = [("attnkit greedy", 1, None),
                                                          (f"attnkit beam {args.beam}", args.beam, None)]
     if args.consensus:
-        rerank = Consensus(neighbours(args.run[0], model, vocab, data, cache_dir), args.consensus, args.consensus_weight)
+        rerank = Consensus(neighbours(args.run[0], model, vocab, data, cache_dir), args.consensus,
+                           args.consensus_weight)
         decodings.append((f"attnkit beam {args.beam}, consensus of {args.consensus} neighbours", args.beam, rerank))
     for name, beam, consensus in decodings:
         start = time.perf_counter()

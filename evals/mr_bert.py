@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         assert result.test_data is not None
         head, ngrams = result.model.each_half(result.test_data.ids)
         target = torch.as_tensor(list(result.test_data.labels))
-        print(f"each half alone on the test part: the fine-tuned head {(head.argmax(-1) == target).double().mean():.4f}, "
+        print("each half alone on the test part: "
+              f"the fine-tuned head {(head.argmax(-1) == target).double().mean():.4f}, "
               f"the n-gram half {(ngrams.argmax(-1) == target).double().mean():.4f}", flush=True)
     return 0
 

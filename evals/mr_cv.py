@@ -52,7 +52,8 @@ SETTINGS: dict[str, tuple[dict[str, object], dict[str, object]]] = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=None,
-                        help="folder with rt-polarity.pos/.neg (default: $ATTNKIT_DATA/mr, else ../shared/data/mr next to the repository)")
+                        help="folder with rt-polarity.pos/.neg "
+                             "(default: $ATTNKIT_DATA/mr, else ../shared/data/mr next to the repository)")
     parser.add_argument("--model", choices=["sentiment", "document", "both"], default="both")
     parser.add_argument("--folds", type=int, default=10)
     parser.add_argument("--max-folds", type=int, default=None, help="run only the first N folds")

@@ -50,7 +50,8 @@ def read_mr(folder: Path) -> tuple[list[str], np.ndarray]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=None,
-                        help="folder with rt-polarity.pos/.neg (default: $ATTNKIT_DATA/mr, else ../shared/data/mr next to the repository)")
+                        help="folder with rt-polarity.pos/.neg "
+                             "(default: $ATTNKIT_DATA/mr, else ../shared/data/mr next to the repository)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--d-model", type=int, default=64)

@@ -11,7 +11,8 @@ pooling, so attention has a cost) twice on one seeded split, through the same
   packed into rows of ``--pack`` tokens (``attnkit train --pack``), attention
   kept within each document.
 
-Both take the same number of optimizer steps of the same number of documents; the figures are the training throughput (document tokens per CPU
+Both take the same number of optimizer steps of the same number of documents;
+the figures are the training throughput (document tokens per CPU
 second of training, validation excluded: process time, so that other jobs on a shared machine do not skew
 it; run with ``--threads 1`` for it to mean what it says) and the test accuracy, with their ratio and
 difference, measured in this one run::
@@ -47,7 +48,7 @@ from attnkit.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 
-MODEL = {"d_model": 128, "num_heads": 4, "num_layers": 2, "d_ff": 256, "dropout": 0.3,
+MODEL = {"layer": {"d_model": 128, "num_heads": 4, "d_ff": 256, "dropout": 0.3}, "num_layers": 2,
          "positional": "sinusoidal", "pooling": "attention"}
 TRAIN = {"epochs": 5, "batch_size": 64, "lr": 1e-3, "weight_decay": 0.05, "patience": 0,
          "label_smoothing": 0.1, "device": "cpu"}

@@ -85,11 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     test = read_parallel(d / "test_2016_flickr.de.gz", d / "test_2016_flickr.en.gz")
     print(f"Multi30k de→en: {len(train)} train, {len(val)} val, {len(test)} test pairs; "
           f"{torch.get_num_threads()} threads; budget {args.time_budget} min", flush=True)
-    model_options = {"d_model": 256, "num_heads": 8, "d_ff": 1024, "encoder_layers": 3, "decoder_layers": 3,
-                     "dropout": args.dropout, "attention_dropout": args.attention_dropout,
-                     "activation_dropout": args.activation_dropout, "norm_first": True, "label_smoothing": 0.1, "tie_embeddings": True}
+    layer = {"d_model": 256, "num_heads": 8, "d_ff": 1024, "dropout": args.dropout,
+             "attention_dropout": args.attention_dropout, "activation_dropout": args.activation_dropout,
+             "norm_first": True}
+    model_options = {"layer": layer, "encoder_layers": 3, "decoder_layers": 3, "label_smoothing": 0.1,
+                     "tie_embeddings": True}
     config = TranslationTrainConfig(epochs=args.epochs, max_tokens=args.batch_tokens, lr=args.lr,
-                                    warmup=args.warmup, seed=args.seed, vocab_size=args.vocab_size,
+                                    warmup_steps=args.warmup, seed=args.seed, vocab_size=args.vocab_size,
                                     time_budget_s=60.0 * args.time_budget, log_every=args.log_every,
                                     eval_sentences=args.val_bleu_sentences, average_last=args.average_last)
     try:

@@ -82,7 +82,8 @@ def main() -> None:
                      f"{deep} layers {norms[1]:.2f} (ratio {norms[1] / norms[0]:.2f})")
         print(lines[-1])
         ratios.append(norms[1] / norms[0])
-    assert ratios[0] > 1.0 > ratios[1], "post-norm's last-layer gradient should not shrink with depth, pre-norm's should"
+    assert ratios[0] > 1.0 > ratios[1], (
+        "post-norm's last-layer gradient should not shrink with depth, pre-norm's should")
     path = out / OUTPUTS[0]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     saved(path)

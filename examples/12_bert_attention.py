@@ -100,7 +100,8 @@ def main() -> None:
     rollout = attention_rollout(layers)  # (T, T)
     top = sorted(range(n), key=lambda j: -rollout[0, j])[:5]
     print("tokens flowing most into [CLS] (rollout):", [(tokens[j], round(float(rollout[0, j]), 3)) for j in top])
-    print("most attended tokens (all layers, heads):", [(t, round(s, 3)) for _, t, s in most_attended(layers, 5, tokens)])
+    print("most attended tokens (all layers, heads):",
+          [(t, round(s, 3)) for _, t, s in most_attended(layers, 5, tokens)])
 
     plot_layers_heads(layers, title="all-MiniLM-L6-v2: every layer and head", path=out / OUTPUTS[0])
     plot_attention(layers[p_layer, p_head], tokens, title=f"Previous-token head: layer {p_layer}, head {p_head}",

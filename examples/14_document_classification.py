@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -36,7 +37,7 @@ from attnkit.data.batching import LabelVocab, TextClassificationDataset, bucket_
 from attnkit.data.readers import Example, read_examples
 from attnkit.data.synthetic import keyword_corpus
 from attnkit.data.tokenization import train_tokenizer
-from attnkit.models.document import DocumentClassifier, DocumentClassifierConfig
+from attnkit.models.document import DOCUMENT_LAYER, DocumentClassifier, DocumentClassifierConfig
 from attnkit.viz.explain import plot_classification
 
 OUTPUTS = ["14_explained_prediction.png", "14_results.txt"]
@@ -70,7 +71,8 @@ def main() -> None:
     print(f"{name}: {len(train)} train, {len(test)} test, vocabulary {tokenizer.get_vocab_size()}")
 
     config = DocumentClassifierConfig(vocab_size=tokenizer.get_vocab_size(), num_classes=len(labels),
-                                      d_model=64, num_heads=4, num_layers=1, d_ff=128, dropout=0.2)
+                                      layer=replace(DOCUMENT_LAYER, d_model=64, num_heads=4, d_ff=128, dropout=0.2),
+                                      num_layers=1)
     model = DocumentClassifier(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
     epochs = 3 if small() else 4

@@ -93,7 +93,8 @@ def main() -> None:
         n = int(lengths[n_train])
         words = vocab.decode(captions[n_train, 1 : n - 1].tolist())
         with torch.no_grad():
-            forced = model(images[n_train : n_train + 1], captions[n_train : n_train + 1], lengths[n_train : n_train + 1])
+            held_out = slice(n_train, n_train + 1)
+            forced = model(images[held_out], captions[held_out], lengths[held_out])
         weights = forced.weights[0, : len(words)]  # (T, R)
     maps = model.attention_maps(weights)  # (T, h, w)
     show("attention maps of one caption", maps)

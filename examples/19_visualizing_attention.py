@@ -36,6 +36,8 @@ change the prediction?
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 from _common import output_dir, saved, show, small
@@ -45,7 +47,7 @@ from attnkit.data.batching import LabelVocab, TextClassificationDataset, bucket_
 from attnkit.data.readers import Example
 from attnkit.data.synthetic import class_keywords, keyword_corpus
 from attnkit.data.tokenization import train_tokenizer
-from attnkit.models.document import DocumentClassifier, DocumentClassifierConfig
+from attnkit.models.document import DOCUMENT_LAYER, DocumentClassifier, DocumentClassifierConfig
 from attnkit.viz.explain import plot_classification
 from attnkit.viz.measures import attention_entropy, attention_focus
 from attnkit.viz.plots import plot_heads, plot_layers_heads
@@ -65,8 +67,9 @@ def main() -> None:
     labels = LabelVocab.from_examples(examples[:cut])
     train_set = TextClassificationDataset(examples[:cut], tokenizer, labels, max_len=32)
     test_set = TextClassificationDataset(examples[cut:], tokenizer, labels, max_len=32)
-    config = DocumentClassifierConfig(vocab_size=tokenizer.get_vocab_size(), num_classes=len(labels), d_model=32,
-                                      num_heads=4, num_layers=2, d_ff=64, dropout=0.1, positional="none")
+    config = DocumentClassifierConfig(vocab_size=tokenizer.get_vocab_size(), num_classes=len(labels),
+                                      layer=replace(DOCUMENT_LAYER, d_model=32, num_heads=4, d_ff=64, dropout=0.1),
+                                      num_layers=2, positional="none")
     model = DocumentClassifier(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for epoch in range(3 if small() else 5):
@@ -93,7 +96,8 @@ def main() -> None:
     keys = [docs[cut + r].key_positions for r in range(len(lengths))]
     focus = np.mean([attention_focus(pooling[r, None, : lengths[r]], list(keys[r]))
                      for r in range(len(lengths))])
-    print(f"pooling attention on the key words: {focus:.3f} (chance about {np.mean([len(k) / n for k, n in zip(keys, lengths, strict=True)]):.3f})")
+    chance = np.mean([len(k) / n for k, n in zip(keys, lengths, strict=True)])
+    print(f"pooling attention on the key words: {focus:.3f} (chance about {chance:.3f})")
     n = lengths[0]
     entropy = attention_entropy(layers[0, :, :, :n, :n])  # (L, H)
     print("entropy per layer and head (nats) of the first example:", np.round(entropy, 2).tolist())
@@ -101,8 +105,8 @@ def main() -> None:
     tokens = [[tokenizer.id_to_token(int(i)) for i in batch["ids"][r, : lengths[r]]] for r in range(len(lengths))]
     probabilities = logits.softmax(-1)
     shown = range(min(6, len(tokens)))
-    predictions = [{"label": labels.decode(int(probabilities[r].argmax())), "probability": float(probabilities[r].max())}
-                   for r in shown]
+    predictions = [{"label": labels.decode(int(probabilities[r].argmax())),
+                    "probability": float(probabilities[r].max())} for r in shown]
     report = write_report(out / OUTPUTS[0], [tokens[r] for r in shown], layers[: len(shown)],
                           title="Keyword classifier: encoder attention", predictions=predictions,
                           example_names=[f"test {r}: {docs[cut + r].label}" for r in shown])
@@ -129,7 +133,8 @@ def main() -> None:
         ids = batch["ids"][:1, :n].clone()
         ids[0, key] = tokenizer.token_to_id(word)
         with torch.no_grad():
-            changed.append(f"key words replaced by {word!r} {model(ids, batch['lengths'][:1]).softmax(-1)[0, label]:.3f}")
+            replaced = model(ids, batch["lengths"][:1]).softmax(-1)[0, label]
+            changed.append(f"key words replaced by {word!r} {replaced:.3f}")
     print("  " + ", ".join(changed))
 
 

@@ -23,6 +23,8 @@ in the first; 48 positions again, 12% padding: 12 + 9 + 3, 7 + 5, 4 + 2.)
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from _common import output_dir, saved, show
 from matplotlib.figure import Figure
@@ -30,6 +32,7 @@ from matplotlib.figure import Figure
 from attnkit import MultiHeadAttention, masks
 from attnkit.data import collate_packed
 from attnkit.models import DocumentClassifier, DocumentClassifierConfig
+from attnkit.models.document import DOCUMENT_LAYER
 
 OUTPUTS = ["23_packing.png", "23_packing.txt"]
 
@@ -53,8 +56,9 @@ def main() -> None:
     lines.append(f"packed batch: {tuple(batch['ids'].shape)} = {packed_tokens} positions, "
                  f"{100 * (1 - sum(lengths) / packed_tokens):.0f}% padding")
 
-    model = DocumentClassifier(DocumentClassifierConfig(vocab_size=100, num_classes=2, d_model=32, num_heads=2,
-                                                        num_layers=1, d_ff=64)).eval()
+    layer = replace(DOCUMENT_LAYER, d_model=32, num_heads=2, d_ff=64)
+    model = DocumentClassifier(DocumentClassifierConfig(vocab_size=100, num_classes=2, layer=layer,
+                                                        num_layers=1)).eval()
     with torch.no_grad():
         packed = model(batch["ids"], segment_ids=batch["segment_ids"], positions=batch["positions"])  # (N, C)
         alone = torch.cat([model(it["ids"][None], torch.tensor([len(it["ids"])])) for it in items])  # (N, C)

@@ -1,1 +1,2 @@
-"""attnkit's tests, by area: core, layers, models, train, data, cli, inspect, integrations, export, viz, reference, project."""
+"""attnkit's tests, by area: core, layers, models, train, data, cli, inspect, integrations, export, viz,
+reference, project."""

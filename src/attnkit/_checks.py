@@ -18,8 +18,8 @@ type hints by :func:`dataclass_kwargs` (unknown and missing keys, a list where
 an int belongs, a NaN where a number belongs), before the class's own range
 checks run::
 
-    dataclass_kwargs(DocumentClassifierConfig, {"d_model": [64], ...})
-                                     TypeError: DocumentClassifierConfig field d_model must be an int, got [64] (list)
+    dataclass_kwargs(DocumentClassifierConfig, {"layer": {"d_model": [64]}, ...})
+                    TypeError: DocumentClassifierConfig field layer.d_model must be an int, got [64] (list)
 
 This module sits below everything else and imports nothing from attnkit, so
 any module may use it.

@@ -4,8 +4,9 @@
 command line's own dependencies, which come with the ``cli`` extra. Started
 without them, ``attnkit`` would end in ``ModuleNotFoundError: No module named
 'click'``; :func:`main` names the missing module and the extra that installs it
-instead (:func:`attnkit._lazy.missing_extra_message`, which the command line uses too). Both ``attnkit`` and ``python -m attnkit`` (so ``torchrun -m attnkit``)
-start here.
+instead (:func:`attnkit._lazy.missing_extra_message`, which the command line
+uses too). Both ``attnkit`` and ``python -m attnkit`` (so
+``torchrun -m attnkit``) start here.
 """
 
 from __future__ import annotations

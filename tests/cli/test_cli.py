@@ -47,7 +47,7 @@ def test_train_evaluate_predict_and_refuse_overwrite(tmp_path, data_csv) -> None
     for name in ("model.safetensors", "config.json", "tokenizer.json", "labels.json", "history.jsonl"):
         assert (committed_dir(out) / name).is_file(), name
     meta = json.loads((committed_dir(out) / "config.json").read_text())
-    assert meta["status"] == "done" and meta["model_config"]["d_model"] == 16
+    assert meta["status"] == "done" and meta["model_config"]["layer"]["d_model"] == 16
     assert len((committed_dir(out) / "history.jsonl").read_text().splitlines()) == meta["epochs_run"]
 
     result = _invoke("evaluate", str(out), "--data", str(data_csv), "--json")
@@ -93,15 +93,15 @@ def test_predict_explains_both_halves_of_the_default_model(tmp_path, data_csv) -
 
 def test_config_file_sets_defaults_and_flags_override(tmp_path, data_csv) -> None:
     config = tmp_path / "run.yaml"
-    config.write_text("epochs: 1\nbatch-size: 8\nmodel: document\nmodel_options:\n  d_model: 8\n"
-                      "  num_heads: 2\n  num_layers: 0\n")
+    config.write_text("epochs: 1\nbatch-size: 8\nmodel: document\nmodel_options:\n  layer:\n    d_model: 8\n"
+                      "    num_heads: 2\n  num_layers: 0\n")
     out = tmp_path / "run"
     result = _invoke("train", "--config", str(config), "--data", str(data_csv), "--out", str(out),
                      "--batch-size", "32", "--device", "cpu", "--quiet")
     assert result.exit_code == 0, result.output
     meta = json.loads((committed_dir(out) / "config.json").read_text())
     assert meta["train_config"]["epochs"] == 1 and meta["train_config"]["batch_size"] == 32
-    assert meta["model_name"] == "document" and meta["model_config"]["d_model"] == 8
+    assert meta["model_name"] == "document" and meta["model_config"]["layer"]["d_model"] == 8
 
 
 def test_unknown_config_key_is_a_clear_error(tmp_path, data_csv) -> None:
@@ -122,7 +122,7 @@ def test_config_keys_are_the_long_option_names(tmp_path) -> None:
     data.write_text("text,label\n" + "".join(f"{text},{label}\n" for label, text in rows), encoding="utf-8")
     config = tmp_path / "run.toml"
     config.write_text(f'data = "{data.as_posix()}"\nformat = "csv"\nval-ratio = 0.2\ntest_ratio = 0.25\n'
-                      'model = "document"\nepochs = 1\n[model_options]\nd_model = 8\nnum_heads = 2\n'
+                      'model = "document"\nepochs = 1\n[model_options]\nlayer.d_model = 8\nlayer.num_heads = 2\n'
                       "num_layers = 0\n")
     out = tmp_path / "run"
     result = _invoke("train", "--config", str(config), "--out", str(out), "--device", "cpu", "--quiet")
@@ -196,7 +196,8 @@ def test_interrupted_cli_run_resumes_to_identical_weights(tmp_path, data_csv, mo
     monkeypatch.setattr(Trainer, "_train_epoch", original)
     resumed = _invoke("train", "--out", str(run), "--resume", "--quiet")
     assert resumed.exit_code == 0, resumed.output
-    a, b = load_tensors(committed_dir(straight) / "model.safetensors"), load_tensors(committed_dir(run) / "model.safetensors")
+    a = load_tensors(committed_dir(straight) / "model.safetensors")
+    b = load_tensors(committed_dir(run) / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -271,7 +272,7 @@ def test_the_default_recipe_is_the_wide_model_with_its_training_settings(tmp_pat
     assert other.exit_code == 0
     assert overridden["data_settings"]["max_len"] == 64 and overridden["data_settings"]["vocab_size"] == 100_000
     plain = _invoke("train", "--data", str(data_csv), "--out", str(tmp_path / "doc"), "--model", "document",
-                    "--model-opt", "d_model=8", "--model-opt", "num_layers=0", "--epochs", "1", "--device", "cpu",
+                    "--model-opt", "layer.d_model=8", "--model-opt", "num_layers=0", "--epochs", "1", "--device", "cpu",
                     "--quiet")
     assert plain.exit_code == 0, plain.output
     doc = json.loads((committed_dir(tmp_path / "doc") / "config.json").read_text())

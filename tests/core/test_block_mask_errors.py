@@ -22,7 +22,9 @@ def test_mask_mod_that_returns_no_tensor() -> None:
 
 
 def test_mask_mod_with_more_dims_than_the_indices() -> None:
-    with pytest.raises(ValueError, match=r"mask_mod returned shape \(1, 1, 1, 16, 16\), which does not broadcast to the index shape \(1, 1, 16, 16\)"):
+    message = (r"mask_mod returned shape \(1, 1, 1, 16, 16\), "
+               r"which does not broadcast to the index shape \(1, 1, 16, 16\)")
+    with pytest.raises(ValueError, match=message):
         masks.create_block_mask(lambda b, h, qi, ki: (ki <= qi)[None], None, None, T, T, block_size=8)
 
 

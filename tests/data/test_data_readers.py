@@ -150,7 +150,8 @@ def test_mr_real_line_count() -> None:
     _check_mr(MR, 10662, 5331)
 
 
-_labels = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zs", "Zl", "Zp")), min_size=1, max_size=8)
+_labels = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zs", "Zl", "Zp")),
+                  min_size=1, max_size=8)
 _texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40).filter(
     lambda t: t.strip() != ""
 )

@@ -133,7 +133,7 @@ def test_efficientnet_is_frozen_by_default_and_fine_tunes_its_last_blocks() -> N
     features = model.encode(torch.rand(2, 3, 32, 32))
     assert features.shape == (2, 1, 1280) and not features.requires_grad
     tuned = _lite(fine_tune_blocks=2)
-    trainable = {n.split(".")[1] + "." + n.split(".")[2] for n, p in tuned.encoder.named_parameters() if p.requires_grad}
+    trainable = {".".join(n.split(".")[1:3]) for n, p in tuned.encoder.named_parameters() if p.requires_grad}
     assert trainable == {"_blocks.14", "_blocks.15", "_conv_head.weight", "_bn1.weight", "_bn1.bias"}
     tuned.train()
     assert tuned.encoder.net._blocks[15].training and not tuned.encoder.net._blocks[13].training
@@ -217,7 +217,8 @@ def test_per_image_epochs_take_each_caption_in_turn_and_buckets_keep_every_row()
     seen = [sorted(torch.cat(task.batches(e)).tolist()) for e in range(5)]
     assert all(len(s) == 3 and sorted(index[s].tolist()) == [0, 1, 2] for s in seen)
     assert sorted(r for s in seen for r in s if r < 10) == list(range(10))  # 5 epochs: every caption of 0 and 1
-    assert [b.tolist() for b in task.batches(3)] == [b.tolist() for b in task.batches(3)]  # a pure function of the seed and the epoch
+    # a pure function of the seed and the epoch
+    assert [b.tolist() for b in task.batches(3)] == [b.tolist() for b in task.batches(3)]
     full = CaptionTask(torch.zeros(3, 4, 2), torch.zeros(13, 9, dtype=torch.long), lengths, batch_size=4, seed=0,
                        image_index=index, features=True, bucket=True)
     assert sorted(torch.cat(full.batches(0)).tolist()) == list(range(13))

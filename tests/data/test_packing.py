@@ -82,8 +82,8 @@ def test_explicit_positions_equal_offsets() -> None:
 
 
 MODELS = {
-    "document": {"d_model": 16, "num_heads": 2, "num_layers": 2, "d_ff": 32, "parameter_free_layers": 1},
-    "document-learned-mean": {"d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32,
+    "document": {"layer": {"d_model": 16, "num_heads": 2, "d_ff": 32}, "num_layers": 2, "parameter_free_layers": 1},
+    "document-learned-mean": {"layer": {"d_model": 16, "num_heads": 2, "d_ff": 32}, "num_layers": 1,
                               "positional": "learned", "pooling": "mean", "max_len": 32},
     "sentiment": {"embed_dim": 12, "hidden_size": 8, "attention_dim": 8},
     "han": {"embed_dim": 12, "word_hidden": 6, "sentence_hidden": 6, "attention_dim": 8,
@@ -194,7 +194,8 @@ def test_trainer_learns_from_packed_batches() -> None:
     data = TextClassificationDataset(examples, tok, labels, 16)
     torch.manual_seed(0)
     model = build_model("document", {"vocab_size": tok.get_vocab_size(), "num_classes": len(labels),
-                                     "d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32, "dropout": 0.0})
+                                     "layer": {"d_model": 16, "num_heads": 2, "d_ff": 32, "dropout": 0.0},
+                                     "num_layers": 1})
     config = TrainConfig(epochs=4, batch_size=16, lr=1e-2, patience=0, device="cpu", pack=32)
     trainer = Trainer(model, config, data, data, quiet=True)
     assert isinstance(trainer.task, ClassificationTask) and isinstance(trainer.task.train_collate, PackedCollator)

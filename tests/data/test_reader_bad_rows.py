@@ -128,7 +128,8 @@ def test_folder_empty_document_is_a_bad_row(tmp_path: Path) -> None:
     reports: list[SkippedRows] = []
     assert read_examples(tmp_path, skip_bad_rows=True, on_skipped=reports.append) == [
         Example("dull , slow", "neg"), Example("a fine film", "pos")]
-    assert reports[0].count == 1 and reports[0].summary() == f"skipped 1 bad row(s) in {tmp_path}: neg/1.txt (empty text)"
+    assert reports[0].count == 1
+    assert reports[0].summary() == f"skipped 1 bad row(s) in {tmp_path}: neg/1.txt (empty text)"
 
 
 def test_polarity_has_no_bad_rows(tmp_path: Path) -> None:

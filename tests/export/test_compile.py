@@ -208,8 +208,9 @@ def test_document_classifier_compiles_once_for_every_batch_shape() -> None:
     """dynamic=True: one graph serves other batch sizes and lengths, padding included."""
     from torch._dynamo.utils import counters
 
-    config = DocumentClassifierConfig(vocab_size=40, num_classes=3, d_model=16, num_heads=H, num_layers=1,
-                                      d_ff=32, max_len=32, dropout=0.0)
+    layer = TransformerLayerConfig(16, H, 32, activation="gelu", norm_first=True)
+    config = DocumentClassifierConfig(vocab_size=40, num_classes=3, layer=layer,
+                                      num_layers=1, max_len=32)
     model = DocumentClassifier(config).eval()
     compiled = torch.compile(model, backend="eager", fullgraph=True, dynamic=True)  # dynamo alone
     counters.clear()
@@ -240,7 +241,7 @@ def _traced(name: str) -> tuple[Callable[..., object], Tensors]:
                                     "num_attention_heads": H, "intermediate_size": 32, "max_position_embeddings": 32,
                                     "cls_token_id": 1, "sep_token_id": 2, "max_len": 30}).eval()
         return bert, (ids, lengths)
-    config = {"vocab_size": 40, "num_classes": 3, "d_model": 16, "num_heads": H, "d_ff": 32, "max_len": 32}
+    config = {"vocab_size": 40, "num_classes": 3, "layer": {"d_model": 16, "num_heads": H, "d_ff": 32}, "max_len": 32}
     if name == "document-parameter-free":
         config.update(num_layers=0, parameter_free_layers=1, pooling="mean", positional="learned")
     return build_model("document", config).eval(), (ids, lengths)

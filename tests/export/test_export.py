@@ -17,6 +17,7 @@ import torch
 from torch.export import Dim, ExportedProgram
 
 from attnkit import masks
+from attnkit.blocks import TransformerLayerConfig
 from attnkit.layers import MultiHeadAttention
 from attnkit.models import DocumentClassifier, DocumentClassifierConfig
 
@@ -31,8 +32,9 @@ def _attention_layer() -> MultiHeadAttention:
 
 def _classifier() -> DocumentClassifier:
     torch.manual_seed(0)
-    config = DocumentClassifierConfig(vocab_size=40, num_classes=3, d_model=D, num_heads=H, num_layers=2,
-                                      d_ff=32, max_len=32, dropout=0.0)
+    layer = TransformerLayerConfig(D, H, 32, activation="gelu", norm_first=True)
+    config = DocumentClassifierConfig(vocab_size=40, num_classes=3, layer=layer,
+                                      num_layers=2, max_len=32)
     return DocumentClassifier(config).eval()
 
 

@@ -12,7 +12,8 @@ D, H, B, TQ, TK = 16, 4, 3, 5, 6
 
 
 def _param_grads(ours: MultiHeadAttention) -> list[torch.Tensor]:
-    names = ["q_proj.weight", "k_proj.weight", "v_proj.weight", "q_proj.bias", "k_proj.bias", "v_proj.bias", "out_proj.weight"]
+    names = ["q_proj.weight", "k_proj.weight", "v_proj.weight", "q_proj.bias", "k_proj.bias", "v_proj.bias",
+             "out_proj.weight"]
     params = dict(ours.named_parameters())
     return [params[n].grad for n in names]  # type: ignore[misc]
 
@@ -52,7 +53,8 @@ def test_from_torch_parity(case: str, dtype: torch.dtype, tol: float) -> None:
     if causal:
         torch_kwargs["attn_mask"] = ~masks.causal(TQ, tk)
     if case == "batch-second":
-        ref_out, ref_w = ref(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), average_attn_weights=False, **torch_kwargs)
+        ref_out, ref_w = ref(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), average_attn_weights=False,
+                             **torch_kwargs)
         ref_out = ref_out.transpose(0, 1)
     else:
         ref_out, ref_w = ref(q, k, v, average_attn_weights=False, **torch_kwargs)
@@ -143,13 +145,18 @@ def test_dropout_only_in_training() -> None:
         (lambda: MultiHeadAttention(16, 4, kv_heads=3), ValueError, r"kv_heads=3 must divide num_heads=4"),
         (lambda: MultiHeadAttention(16, 4, dropout=-0.5), ValueError, r"dropout must be .*-0\.5"),
         (lambda: MultiHeadAttention(16, 0), ValueError, "num_heads must be a positive int"),
-        (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 16)), ValueError, r"query must be \(B, T, 16\), got shape \(2, 16\)"),
+        (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 16)), ValueError,
+         r"query must be \(B, T, 16\), got shape \(2, 16\)"),
         (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 8)), ValueError, r"query must be \(B, T, 16\)"),
-        (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), mask=torch.zeros(2, 1, 1, 3)), TypeError, "mask must be a boolean"),
-        (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), mask=torch.ones(2, 3, dtype=torch.bool)), ValueError, r"does not broadcast to \(B, H, Tq, Tk\) = \(2, 4, 3, 3\)"),
-        (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), torch.randn(2, 3, 16)), ValueError, "pass both key and value"),
+        (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), mask=torch.zeros(2, 1, 1, 3)), TypeError,
+         "mask must be a boolean"),
+        (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), mask=torch.ones(2, 3, dtype=torch.bool)), ValueError,
+         r"does not broadcast to \(B, H, Tq, Tk\) = \(2, 4, 3, 3\)"),
+        (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), torch.randn(2, 3, 16)), ValueError,
+         "pass both key and value"),
         (lambda: MultiHeadAttention.from_torch(nn.Linear(2, 2)), TypeError, "nn.MultiheadAttention"),
-        (lambda: MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_bias_kv=True)), ValueError, "add_bias_kv"),
+        (lambda: MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_bias_kv=True)), ValueError,
+         "add_bias_kv"),
     ],
 )
 def test_bad_input(make, error, pattern) -> None:  # type: ignore[no-untyped-def]

@@ -24,8 +24,8 @@ from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 def model_with(vocab: int, seed: int) -> Seq2SeqTransformer:
     torch.manual_seed(seed)
     model = Seq2SeqTransformer(Seq2SeqConfig(
-        src_vocab_size=vocab, tgt_vocab_size=vocab, layer=TransformerLayerConfig(16, 2, 32, norm_first=True), encoder_layers=1,
-        decoder_layers=2, shared_vocab=True))
+        src_vocab_size=vocab, tgt_vocab_size=vocab, layer=TransformerLayerConfig(16, 2, 32, norm_first=True),
+        encoder_layers=1, decoder_layers=2, shared_vocab=True))
     with torch.no_grad():  # sharper, more varied distributions than the initial near-uniform ones
         model.out_proj.weight.mul_(4.0)
     return model.eval()

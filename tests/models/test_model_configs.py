@@ -38,9 +38,11 @@ OLD_BERT_RUN_CONFIG: dict[str, Any] = {
 }
 OLD_RUN_CONFIGS: dict[str, dict[str, Any]] = {
     "document": {
-        "vocab_size": 50, "num_classes": 3, "d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32,
-        "dropout": 0.1, "pooling": "attention", "pooling_hidden": None, "positional": "sinusoidal",
-        "max_len": 64, "norm_first": True, "activation": "gelu", "parameter_free_layers": 0,
+        "vocab_size": 50, "num_classes": 3, "num_layers": 1, "pooling": "attention", "pooling_hidden": None,
+        "positional": "sinusoidal", "max_len": 64, "parameter_free_layers": 0,
+        "layer": {"d_model": 16, "num_heads": 2, "d_ff": 32, "dropout": 0.1, "activation": "gelu",
+                  "norm_first": True, "layer_norm_eps": 1e-5, "kv_heads": None, "bias": True,
+                  "attention_dropout": None, "activation_dropout": None},
     },
     "sentiment": {
         "vocab_size": 50, "num_classes": 2, "embed_dim": 8, "hidden_size": 8, "num_layers": 1,

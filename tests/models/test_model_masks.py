@@ -1,7 +1,8 @@
 """Masks once, at the model boundary; weights only where they are asked for.
 
-A text classifier turns ``lengths`` into one key mask at its entry
-(:func:`attnkit.masks.from_lengths`) and hands that same tensor to every layer;
+A text classifier turns ``lengths`` into one :class:`~attnkit.attention.masks.AttentionMask`
+at its entry (:func:`attnkit.masks.from_lengths` and its rows with a key) and hands that
+same object to every layer and pooling;
 ``return_weights="pooling"`` (what ``predict --explain`` asks for) computes no
 attention maps in the layers below the pooling.
 """
@@ -18,6 +19,7 @@ from torch import Tensor, nn
 import attnkit.layers.bert as bert_layers
 import attnkit.layers.multi_head as multi_head
 from attnkit import masks
+from attnkit.blocks import TransformerLayerConfig
 from attnkit.models import build_model
 from attnkit.models.base import TextClassifier
 from attnkit.models.bert import BertConfig, BertModel
@@ -30,7 +32,8 @@ V = 60
 
 def _document(**extra: Any) -> DocumentClassifier:
     torch.manual_seed(0)
-    config = dict(vocab_size=V, num_classes=3, d_model=16, num_heads=2, d_ff=32, num_layers=2, dropout=0.0)
+    layer = TransformerLayerConfig(16, 2, 32, activation="gelu", norm_first=True)
+    config = dict(vocab_size=V, num_classes=3, layer=layer, num_layers=2)
     return DocumentClassifier(DocumentClassifierConfig(**{**config, **extra})).eval()
 
 
@@ -100,7 +103,7 @@ def attention_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, 
     yield calls
 
 
-def test_every_layer_of_the_document_model_gets_the_same_mask_tensor(
+def test_every_layer_of_the_document_model_gets_the_same_mask_object(
     attention_calls: list[dict[str, Any]], from_lengths_calls: list[Tensor]
 ) -> None:
     model = _document()
@@ -108,7 +111,9 @@ def test_every_layer_of_the_document_model_gets_the_same_mask_tensor(
     model.pooling.register_forward_pre_hook(lambda _m, _a, kw: seen.append(kw["mask"]), with_kwargs=True)
     with torch.no_grad():
         model(*_batch(), return_weights=True)
-    (mask,) = from_lengths_calls
+    (allowed,) = from_lengths_calls
+    mask = attention_calls[0]["mask"]
+    assert isinstance(mask, masks.AttentionMask) and mask.allowed is allowed
     assert len(attention_calls) == 2 and all(call["mask"] is mask for call in attention_calls)
     assert len(seen) == 1 and seen[0] is mask
 
@@ -212,3 +217,97 @@ def test_pooling_takes_the_models_mask_as_it_is() -> None:
     assert (w4[1, :, 2:] == 0).all()
     with pytest.raises(ValueError, match=r"does not broadcast to \(B, H, Tq, Tk\) = \(3, 1, 2, 5\)"):
         pool(x, mask=key_mask[:, :, :, :4])
+
+
+def _small(name: str, **options: Any) -> nn.Module:
+    torch.manual_seed(0)
+    return build_model(name, {"vocab_size": V, "num_classes": 3, **options}).eval()
+
+
+TEXT_CLASSIFIERS: dict[str, Callable[[], nn.Module]] = {
+    **MODELS,
+    "document-mean": lambda: _document(pooling="mean"),
+    "wide": lambda: _small("wide", embed_dim=8, attention_dim=8, ngram_rows=16, dropout=0.0),
+    "wide-lstm": lambda: _small("wide", embed_dim=8, attention_dim=8, ngram_rows=16, dropout=0.0,
+                                encoder="lstm", hidden_size=8),
+    "han": lambda: _small("han", embed_dim=8, word_hidden=4, sentence_hidden=4, attention_dim=6, dropout=0.0,
+                          sentence_end_ids=(7,), sentence_len=5),
+}
+
+
+def _masks_seen(model: nn.Module, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any], list[Any]]:
+    """The masks ``model.prepare`` makes, and those its poolings and attention calls receive, during the test."""
+    import attnkit.models.document as document
+
+    made: list[Any] = []
+    prepare = model.prepare
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        out = prepare(*args, **kwargs)
+        made.append(out[2])
+        return out
+
+    monkeypatch.setattr(model, "prepare", recording)
+    pooled: list[Any] = []
+    for module in model.modules():
+        if module.__class__.__name__ == "AttentionPooling":
+            module.register_forward_pre_hook(lambda _m, _a, kw: pooled.append(kw["mask"]), with_kwargs=True)
+    attended: list[Any] = []
+    for owner in (multi_head, bert_layers, document):
+        original = owner.attention
+
+        def spy(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            attended.append(kwargs["mask"])
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, "attention", spy)
+    return made, pooled, attended
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_CLASSIFIERS))
+def test_the_entry_mask_reaches_every_layer_unchanged(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One AttentionMask, made by ``prepare``; the layers below read that object, never a rebuilt tensor."""
+    model = TEXT_CLASSIFIERS[name]()
+    made, pooled, attended = _masks_seen(model, monkeypatch)
+    with torch.no_grad():
+        model(*_batch(), return_weights=True)
+    (mask,) = made
+    assert isinstance(mask, masks.AttentionMask) and mask.allowed.shape == (4, 1, 1, 12)
+    assert pooled or attended
+    if name == "han":  # words and sentences: one mask per level, each made where that level's batch is formed
+        assert len(pooled) == 2 and all(isinstance(m, masks.AttentionMask) for m in pooled)
+    elif name == "bert":  # BERT's own layout, [CLS] tokens [SEP]: made once from the entry mask, read by every layer
+        keys = attended[0]
+        assert isinstance(keys, masks.AttentionMask) and all(m is keys for m in attended)
+        assert torch.equal(keys.allowed[..., 2:], mask.allowed)
+    else:
+        assert all(m is mask for m in pooled + attended)
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_CLASSIFIERS))
+def test_a_padded_batch_equals_each_example_alone(name: str) -> None:
+    model = TEXT_CLASSIFIERS[name]()
+    ids, lengths = _batch()
+    with torch.no_grad():
+        logits, weights = model(ids, lengths, return_weights="pooling")
+        for i, n in enumerate(lengths.tolist()):
+            alone, alone_w = model(ids[i : i + 1, :n], lengths[i : i + 1], return_weights="pooling")
+            torch.testing.assert_close(alone, logits[i : i + 1], atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(alone_w["pooling"], weights["pooling"][i : i + 1, :n], atol=1e-6, rtol=1e-6)
+            assert (weights["pooling"][i, n:] == 0).all()
+
+
+def test_a_row_with_no_key_gives_zeros_in_pooling_and_attention() -> None:
+    """What the design promises for a query with no key, given the model's mask object: zeros, never NaN."""
+    from attnkit.layers.pooling import AttentionPooling
+
+    torch.manual_seed(0)
+    mask = masks.AttentionMask.from_lengths(torch.tensor([3, 0]), 4)
+    x = torch.randn(2, 4, 8, requires_grad=True)
+    pooled, weights = AttentionPooling(8, hidden_dim=4)(x, mask=mask, return_weights=True)
+    assert torch.equal(pooled[1], torch.zeros(8)) and torch.equal(weights[1], torch.zeros(4))
+    assert torch.allclose(weights[0].sum(), torch.tensor(1.0)) and (weights[0, 3:] == 0).all()
+    out = multi_head.MultiHeadAttention(8, 2)(x, mask=mask)
+    assert torch.equal(out[1], torch.zeros(4, 8))
+    (pooled.sum() + out.sum()).backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()

@@ -21,19 +21,19 @@ from attnkit.models.hierarchical import sentence_end_ids, split_sentences
 
 V = 60
 SMALL: dict[str, tuple[str, dict[str, Any]]] = {
-    "document": ("document", dict(d_model=16, num_heads=2, d_ff=32, num_layers=2, dropout=0.0)),
+    "document": ("document", dict(layer=dict(d_model=16, num_heads=2, d_ff=32, dropout=0.0), num_layers=2)),
     "document-learned-mean": (
         "document",
-        dict(d_model=16, num_heads=2, d_ff=32, num_layers=1, positional="learned", max_len=64,
-             pooling="mean", pooling_hidden=None, dropout=0.0, norm_first=False),
+        dict(layer=dict(d_model=16, num_heads=2, d_ff=32, dropout=0.0, norm_first=False), num_layers=1,
+             positional="learned", max_len=64, pooling="mean", pooling_hidden=None),
     ),
     "document-parameter-free": (
         "document",
-        dict(d_model=16, num_layers=0, parameter_free_layers=1, pooling="mean", positional="none",
-             dropout=0.0),
+        dict(layer=dict(d_model=16, dropout=0.0), num_layers=0, parameter_free_layers=1, pooling="mean",
+             positional="none"),
     ),
     "document-attention-hidden": (
-        "document", dict(d_model=16, num_heads=4, d_ff=16, num_layers=1, pooling_hidden=8, dropout=0.0),
+        "document", dict(layer=dict(d_model=16, num_heads=4, d_ff=16, dropout=0.0), num_layers=1, pooling_hidden=8),
     ),
     "sentiment": ("sentiment", dict(embed_dim=16, hidden_size=8, attention_dim=8, dropout=0.0)),
     "sentiment-2layer": (
@@ -122,7 +122,7 @@ def test_loss_falls_on_keyword_batch(key: str) -> None:
 
 def test_trained_attention_pooling_focuses_on_key_words() -> None:
     data, keys, vocab_size = _keyword_batch(128)
-    config = dict(d_model=16, num_layers=0, positional="none", dropout=0.0)
+    config = dict(layer=dict(d_model=16, dropout=0.0), num_layers=0, positional="none")
     model = build_model("document", {"vocab_size": vocab_size, "num_classes": 2, **config})
     opt = torch.optim.Adam(model.parameters(), lr=2e-2)
     for _ in range(40):
@@ -234,14 +234,17 @@ def test_registry_and_config_errors() -> None:
     with pytest.raises(ValueError, match=r"unknown model 'cnn'; valid names are \['bert', 'document', 'han', "
                                          r"'sentiment', 'wide'\]"):
         build_model("cnn", {"vocab_size": 10, "num_classes": 2})
-    with pytest.raises(ValueError, match=r"unknown DocumentClassifierConfig field\(s\) \['d_modle'\]; valid fields are \['vocab_size'"):
+    with pytest.raises(ValueError, match=r"unknown DocumentClassifierConfig field\(s\) \['d_modle'\]; "
+                                         r"valid fields are \['vocab_size'"):
         build_model("document", {"vocab_size": 10, "num_classes": 2, "d_modle": 8})
     with pytest.raises(ValueError, match=r"missing required field\(s\) \['num_classes'\]"):
         config_from_dict("sentiment", {"vocab_size": 10})
     with pytest.raises(ValueError, match=r"pooling must be one of \['attention', 'mean'\], got 'max'"):
         DocumentClassifierConfig(vocab_size=10, num_classes=2, pooling="max")
-    with pytest.raises(ValueError, match="d_model=10 must be divisible by num_heads=4"):
-        DocumentClassifierConfig(vocab_size=10, num_classes=2, d_model=10)
+    with pytest.raises(ValueError, match="field layer: d_model=10 must be divisible by num_heads=4"):
+        config_from_dict("document", {"vocab_size": 10, "num_classes": 2, "layer": {"d_model": 10}})
+    with pytest.raises(TypeError, match="layer must be a TransformerLayerConfig, got dict"):
+        DocumentClassifierConfig(vocab_size=10, num_classes=2, layer={"d_model": 16})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="dropout must be a float in"):
         config_from_dict("han", {"vocab_size": 10, "num_classes": 2, "dropout": 1.5})
     with pytest.raises(ValueError, match="sentence_end_ids must be a tuple of token ids"):

@@ -15,7 +15,8 @@ from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 
 
 def tiny(**overrides: object) -> Seq2SeqTransformer:
-    options: dict[str, object] = dict(src_vocab_size=17, tgt_vocab_size=13, layer=TransformerLayerConfig(16, 4, 32, norm_first=True),
+    options: dict[str, object] = dict(src_vocab_size=17, tgt_vocab_size=13,
+                                      layer=TransformerLayerConfig(16, 4, 32, norm_first=True),
                                       encoder_layers=2, decoder_layers=2)
     options.update(overrides)
     return Seq2SeqTransformer(Seq2SeqConfig(**options)).eval()  # type: ignore[arg-type]
@@ -70,7 +71,8 @@ def test_forward_shapes_and_cross_attention_alignments() -> None:
 @pytest.mark.parametrize("shared", [True, False])
 def test_cached_decoding_equals_full_recomputation(norm_first: bool, shared: bool) -> None:
     vocab = 17 if shared else 13
-    model = tiny(layer=TransformerLayerConfig(16, 4, 32, norm_first=norm_first), shared_vocab=shared, tgt_vocab_size=vocab, tie_embeddings=shared)
+    model = tiny(layer=TransformerLayerConfig(16, 4, 32, norm_first=norm_first), shared_vocab=shared,
+                 tgt_vocab_size=vocab, tie_embeddings=shared)
     src, lengths, tgt = batch(tt=6, tgt_vocab=vocab)
     full = model(src, lengths, tgt)  # (B, Tt, V)
     encoded, cache = model.encode(src, lengths), model.init_cache()
@@ -146,8 +148,8 @@ def test_tiny_model_learns_the_copy_task() -> None:
     rng = random.Random(0)
     torch.manual_seed(0)
     model = Seq2SeqTransformer(Seq2SeqConfig(
-        src_vocab_size=10, tgt_vocab_size=10, layer=TransformerLayerConfig(32, 4, 64, norm_first=True), encoder_layers=1,
-        decoder_layers=1, shared_vocab=True, label_smoothing=0.0))
+        src_vocab_size=10, tgt_vocab_size=10, layer=TransformerLayerConfig(32, 4, 64, norm_first=True),
+        encoder_layers=1, decoder_layers=1, shared_vocab=True, label_smoothing=0.0))
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))
     first = None

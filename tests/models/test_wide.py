@@ -54,7 +54,7 @@ def test_the_wide_half_is_a_normalised_sum_added_to_predict_and_left_out_in_trai
     model.init_from_training_data([[7, 8, 9]], [0])  # gives "7 8" and "8 9" their rows
     ids, lengths = torch.tensor([[7, 8, 9, 0]]), torch.tensor([3])
     mask = torch.arange(4)[None, :] < lengths[:, None]  # (B, T)
-    deep_only = model(ids, lengths) - model.wide_logits(ids, mask[:, None, None, :])
+    deep_only = model(ids, lengths) - model.wide_logits(ids, model.prepare(ids, lengths)[2])
     model.wide.normal_()
     assert model.bigram_keys is not None
     feats, real = ngram_features(ids, mask, V, BUCKETS, model.bigram_keys)

@@ -75,7 +75,8 @@ def test_no_private_copies_of_the_positive_int_check_remain() -> None:
     """The validators live in attnkit._checks; modules that were cleaned up keep no copy."""
     root = pathlib.Path(_checks.__file__).parent
     cleaned = [
-        "positional.py", "decoding/search.py", "decoding/translation.py", "layers/image.py", "layers/additive.py", "layers/pooling.py",
+        "positional.py", "decoding/search.py", "decoding/translation.py", "layers/image.py", "layers/additive.py",
+        "layers/pooling.py",
         "layers/multi_head.py", "layers/relative.py", "layers/linear.py", "layers/bert.py",
         "blocks/feed_forward.py", "blocks/cache.py", "blocks/config.py", "models/config.py",
         "train/config.py",

@@ -35,14 +35,16 @@ import pytest
 PACKAGES = ["attnkit", "attnkit.attention", "attnkit.layers", "attnkit.blocks", "attnkit.models", "attnkit.reference",
             "attnkit.data", "attnkit.train", "attnkit.viz", "attnkit.inspect"]
 EXTRA_MODULES = ["attnkit.attention.dispatch", "attnkit.attention.types", "attnkit.attention.block_mask",
-                 "attnkit.attention.score_mods", "attnkit.attention.kernels.tiles", "attnkit.positional", "attnkit.decoding", "attnkit.models.seq2seq",
+                 "attnkit.attention.score_mods", "attnkit.attention.kernels.tiles", "attnkit.positional",
+                 "attnkit.decoding", "attnkit.models.seq2seq",
                  "attnkit.models.captioning", "attnkit.models.visual", "attnkit.data.shapes",
                  "attnkit.data.captions", "attnkit.data.parallel", "attnkit.inspect.torch_nn",
                  "attnkit.inspect.hf", "attnkit.inspect.timm_attention", "attnkit.inspect.own_layers",
                  "attnkit.inspect.sources", "attnkit.viz.neuron", "attnkit.viz.notebook"]
 
 SHAPE_EXEMPT: dict[str, str] = {
-    "attnkit.attention.dispatch.choose_backend": "takes attention()'s arguments, whose Shape section applies; returns a BackendChoice",
+    "attnkit.attention.dispatch.choose_backend":
+        "takes attention()'s arguments, whose Shape section applies; returns a BackendChoice",
     "attnkit.attention.masks.combine": "shape-generic: returns the broadcast of the given masks",
     "attnkit.attention.masks.to_additive": "element-wise: the bias has the mask's shape",
     "attnkit.attention.masks.check_mask": "validator: the target shape is an argument",
@@ -180,7 +182,8 @@ def test_exemptions_are_current() -> None:
     definitions = _definitions()
     stale = sorted(p for p in SHAPE_EXEMPT if p not in definitions)
     assert not stale, f"SHAPE_EXEMPT names that are no longer public: {stale}"
-    needless = sorted(p for p in SHAPE_EXEMPT if not involves_arrays(definitions[p]) or has_shape_section(definitions[p]))
+    needless = sorted(p for p in SHAPE_EXEMPT
+                      if not involves_arrays(definitions[p]) or has_shape_section(definitions[p]))
     assert not needless, f"SHAPE_EXEMPT names the rule no longer flags: {needless}"
 
 

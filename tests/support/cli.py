@@ -8,8 +8,8 @@ from pathlib import Path
 from attnkit.data.synthetic import keyword_corpus
 
 # A document model small enough that `attnkit train` takes about a second.
-TINY = ["--model", "document", "--model-opt", "d_model=16", "--model-opt", "num_heads=2",
-        "--model-opt", "num_layers=0", "--model-opt", "dropout=0.0", "--epochs", "3", "--batch-size", "16",
+TINY = ["--model", "document", "--model-opt", "layer.d_model=16", "--model-opt", "layer.num_heads=2",
+        "--model-opt", "num_layers=0", "--model-opt", "layer.dropout=0.0", "--epochs", "3", "--batch-size", "16",
         "--lr", "0.01", "--device", "cpu", "--quiet"]
 
 

@@ -264,24 +264,26 @@ def test_numpy_run_refuses_bad_labels_vocab_and_nan_weights(numpy_run, tmp_path)
 # --- config.json values: checked by type and range, the field and the file named ---------------------
 
 
-def _edit_config(run: Path, **fields) -> Path:
+def _edit_config(run: Path, layer: dict | None = None, **fields) -> Path:
     path = committed_dir(run) / "config.json"
     meta = json.loads(path.read_text())
     meta["model_config"].update(fields)
+    meta["model_config"]["layer"].update(layer or {})
     _replace(path, json.dumps(meta))
     return path
 
 
 @pytest.mark.parametrize(("fields", "needles"), [
-    ({"d_model": [16]}, ["field d_model must be an int", "[16] (list)"]),
-    ({"activation": ["relu"]}, ["field activation must be a string", "['relu'] (list)"]),
-    ({"dropout": "0.1"}, ["field dropout must be a finite number"]),
-    ({"d_model": 0}, ["d_model must be a positive int, got 0"]),
-    ({"num_heads": -2}, ["num_heads must be a positive int, got -2"]),
-    ({"num_layers": 1, "num_heads": 3}, ["d_model=16 must be divisible by num_heads=3"]),
-    ({"num_layers": 1, "num_heads": 32}, ["d_model=16 must be divisible by num_heads=32"]),  # Dh would be 0
+    ({"layer": {"d_model": [16]}}, ["field layer.d_model must be an int", "[16] (list)"]),
+    ({"layer": {"activation": ["relu"]}}, ["field layer.activation must be a string", "['relu'] (list)"]),
+    ({"layer": {"dropout": "0.1"}}, ["field layer.dropout must be a finite number"]),
+    ({"layer": {"d_model": 0}}, ["layer.d_model must be a positive int, got 0"]),
+    ({"layer": {"num_heads": -2}}, ["layer.num_heads must be a positive int, got -2"]),
+    ({"layer": {"num_heads": 3}}, ["layer: d_model=16 must be divisible by num_heads=3"]),
+    ({"layer": {"num_heads": 32}}, ["layer: d_model=16 must be divisible by num_heads=32"]),  # Dh would be 0
     ({"colour": "blue"}, ["unknown DocumentClassifierConfig field(s) ['colour']"]),
-    ({"d_model": 10**12}, ["weights", "d_model=1000000000000"]),
+    ({"layer": {"d_model": 10**12}}, ["weights", "layer.d_model=1000000000000"]),
+    ({"layer": {"d_modle": 16}}, ["unknown DocumentClassifierConfig field(s) ['layer.d_modle']"]),
 ])
 def test_config_values_are_checked_naming_field_and_file(run_copy, data_csv, fields, needles) -> None:
     _edit_config(run_copy, **fields)
@@ -303,8 +305,8 @@ def test_absurd_sizes_are_refused_before_allocating(run_copy) -> None:
     available = available_memory()
     assert available is not None
     d = 2 ** (int(math.log2(available / 4 / 50)) + 2)  # an embedding of 50 rows x d floats > the memory
-    _edit_config(run_copy, d_model=d, vocab_size=50)
-    with pytest.raises(RunFileError, match=rf"GiB of weights, more than the .*d_model={d}"):
+    _edit_config(run_copy, layer={"d_model": d}, vocab_size=50)
+    with pytest.raises(RunFileError, match=rf"GiB of weights, more than the .*layer.d_model={d}"):
         load_checkpoint(run_copy)
 
 

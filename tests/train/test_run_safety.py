@@ -28,7 +28,7 @@ from tests.support.cli import TINY, write_keyword_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 
-MODEL = {"d_model": 16, "num_heads": 2, "num_layers": 0, "dropout": 0.1}
+MODEL = {"layer": {"d_model": 16, "num_heads": 2, "dropout": 0.1}, "num_layers": 0}
 CONFIG = {"epochs": 3, "batch_size": 16, "lr": 0.01, "patience": 0, "device": "cpu", "seed": 5}
 
 
@@ -310,9 +310,9 @@ def test_overwrite_killed_before_its_first_commit_keeps_the_old_run(tmp_path, fi
     monkeypatch.undo()
     assert _same(_weights(run), old) and ckpt.read_run_config(run)["status"] == "done"
     result = _invoke("train", "--data", str(data_csv), "--out", str(run), "--overwrite", *TINY,
-                     "--model-opt", "d_model=8")
+                     "--model-opt", "layer.d_model=8")
     assert result.exit_code == 0, result.output
-    assert ckpt.read_run_config(run)["model_config"]["d_model"] == 8
+    assert ckpt.read_run_config(run)["model_config"]["layer"]["d_model"] == 8
     new_id = ckpt.read_run_config(run)["run_id"]
     kept = [json.loads((g / "config.json").read_text())["run_id"] for g in (run / "checkpoints").iterdir()]
     assert kept and set(kept) == {new_id}  # the old run's generations are gone

@@ -17,8 +17,8 @@ TEXTS = ["a quietly moving film", "dull and boring plot", "the best scene of the
 def _run(tmp_path, run_id="run-a"):
     tok = train_tokenizer(TEXTS * 3, kind="word")
     labels = LabelVocab(["neg", "pos"])
-    config = {"vocab_size": tok.get_vocab_size(), "num_classes": 2, "d_model": 16, "num_heads": 2,
-              "num_layers": 1, "d_ff": 32, "max_len": 32}
+    config = {"vocab_size": tok.get_vocab_size(), "num_classes": 2,
+              "layer": {"d_model": 16, "num_heads": 2, "d_ff": 32}, "num_layers": 1, "max_len": 32}
     torch.manual_seed(0)
     model = build_model("document", config).eval()
     ckpt.save_checkpoint(tmp_path, model, "document", config, tok, labels, run_id=run_id,

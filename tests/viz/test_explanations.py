@@ -28,8 +28,9 @@ def _wide(**extra: object) -> torch.nn.Module:
 
 def _document(**extra: object) -> torch.nn.Module:
     torch.manual_seed(1)
-    return build_model("document", {"vocab_size": V, "num_classes": 3, "d_model": 16, "num_heads": 2,
-                                    "num_layers": 1, "d_ff": 32, "dropout": 0.2, **extra})
+    return build_model("document", {"vocab_size": V, "num_classes": 3,
+                                    "layer": {"d_model": 16, "num_heads": 2, "d_ff": 32, "dropout": 0.2},
+                                    "num_layers": 1, **extra})
 
 
 BATCH = (torch.tensor([[5, 6, 7, 8, 0], [7, 8, 9, 5, 3], [4, 0, 0, 0, 0]]), torch.tensor([4, 5, 1]))
@@ -85,7 +86,7 @@ from attnkit.attribution.faithfulness import decisive_words, format_table  # noq
 def _linear(**extra: object) -> torch.nn.Module:
     """Embeddings, mean pooling, a linear head: the logit is linear in each embedding."""
     torch.manual_seed(2)
-    return build_model("document", {"vocab_size": V, "num_classes": 2, "d_model": 4, "num_layers": 0,
+    return build_model("document", {"vocab_size": V, "num_classes": 2, "layer": {"d_model": 4}, "num_layers": 0,
                                     "pooling": "mean", "positional": "none", **extra})
 
 

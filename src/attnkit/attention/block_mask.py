@@ -14,9 +14,10 @@ blocks only). The mods of this module (causal, windows, documents, prefix-LM
 and their ``and_mods``/``or_mods``) also carry a *block rule*
 (:func:`with_block_rule`) that classifies whole blocks from their corners and
 per-block ranges of the ids they read; then only the blocks the rule cannot
-decide are evaluated entry by entry, with the same result. :func:`attnkit.attention` given the resulting :class:`BlockMask`
-computes the non-empty blocks only. The conventions follow PyTorch's
-FlexAttention (``create_block_mask``, ``mask_mod``); the rule is attnkit's.
+decide are evaluated entry by entry, with the same result.
+:func:`attnkit.attention` given the resulting :class:`BlockMask` computes the
+non-empty blocks only. The conventions follow PyTorch's FlexAttention
+(``create_block_mask``, ``mask_mod``); the rule is attnkit's.
 
 Shape legend: B batch, H heads, Tq query length, Tk key length.
 """

@@ -119,7 +119,8 @@ def refuse_non_finite(what: str, out: Tensor, s: Tensor | None, idx: tuple[Tenso
     pos = [int(x[tuple(w if n > 1 else 0 for w, n in zip(where[-x.dim():], x.shape, strict=True))])
            for x in idx] if len(where) >= 4 else where
     raise ValueError(
-        f"{what} returned NaN or +inf at {int(bad.sum())} entries whose score was finite (first at b, h, q_idx, kv_idx = "
+        f"{what} returned NaN or +inf at {int(bad.sum())} entries whose score was finite "
+        "(first at b, h, q_idx, kv_idx = "
         f"{tuple(pos)}); return finite scores, or -inf where a query may not attend a key"
     )
 

@@ -139,7 +139,7 @@ def attribute(model: nn.Module, ids: Tensor, lengths: Tensor, method: str, *,
     _check_method(model, method)
     model.eval()
     ids, lengths, mask = model.prepare(ids, lengths)  # type: ignore[operator]
-    real = mask[:, 0, 0]  # (B, T)
+    real = mask.key_mask()  # (B, T)
     if target is None:
         with torch.no_grad():
             target = model(ids, lengths).argmax(-1)  # (B,)

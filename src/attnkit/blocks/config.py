@@ -87,7 +87,9 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
-def resolve_dropouts(dropout: object, attention_dropout: object, activation_dropout: object) -> tuple[float, float, float]:
+def resolve_dropouts(
+    dropout: object, attention_dropout: object, activation_dropout: object
+) -> tuple[float, float, float]:
     """``(residual, attention, activation)`` rates; the last two fall back to ``dropout`` when None."""
     rate = check_dropout(dropout)
     attn = rate if attention_dropout is None else check_dropout(attention_dropout)

@@ -67,7 +67,9 @@ class AttnkitGroup(click.Group):
             return _load(LAZY_COMMANDS[cmd_name])
         return super().get_command(ctx, cmd_name)
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         name, command, rest = super().resolve_command(ctx, args)
         if name == "train":
             task = _task(list(rest))
@@ -101,7 +103,8 @@ def unexpected_error_message(err: BaseException) -> str:
     return f"{type(err).__name__}: {text} ({DEBUG_HINT})"
 
 
-@click.group(name="attnkit", cls=AttnkitGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(name="attnkit", cls=AttnkitGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="attnkit", prog_name="attnkit")
 @click.option("--threads", type=click.IntRange(min=1), envvar="ATTNKIT_THREADS",
               help="CPU threads for torch's intra-op parallelism (default: torch's choice).")

@@ -8,13 +8,14 @@ paired t-test over the folds.
 
 After ``attnkit train`` the run directory also gets ``report.txt`` and
 ``report.html`` (the same figures as escaped tables above the offline
-attention report of the wrong examples), the analysis of the finished model on its test part: per-class precision, recall
-and F1, the confusion matrix, the most attended words per class and the test
-examples the model gets most confidently wrong, with the words it attended
-to. It is derived from the committed model, like the demo's report, so it is
-written after the run's last commit, outside the transaction. The baseline is
-scored before training (:func:`attnkit.train.plan.run_plan`) and committed in
-config.json as ``metrics.baseline``; the table printed here is read from there.
+attention report of the wrong examples), the analysis of the finished model on
+its test part: per-class precision, recall and F1, the confusion matrix, the
+most attended words per class and the test examples the model gets most
+confidently wrong, with the words it attended to. It is derived from the
+committed model, like the demo's report, so it is written after the run's last
+commit, outside the transaction. The baseline is scored before training
+(:func:`attnkit.train.plan.run_plan`) and committed in config.json as
+``metrics.baseline``; the table printed here is read from there.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from attnkit.cli.options import (
     resolve_default,
 )
 
-__all__ = ["baseline", "measure", "headline_lines", "comparison_lines", "cv_comparison_lines", "results_analysis", "format_report",
-           "report_sections", "write_html_report", "after_training", "print_cv_baseline"]
+__all__ = ["baseline", "measure", "headline_lines", "comparison_lines", "cv_comparison_lines", "results_analysis",
+           "format_report", "report_sections", "write_html_report", "after_training", "print_cv_baseline"]
 
 SEED_DEFAULT = "attnkit.train.config:TrainConfig.seed"
 WRONG_SHOWN = 5  # confidently wrong test examples in the report
@@ -311,7 +312,8 @@ def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str
     if explanation:
         lines += ["", *explanation_lines(explanation), "",
                   f"words that moved the decision most per class ({_words_title(explanation)})"]
-        lines += [f"  {c}: " + ", ".join(f"{t} ({m:+.2f})" for t, m in rows) for c, rows in explanation["words"].items()]
+        lines += [f"  {c}: " + ", ".join(f"{t} ({m:+.2f})" for t, m in rows)
+                  for c, rows in explanation["words"].items()]
     lines += ["", "raw attention: most attended words per class (true class; mean pooling attention per document)"]
     if analysis["most_attended"] is None:
         lines.append("  (this model has no pooling attention)")
@@ -391,7 +393,8 @@ def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[s
                      "rows": [[c, ", ".join(f"{t} ({m:.3f})" for t, m in rows)] for c, rows in attended.items()]
                      if attended is not None else []})
     if analysis.get("top_ngrams"):
-        sections.append({"title": "N-grams weighed most toward each class", "text": [f"the n-gram half; {NGRAM_WEIGHT}"],
+        sections.append({"title": "N-grams weighed most toward each class",
+                         "text": [f"the n-gram half; {NGRAM_WEIGHT}"],
                          "columns": ["class", "n-grams"],
                          "rows": [[c, format_ngrams(rows)]
                                   for c, rows in analysis["top_ngrams"].items()]})

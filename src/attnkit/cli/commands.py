@@ -375,7 +375,8 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
             click.echo("    " + explanation_line(p.explanation, top, run))
             click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p.top_tokens))
         if explain and p.halves:  # a model with an n-gram half: what each half adds, and the n-grams that add most
-            click.echo(f"    margin from the network {p.halves['network']:+.2f}, from n-grams {p.halves['ngrams']:+.2f}: "
+            click.echo(f"    margin from the network {p.halves['network']:+.2f}, "
+                       f"from n-grams {p.halves['ngrams']:+.2f}: "
                        + format_ngrams(p.top_ngrams))
 
 

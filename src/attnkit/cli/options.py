@@ -33,7 +33,9 @@ import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["SEED", "baseline_option", "memory_option", "MemorySize", "LibraryDefaultOption", "resolve_default", "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option", "read_config_file", "train_options", "data_options", "reader_options",
+__all__ = ["SEED", "baseline_option", "memory_option", "MemorySize", "LibraryDefaultOption", "resolve_default",
+           "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option",
+           "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
            "reader_kwargs", "report_skipped_rows"]
 
@@ -327,7 +329,8 @@ def model_options(f: F) -> F:
                           "(attnkit train --init-from).",
                      numpy_help="--backend numpy: transformer or document."),
         click.option("--model-opt", multiple=True, metavar="KEY=VALUE",
-                     help="A model config field, e.g. --model-opt d_model=128 (repeatable)."),
+                     help="A model config field, e.g. --model-opt num_layers=1, or a field of its layer: "
+                          "--model-opt layer.d_model=128 (repeatable)."),
     )(f)
 
 
@@ -340,17 +343,42 @@ def preset_option(f: F) -> F:
 
 
 def parse_model_options(ctx: click.Context, pairs: tuple[str, ...]) -> dict[str, Any]:
-    """The config file's ``model_options`` updated by ``--model-opt KEY=VALUE`` flags (JSON values)."""
-    options = dict(ctx.meta.get("attnkit.model_options", {}))
+    """The config file's ``model_options`` updated by ``--model-opt KEY=VALUE`` flags (JSON values).
+
+    A dotted key names a field of a nested config: ``layer.d_ff=512`` sets ``{"layer": {"d_ff": 512}}``,
+    over what ``layer`` holds so far (from the config file or an earlier flag); the model's config then
+    fills the fields left out and names any unknown one by its path.
+    """
+    options: dict[str, Any] = {}
+    for key, value in ctx.meta.get("attnkit.model_options", {}).items():
+        _set_option(options, str(key), value, "--config")
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--model-opt")
         try:
-            options[key.strip()] = json.loads(raw)
+            value = json.loads(raw)
         except json.JSONDecodeError:
-            options[key.strip()] = raw
+            value = raw
+        _set_option(options, key.strip(), value, "--model-opt")
     return options
+
+
+def _set_option(options: dict[str, Any], key: str, value: Any, flag: str) -> None:
+    """Set ``key`` (``name`` or ``group.name``) in ``options``, copying the groups it passes through."""
+    *groups, name = key.split(".")
+    if not name or not all(groups):
+        raise click.BadParameter(f"{key!r} is not a field name or path (names joined by '.', e.g. layer.d_ff)",
+                                 param_hint=flag)
+    node = options
+    for depth, group in enumerate(groups):
+        inner = node.get(group)
+        if inner is not None and not isinstance(inner, dict):
+            path = ".".join(groups[: depth + 1])
+            raise click.BadParameter(f"{key}: {path} is already set to {inner!r}, not a group of fields",
+                                     param_hint=flag)
+        node[group] = node = dict(inner or {})
+    node[name] = value
 
 
 _TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
@@ -435,7 +463,8 @@ def task_option(task: str) -> Callable[[F], F]:
 
 
 class MemorySize(click.ParamType):
-    """A size such as ``4GB``, ``800MB`` or ``1.5GiB``, as bytes (:func:`attnkit.train.memory_budget.parse_memory_size`)."""
+    """A size such as ``4GB``, ``800MB`` or ``1.5GiB``, as bytes
+    (:func:`attnkit.train.memory_budget.parse_memory_size`)."""
 
     name = "size"
 

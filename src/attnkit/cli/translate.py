@@ -53,7 +53,8 @@ __all__ = ["train_translate", "translate"]
 @click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True, help="Maximum epochs.")
 @click.option("--batch-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Padded tokens per batch and side.")
-@click.option("--lr", type=click.FloatRange(0, min_open=True), default=5e-4, show_default=True, help="Peak learning rate.")
+@click.option("--lr", type=click.FloatRange(0, min_open=True), default=5e-4, show_default=True,
+              help="Peak learning rate.")
 @click.option("--warmup-steps", type=click.IntRange(min=0), default=1000, show_default=True, help="Warm-up steps.")
 @click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
               help="Cross-entropy label smoothing.")
@@ -173,7 +174,8 @@ def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, be
     translator = load_translation_run(checkpoint, allow_unfinished=allow_unfinished)
     if translator.meta.get("notice"):
         click.echo(translator.meta["notice"], err=True)
-    results = translator.translate(items, beam=beam, length_penalty=length_penalty, return_alignment=alignment_path is not None)
+    results = translator.translate(items, beam=beam, length_penalty=length_penalty,
+                                   return_alignment=alignment_path is not None)
     for r in results:
         click.echo(r.text)
     if alignment_path is not None:

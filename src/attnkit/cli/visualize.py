@@ -28,7 +28,10 @@ from attnkit._lazy import require_extra
 from attnkit.cli.inputs import read_text_lines, truncation_notice
 from attnkit.cli.options import allow_unfinished_option
 
-__all__ = ["visualize", "AttentionView", "run_attention", "numpy_run_attention", "bert_attention", "write_views", "is_attnkit_report"]
+__all__ = [
+    "visualize", "AttentionView", "run_attention", "numpy_run_attention", "bert_attention", "write_views",
+    "is_attnkit_report",
+]
 
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 

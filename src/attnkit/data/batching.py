@@ -38,7 +38,8 @@ from torch.utils.data import Dataset
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import PAD_ID, UNK_ID, encode_batch
 
-__all__ = ["LabelVocab", "TokenIds", "ENCODE_CHUNK", "TextClassificationDataset", "collate", "bucket_batches", "padding_fraction"]
+__all__ = ["LabelVocab", "TokenIds", "ENCODE_CHUNK", "TextClassificationDataset", "collate", "bucket_batches",
+           "padding_fraction"]
 
 
 class LabelVocab:

@@ -50,7 +50,9 @@ def is_encoder_decoder(folder: str | os.PathLike[str]) -> bool:
     return bool(config.get("is_encoder_decoder"))
 
 
-def load_image(path: str | os.PathLike[str], size: int, mean: Any = 0.5, std: Any = 0.5) -> tuple[np.ndarray, torch.Tensor]:
+def load_image(
+    path: str | os.PathLike[str], size: int, mean: Any = 0.5, std: Any = 0.5
+) -> tuple[np.ndarray, torch.Tensor]:
     """An RGB image file as ``(pixels (H, W, 3) in [0, 1], model input (1, 3, size, size))``.
 
     Shape:
@@ -202,7 +204,9 @@ def _token_count(name: str, cap: Capture) -> int:
     return int(square[0].shape[-1])
 
 
-def timm_attention(name: str, weights: str | os.PathLike[str], images: list[str]) -> list[tuple[list[str], Capture, Any]]:
+def timm_attention(
+    name: str, weights: str | os.PathLike[str], images: list[str]
+) -> list[tuple[list[str], Capture, Any]]:
     """Capture timm model ``name`` (with ``weights`` from a local file) on each image.
 
     Shape:

@@ -138,7 +138,9 @@ def mha_call_weights(mha: nn.MultiheadAttention, args: tuple[Any, ...],
                        attn_mask=a["attn_mask"], is_causal=bool(a["is_causal"]))
 
 
-def _nested_weights(layer: nn.TransformerEncoderLayer, src: Tensor, length: int | None) -> tuple[Tensor, Tensor, Tensor]:
+def _nested_weights(
+    layer: nn.TransformerEncoderLayer, src: Tensor, length: int | None
+) -> tuple[Tensor, Tensor, Tensor]:
     """Weights of a nested ``(B, *T, E)`` batch, one sequence at a time at its own length.
 
     The nested path computes no padded position, and neither does this: each

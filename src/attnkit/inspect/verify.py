@@ -15,7 +15,8 @@ Hugging Face attention              the model file's own ``eager_attention_forwa
 timm attention blocks               the block's non-fused path, its ``attn_drop`` input (eval mode);
                                     for Swin, BEiT, EVA... this is also how they are read, and their
                                     fused output is checked against that path's
-attnkit layers, BLOOM, Falcon...     their own weights (``return_weights=True``, ``output_attentions``): what is recorded
+attnkit layers, BLOOM, Falcon...     their own weights (``return_weights=True``,
+                                    ``output_attentions``): what is recorded
 =================================== =============================================================
 
 Rows compared: those where the reference is finite and either map holds

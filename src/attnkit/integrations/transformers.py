@@ -19,8 +19,8 @@ dense ``(Tq, Tk)`` tensor, the way transformers' ``flex_attention`` builds
 torch's BlockMask. transformers' own mask functions (causal, bidirectional,
 windows, chunks, padding, packed sequences, their ``and``/``or`` and offsets)
 are read as block rules (:func:`~attnkit.attention.block_mask.with_block_rule`),
-so that only the blocks on a mask's edges are evaluated entry by entry. Blocks between packed documents and outside a window are
-skipped by the kernels.
+so that only the blocks on a mask's edges are evaluated entry by entry. Blocks
+between packed documents and outside a window are skipped by the kernels.
 
 **The attention function** (:func:`attnkit_attention_forward`) runs
 :func:`attnkit.attention` with the layer's ``scaling``, grouped-query heads,

@@ -20,10 +20,12 @@ pass over its layer's ``(B, H, T, T)`` scores; the pooling weights come
 with the pooled vector at no extra cost.
 
 **Masks once, at the model boundary.** :meth:`TextClassifier.forward`
-validates the batch and turns ``lengths`` into the key-padding mask
-``(B, 1, 1, T)`` of :func:`attnkit.masks.from_lengths` once; the model's
-:meth:`~TextClassifier.classify` carries that one tensor down to every layer
-that needs it (attention, pooling, mean pooling).
+validates the batch and turns ``lengths`` into one
+:class:`~attnkit.attention.masks.AttentionMask` (the key-padding mask
+``(B, 1, 1, T)`` of :func:`attnkit.masks.from_lengths` and its rows with a
+key) once; the model's :meth:`~TextClassifier.classify` carries that one
+object down unchanged to every layer that needs it (attention, pooling, mean
+pooling), and none of them rebuilds it.
 
 **Packed rows.** ``model(ids, segment_ids=seg, positions=pos)`` takes
 several documents per row (:mod:`attnkit.data.packing`): ``ids (R, T)``,
@@ -46,6 +48,7 @@ from typing import Any, ClassVar, Literal, overload
 import torch
 from torch import Tensor, nn
 
+from attnkit.attention.masks import AttentionMask
 from attnkit.models.config import token_batch
 from attnkit.models.packed import PackedBatch, packed_batch
 
@@ -186,16 +189,17 @@ class TextClassifier(nn.Module):
             return logits, None
         return logits, packed.to_token_positions(weights["pooling"])
 
-    def prepare(self, ids: object, lengths: object) -> tuple[Tensor, Tensor, Tensor]:
+    def prepare(self, ids: object, lengths: object) -> tuple[Tensor, Tensor, AttentionMask]:
         """Validate the batch and build its mask: the one place ``lengths`` become a mask.
 
         Shape:
-            ids ``(B, T)``, lengths ``(B,)``; returns them as int64 and mask ``(B, 1, 1, T)`` bool.
+            ids ``(B, T)``, lengths ``(B,)``; returns them as int64 and the
+            :class:`~attnkit.attention.masks.AttentionMask` of allowed ``(B, 1, 1, T)``.
         """
         return token_batch(ids, lengths, self.config.vocab_size)
 
     def classify(
-        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+        self, ids: Tensor, lengths: Tensor, mask: AttentionMask, weights: WeightSelection | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Logits and the weights in ``weights`` (None: none are needed) for a prepared batch."""
         raise NotImplementedError

@@ -37,7 +37,8 @@ from attnkit.positional import check_positions
 
 __all__ = ["BertConfig", "BertModel", "BertModelOutput", "load_bert_tokenizer"]
 
-_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "relu": F.relu, "gelu_new": lambda x: F.gelu(x, approximate="tanh")}
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu": F.gelu, "relu": F.relu, "gelu_new": lambda x: F.gelu(x, approximate="tanh")}
 
 
 @dataclass(frozen=True)

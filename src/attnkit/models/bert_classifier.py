@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit.attention.masks import AttentionMask
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.bert import BertConfig, BertModel
 from attnkit.models.config import (
@@ -199,18 +200,20 @@ class BertClassifier(NgramHalf, TextClassifier):
         return tokens.scatter(1, (lengths + 1)[:, None], c.sep_token_id)  # (B, S)
 
     def classify_own(
-        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+        self, ids: Tensor, lengths: Tensor, mask: AttentionMask, weights: WeightSelection | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """The head's logits for a prepared batch (without the n-gram half), and the weights in ``weights``.
 
-        ``mask`` ``(B, 1, 1, T)`` marks the real tokens; BERT's key mask over
-        ``[CLS] tokens [SEP]`` is that same mask with two True columns in front
+        ``mask`` (allowed ``(B, 1, 1, T)``) marks the real tokens; BERT's key mask over
+        ``[CLS] tokens [SEP]``, one :class:`~attnkit.attention.masks.AttentionMask` that
+        every layer reads, is that same mask with two True columns in front
         (key ``j + 2`` is valid exactly when token ``j`` is real: the shift by
         two moves ``[SEP]``, at ``lengths + 1``, into place). ``"pooling"``
         alone needs only the last layer's weights; the others run without.
 
         Shape:
-            ids ``(B, T)``, lengths ``(B,)``, mask ``(B, 1, 1, T)``; returns ``(B, C)`` and a dict of weights.
+            ids ``(B, T)``, lengths ``(B,)``, mask allowed ``(B, 1, 1, T)``; returns ``(B, C)`` and a dict
+            of weights.
         """
         t = ids.shape[1]
         if t > self.config.max_position_embeddings - 2:
@@ -218,8 +221,8 @@ class BertClassifier(NgramHalf, TextClassifier):
                 f"ids has T={t} tokens; with [CLS] and [SEP] this model takes at most "
                 f"{self.config.max_position_embeddings - 2}"
             )
-        real = mask[:, 0, 0]  # (B, T)
-        keys = torch.cat([mask.new_ones(mask.shape[0], 1, 1, 2), mask], -1)  # (B, 1, 1, S)
+        real = mask.key_mask()  # (B, T)
+        keys = AttentionMask(torch.cat([real.new_ones(real.shape[0], 2), real], -1)[:, None, None])  # (B, 1, 1, S)
         tokens = self._with_specials(ids, lengths, real)  # (B, S)
         layers: bool | list[int] = False
         if weights is not None:
@@ -266,7 +269,7 @@ class BertClassifier(NgramHalf, TextClassifier):
         if self.config.pooling == "cls":
             doc = hidden[:, 0]  # (N, D)
         else:
-            real = packed.doc_mask[:, 0, 0]  # (N, L)
+            real = packed.doc_mask.key_mask()  # (N, L)
             doc = (hidden[:, 1 : real.shape[1] + 1] * real[..., None]).sum(1) / packed.lengths[:, None].to(hidden.dtype)
         logits = self.classifier(self.dropout(doc))  # (N, C)
         return self.with_ngram_half(logits, packed.unpack(packed.ids), packed.doc_mask), None

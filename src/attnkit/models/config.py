@@ -113,16 +113,18 @@ def check_token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Te
     return ids, lengths
 
 
-def token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
+def token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Tensor, Tensor, masks.AttentionMask]:
     """Validate a padded token batch and build its key-padding mask, once.
 
-    The mask comes from :func:`attnkit.masks.from_lengths`, in the form every
-    attnkit layer takes (True where a position may be attended); a model built
-    on this batch carries it down instead of deriving another one from ``lengths``.
+    The mask is one :class:`~attnkit.attention.masks.AttentionMask` (the
+    ``(B, 1, 1, T)`` of :func:`attnkit.masks.from_lengths`, True where a
+    position may be attended, with its rows that have a key), which every
+    attnkit layer and pooling takes as it is; a model built on this batch
+    carries it down instead of deriving another one from ``lengths``.
 
     Shape:
         ids ``(B, T)`` integer; lengths ``(B,)`` integer with ``1 <= lengths[b] <= T``;
-        returns ``(ids, lengths, mask)`` with ids and lengths as int64 and mask ``(B, 1, 1, T)`` bool.
+        returns ``(ids, lengths, mask)`` with ids and lengths as int64 and mask's ``allowed`` ``(B, 1, 1, T)``.
     """
     if not isinstance(ids, Tensor) or not isinstance(lengths, Tensor):
         raise TypeError(
@@ -145,8 +147,8 @@ def token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Tensor, 
             f"max {int(lengths.max())}"
         )
     lengths = lengths.long()
-    mask = masks.from_lengths(lengths, ids.shape[1])  # (B, 1, 1, T)
-    real = ids[mask[:, 0, 0]] if checked else None  # the real tokens, flattened
+    mask = masks.AttentionMask.from_lengths(lengths, ids.shape[1])  # allowed (B, 1, 1, T)
+    real = ids[mask.key_mask()] if checked else None  # the real tokens, flattened
     if real is not None and real.numel() and (int(real.min()) < 0 or int(real.max()) >= vocab_size):
         raise ValueError(
             f"ids must lie in [0, vocab_size={vocab_size}), got values from {int(real.min())} "

@@ -27,29 +27,30 @@ Shape legend: B batch, T tokens, D model width, H heads, C classes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.attention.functional import attention
-from attnkit.attention.masks import MaskLike
+from attnkit.attention.masks import AttentionMask, MaskLike
 from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
 from attnkit.layers.pooling import AttentionPooling, linear_head_contributions
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (
     TextClassifierConfig,
     check_choice,
-    check_fraction,
     check_positive_int,
 )
 from attnkit.models.packed import PackedBatch
 from attnkit.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
-__all__ = ["DocumentClassifierConfig", "DocumentClassifier", "POOLINGS", "POSITIONALS"]
+__all__ = ["DocumentClassifierConfig", "DocumentClassifier", "POOLINGS", "POSITIONALS", "DOCUMENT_LAYER"]
 
 POOLINGS = ("attention", "mean")
 POSITIONALS = ("sinusoidal", "learned", "none")
+DOCUMENT_LAYER = TransformerLayerConfig(128, 4, 256, dropout=0.1, activation="gelu", norm_first=True)
+"""The layer of a :class:`DocumentClassifierConfig` that names none (pre-norm, GELU)."""
 
 
 @dataclass(frozen=True)
@@ -58,50 +59,39 @@ class DocumentClassifierConfig(TextClassifierConfig):
 
     Attributes:
         vocab_size, num_classes: sizes of the token vocabulary and the label set.
-        d_model, num_heads, d_ff: width, heads and feed-forward width of each layer.
+        layer: every encoder layer, a :class:`~attnkit.blocks.TransformerLayerConfig`
+            (``d_model``: also the embedding and document width; ``num_heads``, ``d_ff``;
+            ``dropout``: also on the embeddings and before the classifier; ``activation``,
+            ``norm_first``: pre-norm, stabler for small data, or post-norm). In JSON a nested
+            dict and on the command line ``--model-opt layer.d_model=64``; fields it leaves
+            out keep the values of :data:`DOCUMENT_LAYER`.
         num_layers: Transformer encoder layers (0 allowed).
-        dropout: embedding, attention, residual and classifier dropout.
         pooling: ``"attention"`` (learned weights) or ``"mean"``.
         pooling_hidden: hidden width of the attention-pooling scorer (None: linear score).
         positional: ``"sinusoidal"``, ``"learned"`` or ``"none"``.
         max_len: the longest input (the learned table's size).
-        norm_first: pre-norm layers (stabler for small data) or post-norm.
-        activation: feed-forward activation name.
         parameter_free_layers: parameter-free self-attention layers after the encoder.
     """
 
-    d_model: int = 128
-    num_heads: int = 4
+    layer: TransformerLayerConfig = field(default_factory=lambda: DOCUMENT_LAYER)
     num_layers: int = 2
-    d_ff: int = 256
-    dropout: float = 0.1
     pooling: str = "attention"
     pooling_hidden: int | None = None
     positional: str = "sinusoidal"
     max_len: int = 512
-    norm_first: bool = True
-    activation: str = "gelu"
     parameter_free_layers: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_positive_int("d_model", self.d_model)
-        check_positive_int("num_heads", self.num_heads)
+        if not isinstance(self.layer, TransformerLayerConfig):
+            raise TypeError(f"layer must be a TransformerLayerConfig, got {type(self.layer).__name__}")
         check_positive_int("num_layers", self.num_layers, allow_zero=True)
-        check_positive_int("d_ff", self.d_ff)
         check_positive_int("max_len", self.max_len)
         check_positive_int("parameter_free_layers", self.parameter_free_layers, allow_zero=True)
         if self.pooling_hidden is not None:
             check_positive_int("pooling_hidden", self.pooling_hidden)
-        check_fraction("dropout", self.dropout)
         check_choice("pooling", self.pooling, POOLINGS)
         check_choice("positional", self.positional, POSITIONALS)
-        if not isinstance(self.norm_first, bool):
-            raise ValueError(f"norm_first must be a bool, got {self.norm_first!r}")
-        if self.num_layers and self.d_model % self.num_heads:
-            raise ValueError(
-                f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}"
-            )
 
 
 class DocumentClassifier(TextClassifier):
@@ -131,35 +121,31 @@ class DocumentClassifier(TextClassifier):
         if not isinstance(config, DocumentClassifierConfig):
             raise TypeError(f"config must be a DocumentClassifierConfig, got {type(config).__name__}")
         self.config = c = config
-        self.embedding = nn.Embedding(c.vocab_size, c.d_model, padding_idx=0)
+        d = c.layer.d_model
+        self.embedding = nn.Embedding(c.vocab_size, d, padding_idx=0)
         self.positional: nn.Module | None = None
         if c.positional == "sinusoidal":
-            self.positional = SinusoidalPositionalEncoding(c.d_model, c.max_len)
+            self.positional = SinusoidalPositionalEncoding(d, c.max_len)
         elif c.positional == "learned":
-            self.positional = LearnedPositionalEmbedding(c.max_len, c.d_model)
-        self.dropout = nn.Dropout(c.dropout)
-        self.encoder: TransformerEncoder | None = None
-        if c.num_layers:
-            layer = TransformerLayerConfig(
-                c.d_model, c.num_heads, c.d_ff, dropout=c.dropout, activation=c.activation,
-                norm_first=c.norm_first,
-            )
-            self.encoder = TransformerEncoder(layer, c.num_layers)
+            self.positional = LearnedPositionalEmbedding(c.max_len, d)
+        self.dropout = nn.Dropout(c.layer.dropout)
+        self.encoder: TransformerEncoder | None = TransformerEncoder(c.layer, c.num_layers) if c.num_layers else None
         self.pooling: AttentionPooling | None = (
-            AttentionPooling(c.d_model, hidden_dim=c.pooling_hidden) if c.pooling == "attention" else None
+            AttentionPooling(d, hidden_dim=c.pooling_hidden) if c.pooling == "attention" else None
         )
-        self.classifier = nn.Linear(c.d_model, c.num_classes)
+        self.classifier = nn.Linear(d, c.num_classes)
 
     def classify(
-        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+        self, ids: Tensor, lengths: Tensor, mask: AttentionMask, weights: WeightSelection | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Logits for a prepared batch, and the weights in ``weights``.
 
         ``mask`` is the batch's one key-padding mask; the encoder, the
-        parameter-free layers and the pooling all read this same tensor.
+        parameter-free layers and the pooling all read this same object.
 
         Shape:
-            ids ``(B, T)``, lengths ``(B,)``, mask ``(B, 1, 1, T)``; returns ``(B, C)`` and a dict of weights.
+            ids ``(B, T)``, lengths ``(B,)``, mask allowed ``(B, 1, 1, T)``; returns ``(B, C)`` and a dict
+            of weights.
         """
         self._check_length(ids.shape[1])
         x = self.embedding(ids)  # (B, T, D)
@@ -208,7 +194,7 @@ class DocumentClassifier(TextClassifier):
                 x = self.encoder(x, mask=mask)
         for i in range(self.config.parameter_free_layers):
             h = x[:, None]  # (B, 1, T, D): one head, queries = keys = values = x
-            scale = 1.0 / math.sqrt(self.config.d_model)
+            scale = 1.0 / math.sqrt(self.config.layer.d_model)
             if weights is not None and f"parameter_free.{i}" in weights:
                 out, w = attention(h, h, h, mask=mask, scale=scale, return_weights=True)
                 found[f"parameter_free.{i}"] = w  # (B, 1, T, T)
@@ -217,11 +203,11 @@ class DocumentClassifier(TextClassifier):
             x = out[:, 0]  # (B, T, D)
         return x
 
-    def _pool(self, x: Tensor, mask: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    def _pool(self, x: Tensor, mask: AttentionMask, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """The document vector ``(B, D)`` and the pooling weights ``(B, T)``."""
         if self.pooling is not None:
             return self.pooling(x, mask=mask, return_weights=True)  # (B, D), (B, T)
-        pool_w = mask[:, 0, 0].to(x.dtype) / lengths[:, None].to(x.dtype)  # (B, T)
+        pool_w = mask.key_mask().to(x.dtype) / lengths[:, None].to(x.dtype)  # (B, T)
         return (pool_w[:, :, None] * x).sum(dim=1), pool_w  # (B, D)
 
     @torch.no_grad()

@@ -189,47 +189,48 @@ class HierarchicalAttentionNetwork(NgramHalf, TextClassifier):
         self.classifier = nn.Linear(2 * c.sentence_hidden, c.num_classes)
         self._add_ngram_half(c.vocab_size, c.ngram_rows, c.num_classes)
 
-    def prepare(self, ids: object, lengths: object) -> tuple[Tensor, Tensor, Tensor]:
+    def prepare(self, ids: object, lengths: object) -> tuple[Tensor, Tensor, masks.AttentionMask]:
         """Validate the batch and build its mask once.
 
         A ``(B, T)`` batch is checked as for every text classifier (its mask
-        ``(B, 1, 1, T)``; the word-level mask is built after the sentence
-        split). A split ``(B, S, L)`` batch returns its word-level mask
-        ``(B * S, 1, 1, L)`` straight away.
+        allowed ``(B, 1, 1, T)``). A split ``(B, S, L)`` batch returns its
+        word-level mask, allowed ``(B * S, 1, 1, L)``. The word pooling reads
+        the mask of the real sentences and the sentence pooling that of the
+        real sentences of each document, each made once where that level's
+        batch is formed (:meth:`_classify`).
         """
         if isinstance(ids, Tensor) and ids.dim() == 3:
             ids, lengths = self._check_split(ids, lengths)
-            return ids, lengths, masks.from_lengths(lengths.flatten(), ids.shape[2])  # (B*S, 1, 1, L)
+            return ids, lengths, masks.AttentionMask.from_lengths(lengths.flatten(), ids.shape[2])
         return super().prepare(ids, lengths)
 
-    def ngram_input(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def ngram_input(self, ids: Tensor, mask: masks.AttentionMask) -> tuple[Tensor, masks.AttentionMask]:
         """A split batch's sentences end to end for the n-gram half (bigrams across sentences are lost)."""
         if ids.dim() == 3:
-            return ids.flatten(1), mask.view(ids.shape[0], 1, 1, -1)
+            return ids.flatten(1), masks.AttentionMask(mask.key_mask().reshape(ids.shape[0], 1, 1, -1))
         return ids, mask
 
     def classify_own(
-        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+        self, ids: Tensor, lengths: Tensor, mask: masks.AttentionMask, weights: WeightSelection | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """The network's logits for a prepared batch (and word, sentence and token weights when asked).
 
         Shape:
-            ids ``(B, T)`` + lengths ``(B,)`` + mask ``(B, 1, 1, T)``, or ``(B, S, L)`` +
-            ``(B, S)`` + word mask ``(B * S, 1, 1, L)``; returns ``(B, C)`` and the weights dict.
+            ids ``(B, T)`` + lengths ``(B,)`` + mask allowed ``(B, 1, 1, T)``, or ``(B, S, L)`` +
+            ``(B, S)`` + word mask allowed ``(B * S, 1, 1, L)``; returns ``(B, C)`` and the weights dict.
         """
         if ids.dim() == 3:
-            sent_ids, sent_lens, word_mask = ids, lengths, mask
+            sent_ids, sent_lens = ids, lengths
             b, s, width = ids.shape
             positions = torch.arange(s * width, device=ids.device).view(s, width)
-            positions = positions.expand_as(ids).masked_fill(~word_mask.view(b, s, width), -1)  # (B, S, L)
+            positions = positions.expand_as(ids).masked_fill(~mask.key_mask().view(b, s, width), -1)  # (B, S, L)
             t = s * width
         else:
             sent_ids, sent_lens, positions = split_sentences(
                 ids, lengths, self.config.sentence_end_ids, self.config.sentence_len
             )
-            word_mask = masks.from_lengths(sent_lens.flatten(), sent_ids.shape[2])  # (B*S, 1, 1, L)
             t = ids.shape[1]
-        logits, word_w, sent_w = self._classify(sent_ids, sent_lens, word_mask)
+        logits, word_w, sent_w = self._classify(sent_ids, sent_lens)
         if weights is None:
             return logits, {}
         token_w = (sent_w[:, :, None] * word_w).flatten(1)  # (B, S * L)
@@ -260,17 +261,18 @@ class HierarchicalAttentionNetwork(NgramHalf, TextClassifier):
         )
         return flat.view_as(ids), lengths.long()
 
-    def _classify(self, sent_ids: Tensor, sent_lens: Tensor, word_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _classify(self, sent_ids: Tensor, sent_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         b, s, width = sent_ids.shape
         flat_ids, flat_lens = sent_ids.view(b * s, width), sent_lens.view(b * s)  # (B*S, L), (B*S,)
         real = flat_lens > 0  # padding sentences are skipped entirely
         x = self.dropout(self.embedding(flat_ids[real]))  # (N, L, E)
         h = run_packed(self.word_rnn, x, flat_lens[real])  # (N, L, 2Hw)
-        vec, w = self.word_pooling(h, mask=word_mask[real], return_weights=True)  # (N, 2Hw), (N, L)
+        word_mask = masks.AttentionMask.from_lengths(flat_lens[real], width)  # the real sentences' words
+        vec, w = self.word_pooling(h, mask=word_mask, return_weights=True)  # (N, 2Hw), (N, L)
         sent_vec = vec.new_zeros(b * s, vec.shape[-1]).index_put((real,), vec)  # (B*S, 2Hw)
         word_w = w.new_zeros(b * s, width).index_put((real,), w).view(b, s, width)  # (B, S, L)
         counts = real.view(b, s).sum(-1)  # (B,)
         hs = run_packed(self.sentence_rnn, self.dropout(sent_vec.view(b, s, -1)), counts)  # (B, S, 2Hs)
-        sentence_mask = masks.from_lengths(counts, s)  # (B, 1, 1, S): the real sentences
+        sentence_mask = masks.AttentionMask.from_lengths(counts, s)  # allowed (B, 1, 1, S): the real sentences
         doc, sent_w = self.pooling(hs, mask=sentence_mask, return_weights=True)
         return self.classifier(self.dropout(doc)), word_w, sent_w  # (B, C), (B, S, L), (B, S)

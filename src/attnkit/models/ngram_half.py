@@ -67,9 +67,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from attnkit.attention.masks import AttentionMask
 from attnkit.models.base import WeightSelection
 
-__all__ = ["NgramHalf", "ngram_features", "WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios", "fit_nb_regression", "fit_stacking_weights", "STACKING_BOUNDS", "LBFGS_HISTORY", "FIT_TABLES", "fit_bytes"]
+__all__ = ["NgramHalf", "ngram_features", "WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios",
+           "fit_nb_regression", "fit_stacking_weights", "STACKING_BOUNDS", "LBFGS_HISTORY", "FIT_TABLES", "fit_bytes"]
 
 WIDE_C = 10.0
 """Inverse L2 strength of the wide half's logistic regression (``C`` of scikit-learn's summed loss)."""
@@ -102,7 +104,8 @@ def frequent_bigrams(model: NgramHalf, documents: Sequence[Sequence[int]], chunk
     found = []
     for start in range(0, len(documents), chunk):
         ids, _, mask = model._padded(documents[start : start + chunk])
-        pairs = mask[:, 0, 0, :-1] & mask[:, 0, 0, 1:]  # (B, T-1)
+        real = mask.key_mask()  # (B, T)
+        pairs = real[:, :-1] & real[:, 1:]  # (B, T-1)
         key = ids[:, :-1] * vocab + ids[:, 1:]  # (B, T-1)
         doc = torch.arange(ids.shape[0])[:, None].expand_as(key)
         span = vocab * vocab  # keys lie in [0, V^2): one number per (doc, bigram), made unique
@@ -230,7 +233,8 @@ def fit_stacking_weights(deep: Tensor, wide: Tensor, labels: Sequence[int],
     def loss() -> Tensor:
         opt.zero_grad()
         a, b = log_w.exp()
-        value = nn.functional.cross_entropy(a * d + b * w, target, weight=weight) + (log_w * log_w).sum() / (2 * len(target))
+        value = (nn.functional.cross_entropy(a * d + b * w, target, weight=weight)
+                 + (log_w * log_w).sum() / (2 * len(target)))
         value.backward()
         return value
 
@@ -314,7 +318,7 @@ class NgramHalf:
         return self.wide is not None
 
     def classify_own(
-        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+        self, ids: Tensor, lengths: Tensor, mask: AttentionMask, weights: WeightSelection | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """The model's own logits (without the half) and weights for a prepared batch; the class implements it.
 
@@ -324,7 +328,7 @@ class NgramHalf:
         raise NotImplementedError
 
     def classify(
-        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+        self, ids: Tensor, lengths: Tensor, mask: AttentionMask, weights: WeightSelection | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """:meth:`classify_own`'s logits, plus the half's (scaled by ``wide_scale``) in eval mode.
 
@@ -334,23 +338,24 @@ class NgramHalf:
         logits, found = self.classify_own(ids, lengths, mask, weights)
         return self.with_ngram_half(logits, *self.ngram_input(ids, mask)), found
 
-    def own_logits(self, ids: Tensor, lengths: Tensor, mask: Tensor) -> Tensor:
+    def own_logits(self, ids: Tensor, lengths: Tensor, mask: AttentionMask) -> Tensor:
         """The model's logits without the half, for a prepared batch.
 
         Shape:
-            ids ``(B, T)``, lengths ``(B,)``, mask ``(B, 1, 1, T)``; returns ``(B, C)``.
+            ids ``(B, T)``, lengths ``(B,)``, mask allowed ``(B, 1, 1, T)``; returns ``(B, C)``.
         """
         return self.classify_own(ids, lengths, mask, None)[0]
 
-    def ngram_input(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """The token ids ``(B, T)`` and mask ``(B, 1, 1, T)`` the half reads from a prepared batch (itself here)."""
+    def ngram_input(self, ids: Tensor, mask: AttentionMask) -> tuple[Tensor, AttentionMask]:
+        """The token ids ``(B, T)`` and mask (allowed ``(B, 1, 1, T)``) the half reads from a prepared batch
+        (itself here)."""
         return ids, mask
 
-    def with_ngram_half(self, logits: Tensor, ids: Tensor, mask: Tensor) -> Tensor:
+    def with_ngram_half(self, logits: Tensor, ids: Tensor, mask: AttentionMask) -> Tensor:
         """``logits`` while training or without a half; ``logits + wide_scale * wide_logits`` otherwise.
 
         Shape:
-            logits ``(B, C)``, ids ``(B, T)``, mask ``(B, 1, 1, T)``; returns ``(B, C)``.
+            logits ``(B, C)``, ids ``(B, T)``, mask allowed ``(B, 1, 1, T)``; returns ``(B, C)``.
         """
         if self.training or self.wide_scale is None:
             return logits
@@ -361,8 +366,8 @@ class NgramHalf:
             raise ValueError(f"this {type(self).__name__} has no n-gram half (its config gives it no bigram rows)")
         return self.wide
 
-    def _padded(self, documents: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor, Tensor]:
-        """Token-id lists as a checked, padded batch: ``ids (B, T)``, ``lengths (B,)``, ``mask (B, 1, 1, T)``."""
+    def _padded(self, documents: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor, AttentionMask]:
+        """Token-id lists as a checked, padded batch: ``ids (B, T)``, ``lengths (B,)`` and its mask."""
         docs = [np.asarray(d, dtype=np.int64).reshape(-1) for d in documents]
         docs = [d if d.size else np.zeros(1, dtype=np.int64) for d in docs]
         ids = torch.zeros(len(docs), max(len(d) for d in docs), dtype=torch.long)
@@ -473,7 +478,7 @@ class NgramHalf:
         return naive_bayes_ratios(ngram_counts(self, documents, chunk), labels, self._table().shape[1], alpha)
 
     @torch.no_grad()
-    def ngram_contributions(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def ngram_contributions(self, ids: Tensor, mask: AttentionMask) -> tuple[Tensor, Tensor, Tensor]:
         """What each n-gram of each document adds to each class's logit in eval mode (``wide_scale`` included).
 
         The half's logits are the sum of these over the real features plus
@@ -481,7 +486,7 @@ class NgramHalf:
         ranks them to explain a prediction.
 
         Shape:
-            ids ``(B, T)``, mask ``(B, 1, 1, T)``; returns features ``(B, F)``, real ``(B, F)``
+            ids ``(B, T)``, mask allowed ``(B, 1, 1, T)``; returns features ``(B, F)``, real ``(B, F)``
             and contributions ``(B, F, C)`` (zero where not real).
         """
         table = self._table()
@@ -492,14 +497,14 @@ class NgramHalf:
         return feats, real, self.wide_scale * per
 
     @torch.no_grad()
-    def token_ngram_contributions(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def token_ngram_contributions(self, ids: Tensor, mask: AttentionMask) -> tuple[Tensor, Tensor]:
         """:meth:`ngram_contributions` folded onto the tokens, and the half's bias ``wide_scale * wide_bias``.
 
         A unigram's share goes to its token, a bigram's half to each of its two
         tokens; the tokens' shares plus the bias are the half's logits in eval mode.
 
         Shape:
-            ids ``(B, T)``, mask ``(B, 1, 1, T)``; returns ``(B, T, C)`` and ``(C,)``.
+            ids ``(B, T)``, mask allowed ``(B, 1, 1, T)``; returns ``(B, T, C)`` and ``(C,)``.
         """
         _, _, per = self.ngram_contributions(ids, mask)  # (B, 2T - 1, C)
         t = ids.shape[1]
@@ -543,15 +548,15 @@ class NgramHalf:
         key = int(self.bigram_keys[feature - self._ngram_vocab])
         return (key // self._ngram_vocab, key % self._ngram_vocab)
 
-    def _features(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """:func:`ngram_features` of a padded batch with this model's bigram rows; mask ``(B, 1, 1, T)``."""
-        return ngram_features(ids, mask[:, 0, 0], self._ngram_vocab, self._ngram_rows, self.bigram_keys)
+    def _features(self, ids: Tensor, mask: AttentionMask) -> tuple[Tensor, Tensor]:
+        """:func:`ngram_features` of a padded batch with this model's bigram rows; mask allowed ``(B, 1, 1, T)``."""
+        return ngram_features(ids, mask.key_mask(), self._ngram_vocab, self._ngram_rows, self.bigram_keys)
 
-    def wide_logits(self, ids: Tensor, mask: Tensor) -> Tensor:
+    def wide_logits(self, ids: Tensor, mask: AttentionMask) -> Tensor:
         """The half's logits: its table summed over the document's n-grams, over their count's root, plus its bias.
 
         Shape:
-            ids ``(B, T)``, mask ``(B, 1, 1, T)``; returns ``(B, C)``.
+            ids ``(B, T)``, mask allowed ``(B, 1, 1, T)``; returns ``(B, C)``.
         """
         table = self._table()
         feats, real = self._features(ids, mask)  # (B, F)

@@ -53,7 +53,8 @@ class PackedBatch:
             ``(R, 1, T, T)`` bool or a BlockMask: True where a token may attend another
             (padding attends nothing, so its rows give zeros in every layer).
         gather: ``(N, L)`` index into the flattened ``R * T`` tokens of each document's tokens.
-        doc_mask: ``(N, 1, 1, L)`` bool, True on the real tokens of :meth:`unpack`'s rows.
+        doc_mask: the :class:`~attnkit.attention.masks.AttentionMask` of :meth:`unpack`'s rows,
+            allowed ``(N, 1, 1, L)`` True on their real tokens: what per-document pooling reads.
 
     Shape:
         as the attributes.
@@ -66,7 +67,7 @@ class PackedBatch:
     real: Tensor
     mask: masks.AttentionMask
     gather: Tensor
-    doc_mask: Tensor
+    doc_mask: masks.AttentionMask
 
     @property
     def num_documents(self) -> int:
@@ -80,7 +81,7 @@ class PackedBatch:
         """
         flat = x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])  # (R*T, ...)
         out = flat[self.gather]  # (N, L, ...)
-        keep = self.doc_mask[:, 0, 0].view(*self.gather.shape, *([1] * (x.dim() - 2)))
+        keep = self.doc_mask.key_mask().view(*self.gather.shape, *([1] * (x.dim() - 2)))
         return out * keep.to(out.dtype) if out.is_floating_point() else out.masked_fill(~keep, 0)
 
     def to_token_positions(self, per_document: Tensor) -> Tensor:
@@ -91,7 +92,7 @@ class PackedBatch:
         """
         r, t = self.ids.shape
         out = per_document.new_zeros(r * t + 1)  # the last slot takes the padding
-        index = self.gather.masked_fill(~self.doc_mask[:, 0, 0], r * t)
+        index = self.gather.masked_fill(~self.doc_mask.key_mask(), r * t)
         out.scatter_(0, index.flatten(), per_document.flatten())
         return out[: r * t].view(r, t)
 
@@ -191,4 +192,4 @@ def packed_batch(ids: Tensor, segment_ids: object, positions: object | None, voc
         pairs = ((seg[:, :, None] == seg[:, None, :]) & real[:, :, None] & real[:, None, :])[:, None]
     mask = masks.AttentionMask(pairs)  # the one mask every layer of the packed forward reads
     return PackedBatch(ids.masked_fill(~real, 0), seg, pos, lengths, real, mask, gather,
-                       doc_real[:, None, None, :])
+                       masks.AttentionMask(doc_real[:, None, None, :]))

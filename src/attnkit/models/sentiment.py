@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnkit.attention.masks import AttentionMask
 from attnkit.layers.pooling import AttentionPooling
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (
@@ -108,12 +109,12 @@ class SentimentClassifier(TextClassifier):
         self.classifier = nn.Linear(2 * c.hidden_size, c.num_classes)
 
     def classify(
-        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+        self, ids: Tensor, lengths: Tensor, mask: AttentionMask, weights: WeightSelection | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Logits for a prepared batch and its pooling weights.
 
         Shape:
-            ids ``(B, T)``, lengths ``(B,)``, mask ``(B, 1, 1, T)``; returns ``(B, C)`` and
+            ids ``(B, T)``, lengths ``(B,)``, mask allowed ``(B, 1, 1, T)``; returns ``(B, C)`` and
             ``{"pooling": (B, T)}``.
         """
         x = self.dropout(self.embedding(ids))  # (B, T, E)

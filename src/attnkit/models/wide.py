@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnkit.attention.masks import AttentionMask
 from attnkit.layers.pooling import AttentionPooling, linear_head_contributions
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (
@@ -140,7 +141,7 @@ class WideDeepClassifier(NgramHalf, TextClassifier):
         # the wide half: buffers wide, bigram_keys, wide_bias, wide_scale (NgramHalf)
         self._add_ngram_half(c.vocab_size, c.ngram_rows, c.num_classes, exact=c.bigrams == "exact")
 
-    def _deep_logits(self, ids: Tensor, lengths: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def _deep_logits(self, ids: Tensor, lengths: Tensor, mask: AttentionMask) -> tuple[Tensor, Tensor]:
         """The deep half's logits ``(B, C)`` and pooling weights ``(B, T)``."""
         words = ids
         if self.training and self.config.word_dropout > 0:
@@ -153,12 +154,12 @@ class WideDeepClassifier(NgramHalf, TextClassifier):
         return self.classifier(self.dropout(doc)), pool_w  # (B, C), (B, T)
 
     def classify_own(
-        self, ids: Tensor, lengths: Tensor, mask: Tensor, weights: WeightSelection | None
+        self, ids: Tensor, lengths: Tensor, mask: AttentionMask, weights: WeightSelection | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """The deep half's logits and the pooling weights (the mixin's ``classify`` adds the wide half).
 
         Shape:
-            ids ``(B, T)``, lengths ``(B,)``, mask ``(B, 1, 1, T)``; returns ``(B, C)`` and
+            ids ``(B, T)``, lengths ``(B,)``, mask allowed ``(B, 1, 1, T)``; returns ``(B, C)`` and
             ``{"pooling": (B, T)}``.
         """
         deep, pool_w = self._deep_logits(ids, lengths, mask)  # the deep half learns on its own

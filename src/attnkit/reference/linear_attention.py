@@ -54,7 +54,8 @@ def key_mask(mask: object, b: int, tk: int) -> Array | None:
     if mask is None:
         return None
     if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
-        raise TypeError(f"key_mask must be a boolean array (True = may attend), got {getattr(mask, 'dtype', type(mask))}")
+        raise TypeError("key_mask must be a boolean array (True = may attend), "
+                        f"got {getattr(mask, 'dtype', type(mask))}")
     m = mask[:, 0, 0] if mask.ndim == 4 and mask.shape[1:3] == (1, 1) else mask
     if m.ndim != 2 or m.shape[-1] != tk or m.shape[0] not in (1, b):
         raise ValueError(

@@ -32,7 +32,8 @@ class SoftmaxCrossEntropy(Module):
             raise ValueError(f"logits must be 2-D (N, C), got shape {logits.shape}")
         labels = np.asarray(labels)
         if labels.shape != logits.shape[:1] or not np.issubdtype(labels.dtype, np.integer):
-            raise ValueError(f"labels must be integers of shape ({logits.shape[0]},), got {labels.dtype} {labels.shape}")
+            raise ValueError(f"labels must be integers of shape ({logits.shape[0]},), "
+                             f"got {labels.dtype} {labels.shape}")
         if labels.size and (labels.min() < 0 or labels.max() >= logits.shape[1]):
             raise ValueError(f"labels must lie in [0, {logits.shape[1]}), got [{labels.min()}, {labels.max()}]")
         logp = log_softmax(logits)

@@ -25,7 +25,8 @@ def token_mask(mask: Array | None, b: int, t: int) -> Array:
     if mask is None:
         return np.ones((b, t), dtype=bool)
     if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
-        raise TypeError(f"mask must be a boolean numpy.ndarray (True = real token), got {getattr(mask, 'dtype', type(mask))}")
+        raise TypeError("mask must be a boolean numpy.ndarray (True = real token), "
+                        f"got {getattr(mask, 'dtype', type(mask))}")
     if mask.size != b * t or mask.shape[0] != b or mask.shape[-1] != t:
         raise ValueError(f"mask must be (B, T) = {(b, t)} or (B, 1, 1, T), got shape {mask.shape}")
     return mask.reshape(b, t)

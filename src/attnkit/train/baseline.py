@@ -102,7 +102,8 @@ def baseline_scores(train: Sequence[Example], test: Sequence[Example], *, c: flo
 
 def split_baseline(source: DataSource, *, seed: int, c: float = BASELINE_C, class_weight: str = "none"
                    ) -> dict[str, Any]:
-    """The baseline on ``attnkit train``'s split of ``source`` with ``seed``: fit on train + validation, score on test."""
+    """The baseline on ``attnkit train``'s split of ``source`` with ``seed``: fit on train + validation,
+    score on test."""
     train, val, test = load_splits(source, seed=seed)
     if not test:
         raise ValueError("the split has no test part (--test-ratio 0 and no --test): nothing to score")

@@ -1,4 +1,5 @@
-"""Image-captioning runs: train an :class:`~attnkit.models.captioning.ImageCaptioner`, caption images, save and load runs.
+"""Image-captioning runs: train an :class:`~attnkit.models.captioning.ImageCaptioner`, caption images,
+save and load runs.
 
 :func:`train_caption_run` is a whole run (:class:`CaptionSettings` in, a committed run
 directory out: the data of :mod:`attnkit.train.caption_data`, resumable, one

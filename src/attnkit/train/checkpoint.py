@@ -292,9 +292,18 @@ def check_model_size(model_name: str, config: dict[str, Any], source: Path) -> N
 
 
 def _largest_sizes(config: dict[str, Any]) -> str:
-    sizes = sorted(((v, k) for k, v in config.items() if isinstance(v, int) and not isinstance(v, bool)),
-                   reverse=True)
-    return "largest fields: " + ", ".join(f"{k}={v}" for v, k in sizes[:3])
+    """The three largest int fields of ``config``, a nested config's named by their path (``layer.d_model``)."""
+    return "largest fields: " + ", ".join(f"{k}={v}" for v, k in sorted(_int_fields(config), reverse=True)[:3])
+
+
+def _int_fields(config: dict[str, Any], prefix: str = "") -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    for key, value in config.items():
+        if isinstance(value, dict):
+            found += _int_fields(value, f"{prefix}{key}.")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            found.append((value, prefix + str(key)))
+    return found
 
 
 def load_finite_tensors(path: Path) -> dict[str, torch.Tensor]:

@@ -12,7 +12,8 @@
   ``macro_recall``, ``f1:<class>``) or under ``balanced`` class weights,
   none otherwise.
 * **Class offsets** (``--tune-thresholds``, on by default when the measure
-  is not accuracy and the class weights are ``none``; see :func:`tunes_offsets`): an offset ``o_c`` added to each class's logit, the
+  is not accuracy and the class weights are ``none``; see :func:`tunes_offsets`):
+  an offset ``o_c`` added to each class's logit, the
   decision ``argmax_c (z_c + o_c)`` (a class prior, or with two classes a
   decision threshold), chosen on the validation part by
   :func:`tune_offsets` to maximise the measure; they are folded into the
@@ -162,7 +163,8 @@ def fold_offsets(model: nn.Module, offsets: Sequence[float]) -> None:
 
 def check_objective(metric: str, class_weight: str, train_labels: Sequence[int],
                     names: Sequence[str]) -> list[float] | None:
-    """Validate ``metric`` against the class ``names`` and return the training class weights (before any file is written)."""
+    """Validate ``metric`` against the class ``names`` and return the training class weights
+    (before any file is written)."""
     check_metric(metric, names)
     return class_weights(train_labels, len(names), class_weight, names)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,23 +75,26 @@ def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size:
                       max_len: int) -> dict[str, Any]:
     """The config dict of ``model_name``: every field's default, the data-given sizes, then ``overrides``.
 
-    Every field is written out, so that a run saved now keeps its values if a default changes.
+    Every field is written out, a nested config's (``layer``) included, so that a run saved now keeps its
+    values if a default changes. ``overrides`` may give a nested config in part (``{"layer": {"d_ff": 512}}``).
 
-    Unknown keys raise a ValueError listing the valid ones (from the model's config class).
+    Unknown keys raise a ValueError listing the valid ones (from the model's config class); a key that is
+    a field of a nested config is named with its path (``layer.d_model``).
     """
     from attnkit.models import MODELS
 
     if model_name not in MODELS:
         raise ValueError(f"unknown model {model_name!r}; valid names: {sorted(MODELS)}")
     config_cls = MODELS[model_name][1]
-    names = [f.name for f in dataclasses.fields(config_cls)]
-    unknown = sorted(set(overrides) - set(names))
+    fields = typing.get_type_hints(config_cls)
+    unknown = sorted(set(overrides) - set(fields))
     if unknown:
-        raise ValueError(f"unknown {model_name} model option(s) {unknown}; valid keys: {names}")
+        paths = [f"{name}.{key}" for key in unknown for name, hint in fields.items()
+                 if dataclasses.is_dataclass(hint) and key in {f.name for f in dataclasses.fields(hint)}]
+        hint = f"; did you mean {', '.join(paths)}?" if paths else ""
+        raise ValueError(f"unknown {model_name} model option(s) {unknown}; valid keys: {list(fields)}{hint}")
     sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len}
-    base = {k: v for k, v in sizes.items() if k in names}
-    defaults = {f.name: f.default for f in dataclasses.fields(config_cls) if f.default is not dataclasses.MISSING}
-    return {**defaults, **base, **overrides}
+    return config_cls.from_dict({**{k: v for k, v in sizes.items() if k in fields}, **overrides}).to_dict()
 
 
 def _tokenizer_given(model_name: str, options: dict[str, Any], tokenizer: Any) -> dict[str, Any]:
@@ -237,7 +241,8 @@ def cross_validate(
     Each fold trains from scratch: its own tokenizer on the fold's training
     part, ``val`` of that part held out for early stopping, the fold's test
     part used once at the end. ``max_folds`` runs only the first folds.
-    ``only`` runs just the listed folds (1-based). ``max_memory`` as in :func:`fit_classifier`. ``log`` gets one line per
+    ``only`` runs just the listed folds (1-based). ``max_memory`` as in :func:`fit_classifier`.
+    ``log`` gets one line per
     fold (and per epoch with ``epoch_log``). ``tokenizer`` and ``init_model`` (a pretrained model's
     tokenizer and weights, as :func:`attnkit.train.finetune.finetune_bert` passes them) serve every fold
     instead of a tokenizer trained on the fold and fresh weights.

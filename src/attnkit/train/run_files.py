@@ -29,7 +29,8 @@ __all__ = ["check_labels", "check_vocab_size", "refuse_non_finite_file"]
 
 
 def check_labels(path: str | os.PathLike[str], data: Any, num_classes: object) -> list[str]:
-    """The labels of ``labels.json`` (``data``, as read from ``path``) when they fit a model of ``num_classes`` outputs."""
+    """The labels of ``labels.json`` (``data``, as read from ``path``) when they fit a model of
+    ``num_classes`` outputs."""
     labels = data.get("labels") if isinstance(data, dict) and set(data) == {"labels"} else None
     if not isinstance(labels, list):
         raise RunFileError(f"{path} must hold {{\"labels\": [...]}}, a list of label strings; it holds "

@@ -173,7 +173,8 @@ class Trainer:
 
     def predict(self, data: Dataset, *, batch_size: int | None = None) -> tuple[Tensor, Tensor]:
         """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data`` (classification task)."""
-        return self._classification().predict(self.model, data, batch_size=batch_size or max(self.config.batch_size, 64))
+        return self._classification().predict(self.model, data,
+                                              batch_size=batch_size or max(self.config.batch_size, 64))
 
     def evaluate(self, data: Dataset) -> dict[str, Any]:
         """Loss, accuracy, macro-F1 and confusion matrix on ``data`` (classification task)."""

@@ -145,7 +145,8 @@ def _average_snapshots(model: Seq2SeqTransformer, snapshots: list[dict[str, torc
     if loss <= last_loss:
         extra["averaged_epochs"] = len(snapshots)
         extra["averaged_val_loss"] = loss
-        say(f"averaged the weights of the last {len(snapshots)} epochs: val loss {loss:.3f} (last epoch {last_loss:.3f})")
+        say(f"averaged the weights of the last {len(snapshots)} epochs: val loss {loss:.3f} "
+            f"(last epoch {last_loss:.3f})")
     else:
         model.load_saved_tensors(last)
         say(f"kept the last epoch's weights: the average of {len(snapshots)} has val loss {loss:.3f} > {last_loss:.3f}")

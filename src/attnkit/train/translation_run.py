@@ -145,8 +145,9 @@ class Translator:
                     out = greedy_decode(self.model, batch.src, batch.src_lengths, max_len=max_len,
                                         return_alignment=return_alignment)
                 else:
-                    out = beam_search(self.model, batch.src, batch.src_lengths, beam_size=beam, length_penalty=length_penalty,
-                                      max_len=max_len, return_alignment=return_alignment)
+                    out = beam_search(self.model, batch.src, batch.src_lengths, beam_size=beam,
+                                      length_penalty=length_penalty, max_len=max_len,
+                                      return_alignment=return_alignment)
                 texts_out = self.tokenizers.decode_target(out.tokens)
                 for j, i in enumerate(chunk):
                     results[i] = Translation(

@@ -61,7 +61,9 @@ NEURON_JS = r"""
     var a = top > 0 ? Math.min(1, Math.abs(v) / top) : 0;
     return v >= 0 ? "rgba(11,83,148," + a.toFixed(3) + ")" : "rgba(211,84,0," + a.toFixed(3) + ")";
   }
-  function span(cls, text) { var s = document.createElement("span"); s.className = cls; s.textContent = text; return s; }
+  function span(cls, text) {
+    var s = document.createElement("span"); s.className = cls; s.textContent = text; return s;
+  }
   function cells(values, top, kind, key) {
     var row = span("vec", ""), n = 0;
     for (var d = 0; d < values.length; d++) {
@@ -76,7 +78,9 @@ NEURON_JS = r"""
   }
   function maxAbs(arrs) {
     var m = 0;
-    for (var a = 0; a < arrs.length; a++) { for (var d = 0; d < arrs[a].length; d++) { m = Math.max(m, Math.abs(arrs[a][d])); } }
+    for (var a = 0; a < arrs.length; a++) {
+      for (var d = 0; d < arrs[a].length; d++) { m = Math.max(m, Math.abs(arrs[a][d])); }
+    }
     return m;
   }
   function draw() {
@@ -89,7 +93,9 @@ NEURON_JS = r"""
       ks.push(k); prods.push(p);
     }
     var topV = maxAbs([q].concat(ks)), topP = maxAbs(prods);
-    ["", "q / key k", "q \u00d7 k", "q\u00b7k/\u221aDh", "weight"].forEach(function (h) { t.appendChild(span("hd", h)); });
+    ["", "q / key k", "q \u00d7 k", "q\u00b7k/\u221aDh", "weight"].forEach(function (h) {
+      t.appendChild(span("hd", h));
+    });
     t.appendChild(span("tokl hd", "query \u201c" + N.queries[st.query] + "\u201d"));
     t.appendChild(cells(q, topV, "q", -1));
     t.appendChild(span("", "")); t.appendChild(span("", "")); t.appendChild(span("", ""));
@@ -103,7 +109,8 @@ NEURON_JS = r"""
       t.appendChild(span("num", (dot / Math.sqrt(N.Dh)).toFixed(3)));
       var wv = W[wbase + j], cell = span("", ""), bar = span("bar", "");
       bar.style.width = (100 * wv).toFixed(1) + "%"; bar.style.display = "block";
-      cell.title = "weight " + wv.toFixed(4); cell.setAttribute("data-kind", "weight"); cell.setAttribute("data-key", String(j));
+      cell.title = "weight " + wv.toFixed(4);
+      cell.setAttribute("data-kind", "weight"); cell.setAttribute("data-key", String(j));
       cell.appendChild(bar); t.appendChild(cell);
     }
     check.neuronRows = N.Tk; check.neuronDrawn = true;
@@ -118,7 +125,9 @@ NEURON_JS = r"""
     $("neuron-info").textContent = who + ", " + c.title;
     check.neuronHover = kind + (d === null ? "" : ":" + d);
   });
-  function pick() { st.layer = +$("n-layer").value; st.head = +$("n-head").value; st.query = +$("n-query").value; draw(); }
+  function pick() {
+    st.layer = +$("n-layer").value; st.head = +$("n-head").value; st.query = +$("n-query").value; draw();
+  }
   ["n-layer", "n-head", "n-query"].forEach(function (id) { $(id).addEventListener("change", pick); });
   draw();
   var el = $("attnkit-selfcheck"); if (el) { el.textContent = JSON.stringify(check); }

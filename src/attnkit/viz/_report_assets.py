@@ -96,7 +96,9 @@ JS = r"""
   function $(id) { return document.getElementById(id); }
   function svgEl(name, attrs) {
     var el = document.createElementNS(NS, name);
-    for (var a in attrs) { if (Object.prototype.hasOwnProperty.call(attrs, a)) { el.setAttribute(a, String(attrs[a])); } }
+    for (var a in attrs) {
+      if (Object.prototype.hasOwnProperty.call(attrs, a)) { el.setAttribute(a, String(attrs[a])); }
+    }
     return el;
   }
   function bytes(b64) {
@@ -164,7 +166,9 @@ JS = r"""
     }
     var edges = svgEl("g", {"class": "edges"});
     for (b = 0; b < nb; b++) {
-      if (buckets[b].length) { edges.appendChild(svgEl("path", {d: buckets[b].join(""), "stroke-opacity": ((b + 1) / nb).toFixed(3)})); }
+      if (buckets[b].length) {
+        edges.appendChild(svgEl("path", {d: buckets[b].join(""), "stroke-opacity": ((b + 1) / nb).toFixed(3)}));
+      }
     }
     svg.appendChild(edges);
     var focus = svgEl("g", {"class": "focus"});
@@ -187,8 +191,9 @@ JS = r"""
       var t = ev.target.closest ? ev.target.closest("text.tok") : null;
       if (!t) { state.pinned = null; highlight(null, 0); return; }
       var side = t.getAttribute("data-side"), k = +t.getAttribute("data-i");
-      if (state.pinned && state.pinned[0] === side && state.pinned[1] === k) { state.pinned = null; highlight(null, 0); }
-      else { state.pinned = [side, k]; highlight(side, k); }
+      if (state.pinned && state.pinned[0] === side && state.pinned[1] === k) {
+        state.pinned = null; highlight(null, 0);
+      } else { state.pinned = [side, k]; highlight(side, k); }
     });
     var wrap = $("svg-wrap");
     wrap.textContent = "";
@@ -252,14 +257,16 @@ JS = r"""
     }
     var cells = E.sq * E.sk;
     for (var l = 0; l < E.L; l++) {
-      var rl = document.createElement("span"); rl.className = "lab"; rl.textContent = "layer " + l; grid.appendChild(rl);
+      var rl = document.createElement("span"); rl.className = "lab"; rl.textContent = "layer " + l;
+      grid.appendChild(rl);
       for (h = 0; h < E.H; h++) {
         var c = document.createElement("canvas");
         c.width = E.sk; c.height = E.sq;
         var ctx = c.getContext("2d"), img = ctx.createImageData(E.sk, E.sq), off = (l * E.H + h) * cells;
         for (var p = 0; p < cells; p++) {
           var rgb = colour(D.thumb[off + p]);
-          img.data[4 * p] = rgb[0]; img.data[4 * p + 1] = rgb[1]; img.data[4 * p + 2] = rgb[2]; img.data[4 * p + 3] = 255;
+          img.data[4 * p] = rgb[0]; img.data[4 * p + 1] = rgb[1];
+          img.data[4 * p + 2] = rgb[2]; img.data[4 * p + 3] = 255;
         }
         ctx.putImageData(img, 0, 0);
         c.title = "layer " + l + ", head " + h + ": entropy " + E.entropy[l][h].toFixed(2) + " nats; top-" + E.k +

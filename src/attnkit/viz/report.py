@@ -172,7 +172,9 @@ def _is_batch(tokens: Any) -> bool:
             and all(isinstance(t, Sequence) and not isinstance(t, str) for t in tokens))
 
 
-def _split_examples(tokens: Any, attentions: Any, source_tokens: Any) -> list[tuple[np.ndarray, list[str], list[str], bool]]:
+def _split_examples(
+    tokens: Any, attentions: Any, source_tokens: Any
+) -> list[tuple[np.ndarray, list[str], list[str], bool]]:
     """Normalise the accepted inputs to a list of ``(weights (L,H,Tq,Tk), queries, keys, cross)``."""
     per_layer = is_layer_list(attentions)
     a = stack_layers(attentions, dtype=None)

@@ -372,7 +372,8 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask | None, *, sc
     """Attention over ``bm`` (``None``: every key) with ``score_mod``, one query tile at a time.
 
     A :func:`~attnkit.attention.score_mods.bias_mod` goes through torch's fused kernel with one bias tile per query
-    tile, in float32 for half-precision inputs so that the bias is added in float32 (on CPU its log-sum-exp is kept; elsewhere a tile's forward is recomputed in backward); any other
+    tile, in float32 for half-precision inputs so that the bias is added in float32 (on CPU its log-sum-exp
+    is kept; elsewhere a tile's forward is recomputed in backward); any other
     score_mod runs step by step, in float32. Gradients reach q, k and v, not tensors captured inside
     ``score_mod`` (:func:`captures_gradients` tells those apart).
 

@@ -109,7 +109,8 @@ class NeighbourIndex:
             "keys": self.keys.half().contiguous(),
             "tokens": torch.tensor([t for c in flat for t in c], dtype=torch.int32),
             "caption_ends": torch.tensor(list(accumulate(len(c) for c in flat)), dtype=torch.int64),  # (M,)
-            "image_ends": torch.tensor(list(accumulate(len(caps) for caps in self.captions)), dtype=torch.int64),  # (N,)
+            # (N,)
+            "image_ends": torch.tensor(list(accumulate(len(caps) for caps in self.captions)), dtype=torch.int64),
         }, str(path), metadata={"format": "attnkit-neighbours"})
 
     @classmethod
@@ -123,7 +124,8 @@ class NeighbourIndex:
         try:
             tensors = load_file(str(path))
         except Exception as err:  # safetensors raises its own error type for a damaged header
-            raise ValueError(f"{path} is not a neighbour index: it is not a readable safetensors file ({err})") from None
+            raise ValueError(f"{path} is not a neighbour index: it is not a readable safetensors file "
+                             f"({err})") from None
         try:
             keys, tokens = tensors["keys"], tensors["tokens"].tolist()
             caption_ends, image_ends = tensors["caption_ends"].tolist(), tensors["image_ends"].tolist()

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
-__all__ = ["EFFICIENTNET_LITE", "LITE_IMAGE_SIZE", "LITE_MEAN", "LITE_STD", "EfficientNetLiteEncoder", "package_weights_file"]
+__all__ = ["EFFICIENTNET_LITE", "LITE_IMAGE_SIZE", "LITE_MEAN", "LITE_STD", "EfficientNetLiteEncoder",
+           "package_weights_file"]
 
 EFFICIENTNET_LITE = ("efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2")
 """EfficientNet-Lite backbones the captioner can build (each 1280 channels, stride 32)."""
