@@ -317,9 +317,9 @@ def main() -> None:
     ap.add_argument("--only", choices=["mistral", "minilm"], help="run one of the two parts")
     ap.add_argument("--threads", type=int, help="torch threads on both sides (default: torch's own)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--timer", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--timer", action="store_true", help="the Mistral timing part alone, printed as JSON (with --t)")
     ap.add_argument("--flex", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--t", type=int, default=8192, help=argparse.SUPPRESS)
+    ap.add_argument("--t", type=int, default=8192, help="sequence length of --timer (default 8192)")
     ap.add_argument("--repeats", type=int, help="Mistral rounds after the first one (default 3; --quick 2)")
     args = ap.parse_args()
     if args.threads:
