@@ -328,7 +328,7 @@ def main() -> None:
         print(json.dumps(worker(args.worker, args.t, args.repeats)))
         return
     if args.timer:
-        print(json.dumps(timer(args.t, args.repeats)))
+        print(json.dumps(timer(args.t, args.repeats if args.repeats is not None else 3)))
         return
     if args.flex:
         print(json.dumps(flex_worker(args.t)))
