@@ -2,21 +2,26 @@
 
 Usage::
 
-    python benchmarks/hf_backend.py [--quick] [--no-flex] [--only mistral|minilm] [--threads N]
+    python benchmarks/hf_backend.py [--quick] [--no-flex] [--only mistral|minilm] [--threads N] [--repeats N]
 
 Both sides run in the same invocation and every line prints both and their ratio:
 
 * a Mistral-style decoder (4 layers, d 256, 8 heads, 4 key/value heads (GQA 2),
-  window 512, random weights) on one row of T=8192 tokens, forward + backward:
-  the median step time, the sides taking turns step by step in one process
-  (the first step, which builds attnkit's block mask and kernel plan once per
-  layout, reported apart), and the peak extra resident memory of a step (each
-  side in a fresh subprocess, ``attnkit.bench.memory.measure_peak``). Targets:
-  >= 5x faster, <= 1/4 of sdpa's memory. A third side with a stand-in
-  attention that costs nothing measures the rest of the model, so attention
-  alone is compared too, and the bound the rest sets on the whole model's
-  ratios is printed. ``flex_attention`` is tried beside them; where its CPU
-  backward raises, the line says so;
+  window 512, random weights) on one row of T=8192 tokens, forward + backward.
+  Time: the sides take turns in one process, round by round, the order
+  reversed every other round (``attnkit.bench.timing.time_rounds``); each
+  step's CPU time (``time.process_time``, which other jobs' load barely
+  changes) and wall time are read, and the ratio is taken round by round
+  between neighbouring steps: its median and range are printed, with the load
+  average before and after. The first round, which builds attnkit's block mask
+  and kernel plan once per layout, is reported apart. Memory: the peak extra
+  resident memory of a step, each side in a fresh subprocess
+  (``attnkit.bench.memory.measure_peak``). Targets: >= 5x faster, <= 1/4 of
+  sdpa's memory. A third side with a stand-in attention that costs nothing
+  measures the rest of the model, so attention alone is compared too, and the
+  bound the rest sets on the whole model's ratios is printed.
+  ``flex_attention`` is tried beside them: its forward+backward (on CPU it
+  raises, and the line says so), then its forward alone against attnkit's;
 * all-MiniLM-L6-v2 (the ``pretrained`` extra, with a mean-pooled 4-way head)
   fine-tuned on AG News texts (``$ATTNKIT_DATA/agnews`` or
   ``../shared/data/agnews``), dropout off: training tokens per second of packed
@@ -35,6 +40,7 @@ import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -100,27 +106,60 @@ def worker(impl: str, t: int, repeats: int) -> dict[str, object]:
 
 
 def timer(t: int, repeats: int) -> dict[str, object]:
-    """Every side's step times in this process, the sides taking turns step by step.
+    """Every side's step times in this process, wall and CPU, the sides taking turns round by round.
 
-    The first step of each side pays what is done once per layout (attnkit's
-    block mask and its kernel plan, kept for the steps after it) and lazy
-    set-up; it is reported apart. Taking turns makes a change in the machine's
-    load reach every side.
+    The first round pays what is done once per layout (attnkit's block mask
+    and its kernel plan, kept for the steps after it) and lazy set-up; it is
+    reported apart. Each later round runs every side once, the order reversed
+    every other round (:func:`attnkit.bench.timing.time_rounds`), so that the
+    ratios are taken round by round between neighbouring steps.
     """
+    from attnkit.bench.timing import time_rounds
+
     model, step = _steps("sdpa", t)
-    impls = ["sdpa", "attnkit", NO_ATTENTION]
-    times: dict[str, list[float]] = {impl: [] for impl in impls}
-    for _ in range(repeats + 1):
-        for impl in impls:
+
+    def side(impl: str):
+        def run() -> None:
             model.set_attn_implementation(impl)
-            start = time.perf_counter()
             step()
-            times[impl].append(time.perf_counter() - start)
-    out: dict[str, object] = {}
-    for impl, ts in times.items():
-        rest = sorted(ts[1:])
-        out[impl] = {"seconds": rest[len(rest) // 2], "cold_seconds": ts[0]}
-    return out
+        return run
+
+    sides = {impl: side(impl) for impl in ("sdpa", "attnkit", NO_ATTENTION)}
+    cold = time_rounds(sides, rounds=1)
+    warm = time_rounds(sides, rounds=repeats)
+    return {impl: {"wall": [w for w, _ in warm[impl]], "cpu": [c for _, c in warm[impl]],
+                   "cold_seconds": cold[impl][0][0]} for impl in sides}
+
+
+def flex_worker(t: int) -> dict[str, object]:
+    """flex_attention's forward+backward (its error), then its forward alone beside attnkit's, taking turns.
+
+    Its compiled CPU forward took 68 s of CPU at T=8192 (attnkit's: 1.3 s), so
+    one round follows the first call, which compiles.
+    """
+    from attnkit.bench.timing import time_rounds
+
+    model, step = _steps("flex_attention", t)
+    try:
+        step()
+        error = None
+    except Exception as e:  # transformers' flex_attention has no CPU backward
+        error = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+
+    def forward(impl: str):
+        def run() -> None:
+            model.set_attn_implementation(impl)
+            with torch.no_grad():
+                model(input_ids=ids)
+        return run
+
+    ids = torch.randint(0, 1000, (1, t), generator=torch.Generator().manual_seed(1))
+    sides = {impl: forward(impl) for impl in ("flex_attention", "attnkit")}
+    cold = time_rounds(sides, rounds=1)  # flex_attention's first call compiles
+    warm = time_rounds(sides, rounds=1)
+    return {"error": error, "compile_seconds": cold["flex_attention"][0][0],
+            **{impl: [w for w, _ in warm[impl]] for impl in sides},
+            **{f"{impl} cpu": [c for _, c in warm[impl]] for impl in sides}}
 
 
 def _run_worker(args: list[str]) -> dict[str, Any]:
@@ -138,38 +177,63 @@ def _side(impl: str, t: int, repeats: int) -> dict[str, Any]:
     return _run_worker(["--worker", impl, "--t", str(t), "--repeats", str(repeats)])
 
 
+def _spread(num: list[float], den: list[float]) -> str:
+    from attnkit.bench.timing import ratio_spread
+
+    mid, lo, hi = ratio_spread(num, den)
+    return f"{mid:.1f}x (range {lo:.1f}-{hi:.1f}x)"
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (5 min {five:.1f}) on {os.cpu_count()} cores"
+
+
 def mistral(t: int, repeats: int, flex: bool) -> None:
-    print(f"Mistral-style decoder, 4 layers, d 256, 8 heads, GQA 2, window 512, T={t}, forward+backward "
-          f"(median of {repeats} steps after a first one)")
+    print(f"Mistral-style decoder, 4 layers, d 256, 8 heads, GQA 2, window 512, T={t}, forward+backward, "
+          f"{repeats} round{'s' if repeats != 1 else ''} after a first one; {_load()}")
     timed = _run_worker(["--timer", "--t", str(t), "--repeats", str(repeats)])
-    sdpa, ours, rest = ({**_side(impl, t, repeats), **timed.get(impl, timed)} for impl in
-                        ("sdpa", "attnkit", NO_ATTENTION))
+    if "error" in timed:
+        print(f"  timing failed: {timed['error']}")
+        return
+    sdpa, ours, rest = ({**_side(impl, t, repeats), **timed[impl]} for impl in ("sdpa", "attnkit", NO_ATTENTION))
     for name, r in (("sdpa", sdpa), ("attnkit", ours), (NO_ATTENTION, rest)):
-        print(f"  {name:12s} " + (f"{r['seconds']:.3f} s (first step {r['cold_seconds']:.3f} s), "
-                                  f"peak {r['peak_mib']:.0f} MiB" if "error" not in r else f"failed: {r['error']}"))
-    if "error" not in sdpa and "error" not in ours:
-        s_all, o_all = float(sdpa["seconds"]), float(ours["seconds"])
-        print(f"  whole model: attnkit {s_all / o_all:.1f}x faster (target >= 5x), "
-              f"{float(ours['peak_mib']) / float(sdpa['peak_mib']):.2f}x the memory (target <= 0.25x)")
-        if "error" not in rest:
-            r_all = float(rest["seconds"])
-            s_att, o_att = s_all - r_all, o_all - r_all
-            if min(s_att, o_att) <= 0:
-                print(f"  attention alone: not measurable in this run (the {NO_ATTENTION} step, {r_all:.3f} s, "
-                      "was not the fastest: the machine's load varied more than attention costs)")
-            else:
-                    print(f"  attention alone (step minus the {NO_ATTENTION} step, {r_all:.3f} s): sdpa {s_att:.3f} s, "
-                      f"attnkit {o_att:.3f} s, {s_att / o_att:.1f}x faster; at most "
-                      f"{s_all / r_all:.1f}x for the whole model even if attnkit's attention cost nothing")
-            s_mem, o_mem, r_mem = (float(x["peak_mib"]) for x in (sdpa, ours, rest))
-            print(f"  memory of attention alone (peak minus the {NO_ATTENTION} peak, {r_mem:.0f} MiB): sdpa "
-                  f"{s_mem - r_mem:.0f} MiB, attnkit {o_mem - r_mem:.0f} MiB "
-                  f"({(o_mem - r_mem) / (s_mem - r_mem):.2f}x); "
-                  f"at least {r_mem / s_mem:.2f}x for the whole model even if attnkit's attention held nothing")
+        mem = f"peak {r['peak_mib']:.0f} MiB" if "peak_mib" in r else f"memory failed: {r['error']}"
+        print(f"  {name:12s} {statistics.median(r['cpu']):.3f} s CPU, {statistics.median(r['wall']):.3f} s wall "
+              f"a step (median; first step {r['cold_seconds']:.3f} s wall), {mem}")
+    print(f"  whole model, round by round: attnkit {_spread(sdpa['cpu'], ours['cpu'])} faster in CPU time, "
+          f"{_spread(sdpa['wall'], ours['wall'])} in wall time (target >= 5x)")
+    s_att = [s - r for s, r in zip(sdpa["cpu"], rest["cpu"], strict=True)]
+    o_att = [o - r for o, r in zip(ours["cpu"], rest["cpu"], strict=True)]
+    if min(s_att + o_att) > 0:
+        print(f"  attention alone (a step minus the {NO_ATTENTION} step of its round, CPU): sdpa "
+              f"{statistics.median(s_att):.3f} s, attnkit {statistics.median(o_att):.3f} s, "
+              f"{_spread(s_att, o_att)} faster; at most {_spread(sdpa['cpu'], rest['cpu'])} for the whole "
+              "model even if attnkit's attention cost nothing")
+    if all("peak_mib" in r for r in (sdpa, ours, rest)):
+        s_mem, o_mem, r_mem = (float(x["peak_mib"]) for x in (sdpa, ours, rest))
+        print(f"  memory: attnkit {o_mem / s_mem:.2f}x sdpa's (target <= 0.25x); attention alone (peak minus the "
+              f"{NO_ATTENTION} peak, {r_mem:.0f} MiB): sdpa {s_mem - r_mem:.0f} MiB, attnkit {o_mem - r_mem:.0f} MiB "
+              f"({(o_mem - r_mem) / (s_mem - r_mem):.2f}x); at least {r_mem / s_mem:.2f}x for the whole model "
+              "even if attnkit's attention held nothing")
     if flex:
-        r = _side("flex_attention", t, 1)
-        print("  flex_attention: " + (f"peak {r['peak_mib']:.0f} MiB" if "error" not in r
-                                      else f"raises on CPU: {r['error']}"))
+        _flex(t)
+    print(f"  after: {_load()}")
+
+
+def _flex(t: int) -> None:
+    r = _run_worker(["--flex", "--t", str(t)])
+    if "flex_attention" not in r:
+        print(f"  flex_attention: failed: {r.get('error')}")
+        return
+    backward = (f"forward+backward raises on CPU ({r['error']})" if r["error"] else
+                "forward+backward runs on CPU")
+    # wall time: the compiled kernel's worker threads may spin, which CPU time would count against it
+    print(f"  flex_attention: {backward}; forward alone (no_grad, compiled by transformers on its first call: "
+          f"{r['compile_seconds']:.1f} s wall): {statistics.median(r['flex_attention']):.3f} s wall "
+          f"({statistics.median(r['flex_attention cpu']):.3f} s CPU), "
+          f"attnkit {statistics.median(r['attnkit']):.3f} s wall ({statistics.median(r['attnkit cpu']):.3f} s CPU): "
+          f"attnkit {r['flex_attention'][0] / r['attnkit'][0]:.1f}x faster in wall time")
 
 
 def _texts(n: int) -> list[str]:
@@ -237,10 +301,9 @@ def minilm(docs: int, batch: int, epochs: int) -> None:
     padded_rate, padded_losses = epochs * n_tokens / sides[0]["seconds"], sides[0]["losses"]
     packed_rate, packed_losses = epochs * n_tokens / sides[1]["seconds"], sides[1]["losses"]
     diff = max(abs(a - b) for a, b in zip(padded_losses, packed_losses, strict=True))
-    print(f"  sdpa, padded batches   {padded_rate:8.0f} tokens/s, "
-          f"mean loss {sum(padded_losses) / len(padded_losses):.4f}")
-    print(f"  attnkit, packed rows   {packed_rate:8.0f} tokens/s, "
-          f"mean loss {sum(packed_losses) / len(packed_losses):.4f}")
+    padded_mean, packed_mean = sum(padded_losses) / len(padded_losses), sum(packed_losses) / len(packed_losses)
+    print(f"  sdpa, padded batches   {padded_rate:8.0f} tokens/s, mean loss {padded_mean:.4f}")
+    print(f"  attnkit, packed rows   {packed_rate:8.0f} tokens/s, mean loss {packed_mean:.4f}")
     print("  loss per step, sdpa padded:  " + " ".join(f"{x:.4f}" for x in padded_losses))
     print("  loss per step, attnkit packed: " + " ".join(f"{x:.4f}" for x in packed_losses))
     print(f"  packed: {packed_rate / padded_rate:.2f}x the tokens/s (target >= 1.5x); "
@@ -255,9 +318,10 @@ def main() -> None:
     ap.add_argument("--only", choices=["mistral", "minilm"], help="run one of the two parts")
     ap.add_argument("--threads", type=int, help="torch threads on both sides (default: torch's own)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--timer", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--t", type=int, default=8192, help=argparse.SUPPRESS)
-    ap.add_argument("--repeats", type=int, default=3, help=argparse.SUPPRESS)
+    ap.add_argument("--timer", action="store_true", help="the Mistral timing part alone, printed as JSON (with --t)")
+    ap.add_argument("--flex", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--t", type=int, default=8192, help="sequence length of --timer (default 8192)")
+    ap.add_argument("--repeats", type=int, help="Mistral rounds after the first one (default 3; --quick 2)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -265,12 +329,18 @@ def main() -> None:
         print(json.dumps(worker(args.worker, args.t, args.repeats)))
         return
     if args.timer:
-        print(json.dumps(timer(args.t, args.repeats)))
+        print(json.dumps(timer(args.t, args.repeats if args.repeats is not None else 3)))
+        return
+    if args.flex:
+        print(json.dumps(flex_worker(args.t)))
         return
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     if args.only != "minilm":
-        mistral(2048 if args.quick else 8192, 1 if args.quick else 3, not args.no_flex)
+        repeats = args.repeats if args.repeats is not None else (2 if args.quick else 3)
+        if repeats < 1:
+            ap.error(f"--repeats must be at least 1, got {repeats}")
+        mistral(2048 if args.quick else 8192, repeats, not args.no_flex)
     if args.only != "mistral":
         minilm(64 if args.quick else 256, 16, 1)
 

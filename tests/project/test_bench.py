@@ -13,7 +13,7 @@ import pytest
 
 from attnkit.bench import CASES, Result, run
 from attnkit.bench.result import completed, judge
-from attnkit.bench.timing import time_pair
+from attnkit.bench.timing import ratio_spread, time_pair, time_rounds
 
 
 def test_cases_listed() -> None:
@@ -121,3 +121,31 @@ def test_every_case_finds_what_it_needs_inside_the_package(tmp_path: Path) -> No
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
     sources = [p for p in (site / "attnkit" / "bench").glob("*.py") if "__file__" in p.read_text()]
     assert not sources, f"bench modules that read files beside the package: {sources}"
+
+
+def test_time_rounds_reverses_the_order_and_reads_both_clocks() -> None:
+    calls: list[str] = []
+    sides = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b"), "c": lambda: calls.append("c")}
+    got = time_rounds(sides, rounds=3)
+    assert calls == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
+    assert [len(v) for v in got.values()] == [3, 3, 3]
+
+    def spin() -> None:  # busy for 30 ms of CPU time, however loaded the machine
+        end = time.process_time() + 0.03
+        while time.process_time() < end:
+            pass
+
+    timed = time_rounds({"sleep": lambda: time.sleep(0.03), "spin": spin}, rounds=2)
+    (sleep_wall, sleep_cpu), (spin_wall, spin_cpu) = timed["sleep"][0], timed["spin"][0]
+    assert sleep_wall >= 0.029 and spin_wall >= 0.029
+    assert sleep_cpu < 0.01 and spin_cpu >= 0.029  # a sleep waits without using the CPU; a busy loop uses it
+    with pytest.raises(ValueError, match="repeats"):
+        time_rounds(sides, rounds=0)
+
+
+def test_ratio_spread_takes_the_ratio_round_by_round() -> None:
+    # side a is twice as slow in every round, while the load makes both vary 5x
+    assert ratio_spread([2.0, 10.0, 4.0], [1.0, 5.0, 2.0]) == (2.0, 2.0, 2.0)
+    assert ratio_spread([3.0, 4.0, 10.0], [1.0, 1.0, 2.0]) == (4.0, 3.0, 5.0)
+    with pytest.raises(ValueError, match="equally many"):
+        ratio_spread([1.0], [1.0, 2.0])

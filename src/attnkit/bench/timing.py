@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["time_pair", "time_one", "peak_memory_mib", "TIMING_METHOD", "MEMORY_METHOD"]
+__all__ = ["time_pair", "time_one", "time_rounds", "ratio_spread", "peak_memory_mib", "TIMING_METHOD",
+           "MEMORY_METHOD"]
 
 TIMING_METHOD = "median of {repeats} interleaved repeats after {warmup} warm-up(s), {threads} threads"
 MEMORY_METHOD = (
@@ -83,6 +84,35 @@ def time_pair(
             times_b.append(_once(b))
             times_a.extend(_once(a) for _ in range(a_calls))
     return statistics.median(times_a), statistics.median(times_b)
+
+
+def time_rounds(sides: dict[str, Callable[[], object]], *, rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """Wall and CPU seconds ``(wall, cpu)`` of every side's call, round by round.
+
+    Each round calls every side once, in the given order on even rounds and
+    reversed on odd ones (a b, b a, ...): two sides' calls of one round are
+    neighbours in time, so a change in the machine's load reaches both, and
+    their ratio is taken round by round (:func:`ratio_spread`). CPU time is the
+    process' (``time.process_time``, all its threads): other processes' load
+    changes it far less than the wall time, which is what a user waits.
+    """
+    _check_counts(0, rounds)
+    out: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+    order = list(sides)
+    for i in range(rounds):
+        for name in order if i % 2 == 0 else order[::-1]:
+            wall, cpu = time.perf_counter(), time.process_time()
+            sides[name]()
+            out[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+    return out
+
+
+def ratio_spread(num: list[float], den: list[float]) -> tuple[float, float, float]:
+    """The median, least and greatest of the round-by-round ratios ``num[i] / den[i]``."""
+    if not num or len(num) != len(den) or min(den) <= 0:
+        raise ValueError(f"need equally many rounds on both sides and positive denominators, got {num}, {den}")
+    ratios = [a / b for a, b in zip(num, den, strict=True)]
+    return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def peak_memory_mib(workload: str, params: dict[str, Any], *, timeout: float = 900.0

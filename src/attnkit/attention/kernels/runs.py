@@ -6,7 +6,9 @@ sliding windows, packed documents, prefix-LM), a group of consecutive query
 blocks attends a *view* ``k[:, :, start:end]`` through torch's CPU flash kernel,
 with an additive mask only where the group's span holds blocks that are not
 full for all its rows. Consecutive query blocks share one kernel call while
-their common span wastes at most a quarter more work than their own runs.
+their common span wastes at most a tenth more work than their own runs
+(groups of one shape become one strided call anyway, so merging saves few
+calls: a sliding window's blocks stay apart, each attending its own run).
 The plan (groups and masks) is found once per BlockMask and kept on it;
 backward calls the flash kernel's backward from the saved log-sum-exp and adds
 each group's key and value gradients into their slices in place.
@@ -29,7 +31,7 @@ from attnkit.attention.rows import rows_with_keys
 
 __all__ = ["run_plan", "usable", "runs_attention"]
 
-_WASTE = 1.25  # a group's span may hold this much more work than its query blocks' own runs
+_WASTE = 1.1  # a group's span may hold this much more work than its query blocks' own runs
 _MAX_GROUP = 8  # query blocks per kernel call at most
 _CACHED_MASK_ELEMENTS = 1 << 24  # additive masks kept on the BlockMask up to this many entries in all
 
@@ -202,7 +204,8 @@ class _Runs(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, out, lse = ctx.saved_tensors
         plan, masks, scale = ctx.args
-        grad = grad.contiguous()
+        if grad.stride(-1) != 1 or 0 in grad.stride():
+            grad = grad.contiguous()  # the kernel reads any layout with unit-stride rows (token-major too)
         dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
         for (q0, qs, lq, k0, ks, sk, n, _), m in zip(plan, masks, strict=True):
             for i in range(q.shape[0]):
