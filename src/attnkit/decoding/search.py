@@ -204,7 +204,8 @@ def n_best_over_steps(
         state: the state of the B inputs; it is first expanded to ``B·K`` rows
             with ``reorder`` and reordered the same way after every step.
         batch_size: B.
-        bos_id, eos_id: the start token fed first, and the token that ends a hypothesis.
+        bos_id: the start token, fed first.
+        eos_id: the token that ends a hypothesis.
         max_len: most tokens generated per hypothesis (``[EOS]`` included).
         beam_size: K.
         length_penalty: the GNMT exponent ``alpha`` (0: rank by log-probability).

@@ -98,13 +98,15 @@ class ClassificationTask:
     """Text classification: ``model(ids, lengths) -> logits (B, C)`` with cross-entropy.
 
     Args:
-        train_data / val_data: datasets whose items ``collate`` turns into
-            batch dicts with ``ids``, ``lengths`` and ``labels``.
+        train_data: a dataset whose items ``collate`` turns into batch dicts
+            with ``ids``, ``lengths`` and ``labels``.
+        val_data: the validation dataset, in the same form.
         collate: default :func:`attnkit.data.batching.collate`.
         lengths: token counts of ``train_data``'s items, for length bucketing
             (None: plain shuffled batches).
-        batch_size, seed: the batches of epoch ``e`` are a pure function of
-            ``(seed, e)`` (:func:`epoch_batches`).
+        batch_size: examples per batch.
+        seed: the batches of epoch ``e`` are a pure function of ``(seed, e)``
+            (:func:`epoch_batches`).
         label_smoothing: cross-entropy label smoothing.
         device: where batches go.
         pack: pack each training batch into rows of this many tokens

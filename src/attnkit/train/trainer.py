@@ -72,9 +72,10 @@ class Trainer:
         config: a :class:`TrainConfig` (epochs, lr, clipping, patience, seed,
             device...; the classification task also reads batch size, label
             smoothing and bucketing from it).
-        train_data / val_data: for the default classification task: datasets
-            whose items ``collate_fn`` turns into batches with ``ids``,
-            ``lengths`` and ``labels`` (``model(ids, lengths) -> logits``).
+        train_data: for the default classification task: a dataset whose
+            items ``collate_fn`` turns into batches with ``ids``, ``lengths``
+            and ``labels`` (``model(ids, lengths) -> logits``).
+        val_data: the validation dataset, in the same form.
         task: any :class:`~attnkit.train.tasks.TrainTask` instead of the data.
         collate_fn: default :func:`attnkit.data.batching.collate`.
         lengths: token counts of ``train_data``'s items, for length bucketing.

@@ -79,9 +79,11 @@ class TranslationTrainConfig(TrainSettings):
         max_tokens: source plus target tokens per batch.
         warmup_steps: optimizer steps of the linear warm-up.
         max_len: sentence pairs with a side longer than this many tokens are left out of training.
-        vocab_size, lowercase: of the BPE tokenizers trained on the corpus.
+        vocab_size: of the BPE tokenizers trained on the corpus.
+        lowercase: lowercase the corpus before the tokenizers are trained.
         time_budget_s: stop after the epoch that passes this many seconds (None: no limit).
-        eval_beam, eval_sentences: beam width and sentence count of the BLEU score on the validation part.
+        eval_beam: beam width of the BLEU score on the validation part.
+        eval_sentences: sentence count of that BLEU score.
         log_every: steps between progress lines.
         average_last: > 1 averages the weights saved at the end of the last
             that many epochs (Vaswani et al., 2017, section 6.1) and keeps the average
