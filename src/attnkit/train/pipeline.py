@@ -87,7 +87,8 @@ def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size:
     unknown = sorted(set(overrides) - set(names))
     if unknown:
         raise ValueError(f"unknown {model_name} model option(s) {unknown}; valid keys: {names}")
-    sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len}
+    # a model reading long documents in chunks reads chunks of the data's max_len (models.wide)
+    sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len, "chunk_len": max_len}
     base = {k: v for k, v in sizes.items() if k in names}
     defaults = {f.name: f.default for f in dataclasses.fields(config_cls) if f.default is not dataclasses.MISSING}
     return {**defaults, **base, **overrides}
@@ -143,14 +144,16 @@ def fit_classifier(
         tokenizer = train_tokenizer([e.text for e in train], kind=data.tokenizer,  # type: ignore[arg-type]
                                     vocab_size=data.vocab_size, min_frequency=data.min_frequency,
                                     lowercase=data.lowercase)
-    train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, data.max_len, train, val, test)
-    loss_weights = check_objective(train_config.metric, train_config.class_weight, train_ds.labels,
-                                   label_vocab.labels)
-    from attnkit.models import build_model
+    from attnkit.models import build_model, config_from_dict
+    from attnkit.models.wide import reading_length
 
     config = model_config_dict(model_name, _tokenizer_given(model_name, model_options or {}, tokenizer),
                                vocab_size=tokenizer.get_vocab_size(),
                                num_classes=len(label_vocab), max_len=data.max_len)
+    read_len = reading_length(config_from_dict(model_name, config), data.max_len)
+    train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, read_len, train, val, test)
+    loss_weights = check_objective(train_config.metric, train_config.class_weight, train_ds.labels,
+                                   label_vocab.labels)
     tokens = int(train_ds.ids.offsets[-1])
     data_bytes = sum(d.ids.nbytes for d in (train_ds, val_ds, test_ds))
     config = fit_to_memory(model_name, config, tokens=tokens, documents=data_bytes, limit=max_memory,
@@ -181,15 +184,30 @@ def fit_classifier(
                                 class_weight=train_config.class_weight, tune=train_config.tune_thresholds,
                                 names=label_vocab.labels, log=log if dist.is_main else None)
         test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
+        chunked = _chunked(unwrap(model), test_metrics, train=train_ds, val=val_ds, test=test_ds)
         if run is not None:
             metrics = {"test": test_metrics, "val_best": _best_val(history),
-                       "peak_memory_mib": round(peak_rss_mib(), 1), "decision": decision}
+                       "peak_memory_mib": round(peak_rss_mib(), 1), "decision": decision, **chunked}
             if baseline is not None:
                 metrics["baseline"] = baseline
             run.commit(unwrap(model).state_dict(), status="done", history=history, progress=trainer._summary(),
                        meta={"epochs_run": len(history), "metrics": metrics})
     return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds,
                      extra={"decision": decision}, is_main=dist.is_main, val_data=val_ds if len(val_ds) else None)
+
+
+def _chunked(model: nn.Module, test_metrics: dict[str, Any] | None, **parts: TextClassificationDataset
+             ) -> dict[str, Any]:
+    """``{"chunked_documents": {part: count}}``: the documents of each part read in overlapping chunks
+    (longer than ``max_len``), also set as the test metrics' ``chunked_documents``; empty without chunks."""
+    from attnkit.models.wide import chunked_documents
+
+    counts = {name: chunked_documents(model, part.lengths) for name, part in parts.items()}
+    if counts["test"] is None:
+        return {}
+    if test_metrics is not None:
+        test_metrics["chunked_documents"] = counts["test"]
+    return {"chunked_documents": counts}
 
 
 def _checked_labels(train: Sequence[Example], train_config: TrainConfig, data: DataSettings,
