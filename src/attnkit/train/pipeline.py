@@ -151,6 +151,12 @@ def fit_classifier(
                                vocab_size=tokenizer.get_vocab_size(),
                                num_classes=len(label_vocab), max_len=data.max_len)
     read_len = reading_length(config_from_dict(model_name, config), data.max_len)
+    if train_config.pack and train_config.pack < read_len:
+        chunks = f" (--max-len {data.max_len} read in up to {config['max_chunks']} chunks)" if read_len > data.max_len else ""
+        raise ValueError(
+            f"pack={train_config.pack} tokens per row must hold the longest document, {read_len} tokens{chunks}; "
+            f"raise --pack or lower --max-len" + (" or --model-opt max_chunks" if chunks else "")
+        )
     train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, read_len, train, val, test)
     loss_weights = check_objective(train_config.metric, train_config.class_weight, train_ds.labels,
                                    label_vocab.labels)
@@ -215,11 +221,6 @@ def _checked_labels(train: Sequence[Example], train_config: TrainConfig, data: D
     """The run's labels (read off ``train`` unless given), after the checks that need no model."""
     if not train:
         raise ValueError("the training data is empty")
-    if train_config.pack and train_config.pack < data.max_len:
-        raise ValueError(
-            f"pack={train_config.pack} tokens per row must hold the longest document, max_len={data.max_len}; "
-            f"raise --pack or lower --max-len"
-        )
     if label_vocab is None:
         label_vocab = LabelVocab(sorted({e.label for e in train}))
     if len(label_vocab) < 2:
