@@ -144,19 +144,12 @@ def fit_classifier(
         tokenizer = train_tokenizer([e.text for e in train], kind=data.tokenizer,  # type: ignore[arg-type]
                                     vocab_size=data.vocab_size, min_frequency=data.min_frequency,
                                     lowercase=data.lowercase)
-    from attnkit.models import build_model, config_from_dict
-    from attnkit.models.wide import reading_length
+    from attnkit.models import build_model
 
     config = model_config_dict(model_name, _tokenizer_given(model_name, model_options or {}, tokenizer),
                                vocab_size=tokenizer.get_vocab_size(),
                                num_classes=len(label_vocab), max_len=data.max_len)
-    read_len = reading_length(config_from_dict(model_name, config), data.max_len)
-    if train_config.pack and train_config.pack < read_len:
-        chunks = f" (--max-len {data.max_len} read in up to {config['max_chunks']} chunks)" if read_len > data.max_len else ""
-        raise ValueError(
-            f"pack={train_config.pack} tokens per row must hold the longest document, {read_len} tokens{chunks}; "
-            f"raise --pack or lower --max-len" + (" or --model-opt max_chunks" if chunks else "")
-        )
+    read_len = _reading_length(model_name, config, data.max_len, train_config.pack)
     train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, read_len, train, val, test)
     loss_weights = check_objective(train_config.metric, train_config.class_weight, train_ds.labels,
                                    label_vocab.labels)
@@ -200,6 +193,22 @@ def fit_classifier(
                        meta={"epochs_run": len(history), "metrics": metrics})
     return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds,
                      extra={"decision": decision}, is_main=dist.is_main, val_data=val_ds if len(val_ds) else None)
+
+
+def _reading_length(model_name: str, config: dict[str, Any], max_len: int, pack: int | None) -> int:
+    """Tokens of each document the model reads (more than ``max_len`` when it reads chunks), checked
+    against ``pack``: a packed row must hold the longest document."""
+    from attnkit.models import config_from_dict
+    from attnkit.models.wide import reading_length
+
+    read_len = reading_length(config_from_dict(model_name, config), max_len)
+    if pack and pack < read_len:
+        chunks = f" (--max-len {max_len} read in up to {config['max_chunks']} chunks)" if read_len > max_len else ""
+        raise ValueError(
+            f"pack={pack} tokens per row must hold the longest document, {read_len} tokens{chunks}; "
+            f"raise --pack or lower --max-len" + (" or --model-opt max_chunks" if chunks else "")
+        )
+    return read_len
 
 
 def _chunked(model: nn.Module, test_metrics: dict[str, Any] | None, **parts: TextClassificationDataset
