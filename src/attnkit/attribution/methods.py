@@ -168,6 +168,8 @@ def _attention(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: 
 
 @torch.no_grad()
 def _attention_norm(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
+    if hasattr(model, "weighted_norms"):  # a model whose pooling reads other rows than the tokens (chunks)
+        return model.weighted_norms(ids, lengths)  # type: ignore[no-any-return]
     seen: list[Tensor] = []
     handle = model.pooling.register_forward_hook(lambda _m, args, _out: seen.append(args[0]))
     try:

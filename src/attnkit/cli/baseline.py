@@ -301,6 +301,9 @@ def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str
     lines = [f"attnkit train: results on the test part (n={analysis['n']})", *headline_lines(test, metric), ""]
     if base is not None:
         lines += [*comparison_lines(test, base, metric), ""]
+    if "chunked_documents" in test:
+        lines += [f"documents longer than --max-len, read in overlapping chunks: {test['chunked_documents']} "
+                  f"of {analysis['n']}", ""]
     lines += ["per class", f"{'class':<{width}}{'precision':>10}{'recall':>10}{'F1':>10}{'support':>10}"]
     lines += [f"{c['label']:<{width}}{c['precision']:>10.4f}{c['recall']:>10.4f}{c['f1']:>10.4f}{c['support']:>10}"
               for c in analysis["per_class"]]

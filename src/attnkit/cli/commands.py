@@ -356,10 +356,11 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
                 click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"]))
         return
     from attnkit.attribution.report import default_method, explanation_line
+    from attnkit.models.wide import reading_length
     from attnkit.train.inference import format_ngrams, predict_texts
 
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
-    warn_truncated(tokenizer, items, meta["data_settings"]["max_len"])
+    warn_truncated(tokenizer, items, reading_length(model, meta["data_settings"]["max_len"]))
     predictions = predict_texts(model, tokenizer, labels, items, max_len=meta["data_settings"]["max_len"],
                                 top_k=top if explain else 0, method=default_method(model, run) if explain else None)
     for p in predictions:

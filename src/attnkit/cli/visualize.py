@@ -79,9 +79,10 @@ def run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = Fa
 
     from attnkit.cli.options import load_run
     from attnkit.data.tokenization import encode_batch
+    from attnkit.models.wide import reading_length
 
     model, tokenizer, labels, meta = load_run(str(folder), allow_unfinished)
-    max_len = meta["data_settings"]["max_len"]
+    max_len = reading_length(model, meta["data_settings"]["max_len"])
     totals = [len(e.ids) for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
     views = []
     for ids, total in zip(encode_batch(tokenizer, texts, max_len), totals, strict=True):

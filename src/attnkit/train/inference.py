@@ -20,6 +20,7 @@ from attnkit._progress import progress
 from attnkit.data.batching import LabelVocab
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import encode_batch
+from attnkit.models.wide import chunked_documents, reading_length
 
 __all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus", "evaluate_examples",
            "ngram_text", "format_ngrams"]
@@ -87,7 +88,7 @@ def predict_texts(model: nn.Module, tokenizer: object, labels: LabelVocab, texts
     results: list[Prediction] = []
     for start in range(0, len(texts), batch_size):
         chunk = list(texts[start : start + batch_size])
-        encoded = encode_batch(tokenizer, chunk, max_len)  # type: ignore[arg-type]
+        encoded = encode_batch(tokenizer, chunk, reading_length(model, max_len))  # type: ignore[arg-type]
         ids, lengths = _batch(encoded)
         if top_k > 0:
             logits, weights = pooling_weights(model, ids, lengths)
@@ -214,7 +215,7 @@ def evaluate_examples(model: nn.Module, tokenizer: object, labels: LabelVocab, e
     unknown = sorted({e.label for e in examples} - set(labels.labels))
     if unknown:
         raise ValueError(f"label(s) {unknown} are unknown to this model; it knows {list(labels.labels)}")
-    data = TextClassificationDataset(list(examples), tokenizer, labels, max_len)
+    data = TextClassificationDataset(list(examples), tokenizer, labels, reading_length(model, max_len))
     model.eval()
     preds, targets = [], []
     with progress(-(-len(data) // batch_size), "evaluating", enabled=show_progress, unit="batches") as bar:
@@ -226,4 +227,7 @@ def evaluate_examples(model: nn.Module, tokenizer: object, labels: LabelVocab, e
     report = classification_report(torch.cat(targets), torch.cat(preds), len(labels), list(labels.labels))
     report["n"] = len(data)
     report["labels"] = list(labels.labels)
+    chunked = chunked_documents(model, data.lengths)
+    if chunked is not None:
+        report["chunked_documents"] = chunked
     return report

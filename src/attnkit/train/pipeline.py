@@ -93,7 +93,8 @@ def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size:
                  if dataclasses.is_dataclass(hint) and key in {f.name for f in dataclasses.fields(hint)}]
         hint = f"; did you mean {', '.join(paths)}?" if paths else ""
         raise ValueError(f"unknown {model_name} model option(s) {unknown}; valid keys: {list(fields)}{hint}")
-    sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len}
+    # a model reading long documents in chunks reads chunks of the data's max_len (models.wide)
+    sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len, "chunk_len": max_len}
     return config_cls.from_dict({**{k: v for k, v in sizes.items() if k in fields}, **overrides}).to_dict()
 
 
@@ -147,14 +148,15 @@ def fit_classifier(
         tokenizer = train_tokenizer([e.text for e in train], kind=data.tokenizer,  # type: ignore[arg-type]
                                     vocab_size=data.vocab_size, min_frequency=data.min_frequency,
                                     lowercase=data.lowercase)
-    train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, data.max_len, train, val, test)
-    loss_weights = check_objective(train_config.metric, train_config.class_weight, train_ds.labels,
-                                   label_vocab.labels)
     from attnkit.models import build_model
 
     config = model_config_dict(model_name, _tokenizer_given(model_name, model_options or {}, tokenizer),
                                vocab_size=tokenizer.get_vocab_size(),
                                num_classes=len(label_vocab), max_len=data.max_len)
+    read_len = _reading_length(model_name, config, data.max_len, train_config.pack)
+    train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, read_len, train, val, test)
+    loss_weights = check_objective(train_config.metric, train_config.class_weight, train_ds.labels,
+                                   label_vocab.labels)
     tokens = int(train_ds.ids.offsets[-1])
     data_bytes = sum(d.ids.nbytes for d in (train_ds, val_ds, test_ds))
     config = fit_to_memory(model_name, config, tokens=tokens, documents=data_bytes, limit=max_memory,
@@ -185,9 +187,10 @@ def fit_classifier(
                                 class_weight=train_config.class_weight, tune=train_config.tune_thresholds,
                                 names=label_vocab.labels, log=log if dist.is_main else None)
         test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
+        chunked = _chunked(unwrap(model), test_metrics, train=train_ds, val=val_ds, test=test_ds)
         if run is not None:
             metrics = {"test": test_metrics, "val_best": _best_val(history),
-                       "peak_memory_mib": round(peak_rss_mib(), 1), "decision": decision}
+                       "peak_memory_mib": round(peak_rss_mib(), 1), "decision": decision, **chunked}
             if baseline is not None:
                 metrics["baseline"] = baseline
             run.commit(unwrap(model).state_dict(), status="done", history=history, progress=trainer._summary(),
@@ -196,16 +199,41 @@ def fit_classifier(
                      extra={"decision": decision}, is_main=dist.is_main, val_data=val_ds if len(val_ds) else None)
 
 
+def _reading_length(model_name: str, config: dict[str, Any], max_len: int, pack: int | None) -> int:
+    """Tokens of each document the model reads (more than ``max_len`` when it reads chunks), checked
+    against ``pack``: a packed row must hold the longest document."""
+    from attnkit.models import config_from_dict
+    from attnkit.models.wide import reading_length
+
+    read_len = reading_length(config_from_dict(model_name, config), max_len)
+    if pack and pack < read_len:
+        chunks = f" (--max-len {max_len} read in up to {config['max_chunks']} chunks)" if read_len > max_len else ""
+        raise ValueError(
+            f"pack={pack} tokens per row must hold the longest document, {read_len} tokens{chunks}; "
+            f"raise --pack or lower --max-len" + (" or --model-opt max_chunks" if chunks else "")
+        )
+    return read_len
+
+
+def _chunked(model: nn.Module, test_metrics: dict[str, Any] | None, **parts: TextClassificationDataset
+             ) -> dict[str, Any]:
+    """``{"chunked_documents": {part: count}}``: the documents of each part read in overlapping chunks
+    (longer than ``max_len``), also set as the test metrics' ``chunked_documents``; empty without chunks."""
+    from attnkit.models.wide import chunked_documents
+
+    counts = {name: chunked_documents(model, part.lengths) for name, part in parts.items()}
+    if counts["test"] is None:
+        return {}
+    if test_metrics is not None:
+        test_metrics["chunked_documents"] = counts["test"]
+    return {"chunked_documents": counts}
+
+
 def _checked_labels(train: Sequence[Example], train_config: TrainConfig, data: DataSettings,
                     label_vocab: LabelVocab | None) -> LabelVocab:
     """The run's labels (read off ``train`` unless given), after the checks that need no model."""
     if not train:
         raise ValueError("the training data is empty")
-    if train_config.pack and train_config.pack < data.max_len:
-        raise ValueError(
-            f"pack={train_config.pack} tokens per row must hold the longest document, max_len={data.max_len}; "
-            f"raise --pack or lower --max-len"
-        )
     if label_vocab is None:
         label_vocab = LabelVocab(sorted({e.label for e in train}))
     if len(label_vocab) < 2:

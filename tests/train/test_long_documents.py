@@ -1,0 +1,103 @@
+"""The default recipe reads documents past --max-len in chunks: learned, counted, saved and loaded."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+
+from attnkit.data.readers import Example
+from attnkit.train.config import TrainConfig
+from attnkit.train.pipeline import DataSettings, FitResult, fit_classifier
+
+FILLER = [f"w{i}" for i in range(12)]
+OPTIONS = {"embed_dim": 16, "attention_dim": 8, "ngram_rows": 64, "dropout": 0.0, "word_dropout": 0.0}
+
+
+def _late_keyword_documents(n: int, seed: int) -> list[Example]:
+    """30 filler words; the one deciding word ("alpha" or "beta") sits at position 20..28, past max_len=8."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        words = [rng.choice(FILLER) for _ in range(30)]
+        label = "a" if i % 2 else "b"
+        words[rng.randrange(20, 29)] = "alpha" if label == "a" else "beta"
+        out.append(Example(" ".join(words), label))
+    return out
+
+
+def _fit(options: dict[str, object], out: Path | None = None) -> FitResult:
+    docs = _late_keyword_documents(220, seed=0)
+    return fit_classifier(docs[:160], docs[160:190], docs[190:], model_name="wide",
+                          model_options={**OPTIONS, **options}, data=DataSettings(max_len=8),
+                          train_config=TrainConfig(epochs=8, lr=0.02, batch_size=16, warmup_ratio=0.0,
+                                                   device="cpu", seed=0),
+                          out_dir=out, quiet=True)
+
+
+def _deep_accuracy(result: FitResult) -> float:
+    """Accuracy of the network alone (the n-gram half left out) on the test part."""
+    assert result.test_data is not None
+    own, _ = result.model.each_half(result.test_data.ids)  # type: ignore[operator]
+    return float((own.argmax(-1) == torch.tensor(result.test_data.labels)).float().mean())
+
+
+def test_a_word_past_max_len_is_learned_by_both_halves_and_the_chunked_documents_are_counted(tmp_path: Path) -> None:
+    result = _fit({}, tmp_path / "run")
+    assert result.test is not None and result.test["accuracy"] == 1.0
+    assert _deep_accuracy(result) >= 0.9  # the network itself reads the deciding word in a later chunk
+    assert result.test["chunked_documents"] == 30  # every test document is longer than max_len
+    cut = _fit({"chunk_len": 0})  # the old reading: cut at max_len, the deciding word never seen
+    assert cut.test is not None and cut.test["accuracy"] <= 0.75 and "chunked_documents" not in cut.test
+
+    from attnkit.api import load_run
+    from attnkit.train.checkpoint import read_run_config
+
+    saved = read_run_config(tmp_path / "run")
+    assert saved["model_config"]["chunk_len"] == 8 and saved["model_config"]["max_chunks"] == 8
+    assert saved["metrics"]["chunked_documents"] == {"train": 160, "val": 30, "test": 30}
+    run = load_run(tmp_path / "run")
+    new = _late_keyword_documents(20, seed=5)
+    assert run.predict([e.text for e in new]) == [e.label for e in new]
+    scores = run.evaluate([e.text for e in new], [e.label for e in new])
+    assert scores["accuracy"] == 1.0 and scores["chunked_documents"] == 20
+
+
+def test_train_reports_the_chunked_documents_and_evaluate_counts_them(tmp_path: Path) -> None:
+    import csv
+    import json
+
+    from click.testing import CliRunner
+
+    from attnkit.cli import cli
+    from attnkit.train.checkpoint import read_run_config
+
+    data = tmp_path / "long.csv"
+    with open(data, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["text", "label"])
+        for e in [Example(" ".join(FILLER[:3]), "b"), Example(" ".join(FILLER[:4]), "a")] * 10:
+            writer.writerow([e.text, e.label])  # 20 short documents ...
+        writer.writerows([e.text, e.label] for e in _late_keyword_documents(60, seed=1))  # ... and 60 long ones
+    out = tmp_path / "run"
+    options = [arg for key, value in OPTIONS.items() for arg in ("--model-opt", f"{key}={value}")]
+    trained = CliRunner().invoke(cli, ["train", "--data", str(data), "--out", str(out), "--max-len", "8",
+                                       "--epochs", "1", "--device", "cpu", "-q", *options])
+    assert trained.exit_code == 0, trained.output
+    report = (out / "report.txt").read_text(encoding="utf-8")
+    saved = read_run_config(out)
+    n, chunked = saved["metrics"]["test"]["n"], saved["metrics"]["test"]["chunked_documents"]
+    assert 0 < chunked < n and f"read in overlapping chunks: {chunked} of {n}" in report
+    scored = CliRunner().invoke(cli, ["evaluate", str(out), "--data", str(data), "--json"])
+    assert scored.exit_code == 0, scored.output
+    assert json.loads(scored.output[scored.output.index("{"):])["chunked_documents"] == 60
+
+
+def test_packed_rows_must_hold_the_whole_span_a_chunked_model_reads() -> None:
+    import pytest
+
+    docs = _late_keyword_documents(40, seed=0)
+    with pytest.raises(ValueError, match=r"pack=32 .* 50 tokens \(--max-len 8 read in up to 8 chunks\).*max_chunks"):
+        fit_classifier(docs[:30], docs[30:], [], model_name="wide", model_options=OPTIONS,
+                       data=DataSettings(max_len=8), train_config=TrainConfig(epochs=1, pack=32, device="cpu"))
