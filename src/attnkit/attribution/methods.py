@@ -37,14 +37,14 @@ Shape legend: B batch, T tokens, C classes, H heads, L layers, E embedding width
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
+
+from attnkit.attention.dispatch import weights_in_graph
 
 __all__ = ["METHODS", "METHOD_NAMES", "MethodNotApplicable", "applicable_methods", "attribute",
            "is_exact", "method_list", "IG_STEPS"]
@@ -219,35 +219,8 @@ def _rollout(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: in
     return scores.to(ids.device)[:, tokens]
 
 
-def _math_when_weights(attend: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    if kwargs.get("return_weights"):
-        kwargs.setdefault("backend", "math")
-    return attend(*args, **kwargs)
-
-
-@contextmanager
-def _weights_in_graph() -> Iterator[None]:
-    """Inside, attention asked for its weights computes its output from them (the readable path).
-
-    The fused path computes the weights beside the output, so no gradient
-    reaches them; relevance by gradients needs the output to depend on them.
-    """
-    import attnkit.layers.bert as bert_layers
-    import attnkit.layers.multi_head as multi_head
-    import attnkit.models.document as document
-
-    saved = [(m, m.attention) for m in (multi_head, bert_layers, document)]
-    try:
-        for m, attend in saved:
-            m.attention = functools.partial(_math_when_weights, attend)  # type: ignore[attr-defined]
-        yield
-    finally:
-        for m, attend in saved:
-            m.attention = attend  # type: ignore[attr-defined]
-
-
 def _chefer(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
-    with torch.enable_grad(), _weights_in_graph():
+    with torch.enable_grad(), weights_in_graph():
         logits, layers, row, tokens = _layer_attention(model, ids, lengths)
         wanted = [x for x in (*layers, row) if x.requires_grad]  # BERT's [CLS] row is a constant
         found = iter(torch.autograd.grad(_pick(logits, target), wanted, allow_unused=True))
