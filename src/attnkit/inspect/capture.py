@@ -195,6 +195,10 @@ class Capture(CaptureViews):
         unsupported: attention-like modules nothing reads, by name and class.
         missed: ``{name: reason}`` for calls whose weights could not be read.
         verified: ``{module name: max |recorded - reference|}`` with ``verify=True``.
+        live: for Hugging Face modules captured inside
+            :func:`attnkit.attention.dispatch.weights_in_graph`, the same weights
+            still in the autograd graph: the module's output was computed from
+            them by the model's eager function, so gradients reach them.
     """
 
     def __init__(self, modules: dict[str, str], unsupported: list[str], keep_vectors: bool,
@@ -205,6 +209,7 @@ class Capture(CaptureViews):
         self.modules = modules
         self.unsupported = unsupported
         self.missed: dict[str, str] = {}
+        self.live: dict[str, Tensor] = {}
         self.verified: dict[str, float] = {}
         self._unverifiable: dict[str, str] = {}
         self._verify = verify
@@ -219,11 +224,13 @@ class Capture(CaptureViews):
         return threading.get_ident() == self._thread
 
     def _record(self, name: str, w: Tensor, q: Tensor | None = None, k: Tensor | None = None,
-                reference: Any = None) -> None:
+                reference: Any = None, live: bool = False) -> None:
         n = self._calls.get(name, 0)
         self._calls[name] = n + 1
         key = name if n == 0 else f"{name}#{n}"
         self.weights[key] = w.detach()
+        if live:
+            self.live[key] = w
         self.roles[key] = _role(name, name in self._cross, self._two_stacks)
         if self._keep_vectors and q is not None and k is not None:
             self.vectors[key] = (q.detach(), k.detach())
@@ -354,11 +361,14 @@ def _hooks(cap: Capture, chosen: dict[str, tuple[str, nn.Module]], model: nn.Mod
 
 def _hf_callback(cap: Capture, names: dict[int, str], pending: set[int]) -> Any:
     def callback(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, mask: Any,
-                 kwargs: dict[str, Any]) -> None:
+                 kwargs: dict[str, Any], live: Tensor | None = None) -> None:
         if not cap._mine():
             return
         pending.discard(id(module))
         name = names[id(module)]
+        if live is not None:
+            cap._record(name, live, query, key, live=True)
+            return
         try:
             with torch.no_grad():
                 w = hf_weights(module, query, key, mask, kwargs)
