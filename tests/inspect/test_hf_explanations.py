@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
 from attnkit.attribution import MethodNotApplicable, applicable_methods, attribute, faithfulness
 from attnkit.attribution.hf import HFClassifier
+from tests.support.threads import beside
 
 transformers = pytest.importorskip("transformers")
 
@@ -101,31 +100,8 @@ def test_plain_inference_in_another_thread_is_unchanged_while_one_explains() -> 
         expected_logits = model(IDS, LENGTHS)
     target = expected_logits.argmax(-1)
     expected = attribute(model, IDS, LENGTHS, "chefer", target=target)
-    explainer = threading.get_ident()
-    inside, done = threading.Event(), threading.Event()
-    plain: dict[str, torch.Tensor] = {}
-
-    def pause(_m: object, _a: object, _o: object) -> None:  # the explainer's forward has run its layers
-        if threading.get_ident() == explainer and not inside.is_set():
-            inside.set()
-            assert done.wait(30)
-
-    def infer() -> None:
-        assert inside.wait(30)
-        try:
-            with torch.no_grad():
-                plain["logits"] = model(IDS, LENGTHS)
-        finally:
-            done.set()
-
-    handle = model.model.classifier.register_forward_hook(pause)
-    other = threading.Thread(target=infer)
-    other.start()
-    try:
-        scores = attribute(model, IDS, LENGTHS, "chefer", target=target)
-    finally:
-        handle.remove()
-        done.set()
-        other.join(30)
+    scores, logits = beside(model.model.classifier,
+                            lambda: attribute(model, IDS, LENGTHS, "chefer", target=target),
+                            lambda: model(IDS, LENGTHS).detach())
     assert torch.allclose(scores, expected, atol=1e-6)
-    assert torch.allclose(plain["logits"], expected_logits, atol=1e-6)
+    assert torch.allclose(logits, expected_logits, atol=1e-6)

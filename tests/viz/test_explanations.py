@@ -152,9 +152,8 @@ def test_every_applicable_method_scores_the_real_tokens(make: object) -> None:
 @pytest.mark.parametrize("make", [_document, _bert])
 def test_plain_inference_in_another_thread_keeps_the_fused_path_while_one_explains(make: object) -> None:
     """One thread computes gradient relevance; midway through its forward, another runs the same model."""
-    import threading
-
     from attnkit.attention import last_backend
+    from tests.support.threads import beside
 
     model = make().eval()  # type: ignore[operator]
     ids, lengths = BATCH
@@ -162,38 +161,17 @@ def test_plain_inference_in_another_thread_keeps_the_fused_path_while_one_explai
         expected_logits = model(ids, lengths)
     target = expected_logits.argmax(-1)  # given, so the explainer's one forward is the relevance pass
     expected_scores = attribute(model, ids, lengths, "chefer", target=target)
-    explainer = threading.get_ident()
-    inside, done = threading.Event(), threading.Event()
-    plain: dict[str, object] = {}
 
-    def pause(_m: object, _a: object, _o: object) -> None:  # the explainer's last layer has run: wait
-        if threading.get_ident() == explainer and not inside.is_set():
-            inside.set()
-            assert done.wait(30)
+    def infer() -> tuple[torch.Tensor, str]:
+        with torch.no_grad():
+            logits, _ = model(ids, lengths, return_weights=True)
+        return logits, last_backend().name  # type: ignore[union-attr]
 
-    def infer() -> None:
-        assert inside.wait(30)
-        try:
-            with torch.no_grad():
-                plain["logits"], weights = model(ids, lengths, return_weights=True)
-            plain["backend"] = last_backend().name  # type: ignore[union-attr]
-            plain["weights"] = len(weights)
-        finally:
-            done.set()
-
-    last = list(model.modules())[-1]
-    handle = last.register_forward_hook(pause)
-    other = threading.Thread(target=infer)
-    other.start()
-    try:
-        scores = attribute(model, ids, lengths, "chefer", target=target)
-    finally:
-        handle.remove()
-        done.set()
-        other.join(30)
+    scores, (logits, backend) = beside(list(model.modules())[-1],
+                                       lambda: attribute(model, ids, lengths, "chefer", target=target), infer)
     assert torch.allclose(scores, expected_scores, atol=1e-6)
-    assert plain["backend"] == "fused"  # the explainer's readable path did not leak into this thread
-    assert torch.allclose(plain["logits"], expected_logits, atol=1e-6)  # type: ignore[arg-type]
+    assert backend == "fused"  # the explainer's readable path did not leak into this thread
+    assert torch.allclose(logits, expected_logits, atol=1e-6)
 
 
 def test_chefer_relevance_by_hand_on_one_parameter_free_layer() -> None:
