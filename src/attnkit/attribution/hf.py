@@ -135,10 +135,13 @@ def layer_attention(model: HFClassifier, ids: Tensor, lengths: Tensor, *, live: 
 
     with capture(model.model) as cap:
         logits = model(ids, lengths)
-    found = cap.live if live else cap.weights
-    layers = [found[name] for name in cap.weights if name in found]
-    if not layers:
+    if not cap.weights:
         raise ValueError(f"no attention weights were captured from {type(model.model).__name__}: {cap.missed}")
+    if live and set(cap.live) != set(cap.weights):
+        kept = sorted(set(cap.weights) - set(cap.live))
+        raise ValueError(f"gradients cannot reach the attention weights of {kept} in {type(model.model).__name__} "
+                         f"(their calls cannot run the eager attention function): use another method")
+    layers = list((cap.live if live else cap.weights).values())
     b, s = layers[0].shape[0], layers[0].shape[-1]
     row = torch.zeros(b, s, dtype=layers[0].dtype, device=ids.device)
     row[:, 0] = 1.0
