@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
 from pathlib import Path
@@ -82,6 +83,8 @@ def _fit(examples: list[Any], args: argparse.Namespace) -> tuple[Any, str]:
     config = TrainConfig.from_dict({**FINETUNE_DEFAULTS, "epochs": args.epochs, "lr": args.lr, "seed": 0,
                                     "device": "cpu"})
     train, val, test = split_examples(examples, val=0.1, test=0.1, seed=config.seed)
+    if args.train_size is not None and args.train_size < len(train):  # a seeded sample: a shorter fine-tuning
+        train = random.Random(0).sample(list(train), args.train_size)
     return finetune_bert(train, val, test, init_from=pretrained_folder(), train_config=config,
                          max_len=args.max_len, quiet=True), "all-MiniLM-L6-v2 fine-tuned"
 
@@ -130,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=1, help="--recipe accurate: fine-tuning epochs")
     parser.add_argument("--lr", type=float, default=1e-4, help="--recipe accurate: peak learning rate")
     parser.add_argument("--max-len", type=int, default=64, help="--recipe accurate: WordPiece tokens kept")
+    parser.add_argument("--train-size", type=int, default=None,
+                        help="--recipe accurate: fine-tune on a seeded sample of this many training documents")
     parser.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
