@@ -43,9 +43,9 @@ from attnkit.attention.functional import attention_weights, safe_softmax
 __all__ = ["is_hf_attention", "hf_weights", "check_keywords", "HFPatches", "UnreadableCall", "INERT", "TERMS",
            "eager_reference", "eager_call"]
 
-Callback = Callable[[nn.Module, Tensor, Tensor, Tensor, Any, dict[str, Any], Tensor | None], None]
-"""Called after each captured call: module, query, key, value, mask, keywords, and the weights the output
-was computed from when :func:`~attnkit.attention.dispatch.weights_in_graph` is on (else None)."""
+Callback = Callable[..., None]
+"""Called after each captured call: module, query, key, value, mask, keywords, and a seventh argument, the
+weights the output was computed from, only inside :func:`~attnkit.attention.dispatch.weights_in_graph`."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -194,8 +194,11 @@ def _wrap(original: Callable[..., Any], owners: dict[int, list[Callback]]) -> Ca
                 live = None
         if live is None:
             out = original(module, query, key, value, attention_mask, *args, **kwargs)
-        for callback in callbacks:
-            callback(module, query, key, value, attention_mask, kwargs, live)
+        for callback in callbacks:  # the live weights only when there are any: older callbacks take six
+            if live is None:
+                callback(module, query, key, value, attention_mask, kwargs)
+            else:
+                callback(module, query, key, value, attention_mask, kwargs, live)
         return out
 
     wrapped.__attnkit_original__ = original  # type: ignore[attr-defined]
