@@ -224,6 +224,15 @@ def test_demo_quick_learns_and_writes_report(tmp_path) -> None:
     assert meta["metrics"]["baseline"]["accuracy"] == pytest.approx(base, abs=1e-4)
     report = (out / "report.txt").read_text()
     assert "class positive" in report and "class negative" in report
+    assert report.startswith("attnkit demo: words that moved the decision most per class")
+    assert report.index("exact contributions") < report.index("raw attention: most attended words")
+    from attnkit.data.synthetic import class_keywords
+
+    keys = class_keywords(2)
+    for label in ("positive", "negative"):  # the demo's words are the planted key words of the class
+        shown = result.output.split(f"words that moved the decision most ({label}): ")[1].split("\n")[0]
+        assert shown.split(", ")[0] in keys[label], shown
+    assert result.output.index("words that moved the decision most") < result.output.index("raw attention")
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "[document]" in html and "Content-Security-Policy" in html
     assert (out / "explanation.png").read_bytes()[:4] == b"\x89PNG"

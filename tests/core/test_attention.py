@@ -151,6 +151,23 @@ def test_backend_is_reported() -> None:
     assert probed.name == "fused" and probed.kernel  # torch names the kernel it picks
 
 
+def test_weights_in_graph_computes_the_output_from_the_weights_in_this_context_only() -> None:
+    from attnkit.attention.dispatch import weights_in_graph
+
+    q, k, v = inputs(torch.float32)
+    out, w = attention(q, k, v, return_weights=True)
+    assert not w.requires_grad or torch.autograd.grad(out.sum(), [w], allow_unused=True)[0] is None
+    with weights_in_graph():
+        attention(q, k, v)  # weights not asked for: the fused path as before
+        assert attnkit.last_backend().name == "fused"  # type: ignore[union-attr]
+        out, w = attention(q, k, v, return_weights=True)
+        assert attnkit.last_backend().reason.startswith("weights kept for gradients")  # type: ignore[union-attr]
+        (g,) = torch.autograd.grad(out.sum(), [w])  # the output depends on the weights
+        assert torch.allclose(g, v.sum(-1)[:, :, None, :].expand_as(g), atol=1e-5)
+    attention(q, k, v, return_weights=True)
+    assert attnkit.last_backend().name == "fused"  # type: ignore[union-attr]
+
+
 def test_dropout_only_when_asked() -> None:
     q, k, v = inputs(torch.float32)
     a = attention(q, k, v, dropout=0.0)

@@ -34,7 +34,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "models": BASE | {"blocks", "layers", "attention", "positional", "decoding"},
     "reference": BASE,
     "data": BASE,
-    "attribution": BASE | {"models", "layers", "attention", "data", "viz"},
+    "attribution": BASE | {"models", "layers", "attention", "data", "viz", "inspect"},
     "train": BASE | {"models", "blocks", "layers", "attention", "positional", "decoding", "data",
                      "reference", "attribution"},
     "viz": BASE,

@@ -139,16 +139,40 @@ def test_integrated_gradients_add_up_to_the_change_from_the_zero_embeddings() ->
     lambda: build_model("han", {"vocab_size": V, "num_classes": 2}),
 ])
 def test_every_applicable_method_scores_the_real_tokens(make: object) -> None:
-    import attnkit.layers.multi_head as multi_head
+    from attnkit.attention.dispatch import weights_kept_for_gradients
 
     model = make()  # type: ignore[operator]
-    before = multi_head.attention
     for method in applicable_methods(model):
         scores = attribute(model, *BATCH, method)
         assert scores.shape == (3, 5) and torch.isfinite(scores).all(), method
         assert scores[2, 1:].abs().max() == 0, method  # padding scores nothing
         assert scores[:2].abs().sum() > 0, method
-    assert multi_head.attention is before  # the gradient-relevance path puts the fast path back
+    assert not weights_kept_for_gradients()  # the gradient-relevance path puts the fast path back
+
+
+@pytest.mark.parametrize("make", [_document, _bert])
+def test_plain_inference_in_another_thread_keeps_the_fused_path_while_one_explains(make: object) -> None:
+    """One thread computes gradient relevance; midway through its forward, another runs the same model."""
+    from attnkit.attention import last_backend
+    from tests.support.threads import beside
+
+    model = make().eval()  # type: ignore[operator]
+    ids, lengths = BATCH
+    with torch.no_grad():
+        expected_logits = model(ids, lengths)
+    target = expected_logits.argmax(-1)  # given, so the explainer's one forward is the relevance pass
+    expected_scores = attribute(model, ids, lengths, "chefer", target=target)
+
+    def infer() -> tuple[torch.Tensor, str]:
+        with torch.no_grad():
+            logits, _ = model(ids, lengths, return_weights=True)
+        return logits, last_backend().name  # type: ignore[union-attr]
+
+    scores, (logits, backend) = beside(list(model.modules())[-1],
+                                       lambda: attribute(model, ids, lengths, "chefer", target=target), infer)
+    assert torch.allclose(scores, expected_scores, atol=1e-6)
+    assert backend == "fused"  # the explainer's readable path did not leak into this thread
+    assert torch.allclose(logits, expected_logits, atol=1e-6)
 
 
 def test_chefer_relevance_by_hand_on_one_parameter_free_layer() -> None:

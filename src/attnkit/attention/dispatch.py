@@ -12,7 +12,9 @@ picks inside its fused function. The choice, in order:
   no mask, bias or causal flag, else the readable path with the full scores
   (``score-mod-math``);
 * otherwise torch's fused kernel (``sdpa``), or the readable formula (``math``)
-  when asked for with ``backend="math"``.
+  when asked for with ``backend="math"``, or when weights are asked for inside
+  :func:`weights_in_graph` (the output is then computed from them, so
+  gradients reach them).
 
 Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk query/key
 length, Dh head width, Dv value head width.
@@ -20,8 +22,11 @@ length, Dh head width, Dv value head width.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,7 +37,8 @@ from attnkit.attention.block_mask import BlockMask
 from attnkit.attention.kernels import dense, gather, runs, tiles
 from attnkit.attention.types import ScoreMod
 
-__all__ = ["BackendChoice", "MaskArg", "Backend", "plan", "run", "choose_backend", "last_backend", "remember"]
+__all__ = ["BackendChoice", "MaskArg", "Backend", "plan", "run", "choose_backend", "last_backend", "remember",
+           "weights_in_graph", "weights_kept_for_gradients"]
 
 MaskArg = Tensor | BlockMask | None
 """What ``attention(mask=...)`` takes: a bool tensor, a BlockMask or ``None``."""
@@ -40,6 +46,30 @@ Backend = Literal["auto", "fused", "math"]
 """What ``attention(backend=...)`` takes."""
 Route = Literal["sdpa", "math", "score-mod-math", "runs", "tiles", "gather"]
 _last = threading.local()
+_graph_weights: contextvars.ContextVar[bool] = contextvars.ContextVar("attnkit_weights_in_graph", default=False)
+
+
+@contextmanager
+def weights_in_graph() -> Iterator[None]:
+    """Inside, attention asked for its weights computes its output from them, so gradients reach them.
+
+    The fused path computes the weights beside the output (no gradient
+    reaches them); relevance by gradients through the weights (Chefer et al.,
+    2021) needs the readable path. The setting is a context variable: it holds
+    for the calls of this thread (or asyncio task) only, so another thread
+    running the same model meanwhile keeps its own path. Calls that do not ask
+    for weights, or ask for ``backend="fused"``, are unchanged.
+    """
+    token = _graph_weights.set(True)
+    try:
+        yield
+    finally:
+        _graph_weights.reset(token)
+
+
+def weights_kept_for_gradients() -> bool:
+    """Whether this call runs inside :func:`weights_in_graph` (never inside a compiled graph)."""
+    return not torch.compiler.is_compiling() and _graph_weights.get()
 
 
 @dataclass(frozen=True)
@@ -127,6 +157,8 @@ def plan(
         return BackendChoice("math", why, route="score-mod-math")
     if backend == "math":
         return BackendChoice("math", "requested with backend='math'", route="math")
+    if return_weights and backend == "auto" and weights_kept_for_gradients():
+        return BackendChoice("math", "weights kept for gradients (weights_in_graph)", route="math")
     kernel = None
     if probe_kernel:
         tq, tk = q.shape[2], k.shape[2]

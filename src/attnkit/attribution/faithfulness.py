@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from attnkit.attribution.hf import as_classifier
 from attnkit.attribution.methods import IG_STEPS, METHOD_NAMES, attribute, method_list
 
 __all__ = ["PERCENTS", "UNK_ID", "erasure_counts", "aopc", "faithfulness", "text_faithfulness", "decisive_words",
@@ -91,19 +92,26 @@ def _scores(model: nn.Module, documents: Sequence[Sequence[int]], method: str, t
 
 
 def _erasure_curves(model: nn.Module, documents: Sequence[Sequence[int]], orders: Sequence[np.ndarray],
-                    target: Tensor, percents: Sequence[float], batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+                    target: Tensor, percents: Sequence[float], batch_size: int,
+                    unk: int = UNK_ID) -> tuple[np.ndarray, np.ndarray]:
     """The target's probability with each bin's top tokens removed, and with them kept alone: two ``(N, K)``."""
     removed, kept = [], []
     for doc, order in zip(documents, orders, strict=True):
         for count in erasure_counts(len(doc), percents):
             top = set(order[:count].tolist())
-            removed.append([tok for i, tok in enumerate(doc) if i not in top] or [UNK_ID])
+            removed.append([tok for i, tok in enumerate(doc) if i not in top] or [unk])
             kept.append([tok for i, tok in enumerate(doc) if i in top])
     k = len(percents)
     rows = target.repeat_interleave(k)[:, None]  # (N K, 1)
     p_removed = _probabilities(model, removed, batch_size).gather(1, rows).view(-1, k).numpy()
     p_kept = _probabilities(model, kept, batch_size).gather(1, rows).view(-1, k).numpy()
     return p_removed, p_kept
+
+
+def _unk(model: nn.Module) -> int:
+    """The id a document left with no token becomes: the wrapped tokenizer's ``[UNK]``, else attnkit's."""
+    found = getattr(model, "unk_token_id", None)
+    return UNK_ID if found is None else int(found)
 
 
 def _order(scores: np.ndarray) -> np.ndarray:
@@ -125,10 +133,12 @@ def faithfulness(model: nn.Module, documents: Sequence[Sequence[int]], *, method
     Shape:
         documents: N token-id lists (ids in ``[0, vocab_size)``, no padding).
     """
+    model = as_classifier(model)
     chosen = method_list(methods, model)
     if not chosen:
         raise ValueError(f"no attribution method applies to {type(model).__name__}")
-    docs = [list(map(int, d)) or [UNK_ID] for d in documents]
+    unk = _unk(model)
+    docs = [list(map(int, d)) or [unk] for d in documents]
     if not docs:
         raise ValueError("documents is empty: faithfulness needs at least one document")
     model.eval()
@@ -137,7 +147,7 @@ def faithfulness(model: nn.Module, documents: Sequence[Sequence[int]], *, method
     full = probs.gather(1, target[:, None])[:, 0].numpy()  # (N,)
     rng = np.random.default_rng(seed)
     random_orders = [rng.permutation(len(d)) for d in docs]
-    p_removed, p_kept = _erasure_curves(model, docs, random_orders, target, percents, batch_size)
+    p_removed, p_kept = _erasure_curves(model, docs, random_orders, target, percents, batch_size, unk)
     result: dict[str, Any] = {
         "random": {"comprehensiveness": aopc(full, p_removed), "sufficiency": aopc(full, p_kept)},
         "methods": {}, "n": len(docs), "percents": list(percents)}
@@ -145,7 +155,7 @@ def faithfulness(model: nn.Module, documents: Sequence[Sequence[int]], *, method
         if progress is not None:
             progress(name)
         orders = [_order(s) for s in _scores(model, docs, name, target, batch_size, steps)]
-        p_removed, p_kept = _erasure_curves(model, docs, orders, target, percents, batch_size)
+        p_removed, p_kept = _erasure_curves(model, docs, orders, target, percents, batch_size, unk)
         result["methods"][name] = {"comprehensiveness": aopc(full, p_removed), "sufficiency": aopc(full, p_kept),
                                    "title": METHOD_NAMES[name]}
     scored = result["methods"]
@@ -212,7 +222,8 @@ def decisive_words(model: nn.Module, documents: Sequence[Sequence[int]], *, meth
     """
     if aggregate not in ("mean", "sum"):
         raise ValueError(f"aggregate must be 'mean' or 'sum', got {aggregate!r}")
-    docs = [list(map(int, d)) or [UNK_ID] for d in documents]
+    model = as_classifier(model)
+    docs = [list(map(int, d)) or [_unk(model)] for d in documents]
     method_list([method], model)
     model.eval()
     totals: list[dict[int, float]] = []

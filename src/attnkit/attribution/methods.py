@@ -37,14 +37,21 @@ Shape legend: B batch, T tokens, C classes, H heads, L layers, E embedding width
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
+
+from attnkit.attention.dispatch import weights_in_graph, weights_kept_for_gradients
+from attnkit.attribution.hf import (
+    HFClassifier,
+    as_classifier,
+    embedding_module,
+    hf_methods,
+    layer_attention,
+)
 
 __all__ = ["METHODS", "METHOD_NAMES", "MethodNotApplicable", "applicable_methods", "attribute",
            "is_exact", "method_list", "IG_STEPS"]
@@ -88,6 +95,10 @@ def applicable_methods(model: nn.Module) -> tuple[str, ...]:
     from attnkit.layers.pooling import AttentionPooling
     from attnkit.models.base import TextClassifier
 
+    model = as_classifier(model)
+    if isinstance(model, HFClassifier):
+        hf = hf_methods(model)
+        return tuple(m for m in METHODS if hf.get(m, False))
     if not isinstance(model, TextClassifier):
         return ()
     document, wide, sentiment, bert = _models()
@@ -124,6 +135,8 @@ def _why(model: nn.Module, method: str) -> str:
         return " (it has no self-attention layers)"
     if method in ("grad_input", "integrated_gradients"):
         return " (its embeddings do not line up with the tokens)"
+    if method == "attention_norm":
+        return " (it has no attention pooling)"
     return ""
 
 
@@ -136,6 +149,7 @@ def attribute(model: nn.Module, ids: Tensor, lengths: Tensor, method: str, *,
     Shape:
         ids ``(B, T)``, lengths ``(B,)``, target ``(B,)``; returns ``(B, T)`` float32, zero on padding.
     """
+    model = as_classifier(model)
     _check_method(model, method)
     model.eval()
     ids, lengths, mask = model.prepare(ids, lengths)  # type: ignore[operator]
@@ -163,7 +177,14 @@ def _contributions(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, ste
 
 @torch.no_grad()
 def _attention(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
+    if _is_hf(model):
+        _, layers, _, tokens = _layer_attention(model, ids, lengths)
+        return layers[-1].float().mean(1)[:, 0][:, tokens]  # [CLS]'s row of the last layer, mean of heads
     return model(ids, lengths, return_weights="pooling")[1]["pooling"]
+
+
+def _is_hf(model: Any) -> bool:
+    return isinstance(model, HFClassifier)
 
 
 @torch.no_grad()
@@ -187,6 +208,8 @@ def _layer_attention(model: Any, ids: Tensor, lengths: Tensor) -> tuple[Tensor, 
     ``(B, H, S, S)`` over ``[CLS] tokens [SEP]`` and a one-hot ``[CLS]`` row
     (or the mean of the token rows with mean pooling).
     """
+    if _is_hf(model):
+        return layer_attention(model, ids, lengths, live=weights_kept_for_gradients())
     if hasattr(model, "bert"):  # a BertClassifier
         layers: list[Tensor] = []  # each layer's own weights (the stacked copy is outside the graph)
         handles = [layer.register_forward_hook(lambda _m, _a, out: layers.append(out[1]))
@@ -221,35 +244,8 @@ def _rollout(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: in
     return scores.to(ids.device)[:, tokens]
 
 
-def _math_when_weights(attend: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    if kwargs.get("return_weights"):
-        kwargs.setdefault("backend", "math")
-    return attend(*args, **kwargs)
-
-
-@contextmanager
-def _weights_in_graph() -> Iterator[None]:
-    """Inside, attention asked for its weights computes its output from them (the readable path).
-
-    The fused path computes the weights beside the output, so no gradient
-    reaches them; relevance by gradients needs the output to depend on them.
-    """
-    import attnkit.layers.bert as bert_layers
-    import attnkit.layers.multi_head as multi_head
-    import attnkit.models.document as document
-
-    saved = [(m, m.attention) for m in (multi_head, bert_layers, document)]
-    try:
-        for m, attend in saved:
-            m.attention = functools.partial(_math_when_weights, attend)  # type: ignore[attr-defined]
-        yield
-    finally:
-        for m, attend in saved:
-            m.attention = attend  # type: ignore[attr-defined]
-
-
 def _chefer(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
-    with torch.enable_grad(), _weights_in_graph():
+    with torch.enable_grad(), weights_in_graph():
         logits, layers, row, tokens = _layer_attention(model, ids, lengths)
         wanted = [x for x in (*layers, row) if x.requires_grad]  # BERT's [CLS] row is a constant
         found = iter(torch.autograd.grad(_pick(logits, target), wanted, allow_unused=True))
@@ -266,6 +262,8 @@ def _chefer(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int
 
 
 def _embedding_module(model: Any) -> nn.Module:
+    if _is_hf(model):
+        return embedding_module(model)
     return model.bert.embeddings.word_embeddings if hasattr(model, "bert") else model.embedding
 
 
@@ -287,6 +285,8 @@ def _with_embeddings(model: Any, ids: Tensor, lengths: Tensor, scale: float) -> 
 
 def _token_axis(model: Any, per: Tensor, t: int) -> Tensor:
     """Per-position scores of the embedded sequence, cut to the tokens (BERT's ``[CLS]``/``[SEP]`` dropped)."""
+    if _is_hf(model):
+        return per[:, model.offset : model.offset + t]
     return per[:, 1 : t + 1] if hasattr(model, "bert") else per
 
 
@@ -324,6 +324,7 @@ _METHODS: dict[str, Callable[[Any, Tensor, Tensor, Tensor, int], Tensor]] = {
 
 def method_list(names: Sequence[str] | None, model: nn.Module) -> tuple[str, ...]:
     """``names`` checked against ``model`` (None: every applicable method)."""
+    model = as_classifier(model)
     if names is None:
         return applicable_methods(model)
     for name in names:

@@ -51,15 +51,37 @@ def most_attended_words(tokens: list[list[str]], weights: list[list[float]], cla
             for c in sorted(mass)}
 
 
-def format_report(table: dict[str, list[tuple[str, float]]], accuracy: float, focus: float) -> str:
-    lines = ["attnkit demo: most attended words per class (mean pooling attention per document)",
+def format_report(table: dict[str, list[tuple[str, float]]], accuracy: float, focus: float,
+                  moved: dict[str, list[tuple[str, float]]] | None = None) -> str:
+    """report.txt: the words that moved the decision most per class first, raw attention's after."""
+    lines = ["attnkit demo: words that moved the decision most per class",
              f"test accuracy {accuracy:.4f}   attention focus on key words {focus:.4f}", ""]
+    if moved is not None:
+        lines += ["exact contributions: each word's push toward the predicted class over the mean of the "
+                  "classes, its mean over the test documents that hold it", ""]
+        lines += _word_table(moved, "push")
+    lines += ["raw attention: most attended words per class (mean pooling attention per document)", ""]
+    return "\n".join(lines + _word_table(table, "attention"))
+
+
+def _word_table(table: dict[str, list[tuple[str, float]]], column: str) -> list[str]:
+    lines = []
     for c, rows in table.items():
         lines.append(f"class {c}")
-        lines.append(f"  {'word':<16}{'attention':>10}")
+        lines.append(f"  {'word':<16}{column:>10}")
         lines += [f"  {t:<16}{m:>10.4f}" for t, m in rows]
         lines.append("")
-    return "\n".join(lines)
+    return lines
+
+
+def words_that_moved(model: Any, ids: list[list[int]], tokenizer: Any, labels: Any,
+                     top: int = 8) -> dict[str, list[tuple[str, float]]]:
+    """Per predicted class, the words whose exact contributions pushed the decision toward it most."""
+    from attnkit.attribution.faithfulness import decisive_words, token_label
+
+    rows = decisive_words(model, ids, method="contributions", top=top)
+    return {labels.decode(c): [(token_label(tokenizer, t), push) for t, push in r]
+            for c, r in enumerate(rows) if r}
 
 
 def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite: bool = False,
@@ -67,7 +89,9 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
     """Train the demo model on the keyword corpus (80/10/10 split) and measure its attention.
 
     Returns a dict: ``accuracy`` and ``focus`` on the test part, ``seconds``,
-    ``table`` (most attended words per class), and per test document its
+    ``moved`` (the words that moved the decision most per predicted class, by
+    exact contributions), ``table`` (raw attention's most attended words per
+    class), and per test document its
     ``tokens``, pooling ``weights``, ``labels`` and ``key_positions``.
     """
     import torch
@@ -115,14 +139,16 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
     tokens = [[result.tokenizer.id_to_token(int(i)) for i in ds.ids[r]] for r in range(len(ds))]
     rows = [weights[r, : len(tokens[r])].tolist() for r in range(len(ds))]
     table = most_attended_words(tokens, rows, [d.label for d in test_docs])
+    moved = words_that_moved(result.model, [list(map(int, d)) for d in ds.ids], result.tokenizer,
+                             result.label_vocab)
     accuracy = float(result.test["accuracy"])
     if out is not None:
-        ckpt.atomic_write_text(Path(out) / "report.txt", format_report(table, accuracy, focus))
+        ckpt.atomic_write_text(Path(out) / "report.txt", format_report(table, accuracy, focus, moved))
         write_demo_figures(Path(out), tokens, rows, result.model, batch, result.label_vocab)
     # tokens / weights / labels / key_positions: the test documents' per-token pooling
     # attention, ready for an HTML report.
     return {"accuracy": accuracy, "baseline": baseline, "focus": focus, "seconds": time.perf_counter() - start,
-            "table": table,
+            "table": table, "moved": moved,
             "documents": n, "tokens": tokens, "weights": rows, "labels": [d.label for d in test_docs],
             "key_positions": [d.key_positions for d in test_docs]}
 
@@ -194,7 +220,8 @@ def demo(out: str, quick: bool, seed: int, overwrite: bool, quiet: bool) -> None
 
     Prints the test accuracy and the attention focus (mean share of the
     pooling attention on the key words), and writes a checkpoint,
-    report.txt (most attended words per class), report.html (the offline
+    report.txt (the words that moved the decision most per class, then raw
+    attention's most attended words), report.html (the offline
     interactive attention report) and explanation.png to --out.
     """
     require_extra("attnkit demo", "matplotlib")  # its explanation.png, written after training
@@ -206,8 +233,10 @@ def demo(out: str, quick: bool, seed: int, overwrite: bool, quiet: bool) -> None
               else "  (no baseline: pip install 'attnkit[tasks]')")
     click.echo(f"test accuracy     {summary['accuracy']:.4f}{beside}")
     click.echo(f"attention focus   {summary['focus']:.4f}  (share of pooling attention on the key words)")
+    for c, rows in summary["moved"].items():
+        click.echo(f"words that moved the decision most ({c}): " + ", ".join(t for t, _ in rows[:5]))
     for c, rows in summary["table"].items():
-        click.echo(f"most attended ({c}): " + ", ".join(t for t, _ in rows[:5]))
+        click.echo(f"raw attention, most attended ({c}): " + ", ".join(t for t, _ in rows[:5]))
     from attnkit.train.rundir import committed_dir
 
     checkpoint = committed_dir(out).relative_to(Path(out))

@@ -214,6 +214,10 @@ class Capture(CaptureViews):
         unsupported: attention-like modules nothing reads, by name and class.
         missed: ``{name: reason}`` for calls whose weights could not be read.
         verified: ``{module name: max |recorded - reference|}`` with ``verify=True``.
+        live: for Hugging Face modules captured inside
+            :func:`attnkit.attention.dispatch.weights_in_graph`, the same weights
+            still in the autograd graph: the module's output was computed from
+            them by the model's eager function, so gradients reach them.
 
     Shape:
         weights: (B, H, Tq, Tk) per call; (B * windows, H, N, N) for windowed blocks,
@@ -228,6 +232,7 @@ class Capture(CaptureViews):
         self.modules = modules
         self.unsupported = unsupported
         self.missed: dict[str, str] = {}
+        self.live: dict[str, Tensor] = {}
         self.verified: dict[str, float] = {}
         self.layouts: dict[str, WindowLayout] = {}
         self._unverifiable: dict[str, str] = {}
@@ -243,11 +248,14 @@ class Capture(CaptureViews):
         return threading.get_ident() == self._thread
 
     def _record(self, name: str, w: Tensor, q: Tensor | None = None, k: Tensor | None = None,
-                reference: Any = None, role: str | None = None, layout: WindowLayout | None = None) -> None:
+                reference: Any = None, role: str | None = None, layout: WindowLayout | None = None,
+                live: bool = False) -> None:
         n = self._calls.get(name, 0)
         self._calls[name] = n + 1
         key = name if n == 0 else f"{name}#{n}"
         self.weights[key] = w.detach()
+        if live:
+            self.live[key] = w
         self.roles[key] = role or _role(name, name in self._cross, self._two_stacks)
         if layout is not None:
             self.layouts[key] = layout
@@ -452,11 +460,14 @@ def _timm_block_hooks(cap: Capture, name: str, block: nn.Module, parent: nn.Modu
 
 def _hf_callback(cap: Capture, names: dict[int, str], pending: set[int]) -> Any:
     def callback(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, mask: Any,
-                 kwargs: dict[str, Any]) -> None:
+                 kwargs: dict[str, Any], live: Tensor | None = None) -> None:
         if not cap._mine():
             return
         pending.discard(id(module))
         name = names[id(module)]
+        if live is not None:
+            cap._record(name, live, query, key, live=True)
+            return
         try:
             with torch.no_grad():
                 w = hf_weights(module, query, key, mask, kwargs)

@@ -14,6 +14,11 @@ heads shared as in the kernel) and ``attention_mask`` with
 capture closes; calls from modules that are not being captured pass straight
 through.
 
+Inside :func:`attnkit.attention.dispatch.weights_in_graph` (a context
+variable: this thread only), a captured call runs the model's own eager
+function instead, so its output is computed from the recorded weights and
+gradients reach them (``cap.live``).
+
 An ``attention_mask`` the weights cannot be read from (a flex-attention
 ``BlockMask``) or a logit soft-cap marks the call as missed, by module name,
 rather than recording wrong weights.
@@ -32,12 +37,15 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.attention import masks
+from attnkit.attention.dispatch import weights_kept_for_gradients
 from attnkit.attention.functional import attention_weights, safe_softmax
 
 __all__ = ["is_hf_attention", "hf_weights", "check_keywords", "HFPatches", "UnreadableCall", "INERT", "TERMS",
-           "eager_reference"]
+           "eager_reference", "eager_call"]
 
-Callback = Callable[[nn.Module, Tensor, Tensor, Tensor, Any, dict[str, Any]], None]
+Callback = Callable[..., None]
+"""Called after each captured call: module, query, key, value, mask, keywords, and a seventh argument, the
+weights the output was computed from, only inside :func:`~attnkit.attention.dispatch.weights_in_graph`."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -176,9 +184,21 @@ def _wrap(original: Callable[..., Any], owners: dict[int, list[Callback]]) -> Ca
     @functools.wraps(original)
     def wrapped(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
                 *args: Any, **kwargs: Any) -> Any:
-        out = original(module, query, key, value, attention_mask, *args, **kwargs)
-        for callback in list(owners.get(id(module), ())):  # every open capture of this module
-            callback(module, query, key, value, attention_mask, kwargs)
+        callbacks = list(owners.get(id(module), ()))  # every open capture of this module
+        live = None
+        if callbacks and not args and weights_kept_for_gradients():
+            try:  # the output from the weights, so gradients reach them (inside weights_in_graph only)
+                out = eager_call(module, query, key, value, attention_mask, kwargs)
+                live = out[1]
+            except UnreadableCall:
+                live = None
+        if live is None:
+            out = original(module, query, key, value, attention_mask, *args, **kwargs)
+        for callback in callbacks:  # the live weights only when there are any: older callbacks take six
+            if live is None:
+                callback(module, query, key, value, attention_mask, kwargs)
+            else:
+                callback(module, query, key, value, attention_mask, kwargs, live)
         return out
 
     wrapped.__attnkit_original__ = original  # type: ignore[attr-defined]
@@ -197,7 +217,17 @@ def eager_function(module: nn.Module) -> Callable[..., Any]:
 
 def eager_reference(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
                     kwargs: dict[str, Any]) -> Tensor:
-    """The weights the model's own eager attention function returns for this call.
+    """The weights the model's own eager attention function returns for this call (:func:`eager_call`).
+
+    Shape:
+        as :func:`hf_weights`; returns ``(B, H, Tq, Tk)``.
+    """
+    return eager_call(module, query, key, value, attention_mask, kwargs)[1]
+
+
+def eager_call(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
+               kwargs: dict[str, Any]) -> tuple[Any, Tensor]:
+    """The model's own eager attention function on this call: its output and the weights it is computed from.
 
     The mask is handed over in the eager form (additive floats, the dtype's
     minimum where a key is excluded); a call whose kernel took the causal or
@@ -205,7 +235,7 @@ def eager_reference(module: nn.Module, query: Tensor, key: Tensor, value: Tensor
     that structure written into the mask. Dropout is off.
 
     Shape:
-        as :func:`hf_weights`; returns ``(B, H, Tq, Tk)``.
+        as :func:`hf_weights`; the output as the attention function returns it, weights ``(B, H, Tq, Tk)``.
     """
     fn = eager_function(module)
     tq, tk = query.shape[-2], key.shape[-2]
@@ -226,10 +256,10 @@ def eager_reference(module: nn.Module, query: Tensor, key: Tensor, value: Tensor
         mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
             ~mask, torch.finfo(query.dtype).min)
     rest = {k: v for k, v in kwargs.items() if k not in ("dropout", "is_causal", "sliding_window")}
-    _, weights = fn(module, query, key, value, mask, dropout=0.0, **rest)
+    out, weights = fn(module, query, key, value, mask, dropout=0.0, **rest)
     if not isinstance(weights, Tensor):
         raise UnreadableCall(f"{fn.__module__}.eager_attention_forward returns no weights")
-    return weights
+    return out, weights
 
 
 class HFPatches:
