@@ -8,8 +8,10 @@ it runs in every full check instead of being skipped.
 
 from __future__ import annotations
 
+import base64
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -225,13 +227,52 @@ def test_nested_captures_of_a_fused_timm_block_each_record_every_call() -> None:
     assert torch.equal(outer.weights["blocks.1.attn#1"], inner.weights["blocks.1.attn"])
 
 
-def test_visualize_refuses_channel_maps_rather_than_label_them_as_patches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def _report(tmp_path, name: str) -> dict:  # type: ignore[no-untyped-def, type-arg]
+    """``attnkit visualize --timm name`` on a random-weight model and image: the report's data."""
+    import json
+
     from click.testing import CliRunner
 
     from attnkit.cli.visualize import visualize
 
-    weights, image = _weights_and_image(tmp_path, "xcit_nano_12_p16_224")
-    result = CliRunner().invoke(visualize, [str(weights), "--timm", "xcit_nano_12_p16_224", "--image", str(image),
-                                            "-o", str(tmp_path / "x.html")])
-    assert result.exit_code != 0 and not (tmp_path / "x.html").exists()
-    assert "no self-attention over the image's tokens" in result.output and "channel" in result.output
+    weights, image = _weights_and_image(tmp_path, name)
+    out = tmp_path / f"{name}.html"
+    result = CliRunner().invoke(visualize, [str(weights), "--timm", name, "--image", str(image), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text(encoding="utf-8").split('id="attnkit-data">', 1)[1].split("</script>", 1)[0])
+
+
+def test_visualize_lays_swin_windows_on_the_image_one_view_per_stage(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = _report(tmp_path, "swin_tiny_patch4_window7_224")
+    shapes = [(e["L"], e["H"], e["Tq"], e["Tk"]) for e in data["examples"]]
+    assert shapes == [(2, 3, 3136, 3136), (2, 6, 784, 784), (6, 12, 196, 196), (2, 24, 49, 49)]
+    first = data["examples"][0]
+    assert first["name"].startswith("image 1 · layers.0.blocks.0.attn … layers.0.blocks.1.attn · 56x56 patches")
+    assert first["queries"][57] == "patch (1, 1)" and not first["cross"]
+    shape = (first["L"], first["H"], first["Tq"], first["k"])
+    idx = np.frombuffer(base64.b64decode(first["idx"]), "<u2").reshape(shape)
+    rows, cols = idx[0, :, 57] // 56, idx[0, :, 57] % 56  # unshifted block: patch (1, 1)'s window is 7 x 7
+    assert rows.max() < 7 and cols.max() < 7
+
+
+def test_maxvit_block_and_grid_views_lay_each_window_on_its_patches() -> None:
+    torch.manual_seed(0)
+    model = timm.create_model("maxvit_tiny_tf_224", pretrained=False, img_size=64).eval()
+    with torch.no_grad(), capture(model) as cap:
+        model(torch.randn(2, 3, 64, 64))
+    name, tokens, maps = cap.image_views(example=1)[0]
+    assert name.startswith("stages.0.blocks.0.attn_block.attn … stages.0.blocks.1.attn_grid.attn · 16x16 patches, "
+                           "grid 2x2 and window 2x2")
+    assert maps.shape == (4, 2, 256, 256) and tokens[17] == "patch (1, 1)"
+    block, grid = maps[0, 0, 17].nonzero()[0], maps[1, 0, 17].nonzero()[0]  # partition 2 x 2 on a 16 x 16 map
+    assert set(block // 16) == {0, 1} and set(block % 16) == {0, 1}  # its 2 x 2 block
+    assert set(grid // 16) == {1, 9} and set(grid % 16) == {1, 9}  # its 2 x 2 grid, strided by 8
+    assert torch.equal(torch.from_numpy(maps[1]), cap.on_image("stages.0.blocks.0.attn_grid.attn")[1])
+
+
+def test_visualize_draws_xcit_channel_maps_labelled_as_channels(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    data = _report(tmp_path, "xcit_nano_12_p16_224")
+    (ex,) = data["examples"]
+    assert (ex["L"], ex["H"], ex["Tq"], ex["Tk"]) == (12, 4, 32, 32)
+    assert ex["queries"][:2] == ["channel 0", "channel 1"] and not any("patch" in q for q in ex["queries"])
+    assert "channel x channel, each head over its own 32 channels" in ex["name"]

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from attnkit.layers.multi_head import MultiHeadAttention
-from attnkit.viz.report import report_data, write_report
+from attnkit.viz.report import ExampleMaps, report_data, write_report
 
 XSS = ["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>']
 
@@ -77,6 +77,21 @@ def test_batch_cuts_padding_and_cross_attention_keeps_source_tokens() -> None:
     cross = _weights(2, 4, 3, 7)  # (L, H, Tt, Ts)
     ex = report_data(["a", "dog", "runs"], cross, source_tokens=list("einhund"))["examples"][0]
     assert ex["cross"] and ex["keys"] == list("einhund") and ex["Tk"] == 7
+
+
+def test_examples_of_their_own_shapes_are_not_padded() -> None:
+    big, small, cross = _weights(2, 3, 6, 6, seed=1), _weights(4, 1, 2, 2, seed=2), _weights(1, 2, 2, 6, seed=3)
+    data = report_data([list("abcdef"), list("xy"), list("xy")], ExampleMaps([big, small, cross]),
+                       source_tokens=[None, None, list("abcdef")])
+    shapes = [(e["L"], e["H"], e["Tq"], e["Tk"], e["cross"]) for e in data["examples"]]
+    assert shapes == [(2, 3, 6, 6, False), (4, 1, 2, 2, False), (1, 2, 2, 6, True)]
+    idx, val, _ = _decode(data["examples"][1])
+    assert idx.shape == (4, 1, 2, 2)  # its own 4 layers of 1 head, not padded to the first's 3 heads
+    assert np.abs(np.take_along_axis(small, idx.astype(np.int64), -1) - val / 255.0).max() <= 0.5 / 255
+    with pytest.raises(ValueError, match=r"tokens: expected 2 token lists \(one per example of ExampleMaps\)"):
+        report_data([list("abcdef")], ExampleMaps([big, small]))
+    with pytest.raises(ValueError, match=r"tokens\[1\]: expected at most 2 tokens"):
+        report_data([list("abcdef"), list("xyz")], ExampleMaps([big, small]))
 
 
 def test_arguments_are_checked_with_shapes() -> None:

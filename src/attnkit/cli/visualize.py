@@ -201,9 +201,9 @@ def write_views(views: list[AttentionView], out: Path, title: str) -> Path:
 
 def _write_named_views(views: list[AttentionView], out: Path, title: str) -> Path:
     """Views of several shapes (an encoder-decoder's roles) as one report, one named example each."""
-    from attnkit.viz.report import pad_examples, write_report
+    from attnkit.viz.report import ExampleMaps, write_report
 
-    return write_report(out, [v.tokens for v in views], pad_examples([v.layers for v in views]), title=title,
+    return write_report(out, [v.tokens for v in views], ExampleMaps([v.layers for v in views]), title=title,
                         source_tokens=[v.source for v in views], example_names=[v.name or "" for v in views])
 
 

@@ -5,7 +5,10 @@ The model runs as its library built it (its own attention kernels) under
 their ``(L, H, T, T)`` self-attention, which :mod:`attnkit.cli.visualize`
 shows. For an image and a figure output
 (``.png``/``.svg``/``.pdf``) the figure is the attention rollout of the class
-token laid over the image.
+token laid over the image. A windowed timm model (Swin, MaxViT) gives one view
+per stage, each patch's attention over the image's patches
+(:meth:`~attnkit.inspect.Capture.image_views`), and XCiT its channel x channel
+maps; a figure output is then their layers x heads overview.
 """
 
 from __future__ import annotations
@@ -98,12 +101,18 @@ def model_views(source: Path, texts: list[str], images: list[str], timm_name: st
     if timm_name is not None:
         if not source.is_file():
             raise ValueError(f"--timm: SOURCE must be the weights file of {timm_name!r}, got {source}")
-        results = timm_attention(timm_name, source, images)
+        timm_results = timm_attention(timm_name, source, images)
+        if all(tokens is None for tokens, _, _ in timm_results):  # windowed or channel maps only
+            views: list[ViewRow] = [(tokens, maps, None, f"image {i + 1} · {name}")
+                                    for i, (_, cap, _) in enumerate(timm_results)
+                                    for name, tokens, maps in cap.image_views()]
+            return views, f"timm {timm_name}", [(cap, None) for _, cap, _ in timm_results]
+        results = [(tokens or [], cap, pixels) for tokens, cap, pixels in timm_results]
         title = f"timm {timm_name}"
     else:
         results = hf_folder_attention(source, texts or None, images or None, max_len=max_len)
         title = f"{json.loads((source / 'config.json').read_text(encoding='utf-8'))['model_type']} {source.name}"
-    views: list[ViewRow] = [(tokens, _self_attention(tokens, cap), None, None) for tokens, cap, _ in results]
+    views = [(tokens, _self_attention(tokens, cap), None, None) for tokens, cap, _ in results]
     return views, title, [(cap, pixels) for _, cap, pixels in results]
 
 

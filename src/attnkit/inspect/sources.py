@@ -192,10 +192,16 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _token_count(name: str, cap: Capture) -> int:
-    """The length of the token sequence the model's self-attention runs over (windows and channels aside)."""
+def _token_count(name: str, cap: Capture) -> int | None:
+    """The length of the token sequence the model's self-attention runs over.
+
+    None for a model whose maps are only windowed (Swin, MaxViT) or over
+    channels (XCiT): :meth:`~attnkit.inspect.Capture.image_views` draws those.
+    """
     square = [w for n, w in cap.weights.items()
               if cap.roles[n] == "self" and n not in cap.layouts and w.shape[-1] == w.shape[-2]]
+    if not square and (cap.layouts or "channel" in cap.roles.values()):
+        return None
     if not square:
         kinds = sorted({"windowed (Swin, MaxViT)" if n in cap.layouts else cap.roles[n] for n in cap.weights})
         raise ValueError(f"timm model {name!r}: no self-attention over the image's tokens to draw (its maps are "
@@ -206,11 +212,16 @@ def _token_count(name: str, cap: Capture) -> int:
 
 def timm_attention(
     name: str, weights: str | os.PathLike[str], images: list[str]
-) -> list[tuple[list[str], Capture, Any]]:
+) -> list[tuple[list[str] | None, Capture, Any]]:
     """Capture timm model ``name`` (with ``weights`` from a local file) on each image.
 
+    Returns ``(tokens, capture, pixels)`` per image; ``tokens`` is None for a
+    model without self-attention over the image's tokens (windowed Swin and
+    MaxViT, XCiT's channels), whose maps ``capture.image_views()`` lays out.
+
     Shape:
-        each capture holds ``(1, H, T, T)`` per attention block.
+        each capture holds ``(1, H, T, T)`` per attention block (per window
+        ``(windows, H, N, N)``, per head ``(1, H, C/H, C/H)`` for channels).
     """
     if ":" in name:  # timm would fetch hf-hub:NAME, or read local-dir:FOLDER's config
         raise ValueError(f"--timm {name!r}: give a registered timm architecture name (see timm.list_models()); "
@@ -235,9 +246,11 @@ def timm_attention(
     model.eval()
     cfg = getattr(model, "pretrained_cfg", {}) or {}
     size = int(cfg.get("input_size", (3, 224, 224))[-1])
-    out: list[tuple[list[str], Capture, Any]] = []
+    out: list[tuple[list[str] | None, Capture, Any]] = []
     for image in images:
         pixels, x = load_image(image, size, cfg.get("mean", 0.5), cfg.get("std", 0.5))
         cap = _run(model, {"x": x})
-        out.append((_patch_tokens(_token_count(name, cap), int(getattr(model, "num_prefix_tokens", 1))), cap, pixels))
+        count = _token_count(name, cap)
+        tokens = None if count is None else _patch_tokens(count, int(getattr(model, "num_prefix_tokens", 1)))
+        out.append((tokens, cap, pixels))
     return out

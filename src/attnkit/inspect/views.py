@@ -22,6 +22,7 @@ import numpy as np
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from attnkit.inspect.timm_blocks import WindowLayout
     from attnkit.viz.notebook import ReportView
 
 __all__ = ["CaptureViews"]
@@ -32,6 +33,8 @@ class CaptureViews:
 
     weights: dict[str, Tensor]
     vectors: dict[str, tuple[Tensor, Tensor]]
+    roles: dict[str, str]
+    layouts: dict[str, WindowLayout]
 
     def _names(self, names: Sequence[str] | None) -> list[str]:
         if not self.weights:
@@ -128,7 +131,7 @@ class CaptureViews:
             source_tokens ``Ts`` strings, target_tokens ``Tt`` strings.
         """
         from attnkit.viz.notebook import ReportView
-        from attnkit.viz.report import pad_examples, report_data
+        from attnkit.viz.report import ExampleMaps, report_data
 
         roles: dict[str, str] = getattr(self, "roles", {})
         maps, queries, keys, names = [], [], [], []
@@ -147,8 +150,74 @@ class CaptureViews:
             queries.append([str(t) for t in q_tok])
             keys.append(None if k_tok is None else [str(t) for t in k_tok])
             names.append(role)
-        return ReportView(report_data(queries, pad_examples(maps), title=title, source_tokens=keys,
+        return ReportView(report_data(queries, ExampleMaps(maps), title=title, source_tokens=keys,
                                       example_names=names))
+
+    def image_views(self, *, example: int = 0) -> list[tuple[str, list[str], np.ndarray]]:
+        """A windowed or channel model's maps of one example, as views for a report.
+
+        Each windowed call (Swin, MaxViT) is laid on the image
+        (:func:`~attnkit.inspect.timm_blocks.place_windows`): a patch's
+        attention over every patch of its feature map, zero outside its window;
+        the patches are named ``patch (row, column)``. Cross-covariance calls
+        (XCiT's role ``"channel"``) are channel x channel maps, each head over
+        its own ``C/H`` channels, named ``channel i`` within the head. A view
+        holds the consecutive calls of one kind, positions and heads (a stage);
+        its name gives the calls and what they attend over.
+
+        Raises:
+            ValueError: the capture holds neither windowed nor channel maps.
+
+        Shape:
+            each view's maps are ``(L, H, HW, HW)`` (windowed) or ``(L, H, C/H, C/H)`` (channel).
+        """
+        from attnkit.inspect.timm_blocks import place_windows
+
+        groups: list[tuple[tuple[Any, ...], list[str]]] = []
+        for name, w in self.weights.items():
+            layout = self.layouts.get(name)
+            if layout is not None:
+                key: tuple[Any, ...] = ("patch", layout.image, int(w.shape[1]))
+            elif self.roles.get(name) == "channel":
+                key = ("channel", int(w.shape[-1]), int(w.shape[1]))
+            else:
+                continue
+            if groups and groups[-1][0] == key:
+                groups[-1][1].append(name)
+            else:
+                groups.append((key, [name]))
+        if not groups:
+            raise ValueError("the capture holds no windowed (Swin, MaxViT) or channel (XCiT) maps; recorded: "
+                             f"{sorted(set(self.roles.values())) or 'nothing'}")
+        out = []
+        for key, names in groups:
+            if key[0] == "patch":
+                rows, cols = key[1]
+                tokens = [f"patch ({r}, {c})" for r in range(rows) for c in range(cols)]
+                kinds = sorted({f"{self.layouts[n].kind} {self.layouts[n].window[0]}x{self.layouts[n].window[1]}"
+                                for n in names})
+                what = f"{rows}x{cols} patches, {' and '.join(kinds)} attention laid on the image"
+                maps = [place_windows(self.weights[n][self._batch_slice(n, example)], self.layouts[n])[0]
+                        for n in names]
+            else:
+                tokens = [f"channel {i}" for i in range(key[1])]
+                what = f"channel x channel, each head over its own {key[1]} channels"
+                maps = [self.weights[n][self._check_example(example, self.weights[n].shape[0])] for n in names]
+            span = names[0] if len(names) == 1 else f"{names[0]} … {names[-1]}"
+            out.append((f"{span} · {what}", tokens, np.stack([m.detach().float().cpu().numpy() for m in maps])))
+        return out
+
+    def _batch_slice(self, name: str, example: int) -> slice:
+        """The windows of one example in a windowed call's ``(B * windows, H, N, N)`` weights."""
+        n_win = self.layouts[name].positions().shape[0]
+        start = self._check_example(example, self.weights[name].shape[0] // n_win) * n_win
+        return slice(start, start + n_win)
+
+    @staticmethod
+    def _check_example(example: int, b: int) -> int:
+        if not -b <= example < b:
+            raise ValueError(f"example: expected an index into the batch of {b}, got {example}")
+        return example % b
 
     def report(self, path: str | os.PathLike[str], tokens: Any = None, **options: Any) -> Path:
         """Write the offline HTML report (head, model and optionally neuron view) to ``path``.

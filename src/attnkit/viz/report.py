@@ -43,7 +43,7 @@ from attnkit.viz._neuron_assets import NEURON_CSS, NEURON_JS, NEURON_SECTION
 from attnkit.viz._report_assets import CSS, JS, PAGE
 from attnkit.viz.measures import attention_entropy
 
-__all__ = ["write_report", "report_data", "ReportLimits", "pad_examples"]
+__all__ = ["write_report", "report_data", "ReportLimits", "pad_examples", "ExampleMaps"]
 
 Prediction = str | Mapping[str, Any] | None
 Section = Mapping[str, Any]
@@ -167,6 +167,19 @@ def pad_examples(maps: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class ExampleMaps:
+    """A batch whose examples keep their own shapes: one ``(L, H, Tq, Tk)`` array each, never padded.
+
+    Passed as ``attentions`` with one token list per example, each example
+    shows its own layers, heads and tokens (views of different sizes, such as
+    an encoder-decoder's roles or a windowed model's stages, at no more memory
+    than their own).
+    """
+
+    maps: Sequence[np.ndarray]
+
+
 def _is_batch(tokens: Any) -> bool:
     return (isinstance(tokens, Sequence) and not isinstance(tokens, str) and len(tokens) > 0
             and all(isinstance(t, Sequence) and not isinstance(t, str) for t in tokens))
@@ -176,6 +189,8 @@ def _split_examples(
     tokens: Any, attentions: Any, source_tokens: Any
 ) -> list[tuple[np.ndarray, list[str], list[str], bool]]:
     """Normalise the accepted inputs to a list of ``(weights (L,H,Tq,Tk), queries, keys, cross)``."""
+    if isinstance(attentions, ExampleMaps):
+        return _split_examples_apart(tokens, attentions, source_tokens)
     per_layer = is_layer_list(attentions)
     a = stack_layers(attentions, dtype=None)
     batch = _is_batch(tokens)
@@ -196,6 +211,27 @@ def _split_examples(
             a = a[:, 0]  # one example given as a list per layer of (1, H, Tq, Tk)
         check_ndim(a, (4,), "attentions", "(L, H, Tq, Tk) or a list of L arrays (H, Tq, Tk)")
         per_example = [(a, tokens, source_tokens)]
+    return _check_examples(per_example, batch)
+
+
+def _split_examples_apart(
+    tokens: Any, attentions: ExampleMaps, source_tokens: Any
+) -> list[tuple[np.ndarray, list[str], list[str], bool]]:
+    """:func:`_split_examples` for :class:`ExampleMaps`: each example its own ``(L, H, Tq, Tk)``."""
+    maps = [np.asarray(m) for m in attentions.maps]
+    for b, m in enumerate(maps):
+        check_ndim(m, (4,), f"attentions[{b}]", "(L, H, Tq, Tk)")
+    if not _is_batch(tokens) or len(tokens) != len(maps):
+        raise ValueError(f"tokens: expected {len(maps)} token lists (one per example of ExampleMaps)")
+    sources = [None] * len(maps) if source_tokens is None else list(source_tokens)
+    if len(sources) != len(maps):
+        raise ValueError(f"source_tokens: expected {len(maps)} entries (one per example, None for self-attention)")
+    return _check_examples(list(zip(maps, tokens, sources, strict=True)), True)
+
+
+def _check_examples(per_example: list[tuple[np.ndarray, Any, Any]], batch: bool
+                    ) -> list[tuple[np.ndarray, list[str], list[str], bool]]:
+    """Each example cut to its tokens, the tokens checked against its weights."""
     out = []
     for b, (w, q_tok, k_tok) in enumerate(per_example):
         where = f"[{b}]" if batch else ""
@@ -318,7 +354,8 @@ def write_report(
         tokens: the query tokens — ``T`` strings for one example, or one list
             per example for a batch (shorter lists cut the padded weights).
         attentions: weights from attnkit layers, NumPy or a model's
-            ``output_attentions`` (one entry per layer).
+            ``output_attentions`` (one entry per layer), or an
+            :class:`ExampleMaps` of examples that keep their own shapes.
         title: the page title.
         predictions: per example, a string or ``{"label": ..., "probability": ...}``.
         source_tokens: for cross-attention, the key (source) tokens, in the same
