@@ -27,6 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from attnkit.data.locations import DataNotFoundError, data_path  # noqa: E402
+from attnkit.layer_config import TransformerLayerConfig  # noqa: E402
 from attnkit.reference.analysis import accuracy, attention_stats, most_attended_tokens  # noqa: E402
 from attnkit.reference.models import ClassifierConfig, TransformerClassifier  # noqa: E402
 from attnkit.reference.optim import AdamW  # noqa: E402
@@ -83,9 +84,9 @@ def main() -> None:
           f"vocabulary {len(vocab)} (min count {args.min_count})")
 
     config = ClassifierConfig(
-        vocab_size=len(vocab), num_classes=2, d_model=args.d_model, num_heads=args.heads,
-        num_layers=args.layers, d_ff=2 * args.d_model, dropout=args.dropout,
-        pooling="mean", seed=args.seed,
+        vocab_size=len(vocab), num_classes=2,
+        layer=TransformerLayerConfig(args.d_model, args.heads, 2 * args.d_model, dropout=args.dropout),
+        num_layers=args.layers, pooling="mean", seed=args.seed,
     )
     model = TransformerClassifier(config)
     print(f"model: {model.num_parameters():,} parameters, {config}")
