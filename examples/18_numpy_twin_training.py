@@ -89,7 +89,7 @@ def main() -> None:
     show("test ids", ids)
     show("logits", logits)
     show("self-attention weights", weights)
-    top = most_attended_tokens(weights, ids, vocab.itos, k=6, mask=ids != 0, min_count=3)
+    top = most_attended_tokens(weights, ids, vocab.itos, k=6, mask=ids != 0, min_frequency=3)
     lines = [f"train loss per epoch: {[round(v, 3) for v in history.train_loss]}",
              f"validation accuracy per epoch: {[round(v, 3) for v in history.val_accuracy]}",
              f"test accuracy (held-out 10%, never seen in training or validation): {test_accuracy:.3f}",

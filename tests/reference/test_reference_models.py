@@ -225,7 +225,7 @@ def test_analysis() -> None:
 
 
 def test_vocabulary() -> None:
-    vocab = Vocabulary.build(["a b b", "b c"], min_count=2)
+    vocab = Vocabulary.build(["a b b", "b c"], min_frequency=2)
     assert vocab.itos == ["<pad>", "<unk>", "b"]
     assert vocab.encode("b a z") == [2, 1, 1]
     np.testing.assert_array_equal(pad_batch([[2], [2, 1, 1]]), [[2, 0, 0], [2, 1, 1]])

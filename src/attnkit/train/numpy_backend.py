@@ -282,7 +282,7 @@ def train_numpy_run(
         raise ValueError(f"need at least 2 classes in the training data, got {labels}")
     lower = settings.lowercase
     vocab = Vocabulary.build([e.text.lower() if lower else e.text for e in train],
-                             min_count=settings.min_frequency, max_size=settings.vocab_size)
+                             min_frequency=settings.min_frequency, max_size=settings.vocab_size)
     config = numpy_model_config(kind, model_options or {}, vocab_size=len(vocab), num_classes=len(labels),
                                 seed=settings.seed)
     run = NumpyRun(build_model(config), vocab, labels, settings)
