@@ -116,11 +116,10 @@ def training_step() -> float:
     from attnkit.reference.optim import AdamW
 
     torch.set_num_threads(OPTS.threads)
-    cfg = ClassifierConfig(vocab_size=9000, d_model=64, num_heads=4, num_layers=1, d_ff=128,
-                           dropout=0.1)
+    cfg = ClassifierConfig(vocab_size=9000, layer=TransformerLayerConfig(64, 4, 128, dropout=0.1), num_layers=1)
     ours = TransformerClassifier(cfg)
     theirs = DocumentClassifier(DocumentClassifierConfig(
-        vocab_size=9000, num_classes=2, layer=TransformerLayerConfig(64, 4, 128, dropout=0.1), num_layers=1,
+        vocab_size=9000, num_classes=2, layer=cfg.layer, num_layers=1,
         pooling="mean", positional="sinusoidal"))
     theirs.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ours.parameters().items()})
     rng = np.random.default_rng(0)

@@ -181,7 +181,7 @@ def main() -> None:
     test_images = images_to_tensor([s.image for s in test])
     refs = [[s.caption] for s in test]
     greedy = generate(model, test_images)
-    beam = generate(model, test_images, beam=3)
+    beam = generate(model, test_images, beam_size=3)
     bleu_greedy = corpus_bleu([" ".join(vocab.decode(g.ids)) for g in greedy], refs)
     bleu_1_to_4 = bleu_scores([" ".join(vocab.decode(g.ids)) for g in greedy], refs)  # as Xu et al. report
     bleu_beam = corpus_bleu([" ".join(vocab.decode(g.ids)) for g in beam], refs)

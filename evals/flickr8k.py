@@ -5,7 +5,7 @@ Train first (the features of the frozen EfficientNet-Lite0 are cached under
 
     attnkit train --task caption --data data/flickr8k --backbone efficientnet-lite0 \\
         --region-dim 384 --hidden-dim 384 --embed-dim 256 --attention-dim 256 --dropout 0.3 \\
-        --min-count 5 --max-len 22 --batch-size 32 --lr 1e-3 --captions-per-image 1 --epochs 14 \\
+        --min-frequency 5 --max-len 22 --batch-size 32 --lr 1e-3 --captions-per-image 1 --epochs 14 \\
         --patience 4 --time-budget 17 --out runs/flickr8k
 
 then measure::
@@ -15,12 +15,12 @@ then measure::
 ``--run`` given several times decodes with the ensemble of those runs (the
 same recipe trained with other ``--seed``s): the mean of their next-word
 probabilities at each step. ``--consensus K`` adds a row where the beam's
-``--beam`` best captions are re-ranked by consensus with the human captions of
+``--beam-size`` best captions are re-ranked by consensus with the human captions of
 the K nearest training images (:mod:`attnkit.models.captioning.consensus`).
 
 It decodes the 1,000 test images (``--split dev``: the dev images, to choose
-the decoding settings on) greedily and with beam search (``--beam``, GNMT
-``--length-penalty``, ``--length-bonus`` per word, ``--min-words``,
+the decoding settings on) greedily and with beam search (``--beam-size``, GNMT
+``--length-penalty``, ``--length-bonus`` per word, ``--min-len``,
 ``--block-repeats``), scores corpus BLEU-1..4 (sacreBLEU, 13a) against
 all 5 references of each image, and prints them beside the paper's rows with
 the training time (feature caching + decoder epochs, from the cache manifest
@@ -141,10 +141,10 @@ def main() -> None:
                         help="a finished captioning run trained with --data; repeat it to decode with an "
                              "ensemble of runs (the mean of their next-word probabilities)")
     parser.add_argument("--data", required=True, help="the Flickr8k folder")
-    parser.add_argument("--beam", type=int, default=3)
+    parser.add_argument("--beam-size", type=int, default=3)
     parser.add_argument("--length-penalty", type=float, default=0.0, help="GNMT alpha of the beam search")
     parser.add_argument("--length-bonus", type=float, default=0.0, help="beam score added per generated word")
-    parser.add_argument("--min-words", type=int, default=0, help="no <eos> before this many words (beam)")
+    parser.add_argument("--min-len", type=int, default=0, help="no <eos> before this many words (beam)")
     parser.add_argument("--block-repeats", action="store_true", help="never a word right after itself (beam)")
     parser.add_argument("--consensus", type=int, default=0,
                         help="also re-rank the beam's captions by consensus with the captions of this many "
@@ -170,18 +170,19 @@ def main() -> None:
     inputs = inputs if features else inputs.float() / 255.0
     refs = data.references(args.split)
     search = {"length_penalty": args.length_penalty, "length_bonus": args.length_bonus,
-              "min_len": args.min_words, "block_repeats": args.block_repeats}
+              "min_len": args.min_len, "block_repeats": args.block_repeats}
     results: dict[str, dict[str, float]] = {}
     decoded: dict[str, list[Any]] = {}
     decodings: list[tuple[str, int, Consensus | None]] = [("attnkit greedy", 1, None),
-                                                         (f"attnkit beam {args.beam}", args.beam, None)]
+                                                         (f"attnkit beam {args.beam_size}", args.beam_size, None)]
     if args.consensus:
         rerank = Consensus(neighbours(args.run[0], model, vocab, data, cache_dir), args.consensus,
                            args.consensus_weight)
-        decodings.append((f"attnkit beam {args.beam}, consensus of {args.consensus} neighbours", args.beam, rerank))
+        decodings.append((f"attnkit beam {args.beam_size}, consensus of {args.consensus} neighbours", args.beam_size,
+                          rerank))
     for name, beam, consensus in decodings:
         start = time.perf_counter()
-        decoded[name] = generate(model, inputs, beam=beam, features=features, consensus=consensus,
+        decoded[name] = generate(model, inputs, beam_size=beam, features=features, consensus=consensus,
                                  **(search if beam > 1 else {}))
         hyps = [" ".join(vocab.decode(g.ids)) for g in decoded[name]]
         results[name] = {**bleu_scores(hyps, refs), **unigram_precision_and_bp(hyps, refs),
@@ -201,10 +202,10 @@ def main() -> None:
              f"{cfg.region_dim}, attend_with {cfg.attend_with}, gate {cfg.gate}, λ {cfg.attention_reg}; "
              f"vocabulary {len(vocab)} words",
              f"training: {encode_min:.1f} min feature caching + {train_min:.1f} min decoder epochs "
-             f"({epochs} epochs); {args.split} split; beam {args.beam}, length penalty "
-             f"{args.length_penalty}, length bonus {args.length_bonus}, min words {args.min_words}, block repeats "
+             f"({epochs} epochs); {args.split} split; beam {args.beam_size}, length penalty "
+             f"{args.length_penalty}, length bonus {args.length_bonus}, min length {args.min_len}, block repeats "
              f"{args.block_repeats}; consensus re-ranking: "
-             + (f"the beam's {args.beam} best by agreement with the captions of the {args.consensus} nearest "
+             + (f"the beam's {args.beam_size} best by agreement with the captions of the {args.consensus} nearest "
                 f"training images, log-probability weight {args.consensus_weight}" if args.consensus else "off")
              + "; METEOR not measured (no offline PyPI scorer)"]
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))

@@ -42,7 +42,7 @@ SETTINGS: dict[str, tuple[dict[str, object], dict[str, object]]] = {
     # Attention pooling straight over the word embeddings (a bag of words weighted by
     # attention): fold 1 reached 75.6%, against 73.1% with one encoder layer below the pooling
     # (d_model 128, dropout 0.3, lr 3e-3) and 74.5% with d_model 128 and no label smoothing.
-    "document": ({"d_model": 256, "num_heads": 4, "num_layers": 0, "dropout": 0.5,
+    "document": ({"layer": {"d_model": 256, "num_heads": 4, "dropout": 0.5}, "num_layers": 0,
                   "positional": "none", "pooling": "attention", "pooling_hidden": 64},
                  {"epochs": 15, "batch_size": 50, "lr": 5e-3, "weight_decay": 0.05, "patience": 4,
                   "label_smoothing": 0.1}),

@@ -27,6 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from attnkit.data.locations import DataNotFoundError, data_path  # noqa: E402
+from attnkit.layer_config import TransformerLayerConfig  # noqa: E402
 from attnkit.reference.analysis import accuracy, attention_stats, most_attended_tokens  # noqa: E402
 from attnkit.reference.models import ClassifierConfig, TransformerClassifier  # noqa: E402
 from attnkit.reference.optim import AdamW  # noqa: E402
@@ -55,13 +56,13 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--d-model", type=int, default=64)
-    parser.add_argument("--layers", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--num-layers", type=int, default=1)
+    parser.add_argument("--num-heads", type=int, default=4)
     parser.add_argument("--dropout", type=float, default=0.3)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--weight-decay", type=float, default=0.05)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--min-count", type=int, default=2)
+    parser.add_argument("--min-frequency", type=int, default=2)
     parser.add_argument("--patience", type=int, default=3)
     args = parser.parse_args()
     try:
@@ -77,15 +78,15 @@ def main() -> None:
     test_idx, rest = order[:n_test], order[n_test:]
     n_val = len(rest) // 10
     val_idx, train_idx = rest[:n_val], rest[n_val:]
-    vocab = Vocabulary.build([texts[i] for i in train_idx], min_count=args.min_count)
+    vocab = Vocabulary.build([texts[i] for i in train_idx], min_frequency=args.min_frequency)
     encode = [vocab.encode(t, max_len=64) or [1] for t in texts]
     print(f"MR: {len(texts)} reviews, train {len(train_idx)}, val {len(val_idx)}, test {len(test_idx)}; "
-          f"vocabulary {len(vocab)} (min count {args.min_count})")
+          f"vocabulary {len(vocab)} (min frequency {args.min_frequency})")
 
     config = ClassifierConfig(
-        vocab_size=len(vocab), num_classes=2, d_model=args.d_model, num_heads=args.heads,
-        num_layers=args.layers, d_ff=2 * args.d_model, dropout=args.dropout,
-        pooling="mean", seed=args.seed,
+        vocab_size=len(vocab), num_classes=2,
+        layer=TransformerLayerConfig(args.d_model, args.num_heads, 2 * args.d_model, dropout=args.dropout),
+        num_layers=args.num_layers, pooling="mean", seed=args.seed,
     )
     model = TransformerClassifier(config)
     print(f"model: {model.num_parameters():,} parameters, {config}")
@@ -108,7 +109,7 @@ def main() -> None:
     w = model.attention_weights()
     print("attention stats (test, last layer):",
           {k: round(v, 4) for k, v in attention_stats(w, mask).items()})
-    top = most_attended_tokens(w, ids, vocab.itos, k=10, mask=mask, min_count=5)
+    top = most_attended_tokens(w, ids, vocab.itos, k=10, mask=mask, min_frequency=5)
     print("most attended tokens:", ", ".join(f"{t} {s:.3f}" for t, s, _ in top))
     load_after = os.getloadavg()
     print(f"TEST ACCURACY {acc:.4f}  ({len(test_idx)} reviews)  wall {elapsed:.0f}s  "

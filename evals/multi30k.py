@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/multi30k"), help="run directory to write")
     parser.add_argument("--time-budget", type=float, default=90.0, help="training minutes (decoding not counted)")
     parser.add_argument("--epochs", type=int, default=60)
-    parser.add_argument("--batch-tokens", type=int, default=4096)
+    parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=400)
     parser.add_argument("--dropout", type=float, default=0.1, help="residual and embedding dropout")
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--average-last", type=int, default=5, help="average the weights of the last N epochs")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--train-limit", type=int, help="use only the first N training pairs")
-    parser.add_argument("--beam", type=int, default=4, help="beam size for the test translation")
+    parser.add_argument("--beam-size", type=int, default=4, help="beam size for the test translation")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resume", action="store_true", help="go on with the interrupted run in --out")
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
              "norm_first": True}
     model_options = {"layer": layer, "encoder_layers": 3, "decoder_layers": 3, "label_smoothing": 0.1,
                      "tie_embeddings": True}
-    config = TranslationTrainConfig(epochs=args.epochs, max_tokens=args.batch_tokens, lr=args.lr,
+    config = TranslationTrainConfig(epochs=args.epochs, max_tokens=args.max_tokens, lr=args.lr,
                                     warmup_steps=args.warmup, seed=args.seed, vocab_size=args.vocab_size,
                                     time_budget_s=60.0 * args.time_budget, log_every=args.log_every,
                                     eval_sentences=args.val_bleu_sentences, average_last=args.average_last)
@@ -103,17 +103,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     translator = load_translation_run(args.out)
     start = time.monotonic()
-    hyps = [t.text for t in translator.translate(test.sources, beam=args.beam)]
+    hyps = [t.text for t in translator.translate(test.sources, beam_size=args.beam_size)]
     decode_s = time.monotonic() - start
     bleu = corpus_bleu(hyps, test.targets)
     bleu_lc = corpus_bleu(hyps, test.targets, lowercase=True)
-    result = {"test_bleu": round(bleu, 2), "test_bleu_lowercase": round(bleu_lc, 2), "beam": args.beam,
+    result = {"test_bleu": round(bleu, 2), "test_bleu_lowercase": round(bleu_lc, 2), "beam": args.beam_size,
               "val_bleu_greedy": round(summary.get("val_bleu", float("nan")), 2), "train_steps": summary["steps"],
               "train_seconds": summary["seconds"], "decode_seconds": round(decode_s, 1),
               "epochs_finished": len(summary["history"]), "history": summary["history"]}
     for src, hyp, ref in list(zip(test.sources, hyps, test.targets, strict=True))[:3]:
         print(f"  de:  {src}\n  hyp: {hyp}\n  ref: {ref}")
-    print(f"test_2016_flickr BLEU {bleu:.2f} (lower-cased {bleu_lc:.2f}), beam {args.beam}, "
+    print(f"test_2016_flickr BLEU {bleu:.2f} (lower-cased {bleu_lc:.2f}), beam {args.beam_size}, "
           f"after {summary['steps']} steps / {summary['seconds'] / 60:.1f} min of training")
     print(json.dumps({k: v for k, v in result.items() if k != "history"}))
     return 0

@@ -27,6 +27,7 @@ import sys
 import numpy as np
 from _common import output_dir, saved, show, small
 
+from attnkit.layer_config import TransformerLayerConfig
 from attnkit.reference.analysis import accuracy, most_attended_tokens
 from attnkit.reference.checking import module_gradcheck
 from attnkit.reference.io import load_model, save_model
@@ -72,8 +73,8 @@ def main() -> None:
     cut, held = int(0.8 * n), int(0.9 * n)  # 80% train, 10% validation (per epoch), 10% test (once, at the end)
     vocab = Vocabulary.build(texts[:cut])
     encoded = [vocab.encode(t) for t in texts]
-    config = ClassifierConfig(vocab_size=len(vocab), num_classes=2, d_model=32, num_heads=2, num_layers=1,
-                              d_ff=64, dropout=0.1, pooling="attention")
+    layer = TransformerLayerConfig(d_model=32, num_heads=2, d_ff=64, dropout=0.1)
+    config = ClassifierConfig(vocab_size=len(vocab), num_classes=2, layer=layer, num_layers=1, pooling="attention")
     model = TransformerClassifier(config)
     optimizer = AdamW(model.parameters(), model.gradients(), lr=3e-3)
     trainer = Trainer(model, optimizer, batch_size=32, seed=0)
@@ -88,7 +89,7 @@ def main() -> None:
     show("test ids", ids)
     show("logits", logits)
     show("self-attention weights", weights)
-    top = most_attended_tokens(weights, ids, vocab.itos, k=6, mask=ids != 0, min_count=3)
+    top = most_attended_tokens(weights, ids, vocab.itos, k=6, mask=ids != 0, min_frequency=3)
     lines = [f"train loss per epoch: {[round(v, 3) for v in history.train_loss]}",
              f"validation accuracy per epoch: {[round(v, 3) for v in history.val_accuracy]}",
              f"test accuracy (held-out 10%, never seen in training or validation): {test_accuracy:.3f}",

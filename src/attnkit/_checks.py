@@ -34,7 +34,8 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of", "dataclass_kwargs"]
+__all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of", "dataclass_kwargs",
+           "nested_paths_hint"]
 
 T = TypeVar("T")
 
@@ -92,6 +93,16 @@ def dataclass_kwargs(cls: type, data: object, *, what: str | None = None) -> dic
     return _kwargs(cls, data, what or cls.__name__, "")
 
 
+def nested_paths_hint(cls: type, keys: Sequence[str]) -> str:
+    """``"; did you mean layer.d_model?"`` for the ``keys`` unknown to dataclass ``cls`` that are fields of
+    one of its nested configs (a model config's ``layer``), named by their path; ``""`` when none is."""
+    hints = typing.get_type_hints(cls)
+    paths = [f"{f.name}.{key}" for key in keys for f in dataclasses.fields(cls)
+             if (nested := _nested_dataclass(hints.get(f.name, Any))) is not None
+             and key in {g.name for g in dataclasses.fields(nested)}]
+    return f"; did you mean {', '.join(paths)}?" if paths else ""
+
+
 def _kwargs(cls: type, data: object, name: str, prefix: str) -> dict[str, Any]:
     """:func:`dataclass_kwargs` for the fields under ``prefix`` (``""`` or ``"encoder."``) of config ``name``."""
     if not isinstance(data, Mapping):
@@ -100,7 +111,8 @@ def _kwargs(cls: type, data: object, name: str, prefix: str) -> dict[str, Any]:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(prefix + str(k) for k in set(data) - set(fields))
     if unknown:
-        raise ValueError(f"unknown {name} field(s) {unknown}; valid fields are {[prefix + k for k in fields]}")
+        raise ValueError(f"unknown {name} field(s) {unknown}; valid fields are {[prefix + k for k in fields]}"
+                         f"{nested_paths_hint(cls, sorted(str(k) for k in set(data) - set(fields)))}")
     missing = [prefix + k for k, f in fields.items() if k not in data and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:

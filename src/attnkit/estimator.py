@@ -52,7 +52,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
 
     Args:
         model: the registered model (``--model``; None: the default recipe's ``wide``).
-        model_options: its config fields (``--model-opt KEY=VALUE``), e.g. ``{"d_model": 64}``.
+        model_options: its config fields (``--model-opt KEY=VALUE``), e.g. ``{"layer": {"d_model": 64}}``.
         epochs, batch_size, lr, weight_decay, warmup_ratio, patience, label_smoothing, seed, metric,
             class_weight: the training flags of the same names (None: the recipe's value).
         device: where to train (``"cpu"``, ``"cuda"``, ``"auto"``); the fitted model is kept on the CPU.

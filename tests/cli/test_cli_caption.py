@@ -84,19 +84,19 @@ def test_caption_command_prints_the_model_caption_and_saves_the_figure(shapes_ru
     result = CliRunner().invoke(caption, [str(shapes_run), str(tmp_path / "scene.png")])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0] == (expected or "(empty caption)")
-    result = CliRunner().invoke(caption, [str(shapes_run), str(tmp_path / "scene.png"), "--beam", "2",
+    result = CliRunner().invoke(caption, [str(shapes_run), str(tmp_path / "scene.png"), "--beam-size", "2",
                                           "--attention", str(tmp_path / "att.png")])
     assert result.exit_code == 0, result.output
     if "(empty caption)" not in result.output:
         assert (tmp_path / "att.png").stat().st_size > 1000
     model_max = model.config.max_len
-    result = CliRunner().invoke(caption, [str(shapes_run), str(tmp_path / "scene.png"), "--beam", "2",
-                                          "--length-bonus", "0.5", "--min-words", "2", "--block-repeats"])
+    result = CliRunner().invoke(caption, [str(shapes_run), str(tmp_path / "scene.png"), "--beam-size", "2",
+                                          "--length-bonus", "0.5", "--min-len", "2", "--block-repeats"])
     assert result.exit_code == 0, result.output
     words = result.output.splitlines()[0].split()
     assert len(words) >= 2 and all(a != b for a, b in itertools.pairwise(words))
-    result = CliRunner().invoke(caption, [str(shapes_run), str(tmp_path / "scene.png"), "--beam", "2",
-                                          "--min-words", str(model_max)])
+    result = CliRunner().invoke(caption, [str(shapes_run), str(tmp_path / "scene.png"), "--beam-size", "2",
+                                          "--min-len", str(model_max)])
     assert result.exit_code != 0 and "min_len" in result.output
 
 

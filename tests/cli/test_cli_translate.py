@@ -130,10 +130,10 @@ def tiny_translator(seed: int = 0) -> Translator:
 def test_save_load_gives_the_same_translations(tmp_path: Path) -> None:
     translator = tiny_translator()
     texts = ["ein hund läuft.", "ein rot haus im blau."]
-    before = translator.translate(texts, beam=3)
+    before = translator.translate(texts, beam_size=3)
     save_translation_run(tmp_path / "run", translator.model, translator.tokenizers, run_id="r1")
     loaded = load_translation_run(tmp_path / "run")
-    after = loaded.translate(texts, beam=3)
+    after = loaded.translate(texts, beam_size=3)
     assert [t.text for t in after] == [t.text for t in before]
     assert [t.score for t in after] == pytest.approx([t.score for t in before], abs=1e-6)
     meta = json.loads((committed_dir(tmp_path / "run") / "config.json").read_text())
@@ -149,8 +149,8 @@ def test_train_and_translate_commands(tmp_path: Path) -> None:
     vsrc, vtgt = write_pair(tmp_path, toy_corpus(20, seed=1), "val")
     out = tmp_path / "run"
     args = ["--src", str(src), "--tgt", str(tgt), "--val-src", str(vsrc), "--val-tgt", str(vtgt), "--out", str(out),
-            "--vocab-size", "60", "--d-model", "32", "--heads", "4", "--d-ff", "64", "--encoder-layers", "1",
-            "--decoder-layers", "1", "--dropout", "0", "--epochs", "3", "--batch-tokens", "400", "--lr", "5e-3",
+            "--vocab-size", "60", "--d-model", "32", "--num-heads", "4", "--d-ff", "64", "--encoder-layers", "1",
+            "--decoder-layers", "1", "--dropout", "0", "--epochs", "3", "--max-tokens", "400", "--lr", "5e-3",
             "--warmup-steps", "20", "--label-smoothing", "0"]
     result = CliRunner().invoke(train_translate, args)
     assert result.exit_code == 0, result.output
@@ -162,11 +162,11 @@ def test_train_and_translate_commands(tmp_path: Path) -> None:
     assert again.exit_code == 1 and "different run" in again.output
 
     plot = tmp_path / "align.png"
-    result = CliRunner().invoke(translate, [str(out), "ein hund läuft.", "ein kind spielt.", "--beam", "2",
+    result = CliRunner().invoke(translate, [str(out), "ein hund läuft.", "ein kind spielt.", "--beam-size", "2",
                                             "--alignment", str(plot)])
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().split("\n")
-    expected = load_translation_run(out).translate(["ein hund läuft.", "ein kind spielt."], beam=2)
+    expected = load_translation_run(out).translate(["ein hund läuft.", "ein kind spielt."], beam_size=2)
     assert lines == [t.text for t in expected]
     assert plot.is_file() and plot.stat().st_size > 0
 
@@ -283,8 +283,8 @@ def test_train_translate_resume_flag(tmp_path: Path, monkeypatch: pytest.MonkeyP
     src, tgt = write_pair(tmp_path, toy_corpus(120), "train")
     out = tmp_path / "run"
     base = ["--src", str(src), "--tgt", str(tgt), "--out", str(out), "--vocab-size", "60", "--d-model", "32",
-            "--heads", "4", "--d-ff", "64", "--encoder-layers", "1", "--decoder-layers", "1",
-            "--batch-tokens", "300", "--warmup-steps", "10", "--attention-dropout", "0", "--activation-dropout", "0",
+            "--num-heads", "4", "--d-ff", "64", "--encoder-layers", "1", "--decoder-layers", "1",
+            "--max-tokens", "300", "--warmup-steps", "10", "--attention-dropout", "0", "--activation-dropout", "0",
             "--epochs", "2"]
     with monkeypatch.context() as patch:
         interrupt_in_epoch(patch, 2)

@@ -261,13 +261,13 @@ def test_translation_warns_when_the_warm_up_outlasts_the_run(tmp_path: Path) -> 
     assert warmup_notice(sources, targets, 4096, 10, 1000) == (
         "warning: --warmup-steps 1000 is more than half of this run's about 10 steps (10 epochs of about 1 on 300 "
         "pairs): the learning rate would still be rising when training ends; pass --warmup-steps 1 (a tenth of "
-        "the steps), more --epochs, or a smaller --batch-tokens")
+        "the steps), more --epochs, or a smaller --max-tokens")
     assert warmup_notice(sources, targets, 40, 10, 100) is None  # 30 steps an epoch, 300 in all
     (tmp_path / "a.de").write_text("\n".join(sources[:40]) + "\n", encoding="utf-8")
     (tmp_path / "a.en").write_text("\n".join(targets[:40]) + "\n", encoding="utf-8")
     result = CliRunner().invoke(train_translate, [
         "--src", str(tmp_path / "a.de"), "--tgt", str(tmp_path / "a.en"), "--out", str(tmp_path / "run"),
-        "--vocab-size", "30", "--d-model", "16", "--heads", "2", "--d-ff", "16", "--encoder-layers", "1",
+        "--vocab-size", "30", "--d-model", "16", "--num-heads", "2", "--d-ff", "16", "--encoder-layers", "1",
         "--decoder-layers", "1", "--epochs", "1", "--quiet"])
     assert result.exit_code == 0, result.output
     assert "warning: --warmup-steps 1000 is more than half of this run's about 1 steps" in result.stderr

@@ -26,7 +26,8 @@ from sklearn.preprocessing import FunctionTransformer  # noqa: E402
 from sklearn.utils.estimator_checks import check_no_attributes_set_in_init  # noqa: E402
 
 # TINY of tests/support/cli.py, as constructor arguments
-TINY = {"model": "document", "model_options": {"d_model": 16, "num_heads": 2, "num_layers": 0, "dropout": 0.0},
+TINY = {"model": "document",
+        "model_options": {"layer": {"d_model": 16, "num_heads": 2, "dropout": 0.0}, "num_layers": 0},
         "epochs": 3, "batch_size": 16, "lr": 0.01}
 CORPUS = keyword_corpus(120, seed=3, length=(8, 12))
 X = [e.text for e in CORPUS]

@@ -256,7 +256,7 @@ def test_train_on_flickr8k_caches_features_and_resumes(tmp_path: Path) -> None:
     from attnkit.cli.caption import caption
 
     photo = root / "images" / (root / "Flickr_8k.testImages.txt").read_text().split()[0]
-    shown = CliRunner().invoke(caption, [str(out), str(photo), "--beam", "2", "--length-penalty", "0.7",
+    shown = CliRunner().invoke(caption, [str(out), str(photo), "--beam-size", "2", "--length-penalty", "0.7",
                                          "--attention", str(tmp_path / "att.png")])
     assert shown.exit_code == 0, shown.output
     assert "(empty caption)" in shown.output or (tmp_path / "att.png").stat().st_size > 1000
@@ -267,13 +267,13 @@ def test_train_on_flickr8k_caches_features_and_resumes(tmp_path: Path) -> None:
     assert index.keys.shape == (8, 1280) and [len(c) for c in index.captions] == [5] * 8
     first = load_flickr8k(root).splits["train"][0][1][0]
     assert index.captions[0][0] == vocab.encode(first)[1:-1] and len(index.captions[0][0]) >= 3
-    reranked = CliRunner().invoke(caption, [str(out), str(photo), "--beam", "3", "--consensus", "4"])
+    reranked = CliRunner().invoke(caption, [str(out), str(photo), "--beam-size", "3", "--consensus", "4"])
     assert reranked.exit_code == 0, reranked.output
     refused = CliRunner().invoke(caption, [str(out), str(photo), "--consensus", "4"])
-    assert refused.exit_code == 2 and "--beam 2 or more" in refused.output
+    assert refused.exit_code == 2 and "--beam-size 2 or more" in refused.output
     from attnkit.train.captioning import save_caption_run
 
     save_caption_run(tmp_path / "bare", model, vocab, run_id="bare")  # saved without an index
-    missing = CliRunner().invoke(caption, [str(tmp_path / "bare"), str(photo), "--beam", "3", "--consensus", "4"])
+    missing = CliRunner().invoke(caption, [str(tmp_path / "bare"), str(photo), "--beam-size", "3", "--consensus", "4"])
     assert missing.exit_code == 1 and "keeps no neighbour index" in missing.output
     assert "neighbours.safetensors is missing" in missing.output

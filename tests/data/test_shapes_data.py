@@ -106,7 +106,7 @@ def test_generator_errors(kwargs: dict[str, object], match: str) -> None:
 
 
 def test_vocab_round_trip_and_encoding() -> None:
-    vocab = CaptionVocab.build(["A dog runs.", "a dog, sleeping", "cats"], min_count=2)
+    vocab = CaptionVocab.build(["A dog runs.", "a dog, sleeping", "cats"], min_frequency=2)
     assert vocab.words[:6] == ["<pad>", "<bos>", "<eos>", "<unk>", "a", "dog"]
     assert vocab.encode("a cat") == [1, 4, 3, 2]
     assert vocab.decode([1, 4, 5, 2, 4]) == ["a", "dog"]

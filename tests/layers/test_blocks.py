@@ -256,6 +256,13 @@ def test_unknown_activation_lists_valid_names() -> None:
     assert {"relu", "gelu", "swiglu"} <= set(ACTIVATIONS)
 
 
+def test_the_layer_config_names_exactly_the_activations_torch_builds() -> None:
+    from attnkit import layer_config
+
+    assert sorted(ACTIVATIONS) == sorted(layer_config.ACTIVATION_NAMES)
+    assert TransformerLayerConfig is layer_config.TransformerLayerConfig  # one class for both backends
+
+
 def test_feed_forward_checks_width() -> None:
     with pytest.raises(ValueError, match=r"x must be \(\.\.\., 16\), got shape \(2, 3, 8\)"):
         FeedForward(D, FF)(torch.randn(2, 3, 8))

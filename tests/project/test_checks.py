@@ -12,6 +12,7 @@ import pytest
 from attnkit import _checks
 from attnkit._checks import (
     dataclass_kwargs,
+    nested_paths_hint,
     non_negative_int,
     one_of,
     positive_float,
@@ -126,6 +127,14 @@ def test_dataclass_kwargs_builds_a_nested_config_and_names_its_fields_by_path() 
         dataclass_kwargs(Outer, {"size": 3, "encoder": 5})
     given = TransformerLayerConfig(8, 2, 16)
     assert dataclass_kwargs(Outer, {"size": 3, "encoder": given})["encoder"] is given
+
+
+def test_a_nested_field_given_flat_is_named_by_its_path() -> None:
+    with pytest.raises(ValueError, match=r"unknown Outer field\(s\) \['d_ff', 'widht'\]; valid fields are "
+                                         r"\['size', 'encoder'\]; did you mean encoder\.d_ff\?$"):
+        dataclass_kwargs(Outer, {"size": 3, "d_ff": 16, "widht": 1})
+    assert nested_paths_hint(Outer, ["num_heads", "d_model"]) == "; did you mean encoder.num_heads, encoder.d_model?"
+    assert nested_paths_hint(Outer, ["size", "other"]) == ""
 
 
 @dataclasses.dataclass(frozen=True)

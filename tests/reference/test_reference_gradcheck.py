@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -23,7 +25,7 @@ from attnkit.reference.layers import (
 )
 from attnkit.reference.linear_attention import LinearAttention
 from attnkit.reference.losses import SoftmaxCrossEntropy
-from attnkit.reference.models import ClassifierConfig, DocumentClassifier, TransformerClassifier
+from attnkit.reference.models import NUMPY_LAYER, ClassifierConfig, DocumentClassifier, TransformerClassifier
 from attnkit.reference.module import Module
 from attnkit.reference.multi_head import MultiHeadAttention
 from attnkit.reference.pooling import AttentionPooling, MeanPooling
@@ -226,14 +228,16 @@ def _model_check(model: Module, ids: np.ndarray, labels: np.ndarray) -> float:
 
 @pytest.mark.parametrize("pooling", ["mean", "attention"])
 def test_transformer_classifier_end_to_end(pooling: str) -> None:
-    cfg = ClassifierConfig(vocab_size=12, d_model=8, num_heads=2, num_layers=2, d_ff=8,
-                           norm_first=pooling == "attention", pooling=pooling)
+    cfg = ClassifierConfig(vocab_size=12, num_layers=2, pooling=pooling,
+                           layer=replace(NUMPY_LAYER, d_model=8, num_heads=2, d_ff=8,
+                                         norm_first=pooling == "attention"))
     ids = np.array([[3, 4, 5, 0], [7, 2, 0, 0], [1, 11, 9, 8]])
     assert _model_check(TransformerClassifier(cfg), ids, np.array([0, 1, 1])) < 1e-6
 
 
 def test_document_classifier_end_to_end() -> None:
-    cfg = ClassifierConfig(kind="document", vocab_size=12, d_model=8, num_heads=2, num_classes=3)
+    cfg = ClassifierConfig(kind="document", vocab_size=12, num_classes=3,
+                           layer=replace(NUMPY_LAYER, d_model=8, num_heads=2))
     ids = np.array([[3, 4, 5, 0], [7, 2, 0, 0], [1, 11, 9, 8]])
     assert _model_check(DocumentClassifier(cfg), ids, np.array([0, 2, 1])) < 1e-6
 

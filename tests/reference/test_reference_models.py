@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import torch
 from safetensors.torch import load_file as torch_load_file
 from safetensors.torch import save_file as torch_save_file
 
-from attnkit.blocks import TransformerLayerConfig
+from attnkit.layer_config import TransformerLayerConfig
 from attnkit.layers.multi_head import MultiHeadAttention as TorchMHA
 from attnkit.layers.pooling import AttentionPooling as TorchAttentionPooling
 from attnkit.models.document import DocumentClassifier as TorchDocumentClassifier
@@ -30,6 +31,7 @@ from attnkit.reference.functional import lengths_mask
 from attnkit.reference.io import load_model, load_weights, save_model, save_weights
 from attnkit.reference.losses import SoftmaxCrossEntropy
 from attnkit.reference.models import (
+    NUMPY_LAYER,
     ClassifierConfig,
     DocumentClassifier,
     TransformerClassifier,
@@ -42,13 +44,12 @@ from attnkit.reference.trainer import Trainer, predict
 
 IDS = np.array([[5, 9, 3, 7, 2, 0, 0], [4, 4, 8, 0, 0, 0, 0], [1, 2, 3, 4, 5, 6, 7]])
 SRC = str(Path(__file__).resolve().parents[2] / "src")
+SMALL = replace(NUMPY_LAYER, d_model=8, num_heads=2)  # the default layer at width 8
 
 
 def _torch_twin(cfg: ClassifierConfig) -> TorchDocumentClassifier:
-    layer = TransformerLayerConfig(cfg.d_model, cfg.num_heads, cfg.d_ff, dropout=cfg.dropout,
-                                   activation=cfg.activation, norm_first=cfg.norm_first)
-    tcfg = DocumentClassifierConfig(
-        vocab_size=cfg.vocab_size, num_classes=cfg.num_classes, layer=layer,
+    tcfg = DocumentClassifierConfig(  # the very same layer config
+        vocab_size=cfg.vocab_size, num_classes=cfg.num_classes, layer=cfg.layer,
         num_layers=cfg.num_layers, pooling=cfg.pooling, positional="sinusoidal",
     )
     model = TorchDocumentClassifier(tcfg).double().eval()
@@ -56,7 +57,7 @@ def _torch_twin(cfg: ClassifierConfig) -> TorchDocumentClassifier:
     # float64 so the comparison measures the layers, not the table's rounding.
     positional = model.positional
     assert positional is not None
-    positional.table = sinusoidal_table(positional.max_len, cfg.d_model, dtype=torch.float64)
+    positional.table = sinusoidal_table(positional.max_len, cfg.layer.d_model, dtype=torch.float64)
     return model
 
 
@@ -72,8 +73,8 @@ def _torch_logits(model: torch.nn.Module, ids: np.ndarray) -> np.ndarray:
 def test_transformer_classifier_weights_through_safetensors(
     tmp_path: Path, norm_first: bool, pooling: str, activation: str
 ) -> None:
-    cfg = ClassifierConfig(vocab_size=10, num_classes=3, d_model=8, num_heads=2, num_layers=2,
-                           d_ff=12, norm_first=norm_first, pooling=pooling, activation=activation)
+    cfg = ClassifierConfig(vocab_size=10, num_classes=3, num_layers=2, pooling=pooling,
+                           layer=replace(SMALL, d_ff=12, norm_first=norm_first, activation=activation))
     ours = TransformerClassifier(cfg).astype(np.float64).eval()
     save_weights(ours, tmp_path / "w.safetensors")
     theirs = _torch_twin(cfg)
@@ -92,7 +93,7 @@ def test_transformer_classifier_weights_through_safetensors(
 
 
 def test_document_classifier_matches_torch_built_from_attnkit_parts(tmp_path: Path) -> None:
-    cfg = ClassifierConfig(kind="document", vocab_size=10, num_classes=2, d_model=8, num_heads=2)
+    cfg = ClassifierConfig(kind="document", vocab_size=10, num_classes=2, layer=SMALL)
     ours = DocumentClassifier(cfg).astype(np.float64).eval()
 
     class Twin(torch.nn.Module):
@@ -117,14 +118,29 @@ def test_document_classifier_matches_torch_built_from_attnkit_parts(tmp_path: Pa
 
 
 def test_padding_does_not_change_logits() -> None:
-    model = TransformerClassifier(ClassifierConfig(vocab_size=10, d_model=8, num_heads=2)).eval()
+    model = TransformerClassifier(ClassifierConfig(vocab_size=10, layer=SMALL)).eval()
     short = model.forward(IDS[:, :5])
     longer = model.forward(np.pad(IDS[:, :5], ((0, 0), (0, 3))))
     assert np.allclose(short[:2], longer[:2], atol=1e-5)
 
 
+def test_the_config_holds_the_torch_models_layer_config(tmp_path: Path) -> None:
+    cfg = ClassifierConfig.from_dict({"vocab_size": 10, "layer": {"d_model": 8, "num_heads": 2, "d_ff": 12}})
+    assert type(cfg.layer) is TransformerLayerConfig and cfg.layer == replace(SMALL, d_ff=12)  # the rest: defaults
+    assert cfg.to_dict()["layer"] == cfg.layer.to_dict() and ClassifierConfig.from_dict(cfg.to_dict()) == cfg
+    save_model(build_model(cfg), tmp_path / "m")
+    assert load_model(tmp_path / "m").config == cfg  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=r"valid fields are .*; did you mean layer\.d_model\?"):
+        ClassifierConfig.from_dict({"d_model": 8})
+    for field, value in [("kv_heads", 2), ("bias", False), ("attention_dropout", 0.2), ("activation", "silu")]:
+        with pytest.raises(ValueError, match=f"layer.{field} must be .* NumPy twin"):
+            ClassifierConfig(layer=replace(SMALL, **{field: value}))
+    eps = TransformerClassifier(ClassifierConfig(layer=replace(SMALL, layer_norm_eps=1e-3, norm_first=True)))
+    assert {eps.encoder.norm.eps, eps.encoder.layers[0].norm1.eps} == {1e-3}  # type: ignore[union-attr]
+
+
 def test_save_load_model_round_trip(tmp_path: Path) -> None:
-    cfg = ClassifierConfig(vocab_size=10, d_model=8, num_heads=2, seed=3)
+    cfg = ClassifierConfig(vocab_size=10, seed=3, layer=SMALL)
     model = build_model(cfg).eval()
     save_model(model, tmp_path / "m")
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json", "model.safetensors"]
@@ -135,14 +151,14 @@ def test_save_load_model_round_trip(tmp_path: Path) -> None:
 
 
 def test_load_weights_rejects_mismatch(tmp_path: Path) -> None:
-    small = TransformerClassifier(ClassifierConfig(vocab_size=10, d_model=8, num_heads=2))
+    small = TransformerClassifier(ClassifierConfig(vocab_size=10, layer=SMALL))
     save_weights(small, tmp_path / "w.safetensors")
     with pytest.raises(ValueError, match="embedding.weight"):
-        load_weights(TransformerClassifier(ClassifierConfig(vocab_size=11, d_model=8, num_heads=2)),
+        load_weights(TransformerClassifier(ClassifierConfig(vocab_size=11, layer=SMALL)),
                      tmp_path / "w.safetensors")
     with pytest.raises(ValueError, match="missing"):
-        load_weights(TransformerClassifier(ClassifierConfig(vocab_size=10, d_model=8, num_heads=2,
-                                                            num_layers=2)), tmp_path / "w.safetensors")
+        load_weights(TransformerClassifier(ClassifierConfig(vocab_size=10, num_layers=2, layer=SMALL)),
+                     tmp_path / "w.safetensors")
 
 
 def _toy_task(n: int, seed: int) -> tuple[list[list[int]], np.ndarray]:
@@ -161,8 +177,8 @@ def _toy_task(n: int, seed: int) -> tuple[list[list[int]], np.ndarray]:
 
 @pytest.mark.parametrize("kind", ["transformer", "document"])
 def test_trainer_learns_and_every_parameter_gets_a_gradient(kind: str) -> None:
-    cfg = ClassifierConfig(kind=kind, vocab_size=12, d_model=16, num_heads=2, d_ff=16,
-                           dropout=0.0, seed=1)
+    cfg = ClassifierConfig(kind=kind, vocab_size=12, seed=1,
+                           layer=replace(NUMPY_LAYER, d_model=16, num_heads=2, d_ff=16, dropout=0.0))
     model = build_model(cfg)
     xs, ys = _toy_task(240, 0)
     vx, vy = _toy_task(80, 1)
@@ -184,7 +200,7 @@ def test_trainer_is_seeded() -> None:
     xs, ys = _toy_task(64, 0)
     runs = []
     for _ in range(2):
-        model = TransformerClassifier(ClassifierConfig(vocab_size=12, d_model=8, num_heads=2, seed=4))
+        model = TransformerClassifier(ClassifierConfig(vocab_size=12, seed=4, layer=SMALL))
         trainer = Trainer(model, AdamW(model.parameters(), model.gradients()), batch_size=16, seed=9)
         runs.append(trainer.fit(xs, ys, epochs=2).train_loss)
     assert runs[0] == runs[1]
@@ -209,7 +225,7 @@ def test_analysis() -> None:
 
 
 def test_vocabulary() -> None:
-    vocab = Vocabulary.build(["a b b", "b c"], min_count=2)
+    vocab = Vocabulary.build(["a b b", "b c"], min_frequency=2)
     assert vocab.itos == ["<pad>", "<unk>", "b"]
     assert vocab.encode("b a z") == [2, 1, 1]
     np.testing.assert_array_equal(pad_batch([[2], [2, 1, 1]]), [[2, 0, 0], [2, 1, 1]])
@@ -273,8 +289,8 @@ def test_reference_package_imports_no_torch() -> None:
 @pytest.mark.parametrize("norm_first,pooling", [(False, "mean"), (True, "attention")])
 def test_transformer_classifier_gradients_match_torch_autograd(tmp_path: Path, norm_first: bool,
                                                                pooling: str) -> None:
-    cfg = ClassifierConfig(vocab_size=10, num_classes=3, d_model=8, num_heads=2, num_layers=2,
-                           d_ff=12, norm_first=norm_first, pooling=pooling, activation="gelu")
+    cfg = ClassifierConfig(vocab_size=10, num_classes=3, num_layers=2, pooling=pooling,
+                           layer=replace(SMALL, d_ff=12, norm_first=norm_first, activation="gelu"))
     ours = TransformerClassifier(cfg).astype(np.float64).eval()
     save_weights(ours, tmp_path / "w.safetensors")
     theirs = _torch_twin(cfg)
@@ -323,7 +339,8 @@ def test_lr_factor_warms_up_then_decays_to_zero() -> None:
 
 @pytest.mark.parametrize("warmup_ratio", [None, 0.25])
 def test_trainer_follows_the_schedule_and_restores_the_rate(warmup_ratio: float | None) -> None:
-    model = build_model(ClassifierConfig(kind="document", vocab_size=20, num_classes=2, d_model=8, seed=0))
+    model = build_model(ClassifierConfig(kind="document", vocab_size=20, num_classes=2, seed=0,
+                                         layer=replace(NUMPY_LAYER, d_model=8)))
     optimizer = AdamW(model.parameters(), model.gradients(), lr=0.01)
     seen: list[float] = []
     step = optimizer.step

@@ -229,7 +229,7 @@ def test_nan_weights_are_refused(run_copy, data_csv) -> None:
 def numpy_run(tmp_path_factory, data_csv) -> Path:
     out = tmp_path_factory.mktemp("runs") / "np"
     result = _invoke("train", "--backend", "numpy", "--data", str(data_csv), "--out", str(out), "--epochs", "1",
-                     "--model-opt", "d_model=16")
+                     "--model-opt", "layer.d_model=16")
     assert result.exit_code == 0, result.output
     return out
 
@@ -325,9 +325,10 @@ def test_numpy_run_config_values_are_typed(numpy_run, tmp_path) -> None:
     shutil.copytree(numpy_run, run)
     path = committed_dir(run) / "config.json"
     meta = json.loads(path.read_text())
-    meta["model_config"]["d_model"] = [16]
+    meta["model_config"]["layer"]["d_model"] = [16]
     _replace(path, json.dumps(meta))
-    with pytest.raises(RunFileError, match=r"config.json .*model_config field d_model must be an int, got \[16\]"):
+    with pytest.raises(RunFileError,
+                       match=r"config.json .*model_config field layer\.d_model must be an int, got \[16\]"):
         load_numpy_run(run)
 
 

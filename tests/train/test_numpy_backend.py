@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from attnkit.cli import cli
 from attnkit.data.readers import Example
 from attnkit.data.synthetic import keyword_corpus
+from attnkit.reference.models import NUMPY_LAYER
 from attnkit.train.numpy_backend import (
     NumpyTrainSettings,
     evaluate_numpy_run,
@@ -25,8 +27,8 @@ from attnkit.train.numpy_backend import (
 )
 from attnkit.train.rundir import committed_dir
 
-FAST = ["--epochs", "6", "--batch-size", "32", "--lr", "0.005", "--model-opt", "d_model=32",
-        "--model-opt", "d_ff=64", "--model-opt", "pooling=attention", "--model-opt", "dropout=0.0"]
+FAST = ["--epochs", "6", "--batch-size", "32", "--lr", "0.005", "--model-opt", "layer.d_model=32",
+        "--model-opt", "layer.d_ff=64", "--model-opt", "pooling=attention", "--model-opt", "layer.dropout=0.0"]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +67,7 @@ def test_cli_training_imports_no_torch(corpus: Path, tmp_path: Path) -> None:
         "from click.testing import CliRunner\n"
         "from attnkit.cli import cli\n"
         f"args = ['train', '--data', {str(corpus)!r}, '--format', 'label-tab-text', '--backend', 'numpy',\n"
-        f"        '--out', {str(tmp_path / 'run')!r}, '-q', '--epochs', '1', '--model-opt', 'd_model=16']\n"
+        f"        '--out', {str(tmp_path / 'run')!r}, '-q', '--epochs', '1', '--model-opt', 'layer.d_model=16']\n"
         "r = CliRunner().invoke(cli, args)\n"
         "assert r.exit_code == 0, r.output\n"
         f"r = CliRunner().invoke(cli, ['predict', {str(tmp_path / 'run')!r}, 'a b c', '--explain'])\n"
@@ -130,16 +132,40 @@ def test_unsupported_flags_are_named(corpus: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text", "--backend",
                                       "numpy", "--out", str(tmp_path / "r"), "--model", "han"])
     assert result.exit_code == 1 and "'transformer' or 'document'" in result.output
+
+
+@pytest.mark.parametrize("opt, message", [
+    ("layer.d_modle=8", "unknown ClassifierConfig field(s) ['layer.d_modle']; valid fields are ['layer.d_model'"),
+    ("d_model=8", "unknown numpy transformer model option(s) ['d_model']"),
+    ("d_model=8", "did you mean layer.d_model?"),  # the torch backend's hint, for the same flag
+    ("layer.d_model=15", "field layer: d_model=15 must be divisible by num_heads=4"),
+    ("layer.kv_heads=2", "layer.kv_heads must be None in the NumPy twin"),
+    ("layer.activation=swiglu", "layer.activation must be one of ['gelu', 'relu'] in the NumPy twin"),
+])
+def test_model_options_take_the_layer_paths_of_the_torch_backend(corpus: Path, tmp_path: Path, opt: str,
+                                                                 message: str) -> None:
     result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text", "--backend",
-                                      "numpy", "--out", str(tmp_path / "r"), "--model-opt", "d_modle=8"])
-    assert result.exit_code == 1 and "d_modle" in result.output and "d_model" in result.output
+                                      "numpy", "--out", str(tmp_path / "r"), "--model-opt", opt])
+    assert result.exit_code == 1 and message in result.output, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "r").exists()
+
+
+def test_a_run_saves_its_layer_nested_and_loads_it_back(numpy_run: tuple[Path, str]) -> None:
+    out, _ = numpy_run
+    saved = json.loads((committed_dir(out) / "config.json").read_text())["model_config"]
+    assert saved["layer"] == {**NUMPY_LAYER.to_dict(), "d_model": 32, "d_ff": 64, "dropout": 0.0}
+    assert not {"d_model", "num_heads", "d_ff", "dropout"} & set(saved)  # one vocabulary: no flat copies
+    config = load_numpy_run(out).model.config  # type: ignore[attr-defined]
+    assert config.layer == replace(NUMPY_LAYER, d_model=32, d_ff=64, dropout=0.0)
+    assert config.to_dict() == saved
 
 
 def test_document_kind_and_unknown_labels(tmp_path: Path) -> None:
     docs = keyword_corpus(120, seed=5, length=(5, 8))
     train = [Example(d.text, d.label) for d in docs]
     settings = NumpyTrainSettings(epochs=2, batch_size=16, lr=0.01)
-    run, test = train_numpy_run(train[:100], [], train[100:], kind="document", model_options={"d_model": 16},
+    run, test = train_numpy_run(train[:100], [], train[100:], kind="document",
+                                model_options={"layer": {"d_model": 16}},
                                 settings=settings, out_dir=tmp_path / "doc")
     assert test is not None and test["n"] == 20
     assert load_numpy_run(tmp_path / "doc").model.config.kind == "document"  # type: ignore[attr-defined]
@@ -176,7 +202,7 @@ def test_a_numpy_run_opens_in_visualize(numpy_run: tuple[Path, str], tmp_path: P
     predicted = predict_numpy_run(run, [text])[0]
     first = views[0]
     assert first.tokens == [run.vocab.itos[i] for i in run.encode([text])[0]]
-    assert first.layers.shape == (run.model.config.num_layers, run.model.config.num_heads, len(first.tokens),
+    assert first.layers.shape == (run.model.config.num_layers, run.model.config.layer.num_heads, len(first.tokens),
                                   len(first.tokens))
     np.testing.assert_allclose(first.layers.sum(-1), 1.0, rtol=1e-5)
     assert first.pooling is not None and first.pooling.shape == (len(first.tokens),)

@@ -127,11 +127,11 @@ def test_translate_refuses_an_unfinished_run_unless_allowed(unfinished_translati
     from attnkit.cli.translate import translate
 
     out = unfinished_translation
-    refused = CliRunner().invoke(translate, [str(out), "ein hund", "--beam", "1"])
+    refused = CliRunner().invoke(translate, [str(out), "ein hund", "--beam-size", "1"])
     assert refused.exit_code == 1, refused.output
     assert "did not finish training" in refused.output and "--allow-unfinished" in refused.output
     assert "--task translate" in refused.output
-    served = CliRunner().invoke(translate, [str(out), "ein hund", "--beam", "1", "--allow-unfinished"])
+    served = CliRunner().invoke(translate, [str(out), "ein hund", "--beam-size", "1", "--allow-unfinished"])
     assert served.exit_code == 0, served.output
     assert "unfinished (epoch 1 of 2)" in served.stderr and served.stdout.strip()
 
@@ -218,7 +218,7 @@ def train_numpy(out: Path, log: list[str] | None = None):  # type: ignore[no-unt
     from attnkit.train.numpy_backend import NumpyTrainSettings, train_numpy_run
 
     data = numpy_data()
-    return train_numpy_run(data[:50], data[50:55], data[55:], model_options={"d_model": 8, "d_ff": 16},
+    return train_numpy_run(data[:50], data[50:55], data[55:], model_options={"layer": {"d_model": 8, "d_ff": 16}},
                            settings=NumpyTrainSettings(epochs=1, batch_size=25), out_dir=out,
                            log=None if log is None else log.append)
 

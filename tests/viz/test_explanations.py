@@ -334,7 +334,7 @@ def test_faithfulness_of_a_numpy_run_is_refused_by_name(wide_run, tmp_path) -> N
     _, data = wide_run
     out = tmp_path / "numpy"
     trained = _invoke("train", "--data", str(data), "--backend", "numpy", "--out", str(out), "-q", "--epochs", "1",
-                      "--model-opt", "d_model=8", "--model-opt", "d_ff=16")
+                      "--model-opt", "layer.d_model=8", "--model-opt", "layer.d_ff=16")
     assert trained.exit_code == 0, trained.output
     result = CliRunner().invoke(cli, ["evaluate", str(out), "--data", str(data), "--faithfulness"])
     assert result.exit_code == 1 and "Traceback" not in result.output

@@ -34,13 +34,12 @@ from attnkit.blocks.config import (
     LayerSpec,
     TransformerLayerConfig,
     build_layers,
-    check_bool,
-    check_eps,
     final_layer_norm,
     resolve_dropouts,
 )
 from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from_torch
 from attnkit.blocks.torch_convert import copy_final_norm, copy_layer_weights
+from attnkit.layer_config import check_bool, check_eps
 from attnkit.layers.kv_cache import KVCache
 from attnkit.layers.multi_head import MultiHeadAttention, check_sequence
 

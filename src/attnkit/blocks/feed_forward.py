@@ -48,7 +48,8 @@ ACTIVATIONS: dict[str, ActivationSpec] = {
     "swiglu": ActivationSpec(nn.SiLU, gated=True),
     "geglu": ActivationSpec(nn.GELU, gated=True),
 }
-"""Activation names accepted by :class:`FeedForward` (and every block that takes ``activation``)."""
+"""Activation names accepted by :class:`FeedForward` (and every block that takes ``activation``): the names of
+:data:`attnkit.layer_config.ACTIVATION_NAMES`, which a :class:`~attnkit.blocks.TransformerLayerConfig` checks."""
 
 Activation = str | type[nn.Module] | nn.Module
 

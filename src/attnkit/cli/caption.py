@@ -105,7 +105,7 @@ __all__ = ["train_caption", "caption"]
               default="current_state", show_default=True,
               help="Query the attention with the LSTM state after (Lu et al.) or before (Xu et al.) "
                    "reading the previous word.")
-@click.option("--min-count", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--min-frequency", type=click.IntRange(min=1), default=1, show_default=True,
               help="Keep words seen at least this often (real caption sets).")
 @click.option("--resume", is_flag=True,
               help="Continue the unfinished run in --out with its saved settings (other flags ignored).")
@@ -143,13 +143,13 @@ def train_caption(**values: Any) -> None:
 @click.command("caption")
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
 @click.argument("image", type=click.Path(exists=True, dir_okay=False))
-@click.option("--beam", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--beam-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Beam width (1 = greedy).")
 @click.option("--length-penalty", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="GNMT length penalty alpha of the beam search (0: plain log-probability).")
 @click.option("--length-bonus", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Score added per generated word (longer captions; 0: none).")
-@click.option("--min-words", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--min-len", type=click.IntRange(min=0), default=0, show_default=True,
               help="No end of caption before this many words.")
 @click.option("--block-repeats", is_flag=True, help="Never generate a word right after itself.")
 @click.option("--ensemble", "others", multiple=True, type=click.Path(exists=True, file_okay=False),
@@ -157,29 +157,29 @@ def train_caption(**values: Any) -> None:
                    "runs' next-word probabilities and of their attention.")
 @click.option("--consensus", type=click.IntRange(min=0), default=0, show_default=True,
               help="Re-rank the beam's captions by agreement with the captions of this many nearest training "
-                   "images (0: off; needs --beam 2 or more and a run trained with --data on a frozen encoder).")
+                   "images (0: off; needs --beam-size 2 or more and a run trained with --data on a frozen encoder).")
 @click.option("--consensus-weight", type=click.FloatRange(min=0), default=0.005, show_default=True,
               help="Weight of a caption's log-probability beside its consensus when re-ranking.")
 @click.option("--attention", "attention_path", type=click.Path(dir_okay=False),
               help="Save a figure of the attention for each word to this file (.png, .svg, .pdf).")
 @allow_unfinished_option
 @friendly_errors
-def caption(checkpoint: str, image: str, beam: int, length_penalty: float, length_bonus: float, min_words: int,
+def caption(checkpoint: str, image: str, beam_size: int, length_penalty: float, length_bonus: float, min_len: int,
             block_repeats: bool, others: tuple[str, ...], consensus: int, consensus_weight: float,
             attention_path: str | None, allow_unfinished: bool) -> None:
     """Describe IMAGE with the captioner saved in CHECKPOINT.
 
     \b
     Example:
-      attnkit caption runs/shapes picture.png --beam 3 --attention attention.png
-      attnkit caption runs/f8k photo.jpg --beam 3 --ensemble runs/f8k-s1 --ensemble runs/f8k-s2
-      attnkit caption runs/f8k photo.jpg --beam 10 --length-bonus 0.75 --block-repeats --consensus 40
+      attnkit caption runs/shapes picture.png --beam-size 3 --attention attention.png
+      attnkit caption runs/f8k photo.jpg --beam-size 3 --ensemble runs/f8k-s1 --ensemble runs/f8k-s2
+      attnkit caption runs/f8k photo.jpg --beam-size 10 --length-bonus 0.75 --block-repeats --consensus 40
     """
     from attnkit.data.captions import images_to_tensor, load_image
     from attnkit.models.captioning.consensus import Consensus
 
-    if consensus and beam < 2:
-        raise click.BadParameter("consensus re-ranking chooses among the beam's captions: give --beam 2 or more",
+    if consensus and beam_size < 2:
+        raise click.BadParameter("consensus re-ranking chooses among the beam's captions: give --beam-size 2 or more",
                                  param_hint="--consensus")
 
     try:
@@ -191,8 +191,8 @@ def caption(checkpoint: str, image: str, beam: int, length_penalty: float, lengt
             click.echo(meta["notice"], err=True)
     rerank = Consensus(load_caption_neighbours(checkpoint), consensus, consensus_weight) if consensus else None
     pixels = load_image(image, model.config.image_size)
-    (result,) = generate(model, images_to_tensor(pixels[None]), beam=beam, length_penalty=length_penalty,
-                         length_bonus=length_bonus, min_len=min_words, block_repeats=block_repeats,
+    (result,) = generate(model, images_to_tensor(pixels[None]), beam_size=beam_size, length_penalty=length_penalty,
+                         length_bonus=length_bonus, min_len=min_len, block_repeats=block_repeats,
                          consensus=rerank)
     words = vocab.decode(result.ids)
     click.echo(" ".join(words) if words else "(empty caption)")

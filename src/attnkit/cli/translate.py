@@ -3,7 +3,7 @@
 Both commands are thin layers over :mod:`attnkit.train.translation`::
 
     train_translate --src train.de.gz --tgt train.en.gz --val-src val.de.gz --val-tgt val.en.gz --out runs/de-en
-    translate runs/de-en "Ein Mann fährt Fahrrad." --beam 4 --alignment align.png
+    translate runs/de-en "Ein Mann fährt Fahrrad." --beam-size 4 --alignment align.png
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ __all__ = ["train_translate", "translate"]
               help="BPE vocabulary size (joint, or per side with --separate-vocab).")
 @click.option("--separate-vocab", is_flag=True, help="One vocabulary per language instead of a joint one.")
 @click.option("--d-model", type=click.IntRange(min=1), default=256, show_default=True, help="Model width.")
-@click.option("--heads", type=click.IntRange(min=1), default=8, show_default=True, help="Attention heads.")
+@click.option("--num-heads", type=click.IntRange(min=1), default=8, show_default=True, help="Attention heads.")
 @click.option("--d-ff", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Feed-forward hidden width.")
 @click.option("--encoder-layers", type=click.IntRange(min=1), default=3, show_default=True, help="Encoder layers.")
@@ -51,7 +51,7 @@ __all__ = ["train_translate", "translate"]
               help="Dropout on the feed-forward hidden activations (default: --dropout).")
 @click.option("--post-norm", is_flag=True, help="Post-norm layers (the original Transformer) instead of pre-norm.")
 @click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True, help="Maximum epochs.")
-@click.option("--batch-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
+@click.option("--max-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Padded tokens per batch and side.")
 @click.option("--lr", type=click.FloatRange(0, min_open=True), default=5e-4, show_default=True,
               help="Peak learning rate.")
@@ -86,17 +86,17 @@ def train_translate(**v: Any) -> None:
         return
     train = read_parallel(v["src_path"], v["tgt_path"])
     val = read_parallel(v["val_src"], v["val_tgt"]) if v["val_src"] else None
-    layer = {"d_model": v["d_model"], "num_heads": v["heads"], "d_ff": v["d_ff"], "dropout": v["dropout"],
+    layer = {"d_model": v["d_model"], "num_heads": v["num_heads"], "d_ff": v["d_ff"], "dropout": v["dropout"],
              "attention_dropout": v["attention_dropout"], "activation_dropout": v["activation_dropout"],
              "norm_first": not v["post_norm"]}
     model_options = {"layer": layer, "encoder_layers": v["encoder_layers"], "decoder_layers": v["decoder_layers"],
                      "label_smoothing": v["label_smoothing"], "tie_embeddings": True}
     budget = None if v["time_budget"] is None else 60.0 * v["time_budget"]
     if not v["resume"]:
-        notice = warmup_notice(train.sources, train.targets, v["batch_tokens"], v["epochs"], v["warmup_steps"])
+        notice = warmup_notice(train.sources, train.targets, v["max_tokens"], v["epochs"], v["warmup_steps"])
         if notice is not None:
             click.echo(notice, err=True)
-    config = TranslationTrainConfig(epochs=v["epochs"], max_tokens=v["batch_tokens"], lr=v["lr"],
+    config = TranslationTrainConfig(epochs=v["epochs"], max_tokens=v["max_tokens"], lr=v["lr"],
                                     warmup_steps=v["warmup_steps"], seed=v["seed"], max_len=v["max_len"],
                                     vocab_size=v["vocab_size"], time_budget_s=budget, average_last=v["average_last"])
     try:
@@ -114,18 +114,18 @@ def train_translate(**v: Any) -> None:
 WARMUP_SHARE = 0.5  # of all steps: a longer warm-up leaves the rate rising for most of the run
 
 
-def estimated_steps(sources: list[str], targets: list[str], batch_tokens: int) -> int:
-    """At least how many optimizer steps one epoch of these pairs takes with ``--batch-tokens``, from their
+def estimated_steps(sources: list[str], targets: list[str], max_tokens: int) -> int:
+    """At least how many optimizer steps one epoch of these pairs takes with ``--max-tokens``, from their
     lengths in words (a subword tokenizer splits a word into one or more tokens, so it is a lower bound)."""
     width = sum(max(len(s.split()), len(t.split()) + 1) for s, t in zip(sources, targets, strict=True))
-    return max(1, -(-width // batch_tokens))
+    return max(1, -(-width // max_tokens))
 
 
-def warmup_notice(sources: list[str], targets: list[str], batch_tokens: int, epochs: int,
+def warmup_notice(sources: list[str], targets: list[str], max_tokens: int, epochs: int,
                   warmup_steps: int) -> str | None:
     """A warning when ``--warmup-steps`` exceeds :data:`WARMUP_SHARE` of the run's estimated steps (a small
     corpus under the default warm-up of 1000 steps), naming a warm-up that fits; None when it fits."""
-    per_epoch = estimated_steps(sources, targets, batch_tokens)
+    per_epoch = estimated_steps(sources, targets, max_tokens)
     total = per_epoch * epochs
     if warmup_steps <= WARMUP_SHARE * total:
         return None
@@ -133,7 +133,7 @@ def warmup_notice(sources: list[str], targets: list[str], batch_tokens: int, epo
     return (f"warning: --warmup-steps {warmup_steps} is more than half of this run's about {total} steps "
             f"({epochs} epochs of about {per_epoch} on {len(sources)} pairs): the learning rate would still "
             f"be rising when training ends; pass --warmup-steps {fits} (a tenth of the steps), more --epochs, "
-            "or a smaller --batch-tokens")
+            "or a smaller --max-tokens")
 
 
 def _finished(out: str) -> bool:
@@ -149,20 +149,20 @@ def _finished(out: str) -> bool:
 @click.argument("texts", nargs=-1)
 @click.option("--file", "text_file", type=click.Path(exists=True, dir_okay=False),
               help="Translate every non-blank line of this file (plain or .gz) as well.")
-@click.option("--beam", type=click.IntRange(min=1), default=4, show_default=True, help="Beam size (1: greedy).")
+@click.option("--beam-size", type=click.IntRange(min=1), default=4, show_default=True, help="Beam size (1: greedy).")
 @click.option("--length-penalty", type=click.FloatRange(0), default=0.6, show_default=True,
               help="GNMT length-penalty exponent alpha (0: raw log-probability).")
 @click.option("--alignment", "alignment_path", type=click.Path(dir_okay=False),
               help="Plot the cross-attention alignment of the first text to this image file.")
 @allow_unfinished_option
 @friendly_errors
-def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, beam: int, length_penalty: float,
+def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, beam_size: int, length_penalty: float,
               alignment_path: str | None, allow_unfinished: bool) -> None:
     """Translate texts with a trained translation run; prints one translation per line.
 
     \b
     Example:
-      attnkit translate runs/de-en "Ein Hund läuft im Schnee." --beam 4 --alignment align.png
+      attnkit translate runs/de-en "Ein Hund läuft im Schnee." --beam-size 4 --alignment align.png
     """
     from attnkit.data.parallel import read_lines
 
@@ -174,7 +174,7 @@ def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, be
     translator = load_translation_run(checkpoint, allow_unfinished=allow_unfinished)
     if translator.meta.get("notice"):
         click.echo(translator.meta["notice"], err=True)
-    results = translator.translate(items, beam=beam, length_penalty=length_penalty,
+    results = translator.translate(items, beam_size=beam_size, length_penalty=length_penalty,
                                    return_alignment=alignment_path is not None)
     for r in results:
         click.echo(r.text)

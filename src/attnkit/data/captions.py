@@ -94,12 +94,12 @@ class CaptionVocab:
     pad_id, bos_id, eos_id, unk_id = 0, 1, 2, 3
 
     @classmethod
-    def build(cls, captions: Iterable[str], *, min_count: int = 1) -> CaptionVocab:
-        """The words seen at least ``min_count`` times, most frequent first (ties alphabetical)."""
-        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
-            raise ValueError(f"min_count must be a positive int, got {min_count!r}")
+    def build(cls, captions: Iterable[str], *, min_frequency: int = 1) -> CaptionVocab:
+        """The words seen at least ``min_frequency`` times, most frequent first (ties alphabetical)."""
+        if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
+            raise ValueError(f"min_frequency must be a positive int, got {min_frequency!r}")
         counts = Counter(w for c in captions for w in tokenize_caption(c))
-        kept = sorted((w for w, n in counts.items() if n >= min_count and w not in _SPECIALS),
+        kept = sorted((w for w, n in counts.items() if n >= min_frequency and w not in _SPECIALS),
                       key=lambda w: (-counts[w], w))
         return cls([*_SPECIALS, *kept])
 

@@ -59,7 +59,7 @@ def _load(folder: str) -> tuple[Any, Any]:
 
 
 def attentions_from_bert_dir(
-    folder: str | os.PathLike[str], text: str | list[str], *, max_length: int = 512
+    folder: str | os.PathLike[str], text: str | list[str], *, max_len: int = 512
 ) -> tuple[Any, np.ndarray]:
     """Tokenize ``text``, run the BERT in ``folder`` and return ``(tokens, attentions)``.
 
@@ -72,7 +72,7 @@ def attentions_from_bert_dir(
             ``tokenizer.json`` or ``vocab.txt``; a missing or mismatched
             tensor is a ValueError naming it.
         text: one text, or a list of texts (a batch).
-        max_length: longest token sequence kept (including ``[CLS]`` and ``[SEP]``).
+        max_len: longest token sequence kept (including ``[CLS]`` and ``[SEP]``).
 
     Returns:
         For one text: ``tokens`` (``T`` strings) and attentions ``(L, H, T, T)``.
@@ -89,13 +89,13 @@ def attentions_from_bert_dir(
     texts = text if isinstance(text, list) else [text]
     if not texts or not all(isinstance(t, str) for t in texts):
         raise TypeError("text: expected a string or a non-empty list of strings")
-    if not isinstance(max_length, int) or max_length < 2:
-        raise ValueError(f"max_length: expected an int >= 2, got {max_length!r}")
+    if not isinstance(max_len, int) or max_len < 2:
+        raise ValueError(f"max_len: expected an int >= 2, got {max_len!r}")
 
     import torch
 
     model, tokenizer = _load(str(root.resolve()))
-    tokenizer.enable_truncation(max_length)  # keeps [CLS] ... [SEP]
+    tokenizer.enable_truncation(max_len)  # keeps [CLS] ... [SEP]
     encodings = [tokenizer.encode(t) for t in texts]
     longest = max(len(e.ids) for e in encodings)
     ids = torch.zeros(len(texts), longest, dtype=torch.long)

@@ -61,12 +61,12 @@ def most_attended_positions(weights: np.ndarray, k: int = 3, mask: np.ndarray | 
 
 def most_attended_tokens(
     weights: np.ndarray, ids: np.ndarray, vocab: Sequence[str], k: int = 10,
-    mask: np.ndarray | None = None, min_count: int = 1,
+    mask: np.ndarray | None = None, min_frequency: int = 1,
 ) -> list[tuple[str, float, int]]:
     """Tokens ranked by the mean weight they receive over all their occurrences.
 
     Returns ``(token, mean weight, count)`` for the ``k`` best tokens seen at
-    least ``min_count`` times.
+    least ``min_frequency`` times.
 
     Shape:
         weights ``(B, H, Tq, Tk)`` or ``(B, Tk)`` (pooling); ids and mask ``(B, Tk)``.
@@ -79,7 +79,7 @@ def most_attended_tokens(
         totals[tok] += w
         counts[tok] += 1
     ranked = sorted(
-        ((vocab[t], totals[t] / c, c) for t, c in counts.items() if c >= min_count),
+        ((vocab[t], totals[t] / c, c) for t, c in counts.items() if c >= min_frequency),
         key=lambda r: -r[1],
     )
     return ranked[:k]

@@ -81,16 +81,16 @@ class TransformerEncoder(Module):
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, *,
                  dropout: float = 0.0, activation: str = "relu", norm_first: bool = False,
-                 rng: np.random.Generator | None = None, dtype: type = np.float32) -> None:
+                 eps: float = 1e-5, rng: np.random.Generator | None = None, dtype: type = np.float32) -> None:
         super().__init__()
         gen = rng if rng is not None else np.random.default_rng()
         self.layers = ModuleList([
             TransformerEncoderLayer(d_model, num_heads, d_ff, dropout=dropout,
-                                    activation=activation, norm_first=norm_first, rng=gen,
+                                    activation=activation, norm_first=norm_first, eps=eps, rng=gen,
                                     dtype=dtype)
             for _ in range(num_layers)
         ])
-        self.norm = LayerNorm(d_model, dtype=dtype) if norm_first else None
+        self.norm = LayerNorm(d_model, eps, dtype=dtype) if norm_first else None
 
     def forward(self, x: Array, mask: Array | None = None) -> Array:
         for layer in self.layers:

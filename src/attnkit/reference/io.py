@@ -79,7 +79,7 @@ def save_model(model: Module, directory: str | os.PathLike[str]) -> None:
 def load_model(directory: str | os.PathLike[str], dtype: type = np.float32) -> Module:
     """Rebuild a classifier from :func:`save_model` output."""
     d = Path(directory)
-    config = ClassifierConfig(**json.loads((d / "config.json").read_text()))
+    config = ClassifierConfig.from_dict(json.loads((d / "config.json").read_text()))
     model = build_model(config, dtype)
     load_weights(model, d / "model.safetensors")
     return model

@@ -22,6 +22,7 @@ __all__ = [
     "LayerNorm",
     "Dropout",
     "ReLU",
+    "FEED_FORWARD_ACTIVATIONS",
     "GELU",
     "FeedForward",
     "Softmax",
@@ -216,11 +217,15 @@ class GELU(Module):
         return (grad * d).astype(grad.dtype, copy=False)
 
 
+FEED_FORWARD_ACTIVATIONS: dict[str, type[ReLU | GELU]] = {"relu": ReLU, "gelu": GELU}
+"""The activations of the twin's :class:`FeedForward` (a subset of :data:`attnkit.layer_config.ACTIVATION_NAMES`)."""
+
+
 class FeedForward(Module):
     """Position-wise feed-forward ``linear2(dropout(act(linear1(x))))`` (Vaswani et al., 2017).
 
-    ``activation`` is ``"relu"`` or ``"gelu"``; names ``linear1``/``linear2``
-    match torch's ``nn.TransformerEncoderLayer``.
+    ``activation`` is a name in :data:`FEED_FORWARD_ACTIVATIONS` (``"relu"`` or ``"gelu"``);
+    names ``linear1``/``linear2`` match torch's ``nn.TransformerEncoderLayer``.
 
     Shape:
         x ``(..., D)``; returns ``(..., D)``.
@@ -230,7 +235,7 @@ class FeedForward(Module):
                  dropout: float = 0.0, rng: np.random.Generator | None = None,
                  dtype: type = np.float32) -> None:
         super().__init__()
-        acts = {"relu": ReLU, "gelu": GELU}
+        acts = FEED_FORWARD_ACTIVATIONS
         if activation not in acts:
             raise ValueError(f"activation must be one of {sorted(acts)}, got {activation!r}")
         gen = _rng(rng)

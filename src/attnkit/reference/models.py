@@ -13,41 +13,90 @@ Both read ``ids`` ``(B, T)`` with padding id 0 and return logits ``(B, C)``;
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
+from attnkit._checks import dataclass_kwargs
+from attnkit.layer_config import TransformerLayerConfig
 from attnkit.reference.encoder import TransformerEncoder
-from attnkit.reference.layers import Dropout, Embedding, Linear, SinusoidalPositionalEncoding
+from attnkit.reference.layers import (
+    FEED_FORWARD_ACTIVATIONS,
+    Dropout,
+    Embedding,
+    Linear,
+    SinusoidalPositionalEncoding,
+)
 from attnkit.reference.module import Module
 from attnkit.reference.multi_head import MultiHeadAttention
 from attnkit.reference.pooling import AttentionPooling, MeanPooling
 
-__all__ = ["ClassifierConfig", "DocumentClassifier", "TransformerClassifier", "build_model"]
+__all__ = ["ClassifierConfig", "NUMPY_LAYER", "DocumentClassifier", "TransformerClassifier", "build_model"]
 
 Array = np.ndarray
 
 
+NUMPY_LAYER = TransformerLayerConfig(d_model=64, num_heads=4, d_ff=128, dropout=0.1)
+"""The default ``layer`` of :class:`ClassifierConfig`; a partial ``layer`` dict read from JSON takes the rest
+from it."""
+
+
 @dataclass(frozen=True)
 class ClassifierConfig:
-    """Configuration shared by both classifiers (saved as JSON beside the weights)."""
+    """Configuration shared by both classifiers (saved as JSON beside the weights).
 
-    kind: str = "transformer"  # "transformer" or "document"
+    Attributes:
+        kind: ``"transformer"`` or ``"document"``.
+        vocab_size, num_classes: sizes of the token vocabulary and the label set.
+        layer: every encoder layer, the :class:`~attnkit.layer_config.TransformerLayerConfig` that the torch
+            models hold too (``d_model``: also the embedding and document width; ``num_heads``, ``d_ff``;
+            ``dropout``: also on the embeddings and before the classifier; ``activation``, ``norm_first``,
+            ``layer_norm_eps``). In JSON a nested dict and on the command line
+            ``--model-opt layer.d_model=64``. The twin has no grouped-query attention, bias-free
+            projections or separate attention and activation dropout rates: ``kv_heads``,
+            ``bias``, ``attention_dropout`` and ``activation_dropout`` keep their defaults, and
+            ``activation`` is one of :data:`attnkit.reference.layers.FEED_FORWARD_ACTIVATIONS`.
+            The ``"document"`` kind reads ``d_model``, ``num_heads`` and ``dropout``.
+        num_layers: encoder layers (Transformer classifier).
+        pooling: ``"mean"`` or ``"attention"`` (Transformer classifier).
+        pad_id: the padding token id.
+        seed: seeds the weights and dropout.
+    """
+
+    kind: str = "transformer"
     vocab_size: int = 1000
     num_classes: int = 2
-    d_model: int = 64
-    num_heads: int = 4
+    layer: TransformerLayerConfig = field(default_factory=lambda: NUMPY_LAYER)
     num_layers: int = 1
-    d_ff: int = 128
-    dropout: float = 0.1
-    activation: str = "relu"
-    norm_first: bool = False
-    pooling: str = "mean"  # "mean" or "attention" (Transformer classifier)
+    pooling: str = "mean"
     pad_id: int = 0
     seed: int = 0
 
-    def to_dict(self) -> dict[str, object]:
+    def __post_init__(self) -> None:
+        if not isinstance(self.layer, TransformerLayerConfig):
+            raise TypeError(f"layer must be a TransformerLayerConfig, got {type(self.layer).__name__}")
+        plain = TransformerLayerConfig(self.layer.d_model, self.layer.num_heads, self.layer.d_ff)
+        for name in ("kv_heads", "bias", "attention_dropout", "activation_dropout"):
+            if getattr(self.layer, name) != getattr(plain, name):
+                raise ValueError(f"layer.{name} must be {getattr(plain, name)!r} in the NumPy twin, which does "
+                                 f"not implement it; got {getattr(self.layer, name)!r}")
+        if self.layer.activation not in FEED_FORWARD_ACTIVATIONS:
+            raise ValueError(f"layer.activation must be one of {sorted(FEED_FORWARD_ACTIVATIONS)} in the NumPy "
+                             f"twin, got {self.layer.activation!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict, ``layer`` nested (:meth:`from_dict` rebuilds it)."""
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, what: str | None = None) -> ClassifierConfig:
+        """Build and validate a config from a dict read from JSON: unknown or missing keys raise ValueError
+        listing the fields (a field of ``layer`` named by its path, ``layer.d_ff``), a value of the wrong type
+        TypeError (:func:`attnkit._checks.dataclass_kwargs`); a ``layer`` dict that leaves fields out takes
+        them from :data:`NUMPY_LAYER`. ``what`` names the config in messages."""
+        return cls(**dataclass_kwargs(cls, data, what=what))
 
 
 class _Classifier(Module):
@@ -82,10 +131,11 @@ class DocumentClassifier(_Classifier):
         super().__init__()
         self.config = config
         rng = np.random.default_rng(config.seed)
-        d = config.d_model
+        layer = config.layer
+        d = layer.d_model
         self.embedding = Embedding(config.vocab_size, d, padding_idx=config.pad_id, rng=rng, dtype=dtype)
-        self.embed_dropout = Dropout(config.dropout, rng=rng)
-        self.self_attn = MultiHeadAttention(d, config.num_heads, dropout=config.dropout, rng=rng, dtype=dtype)
+        self.embed_dropout = Dropout(layer.dropout, rng=rng)
+        self.self_attn = MultiHeadAttention(d, layer.num_heads, dropout=layer.dropout, rng=rng, dtype=dtype)
         self.pooling = AttentionPooling(d, rng=rng, dtype=dtype)
         self.classifier = Linear(d, config.num_classes, rng=rng, dtype=dtype)
 
@@ -127,18 +177,20 @@ class TransformerClassifier(_Classifier):
             raise ValueError(f"config.pooling must be one of ['attention', 'mean'], got {config.pooling!r}")
         self.config = config
         rng = np.random.default_rng(config.seed)
-        d = config.d_model
+        layer = config.layer
+        d = layer.d_model
         self.embedding = Embedding(config.vocab_size, d, padding_idx=config.pad_id, rng=rng, dtype=dtype)
         self.positions = SinusoidalPositionalEncoding(d)
-        self.dropout = Dropout(config.dropout, rng=rng)
+        self.dropout = Dropout(layer.dropout, rng=rng)
         self.encoder = TransformerEncoder(
-            config.num_layers, d, config.num_heads, config.d_ff, dropout=config.dropout,
-            activation=config.activation, norm_first=config.norm_first, rng=rng, dtype=dtype,
+            config.num_layers, d, layer.num_heads, layer.d_ff, dropout=layer.dropout,
+            activation=layer.activation, norm_first=layer.norm_first, eps=layer.layer_norm_eps, rng=rng,
+            dtype=dtype,
         )
         self.pooling: AttentionPooling | MeanPooling = (
             AttentionPooling(d, rng=rng, dtype=dtype) if config.pooling == "attention" else MeanPooling()
         )
-        self.classifier_dropout = Dropout(config.dropout, rng=rng)
+        self.classifier_dropout = Dropout(layer.dropout, rng=rng)
         self.classifier = Linear(d, config.num_classes, rng=rng, dtype=dtype)
 
     def forward(self, ids: Array) -> Array:

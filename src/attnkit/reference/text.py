@@ -1,7 +1,7 @@
 """A whitespace tokenizer and a vocabulary built on training text (NumPy only).
 
 Ids: 0 is padding, 1 is the unknown token; the rest are the training words
-seen at least ``min_count`` times, most frequent first.
+seen at least ``min_frequency`` times, most frequent first.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ class Vocabulary:
         self.stoi = {w: i for i, w in enumerate(self.itos)}
 
     @classmethod
-    def build(cls, texts: Iterable[str], min_count: int = 1, max_size: int | None = None) -> Vocabulary:
+    def build(cls, texts: Iterable[str], min_frequency: int = 1, max_size: int | None = None) -> Vocabulary:
         counts = Counter(w for t in texts for w in t.split())
-        words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_count]
+        words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_frequency]
         return cls(words[:max_size] if max_size is not None else words)
 
     def __len__(self) -> int:

@@ -68,7 +68,7 @@ def _shapes_data(n_train: int, n_val: int, seed: int, size: int) -> tuple[list[A
 
 
 def _real_data(images: str, captions: str, size: int, seed: int,
-               min_count: int) -> tuple[list[Any], list[Any], CaptionVocab]:
+               min_frequency: int) -> tuple[list[Any], list[Any], CaptionVocab]:
     import torch
 
     from attnkit.data.captions import CaptionVocab, load_caption_set
@@ -79,7 +79,7 @@ def _real_data(images: str, captions: str, size: int, seed: int,
     val_items = [items[i] for i in order[:n_val]]
     train_items = [items[i] for i in order[n_val:]]
     train = [(it.image, c) for it in train_items for c in it.captions]
-    vocab = CaptionVocab.build([c for _, c in train], min_count=min_count)
+    vocab = CaptionVocab.build([c for _, c in train], min_frequency=min_frequency)
     return train, [(it.image, list(it.captions)) for it in val_items], vocab
 
 
@@ -93,7 +93,7 @@ def prepare_generic(settings: CaptionSettings, *, saved_config: dict[str, Any] |
     size = settings.image_size
     assert size is not None
     if settings.images and settings.captions:
-        train, val, vocab = _real_data(settings.images, settings.captions, size, settings.seed, settings.min_count)
+        train, val, vocab = _real_data(settings.images, settings.captions, size, settings.seed, settings.min_frequency)
         source: dict[str, Any] = {"images": settings.images, "captions": settings.captions}
     else:
         train, val, vocab = _shapes_data(settings.train_size, settings.val_size, settings.seed, size)
@@ -147,7 +147,7 @@ def prepare_flickr8k(settings: CaptionSettings, *, saved_config: dict[str, Any] 
     assert settings.data is not None
     data = load_flickr8k(settings.data)
     train = data.splits["train"]
-    vocab = CaptionVocab.build([c for _, caps in train for c in caps], min_count=settings.min_count)
+    vocab = CaptionVocab.build([c for _, caps in train for c in caps], min_frequency=settings.min_frequency)
     config = settings.model_config(len(vocab), saved_config)
     model = ImageCaptioner(config)
     weights = settings.pretrained

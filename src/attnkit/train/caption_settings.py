@@ -41,7 +41,7 @@ class CaptionSettings:
     lr: float = 3e-3
     attention_reg: float = 0.0
     attend_with: str = "current_state"
-    min_count: int = 1
+    min_frequency: int = 1
     data: str | None = None
     feature_cache: str | None = None
     fine_tune_blocks: int = 0

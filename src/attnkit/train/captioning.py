@@ -309,14 +309,14 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
     return history
 
 
-def generate(model: ImageCaptioner | CaptionEnsemble, images: Tensor, *, beam: int = 1, batch_size: int = 128,
+def generate(model: ImageCaptioner | CaptionEnsemble, images: Tensor, *, beam_size: int = 1, batch_size: int = 128,
              features: bool = False, length_penalty: float = 0.0, consensus: Consensus | None = None,
              **constraints: Any) -> list[Any]:
     """Captions for many images (or, with ``features=True``, cached region features ``(N, R, C)``):
-    batched greedy decoding for ``beam == 1`` without ``constraints``, beam search with the GNMT
+    batched greedy decoding for ``beam_size == 1`` without ``constraints``, beam search with the GNMT
     ``length_penalty`` and the ``constraints`` (``length_bonus``, ``min_len``, ``block_repeats`` of
     :func:`attnkit.decoding.beam_search_over_steps`) otherwise; with ``consensus``, the beam's
-    ``beam`` best captions of each image are re-ranked by consensus with the captions of the nearest
+    ``beam_size`` best captions of each image are re-ranked by consensus with the captions of the nearest
     training images (:meth:`~attnkit.models.captioning.generation.CaptionGenerator.generate_consensus`)."""
     import torch
 
@@ -327,11 +327,11 @@ def generate(model: ImageCaptioner | CaptionEnsemble, images: Tensor, *, beam: i
         with torch.no_grad():
             regions = model.check_features(chunk) if features else model.encode(chunk)  # (B, R, C)
         if consensus is not None:
-            out += model.generate_consensus(regions, limit, beam, length_penalty, consensus, **constraints)
-        elif beam == 1 and not any(constraints.values()):
+            out += model.generate_consensus(regions, limit, beam_size, length_penalty, consensus, **constraints)
+        elif beam_size == 1 and not any(constraints.values()):
             out += model.generate_greedy(regions, limit)
         else:
-            out += model.generate_beam(regions, limit, beam, length_penalty, **constraints)
+            out += model.generate_beam(regions, limit, beam_size, length_penalty, **constraints)
     return out
 
 

@@ -12,7 +12,7 @@ never imports torch, so it runs where torch is not installed.
 A numpy run directory is a transaction (:mod:`attnkit.train.rundir`, which
 loads no torch) committed once, when training is done; ``RUN/checkpoints/NNNNNN/`` holds::
 
-    config.json        "backend": "numpy", model kind and ClassifierConfig, training
+    config.json        "backend": "numpy", model kind and ClassifierConfig (its layer a nested dict), training
                        settings, data settings, run id, status "done", metrics
     model.safetensors  the weights, torch-style names (attnkit.reference.io)
     vocab.json         {"itos": [...]}: the whitespace vocabulary, 0 = <pad>, 1 = <unk>
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from attnkit._checks import dataclass_kwargs, positive_int
+from attnkit._checks import dataclass_kwargs, nested_paths_hint, positive_int
 from attnkit._finite import NonFiniteError, non_finite_message
 from attnkit.data.readers import read_examples
 from attnkit.data.sources import split_examples
@@ -63,7 +63,7 @@ from attnkit.train.rundir import (
 )
 
 __all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "read_examples",
-           "split_examples", "train_numpy_run", "save_numpy_run",
+           "split_examples", "train_numpy_run", "numpy_model_config", "save_numpy_run",
            "load_numpy_run", "is_numpy_run", "evaluate_numpy_run", "predict_numpy_run", "metrics"]
 
 BACKEND = "numpy"
@@ -232,7 +232,7 @@ def load_numpy_run(directory: str | Path) -> NumpyRun:
     if not isinstance(itos, list):
         raise RunFileError(f"{folder / 'vocab.json'} must hold {{\"itos\": [...]}}, the list of words")
     try:
-        config = ClassifierConfig(**dataclass_kwargs(ClassifierConfig, meta["model_config"], what="model_config"))
+        config = ClassifierConfig.from_dict(meta["model_config"], what="model_config")
         settings = NumpyTrainSettings(**dataclass_kwargs(NumpyTrainSettings, meta["settings"], what="settings"))
         model = build_model(config)
     except (KeyError, TypeError, ValueError, MemoryError) as err:
@@ -267,8 +267,9 @@ def train_numpy_run(
 
     ``train``/``val``/``test`` are :class:`attnkit.data.readers.Example` lists.
     ``model_options`` are :class:`~attnkit.reference.models.ClassifierConfig`
-    fields (``vocab_size``, ``num_classes`` and ``seed`` come from the data and
-    the settings). Returns the run and the test metrics (None without test data).
+    fields, the layer's as a nested dict (``{"layer": {"d_model": 32}}``; ``vocab_size``,
+    ``num_classes`` and ``seed`` come from the data and the settings: :func:`numpy_model_config`).
+    Returns the run and the test metrics (None without test data).
     """
     if kind not in NUMPY_KINDS:
         raise ValueError(f"--backend numpy trains model 'transformer' or 'document', got {kind!r}")
@@ -281,15 +282,9 @@ def train_numpy_run(
         raise ValueError(f"need at least 2 classes in the training data, got {labels}")
     lower = settings.lowercase
     vocab = Vocabulary.build([e.text.lower() if lower else e.text for e in train],
-                             min_count=settings.min_frequency, max_size=settings.vocab_size)
-    options = dict(model_options or {})
-    valid = [name for name in ClassifierConfig.__dataclass_fields__ if name not in ("kind", "vocab_size",
-                                                                                    "num_classes", "seed")]
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(f"unknown numpy {kind} model option(s) {unknown}; valid keys: {valid}")
-    config = ClassifierConfig(kind=kind, vocab_size=len(vocab), num_classes=len(labels), seed=settings.seed,
-                              **options)
+                             min_frequency=settings.min_frequency, max_size=settings.vocab_size)
+    config = numpy_model_config(kind, model_options or {}, vocab_size=len(vocab), num_classes=len(labels),
+                                seed=settings.seed)
     run = NumpyRun(build_model(config), vocab, labels, settings)
     encode = run.encode
     model = run.model
@@ -316,6 +311,21 @@ def train_numpy_run(
         if writer is not None:
             _commit(writer, run)
     return run, test_metrics
+
+
+def numpy_model_config(kind: str, options: dict[str, Any], *, vocab_size: int, num_classes: int,
+                       seed: int) -> ClassifierConfig:
+    """The :class:`~attnkit.reference.models.ClassifierConfig` of a numpy run: ``options`` (the fields a
+    user may set, ``layer`` as a whole or in part: ``{"layer": {"d_ff": 64}}``) over the defaults, with the
+    sizes the data gives. An unknown key is a ValueError listing the valid ones; a field of the layer given
+    flat (``d_model``) is named by its path (``layer.d_model``), as for the torch models."""
+    given = {"kind": kind, "vocab_size": vocab_size, "num_classes": num_classes, "seed": seed}
+    valid = [name for name in ClassifierConfig.__dataclass_fields__ if name not in given]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown numpy {kind} model option(s) {unknown}; valid keys: {valid}"
+                         f"{nested_paths_hint(ClassifierConfig, unknown)}")
+    return ClassifierConfig.from_dict({**options, **given})
 
 
 def evaluate_numpy_run(run: NumpyRun, examples: Sequence[Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnkit._checks import nested_paths_hint
 from attnkit.data.batching import LabelVocab, TextClassificationDataset
 from attnkit.data.readers import Example
 from attnkit.data.sources import split_examples
@@ -89,10 +90,8 @@ def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size:
     fields = typing.get_type_hints(config_cls)
     unknown = sorted(set(overrides) - set(fields))
     if unknown:
-        paths = [f"{name}.{key}" for key in unknown for name, hint in fields.items()
-                 if dataclasses.is_dataclass(hint) and key in {f.name for f in dataclasses.fields(hint)}]
-        hint = f"; did you mean {', '.join(paths)}?" if paths else ""
-        raise ValueError(f"unknown {model_name} model option(s) {unknown}; valid keys: {list(fields)}{hint}")
+        raise ValueError(f"unknown {model_name} model option(s) {unknown}; valid keys: {list(fields)}"
+                         f"{nested_paths_hint(config_cls, unknown)}")
     # a model reading long documents in chunks reads chunks of the data's max_len (models.wide)
     sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len, "chunk_len": max_len}
     return config_cls.from_dict({**{k: v for k, v in sizes.items() if k in fields}, **overrides}).to_dict()

@@ -28,13 +28,13 @@ Schedule = Callable[[int, int], float]
 """``schedule(step, total_steps) -> factor`` of the peak learning rate."""
 
 
-def inverse_sqrt(step: int, warmup: int) -> float:
-    """``min(s / warmup, sqrt(warmup / s))`` at the ``s = step + 1``-th step; 1 without warm-up.
+def inverse_sqrt(step: int, warmup_steps: int) -> float:
+    """``min(s / warmup_steps, sqrt(warmup_steps / s))`` at the ``s = step + 1``-th step; 1 without warm-up.
 
-    This is eq. 3 of Vaswani et al. (2017) divided by its peak, reached at ``s = warmup``.
+    This is eq. 3 of Vaswani et al. (2017) divided by its peak, reached at ``s = warmup_steps``.
     """
     s = step + 1
-    return min(s / warmup, math.sqrt(warmup / s)) if warmup > 0 else 1.0
+    return min(s / warmup_steps, math.sqrt(warmup_steps / s)) if warmup_steps > 0 else 1.0
 
 
 def cosine(step: int, total: int, floor: float = 0.0) -> float:

@@ -82,7 +82,7 @@ class TranslationTrainConfig(TrainSettings):
         vocab_size: of the BPE tokenizers trained on the corpus.
         lowercase: lowercase the corpus before the tokenizers are trained.
         time_budget_s: stop after the epoch that passes this many seconds (None: no limit).
-        eval_beam: beam width of the BLEU score on the validation part.
+        eval_beam_size: beam width of the BLEU score on the validation part.
         eval_sentences: sentence count of that BLEU score.
         log_every: steps between progress lines.
         average_last: > 1 averages the weights saved at the end of the last
@@ -97,14 +97,14 @@ class TranslationTrainConfig(TrainSettings):
     vocab_size: int = 8000
     lowercase: bool = False
     time_budget_s: float | None = None
-    eval_beam: int = 1
+    eval_beam_size: int = 1
     eval_sentences: int | None = None
     log_every: int = 100
     average_last: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("max_tokens", "max_len", "vocab_size", "eval_beam", "log_every", "average_last"):
+        for name in ("max_tokens", "max_len", "vocab_size", "eval_beam_size", "log_every", "average_last"):
             positive_int(name, getattr(self, name))
         non_negative_int("warmup_steps", self.warmup_steps)
         if self.eval_sentences is not None:
@@ -291,13 +291,13 @@ def fit_translation(
                                state={"optimizer": state["optimizer"], "progress": state["progress"]},
                                snapshots=range(max(1, epoch + 1 - keep), epoch + 1) if keep > 1 else ())
 
-    lr, warmup = train_config.lr, train_config.warmup_steps
+    lr, warmup_steps = train_config.lr, train_config.warmup_steps
     trainer = Trainer(
         model, TrainConfig(epochs=epochs, lr=lr, clip_norm=train_config.clip_norm, patience=0, seed=train_config.seed,
                            device="cpu"),
         task=task, out_dir=out, log=say, checkpoint=commit_epoch, reseed=False, quiet=True, extendable=True,
         optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9),
-        schedule=lambda step, _total: schedules.inverse_sqrt(step, warmup),
+        schedule=lambda step, _total: schedules.inverse_sqrt(step, warmup_steps),
         time_budget_s=train_config.time_budget_s, log_every=train_config.log_every)
     with writer:  # the lock, from here to the last commit
         history = trainer.fit(resume=resume)
@@ -332,7 +332,7 @@ def _validation_bleu(model: Seq2SeqTransformer, tokenizers: TranslationTokenizer
     """Corpus BLEU of the model's translations of (the first ``eval_sentences`` of) ``val``."""
     translator = Translator(model, tokenizers, max_src_len=train_config.max_len)
     n = len(val) if train_config.eval_sentences is None else min(len(val), train_config.eval_sentences)
-    hyps = [t.text for t in translator.translate(val.sources[:n], beam=train_config.eval_beam)]
+    hyps = [t.text for t in translator.translate(val.sources[:n], beam_size=train_config.eval_beam_size)]
     bleu = corpus_bleu(hyps, val.targets[:n])
-    say(f"validation BLEU {bleu:.2f} (beam {train_config.eval_beam}, {n} sentences)")
+    say(f"validation BLEU {bleu:.2f} (beam {train_config.eval_beam_size}, {n} sentences)")
     return bleu

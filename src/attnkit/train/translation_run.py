@@ -123,9 +123,9 @@ class Translator:
         self.model, self.tokenizers, self.max_src_len = model, tokenizers, max_src_len
         self.meta = meta or {}
 
-    def translate(self, texts: Sequence[str], *, beam: int = 1, length_penalty: float = 0.6, batch_size: int = 64,
+    def translate(self, texts: Sequence[str], *, beam_size: int = 1, length_penalty: float = 0.6, batch_size: int = 64,
                   return_alignment: bool = False) -> list[Translation]:
-        """Translate ``texts`` (greedy for ``beam=1``); output length is at most ``1.5 * Ts + 10``."""
+        """Translate ``texts`` (greedy for ``beam_size=1``); output length is at most ``1.5 * Ts + 10``."""
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, got a single str")
         ids = self.tokenizers.encode_source(texts, self.max_src_len)
@@ -141,11 +141,11 @@ class Translator:
                 chunk = order[start : start + batch_size]
                 batch = collate_pairs([(ids[i], [0]) for i in chunk])
                 max_len = int(1.5 * batch.src.shape[1]) + 10
-                if beam == 1:
+                if beam_size == 1:
                     out = greedy_decode(self.model, batch.src, batch.src_lengths, max_len=max_len,
                                         return_alignment=return_alignment)
                 else:
-                    out = beam_search(self.model, batch.src, batch.src_lengths, beam_size=beam,
+                    out = beam_search(self.model, batch.src, batch.src_lengths, beam_size=beam_size,
                                       length_penalty=length_penalty, max_len=max_len,
                                       return_alignment=return_alignment)
                 texts_out = self.tokenizers.decode_target(out.tokens)

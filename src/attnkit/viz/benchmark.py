@@ -1,7 +1,7 @@
 """Benchmark of the HTML report: time to write it, file size, and the render time
 measured inside headless Chromium (when installed).
 
-    python -m attnkit.viz.benchmark [--tokens 512 --layers 6 --heads 12 --top-k 8]
+    python -m attnkit.viz.benchmark [--tokens 512 --num-layers 6 --num-heads 12 --top-k 8]
 
 The page records its own render time in its self-check element, which
 ``chromium --dump-dom`` prints; no network is reachable from the browser.
@@ -45,14 +45,14 @@ def render_in_chromium(page: Path, timeout: float = 60.0) -> dict[str, object] |
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--num-layers", type=int, default=6)
+    parser.add_argument("--num-heads", type=int, default=12)
     parser.add_argument("--top-k", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="keep the report here")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
-    shape = (args.layers, args.heads, args.tokens, args.tokens)
+    shape = (args.num_layers, args.num_heads, args.tokens, args.tokens)
     attn = rng.random(shape, dtype=np.float32) ** 8  # peaked rows, like trained heads
     attn /= attn.sum(-1, keepdims=True)
     tokens = [f"w{i}" for i in range(args.tokens)]
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
             times.append(time.perf_counter() - start)
         size = page.stat().st_size
         check = render_in_chromium(page)
-    print(f"report {args.tokens} tokens x {args.layers} layers x {args.heads} heads, top-{args.top_k}:")
+    print(f"report {args.tokens} tokens x {args.num_layers} layers x {args.num_heads} heads, top-{args.top_k}:")
     print(f"  write: median {np.median(times):.3f} s (min {min(times):.3f} s over {args.repeat})")
     print(f"  size:  {size / 1e6:.2f} MB")
     if check is None:
