@@ -87,8 +87,9 @@ def core_session(folder: Path) -> None:
     step("import attnkit; attnkit.attention", python(
         "import attnkit, torch\n"
         "q = torch.randn(2, 4, 5, 8)\n"
-        "out = attnkit.attention(q, q, q, is_causal=True)\n"
+        "out = attnkit.attention(q, q, q, causal=True)\n"
         "assert out.shape == q.shape and torch.isfinite(out).all()\n"
+        "assert torch.allclose(out[:, :, 0], q[:, :, 0])  # the first query sees only the first key\n"
         "print(attnkit.__version__, attnkit.__file__)"),
         lambda d: _assert("site-packages" in d.stdout, "attnkit was not imported from site-packages"), cwd=folder)
     for args in (["--help"], ["demo", "--quick"], ["predict", "runs/x", "a text"]):
