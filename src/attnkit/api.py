@@ -35,7 +35,8 @@ class Predictor:
     """A trained text classifier read from a run directory.
 
     Attributes:
-        path: the run directory it was read from.
+        path: the run directory it was read from or last saved to by :meth:`save_pretrained`; None for a
+            classifier fitted in memory (:class:`attnkit.TextClassifier`) and not saved yet.
         config: the run's whole ``config.json`` (model, training and data settings, metrics).
         notice: for an unfinished run loaded with ``allow_unfinished``, the line that says which
             weights are served; None otherwise.
@@ -44,7 +45,7 @@ class Predictor:
         ``predict_proba(texts)`` returns ``(N, C)`` for N texts and the C classes of ``labels``.
     """
 
-    def __init__(self, path: Path, config: dict[str, Any], *, torch_parts: tuple[Any, Any, Any] | None = None,
+    def __init__(self, path: Path | None, config: dict[str, Any], *, torch_parts: tuple[Any, Any, Any] | None = None,
                  numpy_run: Any = None) -> None:
         self.path = path
         self.config = config
@@ -81,7 +82,7 @@ class Predictor:
 
         The weights written are the model's current ones. As with ``attnkit train``, ``path``
         must be missing, empty or an attnkit run; another run is replaced only with ``overwrite``.
-        Returns ``path``.
+        Returns ``path``, which becomes :attr:`path`.
         """
         from attnkit.train.run import new_run_id
 
@@ -94,12 +95,14 @@ class Predictor:
             from attnkit.train.numpy_backend import save_numpy_run
 
             save_numpy_run(replace(self._numpy, meta=meta), out, run_id=new_run_id(), overwrite=overwrite)
+            self.path = out
             return out
         from attnkit.train.checkpoint import save_checkpoint
 
         model, tokenizer, labels = self._parts()
         save_checkpoint(out, model, self.config["model_name"], self.config["model_config"], tokenizer, labels,
                         run_id=new_run_id(), overwrite=overwrite, extra=meta)
+        self.path = out
         return out
 
     # --- what the run knows ---------------------------------------------------------------------
@@ -174,7 +177,8 @@ class Predictor:
     def __repr__(self) -> str:
         backend = "numpy" if self._numpy is not None else "torch"
         name = self.config.get("model_name", self.config.get("model", "?"))
-        return f"Predictor({str(self.path)!r}, model={name!r}, backend={backend!r}, labels={self.labels})"
+        where = "not saved" if self.path is None else repr(str(self.path))
+        return f"Predictor({where}, model={name!r}, backend={backend!r}, labels={self.labels})"
 
 
 def _check_texts(texts: Sequence[str]) -> None:

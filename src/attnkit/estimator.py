@@ -42,19 +42,30 @@ from attnkit.api import Predictor  # noqa: E402
 __all__ = ["TextClassifier"]
 
 # constructor argument -> the TrainConfig / DataSettings field it sets (None: the recipe's value)
-_TRAIN_FIELDS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "patience", "label_smoothing",
-                 "seed", "device", "metric", "class_weight")
+_TRAIN_FIELDS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
+                 "label_smoothing", "seed", "device", "pack", "on_nan", "metric", "class_weight", "tune_thresholds")
 _DATA_FIELDS = ("tokenizer", "vocab_size", "min_frequency", "max_len")
+# what a pretrained BERT folder fixes: its own WordPiece tokenizer and vocabulary
+_FOLDER_FIXED = ("tokenizer", "vocab_size", "min_frequency")
 
 
 class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     """A text classifier trained by ``attnkit train``'s recipe, in scikit-learn's manner.
 
     Args:
-        model: the registered model (``--model``; None: the default recipe's ``wide``).
+        model: the registered model (``--model``; None: the default recipe's ``wide``, or ``bert``
+            when fine-tuning).
         model_options: its config fields (``--model-opt KEY=VALUE``), e.g. ``{"layer": {"d_model": 64}}``.
-        epochs, batch_size, lr, weight_decay, warmup_ratio, patience, label_smoothing, seed, metric,
-            class_weight: the training flags of the same names (None: the recipe's value).
+        preset: ``"fast"`` (None: the default recipe) or ``"accurate"``: fine-tune the
+            all-MiniLM-L6-v2 folder of the ``pretrained`` extra (``--preset``; without the extra,
+            ``fit`` raises the one-line install hint).
+        init_from: a Hugging Face BERT folder to fine-tune (``--init-from``), with ``model`` None or
+            ``"bert"``. Fine-tuning uses the folder's tokenizer: ``tokenizer``, ``vocab_size`` and
+            ``min_frequency`` are refused beside it, and the other settings default to fine-tuning's
+            (:data:`attnkit.train.finetune.FINETUNE_DEFAULTS`, ``max_len`` 128).
+        epochs, batch_size, lr, weight_decay, warmup_ratio, clip_norm, patience, label_smoothing, seed, pack,
+            on_nan, metric, class_weight, tune_thresholds: the training flags of the same names (None: the
+            recipe's value).
         device: where to train (``"cpu"``, ``"cuda"``, ``"auto"``); the fitted model is kept on the CPU.
         tokenizer, vocab_size, min_frequency, max_len: how text becomes token ids (the flags of the
             same names).
@@ -71,25 +82,33 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     """
 
     def __init__(self, model: str | None = None, model_options: dict[str, Any] | None = None, *,
+                 preset: str | None = None, init_from: str | os.PathLike[str] | None = None,
                  epochs: int | None = None, batch_size: int | None = None, lr: float | None = None,
                  weight_decay: float | None = None, warmup_ratio: float | None = None,
-                 patience: int | None = None, label_smoothing: float | None = None, seed: int = 0,
-                 device: str = "cpu", metric: str | None = None, class_weight: str | None = None,
+                 clip_norm: float | None = None, patience: int | None = None, label_smoothing: float | None = None,
+                 seed: int = 0, device: str = "cpu", pack: int | None = None, on_nan: str | None = None,
+                 metric: str | None = None, class_weight: str | None = None, tune_thresholds: bool | None = None,
                  tokenizer: str | None = None, vocab_size: int | None = None, min_frequency: int | None = None,
                  max_len: int | None = None, val_ratio: float = 0.1) -> None:
         self.model = model
         self.model_options = model_options
+        self.preset = preset
+        self.init_from = init_from
         self.epochs = epochs
         self.batch_size = batch_size
         self.lr = lr
         self.weight_decay = weight_decay
         self.warmup_ratio = warmup_ratio
+        self.clip_norm = clip_norm
         self.patience = patience
         self.label_smoothing = label_smoothing
         self.seed = seed
         self.device = device
+        self.pack = pack
+        self.on_nan = on_nan
         self.metric = metric
         self.class_weight = class_weight
+        self.tune_thresholds = tune_thresholds
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.min_frequency = min_frequency
@@ -101,8 +120,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         from attnkit.data.batching import LabelVocab
         from attnkit.data.readers import Example
         from attnkit.data.sources import split_examples
-        from attnkit.train.pipeline import DataSettings, fit_classifier
-        from attnkit.train.recipe import DEFAULT_MODEL, data_defaults
+        from attnkit.train.pipeline import fit_classifier
 
         texts = _texts(X)
         labels = np.asarray(y).reshape(-1)
@@ -112,23 +130,74 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         names = [str(c) for c in self.classes_.tolist()]
         if len(set(names)) != len(names):
             raise ValueError(f"y holds labels that read the same as text: {names}")
-        model_name = self.model or DEFAULT_MODEL
-        train_config = _train_config(model_name, {f: getattr(self, f) for f in _TRAIN_FIELDS})
-        given = {f: getattr(self, f) for f in _DATA_FIELDS if getattr(self, f) is not None}
-        data = DataSettings(**{**data_defaults(model_name), **given})
+        recipe = self._recipe()
         examples = [Example(t, str(label)) for t, label in zip(texts, labels.tolist(), strict=True)]
-        train, val, _ = split_examples(examples, val=self.val_ratio, test=0.0, seed=train_config.seed)
-        result = fit_classifier(train, val, [], model_name=model_name, model_options=dict(self.model_options or {}),
-                                train_config=train_config, data=data, quiet=True,
-                                label_vocab=LabelVocab(names))
-        config = {"model_name": model_name, "model_config": result.model_config,
-                  "train_config": train_config.to_dict(), "data_settings": dataclasses.asdict(data),
+        train, val, _ = split_examples(examples, val=self.val_ratio, test=0.0, seed=recipe.train_config.seed)
+        result = fit_classifier(train, val, [], model_name=recipe.model_name, model_options=recipe.model_options,
+                                train_config=recipe.train_config, data=recipe.data, quiet=True,
+                                label_vocab=LabelVocab(names), tokenizer=recipe.tokenizer,
+                                init_model=recipe.init_model)
+        config = {"model_name": recipe.model_name, "model_config": result.model_config,
+                  "train_config": recipe.train_config.to_dict(), "data_settings": dataclasses.asdict(recipe.data),
                   "data": {"source": "TextClassifier.fit", "examples": len(examples)},
                   "epochs_run": len(result.history),
-                  "metrics": {"test": None, "decision": result.extra.get("decision")}}
-        self.predictor_ = Predictor(Path("."), config,
-                                    torch_parts=(result.model, result.tokenizer, result.label_vocab))
+                  "metrics": {"test": None, "decision": result.extra.get("decision")}, **recipe.extra}
+        self.predictor_ = Predictor(None, config, torch_parts=(result.model, result.tokenizer, result.label_vocab))
         return self
+
+    def _recipe(self) -> _Recipe:
+        """What ``fit`` trains: ``attnkit train``'s recipe with this estimator's arguments over it, or
+        fine-tuning's when a BERT folder is given (``preset='accurate'``, ``init_from``)."""
+        from attnkit.train.pipeline import DataSettings
+        from attnkit.train.recipe import DEFAULT_MODEL, data_defaults, train_defaults
+
+        train_given = {f: getattr(self, f) for f in _TRAIN_FIELDS}
+        data_given = {f: getattr(self, f) for f in _DATA_FIELDS if getattr(self, f) is not None}
+        folder = self._pretrained_folder()
+        if folder is None:
+            model_name = self.model or DEFAULT_MODEL
+            if model_name == "bert":
+                raise ValueError("model='bert' fine-tunes a pretrained folder: give init_from=FOLDER or "
+                                 "preset='accurate'")
+            return _Recipe(model_name, dict(self.model_options or {}),
+                           _train_config(train_defaults(model_name), train_given),
+                           DataSettings(**{**data_defaults(model_name), **data_given}))
+        from attnkit.train import finetune
+
+        tokenizer = finetune.load_finetune_tokenizer(folder)
+        options = finetune.bert_model_options(folder, tokenizer, self.model_options)
+        data = DataSettings(tokenizer="wordpiece", vocab_size=int(options["vocab_size"]),
+                            max_len=self.max_len or finetune.FINETUNE_MAX_LEN)
+        return _Recipe("bert", options, _train_config(finetune.FINETUNE_DEFAULTS, train_given), data,
+                       tokenizer=tokenizer, init_model=finetune.pretrained_initializer(folder),
+                       extra={"init_from": str(Path(folder).resolve())})
+
+    def _pretrained_folder(self) -> str | None:
+        """The BERT folder to fine-tune (``init_from``, or ``preset='accurate'``'s MiniLM), None for none;
+        arguments that cannot go with it are refused by name."""
+        from attnkit._checks import one_of
+        from attnkit.train.recipe import PRESETS, pretrained_folder
+
+        if self.preset is not None:
+            one_of("preset", self.preset, PRESETS)
+        accurate = self.preset == "accurate"
+        if not accurate and self.init_from is None:
+            return None
+        what = "preset='accurate'" if accurate else "init_from"
+        if accurate and self.init_from is not None:
+            raise ValueError(f"preset='accurate' fine-tunes all-MiniLM-L6-v2 and init_from another folder "
+                             f"({str(self.init_from)!r}): give one of them")
+        if self.model not in (None, "bert"):
+            instead = " (or preset='fast' to train it)" if accurate else ""
+            raise ValueError(f"{what} fine-tunes a BERT folder (model='bert'), got model={self.model!r}: leave "
+                             f"model None{instead}")
+        fixed = [f for f in _FOLDER_FIXED if getattr(self, f) is not None]
+        if fixed:
+            raise ValueError(f"{what} fine-tunes with the BERT folder's own tokenizer, which {', '.join(fixed)} "
+                             f"cannot change: leave {'it' if len(fixed) == 1 else 'them'} None")
+        if accurate:
+            return pretrained_folder("attnkit.TextClassifier(preset='accurate')", "choose preset='fast'")
+        return str(self.init_from)
 
     def predict_proba(self, X: Sequence[str]) -> np.ndarray:
         """Class probabilities ``(len(X), len(classes_))``; column ``j`` is ``classes_[j]``."""
@@ -164,9 +233,22 @@ def _texts(X: Any) -> list[str]:
     return [str(t) for t in values.tolist()]
 
 
-def _train_config(model_name: str, given: dict[str, Any]) -> Any:
-    """The TrainConfig of ``model_name``'s recipe with the given (non-None) fields over it (as ``train`` builds it)."""
+def _train_config(defaults: dict[str, Any], given: dict[str, Any]) -> Any:
+    """The TrainConfig of a recipe's ``defaults`` with the given (non-None) fields over it (as ``train`` builds it)."""
     from attnkit.train.config import TrainConfig
-    from attnkit.train.recipe import train_defaults
 
-    return TrainConfig.from_dict({**train_defaults(model_name), **{k: v for k, v in given.items() if v is not None}})
+    return TrainConfig.from_dict({**defaults, **{k: v for k, v in given.items() if v is not None}})
+
+
+@dataclasses.dataclass
+class _Recipe:
+    """What :meth:`TextClassifier.fit` trains: the model, its settings, and for fine-tuning the folder's
+    tokenizer, the function that loads its weights and what the run's config records of it."""
+
+    model_name: str
+    model_options: dict[str, Any]
+    train_config: Any
+    data: Any
+    tokenizer: Any = None
+    init_model: Any = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)

