@@ -172,3 +172,21 @@ def test_epoch_batches_cap_the_padded_tokens_of_long_documents() -> None:
     # several processes need the same batch count each: the cap is not applied there
     ranks = [epoch_batches(75, 16, 0, 0, lengths=lengths, rank=r, world_size=2, max_tokens=1600) for r in (0, 1)]
     assert len(ranks[0]) == len(ranks[1])
+
+
+def test_predict_with_a_token_cap_reads_smaller_batches_and_gives_the_same_logits() -> None:
+    from attnkit.train.tasks import ClassificationTask
+
+    torch.manual_seed(0)
+    model, data = TinyClassifier(), TokenDataset(40, seed=3)
+    seen: list[int] = []
+    model.register_forward_hook(lambda _m, args, _out: seen.append(int(args[0].numel())))
+    plain = ClassificationTask(data, collate=collate, lengths=data.lengths, batch_size=16)
+    capped = ClassificationTask(data, collate=collate, lengths=data.lengths, batch_size=16, max_tokens=20)
+    logits, labels = plain.predict(model, data, batch_size=16)
+    assert max(seen) > 20
+    seen.clear()
+    capped_logits, capped_labels = capped.predict(model, data, batch_size=16)
+    assert max(seen) <= 20 and len(seen) > 3  # every batch within the cap (each document is under it)
+    torch.testing.assert_close(capped_logits, logits)
+    assert torch.equal(capped_labels, labels)

@@ -103,17 +103,20 @@ def epoch_batches(
     return [batches[i] for i in order]
 
 
-def _token_batches(ordered: list[int], lengths: Sequence[int], batch_size: int, max_tokens: int
+def _token_batches(ordered: Sequence[int], lengths: Sequence[int], batch_size: int, max_tokens: int
                    ) -> list[list[int]]:
-    """``ordered`` (by ascending length) cut into batches of at most ``batch_size`` members and, past the
-    first member, at most ``max_tokens`` padded tokens (members times the longest, the last one's length)."""
+    """``ordered`` cut, in its order, into batches of at most ``batch_size`` members and, past the first
+    member, at most ``max_tokens`` padded tokens (members times the longest)."""
     batches: list[list[int]] = []
     current: list[int] = []
+    longest = 0
     for i in ordered:
-        if current and (len(current) == batch_size or (len(current) + 1) * lengths[i] > max_tokens):
+        wider = max(longest, lengths[i])
+        if current and (len(current) == batch_size or (len(current) + 1) * wider > max_tokens):
             batches.append(current)
-            current = []
+            current, wider = [], lengths[i]
         current.append(i)
+        longest = wider
     if current:
         batches.append(current)
     return batches
@@ -143,7 +146,7 @@ class ClassificationTask:
         class_weight: ``"none"`` or ``"balanced"``: the cross-entropy weighs each class by
             :func:`attnkit.train.objective.class_weights` of ``train_data.labels``.
         max_tokens: most padded tokens in a training batch, with ``lengths`` (:func:`epoch_batches`;
-            None: ``batch_size`` documents whatever their length).
+            None: ``batch_size`` documents whatever their length), and in a batch :meth:`predict` reads.
 
     Validation metrics: ``loss``, ``accuracy``, ``macro_f1`` and ``metric``; the best epoch
     has the highest ``metric``, ties broken by the lower loss.
@@ -220,13 +223,20 @@ class ClassificationTask:
 
     @torch.no_grad()
     def predict(self, model: nn.Module, data: Dataset, *, batch_size: int = 64) -> tuple[Tensor, Tensor]:
-        """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data``, in order (eval mode)."""
+        """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data``, in order (eval mode).
+
+        With ``max_tokens`` and a ``data.lengths``, a batch also stops short of that many padded tokens."""
         was_training = model.training
         model.eval()
         n = len(data)  # type: ignore[arg-type]
+        lengths = getattr(data, "lengths", None)
+        if self.max_tokens is None or lengths is None:
+            spans = [range(start, min(n, start + batch_size)) for start in range(0, n, batch_size)]
+        else:
+            spans = [range(b[0], b[-1] + 1) for b in _token_batches(range(n), lengths, batch_size, self.max_tokens)]
         logits, labels = [], []
-        for start in range(0, n, batch_size):
-            batch = self._to_device(self.collate([data[i] for i in range(start, min(n, start + batch_size))]))
+        for span in spans:
+            batch = self._to_device(self.collate([data[i] for i in span]))
             logits.append(model(batch["ids"], batch["lengths"]).float().cpu())
             labels.append(batch["labels"].cpu())
         model.train(was_training)
