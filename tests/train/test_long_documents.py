@@ -83,12 +83,19 @@ def test_train_reports_the_chunked_documents_and_evaluate_counts_them(tmp_path: 
     out = tmp_path / "run"
     options = [arg for key, value in OPTIONS.items() for arg in ("--model-opt", f"{key}={value}")]
     trained = CliRunner().invoke(cli, ["train", "--data", str(data), "--out", str(out), "--max-len", "8",
-                                       "--epochs", "1", "--device", "cpu", "-q", *options])
+                                       "--epochs", "1", "--batch-size", "16", "--device", "cpu", "-q",
+                                       *options])
     assert trained.exit_code == 0, trained.output
     report = (out / "report.txt").read_text(encoding="utf-8")
     saved = read_run_config(out)
     n, chunked = saved["metrics"]["test"]["n"], saved["metrics"]["test"]["chunked_documents"]
     assert 0 < chunked < n and f"read in overlapping chunks: {chunked} of {n}" in report
+    assert f"read in overlapping chunks: {chunked} of {n}" in (out / "report.html").read_text(encoding="utf-8")
+    train_chunked = saved["metrics"]["chunked_documents"]["train"]
+    assert 0 < train_chunked < sum(saved["metrics"]["chunked_documents"].values())
+    line = next(x for x in trained.output.splitlines() if x.startswith("long documents:"))
+    assert line.startswith(f"long documents: {train_chunked} of ") and "up to 50 tokens each" in line
+    assert "a batch of them holds at most 128 tokens" in line  # --batch-size 16 x --max-len 8
     scored = CliRunner().invoke(cli, ["evaluate", str(out), "--data", str(data), "--json"])
     assert scored.exit_code == 0, scored.output
     assert json.loads(scored.output[scored.output.index("{"):])["chunked_documents"] == 60

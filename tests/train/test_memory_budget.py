@@ -142,3 +142,36 @@ def test_a_run_shrinks_its_rows_says_so_and_reports_its_peak(tmp_path) -> None:
     assert 50 < peak == pytest.approx(mb.peak_rss_mib(), rel=0.5)
     refused = CliRunner().invoke(cli, ["train", "--data", str(data), "--out", str(out), "--max-memory", "2 lots"])
     assert refused.exit_code == 2 and "--max-memory" in refused.output
+
+
+def test_activation_estimate_bounds_what_a_chunked_training_step_saves() -> None:
+    from attnkit.models.wide import WideDeepClassifierConfig
+
+    config = model_config_dict("wide", {"ngram_rows": 1000, "chunk_len": 256}, vocab_size=1000, num_classes=2,
+                               max_len=256)
+    model = build_model("wide", config).train()
+    ids, lengths = torch.randint(2, 1000, (3, 1600)), torch.tensor([1600, 1600, 1500])
+    saved: dict[int, int] = {}
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        model(ids, lengths).sum()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    held = sum(n for ptr, n in saved.items() if ptr not in params)
+    estimate = WideDeepClassifierConfig.from_dict(config).activation_bytes(3 * 1600)
+    assert held < estimate < 3 * held  # the saved tensors, and about as much again for their gradients
+    est = mb.estimate_classifier("wide", config, tokens=1000, batch_tokens=3 * 1600)
+    assert est.activations == estimate and est.total == 4 * est.params + est.buffers + est.ngram_fit + estimate
+
+
+def test_a_batch_too_large_for_the_limit_is_refused_naming_the_batch_size() -> None:
+    config = _small_wide()
+    small = mb.estimate_classifier("wide", config, tokens=1000, batch_tokens=64 * 1024)
+    assert small.activations > 0
+    limit = small.total - small.activations + 10**6
+    assert mb.fit_to_memory("wide", config, tokens=1000, batch_tokens=1024, limit=limit) == config
+    with pytest.raises(mb.MemoryLimitError, match=r"--batch-size \(one batch's activations: about"):
+        mb.fit_to_memory("wide", config, tokens=1000, batch_tokens=64 * 6400, limit=limit)

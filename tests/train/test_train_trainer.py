@@ -155,3 +155,38 @@ def test_trainer_steps_equal_a_hand_written_adamw_loop() -> None:
     assert trainer.step == step == 6
     for (name, a), b in zip(trainer.model.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
+
+
+def test_epoch_batches_cap_the_padded_tokens_of_long_documents() -> None:
+    lengths = [10] * 60 + [400] * 12 + [1000] * 3  # short documents, long ones, and some past the cap
+    batches = epoch_batches(75, 16, seed=0, epoch=0, lengths=lengths, max_tokens=1600)
+    assert sorted(i for b in batches for i in b) == list(range(75))
+    for b in batches:
+        assert len(b) <= 16
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 1600
+    assert max(len(b) for b in batches) == 16  # short documents still fill whole batches
+    assert sorted(len(b) for b in batches if lengths[b[0]] == 1000) == [1, 1, 1]  # over the cap alone
+    assert batches == epoch_batches(75, 16, seed=0, epoch=0, lengths=lengths, max_tokens=1600)
+    uncapped = epoch_batches(75, 16, seed=0, epoch=0, lengths=lengths)
+    assert max(len(b) * max(lengths[i] for i in b) for b in uncapped) > 1600
+    # several processes need the same batch count each: the cap is not applied there
+    ranks = [epoch_batches(75, 16, 0, 0, lengths=lengths, rank=r, world_size=2, max_tokens=1600) for r in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1])
+
+
+def test_predict_with_a_token_cap_reads_smaller_batches_and_gives_the_same_logits() -> None:
+    from attnkit.train.tasks import ClassificationTask
+
+    torch.manual_seed(0)
+    model, data = TinyClassifier(), TokenDataset(40, seed=3)
+    seen: list[int] = []
+    model.register_forward_hook(lambda _m, args, _out: seen.append(int(args[0].numel())))
+    plain = ClassificationTask(data, collate=collate, lengths=data.lengths, batch_size=16)
+    capped = ClassificationTask(data, collate=collate, lengths=data.lengths, batch_size=16, max_tokens=20)
+    logits, labels = plain.predict(model, data, batch_size=16)
+    assert max(seen) > 20
+    seen.clear()
+    capped_logits, capped_labels = capped.predict(model, data, batch_size=16)
+    assert max(seen) <= 20 and len(seen) > 3  # every batch within the cap (each document is under it)
+    torch.testing.assert_close(capped_logits, logits)
+    assert torch.equal(capped_labels, labels)

@@ -291,6 +291,11 @@ def _words_title(explanation: dict[str, Any]) -> str:
     return f"{explanation['words_method']} scores for the class, {where}"
 
 
+def chunked_line(test: dict[str, Any], n: int) -> str:
+    """How many of the ``n`` test documents a model reading long documents in chunks read that way."""
+    return f"documents longer than --max-len, read in overlapping chunks: {test['chunked_documents']} of {n}"
+
+
 def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None) -> str:
     """``report.txt``: the test scores (beside the baseline, if given) and :func:`results_analysis`."""
     from attnkit.train.inference import format_ngrams
@@ -302,8 +307,7 @@ def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str
     if base is not None:
         lines += [*comparison_lines(test, base, metric), ""]
     if "chunked_documents" in test:
-        lines += [f"documents longer than --max-len, read in overlapping chunks: {test['chunked_documents']} "
-                  f"of {analysis['n']}", ""]
+        lines += [chunked_line(test, analysis["n"]), ""]
     lines += ["per class", f"{'class':<{width}}{'precision':>10}{'recall':>10}{'F1':>10}{'support':>10}"]
     lines += [f"{c['label']:<{width}}{c['precision']:>10.4f}{c['recall']:>10.4f}{c['f1']:>10.4f}{c['support']:>10}"
               for c in analysis["per_class"]]
@@ -364,6 +368,8 @@ def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[s
         scores += [["baseline", *(f"{measure(base, m):.4f}" for m in columns)],
                    ["difference", *(_signed(measure(test, m) - measure(base, m)) for m in columns)]]  # type: ignore[operator]
         text.append(f"baseline: {BASELINE_NAME} (C=4{_weighting(base)}) on the same test part (n={base['n']})")
+    if "chunked_documents" in test:
+        text.append(chunked_line(test, analysis["n"]))
     sections = [
         {"title": "Results on the test part", "text": text, "columns": ["", *(metric_title(m) for m in columns)],
          "rows": scores},

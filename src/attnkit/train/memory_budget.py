@@ -4,8 +4,13 @@
 is built. It measures the model exactly without allocating it (built on
 torch's ``meta`` device: parameters count four times, for their gradients and
 two AdamW moments; buffers once), adds what fitting an n-gram half
-(:mod:`attnkit.models.ngram_half`) allocates (:func:`attnkit.models.ngram_half.fit_bytes`)
-and the encoded documents, and compares the sum with the limit: ``--max-memory``,
+(:mod:`attnkit.models.ngram_half`) allocates (:func:`attnkit.models.ngram_half.fit_bytes`,
+per training token read: a model reading long documents in chunks reads up to
+its ``reading_length``, not ``--max-len``), the encoded documents, and the
+activations of the largest training batch (for a model whose config has
+``activation_bytes(tokens)``, as :class:`attnkit.models.WideDeepClassifierConfig`
+does; the batches of long documents are capped in tokens, see
+:func:`attnkit.train.tasks.epoch_batches`), and compares the sum with the limit: ``--max-memory``,
 or by default :data:`DEFAULT_FRACTION` of the memory available now
 (``MemAvailable`` of ``/proc/meminfo``). Above it, the n-gram half's bigram rows
 shrink to what fits, and the run says so in one line; when even no bigram rows
@@ -91,16 +96,18 @@ def model_bytes(model_name: str, config: dict[str, Any]) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """What a classifier run allocates, in bytes: model (parameters x 4 and buffers), n-gram fit, documents."""
+    """What a classifier run allocates, in bytes: model (parameters x 4 and buffers), n-gram fit, documents,
+    and one training batch's activations."""
 
     params: int
     buffers: int
     ngram_fit: int
     documents: int
+    activations: int = 0
 
     @property
     def total(self) -> int:
-        return 4 * self.params + self.buffers + self.ngram_fit + self.documents
+        return 4 * self.params + self.buffers + self.ngram_fit + self.documents + self.activations
 
 
 def _rows(model_name: str, config: dict[str, Any]) -> tuple[str | None, int]:
@@ -117,10 +124,12 @@ def _rows(model_name: str, config: dict[str, Any]) -> tuple[str | None, int]:
     return None, 0
 
 
-def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0
-                        ) -> MemoryEstimate:
+def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0,
+                        batch_tokens: int = 0) -> MemoryEstimate:
     """:class:`MemoryEstimate` of training ``model_name`` with ``config`` on ``tokens`` training tokens
-    (``documents``: the bytes the encoded documents hold)."""
+    (``documents``: the bytes the encoded documents hold; ``batch_tokens``: the padded tokens of the
+    largest training batch, counted for a config with ``activation_bytes``)."""
+    from attnkit.models import config_from_dict
     from attnkit.models.ngram_half import fit_bytes
 
     params, buffers = model_bytes(model_name, config)
@@ -128,11 +137,21 @@ def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int,
     fit = 0
     if field is not None:
         fit = fit_bytes(int(config["vocab_size"]) + rows, int(config["num_classes"]), tokens)
-    return MemoryEstimate(params, buffers, fit, documents)
+    per_batch = getattr(config_from_dict(model_name, config), "activation_bytes", None)
+    activations = int(per_batch(batch_tokens)) if per_batch is not None and batch_tokens > 0 else 0
+    return MemoryEstimate(params, buffers, fit, documents, activations)
+
+
+def _levers(need: MemoryEstimate) -> str:
+    """The flags that lower ``need``: the vocabulary and classes, and the batch when it holds activations."""
+    if need.activations:
+        return (f"--vocab-size, the number of classes, or --batch-size (one batch's activations: about "
+                f"{format_bytes(need.activations)})")
+    return "--vocab-size or the number of classes"
 
 
 def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0,
-                  limit: int | None = None, can_shrink: bool = True,
+                  batch_tokens: int = 0, limit: int | None = None, can_shrink: bool = True,
                   log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``config``, with fewer n-gram bigram rows when the run would not fit in ``limit`` bytes.
 
@@ -145,7 +164,8 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
         source = f"{DEFAULT_FRACTION:.0%} of the {format_bytes(limit / DEFAULT_FRACTION)} available"
     else:
         source = "--max-memory"
-    need = estimate_classifier(model_name, config, tokens=tokens, documents=documents)
+    sizes = {"tokens": tokens, "documents": documents, "batch_tokens": batch_tokens}
+    need = estimate_classifier(model_name, config, **sizes)
     if need.total <= limit:
         return config
     field, rows = _rows(model_name, config)
@@ -154,19 +174,18 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
     if field is None or not can_shrink:
         why = "" if field is None else " (a resumed run keeps its n-gram rows)"
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}){why}; raise "
-                               f"--max-memory, or lower --vocab-size or the number of classes")
-    bare = estimate_classifier(model_name, {**config, field: 1}, tokens=tokens, documents=documents)
+                               f"--max-memory, or lower {_levers(need)}")
+    bare = estimate_classifier(model_name, {**config, field: 1}, **sizes)
     per_row = max(1, (need.total - bare.total) // (rows - 1)) if rows > 1 else need.total
     fit = min(rows - 1, (limit - bare.total) // per_row + 1) if limit > bare.total else 0
     if fit < MIN_ROWS:
-        smallest = estimate_classifier(model_name, {**config, field: MIN_ROWS}, tokens=tokens,
-                                       documents=documents)
+        smallest = estimate_classifier(model_name, {**config, field: MIN_ROWS}, **sizes)
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}), and about "
                                f"{format_bytes(smallest.total)} even with {MIN_ROWS} n-gram rows; raise "
-                               f"--max-memory to at least that, or lower --vocab-size or the number of classes")
+                               f"--max-memory to at least that, or lower {_levers(need)}")
     shrunk = {**config, field: int(fit)}
     if log is not None:
-        after = estimate_classifier(model_name, shrunk, tokens=tokens, documents=documents)
+        after = estimate_classifier(model_name, shrunk, **sizes)
         log(f"memory: {rows} n-gram rows would need about {format_bytes(need.total)}, over the limit of "
             f"{format_bytes(limit)} ({source}); using the {fit} most frequent bigrams "
             f"(about {format_bytes(after.total)}; --max-memory to change)")

@@ -156,10 +156,9 @@ def fit_classifier(
     train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, read_len, train, val, test)
     loss_weights = check_objective(train_config.metric, train_config.class_weight, train_ds.labels,
                                    label_vocab.labels)
-    tokens = int(train_ds.ids.offsets[-1])
-    data_bytes = sum(d.ids.nbytes for d in (train_ds, val_ds, test_ds))
-    config = fit_to_memory(model_name, config, tokens=tokens, documents=data_bytes, limit=max_memory,
-                           can_shrink=not resume and init_model is None, log=_memory_note(log, dist))
+    config, cap = _budgeted(model_name, config, (train_ds, val_ds, test_ds), train_config, data.max_len,
+                            limit=max_memory, can_shrink=not resume and init_model is None,
+                            note=_memory_note(log, dist), processes=dist.world_size)
     torch.manual_seed(train_config.seed)
     model = build_model(model_name, config)
     if init_model is not None:
@@ -179,7 +178,7 @@ def fit_classifier(
             run = ckpt.RunCheckpointer(writer, model_name, config, tokenizer, label_vocab, meta)
         trainer = Trainer(model, train_config, train_ds, val_ds if len(val_ds) else None,
                           lengths=train_ds.lengths, out_dir=out_dir, quiet=quiet, dist=dist, log=log,
-                          checkpoint=run.epoch_hook() if run is not None else None)
+                          checkpoint=run.epoch_hook() if run is not None else None, batch_tokens=cap)
         history = trainer.fit(resume=resume)
         # the halves weighed and the class offsets tuned on the validation part, for the run's metric
         decision = fit_decision(unwrap(model), trainer.predict, val_ds, metric=train_config.metric,
@@ -214,6 +213,49 @@ def _reading_length(model_name: str, config: dict[str, Any], max_len: int, pack:
     return read_len
 
 
+def _budgeted(model_name: str, config: dict[str, Any], parts: Sequence[TextClassificationDataset],
+              train_config: TrainConfig, max_len: int, *, limit: int | None, can_shrink: bool,
+              note: Callable[[str], None] | None, processes: int) -> tuple[dict[str, Any], int | None]:
+    """``config`` fitted to the memory limit (:func:`attnkit.train.memory_budget.fit_to_memory`) for the
+    encoded ``parts`` (train, validation, test) and the training batches, and the batches' token cap."""
+    train_ds = parts[0]
+    cap, batch_tokens = _long_batches(model_name, config, train_ds.lengths, train_config, max_len, note,
+                                      processes=processes)
+    config = fit_to_memory(model_name, config, tokens=int(train_ds.ids.offsets[-1]),
+                           documents=sum(d.ids.nbytes for d in parts), batch_tokens=batch_tokens,
+                           limit=limit, can_shrink=can_shrink, log=note)
+    return config, cap
+
+
+def _long_batches(model_name: str, config: dict[str, Any], lengths: Sequence[int], train_config: TrainConfig,
+                  max_len: int, note: Callable[[str], None] | None, *, processes: int = 1
+                  ) -> tuple[int | None, int]:
+    """The most padded tokens a training batch may hold (None: no cap) and the padded tokens of the
+    largest training batch, for the memory estimate; says in one line (``note``) how many training
+    documents a model reading long documents in chunks reads that way.
+
+    Chunks let a document hold up to the model's ``reading_length`` tokens; a batch of such documents
+    is capped at ``batch_size * max_len`` tokens (what a batch of documents cut at ``max_len`` holds),
+    so its activations stay those of a batch read without chunks (on one process: several need the
+    same batch count each, :func:`attnkit.train.tasks.epoch_batches`).
+    """
+    from attnkit.models import config_from_dict
+    from attnkit.models.wide import chunked_documents, reading_length
+
+    model_config = config_from_dict(model_name, config)
+    longest, size = max(lengths, default=0), train_config.batch_size
+    read_len = reading_length(model_config, max_len)
+    if read_len <= max_len or not train_config.bucket or processes > 1:
+        return None, size * longest
+    cap = size * max_len
+    chunked = chunked_documents(model_config, lengths)
+    if chunked and note is not None:
+        note(f"long documents: {chunked} of {len(lengths)} training documents are longer than --max-len "
+             f"{max_len}, read in overlapping chunks of {max_len} tokens up to {read_len} tokens each "
+             f"(--model-opt max_chunks={config['max_chunks']}); a batch of them holds at most {cap} tokens")
+    return cap, max(cap, longest)
+
+
 def _chunked(model: nn.Module, test_metrics: dict[str, Any] | None, **parts: TextClassificationDataset
              ) -> dict[str, Any]:
     """``{"chunked_documents": {part: count}}``: the documents of each part read in overlapping chunks
@@ -241,7 +283,8 @@ def _checked_labels(train: Sequence[Example], train_config: TrainConfig, data: D
 
 
 def _memory_note(log: Callable[[str], None] | None, dist: DistInfo) -> Callable[[str], None] | None:
-    """Where the one line about a shrunk n-gram half goes: ``log``, or stderr without one (main process only)."""
+    """Where the one-line notes before training go (a shrunk n-gram half, documents read in chunks):
+    ``log``, or stderr without one (main process only)."""
     if not dist.is_main:
         return None
     return log or (lambda line: print(line, file=sys.stderr))

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
+from attnkit._checks import positive_int
 from attnkit.train.metrics import classification_report, metric_score
 
 __all__ = ["StepOutput", "TrainTask", "ClassificationTask", "epoch_batches"]
@@ -67,7 +68,7 @@ class TrainTask(Protocol):
 
 def epoch_batches(
     n: int, batch_size: int, seed: int, epoch: int, *, lengths: Sequence[int] | None = None,
-    rank: int = 0, world_size: int = 1,
+    rank: int = 0, world_size: int = 1, max_tokens: int | None = None,
 ) -> list[list[int]]:
     """The batches (lists of example indices) of one epoch for one process.
 
@@ -76,6 +77,11 @@ def epoch_batches(
     same count, as ``DistributedSampler`` does). With ``lengths``, indices are
     sorted by length within pools of ``50 * batch_size`` before batching and the
     batches are shuffled again, which cuts padding without fixing the order.
+    ``max_tokens`` (with ``lengths``, on one process) also ends a batch before its
+    padded size, its member count times its longest length, would pass that many
+    tokens: long documents come in smaller batches, so a batch's activations stay
+    bounded (a document longer than ``max_tokens`` is a batch of its own).
+    Several processes need the same batch count each, so there it is not applied.
     """
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     perm = torch.randperm(n, generator=g).tolist()
@@ -89,9 +95,31 @@ def epoch_batches(
     pool = batch_size * _POOL
     for start in range(0, len(perm), pool):
         chunk = sorted(perm[start : start + pool], key=lambda i: lengths[i])
-        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+        if max_tokens is None or world_size > 1:
+            batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+        else:
+            batches.extend(_token_batches(chunk, lengths, batch_size, max_tokens))
     order = torch.randperm(len(batches), generator=g).tolist()
     return [batches[i] for i in order]
+
+
+def _token_batches(ordered: Sequence[int], lengths: Sequence[int], batch_size: int, max_tokens: int
+                   ) -> list[list[int]]:
+    """``ordered`` cut, in its order, into batches of at most ``batch_size`` members and, past the first
+    member, at most ``max_tokens`` padded tokens (members times the longest)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in ordered:
+        wider = max(longest, lengths[i])
+        if current and (len(current) == batch_size or (len(current) + 1) * wider > max_tokens):
+            batches.append(current)
+            current, wider = [], lengths[i]
+        current.append(i)
+        longest = wider
+    if current:
+        batches.append(current)
+    return batches
 
 
 class ClassificationTask:
@@ -117,6 +145,8 @@ class ClassificationTask:
             or ``f1:<class>``, the class named as in ``train_data.label_vocab``).
         class_weight: ``"none"`` or ``"balanced"``: the cross-entropy weighs each class by
             :func:`attnkit.train.objective.class_weights` of ``train_data.labels``.
+        max_tokens: most padded tokens in a training batch, with ``lengths`` (:func:`epoch_batches`;
+            None: ``batch_size`` documents whatever their length), and in a batch :meth:`predict` reads.
 
     Validation metrics: ``loss``, ``accuracy``, ``macro_f1`` and ``metric``; the best epoch
     has the highest ``metric``, ties broken by the lower loss.
@@ -131,12 +161,14 @@ class ClassificationTask:
     def __init__(self, train_data: Dataset, val_data: Dataset | None = None, *, collate: Collate | None = None,
                  lengths: Sequence[int] | None = None, batch_size: int = 32, seed: int = 0,
                  label_smoothing: float = 0.0, device: torch.device | str = "cpu", pack: int | None = None,
-                 metric: str = "accuracy", class_weight: str = "none") -> None:
+                 metric: str = "accuracy", class_weight: str = "none", max_tokens: int | None = None) -> None:
         n = len(train_data)  # type: ignore[arg-type]
         if n == 0:
             raise ValueError("train_data is empty")
         if lengths is not None and len(lengths) != n:
             raise ValueError(f"lengths must have one entry per training example ({n}), got {len(lengths)}")
+        if max_tokens is not None:
+            positive_int("max_tokens", max_tokens)
         if pack is not None and collate is not None:
             raise ValueError("pack replaces the collate function: pass one or the other, not both")
         if collate is None:
@@ -148,7 +180,7 @@ class ClassificationTask:
             from attnkit.data.packing import PackedCollator
 
             self.train_collate = PackedCollator(pack)
-        self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
+        self.lengths, self.batch_size, self.seed, self.max_tokens = lengths, batch_size, seed, max_tokens
         self.label_smoothing = label_smoothing
         self.device = torch.device(device)
         self.metric, self.class_weight = metric, class_weight
@@ -166,7 +198,8 @@ class ClassificationTask:
 
     def batches(self, epoch: int, rank: int = 0, world_size: int = 1) -> list[list[int]]:
         return epoch_batches(len(self.train_data), self.batch_size, self.seed, epoch,  # type: ignore[arg-type]
-                             lengths=self.lengths, rank=rank, world_size=world_size)
+                             lengths=self.lengths, rank=rank, world_size=world_size,
+                             max_tokens=self.max_tokens)
 
     def _to_device(self, batch: Batch) -> Batch:
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, Tensor) else v
@@ -190,13 +223,20 @@ class ClassificationTask:
 
     @torch.no_grad()
     def predict(self, model: nn.Module, data: Dataset, *, batch_size: int = 64) -> tuple[Tensor, Tensor]:
-        """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data``, in order (eval mode)."""
+        """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data``, in order (eval mode).
+
+        With ``max_tokens`` and a ``data.lengths``, a batch also stops short of that many padded tokens."""
         was_training = model.training
         model.eval()
         n = len(data)  # type: ignore[arg-type]
+        lengths = getattr(data, "lengths", None)
+        if self.max_tokens is None or lengths is None:
+            spans = [range(start, min(n, start + batch_size)) for start in range(0, n, batch_size)]
+        else:
+            spans = [range(b[0], b[-1] + 1) for b in _token_batches(range(n), lengths, batch_size, self.max_tokens)]
         logits, labels = [], []
-        for start in range(0, n, batch_size):
-            batch = self._to_device(self.collate([data[i] for i in range(start, min(n, start + batch_size))]))
+        for span in spans:
+            batch = self._to_device(self.collate([data[i] for i in span]))
             logits.append(model(batch["ids"], batch["lengths"]).float().cpu())
             labels.append(batch["labels"].cpu())
         model.train(was_training)

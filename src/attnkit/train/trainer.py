@@ -79,6 +79,8 @@ class Trainer:
         task: any :class:`~attnkit.train.tasks.TrainTask` instead of the data.
         collate_fn: default :func:`attnkit.data.batching.collate`.
         lengths: token counts of ``train_data``'s items, for length bucketing.
+        batch_tokens: with bucketing, the most padded tokens in a training batch
+            (:func:`attnkit.train.tasks.epoch_batches`; None: ``batch_size`` items whatever their length).
         out_dir: the run directory: ``fit(resume=True)`` continues from its
             committed train state, and without ``checkpoint`` each epoch is
             committed there (``history.jsonl`` and ``train_state/`` only).
@@ -114,7 +116,7 @@ class Trainer:
         checkpoint: Callable[[dict[str, Any]], None] | None = None,
         optimizer: Callable[[nn.Module], torch.optim.Optimizer] | None = None,
         schedule: schedules.Schedule | None = None, reseed: bool = True, time_budget_s: float | None = None,
-        log_every: int = 0, extendable: bool = False,
+        log_every: int = 0, extendable: bool = False, batch_tokens: int | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -130,7 +132,8 @@ class Trainer:
                                       lengths=lengths if config.bucket else None, batch_size=config.batch_size,
                                       seed=config.seed, label_smoothing=config.label_smoothing,
                                       device=self.device, pack=config.pack or None, metric=config.metric,
-                                      class_weight=config.class_weight)
+                                      class_weight=config.class_weight,
+                                      max_tokens=batch_tokens if config.bucket else None)
         self.task = task
         self.train_data, self.val_data = train_data, val_data
         self.out_dir = Path(out_dir) if out_dir is not None else None
