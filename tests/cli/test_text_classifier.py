@@ -186,3 +186,17 @@ def test_arguments_that_cannot_go_together_are_refused_by_name(arguments: dict[s
     with pytest.raises(ValueError) as err:
         attnkit.TextClassifier(**arguments).fit(X[:20], Y[:20])  # type: ignore[arg-type]
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize("flags", [["--tokenizer", "word"], ["--vocab-size", "500", "--min-frequency", "2"]])
+def test_train_refuses_tokenizer_flags_beside_init_from(tiny_bert: Path, tmp_path: Path, flags: list[str]) -> None:
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(f"{x},{y}\n" for x, y in zip(X[:40], Y[:40], strict=True)))
+    out = tmp_path / "run"
+    done = CliRunner().invoke(cli, ["train", "--data", str(data), "--init-from", str(tiny_bert), "--out", str(out),
+                                    "--epochs", "1", *flags])
+    assert done.exit_code == 2, done.output
+    named = [f for f in flags if f.startswith("--")]
+    assert f"--init-from fine-tunes with the BERT folder's own WordPiece tokenizer, which {', '.join(named)}" \
+        in done.output
+    assert not out.exists()

@@ -100,6 +100,12 @@ def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
               "max_memory": values.get("max_memory")}
     folder = _pretrained_folder(values)
     if folder:
+        fixed = [flag for flag, name in (("--tokenizer", "tokenizer"), ("--vocab-size", "vocab_size"),
+                                         ("--min-frequency", "min_frequency")) if values.get(name) is not None]
+        if fixed:
+            what = "--preset accurate" if values.get("preset") == "accurate" else "--init-from"
+            raise click.UsageError(f"{what} fine-tunes with the BERT folder's own WordPiece tokenizer, which "
+                                   f"{', '.join(fixed)} cannot change: drop {'it' if len(fixed) == 1 else 'them'}")
         tokenizer, options, train_config, data_settings = _finetune_settings(ctx, values, folder)
         return ClassifierPlan(model_name="bert", model_options=options, tokenizer=tokenizer, init_from=folder,
                               train_config=train_config, data_settings=data_settings, **common)
