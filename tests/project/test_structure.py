@@ -20,7 +20,7 @@ MAX_FUNCTION_LINES = 80
 # What each part of the package may import from attnkit (besides itself); docs/design.md, "Layers".
 # The core is imported by its own paths (attnkit.attention....): attnkit.masks, attnkit.functional
 # and attnkit.score_mods are the names users import, aliases that only the alias files touch.
-BASE = {"_checks", "_lazy", "_finite", "_hf_folder", "_memory", "_progress", "_version", "layer_config"}
+BASE = {"_checks", "_lazy", "_finite", "_hf_folder", "_memory", "_modes", "_progress", "_version", "layer_config"}
 ALIAS = {"attention"}
 MAY_IMPORT: dict[str, set[str]] = {
     "attention": BASE | {"positional"},

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit._modes import eval_mode
+
 __all__ = ["RETURNS_WEIGHTS", "ON_REQUEST", "is_hf_returning", "returned_weights"]
 
 RETURNS_WEIGHTS = frozenset({"BloomAttention", "GPTNeoSelfAttention", "BlipAttention"})
@@ -89,14 +91,8 @@ def returned_weights(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str,
     a["output_attentions"] = True
     if "use_cache" in a:
         a["use_cache"] = False
-    modes = [(m, m.training) for m in module.modules()]
-    try:
-        module.eval()
-        with torch.no_grad():
-            again = type(module).forward(module, **a, **extra)
-    finally:
-        for m, mode in modes:
-            m.training = mode
+    with eval_mode(module), torch.no_grad():
+        again = type(module).forward(module, **a, **extra)
     w = _weights(again, tq)
     if w is None:
         raise RepeatRefused("output_attentions=True returned no (B, H, Tq, Tk) weights")

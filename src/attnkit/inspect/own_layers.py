@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit._modes import eval_mode
 from attnkit.layers import (
     AdditiveAttention,
     AttentionPooling,
@@ -72,12 +73,6 @@ def own_layer_weights(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str
         again["return_weights"] = True
     if isinstance(module, SelfAttention2d):
         again["average_heads"] = False
-    modes = [(m, m.training) for m in module.modules()]
-    try:
-        module.eval()
-        with torch.no_grad():
-            _, w = module.forward(*args, **again)
-    finally:
-        for m, mode in modes:
-            m.training = mode
+    with eval_mode(module), torch.no_grad():
+        _, w = module.forward(*args, **again)
     return as_heads(w)

@@ -40,6 +40,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit._modes import eval_mode
+
 __all__ = ["is_timm_block", "channel_block", "eager_probabilities", "drop_inputs", "outputs_agree",
            "WindowLayout", "window_layout", "place_windows", "eval_call"]
 
@@ -70,14 +72,8 @@ def channel_block(module: nn.Module) -> bool:
 
 def eval_call(module: nn.Module, fn: Any) -> Any:
     """``fn()`` with ``module`` in eval mode and no grad; the modes are put back after."""
-    modes = [(m, m.training) for m in module.modules()]
-    try:
-        module.eval()
-        with torch.no_grad():
-            return fn()
-    finally:
-        for m, mode in modes:
-            m.training = mode
+    with eval_mode(module), torch.no_grad():
+        return fn()
 
 
 class drop_inputs:  # noqa: N801 - used as a context manager, like torch's own lower-case ones

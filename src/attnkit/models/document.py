@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from attnkit._modes import eval_mode
 from attnkit.attention.functional import attention
 from attnkit.attention.masks import AttentionMask, MaskLike
 from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
@@ -227,15 +228,11 @@ class DocumentClassifier(TextClassifier):
             and the bias ``(B, C)``.
         """
         ids, lengths, mask = self.prepare(ids, lengths)
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self):
             x = self.embedding(ids)  # (B, T, D)
             if self.positional is not None:
                 x = self.positional(x)
             x = self._encode(x, mask, None, {})
             _, pool_w = self._pool(x, mask, lengths)  # (B, T)
             per = linear_head_contributions(pool_w, x, self.classifier)  # (B, T, C)
-        finally:
-            self.train(was_training)
         return per, self.classifier.bias.expand(ids.shape[0], -1)

@@ -61,12 +61,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from attnkit._modes import eval_mode
 from attnkit.attention.masks import AttentionMask
 from attnkit.models.base import WeightSelection
 
@@ -414,15 +415,12 @@ class NgramHalf:
             documents: token-id lists; returns two ``(N, C)`` float32 CPU tensors.
         """
         self._table()
-        module: Any = self
-        was_training = self.training
-        module.eval()
         own, wide = [], []
-        for start in range(0, len(documents), chunk):
-            ids, lengths, mask = self._padded(documents[start : start + chunk])
-            own.append(self.own_logits(ids, lengths, mask).float().cpu())
-            wide.append(self.wide_logits(ids, mask).float().cpu())
-        module.train(was_training)
+        with eval_mode(cast(Any, self)):
+            for start in range(0, len(documents), chunk):
+                ids, lengths, mask = self._padded(documents[start : start + chunk])
+                own.append(self.own_logits(ids, lengths, mask).float().cpu())
+                wide.append(self.wide_logits(ids, mask).float().cpu())
         return torch.cat(own), torch.cat(wide)
 
     @torch.no_grad()

@@ -68,6 +68,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnkit._modes import eval_mode
 from attnkit.attention.masks import AttentionMask
 from attnkit.layers.pooling import AttentionPooling, linear_head_contributions
 from attnkit.models.base import TextClassifier, WeightSelection
@@ -335,9 +336,7 @@ class WideDeepClassifier(NgramHalf, TextClassifier):
             and the bias ``(B, C)``.
         """
         ids, lengths, mask = self.prepare(ids, lengths)
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self):
             _, _, h, weights, place = self._read(ids, lengths, mask)
             per = linear_head_contributions(weights, h, self.classifier)  # (B, T, C), or (N, L, C) per chunk
             if place is not None:
@@ -346,6 +345,4 @@ class WideDeepClassifier(NgramHalf, TextClassifier):
             if self.has_ngram_half:
                 tokens, wide_bias = self.token_ngram_contributions(ids, mask)
                 per, bias = per + tokens.to(per.dtype), bias + wide_bias.to(bias.dtype)
-        finally:
-            self.train(was_training)
         return per, bias

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from attnkit._checks import dataclass_kwargs
+from attnkit._modes import eval_mode
 from attnkit.layer_config import TransformerLayerConfig
 from attnkit.reference.encoder import TransformerEncoder
 from attnkit.reference.layers import (
@@ -110,10 +111,8 @@ class _Classifier(Module):
 
     def predict(self, ids: Array) -> Array:
         """Class index per example, in eval mode. Shape: ids ``(B, T)``; returns ``(B,)``."""
-        was = self.training
-        self.eval()
-        logits = self.forward(ids)  # type: ignore[attr-defined]
-        self.train(was)
+        with eval_mode(self):
+            logits = self.forward(ids)  # type: ignore[attr-defined]
         return np.asarray(logits.argmax(axis=-1))
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnkit._finite import StepGuard, refuse_non_finite, refuse_non_finite_metrics
+from attnkit._modes import eval_mode
 from attnkit.reference.analysis import accuracy
 from attnkit.reference.losses import SoftmaxCrossEntropy
 from attnkit.reference.module import Module
@@ -47,13 +48,11 @@ def predict(model: Module, sequences: Sequences, batch_size: int = 256, max_len:
     Shape:
         ``N`` id sequences in; returns ``(N,)`` ints.
     """
-    was = model.training
-    model.eval()
     out = []
-    for i in range(0, len(sequences), batch_size):
-        logits = model.forward(pad_batch(sequences[i : i + batch_size], max_len))  # type: ignore[attr-defined]
-        out.append(logits.argmax(axis=-1))
-    model.train(was)
+    with eval_mode(model):
+        for i in range(0, len(sequences), batch_size):
+            logits = model.forward(pad_batch(sequences[i : i + batch_size], max_len))  # type: ignore[attr-defined]
+            out.append(logits.argmax(axis=-1))
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 

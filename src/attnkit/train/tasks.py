@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from attnkit._checks import positive_int
+from attnkit._modes import eval_mode
 from attnkit.train.metrics import classification_report, metric_score
 
 __all__ = ["StepOutput", "TrainTask", "ClassificationTask", "epoch_batches"]
@@ -226,8 +227,6 @@ class ClassificationTask:
         """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data``, in order (eval mode).
 
         With ``max_tokens`` and a ``data.lengths``, a batch also stops short of that many padded tokens."""
-        was_training = model.training
-        model.eval()
         n = len(data)  # type: ignore[arg-type]
         lengths = getattr(data, "lengths", None)
         if self.max_tokens is None or lengths is None:
@@ -235,11 +234,11 @@ class ClassificationTask:
         else:
             spans = [range(b[0], b[-1] + 1) for b in _token_batches(range(n), lengths, batch_size, self.max_tokens)]
         logits, labels = [], []
-        for span in spans:
-            batch = self._to_device(self.collate([data[i] for i in span]))
-            logits.append(model(batch["ids"], batch["lengths"]).float().cpu())
-            labels.append(batch["labels"].cpu())
-        model.train(was_training)
+        with eval_mode(model):
+            for span in spans:
+                batch = self._to_device(self.collate([data[i] for i in span]))
+                logits.append(model(batch["ids"], batch["lengths"]).float().cpu())
+                labels.append(batch["labels"].cpu())
         if not logits:
             return torch.zeros(0, 0), torch.zeros(0, dtype=torch.long)
         return torch.cat(logits), torch.cat(labels)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from attnkit._modes import eval_mode
 from attnkit.data.parallel import TranslationTokenizers, collate_pairs
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
@@ -134,9 +135,7 @@ class Translator:
                 raise ValueError(f"text {i} ({texts[i]!r}) is empty after tokenization; nothing to translate")
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         results: dict[int, Translation] = {}
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
                 batch = collate_pairs([(ids[i], [0]) for i in chunk])
@@ -154,8 +153,6 @@ class Translator:
                         texts[i], texts_out[j], _token_strings(self.tokenizers.source, ids[i]),
                         _token_strings(self.tokenizers.target, out.tokens[j]), out.scores[j],
                         None if out.alignments is None else out.alignments[j])
-        finally:
-            self.model.train(was_training)
         return [results[i] for i in range(len(ids))]
 
 

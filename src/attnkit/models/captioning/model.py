@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnkit._modes import eval_mode
 from attnkit.models.captioning.config import CaptionerConfig
 from attnkit.models.captioning.decoder import SoftAttentionDecoder
 from attnkit.models.captioning.encoder import build_encoder, check_images, normalisation
@@ -65,11 +66,8 @@ class ImageCaptioner(SoftAttentionDecoder):
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
         self.build_decoder(cfg, width)  # after the encoder: parameter order as in every saved run
-        with torch.no_grad():
-            was_training = self.encoder.training
-            self.encoder.eval()
+        with torch.no_grad(), eval_mode(self.encoder):
             probe = self.encoder(torch.zeros(1, 3, cfg.image_size, cfg.image_size))
-            self.encoder.train(was_training)
         self.grid: tuple[int, int] = (int(probe.shape[-2]), int(probe.shape[-1]))
 
     def encode(self, images: Tensor) -> Tensor:
