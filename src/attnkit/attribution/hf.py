@@ -11,9 +11,11 @@ as it is: the ids then include whatever special tokens the caller put in)
 like any attnkit classifier:
 
 * ``attention`` and ``rollout`` read the weights a capture records beside the
-  model's own kernels: the first position's row (``[CLS]``, which BERT's
-  classifier reads) of the last layer, mean of the heads, or through every
-  layer with the residual;
+  model's own kernels: the row of the position the classifier reads
+  (:meth:`HFClassifier.pooled_positions`: ``[CLS]``, the first, for BERT-style
+  encoders; each row's last non-pad token for GPT-2-, Llama- or Mistral-style
+  classifiers) of the last layer, mean of the heads, or through every layer
+  with the residual; ``chefer`` starts from the same row;
 * ``grad_input`` and ``integrated_gradients`` differentiate through the input
   embeddings (``model.get_input_embeddings()``), all-zero embeddings as the
   baseline;
@@ -25,24 +27,53 @@ like any attnkit classifier:
 Exact contributions and attention x value norm need an attention-pooling
 head and do not apply.
 
-Shape legend: B batch, T tokens, S the model's sequence (``[CLS]`` tokens ``[SEP]``), H heads.
+Shape legend: B batch, T tokens, S the model's sequence (``[CLS]`` tokens ``[SEP]``, or the tokens alone), H heads.
 """
 
 from __future__ import annotations
 
+import inspect
+from functools import cache
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from attnkit._checks import one_of
 from attnkit.attention.masks import AttentionMask
 
-__all__ = ["HFClassifier", "is_hf_classifier", "as_classifier", "hf_methods"]
+__all__ = ["HFClassifier", "POOLED", "is_hf_classifier", "as_classifier", "hf_methods", "reads_last_token"]
+
+POOLED = ("first", "last")
+"""Where a classifier reads its sequence: the first position, or each row's last non-pad token."""
 
 
 def is_hf_classifier(model: Any) -> bool:
     """Whether ``model`` is a ``transformers`` model (a sequence classifier is what the methods expect)."""
     return isinstance(model, nn.Module) and type(model).__module__.startswith("transformers.")
+
+
+@cache
+def _forward_pools_last(cls: type) -> bool:
+    for klass in cls.__mro__:
+        if "forward" in vars(klass):
+            try:
+                return "last_non_pad_token" in inspect.getsource(vars(klass)["forward"])
+            except (OSError, TypeError):  # no source to read (a compiled or generated class)
+                return False
+    return False
+
+
+def reads_last_token(model: nn.Module) -> bool:
+    """Whether ``model`` classifies from each row's last non-pad token, as ``transformers``' decoder classifiers do.
+
+    ``GPT2ForSequenceClassification``, ``GenericForSequenceClassification``
+    (Llama, Mistral, Qwen2...) and the others of that kind pool with
+    ``last_non_pad_token`` in their ``forward``; that is what is looked for.
+    BERT-style encoders (BERT, RoBERTa, DistilBERT...) read the first position.
+    """
+    cls: Any = type(model)
+    return _forward_pools_last(cls)
 
 
 class HFClassifier(nn.Module):
@@ -56,13 +87,18 @@ class HFClassifier(nn.Module):
             (None: nothing is added; the ids are read as they are).
         pad_token_id: the id that pads a batch (default: the tokenizer's, the
             model config's, else 0).
+        pooled: the position the classifier reads, whose query row ``attention``,
+            ``rollout`` and ``chefer`` explain: ``"first"`` (``[CLS]``) or
+            ``"last"`` (each row's last non-pad token); None: found from the
+            model (:func:`reads_last_token`).
 
     Shape:
         ids ``(B, T)`` (no special tokens), lengths ``(B,)``; returns ``(B, C)``.
     """
 
     def __init__(self, model: nn.Module, tokenizer: Any = None, *, cls_token_id: int | None = None,
-                 sep_token_id: int | None = None, pad_token_id: int | None = None) -> None:
+                 sep_token_id: int | None = None, pad_token_id: int | None = None, pooled: str | None = None
+                 ) -> None:
         super().__init__()
         if not is_hf_classifier(model):
             raise TypeError(f"model must be a transformers model, got {type(model).__name__}")
@@ -74,6 +110,8 @@ class HFClassifier(nn.Module):
         if pad is None:
             pad = getattr(getattr(model, "config", None), "pad_token_id", None)
         self.pad_token_id = int(pad or 0)
+        self.pooled = ("last" if reads_last_token(model) else "first") if pooled is None else one_of(
+            "pooled", pooled, POOLED)
 
     @property
     def offset(self) -> int:
@@ -103,6 +141,26 @@ class HFClassifier(nn.Module):
         keep = torch.arange(s, device=ids.device)[None] < (lengths + s - t)[:, None]  # (B, S)
         return seq, keep.long()
 
+    def pooled_positions(self, seq: Tensor) -> Tensor:
+        """Where the classifier reads each row of the model's input ids ``seq``, as ``transformers`` finds it.
+
+        ``"first"``: position 0. ``"last"``: the rightmost id that is not the
+        model config's ``pad_token_id``, so left and right padding alike (the
+        last position when the config has no pad id, as ``transformers`` does).
+
+        Shape:
+            seq ``(B, S)``; returns ``(B,)`` long.
+        """
+        b, s = seq.shape
+        if self.pooled == "first":
+            return torch.zeros(b, dtype=torch.long, device=seq.device)
+        config: Any = getattr(self.model, "config", None)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        pad = getattr(text, "pad_token_id", None)
+        if pad is None:
+            return torch.full((b,), s - 1, dtype=torch.long, device=seq.device)
+        return (torch.arange(s, device=seq.device) * (seq != pad)).argmax(-1)
+
     def forward(self, ids: Tensor, lengths: Tensor) -> Tensor:
         seq, keep = self.sequence(*self.prepare(ids, lengths)[:2])
         return self.model(input_ids=seq, attention_mask=keep).logits  # type: ignore[no-any-return]
@@ -127,7 +185,8 @@ def hf_methods(model: HFClassifier) -> dict[str, bool]:
 
 def layer_attention(model: HFClassifier, ids: Tensor, lengths: Tensor, *, live: bool = False
                     ) -> tuple[Tensor, list[Tensor], Tensor, Tensor]:
-    """The logits, each layer's weights ``(B, H, S, S)`` in order, the first position's row, the token slice.
+    """The logits, each layer's weights ``(B, H, S, S)`` in order, a one-hot row ``(B, S)`` at the position the
+    classifier reads (:meth:`HFClassifier.pooled_positions`), the token slice.
 
     With ``live`` the weights are the captured ones still in the autograd graph (call inside
     :func:`attnkit.attention.dispatch.weights_in_graph`).
@@ -145,7 +204,7 @@ def layer_attention(model: HFClassifier, ids: Tensor, lengths: Tensor, *, live: 
     layers = list((cap.live if live else cap.weights).values())
     b, s = layers[0].shape[0], layers[0].shape[-1]
     row = torch.zeros(b, s, dtype=layers[0].dtype, device=ids.device)
-    row[:, 0] = 1.0
+    row[torch.arange(b, device=ids.device), model.pooled_positions(model.sequence(ids, lengths)[0])] = 1.0
     tokens = torch.arange(model.offset, model.offset + ids.shape[1], device=ids.device)
     return logits, layers, row, tokens
 

@@ -11,10 +11,11 @@ name                       score of token ``t``
                            for attention pooling under a linear head (plus, for the wide model,
                            its n-grams' terms); the scores plus the bias are the logit
 ``attention``              the pooling weight ``alpha_t`` (``weights["pooling"]``: the pooling
-                           attention, or BERT's ``[CLS]`` row of the last layer)
+                           attention, or BERT's ``[CLS]`` row of the last layer; a Hugging Face
+                           decoder classifier's last non-pad token's row)
 ``attention_norm``         ``||alpha_t v_t||``: the size of what ``t`` adds to the pooled vector
                            (Kobayashi et al., 2020, "Attention is Not Only a Weight")
-``rollout``                the pooling row (or ``[CLS]``'s) through the layers' attention with
+``rollout``                the pooling row (or the read token's) through the layers' attention with
                            the residual, :func:`attnkit.viz.measures.attention_rollout`
                            (Abnar & Zuidema, 2020)
 ``grad_input``             ``grad_e logit_c . e_t`` on the word embeddings
@@ -178,8 +179,9 @@ def _contributions(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, ste
 @torch.no_grad()
 def _attention(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
     if _is_hf(model):
-        _, layers, _, tokens = _layer_attention(model, ids, lengths)
-        return layers[-1].float().mean(1)[:, 0][:, tokens]  # [CLS]'s row of the last layer, mean of heads
+        _, layers, row, tokens = _layer_attention(model, ids, lengths)
+        last = layers[-1].float().mean(1)  # (B, S, S): the last layer, mean of the heads
+        return (row.to(last)[:, None] @ last)[:, 0][:, tokens]  # the row of the position the classifier reads
     return model(ids, lengths, return_weights="pooling")[1]["pooling"]
 
 
@@ -206,7 +208,8 @@ def _layer_attention(model: Any, ids: Tensor, lengths: Tensor) -> tuple[Tensor, 
     For the document model: its encoder's and parameter-free layers' weights
     ``(B, H, T, T)`` and the pooling weights ``(B, T)``; for BERT, its layers'
     ``(B, H, S, S)`` over ``[CLS] tokens [SEP]`` and a one-hot ``[CLS]`` row
-    (or the mean of the token rows with mean pooling).
+    (or the mean of the token rows with mean pooling); for a Hugging Face
+    classifier, a one-hot row at the position it reads.
     """
     if _is_hf(model):
         return layer_attention(model, ids, lengths, live=weights_kept_for_gradients())
@@ -247,7 +250,7 @@ def _rollout(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: in
 def _chefer(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
     with torch.enable_grad(), weights_in_graph():
         logits, layers, row, tokens = _layer_attention(model, ids, lengths)
-        wanted = [x for x in (*layers, row) if x.requires_grad]  # BERT's [CLS] row is a constant
+        wanted = [x for x in (*layers, row) if x.requires_grad]  # a one-hot row ([CLS]'s) is a constant
         found = iter(torch.autograd.grad(_pick(logits, target), wanted, allow_unused=True))
         grads = [next(found) if x.requires_grad else None for x in (*layers, row)]
     s = layers[0].shape[-1]
