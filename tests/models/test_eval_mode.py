@@ -11,12 +11,15 @@ import torch
 from torch import nn
 
 from attnkit._modes import eval_mode
+from attnkit.blocks import TransformerLayerConfig
 from attnkit.models import build_model
+from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.models.wide import WideDeepClassifier
 from attnkit.reference.layers import Linear as NumpyLinear
 from attnkit.reference.models import NUMPY_LAYER, ClassifierConfig, TransformerClassifier
 from attnkit.reference.trainer import predict as numpy_predict
 from attnkit.train.tasks import ClassificationTask
+from attnkit.train.translation import TranslationTask
 
 V = 40
 SMALL = replace(NUMPY_LAYER, d_model=8, num_heads=2)
@@ -120,3 +123,18 @@ def test_task_predict_leaves_the_modes_as_they_were_and_puts_them_back_on_an_exc
     with pytest.raises(RuntimeError, match="forward failed"):
         task.predict(broken, data)
     assert broken.training and _modes(model) == before
+
+
+def test_translation_validation_leaves_a_model_in_eval_in_eval() -> None:
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(Seq2SeqConfig(src_vocab_size=12, tgt_vocab_size=12, encoder_layers=1,
+                                             decoder_layers=1, layer=TransformerLayerConfig(8, 2, 16)))
+    pairs = [([4, 5, 6], [1, 7, 8, 2]), ([5, 6], [1, 9, 2])]
+    task = TranslationTask(pairs, pairs, max_tokens=64, seed=0)
+    model.eval()  # as after training, when the averaged snapshots are validated
+    metrics = task.validate(model)
+    assert metrics is not None and metrics["loss"] > 0
+    assert not any(_modes(model).values())
+    model.train()
+    task.validate(model)
+    assert all(_modes(model).values())

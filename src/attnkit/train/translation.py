@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from attnkit._checks import non_negative_int, positive_float, positive_int
+from attnkit._modes import eval_mode
 from attnkit.data.parallel import (
     ParallelCorpus,
     TranslationTokenizers,
@@ -114,15 +115,13 @@ class TranslationTrainConfig(TrainSettings):
 
 
 def _validation_loss(model: Seq2SeqTransformer, pairs: list[tuple[list[int], list[int]]], max_tokens: int) -> float:
-    model.eval()
     total, count = 0.0, 0
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(model):
         for batch in batches_by_tokens(pairs, max_tokens, shuffle=False):
             logits = model(batch.src, batch.src_lengths, batch.tgt_in)
             n = batch.num_target_tokens
             total += float(model.loss(logits, batch.tgt_out)) * n
             count += n
-    model.train()
     return total / max(count, 1)
 
 
