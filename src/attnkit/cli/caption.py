@@ -113,6 +113,7 @@ def train_caption(**values: Any) -> None:
       attnkit train --task caption --images photos/ --captions captions.txt --out runs/photos
       attnkit train --task caption --data flickr8k --backbone efficientnet-lite0 --out runs/f8k
     """
+    from attnkit.cli.rundata import RUN_FLAGS
     from attnkit.train.captioning import CaptionSettings, train_caption_run
     from attnkit.train.rundir import RunLockedError
 
@@ -125,7 +126,7 @@ def train_caption(**values: Any) -> None:
     settings = CaptionSettings(**{f.name: values[f.name] for f in dataclasses.fields(CaptionSettings)})
     try:
         done = train_caption_run(settings, values["out"], resume=values["resume"], overwrite=values["overwrite"],
-                                 log=click.echo, epoch_log=None if values["quiet"] else click.echo)
+                                 log=click.echo, epoch_log=None if values["quiet"] else click.echo, flags=RUN_FLAGS)
     except RunLockedError as err:
         raise click.ClickException(str(err)) from None
     except ImportError as err:  # a backbone whose library is missing

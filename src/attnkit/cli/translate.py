@@ -74,6 +74,7 @@ def train_translate(**v: Any) -> None:
       attnkit train --task translate --src train.de.gz --tgt train.en.gz \\
           --val-src val.de.gz --val-tgt val.en.gz --out runs/de-en --time-budget 60
     """
+    from attnkit.cli.rundata import RUN_FLAGS
     from attnkit.data.parallel import read_parallel
     from attnkit.train.rundir import RunLockedError
     from attnkit.train.translation import TranslationTrainConfig, fit_translation
@@ -103,7 +104,7 @@ def train_translate(**v: Any) -> None:
     try:
         summary = fit_translation(train, val, model_options=model_options, train_config=config,
                                   out_dir=v["out"], overwrite=v["overwrite"], shared_vocab=not v["separate_vocab"],
-                                  log=None if v["quiet"] else click.echo, resume=v["resume"])
+                                  log=None if v["quiet"] else click.echo, resume=v["resume"], flags=RUN_FLAGS)
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted; {v['out']} holds the last finished epoch, if any (go on with --resume)", err=True)
         sys.exit(130)

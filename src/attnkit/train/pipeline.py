@@ -205,10 +205,10 @@ def _reading_length(model_name: str, config: dict[str, Any], max_len: int, pack:
 
     read_len = reading_length(config_from_dict(model_name, config), max_len)
     if pack and pack < read_len:
-        chunks = f" (--max-len {max_len} read in up to {config['max_chunks']} chunks)" if read_len > max_len else ""
+        chunks = f" (max_len {max_len} read in up to {config['max_chunks']} chunks)" if read_len > max_len else ""
         raise ValueError(
             f"pack={pack} tokens per row must hold the longest document, {read_len} tokens{chunks}; "
-            f"raise --pack or lower --max-len" + (" or --model-opt max_chunks" if chunks else "")
+            f"raise pack or lower max_len" + (" or the model's max_chunks" if chunks else "")
         )
     return read_len
 
@@ -250,9 +250,9 @@ def _long_batches(model_name: str, config: dict[str, Any], lengths: Sequence[int
     cap = size * max_len
     chunked = chunked_documents(model_config, lengths)
     if chunked and note is not None:
-        note(f"long documents: {chunked} of {len(lengths)} training documents are longer than --max-len "
+        note(f"long documents: {chunked} of {len(lengths)} training documents are longer than max_len "
              f"{max_len}, read in overlapping chunks of {max_len} tokens up to {read_len} tokens each "
-             f"(--model-opt max_chunks={config['max_chunks']}); a batch of them holds at most {cap} tokens")
+             f"(the model's max_chunks={config['max_chunks']}); a batch of them holds at most {cap} tokens")
     return cap, max(cap, longest)
 
 
