@@ -66,6 +66,7 @@ def test_train_evaluate_predict_and_refuse_overwrite(tmp_path, data_csv) -> None
     again = CliRunner().invoke(cli, ["train", "--data", str(data_csv), "--out", str(out), *TINY])
     assert again.exit_code == 1
     assert "already holds a different run" in again.output and "Traceback" not in again.output
+    assert "; replace it with --overwrite or continue it with --resume" in again.output  # train's own flags
     assert (committed_dir(out) / "model.safetensors").read_bytes() == before
     replaced = _invoke("train", "--data", str(data_csv), "--out", str(out), "--overwrite", *TINY)
     assert replaced.exit_code == 0, replaced.output

@@ -104,7 +104,7 @@ def test_a_different_run_is_not_overwritten(shapes_run: Path) -> None:
     before = (shapes_run / "current.json").read_text()
     result = CliRunner().invoke(train_caption, ["--out", str(shapes_run), *SMALL, "--quiet"])
     assert result.exit_code == 1
-    assert "already holds a different run" in result.output and "--resume to continue it" in result.output
+    assert "already holds a different run" in result.output and "continue it with --resume" in result.output
     assert (shapes_run / "current.json").read_text() == before
 
 

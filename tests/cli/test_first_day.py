@@ -61,7 +61,7 @@ def test_save_pretrained_writes_a_run_the_cli_reads(trained: Path, tmp_path: Pat
     result = _invoke("predict", str(saved), TEXTS[0])
     assert result.exit_code == 0 and result.output.split("\t")[0] == run.predict(TEXTS[:1])[0]
     # a second save into the same folder replaces nothing without overwrite
-    with pytest.raises(FileExistsError, match="--overwrite"):
+    with pytest.raises(FileExistsError, match="replace it with overwrite"):
         run.save_pretrained(saved)
     run.save_pretrained(saved, overwrite=True)
 
@@ -308,4 +308,4 @@ def test_a_run_killed_before_its_first_commit_is_named_as_such(tmp_path: Path) -
     result = _invoke("predict", str(out), "a text")
     assert result.exit_code == 1
     assert (f"{out} holds no committed checkpoint: its training was interrupted before the first epoch "
-            "ended; start it again (with --overwrite)") in result.output
+            "ended; start its training again with overwrite") in result.output

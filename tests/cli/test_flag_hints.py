@@ -14,10 +14,15 @@ included). Three rules:
 3. a message written in a command's own module names flags of that command
    (inside the command's function), or of a command defined in that module or
    in one that imports it (a helper); flags after a named command are rule 2's;
-4. a message of the data readers (``attnkit.data``) names flags of every command
-   that can reach it: the commands are followed through what their code refers
-   to (functions, classes and constants, across modules), so ``predict --file``,
-   which reads a CSV's text column, has every flag that reader's messages name.
+4. a message of the library code that commands share -- the data readers
+   (``attnkit.data``), the training code (``attnkit.train``) and the finite-step
+   policy (``attnkit._finite``) -- names flags of every command that can reach
+   it: the commands are followed through what their code refers to (functions,
+   classes and constants, across modules), so ``predict --file``, which reads a
+   CSV's text column, has every flag that reader's messages name, and a training
+   message that ``demo`` reaches names none of the flags ``demo`` lacks. Such code
+   names a setting by its Python name (``max_memory``, ``on_nan``), or takes the
+   flag from its caller (``encoding_hint(flag=...)``, ``check_bert_folder(what=...)``).
 """
 
 from __future__ import annotations
@@ -138,7 +143,7 @@ def _importers(module: str) -> list[str]:
 # --- rule 4: which commands reach a message -----------------------------------------------------------
 
 # modules whose messages name flags of every command that reaches them
-READER_MODULES = "data/"
+READER_MODULES = ("data/", "train/", "_finite.py")
 
 
 def _qualified(path: Path) -> str:
@@ -270,9 +275,9 @@ def test_every_suggested_flag_exists_on_its_command(message: Message) -> None:
 
 
 @pytest.mark.parametrize("text, module, function, expected", [
-    ("pass --epochs 3", "train/pipeline.py", None, []),
-    ("pass --epoch 3", "train/pipeline.py", None, ["--epoch is no option of any attnkit command"]),
-    ("continue with attnkit demo --resume", "train/rundir.py", None, ["--resume is no option of attnkit demo"]),
+    ("pass --epochs 3", "viz/report.py", None, []),
+    ("pass --epoch 3", "viz/report.py", None, ["--epoch is no option of any attnkit command"]),
+    ("continue with attnkit demo --resume", "viz/report.py", None, ["--resume is no option of attnkit demo"]),
     ("give --src and --tgt", "cli/commands.py", "predict", ["--src is no option of the command(s) cli/commands.py "
                                                             "defines", "--tgt is no option of the command(s) "
                                                             "cli/commands.py defines"]),
@@ -281,6 +286,15 @@ def test_every_suggested_flag_exists_on_its_command(message: Message) -> None:
     ("or pass --skip-bad-rows", "data/readers.py", "read_texts",
      ["--skip-bad-rows is no option of attnkit predict, which reaches this message"]),
     ("pass --delimiter ';'", "data/readers.py", "read_texts", []),
+    # the training code and the finite-step policy too: demo and the translation and captioning trainers
+    # reach the non-finite step's message and have no --on-nan; caption, evaluate... no --lr
+    ("or pass --on-nan skip-step", "_finite.py", "StepGuard",
+     [f"--on-nan is no option of attnkit {c}, which reaches this message"
+      for c in ("demo", "train --task caption", "train --task translate")]),
+    ("retrain with a lower --lr", "train/run_files.py", "refuse_non_finite_file",
+     [f"--lr is no option of attnkit {c}, which reaches this message"
+      for c in ("caption", "evaluate", "predict", "visualize")]),
+    ("start it again with attnkit train --overwrite", "train/rundir.py", "committed_dir", []),
 ])
 def test_the_rules_catch_a_wrong_flag(text: str, module: str, function: str | None, expected: list[str]) -> None:
     assert wrong_flags(Message(module, 1, function, text)) == expected

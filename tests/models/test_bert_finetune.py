@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -108,15 +109,17 @@ def test_evaluate_on_the_run(finetuned: tuple[Path, str], corpus: Path) -> None:
 def test_init_from_errors(bert_folder: Path, corpus: Path, tmp_path: Path) -> None:
     base = ["train", "--data", str(corpus), "--format", "label-tab-text", "--out", str(tmp_path / "r")]
     result = CliRunner().invoke(cli, [*base, "--init-from", str(tmp_path / "nowhere")])
-    assert result.exit_code == 1 and "no such folder" in result.output
+    assert result.exit_code == 1 and f"--init-from {tmp_path / 'nowhere'}: no such folder" in result.output
     partial = tmp_path / "partial"
     partial.mkdir()
     (partial / "config.json").write_text((bert_folder / "config.json").read_text())
     result = CliRunner().invoke(cli, [*base, "--init-from", str(partial)])
-    assert result.exit_code == 1 and "model.safetensors is missing" in result.output
+    assert result.exit_code == 1 and f"--init-from {partial} is not a BERT folder: model.safetensors is missing" \
+        in " ".join(result.output.split())
     (partial / "model.safetensors").write_bytes((bert_folder / "model.safetensors").read_bytes())
-    with pytest.raises(ValueError, match="tokenizer.json or vocab.txt is missing"):
-        check_bert_folder(partial)
+    alone = re.escape(f"{partial} is not a BERT folder: tokenizer.json or vocab.txt")
+    with pytest.raises(ValueError, match="^" + alone):
+        check_bert_folder(partial)  # a caller with no flag: the folder alone, no --init-from
     result = CliRunner().invoke(cli, [*base, "--init-from", str(bert_folder), "--model", "document"])
     assert result.exit_code == 2 and "--model bert" in result.output
     result = CliRunner().invoke(cli, [*base, "--model", "bert"])

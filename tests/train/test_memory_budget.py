@@ -98,8 +98,9 @@ def test_fit_to_memory_shrinks_the_rows_to_the_limit() -> None:
     assert mb.MIN_ROWS <= rows < 50_000
     assert mb.estimate_classifier("wide", shrunk, tokens=10_000).total <= limit
     assert mb.estimate_classifier("wide", {**shrunk, "ngram_rows": rows + 1}, tokens=10_000).total > limit
-    assert len(lines) == 1 and f"using the {rows} most frequent bigrams" in lines[0] and "--max-memory" in lines[0]
-    with pytest.raises(mb.MemoryLimitError, match="resumed run keeps its n-gram rows.*--max-memory"):
+    assert len(lines) == 1 and f"using the {rows} most frequent bigrams" in lines[0]
+    assert "max_memory to change" in lines[0]
+    with pytest.raises(mb.MemoryLimitError, match="resumed run keeps its n-gram rows.*; raise max_memory"):
         mb.fit_to_memory("wide", config, tokens=10_000, limit=limit, can_shrink=False)
 
 
@@ -123,7 +124,8 @@ def test_ten_thousand_classes_are_refused_before_the_table_is_allocated(tmp_path
                                       "--val-ratio", "0", "--test-ratio", "0", "--max-memory", "300MB",
                                       *WIDE])
     assert result.exit_code == 1, result.output
-    assert "10000 classes" in result.output and "--max-memory" in result.output
+    assert "10000 classes" in result.output and "(max_memory), and about" in result.output
+    assert "raise max_memory" in result.output
     assert "Traceback" not in result.output and built == []
     assert not (tmp_path / "run").exists()
 
@@ -173,5 +175,5 @@ def test_a_batch_too_large_for_the_limit_is_refused_naming_the_batch_size() -> N
     assert small.activations > 0
     limit = small.total - small.activations + 10**6
     assert mb.fit_to_memory("wide", config, tokens=1000, batch_tokens=1024, limit=limit) == config
-    with pytest.raises(mb.MemoryLimitError, match=r"--batch-size \(one batch's activations: about"):
+    with pytest.raises(mb.MemoryLimitError, match=r"batch_size \(one batch's activations: about"):
         mb.fit_to_memory("wide", config, tokens=1000, batch_tokens=64 * 6400, limit=limit)

@@ -49,10 +49,13 @@ def test_a_new_run_gets_a_new_id_and_refuses_another_run(tmp_path: Path) -> None
     assert isinstance(writer, RunWriter) and len(writer.run_id) == 32 and not out.exists()  # judged, not touched
     assert new_run_id() != new_run_id()
     _commit_one(out, "first")
-    with pytest.raises(RunExistsError, match="--resume to continue it"):
+    with pytest.raises(RunExistsError, match="replace it with overwrite or continue it with resume$"):
         start_run(out)
-    with pytest.raises(RunExistsError, match="use --overwrite to replace it$"):
+    with pytest.raises(RunExistsError, match=r"run_id first\); replace it with overwrite$"):
         start_run(out, resumable=False)
+    # a command passes its own flags for the settings the refusal names
+    with pytest.raises(RunExistsError, match="replace it with --overwrite or continue it with --resume$"):
+        start_run(out, flags={"overwrite": "--overwrite", "resume": "--resume"})
     assert start_run(out, overwrite=True).run_id != "first"
 
 

@@ -32,13 +32,6 @@ import click
 from attnkit._lazy import missing_extra_message
 from attnkit.cli.messages import friendly_errors
 from attnkit.cli.options import SEED, allow_unfinished_option, task_option
-from attnkit.train.captioning import (
-    CaptionSettings,
-    generate,
-    load_caption_ensemble,
-    load_caption_neighbours,
-    train_caption_run,
-)
 
 __all__ = ["train_caption", "caption"]
 
@@ -120,6 +113,8 @@ def train_caption(**values: Any) -> None:
       attnkit train --task caption --images photos/ --captions captions.txt --out runs/photos
       attnkit train --task caption --data flickr8k --backbone efficientnet-lite0 --out runs/f8k
     """
+    from attnkit.cli.rundata import RUN_FLAGS
+    from attnkit.train.captioning import CaptionSettings, train_caption_run
     from attnkit.train.rundir import RunLockedError
 
     if bool(values["images"]) != bool(values["captions"]):
@@ -131,7 +126,7 @@ def train_caption(**values: Any) -> None:
     settings = CaptionSettings(**{f.name: values[f.name] for f in dataclasses.fields(CaptionSettings)})
     try:
         done = train_caption_run(settings, values["out"], resume=values["resume"], overwrite=values["overwrite"],
-                                 log=click.echo, epoch_log=None if values["quiet"] else click.echo)
+                                 log=click.echo, epoch_log=None if values["quiet"] else click.echo, flags=RUN_FLAGS)
     except RunLockedError as err:
         raise click.ClickException(str(err)) from None
     except ImportError as err:  # a backbone whose library is missing
@@ -177,6 +172,7 @@ def caption(checkpoint: str, image: str, beam_size: int, length_penalty: float, 
     """
     from attnkit.data.captions import images_to_tensor, load_image
     from attnkit.models.captioning.consensus import Consensus
+    from attnkit.train.captioning import generate, load_caption_ensemble, load_caption_neighbours
 
     if consensus and beam_size < 2:
         raise click.BadParameter("consensus re-ranking chooses among the beam's captions: give --beam-size 2 or more",

@@ -32,7 +32,7 @@ from attnkit.cli.options import (
     task_option,
     train_options,
 )
-from attnkit.cli.rundata import data_source, resumed_data_source
+from attnkit.cli.rundata import RUN_FLAGS, data_source, resumed_data_source
 from attnkit.train.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
 
@@ -73,7 +73,11 @@ def _pretrained_folder(values: dict[str, Any]) -> str | None:
     if values.get("init_from") and values["model"] not in (None, "bert"):
         raise click.UsageError(f"--init-from fine-tunes a BERT folder and needs --model bert, "
                                f"got --model {values['model']}")
-    return values.get("init_from") or None
+    if not values.get("init_from"):
+        return None
+    from attnkit.train.finetune import check_bert_folder
+
+    return str(check_bert_folder(values["init_from"], what="--init-from "))
 
 
 def _finetune_settings(ctx: click.Context, values: dict[str, Any], folder: str, **config: Any
@@ -97,7 +101,7 @@ def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
         raise click.UsageError("missing --data (the training data); see attnkit train --help")
     common = {"out": out, "data": _data_plan(values, out), "quiet": values["quiet"],
               "mode": "overwrite" if values["overwrite"] else "new", "baseline": bool(values.get("baseline")),
-              "max_memory": values.get("max_memory")}
+              "max_memory": values.get("max_memory"), "flags": RUN_FLAGS}
     folder = _pretrained_folder(values)
     if folder:
         fixed = [flag for flag, name in (("--tokenizer", "tokenizer"), ("--vocab-size", "vocab_size"),
@@ -152,7 +156,7 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
         run_id=saved["run_id"], tokenizer=ckpt.load_run_tokenizer(out, saved), label_vocab=label_vocab,
         train_config=collect_train_config({}, **saved["train_config"]),
         data_settings=DataSettings(**saved["data_settings"]), data=_data_plan(values, out), quiet=values["quiet"],
-        baseline=bool(values.get("baseline")), max_memory=values.get("max_memory"))
+        baseline=bool(values.get("baseline")), max_memory=values.get("max_memory"), flags=RUN_FLAGS)
 
 
 # What ``train --resume`` reads besides the saved settings: where the run and its data are, and how to report.

@@ -118,7 +118,9 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
             overwrite = True  # the demo's own earlier run: replaced at the first commit, whole until then
             if not quiet:
                 click.echo(f"replacing the earlier demo run in {out}", err=True)
-        ckpt.check_run_dir(out, run_id, overwrite=overwrite, resumable=False)  # demo has no --resume
+        # demo has --out and --overwrite, no --resume
+        ckpt.check_run_dir(out, run_id, overwrite=overwrite, resumable=False,
+                           flags={"out": "--out", "overwrite": "--overwrite"})
     config = TrainConfig.from_dict({**DEMO_TRAIN, "epochs": epochs, "seed": seed})
     baseline = _baseline(as_examples[:cut_test], as_examples[cut_test:])
     result = fit_classifier(

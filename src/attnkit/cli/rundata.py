@@ -17,10 +17,13 @@ import click
 
 from attnkit.train.rundir import check_output_path, data_fingerprint
 
-__all__ = ["data_source", "resumed_data_source", "DATA_PATHS"]
+__all__ = ["data_source", "resumed_data_source", "DATA_PATHS", "RUN_FLAGS"]
 
 # option name -> flag, for the paths a classification run reads
 DATA_PATHS = {"data": "--data", "val_path": "--val", "test_path": "--test"}
+# setting -> flag, for the run directory's refusals (attnkit.train.rundir.check_run_dir) of a command
+# that trains into --out and has --overwrite and --resume
+RUN_FLAGS = {"out": "--out", "overwrite": "--overwrite", "resume": "--resume"}
 READER_KEYS = ("val_ratio", "test_ratio", "data_format", "encoding", "text_field", "label_field",
                "skip_bad_rows", "delimiter")
 
@@ -32,7 +35,7 @@ def data_source(values: dict[str, Any], out: Path) -> dict[str, Any]:
     has just checked it against the file) is kept rather than computed again.
     """
     source: dict[str, Any] = {k: values[k] for k in READER_KEYS if k in values}
-    run = check_output_path(out).resolve()
+    run = check_output_path(out, flags=RUN_FLAGS).resolve()
     for key in DATA_PATHS:
         path = values.get(key)
         if not path:

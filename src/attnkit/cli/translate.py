@@ -15,9 +15,6 @@ import click
 
 from attnkit.cli.messages import friendly_errors
 from attnkit.cli.options import SEED, allow_unfinished_option, task_option
-from attnkit.data.parallel import read_parallel
-from attnkit.train.rundir import RunLockedError, read_run_config, run_status
-from attnkit.train.translation import TranslationTrainConfig, fit_translation, load_translation_run
 
 __all__ = ["train_translate", "translate"]
 
@@ -77,6 +74,11 @@ def train_translate(**v: Any) -> None:
       attnkit train --task translate --src train.de.gz --tgt train.en.gz \\
           --val-src val.de.gz --val-tgt val.en.gz --out runs/de-en --time-budget 60
     """
+    from attnkit.cli.rundata import RUN_FLAGS
+    from attnkit.data.parallel import read_parallel
+    from attnkit.train.rundir import RunLockedError
+    from attnkit.train.translation import TranslationTrainConfig, fit_translation
+
     if (v["val_src"] is None) != (v["val_tgt"] is None):
         raise click.UsageError("give both --val-src and --val-tgt, or neither")
     if v["resume"] and v["overwrite"]:
@@ -102,7 +104,7 @@ def train_translate(**v: Any) -> None:
     try:
         summary = fit_translation(train, val, model_options=model_options, train_config=config,
                                   out_dir=v["out"], overwrite=v["overwrite"], shared_vocab=not v["separate_vocab"],
-                                  log=None if v["quiet"] else click.echo, resume=v["resume"])
+                                  log=None if v["quiet"] else click.echo, resume=v["resume"], flags=RUN_FLAGS)
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted; {v['out']} holds the last finished epoch, if any (go on with --resume)", err=True)
         sys.exit(130)
@@ -138,6 +140,8 @@ def warmup_notice(sources: list[str], targets: list[str], max_tokens: int, epoch
 
 def _finished(out: str) -> bool:
     """Whether ``out`` holds a finished run (False for anything else: fit_translation then says what is wrong)."""
+    from attnkit.train.rundir import read_run_config, run_status
+
     try:
         return run_status(read_run_config(out)) == "done"
     except ValueError:
@@ -165,6 +169,7 @@ def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, be
       attnkit translate runs/de-en "Ein Hund läuft im Schnee." --beam-size 4 --alignment align.png
     """
     from attnkit.data.parallel import read_lines
+    from attnkit.train.translation import load_translation_run
 
     items = list(texts)
     if text_file:

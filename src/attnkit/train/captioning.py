@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,8 +89,8 @@ def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], Capt
 
 
 def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: bool = False, overwrite: bool = False,
-                      log: Callable[[str], None] = print,
-                      epoch_log: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+                      log: Callable[[str], None] = print, epoch_log: Callable[[str], None] | None = None,
+                      flags: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """Train a captioner with ``settings`` and commit the run to ``out``; returns its held-out metrics.
 
     One generation is committed per epoch (status ``training``, resumable) and
@@ -101,7 +101,8 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
     holding something else is refused, another run only replaced with
     ``overwrite`` and only at the first commit; the lock is taken once every
     input has been read and checked. ``log`` gets the summary lines,
-    ``epoch_log`` one line per epoch.
+    ``epoch_log`` one line per epoch; ``flags`` are the calling command's flags, for the run
+    directory's refusals (:func:`attnkit.train.rundir.check_run_dir`).
     """
     import torch
 
@@ -116,7 +117,8 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
         log(f"{path} finished training already; nothing to resume (it was left as it is)")
         return None
     saved, settings = resumed if resumed is not None else (None, settings)
-    writer = start_run(path, run_id=saved["run_id"] if saved else None, overwrite=overwrite)  # refuses now
+    writer = start_run(path, run_id=saved["run_id"] if saved else None, overwrite=overwrite,
+                       flags=flags)  # refuses now
     torch.manual_seed(settings.seed)
     settings = settings.resolved()
     prep = prepare_caption_data(settings, saved_config=saved["model_config"] if saved else None)
@@ -417,7 +419,8 @@ def load_caption_neighbours(directory: str | Path) -> NeighbourIndex:
     path = ckpt.committed_dir(Path(directory)) / NEIGHBOURS_FILE
     if not path.is_file():
         raise ckpt.RunFileError(f"{directory} keeps no neighbour index ({path} is missing): consensus re-ranking "
-                                "needs a run trained with --data on a frozen encoder by this version of attnkit")
+                                "needs a run trained on a Flickr8k folder (attnkit train --task caption --data) with a "
+                                "frozen encoder by this version of attnkit")
     try:
         return NeighbourIndex.load(path)
     except ValueError as err:

@@ -36,22 +36,23 @@ FINETUNE_MAX_LEN = 128
 """Default truncation length (WordPiece tokens, without ``[CLS]``/``[SEP]``)."""
 
 
-def check_bert_folder(directory: str | Path) -> Path:
+def check_bert_folder(directory: str | Path, *, what: str = "") -> Path:
     """``directory`` as a Path if it is a BERT folder, else an error naming what is missing.
 
     A BERT folder holds ``config.json``, ``model.safetensors`` and
     ``tokenizer.json`` or ``vocab.txt``, and no custom code (``auto_map``) or
-    pickled weights (:func:`attnkit._hf_folder.check_model_folder`).
+    pickled weights (:func:`attnkit._hf_folder.check_model_folder`). ``what``
+    (the caller's flag, such as ``"--init-from "``) starts the message.
     """
     folder = Path(directory)
     if not folder.is_dir():
-        raise FileNotFoundError(f"--init-from {folder}: no such folder")
-    check_model_folder(folder, what="--init-from ")
+        raise FileNotFoundError(f"{what}{folder}: no such folder")
+    check_model_folder(folder, what=what)
     for name in ("config.json", "model.safetensors"):
         if not (folder / name).is_file():
-            raise ValueError(f"--init-from {folder} is not a BERT folder: {name} is missing")
+            raise ValueError(f"{what}{folder} is not a BERT folder: {name} is missing")
     if not (folder / "tokenizer.json").is_file() and not (folder / "vocab.txt").is_file():
-        raise ValueError(f"--init-from {folder} is not a BERT folder: tokenizer.json or vocab.txt is missing")
+        raise ValueError(f"{what}{folder} is not a BERT folder: tokenizer.json or vocab.txt is missing")
     return folder
 
 
@@ -88,7 +89,7 @@ def pretrained_initializer(directory: str | Path) -> Callable[[nn.Module], None]
         encoder = BertModel.from_pretrained(folder)
         target = getattr(model, "bert", None)
         if not isinstance(target, BertModel):
-            raise TypeError(f"--init-from needs a BertClassifier, got {type(model).__name__}")
+            raise TypeError(f"the weights of {folder} need a BertClassifier, got {type(model).__name__}")
         target.load_state_dict(encoder.state_dict())
 
     return load

@@ -16,7 +16,7 @@ or by default :data:`DEFAULT_FRACTION` of the memory available now
 shrink to what fits, and the run says so in one line; when even no bigram rows
 would fit (the vocabulary times the classes alone is too large), or the model
 cannot shrink (a resumed run), it is refused with :class:`MemoryLimitError`,
-which names ``--max-memory``.
+which names ``max_memory`` (``--max-memory`` on the command line).
 
 The limit covers what the run allocates, not the interpreter and libraries
 (about 0.3 GB). :func:`peak_rss_mib` is the peak a run reports in its metrics.
@@ -49,7 +49,7 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 
 
 class MemoryLimitError(ValueError):
-    """A run whose estimated memory is above the limit and cannot shrink below it; names ``--max-memory``."""
+    """A run whose estimated memory is above the limit and cannot shrink below it; names ``max_memory``."""
 
 
 def parse_memory_size(text: str | int) -> int:
@@ -143,11 +143,11 @@ def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int,
 
 
 def _levers(need: MemoryEstimate) -> str:
-    """The flags that lower ``need``: the vocabulary and classes, and the batch when it holds activations."""
+    """The settings that lower ``need``: the vocabulary and classes, and the batch when it holds activations."""
     if need.activations:
-        return (f"--vocab-size, the number of classes, or --batch-size (one batch's activations: about "
+        return (f"vocab_size, the number of classes, or batch_size (one batch's activations: about "
                 f"{format_bytes(need.activations)})")
-    return "--vocab-size or the number of classes"
+    return "vocab_size or the number of classes"
 
 
 def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0,
@@ -163,7 +163,7 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
             return config
         source = f"{DEFAULT_FRACTION:.0%} of the {format_bytes(limit / DEFAULT_FRACTION)} available"
     else:
-        source = "--max-memory"
+        source = "max_memory"
     sizes = {"tokens": tokens, "documents": documents, "batch_tokens": batch_tokens}
     need = estimate_classifier(model_name, config, **sizes)
     if need.total <= limit:
@@ -174,7 +174,7 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
     if field is None or not can_shrink:
         why = "" if field is None else " (a resumed run keeps its n-gram rows)"
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}){why}; raise "
-                               f"--max-memory, or lower {_levers(need)}")
+                               f"max_memory, or lower {_levers(need)}")
     bare = estimate_classifier(model_name, {**config, field: 1}, **sizes)
     per_row = max(1, (need.total - bare.total) // (rows - 1)) if rows > 1 else need.total
     fit = min(rows - 1, (limit - bare.total) // per_row + 1) if limit > bare.total else 0
@@ -182,11 +182,11 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
         smallest = estimate_classifier(model_name, {**config, field: MIN_ROWS}, **sizes)
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}), and about "
                                f"{format_bytes(smallest.total)} even with {MIN_ROWS} n-gram rows; raise "
-                               f"--max-memory to at least that, or lower {_levers(need)}")
+                               f"max_memory to at least that, or lower {_levers(need)}")
     shrunk = {**config, field: int(fit)}
     if log is not None:
         after = estimate_classifier(model_name, shrunk, **sizes)
         log(f"memory: {rows} n-gram rows would need about {format_bytes(need.total)}, over the limit of "
             f"{format_bytes(limit)} ({source}); using the {fit} most frequent bigrams "
-            f"(about {format_bytes(after.total)}; --max-memory to change)")
+            f"(about {format_bytes(after.total)}; max_memory to change)")
     return shrunk

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import sys
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,16 +124,16 @@ def fit_classifier(
     overwrite: bool = False, resume: bool = False, quiet: bool = False, dist: DistInfo | None = None,
     log: Callable[[str], None] | None = None, tokenizer: Any = None, label_vocab: LabelVocab | None = None,
     extra: dict[str, Any] | None = None, init_model: Callable[[nn.Module], None] | None = None,
-    baseline: dict[str, Any] | None = None, max_memory: int | None = None,
+    baseline: dict[str, Any] | None = None, max_memory: int | None = None, flags: Mapping[str, str] | None = None,
 ) -> FitResult:
     """Train ``model_name`` on ``train`` (early stopping on ``val``), measure on ``test``.
 
     With ``out_dir`` the run is committed there after every epoch (status
     ``training``, the best weights so far) and once more when it is done, so an
     interrupted run can be resumed with ``resume=True`` (pass the saved
-    tokenizer and labels). A directory holding another run is replaced only
-    with ``overwrite``, and only at the first commit. ``tokenizer`` / ``label_vocab`` may be given
-    to skip building them. ``init_model`` is called on the freshly built model
+    tokenizer and labels). A directory holding another run is replaced only with ``overwrite``, and only at
+    the first commit (``flags``: as in :class:`~attnkit.train.plan.ClassifierPlan`). ``tokenizer`` /
+    ``label_vocab`` may be given to skip building them. ``init_model`` is called on the freshly built model
     before training (e.g. to load pretrained weights). ``baseline`` (figures
     scored beforehand) is committed with the test result as ``metrics.baseline``. ``max_memory`` (bytes;
     None: a share of the available memory) bounds what the run may plan to allocate
@@ -170,7 +170,8 @@ def fit_classifier(
     meta = {"train_config": train_config.to_dict(), "data_settings": dataclasses.asdict(data), **(extra or {})}
     # Everything above is validated before the run directory is touched; the writer takes the
     # lock now and replaces nothing until its first commit, at the end of the first epoch.
-    writer = start_run(out_dir, run_id=run_id, overwrite=overwrite) if out_dir is not None and dist.is_main else None
+    writer = start_run(out_dir, run_id=run_id, overwrite=overwrite,
+                       flags=flags) if out_dir is not None and dist.is_main else None
     with contextlib.ExitStack() as stack:
         run = None
         if writer is not None:
@@ -205,10 +206,10 @@ def _reading_length(model_name: str, config: dict[str, Any], max_len: int, pack:
 
     read_len = reading_length(config_from_dict(model_name, config), max_len)
     if pack and pack < read_len:
-        chunks = f" (--max-len {max_len} read in up to {config['max_chunks']} chunks)" if read_len > max_len else ""
+        chunks = f" (max_len {max_len} read in up to {config['max_chunks']} chunks)" if read_len > max_len else ""
         raise ValueError(
             f"pack={pack} tokens per row must hold the longest document, {read_len} tokens{chunks}; "
-            f"raise --pack or lower --max-len" + (" or --model-opt max_chunks" if chunks else "")
+            f"raise pack or lower max_len" + (" or the model's max_chunks" if chunks else "")
         )
     return read_len
 
@@ -250,9 +251,9 @@ def _long_batches(model_name: str, config: dict[str, Any], lengths: Sequence[int
     cap = size * max_len
     chunked = chunked_documents(model_config, lengths)
     if chunked and note is not None:
-        note(f"long documents: {chunked} of {len(lengths)} training documents are longer than --max-len "
+        note(f"long documents: {chunked} of {len(lengths)} training documents are longer than max_len "
              f"{max_len}, read in overlapping chunks of {max_len} tokens up to {read_len} tokens each "
-             f"(--model-opt max_chunks={config['max_chunks']}); a batch of them holds at most {cap} tokens")
+             f"(the model's max_chunks={config['max_chunks']}); a batch of them holds at most {cap} tokens")
     return cap, max(cap, longest)
 
 

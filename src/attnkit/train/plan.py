@@ -11,7 +11,7 @@ plan can be built in Python as well::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +35,8 @@ class ClassifierPlan:
     ``baseline`` scores :mod:`attnkit.train.baseline` on the run's test part
     before training; its figures go into config.json as ``metrics.baseline``. ``max_memory`` bounds
     what the run plans to allocate, in bytes (None: a share of the available memory; see
-    :mod:`attnkit.train.memory_budget`).
+    :mod:`attnkit.train.memory_budget`). ``flags`` spells the settings that the run directory's
+    refusals name as the calling command's flags (:func:`attnkit.train.rundir.check_run_dir`).
     """
 
     out: Path
@@ -52,6 +53,7 @@ class ClassifierPlan:
     quiet: bool = False
     baseline: bool = False
     max_memory: int | None = None
+    flags: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mode not in ("new", "overwrite", "resume"):
@@ -75,7 +77,7 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
         run_id = str(broadcast_object(plan.run_id or new_run_id(), info))
         overwrite = plan.mode == "overwrite"
         # the lock first (a run being written is named as such), by the main process only
-        ckpt.check_run_dir(plan.out, run_id, overwrite=overwrite, check_lock=info.is_main)
+        ckpt.check_run_dir(plan.out, run_id, overwrite=overwrite, check_lock=info.is_main, flags=plan.flags)
         data = plan.data
         tr, va, te = load_splits(data, seed=plan.train_config.seed)
         echo(f"{plan.model_name}: {len(tr)} train, {len(va)} validation, {len(te)} test examples"
@@ -93,7 +95,7 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
             train_config=plan.train_config, data=plan.data_settings, out_dir=plan.out, run_id=run_id,
             overwrite=overwrite, resume=plan.mode == "resume", quiet=plan.quiet, dist=info,
             log=None if plan.quiet else echo, tokenizer=plan.tokenizer, label_vocab=plan.label_vocab,
-            init_model=init_model, extra=extra, baseline=base, max_memory=plan.max_memory)
+            init_model=init_model, extra=extra, baseline=base, max_memory=plan.max_memory, flags=plan.flags)
     finally:
         shutdown_distributed()
 

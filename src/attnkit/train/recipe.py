@@ -55,7 +55,7 @@ as ``--model bert --init-from FOLDER`` does with that package's folder."""
 PRESET_HELP = (
     "fast (the default): attention over word embeddings + an n-gram half; on a 2-core CPU about 15 s for "
     "10,000 sentences, 1 min for 7,600 news articles, 5 min for IMDB's 25,000 reviews. accurate: fine-tune "
-    "all-MiniLM-L6-v2 with its n-gram half (--model bert --init-from the package's folder: lr 5e-5, 3 epochs, "
+    "all-MiniLM-L6-v2 with its n-gram half (model bert started from the package's folder: lr 5e-5, 3 epochs, "
     "max-len 128), needs the 'pretrained' extra; about 25 min for 7,600 news articles (+3.3 points over the "
     "baseline) and 10-15 min for 10,000 sentences (+7.4 on MR). Flags given beside it override its settings."
 )

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from attnkit.train.rundir import RunFileError, RunWriter, read_manifest
@@ -47,7 +47,7 @@ def committed_run_id(directory: str | os.PathLike[str]) -> str | None:
 
 
 def start_run(directory: str | os.PathLike[str], *, run_id: str | None = None, resume: bool = False,
-              overwrite: bool = False, resumable: bool = True) -> RunWriter:
+              overwrite: bool = False, resumable: bool = True, flags: Mapping[str, str] | None = None) -> RunWriter:
     """The writer of a run in ``directory``, not yet opened: the folder is judged now and touched only
     once the task opens the writer (``with writer:``, which takes the lock).
 
@@ -58,7 +58,9 @@ def start_run(directory: str | os.PathLike[str], *, run_id: str | None = None, r
         resume: continue the run committed in ``directory`` (excludes ``overwrite``).
         overwrite: replace another run in ``directory``, at the first commit.
         resumable: whether this kind of run can be resumed (a refusal then
-            suggests ``--resume``).
+            suggests ``resume``).
+        flags: the calling command's flags for the messages (``{"overwrite": "--overwrite", ...}``,
+            :func:`~attnkit.train.rundir.check_run_dir`).
 
     Raises:
         ValueError: ``resume`` and ``overwrite`` both.
@@ -72,7 +74,7 @@ def start_run(directory: str | os.PathLike[str], *, run_id: str | None = None, r
         run_id = committed_run_id(directory) if resume else new_run_id()
         if run_id is None:
             raise RunFileError(f"cannot resume: {directory} holds no committed run")
-    return RunWriter(directory, run_id, overwrite=overwrite, resumable=resumable)
+    return RunWriter(directory, run_id, overwrite=overwrite, resumable=resumable, flags=flags)
 
 
 def save_run(directory: str | os.PathLike[str], commit: Callable[[RunWriter], Path], *, run_id: str,

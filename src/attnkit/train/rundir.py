@@ -41,7 +41,7 @@ import hashlib
 import os
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +115,7 @@ def committed_dir(directory: str | os.PathLike[str]) -> Path:
         if (path / GENERATIONS).is_dir() or any(path.glob(f"{STAGING_PREFIX}*")) or (path / LOCK).is_file():
             check_unlocked(path)  # a run still in its first epoch is named as being written
             raise RunFileError(f"{path} holds no committed checkpoint: its training was interrupted before "
-                               "the first epoch ended; start it again (with --overwrite)")
+                               "the first epoch ended; start its training again with overwrite")
         raise RunFileError(f"{path} is not an attnkit run directory (no {MANIFEST})")
     folder = _generation_dir(path, manifest["generation"])
     if not folder.is_dir():
@@ -161,8 +161,15 @@ def require_finished(directory: str | os.PathLike[str], meta: dict[str, Any], *,
     return f"warning: {directory} is unfinished (epoch {epoch} of {epochs}); using {weights}"
 
 
-def check_output_path(directory: str | os.PathLike[str]) -> Path:
-    """``directory`` as a Path, unless it is a symbolic link that leads nowhere (missing, or a loop)."""
+def named(setting: str, flags: Mapping[str, str] | None, otherwise: str | None = None) -> str:
+    """How a message names ``setting`` (``"overwrite"``): the caller's flag for it (``flags``, such as
+    ``{"overwrite": "--overwrite"}`` from a command that has that flag), else ``otherwise`` or its Python name."""
+    return (flags or {}).get(setting) or otherwise or setting
+
+
+def check_output_path(directory: str | os.PathLike[str], *, flags: Mapping[str, str] | None = None) -> Path:
+    """``directory`` as a Path, unless it is a symbolic link that leads nowhere (missing, or a loop);
+    ``flags`` as in :func:`check_run_dir`."""
     path = Path(directory)
     if path.is_symlink() and not path.exists():
         try:
@@ -171,12 +178,12 @@ def check_output_path(directory: str | os.PathLike[str]) -> Path:
         except OSError as err:
             leads = "which loops back on itself" if err.errno == errno.ELOOP else "which does not exist"
         raise RunFileError(f"output path {path} is a symbolic link to {os.readlink(path)}, {leads}; "
-                           "choose another --out")
+                           f"choose another {named('out', flags, 'output path')}")
     return path
 
 
 def check_run_dir(directory: str | os.PathLike[str], run_id: str, *, overwrite: bool = False,
-                  resumable: bool = True, check_lock: bool = True) -> None:
+                  resumable: bool = True, check_lock: bool = True, flags: Mapping[str, str] | None = None) -> None:
     """Refuse to write run ``run_id`` into a directory that holds something else.
 
     First, with ``check_lock``, a directory that another live process writes
@@ -186,9 +193,13 @@ def check_run_dir(directory: str | os.PathLike[str], run_id: str, *, overwrite: 
     (:func:`_foreign_entries` finds nothing a run writer did not make, or it
     has a manifest). A folder that is not an attnkit run is refused even with
     ``overwrite``, naming the files that would be lost. The error suggests
-    ``--resume`` only for ``resumable`` kinds of run. Touches nothing.
+    ``resume`` only for ``resumable`` kinds of run. Touches nothing.
+
+    ``flags`` spells the settings the messages name as the calling command's flags
+    (``{"out": "--out", "overwrite": "--overwrite", "resume": "--resume"}``, :func:`named`);
+    without it they are named as in Python (``overwrite``, ``resume``).
     """
-    path = check_output_path(directory)
+    path = check_output_path(directory, flags=flags)
     if not path.exists():
         return
     if not path.is_dir():
@@ -203,16 +214,18 @@ def check_run_dir(directory: str | os.PathLike[str], run_id: str, *, overwrite: 
         shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
         raise RunExistsError(
             f"output directory {path} is not an attnkit run and not empty: it holds {shown}; attnkit "
-            "writes only into an empty folder or one of its own runs, so choose another --out")
+            f"writes only into an empty folder or one of its own runs, so choose another "
+            f"{named('out', flags, 'output directory')}")
     if manifest is None:  # only what a writer leaves before its first commit
         if overwrite:
             return
         raise RunExistsError(f"output directory {path} holds a run interrupted before its first checkpoint; "
-                             "use --overwrite to start again")
+                             f"start again with {named('overwrite', flags)}")
     other = manifest.get("run_id")
     if other == run_id or overwrite:
         return
-    hint = "use --overwrite to replace it or --resume to continue it" if resumable else "use --overwrite to replace it"
+    hint = f"replace it with {named('overwrite', flags)}" + (
+        f" or continue it with {named('resume', flags)}" if resumable else "")
     raise RunExistsError(f"output directory {path} already holds a different run (run_id {other}); {hint}")
 
 
@@ -228,7 +241,9 @@ class RunWriter:
             (:func:`check_run_dir`) unless ``overwrite``.
         overwrite: replace whatever run is there, but only at this writer's
             first commit: until then the old run stays whole and readable.
-        resumable: whether the refusal message may suggest ``--resume``.
+        resumable: whether the refusal message may suggest ``resume``.
+        flags: the calling command's flags, by the settings they set, for the messages
+            (:func:`check_run_dir`).
 
     Use::
 
@@ -239,12 +254,13 @@ class RunWriter:
     """
 
     def __init__(self, directory: str | os.PathLike[str], run_id: str, *, overwrite: bool = False,
-                 resumable: bool = True) -> None:
+                 resumable: bool = True, flags: Mapping[str, str] | None = None) -> None:
         self.directory = Path(directory)
         self.run_id = run_id
         self.overwrite = overwrite
         self.resumable = resumable
-        check_run_dir(self.directory, run_id, overwrite=overwrite, resumable=resumable)
+        self.flags = dict(flags or {})
+        check_run_dir(self.directory, run_id, overwrite=overwrite, resumable=resumable, flags=self.flags)
         self.lock = RunLock(self.directory)
         self.commits = 0
         self._staging: list[Path] = []
@@ -255,7 +271,7 @@ class RunWriter:
         self.lock.acquire()
         try:
             # again, under the lock (held by this writer, so not checked again)
-            check_run_dir(self.directory, self.run_id, overwrite=self.overwrite, check_lock=False)
+            check_run_dir(self.directory, self.run_id, overwrite=self.overwrite, check_lock=False, flags=self.flags)
             self._sweep()
         except BaseException:
             self.lock.release()
@@ -287,7 +303,8 @@ class RunWriter:
         state = f"{self.directory} is intact at its last commit" + (f" (epoch {epoch})" if epoch else "")
         if manifest.get("status") == "done":
             return f"{state}, finished"
-        return f"{state}: fix that, then continue it with --resume" if self.resumable else f"{state}"
+        return f"{state}: fix that, then continue it with {named('resume', self.flags)}" if self.resumable \
+            else f"{state}"
 
     # generations
     def current(self) -> Path | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -236,7 +236,7 @@ def fit_translation(
     train: ParallelCorpus, val: ParallelCorpus | None, *, model_options: dict[str, Any],
     train_config: TranslationTrainConfig, out_dir: str | os.PathLike[str], overwrite: bool = False,
     shared_vocab: bool = True, log: Callable[[str], None] | None = None, resume: bool = False,
-) -> dict[str, Any]:
+    flags: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Train tokenizers (on ``train`` only) and a Seq2SeqTransformer, save the run, return its summary.
 
     The loop is :class:`~attnkit.train.Trainer`'s with :class:`TranslationTask`:
@@ -249,9 +249,9 @@ def fit_translation(
     the saved tokenizers, weights, optimizer and RNG state, so the result
     equals an uninterrupted run; ``model_options`` and ``shared_vocab`` are then
     taken from the run, and ``epochs`` may grow. Every input is checked before
-    the directory is touched: a refused resume leaves the run as it was, and
-    ``overwrite`` replaces the old run only at the first commit. Returns
-    ``{"run_id", "history", "val_bleu" (when val is given), "steps", "seconds"}``.
+    the directory is touched: a refused resume leaves the run as it was, and ``overwrite`` replaces the old
+    run only at the first commit (``flags``: the caller's, for :func:`~attnkit.train.rundir.check_run_dir`).
+    Returns ``{"run_id", "history", "val_bleu" (when val is given), "steps", "seconds"}``.
     """
     from attnkit.train.config import TrainConfig
     from attnkit.train.trainer import Trainer
@@ -266,7 +266,7 @@ def fit_translation(
     if resume:
         start = _resume_state(out, train_config, keep)
         say(f"resuming {out} after epoch {start.epoch} (step {start.step}, {start.seconds:.0f} s of training)")
-    writer = start_run(out, run_id=start.run_id if resume else None, overwrite=overwrite)  # refuses now
+    writer = start_run(out, run_id=start.run_id if resume else None, overwrite=overwrite, flags=flags)  # refuses now
     if not resume:
         start = _fresh_start(writer.run_id, train, train_config, model_options, shared_vocab)
     tokenizers, model = start.tokenizers, start.model
