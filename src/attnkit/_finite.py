@@ -6,7 +6,8 @@ loop (:class:`attnkit.reference.trainer.Trainer`), chosen by ``on_nan``:
 
 ``"stop"`` (the default)
     raise :class:`NonFiniteError` naming the epoch, the step and the settings
-    that help (by their config names, which every command's flags spell alike);
+    that help (by their config names in backticks, which a command writes as
+    its flags: :func:`attnkit.cli.messages.in_flags`);
     nothing of the failed epoch is committed, so a run folder keeps its last
     committed state (and a run being overwritten keeps the old one).
 ``"skip-step"``
@@ -39,7 +40,7 @@ MAX_SKIPS_IN_A_ROW = 10
 """``on_nan="skip-step"`` stops after this many non-finite steps in a row."""
 
 # What helps, by the settings' names: every command that trains spells its flags alike where it has them.
-_CALMER = "Lower the learning rate (lr) or clip the gradient norm (clip_norm)"
+_CALMER = "Lower the learning rate `lr` or clip the gradient norm with `clip_norm`"
 
 
 class NonFiniteError(ValueError):
@@ -91,13 +92,13 @@ class StepGuard:
         if self.on_nan == "stop":
             raise NonFiniteError(
                 f"training diverged at {where}: {what}; nothing of this epoch was committed. "
-                f"{_CALMER}, or set on_nan to skip-step to skip such steps")
+                f"{_CALMER}, or set `on_nan` to skip-step to skip such steps")
         self.skipped += 1
         self.in_a_row += 1
         if self.in_a_row >= self.max_skips:
             raise NonFiniteError(
                 f"training diverged at {where}: {what}, the {self.in_a_row}th non-finite step in a row that "
-                f"on_nan skip-step skipped; nothing of this epoch was committed. {_CALMER}")
+                f"`on_nan` skip-step skipped; nothing of this epoch was committed. {_CALMER}")
         return False
 
 
@@ -113,7 +114,7 @@ def refuse_non_finite(names: Sequence[str], *, epoch: int, step: int) -> None:
         raise NonFiniteError(
             f"training diverged by epoch {epoch}, step {step}: "
             f"{non_finite_message('the model', list(names))}; nothing of this epoch was committed. "
-            f"{_CALMER}; on_nan skip-step cannot undo weights that are already non-finite")
+            f"{_CALMER}; `on_nan` skip-step cannot undo weights that are already non-finite")
 
 
 def refuse_non_finite_metrics(metrics: Mapping[str, object], *, epoch: int, step: int) -> None:

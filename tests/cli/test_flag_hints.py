@@ -311,3 +311,15 @@ def test_the_collector_reads_messages_not_docs(tmp_path: Path) -> None:
         '    """Doc naming --nothing."""\n'
         '    raise ValueError(f"bad {v}; pass --real 2")\n', encoding="utf-8")
     assert [(m.text, m.function) for m in collect_messages(tmp_path)] == [("bad {}; pass --real 2", "f")]
+
+
+def test_a_setting_in_backticks_is_written_as_the_commands_flag_or_bare() -> None:
+    from attnkit.cli.messages import in_flags
+
+    ctx = click.Context(cli)
+    text = "lower `lr`, set `on_nan` or `max_memory`; keep `no_such_setting`"
+    assert in_flags(text, cli.get_command(ctx, "train")) == ("lower --lr, set --on-nan or --max-memory; "
+                                                      "keep no_such_setting")
+    demo = in_flags(text, cli.get_command(ctx, "demo"))
+    assert "--lr" not in demo and "--on-nan" not in demo and "`" not in demo
+    assert in_flags(text) == "lower lr, set on_nan or max_memory; keep no_such_setting"  # no command running

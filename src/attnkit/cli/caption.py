@@ -30,7 +30,7 @@ from typing import Any
 import click
 
 from attnkit._lazy import missing_extra_message
-from attnkit.cli.messages import friendly_errors
+from attnkit.cli.messages import echo, friendly_errors
 from attnkit.cli.options import SEED, allow_unfinished_option, task_option
 
 __all__ = ["train_caption", "caption"]
@@ -126,7 +126,7 @@ def train_caption(**values: Any) -> None:
     settings = CaptionSettings(**{f.name: values[f.name] for f in dataclasses.fields(CaptionSettings)})
     try:
         done = train_caption_run(settings, values["out"], resume=values["resume"], overwrite=values["overwrite"],
-                                 log=click.echo, epoch_log=None if values["quiet"] else click.echo, flags=RUN_FLAGS)
+                                 log=echo, epoch_log=None if values["quiet"] else echo, flags=RUN_FLAGS)
     except RunLockedError as err:
         raise click.ClickException(str(err)) from None
     except ImportError as err:  # a backbone whose library is missing

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from attnkit.cli.inputs import read_data, read_texts_to_classify, warn_truncated
-from attnkit.cli.messages import friendly_errors, print_metrics
+from attnkit.cli.messages import echo, friendly_errors, print_metrics
 from attnkit.cli.options import (
     allow_unfinished_option,
     baseline_option,
@@ -34,10 +34,6 @@ from attnkit.cli.options import (
 )
 from attnkit.cli.rundata import RUN_FLAGS, data_source, resumed_data_source
 from attnkit.train.recipe import DEFAULT_MODEL, data_defaults, train_defaults
-
-
-def _echo(line: str) -> None:
-    click.echo(line)
 
 
 def _numpy_backend() -> ModuleType:
@@ -234,7 +230,7 @@ def train(ctx: click.Context, **values: Any) -> None:
             raise click.UsageError("--baseline needs --backend torch" if values["baseline"] else
                                    "missing --data (the training data); see attnkit train --help")
         train_numpy(values, parse_model_options(ctx, values["model_opt"]), _data_plan(values, Path(values["out"])),
-                    echo=_echo, report=print_metrics)
+                    echo=echo, report=print_metrics)
         return
     from attnkit.train.plan import run_plan
 
@@ -250,7 +246,7 @@ def train(ctx: click.Context, **values: Any) -> None:
     else:
         plan = _new_plan(ctx, out, values)
     try:
-        result = run_plan(plan, log=_echo)
+        result = run_plan(plan, log=echo)
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted; continue with: attnkit train --out {out} --resume", err=True)
         sys.exit(130)
@@ -444,7 +440,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
         examples, folds=values["folds"], model_name=model_name, model_options=model_options,
         train_config=train_config, data=data_settings, val=values["val_ratio"],
         max_folds=values["max_folds"], max_memory=values["max_memory"],
-        quiet=values["quiet"], log=_echo, **pretrained)
+        quiet=values["quiet"], log=echo, **pretrained)
     accs = [r["accuracy"] for r in results]
     spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
     click.echo(f"mean accuracy over {len(accs)} fold(s): {statistics.mean(accs):.4f}{spread}")

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from attnkit._lazy import require_extra
-from attnkit.cli.messages import friendly_errors
+from attnkit.cli.messages import echo, friendly_errors
 from attnkit.cli.options import SEED
 
 __all__ = ["demo", "DEMO_MODEL", "DEMO_TRAIN", "run_demo", "is_demo_run"]
@@ -127,7 +127,7 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
         as_examples[:cut_val], as_examples[cut_val:cut_test], as_examples[cut_test:],
         model_name="document", model_options=DEMO_MODEL, train_config=config,
         data=DataSettings(max_len=64), out_dir=out, run_id=run_id, overwrite=overwrite, quiet=quiet,
-        log=None if quiet else click.echo, extra={"data": {"source": DEMO_SOURCE, "n": n, "seed": seed}},
+        log=None if quiet else echo, extra={"data": {"source": DEMO_SOURCE, "n": n, "seed": seed}},
         baseline=baseline)
     assert result.test is not None and result.test_data is not None
     test_docs = corpus[cut_test:]

@@ -3,19 +3,45 @@
 :func:`friendly_errors` turns attnkit's user errors (a ``ValueError`` with a
 message that names the flag, file or field; an ``OSError`` naming its path)
 into click's ``Error: ...`` line without a traceback; every command wears it.
+
+A setting in the library's messages is written as its config name between
+backticks (`` `on_nan` ``), the name the Python API takes; :func:`in_flags`
+writes it as the running command's flag (``--on-nan``) when the command has
+one, else as the bare name, so no command suggests a flag it lacks.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-__all__ = ["friendly_errors", "user_os_error", "print_metrics"]
+__all__ = ["friendly_errors", "user_os_error", "print_metrics", "in_flags", "echo"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_SETTING = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+def in_flags(text: str, command: click.Command | None = None) -> str:
+    """``text`` with each `` `setting` `` written as ``command``'s flag for it, else as the bare name.
+
+    ``command`` None is the running command (none running: every name bare).
+    """
+    if command is None:
+        ctx = click.get_current_context(silent=True)
+        command = ctx.command if ctx is not None else None
+    flags = {p.name: max(p.opts, key=len) for p in (command.params if command else [])
+             if isinstance(p, click.Option) and p.name}
+    return _SETTING.sub(lambda m: flags.get(m.group(1), m.group(1)), text)
+
+
+def echo(line: str) -> None:
+    """``click.echo`` of a library log line, its settings written as the running command's flags."""
+    click.echo(in_flags(line))
 
 
 def friendly_errors(f: F) -> F:
@@ -28,9 +54,9 @@ def friendly_errors(f: F) -> F:
         except (click.ClickException, BrokenPipeError):  # a closed pipe ends quietly (click's main)
             raise
         except ValueError as err:
-            raise click.ClickException(str(err)) from None
+            raise click.ClickException(in_flags(str(err))) from None
         except OSError as err:
-            raise click.ClickException(user_os_error(err)) from None
+            raise click.ClickException(in_flags(user_os_error(err))) from None
     return wrapper  # type: ignore[return-value]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from attnkit.cli.messages import friendly_errors
+from attnkit.cli.messages import echo, friendly_errors
 from attnkit.cli.options import SEED, allow_unfinished_option, task_option
 
 __all__ = ["train_translate", "translate"]
@@ -104,7 +104,7 @@ def train_translate(**v: Any) -> None:
     try:
         summary = fit_translation(train, val, model_options=model_options, train_config=config,
                                   out_dir=v["out"], overwrite=v["overwrite"], shared_vocab=not v["separate_vocab"],
-                                  log=None if v["quiet"] else click.echo, resume=v["resume"], flags=RUN_FLAGS)
+                                  log=None if v["quiet"] else echo, resume=v["resume"], flags=RUN_FLAGS)
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted; {v['out']} holds the last finished epoch, if any (go on with --resume)", err=True)
         sys.exit(130)

@@ -67,7 +67,7 @@ def refuse_non_finite_file(path: str | os.PathLike[str], names: Sequence[str]) -
     """Refuse the weights file ``path`` when its tensors ``names`` hold NaN or infinity."""
     if names:
         raise RunFileError(f"{non_finite_message(str(Path(path)), list(names))}: the weights of a diverged "
-                           "training are not served; retrain (e.g. with a lower learning rate)")
+                           "training are not served; retrain (e.g. with a lower learning rate `lr`)")
 
 
 def _short(value: Any) -> str:
