@@ -1,8 +1,11 @@
 """Training for the measure: the default recipe with ``--metric macro_f1`` against the class-weighted baseline.
 
-On each set, one seeded stratified split (train / validation / test, the
-shares of ``attnkit train``: 10% validation, here 20% test so that rare
-classes have some test support), the same split for every row, in one run:
+On each set, one seeded stratified split per seed (``--seed``, or several
+with ``--seeds``: each seed its own down-sampling, split and training, and a
+summary per set of each row's mean and spread and of the per-seed
+differences) (train / validation / test, the shares of ``attnkit train``:
+10% validation, here 20% test so that rare classes have some test support),
+the same split for every row, in one run:
 
 * ``accuracy``: the default recipe as ``attnkit train`` runs it today
   (``--metric accuracy``, no class weights, no offsets: the training path is
@@ -26,6 +29,8 @@ whole) and ``mr-imb`` (the positive sentences down-sampled to 10%).
 
     .venv/bin/python evals/metric_recipe.py --sets sms agnews-imb mr-imb mr agnews --balanced
     .venv/bin/python evals/metric_recipe.py --sets agnews-imb sms mr-imb --rows macro_f1 macro_f1+balanced
+    .venv/bin/python evals/metric_recipe.py --sets agnews-imb sms mr-imb --seeds 0 1 2 --threads 1 \
+        --rows accuracy macro_f1 macro_f1+balanced   # mean and spread over three splits
     /usr/bin/time -v .venv/bin/python evals/metric_recipe.py --sets sms   # with the peak memory
 """
 
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -98,16 +104,17 @@ def test_parts(result: Any) -> dict[str, float]:
             "sum+offsets": score(own + b * wide)}
 
 
-def run_set(name: str, examples: list[Example], args: argparse.Namespace) -> dict[str, Any]:
-    tr, va, te = split_examples(examples, val=0.1, test=0.2, seed=args.seed)
+def run_set(name: str, examples: list[Example], args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    tr, va, te = split_examples(examples, val=0.1, test=0.2, seed=seed)
     counts = {lb: sum(e.label == lb for e in examples) for lb in sorted({e.label for e in examples})}
-    print(f"{name}: {len(tr)} train, {len(va)} validation, {len(te)} test; classes {counts}", flush=True)
-    row: dict[str, Any] = {"set": name, "n": len(examples), "classes": counts, "test": len(te)}
+    print(f"{name}, seed {seed}: {len(tr)} train, {len(va)} validation, {len(te)} test; classes {counts}",
+          flush=True)
+    row: dict[str, Any] = {"set": name, "seed": seed, "n": len(examples), "classes": counts, "test": len(te)}
     variants = [(label, ROWS[label]) for label in args.rows]
     if args.balanced and "macro_f1+balanced" not in args.rows:
         variants.append(("macro_f1+balanced", ROWS["macro_f1+balanced"]))
     for label, fields in variants:
-        config = TrainConfig.from_dict({"device": "cpu", **train_defaults(DEFAULT_MODEL), "seed": args.seed,
+        config = TrainConfig.from_dict({"device": "cpu", **train_defaults(DEFAULT_MODEL), "seed": seed,
                                         **({"epochs": args.epochs} if args.epochs else {}), **fields})
         start = time.perf_counter()
         result = fit_classifier(tr, va, te, model_name=DEFAULT_MODEL, train_config=config,
@@ -137,11 +144,45 @@ def run_set(name: str, examples: list[Example], args: argparse.Namespace) -> dic
     return row
 
 
+def summarize(name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and spread over the seeds of each row of one set, and each seed's macro-F1 difference against the
+    balanced baseline of the same split (points); with both recipe rows, ``macro_f1`` minus ``accuracy``."""
+    labels = [k for k in rows[0] if isinstance(rows[0][k], dict) and "macro_f1" in rows[0][k]]
+    out: dict[str, Any] = {"set": name, "seeds": [r["seed"] for r in rows]}
+    print(f"{name}: {len(rows)} seeds {out['seeds']} (mean, standard deviation over the seeds, min..max)", flush=True)
+    for label in labels:
+        summary: dict[str, Any] = {}
+        for measure in ("accuracy", "macro_f1"):
+            values = [100 * r[label][measure] for r in rows]
+            spread = statistics.stdev(values) if len(values) > 1 else 0.0
+            summary[measure] = {"mean": statistics.fmean(values), "sd": spread, "min": min(values),
+                                "max": max(values), "per_seed": values}
+        line = (f"  {label:<18} accuracy {summary['accuracy']['mean']:6.2f} ± {summary['accuracy']['sd']:.2f}  "
+                f"macro-F1 {summary['macro_f1']['mean']:6.2f} ± {summary['macro_f1']['sd']:.2f} "
+                f"({summary['macro_f1']['min']:.2f}..{summary['macro_f1']['max']:.2f})")
+        if not label.startswith("baseline"):
+            gaps = [100 * (r[label]["macro_f1"] - r["baseline balanced"]["macro_f1"]) for r in rows]
+            summary["minus_balanced_baseline"] = gaps
+            line += f"; minus the balanced baseline {statistics.fmean(gaps):+.2f} (" + \
+                ", ".join(f"{g:+.2f}" for g in gaps) + ")"
+        out[label] = summary
+        print(line, flush=True)
+    if "accuracy" in labels and "macro_f1" in labels:
+        gaps = [100 * (r["macro_f1"]["macro_f1"] - r["accuracy"]["macro_f1"]) for r in rows]
+        out["macro_f1_minus_accuracy_row"] = gaps
+        print(f"  macro-F1 of --metric macro_f1 minus --metric accuracy's: {statistics.fmean(gaps):+.2f} ("
+              + ", ".join(f"{g:+.2f}" for g in gaps) + ")", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="*", choices=SETS, default=list(SETS))
     parser.add_argument("--data-root", type=Path, default=None, help="folder holding mr/, sms/, agnews/")
     parser.add_argument("--seed", type=int, default=0, help="the split's and the training's seed")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="several seeds (each its own down-sampling, split and training); a summary per set "
+                             "gives each row's mean and spread and the per-seed differences (overrides --seed)")
     parser.add_argument("--epochs", type=int, default=None, help="at most this many epochs (default: the recipe's)")
     parser.add_argument("--rows", nargs="*", choices=list(ROWS), default=["accuracy", "macro_f1"],
                         help="the recipe's rows to train (default: accuracy macro_f1)")
@@ -150,10 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    rows = [run_set(name, load(name, args.data_root, args.seed), args) for name in args.sets]
+    seeds = args.seeds or [args.seed]
+    rows = [run_set(name, load(name, args.data_root, seed), args, seed) for name in args.sets for seed in seeds]
+    summaries = [summarize(name, [r for r in rows if r["set"] == name]) for name in args.sets] if len(seeds) > 1 else []
     print(f"peak resident memory {peak_rss_mib():.0f} MiB", flush=True)
     if args.json:
-        atomic_write_json(args.json, {"seed": args.seed, "rows": rows, "peak_memory_mib": round(peak_rss_mib(), 1)})
+        atomic_write_json(args.json, {"seeds": seeds, "rows": rows, "summary": summaries,
+                                      "peak_memory_mib": round(peak_rss_mib(), 1)})
     else:
         print(json.dumps(rows, indent=1))
     return 0
