@@ -125,10 +125,11 @@ def _rows(model_name: str, config: dict[str, Any]) -> tuple[str | None, int]:
 
 
 def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0,
-                        batch_tokens: int = 0) -> MemoryEstimate:
+                        batch_tokens: int = 0, train_documents: int | None = None) -> MemoryEstimate:
     """:class:`MemoryEstimate` of training ``model_name`` with ``config`` on ``tokens`` training tokens
     (``documents``: the bytes the encoded documents hold; ``batch_tokens``: the padded tokens of the
-    largest training batch, counted for a config with ``activation_bytes``)."""
+    largest training batch, counted for a config with ``activation_bytes``; ``train_documents``: how many
+    training documents hold the tokens, None: as many as tokens)."""
     from attnkit.models import config_from_dict
     from attnkit.models.ngram_half import fit_bytes
 
@@ -136,7 +137,7 @@ def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int,
     field, rows = _rows(model_name, config)
     fit = 0
     if field is not None:
-        fit = fit_bytes(int(config["vocab_size"]) + rows, int(config["num_classes"]), tokens)
+        fit = fit_bytes(int(config["vocab_size"]) + rows, int(config["num_classes"]), tokens, train_documents)
     per_batch = getattr(config_from_dict(model_name, config), "activation_bytes", None)
     activations = int(per_batch(batch_tokens)) if per_batch is not None and batch_tokens > 0 else 0
     return MemoryEstimate(params, buffers, fit, documents, activations)
@@ -150,9 +151,23 @@ def _levers(need: MemoryEstimate) -> str:
     return "--vocab-size or the number of classes"
 
 
+def _most_rows(model_name: str, config: dict[str, Any], field: str, most: int, limit: int,
+               sizes: dict[str, Any]) -> int:
+    """The most bigram rows, at most ``most``, whose estimate is within ``limit`` (0: not even one); the
+    estimate grows with the rows, so a bisection finds them."""
+    low, high = 0, most
+    while low < high:
+        mid = (low + high + 1) // 2
+        if estimate_classifier(model_name, {**config, field: mid}, **sizes).total <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
 def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0,
-                  batch_tokens: int = 0, limit: int | None = None, can_shrink: bool = True,
-                  log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  batch_tokens: int = 0, train_documents: int | None = None, limit: int | None = None,
+                  can_shrink: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``config``, with fewer n-gram bigram rows when the run would not fit in ``limit`` bytes.
 
     ``limit`` None is :func:`default_limit`. Raises :class:`MemoryLimitError` when it cannot fit.
@@ -164,7 +179,8 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
         source = f"{DEFAULT_FRACTION:.0%} of the {format_bytes(limit / DEFAULT_FRACTION)} available"
     else:
         source = "--max-memory"
-    sizes = {"tokens": tokens, "documents": documents, "batch_tokens": batch_tokens}
+    sizes: dict[str, Any] = {"tokens": tokens, "documents": documents, "batch_tokens": batch_tokens,
+                             "train_documents": train_documents}
     need = estimate_classifier(model_name, config, **sizes)
     if need.total <= limit:
         return config
@@ -175,9 +191,7 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
         why = "" if field is None else " (a resumed run keeps its n-gram rows)"
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}){why}; raise "
                                f"--max-memory, or lower {_levers(need)}")
-    bare = estimate_classifier(model_name, {**config, field: 1}, **sizes)
-    per_row = max(1, (need.total - bare.total) // (rows - 1)) if rows > 1 else need.total
-    fit = min(rows - 1, (limit - bare.total) // per_row + 1) if limit > bare.total else 0
+    fit = _most_rows(model_name, config, field, rows - 1, limit, sizes)
     if fit < MIN_ROWS:
         smallest = estimate_classifier(model_name, {**config, field: MIN_ROWS}, **sizes)
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}), and about "

@@ -223,6 +223,7 @@ def _budgeted(model_name: str, config: dict[str, Any], parts: Sequence[TextClass
                                       processes=processes)
     config = fit_to_memory(model_name, config, tokens=int(train_ds.ids.offsets[-1]),
                            documents=sum(d.ids.nbytes for d in parts), batch_tokens=batch_tokens,
+                           train_documents=len(train_ds),
                            limit=limit, can_shrink=can_shrink, log=note)
     return config, cap
 

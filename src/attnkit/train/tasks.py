@@ -36,7 +36,7 @@ from torch.utils.data import Dataset
 from attnkit._checks import positive_int
 from attnkit.train.metrics import classification_report, metric_score
 
-__all__ = ["StepOutput", "TrainTask", "ClassificationTask", "epoch_batches"]
+__all__ = ["ordered_batches", "StepOutput", "TrainTask", "ClassificationTask", "epoch_batches"]
 
 Batch = dict[str, Tensor]
 Collate = Callable[[list[Any]], Batch]
@@ -120,6 +120,16 @@ def _token_batches(ordered: Sequence[int], lengths: Sequence[int], batch_size: i
     if current:
         batches.append(current)
     return batches
+
+
+def ordered_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[range]:
+    """Consecutive spans of ``range(len(lengths))``, in order, of at most ``batch_size`` members and, with
+    ``max_tokens``, past the first member at most that many padded tokens (members times the longest of
+    ``lengths``): the batches of prediction."""
+    n = len(lengths)
+    if max_tokens is None:
+        return [range(start, min(n, start + batch_size)) for start in range(0, n, batch_size)]
+    return [range(b[0], b[-1] + 1) for b in _token_batches(range(n), lengths, batch_size, max_tokens)]
 
 
 class ClassificationTask:
@@ -230,10 +240,8 @@ class ClassificationTask:
         model.eval()
         n = len(data)  # type: ignore[arg-type]
         lengths = getattr(data, "lengths", None)
-        if self.max_tokens is None or lengths is None:
-            spans = [range(start, min(n, start + batch_size)) for start in range(0, n, batch_size)]
-        else:
-            spans = [range(b[0], b[-1] + 1) for b in _token_batches(range(n), lengths, batch_size, self.max_tokens)]
+        spans = ordered_batches(lengths if lengths is not None else [0] * n, batch_size,
+                                self.max_tokens if lengths is not None else None)
         logits, labels = [], []
         for span in spans:
             batch = self._to_device(self.collate([data[i] for i in span]))
