@@ -102,6 +102,8 @@ def test_merged_counts_add_up_and_keep_the_keys_sorted() -> None:
 BOUND_SCRIPT = textwrap.dedent("""
     import resource
     import numpy as np
+    import torch
+    torch.set_num_threads(1)  # no per-thread buffers: the same figure however busy the machine is
     from attnkit.data.batching import TokenIds
     from attnkit.models import build_model
     from attnkit.models.ngram_half import fit_bytes

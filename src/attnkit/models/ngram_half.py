@@ -49,10 +49,12 @@ Shape legend: B batch, T tokens, C classes, F n-gram features per document (2T -
 Fitting. :func:`frequent_bigrams` chooses the bigrams that get rows of the table;
 :func:`ngram_counts` then reads the documents once, through the model's own
 padding and n-gram features (so that what is fitted is what
-:meth:`NgramHalf.wide_logits` reads), into a sparse document x n-gram
-count matrix; :func:`naive_bayes_ratios` counts the classes from it and
-:func:`fit_nb_regression` fits the logistic regression on the naive-Bayes-scaled
-features (NB-LR; Wang and Manning, 2012) whose weights become the table.
+:meth:`NgramHalf.wide_logits` reads), into a sparse CSR document x n-gram
+count matrix (int32 columns, float32 counts); :func:`naive_bayes_ratios` counts
+the classes from it and :func:`fit_nb_regression` fits the logistic regression on
+the naive-Bayes-scaled features (NB-LR; Wang and Manning, 2012) whose weights
+become the table, its gradient written out and the matrix read in blocks, so
+the fit holds little beyond the matrix and L-BFGS's tables (:func:`fit_bytes`).
 After training, :func:`fit_stacking_weights` weighs the two halves on the
 validation part.
 """
