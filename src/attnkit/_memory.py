@@ -29,6 +29,17 @@ def available_memory() -> int | None:
 
 
 def peak_rss_mib() -> float:
-    """Peak resident set size of this process so far, in MiB (``getrusage`` ``ru_maxrss``)."""
+    """Peak resident set size of this process so far, in MiB.
+
+    Linux's ``VmHWM`` where it can be read: ``getrusage``'s ``ru_maxrss`` starts a process forked from a
+    larger one (a notebook, a test runner, a launcher) at that parent's peak, so it would report the parent's.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**10
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB elsewhere

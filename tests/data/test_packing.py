@@ -213,7 +213,8 @@ def test_cli_train_pack_and_numpy_refusal(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     result = runner.invoke(cli, ["train", "--data", str(data), "--out", str(tmp_path / "small"), "--pack", "16",
                                  "--max-len", "32", *TINY])
-    assert result.exit_code != 0 and "pack=16 tokens per row must hold the longest document" in result.output
+    assert result.exit_code != 0 and "--pack 16 tokens per row must hold the longest document" in result.output
+    assert "raise --pack or lower --max-len" in result.output
     result = runner.invoke(cli, ["train", "--backend", "numpy", "--data", str(data), "--out",
                                  str(tmp_path / "np"), "--pack", "64"])
     assert result.exit_code != 0 and "--backend numpy does not support --pack" in result.output

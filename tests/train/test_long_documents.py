@@ -105,6 +105,6 @@ def test_packed_rows_must_hold_the_whole_span_a_chunked_model_reads() -> None:
     import pytest
 
     docs = _late_keyword_documents(40, seed=0)
-    with pytest.raises(ValueError, match=r"pack=32 .* 50 tokens \(max_len 8 read in up to 8 chunks\).*max_chunks"):
+    with pytest.raises(ValueError, match=r"`pack` 32 .* 50 tokens \(`max_len` 8 read in up to 8 chunks\).*max_chunks"):
         fit_classifier(docs[:30], docs[30:], [], model_name="wide", model_options=OPTIONS,
                        data=DataSettings(max_len=8), train_config=TrainConfig(epochs=1, pack=32, device="cpu"))

@@ -49,10 +49,12 @@ Shape legend: B batch, T tokens, C classes, F n-gram features per document (2T -
 Fitting. :func:`frequent_bigrams` chooses the bigrams that get rows of the table;
 :func:`ngram_counts` then reads the documents once, through the model's own
 padding and n-gram features (so that what is fitted is what
-:meth:`NgramHalf.wide_logits` reads), into a sparse document x n-gram
-count matrix; :func:`naive_bayes_ratios` counts the classes from it and
-:func:`fit_nb_regression` fits the logistic regression on the naive-Bayes-scaled
-features (NB-LR; Wang and Manning, 2012) whose weights become the table.
+:meth:`NgramHalf.wide_logits` reads), into a sparse CSR document x n-gram
+count matrix (int32 columns, float32 counts); :func:`naive_bayes_ratios` counts
+the classes from it and :func:`fit_nb_regression` fits the logistic regression on
+the naive-Bayes-scaled features (NB-LR; Wang and Manning, 2012) whose weights
+become the table, its gradient written out and the matrix read in blocks, so
+the fit holds little beyond the matrix and L-BFGS's tables (:func:`fit_bytes`).
 After training, :func:`fit_stacking_weights` weighs the two halves on the
 validation part.
 """
@@ -60,7 +62,8 @@ validation part.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -84,34 +87,75 @@ tables, so the fit needs up to :data:`FIT_TABLES` such tables (:func:`fit_bytes`
 FIT_TABLES = 2 * LBFGS_HISTORY + 8
 """``(S, C)`` float64 tables alive at the fit's peak: the history, the ratios, ``U`` and its gradient, the
 scaled table and its gradient, L-BFGS's direction and previous gradient."""
+COUNT_BYTES = 8
+"""Bytes of one entry of the count matrix (:func:`ngram_counts`): an int32 column and a float32 count."""
+BIGRAM_BYTES = 32
+"""Bytes per distinct bigram :func:`frequent_bigrams` holds at most: its key and document count, twice
+while a chunk's are merged in, and the sort that ranks them."""
+DOCUMENT_TABLES = 8
+"""``(N, C)`` float64 tables alive during the regression's steps (logits, their gradient, the targets...)."""
+CHUNK_TOKENS = 2**20
+"""Most padded tokens of the documents the fit pads at once (:func:`frequent_bigrams`, :func:`ngram_counts`)."""
+BLOCK_BYTES = 2**26
+"""Most bytes one block of the count matrix takes while the fit reads it (:func:`_blocks`)."""
+STEP_BYTES = max(BLOCK_BYTES, 160 * CHUNK_TOKENS)
+"""Most bytes one step of the fit holds beside what it keeps: a chunk of padded documents, their n-gram
+features and the sort that counts them, or a block of the count matrix."""
 STACKING_BOUNDS = (1e-3, 1e3)
 """The range of each weight :func:`fit_stacking_weights` may return."""
 
 
-def fit_bytes(rows: int, num_classes: int, tokens: int) -> int:
+def fit_bytes(rows: int, num_classes: int, tokens: int, documents: int | None = None) -> int:
     """Bytes :meth:`NgramHalf.init_from_training_data` allocates at most beside the table, for ``rows``
-    table rows (vocabulary plus bigram rows), ``num_classes`` classes and ``tokens`` training tokens.
+    table rows (vocabulary plus bigram rows), ``num_classes`` classes, ``tokens`` training tokens and
+    ``documents`` training documents (None: as many as tokens, the most there can be when none is empty).
 
-    The count matrix has at most ``2 * tokens`` entries (a document of ``T`` tokens has ``2T - 1``
-    n-grams), each two int64 indices and a float64 value, held twice (the counts and the scaled
-    features); the regression holds :data:`FIT_TABLES` ``(rows, C)`` float64 tables.
+    The count matrix (:func:`ngram_counts`) has at most ``2 * tokens`` entries (a document of ``T``
+    tokens has ``2T - 1`` n-grams) of :data:`COUNT_BYTES` each, held one and a half times while it is
+    built; :func:`frequent_bigrams` holds :data:`BIGRAM_BYTES` per distinct bigram (at most ``tokens``)
+    before; the regression holds the matrix, :data:`FIT_TABLES` ``(rows, C)`` float64 tables and
+    :data:`DOCUMENT_TABLES` ``(N, C)`` ones; a step of any of them (a chunk of documents padded, a block of
+    the matrix read) takes at most :data:`STEP_BYTES` more.
     """
-    return 2 * (2 * tokens) * 24 + FIT_TABLES * rows * num_classes * 8
+    matrix = 2 * tokens * COUNT_BYTES
+    fit = matrix + 8 * num_classes * (FIT_TABLES * rows + DOCUMENT_TABLES * (tokens if documents is None
+                                                                             else documents))
+    return max(matrix * 3 // 2, BIGRAM_BYTES * tokens, fit) + STEP_BYTES
+
+
+def _documents(model: NgramHalf, documents: Sequence[Sequence[int]], chunk: int
+               ) -> Iterator[tuple[Tensor, AttentionMask]]:
+    """The documents in order, as the model pads them, ``chunk`` at a time or fewer (at most
+    :data:`CHUNK_TOKENS` padded tokens, one document at least): ids ``(B, T)`` and mask."""
+    start = 0
+    while start < len(documents):
+        end, longest = start + 1, len(documents[start])
+        while end < min(start + chunk, len(documents)):
+            longest = max(longest, len(documents[end]))
+            if (end + 1 - start) * longest > CHUNK_TOKENS:
+                break
+            end += 1
+        ids, _, mask = model._padded(documents[start:end])
+        yield ids, mask
+        start = end
 
 
 def frequent_bigrams(model: NgramHalf, documents: Sequence[Sequence[int]], chunk: int) -> Tensor:
-    """The sorted keys of the model's ``R`` bigram rows: the bigrams in the most documents, then free places."""
+    """The sorted keys of the model's ``R`` bigram rows: the bigrams in the most documents, then free places.
+
+    The document counts of the bigrams seen so far are merged chunk by chunk (:func:`_merged_counts`):
+    at most :data:`BIGRAM_BYTES` per distinct bigram.
+    """
     vocab, rows = model._ngram_vocab, model._ngram_rows
-    found = []
-    for start in range(0, len(documents), chunk):
-        ids, _, mask = model._padded(documents[start : start + chunk])
+    keys, docs = torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.int32)  # sorted, distinct
+    for ids, mask in _documents(model, documents, chunk):
         real = mask.key_mask()  # (B, T)
         pairs = real[:, :-1] & real[:, 1:]  # (B, T-1)
         key = ids[:, :-1] * vocab + ids[:, 1:]  # (B, T-1)
         doc = torch.arange(ids.shape[0])[:, None].expand_as(key)
         span = vocab * vocab  # keys lie in [0, V^2): one number per (doc, bigram), made unique
-        found.append(torch.unique(doc[pairs] * span + key[pairs]) % span)
-    keys, docs = torch.cat(found).unique(return_counts=True) if found else (torch.zeros(0, dtype=torch.long),) * 2
+        found = torch.unique(torch.unique(doc[pairs] * span + key[pairs]) % span, return_counts=True)
+        keys, docs = _merged_counts(keys, docs, *found)
     if keys.numel() > rows:  # most documents first, then the smaller key (stable sort)
         keys = keys[torch.sort(docs, descending=True, stable=True).indices[:rows]].sort().values
     out = torch.full((rows,), NO_KEY, dtype=torch.long)
@@ -119,24 +163,91 @@ def frequent_bigrams(model: NgramHalf, documents: Sequence[Sequence[int]], chunk
     return out
 
 
+def _merged_counts(keys: Tensor, counts: Tensor, new: Tensor, added: Tensor) -> tuple[Tensor, Tensor]:
+    """The sorted distinct ``keys`` with their ``counts``, and the sorted distinct ``new`` ones with theirs
+    (``added``), merged: the counts of a key in both add up."""
+    at = torch.searchsorted(keys, new)  # (K',)
+    old = at < keys.numel()
+    old[old.clone()] = keys[at[old]] == new[old]
+    counts.index_add_(0, at[old], added[old].to(counts.dtype))
+    new, added, at = new[~old], added[~old], at[~old]  # at: how many old keys come before each new one
+    if not new.numel():
+        return keys, counts
+    size = keys.numel() + new.numel()
+    place = torch.arange(new.numel()) + at  # each new key's place in the merged order
+    rest = torch.ones(size, dtype=torch.bool)
+    rest[place] = False  # the old keys keep their order in the other places
+    merged = torch.empty(size, dtype=keys.dtype)
+    merged[place], merged[rest] = new, keys
+    del keys
+    total = torch.empty(size, dtype=counts.dtype)
+    total[place], total[rest] = added.to(counts.dtype), counts
+    return merged, total
+
+
 def ngram_counts(model: NgramHalf, documents: Sequence[Sequence[int]], chunk: int) -> Tensor:
     """How often each of the model's n-gram rows occurs in each document: the one pass both fits read.
 
     Shape:
-        returns a coalesced sparse ``(N, V + R)`` float64 tensor; a row sums
+        returns a sparse CSR ``(N, V + R)`` float32 tensor (int32 indices when its size allows); a row sums
         to the document's n-gram count, the count :meth:`NgramHalf.wide_logits` divides by.
     """
     size = (len(documents), model._ngram_vocab + model._ngram_rows)
-    index, values = [torch.zeros(2, 0, dtype=torch.long)], [torch.zeros(0, dtype=torch.float64)]
-    for start in range(0, len(documents), chunk):  # each chunk's repeats added up at once: its documents only
-        ids, _, mask = model._padded(documents[start : start + chunk])
+    index = torch.int32 if size[1] < 2**31 else torch.long
+    columns, values, entries = [], [], [torch.zeros(1, dtype=torch.long)]
+    for ids, mask in _documents(model, documents, chunk):  # each chunk's repeats added up at once
         feats, real = model._features(ids, mask)  # (B, F)
-        flat = (torch.arange(start, start + ids.shape[0])[:, None] * size[1] + feats)[real]
+        flat = (torch.arange(ids.shape[0])[:, None] * size[1] + feats)[real]
         keys, counts = torch.unique(flat, return_counts=True)  # sorted: by document, then n-gram
-        index.append(torch.stack([keys // size[1], keys % size[1]]))
-        values.append(counts.to(torch.float64))
-    out = torch.sparse_coo_tensor(torch.cat(index, 1), torch.cat(values), size, check_invariants=False)
-    return out._coalesced_(True)  # chunks hold disjoint, ascending documents
+        del flat
+        entries.append(torch.bincount(keys // size[1], minlength=ids.shape[0]))
+        columns.append((keys % size[1]).to(index))
+        values.append(counts.to(torch.float32))
+    crow = torch.cat(entries).cumsum(0)
+    if crow[-1] >= 2**31:
+        index = torch.long
+    col = _joined(columns, index)
+    return _csr_tensor(crow.to(index), col, _joined(values, torch.float32), size)
+
+
+def _csr_tensor(crow: Tensor, col: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
+    """``torch.sparse_csr_tensor`` without torch's one-time notice that its sparse CSR support is in beta."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(crow, col, values, size, check_invariants=False)
+
+
+def _joined(parts: list[Tensor], dtype: torch.dtype) -> Tensor:
+    """``torch.cat(parts)`` as ``dtype``, emptying ``parts`` on the way: the parts and the whole are held once."""
+    out = torch.empty(sum(p.numel() for p in parts), dtype=dtype)
+    at = 0
+    while parts:
+        part = parts.pop(0)
+        out[at : at + part.numel()] = part
+        at += part.numel()
+    return out
+
+
+def _csr(counts: Tensor) -> Tensor:
+    """``counts`` as a sparse CSR matrix (a sparse COO one is converted)."""
+    return counts if counts.layout == torch.sparse_csr else counts.coalesce().to_sparse_csr()
+
+
+def _blocks(counts: Tensor, width: int) -> Iterator[tuple[int, int, Tensor, Tensor, Tensor]]:
+    """The CSR ``counts`` in blocks of whole rows with at most :data:`BLOCK_BYTES` of ``(entries, width)``
+    float64 (one row at least): first and end row, and each entry's row (from the first), column (int64)
+    and value (float64)."""
+    crow = counts.crow_indices().long()
+    col, values = counts.col_indices(), counts.values()
+    limit = max(1, BLOCK_BYTES // (8 * (width + 4)))
+    first = 0
+    while first < counts.shape[0]:
+        end = int(torch.searchsorted(crow, crow[first] + limit, right=True)) - 1
+        end = min(max(end, first + 1), counts.shape[0])
+        lo, hi = int(crow[first]), int(crow[end])
+        rows = torch.repeat_interleave(torch.arange(end - first), crow[first + 1 : end + 1] - crow[first:end])
+        yield first, end, rows, col[lo:hi].long(), values[lo:hi].double()
+        first = end
 
 
 def naive_bayes_ratios(counts: Tensor, labels: Sequence[int], num_classes: int, alpha: float) -> Tensor:
@@ -146,11 +257,12 @@ def naive_bayes_ratios(counts: Tensor, labels: Sequence[int], num_classes: int, 
     Shape:
         counts: sparse ``(N, S)`` from :func:`ngram_counts`; returns ``(S, C)`` float64.
     """
-    doc, row = counts.indices()  # one entry per (document, n-gram): binarised
-    classes = torch.as_tensor(list(labels), dtype=torch.long)[doc]
+    counts = _csr(counts)
+    target = torch.as_tensor(list(labels), dtype=torch.long)
     size = counts.shape[1]
     per_class = torch.zeros(num_classes * size, dtype=torch.float64)
-    per_class.index_add_(0, classes * size + row, torch.ones(row.numel(), dtype=torch.float64))
+    for first, _, rows, col, _ in _blocks(counts, 1):  # one entry per (document, n-gram): binarised
+        per_class += torch.bincount(target[first + rows] * size + col, minlength=num_classes * size)
     per_class = per_class.view(num_classes, size)  # (C, S)
     seen = per_class.sum(0) > 0  # (S,)
     logp = ((per_class + alpha) / (per_class + alpha * seen).sum(1, keepdim=True)).log()
@@ -166,34 +278,67 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor,
     the bias minimise ``mean CE(x (ratios * U) + bias) + |U|^2 / (2 WIDE_C N)``
     (full batch, L-BFGS), so an n-gram never seen keeps weight zero. With
     ``class_weights`` (one per class) the cross-entropy is their weighted mean
-    (:func:`attnkit.train.objective.class_weights`).
+    (:func:`attnkit.train.objective.class_weights`). The gradient is written
+    out (``x^T`` times the logits' gradient, the ``x`` products read in blocks
+    of the count matrix, :func:`_blocks`), so nothing beside ``counts`` grows
+    with the entries.
 
     Shape:
         counts sparse ``(N, S)`` (:func:`ngram_counts`), ratios ``(S, C)``; returns ``(S, C)`` and ``(C,)``.
     """
-    doc, _ = counts.indices()
-    norm = torch.zeros(counts.shape[0], dtype=torch.float64).index_add_(0, doc, counts.values())
-    x = torch.sparse_coo_tensor(counts.indices(), counts.values() * norm.clamp_min(1).rsqrt()[doc], counts.shape,
-                                check_invariants=False)  # (N, S), rows of unit length for binary counts
+    counts = _csr(counts)
+    scale = _row_sums(counts).clamp_min(1).rsqrt()[:, None]  # (N, 1): rows of unit length for binary counts
     target = torch.as_tensor(list(labels), dtype=torch.long)
     ratios = ratios.contiguous()
     u = torch.zeros(ratios.shape, dtype=ratios.dtype, requires_grad=True)  # (S, C)
     bias = torch.zeros(ratios.shape[1], dtype=ratios.dtype, requires_grad=True)
     penalty = 1.0 / (2 * WIDE_C * counts.shape[0])
     weight = _class_weights(class_weights, ratios.shape[1], ratios.dtype)
+    per_doc = torch.ones(len(target), dtype=ratios.dtype) if weight is None else weight[target]  # (N,)
+    per_doc = (per_doc / per_doc.sum())[:, None]  # (N, 1): the weighted mean's share of each document
+    onehot = nn.functional.one_hot(target, ratios.shape[1]).to(ratios.dtype)  # (N, C)
     opt = torch.optim.LBFGS([u, bias], max_iter=300, tolerance_grad=1e-6, history_size=LBFGS_HISTORY,
                             line_search_fn="strong_wolfe")
 
     def loss() -> Tensor:
-        opt.zero_grad()
-        value = nn.functional.cross_entropy(torch.sparse.mm(x, ratios * u) + bias, target, weight=weight)
-        value = value + penalty * (u * u).sum()
-        value.backward()
+        logits = _times(counts, ratios * u.detach()) * scale + bias.detach()  # (N, C)
+        value = nn.functional.cross_entropy(logits, target, weight=weight) + penalty * (u.detach() ** 2).sum()
+        step = (logits.softmax(1) - onehot) * per_doc  # (N, C): the mean cross-entropy's gradient
+        u.grad = _times_transposed(counts, step * scale).mul_(ratios).add_(u.detach(), alpha=2 * penalty)
+        bias.grad = step.sum(0)
         return value
 
-    with torch.enable_grad():
+    with torch.no_grad():
         opt.step(loss)  # type: ignore[arg-type]
     return (ratios * u).detach(), bias.detach()
+
+
+def _row_sums(counts: Tensor) -> Tensor:
+    """Each row's sum of the CSR ``counts``: ``(N,)`` float64."""
+    out = torch.zeros(counts.shape[0], dtype=torch.float64)
+    for first, end, rows, _, values in _blocks(counts, 1):
+        out[first:end].index_add_(0, rows, values)
+    return out
+
+
+def _times(counts: Tensor, table: Tensor) -> Tensor:
+    """``counts @ table`` for the CSR ``counts`` ``(N, S)`` and ``table`` ``(S, C)``: ``(N, C)``, a float64 CSR
+    block of rows at a time (:func:`_blocks`)."""
+    out = torch.empty(counts.shape[0], table.shape[1], dtype=table.dtype)
+    crow, col = counts.crow_indices(), counts.col_indices()
+    for first, end, _, _, values in _blocks(counts, table.shape[1]):
+        block = _csr_tensor(crow[first : end + 1] - crow[first], col[crow[first] : crow[end]], values,
+                            (end - first, counts.shape[1]))
+        out[first:end] = block @ table
+    return out
+
+
+def _times_transposed(counts: Tensor, step: Tensor) -> Tensor:
+    """``counts.T @ step`` for the CSR ``counts`` ``(N, S)`` and ``step`` ``(N, C)``: ``(S, C)``."""
+    out = torch.zeros(counts.shape[1], step.shape[1], dtype=step.dtype)
+    for first, _, rows, col, values in _blocks(counts, step.shape[1]):
+        out.index_add_(0, col, step[first + rows] * values[:, None])
+    return out
 
 
 def _class_weights(weights: Sequence[float] | None, num_classes: int, dtype: torch.dtype) -> Tensor | None:
@@ -379,7 +524,8 @@ class NgramHalf:
         return module.prepare(ids.to(device), torch.tensor([len(d) for d in docs], device=device))
 
     def weigh_halves(self, documents: Sequence[Sequence[int]], labels: Sequence[int], *,
-                     chunk: int = 256, class_weights: Sequence[float] | None = None) -> tuple[float, float]:
+                     chunk: int = 256, class_weights: Sequence[float] | None = None,
+                     batches: Sequence[range] | None = None) -> tuple[float, float]:
         """Weigh the model's own logits and the half on held-out documents: ``a * own + b * wide`` from then on.
 
         ``a`` and ``b`` are :func:`~attnkit.models.ngram_half.fit_stacking_weights`'s
@@ -390,6 +536,7 @@ class NgramHalf:
         saved before this rule load unchanged. Called by
         :func:`attnkit.train.pipeline.fit_classifier` after training, with the
         validation part; returns ``(a, b)``. The training mode is left as it was.
+        ``batches``: as :meth:`each_half` reads the documents.
 
         Shape:
             documents: token-id lists; labels: class indices, one per document.
@@ -399,7 +546,7 @@ class NgramHalf:
         if len(documents) != len(labels) or not documents:
             raise ValueError(f"need the same, non-zero number of documents and labels, got {len(documents)} "
                              f"and {len(labels)}")
-        own, wide = self.each_half(documents, chunk=chunk)
+        own, wide = self.each_half(documents, chunk=chunk, batches=batches)
         a, b = fit_stacking_weights(own, wide, labels, class_weights)
         with torch.no_grad():
             self.classifier.weight.mul_(a)
@@ -408,8 +555,12 @@ class NgramHalf:
         return a, b
 
     @torch.no_grad()
-    def each_half(self, documents: Sequence[Sequence[int]], *, chunk: int = 256) -> tuple[Tensor, Tensor]:
+    def each_half(self, documents: Sequence[Sequence[int]], *, chunk: int = 256,
+                  batches: Sequence[range] | None = None) -> tuple[Tensor, Tensor]:
         """The model's own logits and the half's, each alone, in eval mode (the mode is left as it was).
+
+        The documents are read ``chunk`` at a time, or in ``batches``: consecutive spans that cover them in
+        order (:func:`attnkit.train.tasks.ordered_batches`, capped in tokens as training's batches are).
 
         Shape:
             documents: token-id lists; returns two ``(N, C)`` float32 CPU tensors.
@@ -417,10 +568,14 @@ class NgramHalf:
         self._table()
         own, wide = [], []
         with eval_mode(cast(Any, self)):
-            for start in range(0, len(documents), chunk):
-                ids, lengths, mask = self._padded(documents[start : start + chunk])
+            spans = batches if batches is not None else [range(i, min(len(documents), i + chunk))
+                                                         for i in range(0, len(documents), chunk)]
+            for span in spans:
+                ids, lengths, mask = self._padded(documents[span.start : span.stop])
                 own.append(self.own_logits(ids, lengths, mask).float().cpu())
                 wide.append(self.wide_logits(ids, mask).float().cpu())
+        if sum(len(span) for span in spans) != len(documents):
+            raise ValueError(f"batches cover {sum(len(span) for span in spans)} of {len(documents)} documents")
         return torch.cat(own), torch.cat(wide)
 
     @torch.no_grad()

@@ -10,7 +10,7 @@ hold (1.0 = all attention on them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -21,6 +21,7 @@ from attnkit.data.batching import LabelVocab
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import encode_batch
 from attnkit.models.wide import chunked_documents, reading_length
+from attnkit.train.tasks import ordered_batches
 
 __all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus", "evaluate_examples",
            "ngram_text", "format_ngrams"]
@@ -86,9 +87,7 @@ def predict_texts(model: nn.Module, tokenizer: object, labels: LabelVocab, texts
         raise TypeError("texts must be a sequence of strings, got a single str")
     model.eval()
     results: list[Prediction] = []
-    for start in range(0, len(texts), batch_size):
-        chunk = list(texts[start : start + batch_size])
-        encoded = encode_batch(tokenizer, chunk, reading_length(model, max_len))  # type: ignore[arg-type]
+    for chunk, encoded in _capped(tokenizer, texts, reading_length(model, max_len), batch_size, max_len):
         ids, lengths = _batch(encoded)
         if top_k > 0:
             logits, weights = pooling_weights(model, ids, lengths)
@@ -112,6 +111,18 @@ def predict_texts(model: nn.Module, tokenizer: object, labels: LabelVocab, texts
                 {labels.decode(c): float(p) for c, p in enumerate(probs[row].tolist())}, top, top_ngrams, halves,
                 explained[row] if explained is not None else {}))
     return results
+
+
+def _capped(tokenizer: object, texts: Sequence[str], read_len: int, batch_size: int, max_len: int
+            ) -> Iterator[tuple[list[str], list[list[int]]]]:
+    """``texts`` and their token ids in batches of at most ``batch_size`` texts and, past the first, at most
+    ``batch_size * max_len`` padded tokens (long documents read in chunks come fewer at a time, as in
+    training: :func:`attnkit.train.tasks.ordered_batches`)."""
+    for start in range(0, len(texts), batch_size):
+        chunk = list(texts[start : start + batch_size])
+        encoded = encode_batch(tokenizer, chunk, read_len)  # type: ignore[arg-type]
+        for span in ordered_batches([len(x) for x in encoded], batch_size, batch_size * max_len):
+            yield chunk[span.start : span.stop], encoded[span.start : span.stop]
 
 
 def _explanations(model: nn.Module, tokenizer: object, ids: Tensor, lengths: Tensor, logits: Tensor,
@@ -218,9 +229,10 @@ def evaluate_examples(model: nn.Module, tokenizer: object, labels: LabelVocab, e
     data = TextClassificationDataset(list(examples), tokenizer, labels, reading_length(model, max_len))
     model.eval()
     preds, targets = [], []
-    with progress(-(-len(data) // batch_size), "evaluating", enabled=show_progress, unit="batches") as bar:
-        for start in range(0, len(data), batch_size):
-            batch = collate([data[i] for i in range(start, min(len(data), start + batch_size))])
+    spans = ordered_batches(data.lengths, batch_size, batch_size * max_len)  # capped as in training
+    with progress(len(spans), "evaluating", enabled=show_progress, unit="batches") as bar:
+        for span in spans:
+            batch = collate([data[i] for i in span])
             preds.append(model(batch["ids"], batch["lengths"]).argmax(-1))
             targets.append(batch["labels"])
             bar.update(1)

@@ -16,7 +16,8 @@ or by default :data:`DEFAULT_FRACTION` of the memory available now
 shrink to what fits, and the run says so in one line; when even no bigram rows
 would fit (the vocabulary times the classes alone is too large), or the model
 cannot shrink (a resumed run), it is refused with :class:`MemoryLimitError`,
-which names ``max_memory`` (``--max-memory`` on the command line).
+which names ``max_memory`` (written as ``--max-memory`` by a command that has the flag:
+:func:`attnkit.cli.messages.in_flags`).
 
 The limit covers what the run allocates, not the interpreter and libraries
 (about 0.3 GB). :func:`peak_rss_mib` is the peak a run reports in its metrics.
@@ -125,10 +126,11 @@ def _rows(model_name: str, config: dict[str, Any]) -> tuple[str | None, int]:
 
 
 def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0,
-                        batch_tokens: int = 0) -> MemoryEstimate:
+                        batch_tokens: int = 0, train_documents: int | None = None) -> MemoryEstimate:
     """:class:`MemoryEstimate` of training ``model_name`` with ``config`` on ``tokens`` training tokens
     (``documents``: the bytes the encoded documents hold; ``batch_tokens``: the padded tokens of the
-    largest training batch, counted for a config with ``activation_bytes``)."""
+    largest training batch, counted for a config with ``activation_bytes``; ``train_documents``: how many
+    training documents hold the tokens, None: as many as tokens)."""
     from attnkit.models import config_from_dict
     from attnkit.models.ngram_half import fit_bytes
 
@@ -136,7 +138,7 @@ def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int,
     field, rows = _rows(model_name, config)
     fit = 0
     if field is not None:
-        fit = fit_bytes(int(config["vocab_size"]) + rows, int(config["num_classes"]), tokens)
+        fit = fit_bytes(int(config["vocab_size"]) + rows, int(config["num_classes"]), tokens, train_documents)
     per_batch = getattr(config_from_dict(model_name, config), "activation_bytes", None)
     activations = int(per_batch(batch_tokens)) if per_batch is not None and batch_tokens > 0 else 0
     return MemoryEstimate(params, buffers, fit, documents, activations)
@@ -145,14 +147,28 @@ def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int,
 def _levers(need: MemoryEstimate) -> str:
     """The settings that lower ``need``: the vocabulary and classes, and the batch when it holds activations."""
     if need.activations:
-        return (f"vocab_size, the number of classes, or batch_size (one batch's activations: about "
+        return (f"`vocab_size`, the number of classes, or `batch_size` (one batch's activations: about "
                 f"{format_bytes(need.activations)})")
-    return "vocab_size or the number of classes"
+    return "`vocab_size` or the number of classes"
+
+
+def _most_rows(model_name: str, config: dict[str, Any], field: str, most: int, limit: int,
+               sizes: dict[str, Any]) -> int:
+    """The most bigram rows, at most ``most``, whose estimate is within ``limit`` (0: not even one); the
+    estimate grows with the rows, so a bisection finds them."""
+    low, high = 0, most
+    while low < high:
+        mid = (low + high + 1) // 2
+        if estimate_classifier(model_name, {**config, field: mid}, **sizes).total <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0,
-                  batch_tokens: int = 0, limit: int | None = None, can_shrink: bool = True,
-                  log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  batch_tokens: int = 0, train_documents: int | None = None, limit: int | None = None,
+                  can_shrink: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``config``, with fewer n-gram bigram rows when the run would not fit in ``limit`` bytes.
 
     ``limit`` None is :func:`default_limit`. Raises :class:`MemoryLimitError` when it cannot fit.
@@ -163,8 +179,9 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
             return config
         source = f"{DEFAULT_FRACTION:.0%} of the {format_bytes(limit / DEFAULT_FRACTION)} available"
     else:
-        source = "max_memory"
-    sizes = {"tokens": tokens, "documents": documents, "batch_tokens": batch_tokens}
+        source = "`max_memory`"
+    sizes: dict[str, Any] = {"tokens": tokens, "documents": documents, "batch_tokens": batch_tokens,
+                             "train_documents": train_documents}
     need = estimate_classifier(model_name, config, **sizes)
     if need.total <= limit:
         return config
@@ -174,19 +191,17 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
     if field is None or not can_shrink:
         why = "" if field is None else " (a resumed run keeps its n-gram rows)"
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}){why}; raise "
-                               f"max_memory, or lower {_levers(need)}")
-    bare = estimate_classifier(model_name, {**config, field: 1}, **sizes)
-    per_row = max(1, (need.total - bare.total) // (rows - 1)) if rows > 1 else need.total
-    fit = min(rows - 1, (limit - bare.total) // per_row + 1) if limit > bare.total else 0
+                               f"`max_memory`, or lower {_levers(need)}")
+    fit = _most_rows(model_name, config, field, rows - 1, limit, sizes)
     if fit < MIN_ROWS:
         smallest = estimate_classifier(model_name, {**config, field: MIN_ROWS}, **sizes)
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}), and about "
                                f"{format_bytes(smallest.total)} even with {MIN_ROWS} n-gram rows; raise "
-                               f"max_memory to at least that, or lower {_levers(need)}")
+                               f"`max_memory` to at least that, or lower {_levers(need)}")
     shrunk = {**config, field: int(fit)}
     if log is not None:
         after = estimate_classifier(model_name, shrunk, **sizes)
         log(f"memory: {rows} n-gram rows would need about {format_bytes(need.total)}, over the limit of "
             f"{format_bytes(limit)} ({source}); using the {fit} most frequent bigrams "
-            f"(about {format_bytes(after.total)}; max_memory to change)")
+            f"(about {format_bytes(after.total)}; `max_memory` to change)")
     return shrunk

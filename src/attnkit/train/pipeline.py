@@ -34,6 +34,7 @@ from attnkit.train.distributed import DistInfo
 from attnkit.train.memory_budget import fit_to_memory, peak_rss_mib
 from attnkit.train.objective import check_objective, fit_decision
 from attnkit.train.run import new_run_id, start_run
+from attnkit.train.tasks import ordered_batches
 from attnkit.train.trainer import Trainer
 
 __all__ = ["DataSettings", "FitResult", "model_config_dict", "fit_classifier", "cross_validate"]
@@ -184,7 +185,8 @@ def fit_classifier(
         # the halves weighed and the class offsets tuned on the validation part, for the run's metric
         decision = fit_decision(unwrap(model), trainer.predict, val_ds, metric=train_config.metric,
                                 class_weight=train_config.class_weight, tune=train_config.tune_thresholds,
-                                names=label_vocab.labels, log=log if dist.is_main else None)
+                                names=label_vocab.labels, log=log if dist.is_main else None,
+                                batches=ordered_batches(val_ds.lengths, 256, cap))
         test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
         chunked = _chunked(unwrap(model), test_metrics, train=train_ds, val=val_ds, test=test_ds)
         if run is not None:
@@ -206,10 +208,10 @@ def _reading_length(model_name: str, config: dict[str, Any], max_len: int, pack:
 
     read_len = reading_length(config_from_dict(model_name, config), max_len)
     if pack and pack < read_len:
-        chunks = f" (max_len {max_len} read in up to {config['max_chunks']} chunks)" if read_len > max_len else ""
+        chunks = f" (`max_len` {max_len} read in up to {config['max_chunks']} chunks)" if read_len > max_len else ""
         raise ValueError(
-            f"pack={pack} tokens per row must hold the longest document, {read_len} tokens{chunks}; "
-            f"raise pack or lower max_len" + (" or the model's max_chunks" if chunks else "")
+            f"`pack` {pack} tokens per row must hold the longest document, {read_len} tokens{chunks}; "
+            f"raise `pack` or lower `max_len`" + (" or the model's max_chunks" if chunks else "")
         )
     return read_len
 
@@ -224,6 +226,7 @@ def _budgeted(model_name: str, config: dict[str, Any], parts: Sequence[TextClass
                                       processes=processes)
     config = fit_to_memory(model_name, config, tokens=int(train_ds.ids.offsets[-1]),
                            documents=sum(d.ids.nbytes for d in parts), batch_tokens=batch_tokens,
+                           train_documents=len(train_ds),
                            limit=limit, can_shrink=can_shrink, log=note)
     return config, cap
 
@@ -251,7 +254,7 @@ def _long_batches(model_name: str, config: dict[str, Any], lengths: Sequence[int
     cap = size * max_len
     chunked = chunked_documents(model_config, lengths)
     if chunked and note is not None:
-        note(f"long documents: {chunked} of {len(lengths)} training documents are longer than max_len "
+        note(f"long documents: {chunked} of {len(lengths)} training documents are longer than `max_len` "
              f"{max_len}, read in overlapping chunks of {max_len} tokens up to {read_len} tokens each "
              f"(the model's max_chunks={config['max_chunks']}); a batch of them holds at most {cap} tokens")
     return cap, max(cap, longest)

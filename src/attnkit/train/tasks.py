@@ -37,7 +37,7 @@ from attnkit._checks import positive_int
 from attnkit._modes import eval_mode
 from attnkit.train.metrics import classification_report, metric_score
 
-__all__ = ["StepOutput", "TrainTask", "ClassificationTask", "epoch_batches"]
+__all__ = ["ordered_batches", "StepOutput", "TrainTask", "ClassificationTask", "epoch_batches"]
 
 Batch = dict[str, Tensor]
 Collate = Callable[[list[Any]], Batch]
@@ -121,6 +121,16 @@ def _token_batches(ordered: Sequence[int], lengths: Sequence[int], batch_size: i
     if current:
         batches.append(current)
     return batches
+
+
+def ordered_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[range]:
+    """Consecutive spans of ``range(len(lengths))``, in order, of at most ``batch_size`` members and, with
+    ``max_tokens``, past the first member at most that many padded tokens (members times the longest of
+    ``lengths``): the batches of prediction."""
+    n = len(lengths)
+    if max_tokens is None:
+        return [range(start, min(n, start + batch_size)) for start in range(0, n, batch_size)]
+    return [range(b[0], b[-1] + 1) for b in _token_batches(range(n), lengths, batch_size, max_tokens)]
 
 
 class ClassificationTask:
@@ -229,10 +239,8 @@ class ClassificationTask:
         With ``max_tokens`` and a ``data.lengths``, a batch also stops short of that many padded tokens."""
         n = len(data)  # type: ignore[arg-type]
         lengths = getattr(data, "lengths", None)
-        if self.max_tokens is None or lengths is None:
-            spans = [range(start, min(n, start + batch_size)) for start in range(0, n, batch_size)]
-        else:
-            spans = [range(b[0], b[-1] + 1) for b in _token_batches(range(n), lengths, batch_size, self.max_tokens)]
+        spans = ordered_batches(lengths if lengths is not None else [0] * n, batch_size,
+                                self.max_tokens if lengths is not None else None)
         logits, labels = [], []
         with eval_mode(model):
             for span in spans:

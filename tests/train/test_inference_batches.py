@@ -1,0 +1,83 @@
+"""Prediction on a saved run batches long documents as training does: capped in padded tokens."""
+
+from __future__ import annotations
+
+import torch
+
+from attnkit.data.batching import LabelVocab
+from attnkit.data.readers import Example
+from attnkit.data.tokenization import train_tokenizer
+from attnkit.models import build_model
+from attnkit.train.inference import evaluate_examples, predict_texts
+from attnkit.train.tasks import ordered_batches
+
+WORDS = [f"w{i}" for i in range(30)]
+
+
+def _texts() -> list[Example]:
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for i, n in enumerate([3, 25, 40, 5, 60, 7, 33, 2, 50, 9]):
+        words = [WORDS[int(j)] for j in torch.randint(0, 30, (n,), generator=gen)]
+        out.append(Example(" ".join(words), "a" if i % 2 else "b"))
+    return out
+
+
+def test_ordered_batches_keep_the_order_and_the_cap() -> None:
+    spans = ordered_batches([3, 10, 26, 5, 6, 7, 1, 1, 1], 4, 40)
+    assert [list(s) for s in spans] == [[0, 1], [2], [3, 4, 5, 6], [7, 8]]  # past the first member: at most 40 tokens
+    assert [list(s) for s in ordered_batches([3, 25, 26], 2)] == [[0, 1], [2]]
+
+
+def test_predict_and_evaluate_cap_the_padded_tokens_of_a_batch() -> None:
+    examples = _texts()
+    tok = train_tokenizer([e.text for e in examples], kind="word")
+    labels = LabelVocab(["a", "b"])
+    torch.manual_seed(0)
+    model = build_model("wide", {"vocab_size": tok.get_vocab_size(), "num_classes": 2, "embed_dim": 8,
+                                 "attention_dim": 4, "hidden_size": 4, "ngram_rows": 16, "chunk_len": 8,
+                                 "max_chunks": 4})  # reads up to 26 tokens of a document, 8 at a time
+    sizes: list[tuple[int, int]] = []
+    model.register_forward_pre_hook(lambda _m, args: sizes.append(tuple(args[0].shape)))
+    texts = [e.text for e in examples]
+    capped = predict_texts(model, tok, labels, texts, max_len=8, batch_size=4)
+    assert sizes and all(b == 1 or b * t <= 4 * 8 for b, t in sizes)  # batch_size * max_len tokens at most
+    assert len(sizes) > -(-len(texts) // 4)  # more batches than plain batches of 4
+    single = [predict_texts(model, tok, labels, [t], max_len=8)[0] for t in texts]
+    for got, alone in zip(capped, single, strict=True):
+        assert got.label == alone.label and abs(got.probability - alone.probability) < 1e-5
+    sizes.clear()
+    report = evaluate_examples(model, tok, labels, examples, max_len=8, batch_size=4)
+    assert sizes and all(b == 1 or b * t <= 4 * 8 for b, t in sizes) and report["n"] == len(examples)
+    assert report["accuracy"] == sum(p.label == e.label for p, e in zip(single, examples, strict=True)) / 10
+
+
+def test_the_halves_are_weighed_in_batches_capped_as_training_s() -> None:
+    from attnkit.data.batching import TextClassificationDataset
+    from attnkit.train.objective import fit_decision
+
+    examples = _texts()
+    tok = train_tokenizer([e.text for e in examples], kind="word")
+    labels = LabelVocab(["a", "b"])
+    val = TextClassificationDataset(examples, tok, labels, max_len=64)
+    torch.manual_seed(0)
+    model = build_model("wide", {"vocab_size": tok.get_vocab_size(), "num_classes": 2, "embed_dim": 8,
+                                 "attention_dim": 4, "hidden_size": 4, "ngram_rows": 16})
+    model.init_from_training_data(val.ids, val.labels)
+    whole = model.each_half(val.ids)  # one batch of all ten
+    sizes: list[tuple[int, int]] = []
+    padded = model._padded
+
+    def recording(documents):  # each batch the halves read, as padded ids (B, T)
+        out = padded(documents)
+        sizes.append(tuple(out[0].shape))
+        return out
+
+    model._padded = recording  # type: ignore[method-assign]
+    parts = model.each_half(val.ids, batches=ordered_batches(val.lengths, 256, 64))
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(whole, parts, strict=True))
+    assert len(sizes) > 1 and all(b == 1 or b * t <= 64 for b, t in sizes), sizes
+    sizes.clear()
+    fit_decision(model, lambda data: (None, None), val, metric="accuracy", class_weight="none", tune=False,
+                 names=labels.labels, batches=ordered_batches(val.lengths, 256, 64))
+    assert len(sizes) > 1 and all(b == 1 or b * t <= 64 for b, t in sizes), sizes  # the weighing is capped too
