@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 __all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of", "dataclass_kwargs",
-           "nested_paths_hint"]
+           "nested_paths_hint", "spell_settings"]
 
 T = TypeVar("T")
 
@@ -101,6 +102,16 @@ def nested_paths_hint(cls: type, keys: Sequence[str]) -> str:
              if (nested := _nested_dataclass(hints.get(f.name, Any))) is not None
              and key in {g.name for g in dataclasses.fields(nested)}]
     return f"; did you mean {', '.join(paths)}?" if paths else ""
+
+
+_SETTING = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+def spell_settings(text: str, flags: Mapping[str, str] | None = None) -> str:
+    """``text`` with each setting named in backticks (`` `on_nan` ``, as messages name them) written as
+    ``flags[name]`` (a command's ``--on-nan``) where ``flags`` has it, else as the bare name."""
+    flags = flags or {}
+    return _SETTING.sub(lambda m: flags.get(m.group(1), m.group(1)), text)
 
 
 def _kwargs(cls: type, data: object, name: str, prefix: str) -> dict[str, Any]:

@@ -96,6 +96,7 @@ def test_train_reports_the_chunked_documents_and_evaluate_counts_them(tmp_path: 
     line = next(x for x in trained.output.splitlines() if x.startswith("long documents:"))
     assert line.startswith(f"long documents: {train_chunked} of ") and "up to 50 tokens each" in line
     assert "a batch of them holds at most 128 tokens" in line  # --batch-size 16 x --max-len 8
+    assert "longer than max_len 8" in line and "`" not in line  # quiet: to stderr, the setting named bare
     scored = CliRunner().invoke(cli, ["evaluate", str(out), "--data", str(data), "--json"])
     assert scored.exit_code == 0, scored.output
     assert json.loads(scored.output[scored.output.index("{"):])["chunked_documents"] == 60

@@ -13,18 +13,16 @@ one, else as the bare name, so no command suggests a flag it lacks.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from attnkit._checks import spell_settings
+
 __all__ = ["friendly_errors", "user_os_error", "print_metrics", "in_flags", "echo"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_SETTING = re.compile(r"`([a-z][a-z0-9_]*)`")
-
 
 def in_flags(text: str, command: click.Command | None = None) -> str:
     """``text`` with each `` `setting` `` written as ``command``'s flag for it, else as the bare name.
@@ -36,7 +34,7 @@ def in_flags(text: str, command: click.Command | None = None) -> str:
         command = ctx.command if ctx is not None else None
     flags = {p.name: max(p.opts, key=len) for p in (command.params if command else [])
              if isinstance(p, click.Option) and p.name}
-    return _SETTING.sub(lambda m: flags.get(m.group(1), m.group(1)), text)
+    return spell_settings(text, flags)
 
 
 def echo(line: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnkit._checks import nested_paths_hint
+from attnkit._checks import nested_paths_hint, spell_settings
 from attnkit.data.batching import LabelVocab, TextClassificationDataset
 from attnkit.data.readers import Example
 from attnkit.data.sources import split_examples
@@ -288,10 +288,10 @@ def _checked_labels(train: Sequence[Example], train_config: TrainConfig, data: D
 
 def _memory_note(log: Callable[[str], None] | None, dist: DistInfo) -> Callable[[str], None] | None:
     """Where the one-line notes before training go (a shrunk n-gram half, documents read in chunks):
-    ``log``, or stderr without one (main process only)."""
+    ``log``, or stderr without one (main process only; the settings named bare)."""
     if not dist.is_main:
         return None
-    return log or (lambda line: print(line, file=sys.stderr))
+    return log or (lambda line: print(spell_settings(line), file=sys.stderr))
 
 
 def _best_val(history: list[dict[str, Any]]) -> float | None:
