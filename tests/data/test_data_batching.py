@@ -74,3 +74,21 @@ def test_bucketing_covers_and_keeps_padding_low() -> None:
     assert [lengths[i] for b in ordered for i in b] == sorted(lengths)
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
         bucket_batches(lengths, 0)
+
+
+def test_texts_are_encoded_in_slices_bounded_in_texts_and_characters(monkeypatch) -> None:
+    import attnkit.data.batching as batching
+
+    texts = [" ".join(["word"] * n) for n in (3, 40, 2, 60, 1, 1, 1, 30)]
+    tok = train_tokenizer(texts, kind="word")
+    labels = batching.LabelVocab(["a"])
+    whole = batching.TextClassificationDataset([Example(t, "a") for t in texts], tok, labels, max_len=100)
+    handed: list[list[str]] = []
+    real = batching.encode_batch
+    monkeypatch.setattr(batching, "encode_batch", lambda tk, xs, n: handed.append(list(xs)) or real(tk, xs, n))
+    monkeypatch.setattr(batching, "ENCODE_CHARS", 200)
+    monkeypatch.setattr(batching, "ENCODE_CHUNK", 3)
+    sliced = batching.TextClassificationDataset([Example(t, "a") for t in texts], tok, labels, max_len=100)
+    assert [t for part in handed for t in part] == texts and len(handed) > 3
+    assert all(len(part) <= 3 and (len(part) == 1 or sum(map(len, part)) <= 200) for part in handed), handed
+    assert [list(x) for x in sliced.ids] == [list(x) for x in whole.ids]
