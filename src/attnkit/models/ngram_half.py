@@ -566,16 +566,16 @@ class NgramHalf:
             documents: token-id lists; returns two ``(N, C)`` float32 CPU tensors.
         """
         self._table()
+        spans = batches if batches is not None else [range(i, min(len(documents), i + chunk))
+                                                     for i in range(0, len(documents), chunk)]
+        if sum(len(span) for span in spans) != len(documents):  # refused before any work
+            raise ValueError(f"batches cover {sum(len(span) for span in spans)} of {len(documents)} documents")
         own, wide = [], []
         with eval_mode(cast(Any, self)):
-            spans = batches if batches is not None else [range(i, min(len(documents), i + chunk))
-                                                         for i in range(0, len(documents), chunk)]
             for span in spans:
                 ids, lengths, mask = self._padded(documents[span.start : span.stop])
                 own.append(self.own_logits(ids, lengths, mask).float().cpu())
                 wide.append(self.wide_logits(ids, mask).float().cpu())
-        if sum(len(span) for span in spans) != len(documents):
-            raise ValueError(f"batches cover {sum(len(span) for span in spans)} of {len(documents)} documents")
         return torch.cat(own), torch.cat(wide)
 
     @torch.no_grad()
