@@ -243,6 +243,71 @@ def test_overwrite_still_replaces_an_empty_folder_and_a_run(tmp_path, data_csv) 
     assert kept and set(kept) == {second}  # nothing of the replaced run is left
 
 
+def _user_checkpoints(tmp_path: Path, case: str) -> Path:
+    """A folder that is not a run but holds all-digit folders under checkpoints/ (files the user made)."""
+    folder = tmp_path / case
+    if case == "epoch-files":
+        (folder / "checkpoints" / "000007").mkdir(parents=True)
+        (folder / "checkpoints" / "000007" / "epoch7.ckpt").write_bytes(b"the user's weights")
+    elif case == "step-folder":
+        (folder / "checkpoints" / "120000").mkdir(parents=True)
+        (folder / "checkpoints" / "120000" / "model.pt").write_bytes(b"the user's model")
+    else:  # the user's own current.json names generation 1
+        (folder / "checkpoints" / "000001").mkdir(parents=True)
+        (folder / "checkpoints" / "000001" / "data.bin").write_bytes(b"the user's data")
+        (folder / "current.json").write_text(json.dumps({"generation": 1}))
+    return folder
+
+
+@pytest.mark.parametrize("case", ["epoch-files", "step-folder", "user-manifest"])
+def test_all_digit_folders_under_checkpoints_are_not_taken_for_generations(tmp_path, data_csv, case) -> None:
+    folder = _user_checkpoints(tmp_path, case)
+    before = _snapshot(folder)
+    for extra in (["--overwrite"], []):
+        result = _invoke("train", "--data", str(data_csv), "--epochs", "1", *extra, "--out", str(folder), *TINY)
+        line = _one_line(result.output)
+        assert result.exit_code == 1 and str(folder) in line and "checkpoints/" in line, result.output
+        assert "--overwrite" not in line and "interrupted" not in line, line
+        assert _snapshot(folder) == before
+    for call in (lambda: rundir.RunWriter(folder, "any", overwrite=True).open(),
+                 lambda: rundir.clear_run(folder)):
+        with pytest.raises(rundir.RunExistsError, match="checkpoints/|current.json"):
+            call()
+        assert _snapshot(folder) == before
+    with pytest.raises(ckpt.RunFileError, match="not an attnkit run directory"):
+        ckpt.committed_dir(folder) if case != "user-manifest" else ckpt.committed_dir(folder / "missing")
+
+
+def test_a_users_folder_inside_a_runs_checkpoints_is_never_removed(tmp_path, data_csv) -> None:
+    run = tmp_path / "run"
+    assert _invoke("train", "--data", str(data_csv), "--out", str(run), *TINY).exit_code == 0
+    mine = run / "checkpoints" / "000099"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    result = _invoke("train", "--data", str(data_csv), "--out", str(run), "--overwrite", *TINY)
+    assert result.exit_code == 1 and "checkpoints/000099" in _one_line(result.output), result.output
+    assert (mine / "notes.txt").read_text() == "mine"
+    mine.rename(tmp_path / "moved")
+    assert _invoke("train", "--data", str(data_csv), "--out", str(run), "--overwrite", *TINY).exit_code == 0
+
+
+def test_a_run_interrupted_before_its_first_commit_is_still_one(tmp_path) -> None:
+    """What a writer leaves before its first commit (a marked generation, never named) is a run's to replace."""
+    run = tmp_path / "run"
+    writer = rundir.RunWriter(run, "first").open()
+    staging = writer.stage()
+    (staging / "config.json").write_text("{}")
+    (run / "checkpoints").mkdir(exist_ok=True)
+    staging.rename(run / "checkpoints" / "000001")  # renamed into place; killed before current.json
+    writer._staging.remove(staging)
+    writer.close()
+    with pytest.raises(rundir.RunExistsError, match="interrupted before its first checkpoint"):
+        rundir.check_run_dir(run, "second")
+    with rundir.RunWriter(run, "second", overwrite=True) as again:
+        again.commit(again.stage(), status="done")
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["000002"]
+
+
 def test_a_legacy_layout_folder_is_not_a_run(tmp_path) -> None:
     """config.json and weights directly in a folder (no manifest): a foreign folder, read and written as one."""
     folder = _foreign(tmp_path, "hf-model")

@@ -46,6 +46,7 @@ from attnkit.train.rundir import (
     atomic_write_json,
     atomic_write_text,
     check_run_dir,
+    clear_run,
     check_unlocked,
     committed_dir,
     read_json,
@@ -99,17 +100,6 @@ __all__ = [
 ]
 
 MODEL_FILES = ("tokenizer.json", "labels.json")
-
-
-def clear_run(directory: str | os.PathLike[str]) -> None:
-    """Delete what a run writer made in a run directory: manifest, generations, lock (and nothing else)."""
-    from attnkit.train.fileops import fs
-    from attnkit.train.rundir import GENERATIONS, LOCK, MANIFEST
-
-    path = Path(directory)
-    fs.remove(path / MANIFEST)
-    fs.remove_tree(path / GENERATIONS)
-    fs.remove(path / LOCK)
 
 
 def _config_dict(config: Any) -> dict[str, Any]:

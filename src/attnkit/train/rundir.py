@@ -19,10 +19,16 @@ complete generation, old or new; what an interrupted writer left behind
 writer. Readers call :func:`committed_dir` and never see half a checkpoint.
 
 Only runs are replaced: a folder is written into when it is missing, empty,
-or an attnkit run (its manifest ``current.json``, or nothing but what a
-writer leaves: ``checkpoints/``, staging folders, the lock). Any other folder
-is refused, ``overwrite`` or not, naming the files that would be lost; an
-overwrite removes the old run's generations and manifest and nothing else.
+or an attnkit run: a manifest ``current.json`` that a writer wrote (its
+format, generation and run id), or nothing but what a writer leaves before its
+first commit (staging folders, the lock, generation folders). A generation
+folder is a writer's only when its name has six digits and it holds the mark
+``.attnkit-generation`` that :meth:`RunWriter.stage` puts in every staging
+folder (or, for runs written before the mark, it is a committed generation
+with its ``config.json``); whatever else lies under ``checkpoints/`` is the
+user's. Any other folder is refused, ``overwrite`` or not, naming the files
+that would be lost; an overwrite removes the old run's own generations and
+manifest and nothing else.
 A folder that another process is writing is named as such before anything
 else is judged. An operating-system error while writing (a full disk, a
 read-only folder) names the path and says what stays intact: the last commit,
@@ -39,6 +45,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
@@ -62,13 +69,15 @@ __all__ = [
     "RunExistsError", "RunLockedError", "RunFileError", "RunWriteError", "UnfinishedRunError", "FileOps",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json", "read_run_config",
     "read_manifest", "committed_dir", "check_output_path", "check_run_dir", "RunLock", "RunWriter", "run_status",
-    "require_finished", "data_fingerprint", "check_unlocked", "MANIFEST", "GENERATIONS",
+    "require_finished", "data_fingerprint", "clear_run", "check_unlocked", "MANIFEST", "GENERATIONS",
 ]
 
 MANIFEST = "current.json"
 GENERATIONS = "checkpoints"
 STAGING_PREFIX = ".staging-"
+GENERATION_MARK = ".attnkit-generation"
 FORMAT = 1
+_GENERATION_NAME = re.compile(r"[0-9]{6}")
 
 
 class RunExistsError(FileExistsError):
@@ -105,6 +114,65 @@ def _generation_dir(directory: Path, generation: int) -> Path:
     return directory / GENERATIONS / f"{generation:06d}"
 
 
+def _writers_manifest(directory: Path) -> dict[str, Any] | None:
+    """The manifest when a run writer wrote it (its format, generation and run id), else None."""
+    try:
+        manifest = read_manifest(directory)
+    except RunFileError:
+        return None
+    if manifest is None or not isinstance(manifest.get("run_id"), str) or not isinstance(
+            manifest.get("format"), int) or manifest["generation"] < 1:
+        return None
+    return manifest
+
+
+def _generations(directory: Path, manifest: dict[str, Any] | None) -> tuple[list[int], list[str]]:
+    """The generation folders under ``checkpoints/`` that a run writer made (numbers, sorted), and every
+    other entry there (paths relative to ``directory``, sorted).
+
+    A writer's generation has a six-digit name and holds :data:`GENERATION_MARK`; a run committed before
+    the mark existed is recognised by its manifest: generations up to the committed one holding ``config.json``.
+    """
+    folder = directory / GENERATIONS
+    if not folder.exists() and not folder.is_symlink():
+        return [], []
+    if folder.is_symlink() or not folder.is_dir():
+        return [], [GENERATIONS]
+    committed = manifest["generation"] if manifest else 0
+    owned: list[int] = []
+    foreign: list[str] = []
+    for entry in folder.iterdir():
+        ours = (_GENERATION_NAME.fullmatch(entry.name) is not None and entry.is_dir() and not entry.is_symlink()
+                and ((entry / GENERATION_MARK).is_file()
+                     or (int(entry.name) <= committed and (entry / "config.json").is_file())))
+        if ours:
+            owned.append(int(entry.name))
+        else:
+            foreign.append(f"{GENERATIONS}/{entry.name}")
+    return sorted(owned), sorted(foreign)
+
+
+def clear_run(directory: str | os.PathLike[str]) -> None:
+    """Delete what a run writer made in ``directory``: its own generations, then the manifest and the lock;
+    a folder holding anything else under ``checkpoints/`` is refused first (:class:`RunExistsError`)."""
+    path = Path(directory)
+    manifest = _writers_manifest(path)
+    owned, strays = _generations(path, manifest)
+    if strays or ((path / MANIFEST).is_file() and manifest is None):
+        raise RunExistsError(f"{path} holds files attnkit did not write: {_listing(strays or [MANIFEST])}; "
+                             "nothing was removed")
+    for number in owned:
+        fileops.fs.remove_tree(_generation_dir(path, number))
+    fileops.fs.remove(path / MANIFEST)
+    if (path / GENERATIONS).is_dir() and not any((path / GENERATIONS).iterdir()):
+        (path / GENERATIONS).rmdir()
+    fileops.fs.remove(path / LOCK)
+
+
+def _listing(names: list[str]) -> str:
+    return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+
 def committed_dir(directory: str | os.PathLike[str]) -> Path:
     """The folder that holds the committed files of run ``directory``: the generation named by
     ``current.json``. A :class:`RunFileError` says what is wrong when there is none.
@@ -112,7 +180,8 @@ def committed_dir(directory: str | os.PathLike[str]) -> Path:
     path = Path(directory)
     manifest = read_manifest(path)
     if manifest is None:
-        if (path / GENERATIONS).is_dir() or any(path.glob(f"{STAGING_PREFIX}*")) or (path / LOCK).is_file():
+        leftovers = (path / GENERATIONS).is_dir() or any(path.glob(f"{STAGING_PREFIX}*")) or (path / LOCK).is_file()
+        if leftovers and not _generations(path, None)[1]:
             check_unlocked(path)  # a run still in its first epoch is named as being written
             raise RunFileError(f"{path} holds no committed checkpoint: its training was interrupted before "
                                "the first epoch ended; start its training again with overwrite")
@@ -206,21 +275,30 @@ def check_run_dir(directory: str | os.PathLike[str], run_id: str, *, overwrite: 
         raise RunExistsError(f"output path {path} exists and is not a directory")
     if check_lock:
         check_unlocked(path)
-    foreign = _foreign_entries(path)
-    if not foreign and not any(p.name != LOCK for p in path.iterdir()):
+    if not any(p.name != LOCK for p in path.iterdir()):
         return
-    manifest = read_manifest(path) if (path / MANIFEST).is_file() else None
-    if manifest is None and foreign:
-        shown = ", ".join(foreign[:8]) + (f" and {len(foreign) - 8} more" if len(foreign) > 8 else "")
-        raise RunExistsError(
-            f"output directory {path} is not an attnkit run and not empty: it holds {shown}; attnkit "
-            f"writes only into an empty folder or one of its own runs, so choose another "
-            f"{named('out', flags, 'output directory')}")
-    if manifest is None:  # only what a writer leaves before its first commit
+    manifest = _writers_manifest(path) if (path / MANIFEST).is_file() else None
+    foreign = _foreign_entries(path)
+    if (path / MANIFEST).is_file() and manifest is None:
+        foreign = sorted({*foreign, MANIFEST})
+    if manifest is None:  # the root may hold only what a writer leaves before its first commit
+        foreign = sorted({*foreign, *_generations(path, None)[1]})
+        if foreign:
+            raise RunExistsError(
+                f"output directory {path} is not an attnkit run and not empty: it holds {_listing(foreign)}; "
+                f"attnkit writes only into an empty folder or one of its own runs and never removes files it did "
+                f"not write, so choose another {named('out', flags, 'output directory')}")
         if overwrite:
             return
         raise RunExistsError(f"output directory {path} holds a run interrupted before its first checkpoint; "
                              f"start again with {named('overwrite', flags)}")
+    owned, strays = _generations(path, manifest)
+    if strays or manifest["generation"] not in owned:
+        lost = strays or [f"{GENERATIONS}/{manifest['generation']:06d} (missing)"]
+        raise RunExistsError(
+            f"output directory {path} holds an attnkit run whose {GENERATIONS}/ also holds files attnkit did not "
+            f"write: {_listing(lost)}; attnkit never removes files it did not write, so move them or choose another "
+            f"{named('out', flags, 'output directory')}")
     other = manifest.get("run_id")
     if other == run_id or overwrite:
         return
@@ -319,6 +397,7 @@ class RunWriter:
         path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.directory))
         os.chmod(path, 0o777 & ~fileops.umask())
         self._staging.append(path)
+        atomic_write_text(path / GENERATION_MARK, self.run_id + "\n")
         source = self.current()
         for name in carry:
             if source is not None and (source / name).is_file():
@@ -357,10 +436,8 @@ class RunWriter:
         return target
 
     def _generation_numbers(self) -> list[int]:
-        folder = self.directory / GENERATIONS
-        if not folder.is_dir():
-            return []
-        return sorted(int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit())
+        """The generations this writer may number after and remove: those a run writer made, never a user's."""
+        return _generations(self.directory, _writers_manifest(self.directory))[0]
 
     def _sweep(self) -> None:
         for path in self.directory.glob(f"{STAGING_PREFIX}*"):
