@@ -57,7 +57,8 @@ def test_cli_training_learns_the_keywords(numpy_run: tuple[Path, str]) -> None:
     assert meta["backend"] == "numpy" and meta["model_name"] == "transformer" and meta["status"] == "done"
     assert meta["metrics"]["test"]["accuracy"] >= 0.9
     assert sorted(p.name for p in out.iterdir()) == [".lock", "checkpoints", "current.json"]
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "labels.json", "model.safetensors", "vocab.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [".attnkit-generation", "config.json", "labels.json",
+                                                         "model.safetensors", "vocab.json"]
     assert is_numpy_run(out) and not is_numpy_run(folder.parent)
 
 
