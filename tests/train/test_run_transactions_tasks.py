@@ -232,8 +232,8 @@ def test_numpy_run_is_one_committed_generation(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == [".lock", "checkpoints", "current.json"]
     folder = committed_dir(out)
     assert folder == out / "checkpoints" / "000001"
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "labels.json", "model.safetensors",
-                                                         "vocab.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [".attnkit-generation", "config.json", "labels.json",
+                                                         "model.safetensors", "vocab.json"]
     manifest = read_manifest(out)
     assert manifest is not None and manifest["status"] == "done"
     assert is_numpy_run(out) and not is_numpy_run(tmp_path / "nowhere")
