@@ -8,7 +8,9 @@
     run.predict(["a wonderful film"])          # ['positive']
     run.predict_proba(["a wonderful film"])    # (1, C) array, columns in run.labels order
 
-:func:`load_run` (or :meth:`Predictor.from_pretrained`) reads a classification
+:func:`load_run` serves every kind of run through one registry
+(:mod:`attnkit.train.registry`: classification, the NumPy backend, translation,
+captioning); :meth:`Predictor.from_pretrained` reads a classification
 run directory, written by ``attnkit train`` or ``attnkit demo``, through the
 same loader as the commands (:func:`attnkit.train.checkpoint.load_checkpoint`
 for torch runs, :func:`attnkit.train.numpy_backend.load_numpy_run` for
@@ -22,172 +24,18 @@ ones ``attnkit predict`` prints.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import numpy as np
+from attnkit.train.predictor import Predictor
 
 __all__ = ["Predictor", "load_run"]
 
 
-class Predictor:
-    """A trained text classifier read from a run directory.
-
-    Attributes:
-        path: the run directory it was read from or last saved to by :meth:`save_pretrained`; None for a
-            classifier fitted in memory (:class:`attnkit.TextClassifier`) and not saved yet.
-        config: the run's whole ``config.json`` (model, training and data settings, metrics).
-        notice: for an unfinished run loaded with ``allow_unfinished``, the line that says which
-            weights are served; None otherwise.
-
-    Shape:
-        ``predict_proba(texts)`` returns ``(N, C)`` for N texts and the C classes of ``labels``.
-    """
-
-    def __init__(self, path: Path | None, config: dict[str, Any], *, torch_parts: tuple[Any, Any, Any] | None = None,
-                 numpy_run: Any = None) -> None:
-        self.path = path
-        self.config = config
-        self.notice: str | None = config.get("notice")
-        self._torch = torch_parts
-        self._numpy = numpy_run
-
-    # --- loading and saving ---------------------------------------------------------------------
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str], *, allow_unfinished: bool = False,
-                        device: str = "cpu") -> Predictor:
-        """Read the classification run in ``path`` (see :func:`load_run`)."""
-        from attnkit.train.numpy_backend import is_numpy_run, load_numpy_run
-
-        folder = Path(path)
-        if is_numpy_run(folder):
-            from attnkit.train.rundir import require_finished
-
-            numpy_run = load_numpy_run(folder)
-            meta = dict(numpy_run.meta)
-            notice = require_finished(folder, meta, allow_unfinished=allow_unfinished)
-            if notice:
-                meta["notice"] = notice
-            return cls(folder, meta, numpy_run=numpy_run)
-        from attnkit.train.checkpoint import load_checkpoint
-
-        model, tokenizer, labels, meta = load_checkpoint(folder, device=device, allow_unfinished=allow_unfinished)
-        return cls(folder, meta, torch_parts=(model, tokenizer, labels))
-
-    def save_pretrained(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-        """Write this classifier as a new run directory at ``path`` (one committed generation) that
-        ``attnkit predict``, ``evaluate``, ``visualize`` and :func:`load_run` read.
-
-        The weights written are the model's current ones. As with ``attnkit train``, ``path``
-        must be missing, empty or an attnkit run; another run is replaced only with ``overwrite``.
-        Returns ``path``, which becomes :attr:`path`.
-        """
-        from attnkit.train.run import new_run_id
-
-        out = Path(path)
-        meta = {k: v for k, v in self.config.items()
-                if k not in ("run_id", "model_name", "model_config", "attnkit_version", "notice")}
-        if self._numpy is not None:
-            from dataclasses import replace
-
-            from attnkit.train.numpy_backend import save_numpy_run
-
-            save_numpy_run(replace(self._numpy, meta=meta), out, run_id=new_run_id(), overwrite=overwrite)
-            self.path = out
-            return out
-        from attnkit.train.checkpoint import save_checkpoint
-
-        model, tokenizer, labels = self._parts()
-        save_checkpoint(out, model, self.config["model_name"], self.config["model_config"], tokenizer, labels,
-                        run_id=new_run_id(), overwrite=overwrite, extra=meta)
-        self.path = out
-        return out
-
-    # --- what the run knows ---------------------------------------------------------------------
-
-    @property
-    def labels(self) -> list[str]:
-        """The class names, in the order of :meth:`predict_proba`'s columns."""
-        if self._numpy is not None:
-            return list(self._numpy.labels)
-        return list(self._parts()[2].labels)
-
-    @property
-    def max_len(self) -> int:
-        """How many tokens of a text the model reads (the run's ``--max-len``)."""
-        if self._numpy is not None:
-            return int(self._numpy.settings.max_len)
-        return int(self.config["data_settings"]["max_len"])
-
-    @property
-    def model(self) -> Any:
-        """The torch ``nn.Module`` (in eval mode), or the NumPy twin's model for a numpy run."""
-        return self._numpy.model if self._numpy is not None else self._parts()[0]
-
-    def _parts(self) -> tuple[Any, Any, Any]:
-        assert self._torch is not None
-        return self._torch
-
-    # --- using it -------------------------------------------------------------------------------
-
-    def explain(self, texts: Sequence[str], *, top: int = 5) -> list[Any]:
-        """One :class:`attnkit.train.inference.Prediction` per text, with its ``top`` most attended
-        tokens (``top=0``: none). For a numpy run, the same fields as a dict."""
-        _check_texts(texts)
-        if self._numpy is not None:
-            from attnkit.train.numpy_backend import predict_numpy_run
-
-            return predict_numpy_run(self._numpy, list(texts), top_k=top)
-        from attnkit.train.inference import predict_texts
-
-        model, tokenizer, labels = self._parts()
-        return predict_texts(model, tokenizer, labels, list(texts), max_len=self.max_len, top_k=top)
-
-    def predict(self, texts: Sequence[str]) -> list[str]:
-        """The predicted label of each text (what ``attnkit predict`` prints first)."""
-        return [p["label"] if isinstance(p, dict) else p.label for p in self.explain(texts, top=0)]
-
-    def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
-        """Class probabilities ``(len(texts), len(labels))``; column ``j`` is ``labels[j]``."""
-        labels = self.labels
-        rows = [p["probabilities"] if isinstance(p, dict) else p.probabilities for p in self.explain(texts, top=0)]
-        return np.asarray([[row[label] for label in labels] for row in rows], dtype=np.float64).reshape(-1,
-                                                                                                         len(labels))
-
-    def evaluate(self, texts: Sequence[str], labels: Sequence[str]) -> dict[str, Any]:
-        """Accuracy, macro-F1, per-class scores and the confusion matrix on labelled texts
-        (what ``attnkit evaluate`` reports)."""
-        from attnkit.data.readers import Example
-
-        _check_texts(texts)
-        if len(texts) != len(labels):
-            raise ValueError(f"texts and labels must be as long, got {len(texts)} texts and {len(labels)} labels")
-        examples = [Example(str(t), str(y)) for t, y in zip(texts, labels, strict=True)]
-        if self._numpy is not None:
-            from attnkit.train.numpy_backend import evaluate_numpy_run
-
-            return dict(evaluate_numpy_run(self._numpy, examples))
-        from attnkit.train.inference import evaluate_examples
-
-        model, tokenizer, vocab = self._parts()
-        return evaluate_examples(model, tokenizer, vocab, examples, max_len=self.max_len)
-
-    def __repr__(self) -> str:
-        backend = "numpy" if self._numpy is not None else "torch"
-        name = self.config.get("model_name", self.config.get("model", "?"))
-        where = "not saved" if self.path is None else repr(str(self.path))
-        return f"Predictor({where}, model={name!r}, backend={backend!r}, labels={self.labels})"
-
-
-def _check_texts(texts: Sequence[str]) -> None:
-    if isinstance(texts, str):
-        raise TypeError("texts must be a sequence of strings, got a single str (wrap it in a list)")
-
-
-def load_run(path: str | os.PathLike[str], *, allow_unfinished: bool = False, device: str = "cpu") -> Predictor:
-    """The trained classifier in run directory ``path``, ready to :meth:`~Predictor.predict`.
+def load_run(path: str | os.PathLike[str], *, allow_unfinished: bool = False, device: str = "cpu") -> Any:
+    """The trained model in run directory ``path``, served by the kind of run that owns it
+    (:mod:`attnkit.train.registry`): a :class:`Predictor` for a classification run (torch or numpy
+    backend), a :class:`~attnkit.train.translation_run.Translator` for a translation run, a
+    :class:`~attnkit.train.registry.CaptionRun` for a captioning run.
 
     Raises :class:`attnkit.train.checkpoint.RunFileError` naming the file when
     the folder is not a complete, sound attnkit run, and
@@ -195,4 +43,6 @@ def load_run(path: str | os.PathLike[str], *, allow_unfinished: bool = False, de
     did not finish (unless ``allow_unfinished``: then ``notice`` says which
     weights are served).
     """
-    return Predictor.from_pretrained(path, allow_unfinished=allow_unfinished, device=device)
+    from attnkit.train.registry import load_run as load_registered
+
+    return load_registered(path, allow_unfinished=allow_unfinished, device=device)

@@ -1,0 +1,149 @@
+"""One registry of the kinds of run: which committed runs a task owns, and how it serves them.
+
+Every run folder holds a committed ``config.json`` (:mod:`attnkit.train.rundir`). Each task registers
+one :class:`RunKind`: a name, a ``claims(config)`` test on that file and a ``load(path, *,
+allow_unfinished, device)`` that returns what serves the run. :func:`load_run` (the Python API's
+``attnkit.load_run``) asks the kinds in registration order and loads with the first that claims the
+run, so one call serves every kind::
+
+    attnkit.load_run("runs/reviews")        # Predictor (classification, torch or numpy backend)
+    attnkit.load_run("runs/de-en")          # Translator: .translate(["ein haus"])
+    attnkit.load_run("runs/captions")       # CaptionRun: .caption(images)
+
+A new task adds one kind and nothing else::
+
+    from attnkit.train.registry import RunKind, register_run_kind
+
+    register_run_kind(RunKind("tagging", "token tagging", lambda config: config.get("model_name") == "tagger",
+                              load_tagging_run))
+
+Loaders import their task's modules when called, so reading the registry imports no torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunKind", "RUN_KINDS", "register_run_kind", "run_kind", "load_run", "CaptionRun"]
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """One kind of run: ``claims(config)`` says whether a committed ``config.json`` is this kind's,
+    ``load(path, allow_unfinished=..., device=...)`` returns the object that serves it."""
+
+    name: str
+    description: str
+    claims: Callable[[dict[str, Any]], bool]
+    load: Callable[..., Any]
+
+
+RUN_KINDS: dict[str, RunKind] = {}
+
+
+def register_run_kind(kind: RunKind) -> RunKind:
+    """Add ``kind`` to the registry (a name registered twice is an error: one owner per kind)."""
+    if kind.name in RUN_KINDS:
+        raise ValueError(f"a run kind named {kind.name!r} is registered already")
+    RUN_KINDS[kind.name] = kind
+    return kind
+
+
+def run_kind(path: str | os.PathLike[str]) -> RunKind:
+    """The registered kind that claims run ``path`` (RunFileError naming the file when none does)."""
+    from attnkit.train.rundir import RunFileError, committed_dir, read_run_config
+
+    config = read_run_config(path)
+    for kind in RUN_KINDS.values():
+        if kind.claims(config):
+            return kind
+    raise RunFileError(f"{committed_dir(path) / 'config.json'} names model {config.get('model_name')!r}, which no "
+                       f"registered kind of run claims (kinds: {', '.join(RUN_KINDS)})")
+
+
+def load_run(path: str | os.PathLike[str], *, allow_unfinished: bool = False, device: str = "cpu") -> Any:
+    """Serve run ``path`` through the kind that claims it (see the module docstring)."""
+    return run_kind(path).load(Path(path), allow_unfinished=allow_unfinished, device=device)
+
+
+# --- the four kinds attnkit ships ------------------------------------------------------------------
+
+
+def _is_numpy(config: dict[str, Any]) -> bool:
+    from attnkit.train.numpy_backend import BACKEND
+
+    return config.get("backend") == BACKEND
+
+
+def _is_translation(config: dict[str, Any]) -> bool:
+    from attnkit.train.translation_run import MODEL_NAME
+
+    return config.get("model_name") == MODEL_NAME
+
+
+def _is_captioning(config: dict[str, Any]) -> bool:
+    from attnkit.train.captioning import MODEL_NAME
+
+    return config.get("model_name") == MODEL_NAME
+
+
+def _is_classification(config: dict[str, Any]) -> bool:
+    from attnkit.models import MODELS
+
+    return config.get("model_name") in MODELS or "data_settings" in config
+
+
+def _load_classifier(path: Path, *, allow_unfinished: bool = False, device: str = "cpu") -> Any:
+    from attnkit.train.predictor import Predictor
+
+    return Predictor.from_pretrained(path, allow_unfinished=allow_unfinished, device=device)
+
+
+def _load_translation(path: Path, *, allow_unfinished: bool = False, device: str = "cpu") -> Any:
+    from attnkit.train.translation_run import load_translation_run
+
+    return load_translation_run(path, allow_unfinished=allow_unfinished, device=device)
+
+
+@dataclass
+class CaptionRun:
+    """A captioning run served: its model (eval mode), vocabulary and ``config.json``."""
+
+    path: Path
+    model: Any
+    vocab: Any
+    config: dict[str, Any]
+
+    @property
+    def notice(self) -> str | None:
+        """For an unfinished run loaded with ``allow_unfinished``, which weights are served."""
+        return self.config.get("notice")
+
+    def caption(self, images: Any, *, beam_size: int = 1) -> list[str]:
+        """One caption per image of ``images`` ``(N, 3, S, S)`` (floats in [0, 1], the run's image size)."""
+        from attnkit.train.captioning import generate
+
+        return [" ".join(self.vocab.decode(result.ids)) for result in generate(self.model, images,
+                                                                                beam_size=beam_size)]
+
+
+def _load_captioning(path: Path, *, allow_unfinished: bool = False, device: str = "cpu") -> CaptionRun:
+    from attnkit.train.captioning import load_caption_run
+
+    model, vocab, config = load_caption_run(path, allow_unfinished=allow_unfinished)
+    return CaptionRun(path, model.to(device), vocab, config)
+
+
+# Order matters: the numpy backend's runs carry classifier model names, so it is asked first.
+for _kind in (
+    RunKind("numpy", "text classification on the NumPy twin (--backend numpy)", _is_numpy, _load_classifier),
+    RunKind("translation", "sequence-to-sequence translation (train --task translate)", _is_translation,
+            _load_translation),
+    RunKind("captioning", "image captioning (train --task caption)", _is_captioning, _load_captioning),
+    RunKind("classification", "text classification (train, demo)", _is_classification, _load_classifier),
+):
+    register_run_kind(_kind)

@@ -1,0 +1,74 @@
+"""One registry of run kinds: ``attnkit.load_run`` serves every kind of run, and a new kind is one registration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import attnkit
+from attnkit.api import Predictor
+from attnkit.cli import cli
+from attnkit.data.shapes import shapes_vocab
+from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
+from attnkit.train import registry
+from attnkit.train.captioning import save_caption_run
+from attnkit.train.rundir import RunFileError, RunWriter, atomic_write_json
+from attnkit.train.translation_run import Translator
+from tests.support.cli import TINY, write_keyword_csv
+
+
+def _train(*args: str) -> None:
+    result = CliRunner().invoke(cli, ["train", *args])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("kinds")
+    data = write_keyword_csv(root / "data.csv", 64)
+    src, tgt = root / "src.txt", root / "tgt.txt"
+    src.write_text("ein haus\nein baum\n" * 20)
+    tgt.write_text("a house\na tree\n" * 20)
+    _train("--data", str(data), "--out", str(root / "classification"), *TINY)
+    _train("--data", str(data), "--out", str(root / "numpy"), "--backend", "numpy", "--epochs", "1", "--quiet")
+    _train("--task", "translate", "--src", str(src), "--tgt", str(tgt), "--out", str(root / "translation"),
+           "--epochs", "1")
+    model = ImageCaptioner(CaptionerConfig(vocab_size=len(shapes_vocab()), image_size=32, channels=(2, 2, 2)))
+    save_caption_run(root / "captioning", model, shapes_vocab(), run_id="caption-run")
+    return {kind: root / kind for kind in ("classification", "numpy", "translation", "captioning")}
+
+
+def test_load_run_serves_each_of_the_four_kinds(runs: dict[str, Path]) -> None:
+    for kind, path in runs.items():
+        assert registry.run_kind(path).name == kind
+    for kind in ("classification", "numpy"):
+        served = attnkit.load_run(runs[kind])
+        assert isinstance(served, Predictor) and served.predict(["good film"])[0] in served.labels
+    translator = attnkit.load_run(runs["translation"])
+    assert isinstance(translator, Translator) and isinstance(translator.translate(["ein haus"])[0].text, str)
+    captioner = attnkit.load_run(runs["captioning"])
+    assert isinstance(captioner, registry.CaptionRun) and captioner.config["run_id"] == "caption-run"
+    captions = captioner.caption(torch.rand(2, 3, 32, 32))
+    assert len(captions) == 2 and all(isinstance(c, str) for c in captions)
+
+
+def test_a_fifth_kind_is_one_registration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "tagger"
+    with RunWriter(run, "tag-run") as writer:
+        staging = writer.stage()
+        atomic_write_json(staging / "config.json", {"run_id": "tag-run", "model_name": "tagger", "status": "done"})
+        writer.commit(staging, status="done")
+    with pytest.raises(RunFileError, match="no registered kind of run claims"):
+        attnkit.load_run(run)
+    monkeypatch.setattr(registry, "RUN_KINDS", dict(registry.RUN_KINDS))
+    registry.register_run_kind(registry.RunKind(
+        "tagging", "token tagging", lambda config: config.get("model_name") == "tagger",
+        lambda path, allow_unfinished, device: ("tagger served", json.loads(
+            (path / "current.json").read_text())["run_id"])))
+    assert attnkit.load_run(run) == ("tagger served", "tag-run")
+    with pytest.raises(ValueError, match="registered already"):
+        registry.register_run_kind(registry.RUN_KINDS["tagging"])
