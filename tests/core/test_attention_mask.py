@@ -142,8 +142,8 @@ def test_every_layer_gives_the_same_output_and_gradients_with_the_object() -> No
         (grad,) = torch.autograd.grad(out.sum(), x)
         assert torch.equal(out, expected) and torch.equal(grad, grad_expected), type(layer).__name__
     add = AdditiveAttention(D, D, 8)
-    context, w = add(x[:, :3], x, mask=masks.AttentionMask(plain[:, :, :3]))
-    ref_context, ref_w = add(x[:, :3], x, mask=plain[:, :, :3])
+    context, w = add(x[:, :3], x, mask=masks.AttentionMask(plain[:, :, :3]), return_weights=True)
+    ref_context, ref_w = add(x[:, :3], x, mask=plain[:, :, :3], return_weights=True)
     assert torch.equal(context, ref_context) and torch.equal(w, ref_w)
     dec = TransformerDecoderLayer(D, NH, 32, dropout=0.0).eval()
     memory = torch.randn(2, 5, D)
