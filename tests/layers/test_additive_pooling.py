@@ -156,7 +156,7 @@ def test_additive_accepts_from_lengths_mask() -> None:
         ((torch.randn(2, 4), torch.randn(2, 7, 6), torch.randn(2, 6, 6)), {}, ValueError, "value must be (B, Tk, Dv)"),
         ((torch.randn(2, 4), torch.randn(2, 7, 6)), {"mask": torch.ones(2, 7)}, TypeError, "boolean"),
         ((torch.randn(2, 4), torch.randn(2, 7, 6)), {"mask": torch.ones(2, 6, dtype=torch.bool)},
-         ValueError, "AdditiveAttention mask of shape (2, 6) has 6 keys where the call has Tk = 7"),
+         ValueError, "AdditiveAttention mask of shape (2, 6) does not broadcast to (B, H, Tq, Tk) = (2, 1, 1, 7)"),
         ((torch.randn(2, 4), torch.randn(2, 7, 6)), {"projected_keys": torch.randn(2, 7, 4)},
          ValueError, "projected_keys"),
         ((torch.ones(2, 4, dtype=torch.long), torch.randn(2, 7, 6)), {}, TypeError, "floating"),
@@ -248,8 +248,8 @@ def test_pooling_multiple_queries() -> None:
         (torch.randn(2, 6, 4), None, ValueError, "got shape (2, 6, 4)"),
         (torch.ones(2, 6, 5, dtype=torch.long), None, TypeError, "floating"),
         (torch.randn(2, 6, 5), torch.ones(2, 6), TypeError, "boolean"),
-        (torch.randn(2, 6, 5), torch.ones(2, 5, dtype=torch.bool), ValueError, "(B, T) = (2, 6)"),
-        (torch.randn(2, 6, 5), torch.ones(3, 6, dtype=torch.bool), ValueError, "got shape (3, 6)"),
+        (torch.randn(2, 6, 5), torch.ones(2, 5, dtype=torch.bool), ValueError, "does not broadcast to (B, H, Tq, Tk) = (2, 1, 1, 6)"),
+        (torch.randn(2, 6, 5), torch.ones(3, 6, dtype=torch.bool), ValueError, "AttentionPooling mask of shape (3, 6) is neither"),
     ],
 )
 def test_pooling_bad_input(x: torch.Tensor, mask: torch.Tensor | None, error: type, text: str) -> None:

@@ -474,7 +474,8 @@ def _read_tensor(mask: Tensor, target: Target, name: str) -> Tensor:
     if mask.dtype != torch.bool or mask.dim() > 4:
         check_mask(mask, (b, 1 if h is None else h, tq, tk), name)  # raises, naming the dtype or the axes
     if mask.dim() and mask.shape[-1] not in (1, tk):
-        raise ValueError(f"{name} of shape {tuple(mask.shape)} has {mask.shape[-1]} keys where the call has Tk = {tk}")
+        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to (B, H, Tq, Tk) = {target}: "
+                         f"it has {mask.shape[-1]} keys where the call has Tk = {tk}")
     if mask.dim() in (2, 3) and mask.shape[0] != 1:
         two = mask.dim() == 2
         lead = mask.shape[0]
