@@ -64,13 +64,6 @@ CHUNK = 64  # positions per scan step: small enough for the (C, C) product, larg
 _CONTEXT_CHUNK = 512  # positions per step of the non-causal context sum (measured fastest on CPU)
 
 
-def _softmax(x: Tensor, dim: int) -> Tensor:
-    """One fused softmax pass, in float32 for half inputs (nothing is masked here)."""
-    if x.dtype in (torch.float16, torch.bfloat16):
-        return torch.softmax(x, dim=dim, dtype=torch.float32).to(x.dtype)
-    return torch.softmax(x, dim=dim)
-
-
 def _key_mask(mask: MaskLike, target: tuple[int, int, int, int], name: str) -> Tensor | None:
     """The ``(B|1, 1, Tk)`` key mask (True = may attend) of ``mask``, read by :func:`attnkit.masks.read_mask`.
 
@@ -125,7 +118,7 @@ def _causal_scan(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, chunk: in
     for start in range(0, t, chunk):
         end = min(t, start + chunk)
         kc, vc = k[:, :, start:end], v[:, :, start:end]  # (B, H, C, Dh), (B, H, C, Dv)
-        qc = _softmax(q[:, :, start:end], dim=-1)  # (B, H, C, Dh)
+        qc = safe_softmax(q[:, :, start:end])  # (B, H, C, Dh)
         if keep is not None:
             kc = kc.masked_fill(~keep[:, :, start:end, None], float("-inf"))
         new_max = torch.maximum(run_max, kc.amax(dim=2, keepdim=True)).detach()  # (B, H, 1, Dh)
@@ -175,7 +168,7 @@ def linear_attention(
     out = v.new_empty(*q.shape[:3], v.shape[-1])  # (B, H, Tq, Dv)
     for start in range(0, q.shape[2], _CONTEXT_CHUNK):
         stop = start + _CONTEXT_CHUNK
-        out[:, :, start:stop] = _softmax(q[:, :, start:stop], dim=-1) @ context
+        out[:, :, start:stop] = safe_softmax(q[:, :, start:stop]) @ context
     return out
 
 
