@@ -248,8 +248,10 @@ def test_pooling_multiple_queries() -> None:
         (torch.randn(2, 6, 4), None, ValueError, "got shape (2, 6, 4)"),
         (torch.ones(2, 6, 5, dtype=torch.long), None, TypeError, "floating"),
         (torch.randn(2, 6, 5), torch.ones(2, 6), TypeError, "boolean"),
-        (torch.randn(2, 6, 5), torch.ones(2, 5, dtype=torch.bool), ValueError, "does not broadcast to (B, H, Tq, Tk) = (2, 1, 1, 6)"),
-        (torch.randn(2, 6, 5), torch.ones(3, 6, dtype=torch.bool), ValueError, "AttentionPooling mask of shape (3, 6) is neither"),
+        (torch.randn(2, 6, 5), torch.ones(2, 5, dtype=torch.bool), ValueError,
+         "does not broadcast to (B, H, Tq, Tk) = (2, 1, 1, 6)"),
+        (torch.randn(2, 6, 5), torch.ones(3, 6, dtype=torch.bool), ValueError,
+         "AttentionPooling mask of shape (3, 6) is neither"),
     ],
 )
 def test_pooling_bad_input(x: torch.Tensor, mask: torch.Tensor | None, error: type, text: str) -> None:

@@ -123,7 +123,8 @@ def test_gradients() -> None:
         (torch.randn(2, 8, 3, 3), torch.ones(2, 3, 3), TypeError, "boolean"),
         (torch.randn(2, 8, 3, 3), torch.ones(2, 3, 4, dtype=torch.bool), ValueError,
          "SelfAttention2d mask of shape (2, 3, 4) does not broadcast to (B, H, Tq, Tk) = (2, 1, 9, 9)"),
-        (torch.randn(2, 8, 3, 3), torch.ones(2, 8, dtype=torch.bool), ValueError, "SelfAttention2d mask of shape (2, 8) does not broadcast"),
+        (torch.randn(2, 8, 3, 3), torch.ones(2, 8, dtype=torch.bool), ValueError,
+         "SelfAttention2d mask of shape (2, 8) does not broadcast"),
     ],
 )
 def test_bad_input(x: object, mask: torch.Tensor | None, error: type, text: str) -> None:

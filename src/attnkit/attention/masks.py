@@ -539,7 +539,7 @@ def read_mask(mask: object, target: Target, *, name: str = "mask") -> Tensor | B
         check_mask(allowed, (b, (allowed.shape[-3] if allowed.dim() >= 3 else 1) if h is None else h, tq, tk), name)
         return allowed
     if not isinstance(mask, Tensor):
-        check_mask(mask, target, name)  # raises: names what was given
+        check_mask(mask, (b, 1 if h is None else h, tq, tk), name)  # raises: names what was given
     assert isinstance(mask, Tensor)
     return _read_tensor(mask, target, name)
 
