@@ -266,3 +266,12 @@ def test_pooling_bad_constructor(kwargs: dict) -> None:
     d = full.pop("d_model")
     with pytest.raises(ValueError, match="must be a positive int"):
         AttentionPooling(d, **full)
+
+
+def test_additive_returns_the_context_alone_unless_weights_are_asked_for() -> None:
+    layer = AdditiveAttention(4, 6, 5)
+    query, keys = torch.randn(2, 3, 4), torch.randn(2, 7, 6)
+    context = layer(query, keys)
+    assert isinstance(context, torch.Tensor) and context.shape == (2, 3, 6)
+    again, weights = layer(query, keys, return_weights=True)
+    assert torch.equal(again, context) and weights.shape == (2, 3, 7)

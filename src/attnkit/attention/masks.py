@@ -1,7 +1,7 @@
 """Attention masks: the one place where masks are built, checked and converted.
 
 The rule, everywhere in attnkit: a **boolean mask is True where a query MAY
-attend to a key**. It must broadcast to ``(B, H, Tq, Tk)``. A float tensor is
+attend to a key**. It means pairs of ``(B, H, Tq, Tk)``. A float tensor is
 an additive bias and is passed as ``bias=``, never as ``mask=``.
 
 PyTorch itself uses two opposite conventions (``nn.MultiheadAttention`` reads
@@ -14,6 +14,12 @@ through :func:`from_hf_attention_mask`.
 Programmable masks that attention can skip block by block
 (:func:`create_block_mask` and the ready mask mods) live in
 :mod:`attnkit.attention.block_mask` and are re-exported here.
+
+Every reader of a user's mask -- :func:`attnkit.attention`, every layer,
+pooling and kernel -- goes through :func:`read_mask` (wrapped by
+:func:`as_attention_mask`): a 2-D mask is a ``(B, Tk)`` key-padding mask or
+``(Tq, Tk)`` pairs by its sizes, refused as ambiguous where ``B == Tq``, so one
+mask means the same pairs in every layer.
 
 A model builds **one** :class:`AttentionMask` at its entry -- from lengths
 (:meth:`AttentionMask.from_lengths`), padding, segment ids or a BlockMask --
