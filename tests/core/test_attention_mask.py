@@ -94,10 +94,12 @@ def test_attention_mask_refuses_what_is_not_a_mask() -> None:
         masks.AttentionMask(torch.zeros(2, 1, 1, 4))
     with pytest.raises(TypeError, match="mask must be a boolean torch.Tensor, got list"):
         masks.AttentionMask([[True]])  # type: ignore[arg-type]
-    built = masks.AttentionMask(torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"a mask of shape \(2, 4\) could mean more than one thing.*as_attention_mask"):
+        masks.AttentionMask(torch.ones(2, 4, dtype=torch.bool))  # (B, Tk) or (Tq, Tk): no call to tell
+    built = masks.AttentionMask(torch.ones(1, 4, dtype=torch.bool))
     with pytest.raises(TypeError, match="already an AttentionMask"):
         masks.AttentionMask(built)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"key_mask\(\) needs a key-padding mask \(B, 1, 1, Tk\), got shape \(2, 4\)"):
+    with pytest.raises(ValueError, match=r"key_mask\(\) needs a key-padding mask \(B, 1, 1, Tk\), got shape \(1, 4\)"):
         built.key_mask()
 
 

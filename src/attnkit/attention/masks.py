@@ -375,8 +375,14 @@ class AttentionMask:
             attend some key in some head; ``None`` when every row may
             (a BlockMask knows that without looking).
 
+    A tensor with two or three axes whose first is not 1 is refused: without the
+    call's sizes it could be a ``(B, Tk)`` key-padding mask or ``(Tq, Tk)`` pairs;
+    :func:`as_attention_mask` with the call's ``(B, H, Tq, Tk)`` reads it by the rule
+    of every layer (:func:`read_mask`).
+
     Shape:
-        allowed ``(..., Tq or 1, Tk)`` or a BlockMask for ``(B, H, Tq, Tk)``.
+        allowed ``(B|1, H|1, Tq|1, Tk)`` (leading ones may be left out) or a BlockMask
+        for ``(B, H, Tq, Tk)``.
     """
 
     __slots__ = ("allowed", "rows", "_causal_rows")
@@ -389,6 +395,13 @@ class AttentionMask:
             if allowed.dim() > 4:
                 raise ValueError(
                     f"allowed must broadcast to (B, H, Tq, Tk), got {allowed.dim()} dims {tuple(allowed.shape)}"
+                )
+            if allowed.dim() in (2, 3) and allowed.shape[0] != 1:
+                raise ValueError(
+                    f"AttentionMask takes four axes (B|1, H|1, Tq|1, Tk); a mask of shape {tuple(allowed.shape)} "
+                    "could mean more than one thing: build it with masks.as_attention_mask(mask, (B, H, Tq, Tk)), "
+                    "which reads it by the rule of every layer, or add the axes (mask[:, None, None, :] for "
+                    "(B, Tk) key padding, mask[None, None] for (Tq, Tk) pairs)"
                 )
         self.allowed: Tensor | BlockMask = allowed
         self.rows: Tensor | None = _query_rows(allowed, 1, None)
