@@ -396,9 +396,9 @@ def linear_rows() -> list[Row]:
             k = (2 * torch.randn(2, 3, 150, 8, dtype=dtype)).requires_grad_(True)
             v = torch.randn(2, 3, 150, 5, dtype=dtype, requires_grad=True)
             key_mask = masks.from_lengths([150, 97], 150)[:, 0, 0]  # (B, Tk)
-            out = linear_attention(q, k, v, causal=causal, key_mask=key_mask, chunk=32)
+            out = linear_attention(q, k, v, causal=causal, mask=key_mask, chunk=32)
             grads = torch.autograd.grad(out.pow(2).sum(), [q, k, v])
-            w = linear_attention_weights(q, k, causal=causal, key_mask=key_mask)
+            w = linear_attention_weights(q, k, causal=causal, mask=key_mask)
             ref, ref_w = explicit_linear(q, k, v, causal, key_mask)
             ref_grads = torch.autograd.grad(ref.pow(2).sum(), [q, k, v])
             rows.append(Row(

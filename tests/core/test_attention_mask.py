@@ -94,10 +94,12 @@ def test_attention_mask_refuses_what_is_not_a_mask() -> None:
         masks.AttentionMask(torch.zeros(2, 1, 1, 4))
     with pytest.raises(TypeError, match="mask must be a boolean torch.Tensor, got list"):
         masks.AttentionMask([[True]])  # type: ignore[arg-type]
-    built = masks.AttentionMask(torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"a mask of shape \(2, 4\) could mean more than one thing.*as_attention_mask"):
+        masks.AttentionMask(torch.ones(2, 4, dtype=torch.bool))  # (B, Tk) or (Tq, Tk): no call to tell
+    built = masks.AttentionMask(torch.ones(1, 4, dtype=torch.bool))
     with pytest.raises(TypeError, match="already an AttentionMask"):
         masks.AttentionMask(built)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"key_mask\(\) needs a key-padding mask \(B, 1, 1, Tk\), got shape \(2, 4\)"):
+    with pytest.raises(ValueError, match=r"key_mask\(\) needs a key-padding mask \(B, 1, 1, Tk\), got shape \(1, 4\)"):
         built.key_mask()
 
 
@@ -142,8 +144,8 @@ def test_every_layer_gives_the_same_output_and_gradients_with_the_object() -> No
         (grad,) = torch.autograd.grad(out.sum(), x)
         assert torch.equal(out, expected) and torch.equal(grad, grad_expected), type(layer).__name__
     add = AdditiveAttention(D, D, 8)
-    context, w = add(x[:, :3], x, mask=masks.AttentionMask(plain[:, :, :3]))
-    ref_context, ref_w = add(x[:, :3], x, mask=plain[:, :, :3])
+    context, w = add(x[:, :3], x, mask=masks.AttentionMask(plain[:, :, :3]), return_weights=True)
+    ref_context, ref_w = add(x[:, :3], x, mask=plain[:, :, :3], return_weights=True)
     assert torch.equal(context, ref_context) and torch.equal(w, ref_w)
     dec = TransformerDecoderLayer(D, NH, 32, dropout=0.0).eval()
     memory = torch.randn(2, 5, D)

@@ -57,3 +57,19 @@ def test_sliding_window_combine_and_additive() -> None:
 def test_mask_errors_name_the_argument(call, error, words) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(error, match=words):
         call()
+
+
+def test_read_mask_tells_the_forms_apart_and_names_the_ambiguous_ones() -> None:
+    kp = torch.tensor([[True, True, False, False], [True, False, False, False]])
+    assert masks.read_mask(kp, (2, 4, 3, 4)).shape == (2, 1, 1, 4)  # (B, Tk)
+    assert torch.equal(masks.read_mask(masks.causal(3, 4), (2, 4, 3, 4))[0, 0], masks.causal(3, 4))  # (Tq, Tk)
+    assert torch.equal(masks.read_mask(torch.tensor([4, 1]), (2, 4, 3, 4)), masks.from_lengths([4, 1], 4))
+    three = torch.rand(2, 3, 4) > 0.5
+    assert masks.read_mask(three, (2, 4, 3, 4)).shape == (2, 1, 3, 4)  # (B, Tq, Tk)
+    assert masks.read_mask(three, (5, 2, 3, 4)).shape == (1, 2, 3, 4)  # (H, Tq, Tk)
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 3, 4\) is ambiguous here \(B = H = 2\).*mask\[:, None\]"):
+        masks.read_mask(three, (2, 2, 3, 4))
+    with pytest.raises(ValueError, match=r"integer lengths must be \(B,\) = \(3,\), got shape \(2,\)"):
+        masks.read_mask(torch.tensor([4, 1]), (3, 1, 3, 4))
+    with pytest.raises(TypeError, match="masks.from_hf_attention_mask"):
+        masks.read_mask(kp.long(), (2, 1, 3, 4))

@@ -39,7 +39,7 @@ def test_additive_matches_loop_reference_with_mask() -> None:
     query, keys = torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 7, 6, dtype=torch.float64)
     lengths = [7, 3, 1]
     key_mask = masks.from_lengths(lengths, 7)[:, 0, 0]  # (B, Tk)
-    context, weights = layer(query, keys, mask=key_mask)
+    context, weights = layer(query, keys, mask=key_mask, return_weights=True)
     assert context.shape == (3, 6) and weights.shape == (3, 7)
     for b in range(3):
         ref_c, ref_w = loop_additive(layer, query[b], keys[b], key_mask[b].tolist())
@@ -55,14 +55,14 @@ def test_additive_separate_values_and_query_sequence() -> None:
     query, keys, values = torch.randn(2, 5, 4), torch.randn(2, 7, 6), torch.randn(2, 7, 3)
     mask = torch.rand(2, 5, 7) > 0.3
     mask[1, 2] = False  # one query with no key at all
-    context, weights = layer(query, keys, values, mask=mask)
+    context, weights = layer(query, keys, values, mask=mask, return_weights=True)
     assert context.shape == (2, 5, 3) and weights.shape == (2, 5, 7)
     sums = weights.sum(-1)
     assert torch.allclose(sums[mask.any(-1)], torch.ones(()), atol=1e-6)
     assert (weights[~mask] == 0).all() and (context[1, 2] == 0).all()
     # each query row equals the 2-D call for that query alone
     for t in range(5):
-        c_t, w_t = layer(query[:, t], keys, values, mask=mask[:, t])
+        c_t, w_t = layer(query[:, t], keys, values, mask=mask[:, t], return_weights=True)
         torch.testing.assert_close(c_t, context[:, t])
         torch.testing.assert_close(w_t, weights[:, t])
     torch.testing.assert_close(context, weights @ values)
@@ -76,7 +76,7 @@ def test_additive_weights_rows_sum_to_one_or_zero(seed: int, tq: int, tk: int, k
     layer = AdditiveAttention(3, 4, 5)
     query, keys = torch.randn(2, tq, 3, generator=gen), torch.randn(2, tk, 4, generator=gen)
     mask = torch.rand(2, tq, tk, generator=gen) < keep
-    context, weights = layer(query, keys, mask=mask)
+    context, weights = layer(query, keys, mask=mask, return_weights=True)
     sums = weights.sum(-1)
     has_key = mask.any(-1)
     assert torch.allclose(sums[has_key], torch.ones(()), atol=1e-6)
@@ -91,8 +91,8 @@ def test_additive_projected_keys_reused_gives_same_result() -> None:
     assert projected.shape == (2, 7, 5)
     for _ in range(3):  # a decoder reuses the projection at every step
         s = torch.randn(2, 4)
-        a = layer(s, keys, projected_keys=projected)
-        b = layer(s, keys)
+        a = layer(s, keys, projected_keys=projected, return_weights=True)
+        b = layer(s, keys, return_weights=True)
         torch.testing.assert_close(a[0], b[0])
         torch.testing.assert_close(a[1], b[1])
 
@@ -101,7 +101,7 @@ def test_additive_gradients_reach_every_parameter() -> None:
     layer = AdditiveAttention(4, 6, 5)
     query = torch.randn(2, 4, requires_grad=True)
     keys = torch.randn(2, 7, 6, requires_grad=True)
-    context, weights = layer(query, keys, mask=torch.rand(2, 7) > 0.2)
+    context, weights = layer(query, keys, mask=torch.rand(2, 7) > 0.2, return_weights=True)
     (context.square().sum() + weights[:, 0].sum()).backward()
     for name, p in layer.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
@@ -115,7 +115,7 @@ def test_additive_fully_masked_row_zero_context_zero_grad_no_nan() -> None:
     keys = torch.randn(2, 7, 6, requires_grad=True)
     mask = torch.ones(2, 7, dtype=torch.bool)
     mask[1] = False
-    context, weights = layer(query, keys, mask=mask)
+    context, weights = layer(query, keys, mask=mask, return_weights=True)
     assert (context[1] == 0).all() and (weights[1] == 0).all()
     context[1].sum().backward(retain_graph=True)
     assert query.grad is not None and keys.grad is not None
@@ -131,7 +131,7 @@ def test_additive_half_precision_no_nan() -> None:
     layer = AdditiveAttention(4, 6, 5).to(torch.bfloat16)
     keys = torch.randn(2, 7, 6, dtype=torch.bfloat16)
     mask = torch.tensor([[True] * 7, [False] * 7])
-    context, weights = layer(torch.randn(2, 4, dtype=torch.bfloat16), keys, mask=mask)
+    context, weights = layer(torch.randn(2, 4, dtype=torch.bfloat16), keys, mask=mask, return_weights=True)
     assert context.dtype == torch.bfloat16 and not context.isnan().any()
     assert (weights[1] == 0).all()
     assert abs(float(weights[0].detach().float().sum()) - 1.0) < 1e-2
@@ -140,8 +140,8 @@ def test_additive_half_precision_no_nan() -> None:
 def test_additive_accepts_from_lengths_mask() -> None:
     layer = AdditiveAttention(4, 6, 5)
     query, keys = torch.randn(2, 3, 4), torch.randn(2, 7, 6)
-    a = layer(query, keys, mask=masks.from_lengths([7, 2]))  # (B, 1, 1, Tk)
-    b = layer(query, keys, mask=masks.from_lengths([7, 2])[:, 0, 0])  # (B, Tk)
+    a = layer(query, keys, mask=masks.from_lengths([7, 2]), return_weights=True)  # (B, 1, 1, Tk)
+    b = layer(query, keys, mask=masks.from_lengths([7, 2])[:, 0, 0], return_weights=True)  # (B, Tk)
     torch.testing.assert_close(a[1], b[1])
     assert (a[1][1, :, 2:] == 0).all()
 
@@ -151,12 +151,12 @@ def test_additive_accepts_from_lengths_mask() -> None:
     [
         ((torch.randn(2, 4, 1, 1), torch.randn(2, 7, 6)), {}, ValueError, "query"),
         ((torch.randn(2, 3), torch.randn(2, 7, 6)), {}, ValueError, "query must be (B, 4)"),
-        ((torch.randn(2, 4), torch.randn(2, 7, 5)), {}, ValueError, "keys must be (B, Tk, 6)"),
+        ((torch.randn(2, 4), torch.randn(2, 7, 5)), {}, ValueError, "key must be (B, Tk, 6)"),
         ((torch.randn(3, 4), torch.randn(2, 7, 6)), {}, ValueError, "B=3"),
-        ((torch.randn(2, 4), torch.randn(2, 7, 6), torch.randn(2, 6, 6)), {}, ValueError, "values"),
+        ((torch.randn(2, 4), torch.randn(2, 7, 6), torch.randn(2, 6, 6)), {}, ValueError, "value must be (B, Tk, Dv)"),
         ((torch.randn(2, 4), torch.randn(2, 7, 6)), {"mask": torch.ones(2, 7)}, TypeError, "boolean"),
         ((torch.randn(2, 4), torch.randn(2, 7, 6)), {"mask": torch.ones(2, 6, dtype=torch.bool)},
-         ValueError, "(B, Tk) = (2, 7)"),
+         ValueError, "AdditiveAttention mask of shape (2, 6) does not broadcast to (B, H, Tq, Tk) = (2, 1, 1, 7)"),
         ((torch.randn(2, 4), torch.randn(2, 7, 6)), {"projected_keys": torch.randn(2, 7, 4)},
          ValueError, "projected_keys"),
         ((torch.ones(2, 4, dtype=torch.long), torch.randn(2, 7, 6)), {}, TypeError, "floating"),
@@ -248,8 +248,10 @@ def test_pooling_multiple_queries() -> None:
         (torch.randn(2, 6, 4), None, ValueError, "got shape (2, 6, 4)"),
         (torch.ones(2, 6, 5, dtype=torch.long), None, TypeError, "floating"),
         (torch.randn(2, 6, 5), torch.ones(2, 6), TypeError, "boolean"),
-        (torch.randn(2, 6, 5), torch.ones(2, 5, dtype=torch.bool), ValueError, "(B, T) = (2, 6)"),
-        (torch.randn(2, 6, 5), torch.ones(3, 6, dtype=torch.bool), ValueError, "got shape (3, 6)"),
+        (torch.randn(2, 6, 5), torch.ones(2, 5, dtype=torch.bool), ValueError,
+         "does not broadcast to (B, H, Tq, Tk) = (2, 1, 1, 6)"),
+        (torch.randn(2, 6, 5), torch.ones(3, 6, dtype=torch.bool), ValueError,
+         "AttentionPooling mask of shape (3, 6) is neither"),
     ],
 )
 def test_pooling_bad_input(x: torch.Tensor, mask: torch.Tensor | None, error: type, text: str) -> None:
@@ -264,3 +266,12 @@ def test_pooling_bad_constructor(kwargs: dict) -> None:
     d = full.pop("d_model")
     with pytest.raises(ValueError, match="must be a positive int"):
         AttentionPooling(d, **full)
+
+
+def test_additive_returns_the_context_alone_unless_weights_are_asked_for() -> None:
+    layer = AdditiveAttention(4, 6, 5)
+    query, keys = torch.randn(2, 3, 4), torch.randn(2, 7, 6)
+    context = layer(query, keys)
+    assert isinstance(context, torch.Tensor) and context.shape == (2, 3, 6)
+    again, weights = layer(query, keys, return_weights=True)
+    assert torch.equal(again, context) and weights.shape == (2, 3, 7)

@@ -199,11 +199,11 @@ def test_hf_attention_state_dict_prefixes_and_errors(tiny_bert: tuple) -> None:
 @pytest.mark.parametrize(
     "x, mask, error, text",
     [
-        (torch.randn(2, 5, 16), None, ValueError, "hidden_states must be (B, T, 32), got shape (2, 5, 16)"),
-        (torch.randn(2, 32), None, ValueError, "hidden_states must be (B, T, 32)"),
+        (torch.randn(2, 5, 16), None, ValueError, "x must be (B, T, 32), got shape (2, 5, 16)"),
+        (torch.randn(2, 32), None, ValueError, "x must be (B, T, 32)"),
         (torch.randn(2, 5, 32), torch.ones(2, 1, 1, 5), TypeError, "must be a boolean tensor"),
         (torch.randn(2, 5, 32), torch.ones(2, 1, 1, 4, dtype=torch.bool), ValueError, "does not broadcast"),
-        ("text", None, TypeError, "hidden_states must be a torch.Tensor"),
+        ("text", None, TypeError, "x must be a torch.Tensor"),
     ],
 )
 def test_bad_input(x: object, mask: torch.Tensor | None, error: type, text: str) -> None:

@@ -122,8 +122,9 @@ def test_gradients() -> None:
         ([[1.0]], None, TypeError, "torch.Tensor"),
         (torch.randn(2, 8, 3, 3), torch.ones(2, 3, 3), TypeError, "boolean"),
         (torch.randn(2, 8, 3, 3), torch.ones(2, 3, 4, dtype=torch.bool), ValueError,
-         "(B, H, W) = (2, 3, 3) or (B, H*W) = (2, 9)"),
-        (torch.randn(2, 8, 3, 3), torch.ones(2, 8, dtype=torch.bool), ValueError, "got shape (2, 8)"),
+         "SelfAttention2d mask of shape (2, 3, 4) does not broadcast to (B, H, Tq, Tk) = (2, 1, 9, 9)"),
+        (torch.randn(2, 8, 3, 3), torch.ones(2, 8, dtype=torch.bool), ValueError,
+         "SelfAttention2d mask of shape (2, 8) does not broadcast"),
     ],
 )
 def test_bad_input(x: object, mask: torch.Tensor | None, error: type, text: str) -> None:

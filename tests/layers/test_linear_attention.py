@@ -46,14 +46,14 @@ def test_matches_explicit_weights(dtype, tol, causal, monkeypatch):
     monkeypatch.setattr(linear_module, "_CONTEXT_CHUNK", 32)  # several non-causal chunks too
     q, k, v = _qkv(dtype=dtype)
     key_mask = masks.from_lengths([150, 97], 150)[:, 0, 0]  # (B, Tk)
-    out = linear_attention(q, k, v, causal=causal, key_mask=key_mask, chunk=32)  # 5 chunks, last ragged
+    out = linear_attention(q, k, v, causal=causal, mask=key_mask, chunk=32)  # 5 chunks, last ragged
     grads = torch.autograd.grad(out.pow(2).sum(), [q, k, v])
     ref, ref_w = explicit_linear_attention(q, k, v, causal=causal, key_mask=key_mask)
     ref_grads = torch.autograd.grad(ref.pow(2).sum(), [q, k, v])
     assert (out - ref).abs().max().item() <= tol
     for g, r in zip(grads, ref_grads, strict=True):
         assert (g - r).abs().max().item() <= tol
-    w = linear_attention_weights(q, k, causal=causal, key_mask=key_mask)
+    w = linear_attention_weights(q, k, causal=causal, mask=key_mask)
     assert (w - ref_w).abs().max().item() <= tol
 
 
@@ -85,13 +85,13 @@ def test_large_key_range_stays_finite():
 def test_masked_keys_change_nothing(causal):
     q, k, v = _qkv(t=12)
     key_mask = torch.tensor([[True] * 8 + [False] * 4, [True] * 12])
-    out = linear_attention(q, k, v, causal=causal, key_mask=key_mask)
+    out = linear_attention(q, k, v, causal=causal, mask=key_mask)
     k2, v2 = k.detach().clone(), v.detach().clone()
     k2[0, :, 8:] = 1e3 * torch.randn_like(k2[0, :, 8:])
     v2[0, :, 8:] = torch.randn_like(v2[0, :, 8:])
-    out2 = linear_attention(q, k2, v2, causal=causal, key_mask=key_mask[:, None, None, :])
+    out2 = linear_attention(q, k2, v2, causal=causal, mask=key_mask[:, None, None, :])
     torch.testing.assert_close(out, out2, rtol=0, atol=1e-12)
-    w = linear_attention_weights(q, k, causal=causal, key_mask=key_mask)
+    w = linear_attention_weights(q, k, causal=causal, mask=key_mask)
     assert torch.all(w[0, :, :, 8:] == 0)
     torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
 
@@ -99,9 +99,9 @@ def test_masked_keys_change_nothing(causal):
 def test_no_valid_key_gives_zero():
     q, k, v = _qkv(t=6)
     key_mask = torch.tensor([[False, False, True, True, True, True], [False] * 6])
-    out = linear_attention(q, k, v, causal=True, key_mask=key_mask, chunk=4)
+    out = linear_attention(q, k, v, causal=True, mask=key_mask, chunk=4)
     assert torch.all(out[0, :, :2] == 0) and torch.all(out[1] == 0)
-    assert torch.all(linear_attention(q, k, v, key_mask=key_mask)[1] == 0)
+    assert torch.all(linear_attention(q, k, v, mask=key_mask)[1] == 0)
     grads = torch.autograd.grad(out.sum(), [q, k, v])
     assert all(torch.isfinite(g).all() for g in grads)
 

@@ -150,8 +150,9 @@ def test_dropout_only_in_training() -> None:
         (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 8)), ValueError, r"query must be \(B, T, 16\)"),
         (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), mask=torch.zeros(2, 1, 1, 3)), TypeError,
          "mask must be a boolean"),
-        (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), mask=torch.ones(2, 3, dtype=torch.bool)), ValueError,
-         r"does not broadcast to \(B, H, Tq, Tk\) = \(2, 4, 3, 3\)"),
+        (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), mask=torch.ones(5, 3, dtype=torch.bool)), ValueError,
+         r"mask of shape \(5, 3\) is neither a \(B, Tk\) key-padding mask nor a \(Tq, Tk\) mask of pairs "
+         r"for \(B, H, Tq, Tk\) = \(2, 4, 3, 3\)"),
         (lambda: MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), torch.randn(2, 3, 16)), ValueError,
          "pass both key and value"),
         (lambda: MultiHeadAttention.from_torch(nn.Linear(2, 2)), TypeError, "nn.MultiheadAttention"),

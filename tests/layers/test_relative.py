@@ -150,7 +150,7 @@ def test_bad_inputs():
     layer = RelativePositionAttention(8, 2, 2)
     with pytest.raises(ValueError, match=r"\(B, T, 8\)"):
         layer(torch.randn(2, 5, 7))
-    with pytest.raises(TypeError, match="x must be"):
+    with pytest.raises(TypeError, match="query must be"):
         layer([[1.0]])
     with pytest.raises(TypeError, match="boolean"):
         layer(torch.randn(2, 5, 8), mask=torch.zeros(2, 1, 1, 5))

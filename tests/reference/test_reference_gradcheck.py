@@ -11,7 +11,7 @@ from attnkit.reference.attention import ScaledDotProductAttention
 from attnkit.reference.checking import GradcheckError, gradcheck, module_gradcheck
 from attnkit.reference.chunked import ChunkedAttention
 from attnkit.reference.encoder import TransformerEncoder, TransformerEncoderLayer
-from attnkit.reference.functional import lengths_mask, safe_softmax, softmax_backward
+from attnkit.reference.functional import from_lengths, safe_softmax, softmax_backward
 from attnkit.reference.layers import (
     GELU,
     Dropout,
@@ -41,7 +41,7 @@ def _x(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return rng.standard_normal(shape)
 
 
-MASK = lengths_mask([5, 3], 5)  # second example has two padded keys
+MASK = from_lengths([5, 3], 5)  # second example has two padded keys
 
 
 @pytest.mark.parametrize(
@@ -145,7 +145,7 @@ def test_attention_dropout_with_fixed_rng(rng: np.random.Generator) -> None:
 def test_chunked_attention(causal: bool, rng: np.random.Generator) -> None:
     attn = ChunkedAttention(block_q=3, block_k=2)
     q, k, v = _x(rng, 2, 2, 7, 3), _x(rng, 2, 1, 6, 3), _x(rng, 2, 1, 6, 4)
-    mask = lengths_mask([6, 4], 6)
+    mask = from_lengths([6, 4], 6)
 
     def call(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
         return attn.forward(q, k, v, mask=mask, causal=causal)
@@ -158,7 +158,7 @@ def test_chunked_attention_with_bias(bias_shape: tuple[int, ...], rng: np.random
     attn = ChunkedAttention(block_q=3, block_k=2)
     q, k, v = _x(rng, 2, 2, 7, 3), _x(rng, 2, 1, 6, 3), _x(rng, 2, 1, 6, 4)
     bias = _x(rng, *bias_shape)
-    mask = lengths_mask([6, 4], 6)
+    mask = from_lengths([6, 4], 6)
 
     def call(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray) -> np.ndarray:
         return attn.forward(q, k, v, mask=mask, bias=bias, causal=True)

@@ -27,7 +27,7 @@ from attnkit.reference.analysis import (
 )
 from attnkit.reference.attention import attention_forward
 from attnkit.reference.chunked import chunked_attention_forward
-from attnkit.reference.functional import lengths_mask
+from attnkit.reference.functional import from_lengths
 from attnkit.reference.io import load_model, load_weights, save_model, save_weights
 from attnkit.reference.losses import SoftmaxCrossEntropy
 from attnkit.reference.models import (
@@ -266,7 +266,7 @@ def test_fully_masked_row_gives_zeros_and_zero_gradients() -> None:
     out_c, _ = chunked_attention_forward(q, q[:, :, :2], q[:, :, :2], mask=mask, block_q=1, block_k=1)
     assert np.all(out_c[0, 0, 1] == 0) and np.isfinite(out_c).all()
     np.testing.assert_allclose(out, out_c, atol=1e-12)
-    assert np.allclose(lengths_mask([2, 0], 2)[1], False)
+    assert np.allclose(from_lengths([2, 0], 2)[1], False)
 
 
 def _run(code: str) -> str:
@@ -315,7 +315,7 @@ def test_attention_properties() -> None:
     rng = np.random.default_rng(0)
     mha = MultiHeadAttention(8, 2, rng=rng).astype(np.float64).eval()
     x = rng.standard_normal((2, 6, 8))
-    mask = lengths_mask([6, 4], 6)
+    mask = from_lengths([6, 4], 6)
     out = mha.forward(x, mask=mask)
     w = mha.weights
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-12)

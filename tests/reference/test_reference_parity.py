@@ -16,7 +16,7 @@ from attnkit.layers.relative import RelativePositionAttention as TorchRelative
 from attnkit.reference.attention import attention_backward, attention_forward
 from attnkit.reference.chunked import chunked_attention_backward, chunked_attention_forward
 from attnkit.reference.encoder import TransformerEncoderLayer
-from attnkit.reference.functional import lengths_mask
+from attnkit.reference.functional import from_lengths
 from attnkit.reference.layers import GELU, LayerNorm, Linear
 from attnkit.reference.linear_attention import LinearAttention
 from attnkit.reference.losses import SoftmaxCrossEntropy
@@ -74,7 +74,7 @@ def test_attention_matches_torch_core(backend: str, causal: bool, tq: int, tk: i
     q = rng.standard_normal((2, 4, tq, 3))
     k, v = rng.standard_normal((2, kv, tk, 3)), rng.standard_normal((2, kv, tk, 2))
     bias = rng.standard_normal((1, 4, tq, tk))
-    mask = lengths_mask([tk, 2], tk)
+    mask = from_lengths([tk, 2], tk)
     out, cache = attention_forward(q, k, v, mask=mask, bias=bias, causal=causal)
     up = rng.standard_normal(out.shape)
     grads = attention_backward(up, cache)
@@ -92,7 +92,7 @@ def test_chunked_matches_plain_float32(rng: np.random.Generator) -> None:
     q = rng.standard_normal((1, 2, 300, 16)).astype(np.float32)
     k = rng.standard_normal((1, 2, 300, 16)).astype(np.float32)
     v = rng.standard_normal((1, 2, 300, 16)).astype(np.float32)
-    mask = lengths_mask([250], 300)
+    mask = from_lengths([250], 300)
     out, cache = attention_forward(q, k, v, mask=mask, causal=True)
     out_c, lse = chunked_attention_forward(q, k, v, mask=mask, causal=True, block_q=64, block_k=48)
     up = rng.standard_normal(out.shape).astype(np.float32)
@@ -137,7 +137,7 @@ def test_chunked_matches_torch_sdpa_float64(rng: np.random.Generator) -> None:
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_multi_head_self_attention(causal: bool, rng: np.random.Generator) -> None:
-    mask = torch.from_numpy(lengths_mask([6, 4], 6))
+    mask = torch.from_numpy(from_lengths([6, 4], 6))
     ours, theirs = MultiHeadAttention(8, 4, kv_heads=2, rng=rng), TorchMHA(8, 4, kv_heads=2)
     _check_layer(ours, theirs, rng.standard_normal((2, 6, 8)),
                  lambda x: ours.forward(x, mask=mask.numpy(), causal=causal),
@@ -161,7 +161,7 @@ def test_multi_head_cross_attention(rng: np.random.Generator) -> None:
 
 
 def test_relative_position_attention(rng: np.random.Generator) -> None:
-    mask = torch.from_numpy(lengths_mask([7, 5], 7))
+    mask = torch.from_numpy(from_lengths([7, 5], 7))
     ours, theirs = RelativePositionAttention(8, 2, 3, rng=rng), TorchRelative(8, 2, 3)
     _check_layer(ours, theirs, rng.standard_normal((2, 7, 8)),
                  lambda x: ours.forward(x, mask=mask.numpy(), causal=True),
@@ -170,7 +170,7 @@ def test_relative_position_attention(rng: np.random.Generator) -> None:
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_linear_attention(causal: bool, rng: np.random.Generator) -> None:
-    mask = torch.from_numpy(lengths_mask([6, 3], 6))
+    mask = torch.from_numpy(from_lengths([6, 3], 6))
     ours, theirs = LinearAttention(8, 2, causal, rng=rng), TorchLinearAttention(8, 2, causal)
     _check_layer(ours, theirs, rng.standard_normal((2, 6, 8)),
                  lambda x: ours.forward(x, mask=mask.numpy()), lambda x: theirs(x, mask=mask))
@@ -178,7 +178,7 @@ def test_linear_attention(causal: bool, rng: np.random.Generator) -> None:
 
 @pytest.mark.parametrize("hidden", [None, 5])
 def test_attention_pooling(hidden: int | None, rng: np.random.Generator) -> None:
-    mask = lengths_mask([6, 2], 6)[:, 0, 0]
+    mask = from_lengths([6, 2], 6)[:, 0, 0]
     ours, theirs = AttentionPooling(8, hidden_dim=hidden, rng=rng), TorchAttentionPooling(8, hidden_dim=hidden)
     _check_layer(ours, theirs, rng.standard_normal((2, 6, 8)),
                  lambda x: ours.forward(x, mask), lambda x: theirs(x, mask=torch.from_numpy(mask)))
@@ -186,7 +186,7 @@ def test_attention_pooling(hidden: int | None, rng: np.random.Generator) -> None
 
 @pytest.mark.parametrize("norm_first,activation", [(False, "relu"), (True, "gelu")])
 def test_encoder_layer(norm_first: bool, activation: str, rng: np.random.Generator) -> None:
-    mask = torch.from_numpy(lengths_mask([5, 3], 5))
+    mask = torch.from_numpy(from_lengths([5, 3], 5))
     ours = TransformerEncoderLayer(8, 2, 12, norm_first=norm_first, activation=activation, rng=rng)
     theirs = TorchEncoderLayer(8, 2, 12, norm_first=norm_first, activation=activation)
     _check_layer(ours, theirs, rng.standard_normal((2, 5, 8)),
@@ -286,7 +286,7 @@ def test_chunked_large_logits_and_threads(logit_scale: float, rng: np.random.Gen
     """Logits far outside [-60, 60] take the max-shift path; threads change nothing."""
     q = (rng.standard_normal((2, 3, 40, 8)) * logit_scale).astype(np.float32)
     k, v = rng.standard_normal((2, 3, 50, 8)).astype(np.float32), rng.standard_normal((2, 3, 50, 4)).astype(np.float32)
-    mask = lengths_mask([50, 30], 50)
+    mask = from_lengths([50, 30], 50)
     out, cache = attention_forward(q, k, v, mask=mask)
     one, lse1 = chunked_attention_forward(q, k, v, mask=mask, block_q=16, block_k=16)
     two, lse2 = chunked_attention_forward(q, k, v, mask=mask, block_q=16, block_k=16, workers=2)

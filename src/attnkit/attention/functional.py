@@ -34,7 +34,6 @@ import torch
 from torch import Tensor
 
 from attnkit.attention import masks as _masks
-from attnkit.attention.block_mask import BlockMask
 from attnkit.attention.dispatch import (
     Backend,
     BackendChoice,
@@ -45,7 +44,7 @@ from attnkit.attention.dispatch import (
     run,
 )
 from attnkit.attention.kernels.dense import attention_weights, safe_softmax
-from attnkit.attention.masks import AttentionMask, MaskLike
+from attnkit.attention.masks import MaskLike
 from attnkit.attention.types import ScoreMod
 
 __all__ = ["attention", "attention_weights", "safe_softmax", "choose_backend", "BackendChoice",
@@ -127,8 +126,10 @@ def attention(
             divides ``H``: query head ``h`` uses key/value head ``h // (H // Hkv)``.
         k: keys.
         v: values.
-        mask: boolean, True where a query MAY attend to a key; broadcast to
-            ``(B, H, Tq, Tk)``. Build it with :mod:`attnkit.masks`. A
+        mask: boolean, True where a query MAY attend to a key, read by
+            :func:`attnkit.masks.read_mask`: ``(B, 1|H, Tq|1, Tk)``, a ``(B, Tk)``
+            key-padding mask or ``(Tq, Tk)`` pairs (refused as ambiguous when
+            ``B == Tq``). Build it with :mod:`attnkit.masks`. A
             :class:`~attnkit.attention.block_mask.BlockMask` runs the block-sparse path;
             an :class:`~attnkit.attention.masks.AttentionMask` (what models build
             once and carry) runs the path of the mask it holds.
@@ -158,10 +159,8 @@ def attention(
     b, h, tq, _ = q.shape
     tk = k.shape[2]
     target = (b, h, tq, tk)
-    if isinstance(mask, AttentionMask):
-        mask = mask.allowed  # the kernels read the pairs; their rows come from the same rule
-    if mask is not None and not isinstance(mask, BlockMask):
-        _masks.check_mask(mask, target)
+    # the kernels read the pairs, by the one rule of every layer (an AttentionMask's rows come from it too)
+    mask = _masks.read_mask(mask, target)
     if bias is not None:
         _masks.check_bias(bias, target)
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:

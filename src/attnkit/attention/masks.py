@@ -1,7 +1,7 @@
 """Attention masks: the one place where masks are built, checked and converted.
 
 The rule, everywhere in attnkit: a **boolean mask is True where a query MAY
-attend to a key**. It must broadcast to ``(B, H, Tq, Tk)``. A float tensor is
+attend to a key**. It means pairs of ``(B, H, Tq, Tk)``. A float tensor is
 an additive bias and is passed as ``bias=``, never as ``mask=``.
 
 PyTorch itself uses two opposite conventions (``nn.MultiheadAttention`` reads
@@ -14,6 +14,12 @@ through :func:`from_hf_attention_mask`.
 Programmable masks that attention can skip block by block
 (:func:`create_block_mask` and the ready mask mods) live in
 :mod:`attnkit.attention.block_mask` and are re-exported here.
+
+Every reader of a user's mask -- :func:`attnkit.attention`, every layer,
+pooling and kernel -- goes through :func:`read_mask` (wrapped by
+:func:`as_attention_mask`): a 2-D mask is a ``(B, Tk)`` key-padding mask or
+``(Tq, Tk)`` pairs by its sizes, refused as ambiguous where ``B == Tq``, so one
+mask means the same pairs in every layer.
 
 A model builds **one** :class:`AttentionMask` at its entry -- from lengths
 (:meth:`AttentionMask.from_lengths`), padding, segment ids or a BlockMask --
@@ -61,7 +67,9 @@ __all__ = [
     "rows_with_keys",
     "query_has_key",
     "as_attention_mask",
+    "read_mask",
     "allowed_pairs",
+    "four_axes",
     "MaskLike",
     # programmable block masks (attnkit.attention.block_mask)
     "create_block_mask",
@@ -305,7 +313,8 @@ def check_mask(mask: object, target: tuple[int, ...], name: str = "mask") -> Ten
             "; a float tensor is an additive bias: pass it as bias=, or convert a "
             "True-means-ignore mask with masks.from_key_padding_mask"
             if mask.dtype.is_floating_point
-            else "; build it with attnkit.masks or compare, e.g. mask = ids != pad_id"
+            else "; build it with attnkit.masks or compare, e.g. mask = ids != pad_id (a 1/0 Hugging Face "
+            "attention_mask goes through masks.from_hf_attention_mask)"
         )
         raise TypeError(f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype}{hint}")
     _check_broadcast(name, mask, target)
@@ -366,8 +375,14 @@ class AttentionMask:
             attend some key in some head; ``None`` when every row may
             (a BlockMask knows that without looking).
 
+    A tensor with two or three axes whose first is not 1 is refused: without the
+    call's sizes it could be a ``(B, Tk)`` key-padding mask or ``(Tq, Tk)`` pairs;
+    :func:`as_attention_mask` with the call's ``(B, H, Tq, Tk)`` reads it by the rule
+    of every layer (:func:`read_mask`).
+
     Shape:
-        allowed ``(..., Tq or 1, Tk)`` or a BlockMask for ``(B, H, Tq, Tk)``.
+        allowed ``(B|1, H|1, Tq|1, Tk)`` (leading ones may be left out) or a BlockMask
+        for ``(B, H, Tq, Tk)``.
     """
 
     __slots__ = ("allowed", "rows", "_causal_rows")
@@ -380,6 +395,13 @@ class AttentionMask:
             if allowed.dim() > 4:
                 raise ValueError(
                     f"allowed must broadcast to (B, H, Tq, Tk), got {allowed.dim()} dims {tuple(allowed.shape)}"
+                )
+            if allowed.dim() in (2, 3) and allowed.shape[0] != 1:
+                raise ValueError(
+                    f"AttentionMask takes four axes (B|1, H|1, Tq|1, Tk); a mask of shape {tuple(allowed.shape)} "
+                    "could mean more than one thing: build it with masks.as_attention_mask(mask, (B, H, Tq, Tk)), "
+                    "which reads it by the rule of every layer, or add the axes (mask[:, None, None, :] for "
+                    "(B, Tk) key padding, mask[None, None] for (Tq, Tk) pairs)"
                 )
         self.allowed: Tensor | BlockMask = allowed
         self.rows: Tensor | None = _query_rows(allowed, 1, None)
@@ -457,15 +479,118 @@ MaskLike = Tensor | BlockMask | AttentionMask | None
 """What a layer takes as ``mask=``: a boolean tensor, a BlockMask, one :class:`AttentionMask`, or ``None``."""
 
 
-def as_attention_mask(mask: MaskLike) -> AttentionMask | None:
+Target = tuple[int, int | None, int, int]
+"""The ``(B, H, Tq, Tk)`` of one call; ``H`` is ``None`` where the caller does not know it (any head count)."""
+
+
+def _read_tensor(mask: Tensor, target: Target, name: str) -> Tensor:
+    """A user's tensor mask as the 4-D ``(B|1, H|1, Tq|1, Tk)`` bool tensor it means in this call."""
+    b, h, tq, tk = target
+    if mask.dim() == 1 and not mask.dtype.is_floating_point and mask.dtype != torch.bool:
+        if mask.shape[0] != b:
+            raise ValueError(f"{name}: integer lengths must be (B,) = ({b},), got shape {tuple(mask.shape)}")
+        return from_lengths(mask, tk)  # (B, 1, 1, Tk)
+    if mask.dtype != torch.bool or mask.dim() > 4:
+        check_mask(mask, (b, 1 if h is None else h, tq, tk), name)  # raises, naming the dtype or the axes
+    if mask.dim() and mask.shape[-1] not in (1, tk):
+        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to (B, H, Tq, Tk) = {target}: "
+                         f"it has {mask.shape[-1]} keys where the call has Tk = {tk}")
+    if mask.dim() in (2, 3) and mask.shape[0] != 1:
+        two = mask.dim() == 2
+        lead = mask.shape[0]
+        other, other_name = (tq, "Tq") if two else (h, "H")
+        forms = ("(B, Tk) key-padding mask", "(Tq, Tk) mask of pairs") if two else (
+            "(B, Tq, Tk) mask", "(H, Tq, Tk) mask")
+        fixes = ("mask[:, None, None, :] (or masks.from_lengths, masks.from_key_padding_mask) for key "
+                 "padding, mask[None, None] for pairs") if two else (
+            "mask[:, None] for (B, 1, Tq, Tk), mask[None] for (1, H, Tq, Tk)")
+        if lead == b and (other is None or lead == other):
+            why = f"B = {other_name} = {b}" if other is not None else f"B = {b} and any head count is taken"
+            raise ValueError(
+                f"{name} of shape {tuple(mask.shape)} is ambiguous here ({why}): it could be a {forms[0]} "
+                f"or a {forms[1]}; give it four axes (B, H, Tq, Tk): {fixes}"
+            )
+        if lead == b:
+            mask = mask[:, None, None, :] if two else mask[:, None]  # (B, 1, 1|Tq, Tk)
+        elif lead != other:
+            raise ValueError(
+                f"{name} of shape {tuple(mask.shape)} is neither a {forms[0]} nor a {forms[1]} "
+                f"for (B, H, Tq, Tk) = {target}"
+            )
+    while mask.dim() < 4:
+        mask = mask.unsqueeze(0)
+    check_mask(mask, (b, mask.shape[1] if h is None else h, tq, tk), name)
+    return mask
+
+
+def read_mask(mask: object, target: Target, *, name: str = "mask") -> Tensor | BlockMask | None:
+    """The allowed pairs that ``mask`` means for a call of shape ``target``: the one reader of user masks.
+
+    :func:`attnkit.attention`, every layer, pooling and kernel read a mask through this
+    function (:func:`as_attention_mask` wraps its answer), so the same mask means the same
+    pairs everywhere. Accepted, in attnkit's rule (True = may attend):
+
+    * ``(B, 1|H, Tq|1, Tk)`` and anything that broadcasts to ``(B, H, Tq, Tk)`` with four axes;
+    * a 2-D ``(B, Tk)`` key-padding mask or ``(Tq, Tk)`` pairs (``masks.causal``), told apart by
+      their sizes; a ``(1, Tk)`` key mask is the same under both;
+    * a 3-D ``(B, Tq, Tk)`` or ``(H, Tq, Tk)`` mask, told apart the same way;
+    * a 1-D integer tensor of ``B`` lengths (:func:`from_lengths`), or a 1-D bool ``(Tk,)`` key mask;
+    * a :class:`BlockMask`, or an :class:`AttentionMask` (read by broadcasting, as built).
+
+    A 2-D tensor with ``B == Tq`` (or a 3-D one with ``B == H``) could mean either, and is
+    refused with a ``ValueError`` that names the four-axis form to use; ``H=None`` in the
+    target (a caller that does not know the heads) refuses every 3-D mask whose first axis
+    is ``B``. PyTorch's True-means-ignore masks and Hugging Face's 1/0 ``attention_mask``
+    enter through :func:`from_key_padding_mask`, :func:`from_torch_attn_mask` and
+    :func:`from_hf_attention_mask`.
+
+    Shape:
+        target ``(B, H, Tq, Tk)``; returns a bool tensor ``(B|1, H|1, Tq|1, Tk)``, the
+        BlockMask, an AttentionMask's ``allowed`` as it holds it, or ``None``.
+    """
+    if mask is None or isinstance(mask, BlockMask):
+        return mask
+    b, h, tq, tk = target
+    if isinstance(mask, AttentionMask):
+        if isinstance(mask.allowed, BlockMask):
+            return mask.allowed
+        allowed = mask.allowed
+        check_mask(allowed, (b, (allowed.shape[-3] if allowed.dim() >= 3 else 1) if h is None else h, tq, tk), name)
+        return allowed
+    if not isinstance(mask, Tensor):
+        check_mask(mask, (b, 1 if h is None else h, tq, tk), name)  # raises: names what was given
+    assert isinstance(mask, Tensor)
+    return _read_tensor(mask, target, name)
+
+
+def as_attention_mask(mask: MaskLike, target: Target | None = None, *, name: str = "mask") -> AttentionMask | None:
     """``mask`` as an :class:`AttentionMask` (itself when it is one already); ``None`` stays ``None``.
 
-    Layers call this at their boundary for plain masks; a model passes the
-    object it built, which goes through untouched.
+    With ``target`` (the call's ``(B, H, Tq, Tk)``) a plain mask is read by :func:`read_mask`,
+    the one rule of every layer; without it the mask is taken as it is, broadcasting to
+    ``(B, H, Tq, Tk)`` (a model building its mask at its entry). A model passes the object
+    it built, which goes through untouched (checked against ``target`` when given).
     """
-    if mask is None or isinstance(mask, AttentionMask):
+    if mask is None:
+        return None
+    if target is not None:
+        pairs = read_mask(mask, target, name=name)
+        if isinstance(mask, AttentionMask):
+            return mask
+        assert pairs is not None
+        return AttentionMask(pairs)
+    if isinstance(mask, AttentionMask):
         return mask
     return AttentionMask(mask)
+
+
+def four_axes(allowed: Tensor) -> Tensor:
+    """A dense mask's pairs with the leading axes it omits added (a view): what broadcasts reads.
+
+    Shape:
+        allowed ``(..., Tq|1, Tk)`` with at most four axes; returns ``(B|1, H|1, Tq|1, Tk)``.
+    """
+    return allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
 
 
 def allowed_pairs(mask: MaskLike) -> Tensor | BlockMask | None:

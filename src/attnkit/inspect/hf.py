@@ -108,12 +108,11 @@ def _sink_softmax(scores: Tensor, keep: Tensor | None, sinks: Tensor) -> Tensor:
     Shape:
         scores ``(B, H, Tq, Tk)``, sinks ``(H,)``; returns ``(B, H, Tq, Tk)``.
     """
-    if keep is not None:
-        scores = scores.masked_fill(~keep, float("-inf"))
     sink = sinks.float().reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # (B, H, Tq, 1)
-    both = torch.cat([scores, sink], dim=-1)
-    both = both - both.amax(dim=-1, keepdim=True)
-    return torch.softmax(both, dim=-1)[..., :-1]
+    both = torch.cat([scores, sink], dim=-1)  # (B, H, Tq, Tk + 1)
+    if keep is not None:  # the sink is always allowed
+        keep = torch.cat([keep.expand(*scores.shape), keep.new_ones(*scores.shape[:-1], 1)], dim=-1)
+    return safe_softmax(both, keep)[..., :-1]
 
 
 def hf_weights(module: nn.Module, query: Tensor, key: Tensor, attention_mask: Any,

@@ -1,7 +1,7 @@
 """Weights of attnkit's own attention layers.
 
 Every attnkit layer can return its weights beside an unchanged output
-(``return_weights=True``; additive attention always does). When the model
+(``return_weights=True``). When the model
 already asked for them they are taken from the output; otherwise the layer is
 called once more on the same inputs with ``return_weights=True``, in eval mode
 (so no dropout mask is drawn and the random stream the model uses is not
@@ -62,15 +62,14 @@ def own_layer_weights(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str
     Shape:
         returns ``(B, H, Tq, Tk)`` (``H = Tq = 1`` for a pooling).
     """
-    asked = isinstance(module, AdditiveAttention) or bool(kwargs.get("return_weights"))
+    asked = bool(kwargs.get("return_weights"))
     per_head = not isinstance(module, SelfAttention2d) or kwargs.get("average_heads") is False
     if asked and per_head and isinstance(output, tuple):
         return as_heads(output[1].detach())
     if kwargs.get("cache") is not None:
         raise CacheCall("a cached decoding step is not repeated (its cache would grow twice)")
     again = dict(kwargs)
-    if not isinstance(module, AdditiveAttention):
-        again["return_weights"] = True
+    again["return_weights"] = True
     if isinstance(module, SelfAttention2d):
         again["average_heads"] = False
     with eval_mode(module), torch.no_grad():

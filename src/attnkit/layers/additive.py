@@ -15,10 +15,11 @@ once per output step with the same keys, so ``W_k h_j + b`` can be computed
 once with :meth:`AdditiveAttention.project_keys` and passed back as
 ``projected_keys=``.
 
-The weights are always returned: they are the alignment the layer is known
-for. Masked keys get exactly zero weight; a query with no key to attend to
-gets a zero context, zero weights and zero gradients (see
-:func:`attnkit.functional.safe_softmax`).
+The weights (the alignment the layer is known for) come back with
+``return_weights=True``, as in every attnkit layer. The mask is read by the
+rule of every layer (:func:`attnkit.masks.read_mask`, one head); masked keys
+get exactly zero weight; a query with no key to attend to gets a zero context,
+zero weights and zero gradients (see :func:`attnkit.functional.safe_softmax`).
 
 Shape legend: B batch, Tq/Tk query/key length, Dq/Dk/Dv query/key/value
 width, A hidden (alignment) width.
@@ -26,12 +27,14 @@ width, A hidden (alignment) width.
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int
 from attnkit.attention.functional import safe_softmax
-from attnkit.attention.masks import AttentionMask, MaskLike
+from attnkit.attention.masks import BlockMask, MaskLike, as_attention_mask, four_axes
 from attnkit.layers.multi_head import refuse_block_mask
 
 __all__ = ["AdditiveAttention"]
@@ -47,43 +50,6 @@ def _check_float(name: str, x: object, dims: tuple[int, ...], legend: str) -> Te
     return x
 
 
-def _key_mask(mask: object, b: int, tq: int, tk: int) -> Tensor:
-    """Read ``mask`` as a boolean tensor broadcastable to ``(B, Tq, Tk)``.
-
-    Accepted: ``(B, Tk)`` (a key mask shared by every query), anything 3-D
-    that broadcasts to ``(B, Tq, Tk)``, and the 4-D ``(B, 1, Tq or 1, Tk)``
-    masks that :mod:`attnkit.masks` builds (``from_lengths``), also inside the
-    model's :class:`~attnkit.attention.masks.AttentionMask`.
-    """
-    if isinstance(mask, AttentionMask):
-        mask = mask.allowed
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"mask must be a boolean torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"mask must be boolean (True = may attend), got dtype {mask.dtype}; "
-            "build it with attnkit.masks or a comparison such as ids != pad_id"
-        )
-    m = mask
-    if m.dim() == 4 and m.shape[1] == 1:
-        m = m[:, 0]  # (B, Tq or 1, Tk)
-    elif m.dim() == 2:
-        m = m[:, None, :]  # (B, 1, Tk)
-    target = (b, tq, tk)
-    ok = m.dim() == 3
-    if ok:
-        try:
-            ok = torch.broadcast_shapes(m.shape, target) == torch.Size(target)
-        except RuntimeError:
-            ok = False
-    if not ok:
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} must be (B, Tk) = {(b, tk)} or broadcast to "
-            f"(B, Tq, Tk) = {target}"
-        )
-    return m
-
-
 class AdditiveAttention(nn.Module):
     """Bahdanau additive attention: ``e_j = v^T tanh(W_q s + W_k h_j + b)``.
 
@@ -92,7 +58,7 @@ class AdditiveAttention(nn.Module):
         key_dim: width ``Dk`` of the keys (encoder states).
         hidden_dim: width ``A`` of the alignment network.
         value_dim: width ``Dv`` of the values, checked at the call; defaults to
-            ``key_dim`` (the keys are the values unless ``values`` is passed).
+            ``key_dim`` (the keys are the values unless ``value`` is passed).
             The layer has no value projection, so this sets no parameter.
 
     Parameters: ``query_proj`` (``W_q``, no bias), ``key_proj`` (``W_k`` and the
@@ -100,10 +66,11 @@ class AdditiveAttention(nn.Module):
     cancels in the softmax).
 
     Shape:
-        query ``(B, Dq)`` or ``(B, Tq, Dq)``; keys ``(B, Tk, Dk)``; values
-        ``(B, Tk, Dv)``; mask ``(B, Tk)`` or broadcastable to ``(B, Tq, Tk)``.
-        Returns context ``(B, Dv)`` and weights ``(B, Tk)`` for a 2-D query,
-        context ``(B, Tq, Dv)`` and weights ``(B, Tq, Tk)`` for a 3-D one.
+        query ``(B, Dq)`` or ``(B, Tq, Dq)``; key ``(B, Tk, Dk)``; value
+        ``(B, Tk, Dv)``; mask as :func:`attnkit.masks.read_mask` reads it for
+        ``(B, 1, Tq, Tk)`` (``Tq = 1`` for a 2-D query). Returns context ``(B, Dv)``
+        [and weights ``(B, Tk)``] for a 2-D query, context ``(B, Tq, Dv)`` [and
+        weights ``(B, Tq, Tk)``] for a 3-D one.
     """
 
     def __init__(
@@ -118,32 +85,43 @@ class AdditiveAttention(nn.Module):
         self.key_proj = nn.Linear(key_dim, hidden_dim, bias=True)
         self.score = nn.Linear(hidden_dim, 1, bias=False)
 
-    def project_keys(self, keys: Tensor) -> Tensor:
+    def project_keys(self, key: Tensor) -> Tensor:
         """``W_k h_j + b`` for every key: compute it once per source sequence, reuse it each step.
 
         Shape:
-            keys ``(B, Tk, Dk)``; returns ``(B, Tk, A)``.
+            key ``(B, Tk, Dk)``; returns ``(B, Tk, A)``.
         """
-        _check_float("keys", keys, (3,), f"(B, Tk, {self.key_dim})")
-        if keys.shape[-1] != self.key_dim:
-            raise ValueError(f"keys must be (B, Tk, {self.key_dim}), got shape {tuple(keys.shape)}")
-        return self.key_proj(keys)  # (B, Tk, A)
+        _check_float("key", key, (3,), f"(B, Tk, {self.key_dim})")
+        if key.shape[-1] != self.key_dim:
+            raise ValueError(f"key must be (B, Tk, {self.key_dim}), got shape {tuple(key.shape)}")
+        return self.key_proj(key)  # (B, Tk, A)
 
+    @overload
     def forward(
-        self, query: Tensor, keys: Tensor, values: Tensor | None = None, *,
-        mask: MaskLike = None, projected_keys: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """Score every key against the query and return ``(context, weights)``.
+        self, query: Tensor, key: Tensor, value: Tensor | None = ..., *, mask: MaskLike = ...,
+        projected_keys: Tensor | None = ..., return_weights: Literal[False] = ...,
+    ) -> Tensor: ...
+    @overload
+    def forward(
+        self, query: Tensor, key: Tensor, value: Tensor | None = ..., *, mask: MaskLike = ...,
+        projected_keys: Tensor | None = ..., return_weights: Literal[True],
+    ) -> tuple[Tensor, Tensor]: ...
+    def forward(
+        self, query: Tensor, key: Tensor, value: Tensor | None = None, *,
+        mask: MaskLike = None, projected_keys: Tensor | None = None, return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Score every key against the query; the context, and ``(context, weights)`` with ``return_weights``.
 
-        ``mask`` is boolean, True where a key may be attended. ``projected_keys``
-        is the output of :meth:`project_keys` for these ``keys``; when given,
+        ``mask`` is boolean, True where a query may attend a key, read as for
+        one head (:func:`attnkit.masks.read_mask`). ``projected_keys``
+        is the output of :meth:`project_keys` for this ``key``; when given,
         the key projection is skipped. A BlockMask is refused (``TypeError``):
         the scores are a dense ``(B, Tq, Tk)`` tensor, with no blocks to skip.
 
         Shape:
-            query ``(B, Dq)`` or ``(B, Tq, Dq)``; keys ``(B, Tk, Dk)``; values
-            ``(B, Tk, Dv)`` (default: keys); projected_keys ``(B, Tk, A)``.
-            Returns context ``(B, [Tq,] Dv)`` and weights ``(B, [Tq,] Tk)``.
+            query ``(B, Dq)`` or ``(B, Tq, Dq)``; key ``(B, Tk, Dk)``; value
+            ``(B, Tk, Dv)`` (default: key); projected_keys ``(B, Tk, A)``.
+            Returns context ``(B, [Tq,] Dv)`` [and weights ``(B, [Tq,] Tk)``].
         """
         refuse_block_mask("AdditiveAttention", mask, "it scores every key with a small network")
         _check_float("query", query, (2, 3), f"(B, {self.query_dim}) or (B, Tq, {self.query_dim})")
@@ -152,40 +130,43 @@ class AdditiveAttention(nn.Module):
                 f"query must be (B, {self.query_dim}) or (B, Tq, {self.query_dim}), "
                 f"got shape {tuple(query.shape)}"
             )
-        _check_float("keys", keys, (3,), f"(B, Tk, {self.key_dim})")
-        b, tk = keys.shape[0], keys.shape[1]
-        if keys.shape[-1] != self.key_dim or b != query.shape[0]:
+        _check_float("key", key, (3,), f"(B, Tk, {self.key_dim})")
+        b, tk = key.shape[0], key.shape[1]
+        if key.shape[-1] != self.key_dim or b != query.shape[0]:
             raise ValueError(
-                f"keys must be (B, Tk, {self.key_dim}) with B={query.shape[0]} of query "
-                f"{tuple(query.shape)}, got shape {tuple(keys.shape)}"
+                f"key must be (B, Tk, {self.key_dim}) with B={query.shape[0]} of query "
+                f"{tuple(query.shape)}, got shape {tuple(key.shape)}"
             )
-        values = keys if values is None else values
-        _check_float("values", values, (3,), f"(B, Tk, {self.value_dim})")
-        if values.shape != (b, tk, self.value_dim):
+        value = key if value is None else value
+        _check_float("value", value, (3,), f"(B, Tk, {self.value_dim})")
+        if value.shape != (b, tk, self.value_dim):
             raise ValueError(
-                f"values must be (B, Tk, Dv) = {(b, tk, self.value_dim)}, got shape {tuple(values.shape)}"
+                f"value must be (B, Tk, Dv) = {(b, tk, self.value_dim)}, got shape {tuple(value.shape)}"
             )
         if projected_keys is None:
-            projected_keys = self.key_proj(keys)  # (B, Tk, A)
+            projected_keys = self.key_proj(key)  # (B, Tk, A)
         else:
             _check_float("projected_keys", projected_keys, (3,), f"(B, Tk, A) = {(b, tk, self.hidden_dim)}")
             if projected_keys.shape != (b, tk, self.hidden_dim):
                 raise ValueError(
                     f"projected_keys must be (B, Tk, A) = {(b, tk, self.hidden_dim)} "
-                    f"(from project_keys(keys)), got shape {tuple(projected_keys.shape)}"
+                    f"(from project_keys(key)), got shape {tuple(projected_keys.shape)}"
                 )
 
         single = query.dim() == 2
         q = query[:, None, :] if single else query  # (B, Tq, Dq)
         tq = q.shape[1]
-        full_mask = None if mask is None else _key_mask(mask, b, tq, tk)  # (B, Tq|1, Tk)
+        read = as_attention_mask(mask, (b, 1, tq, tk), name="AdditiveAttention mask")
+        allowed = None if read is None else read.allowed
+        assert not isinstance(allowed, BlockMask)  # refused above
+        full_mask = None if allowed is None else four_axes(allowed)[:, 0]  # (B|1, Tq|1, Tk)
 
         hidden = torch.tanh(
             self.query_proj(q)[:, :, None, :] + projected_keys[:, None, :, :]
         )  # (B, Tq, Tk, A)
         scores = self.score(hidden).squeeze(-1)  # (B, Tq, Tk)
         weights = safe_softmax(scores, full_mask)  # (B, Tq, Tk)
-        context = weights.to(values.dtype) @ values  # (B, Tq, Dv)
+        context = weights.to(value.dtype) @ value  # (B, Tq, Dv)
         if single:
-            return context[:, 0], weights[:, 0]  # (B, Dv), (B, Tk)
-        return context, weights
+            context, weights = context[:, 0], weights[:, 0]  # (B, Dv), (B, Tk)
+        return (context, weights) if return_weights else context

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from attnkit._checks import non_negative_int, positive_float, positive_int
 from attnkit.attention.functional import attention, merge_heads, split_heads
-from attnkit.attention.masks import MaskLike, from_hf_attention_mask
+from attnkit.attention.masks import MaskLike, as_attention_mask, from_hf_attention_mask
 from attnkit.layers.multi_head import check_dropout, check_sequence, zero_rows_without_key
 
 __all__ = [
@@ -94,7 +94,7 @@ class BertSelfAttention(nn.Module):
         attention_probs_dropout_prob: dropout on the attention weights (training only).
 
     Shape:
-        hidden_states ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].
+        x ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].
     """
 
     def __init__(
@@ -115,30 +115,32 @@ class BertSelfAttention(nn.Module):
 
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: MaskLike = ..., return_weights: Literal[False] = ...
+        self, x: Tensor, *, mask: MaskLike = ..., return_weights: Literal[False] = ...
     ) -> Tensor: ...
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: MaskLike = ..., return_weights: Literal[True]
+        self, x: Tensor, *, mask: MaskLike = ..., return_weights: Literal[True]
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, hidden_states: Tensor, *, mask: MaskLike = None, return_weights: bool = False
+        self, x: Tensor, *, mask: MaskLike = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend over the sequence; ``mask`` is boolean, broadcast to ``(B, H, T, T)``.
+        """Attend over the sequence ``x`` (the one input); ``mask`` is boolean, read by the rule of every layer.
 
-        A :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)`` runs the block-sparse path;
+        Any form :func:`attnkit.masks.read_mask` reads for ``(B, H, T, T)``; a
+        :class:`~attnkit.attention.masks.BlockMask` runs the block-sparse path;
         the model's :class:`~attnkit.attention.masks.AttentionMask` is passed on as it is.
 
         Shape:
-            hidden_states ``(B, T, D)``; mask e.g. ``(B, 1, 1, T)``; returns the
+            x ``(B, T, D)``; mask e.g. ``(B, 1, 1, T)``; returns the
             concatenated heads ``(B, T, D)`` [and weights ``(B, H, T, T)``].
         """
-        check_sequence("hidden_states", hidden_states, self.hidden_size)
+        check_sequence("x", x, self.hidden_size)
         h = self.num_attention_heads
-        q = split_heads(self.query(hidden_states), h)  # (B, H, T, Dh)
-        k = split_heads(self.key(hidden_states), h)  # (B, H, T, Dh)
-        v = split_heads(self.value(hidden_states), h)  # (B, H, T, Dh)
+        q = split_heads(self.query(x), h)  # (B, H, T, Dh)
+        k = split_heads(self.key(x), h)  # (B, H, T, Dh)
+        v = split_heads(self.value(x), h)  # (B, H, T, Dh)
         dropout = self.attention_probs_dropout_prob if self.training else 0.0
+        mask = as_attention_mask(mask, (x.shape[0], h, x.shape[1], x.shape[1]), name="BertSelfAttention mask")
         result = attention(q, k, v, mask=mask, dropout=dropout, return_weights=return_weights)
         if isinstance(result, tuple):
             return merge_heads(result[0]), result[1]  # (B, T, D), (B, H, T, T)
@@ -195,7 +197,7 @@ class BertAttention(nn.Module):
         layer_norm_eps: LayerNorm epsilon (BERT uses 1e-12).
 
     Shape:
-        hidden_states ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].
+        x ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].
     """
 
     def __init__(
@@ -219,27 +221,31 @@ class BertAttention(nn.Module):
 
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: MaskLike = ..., return_weights: Literal[False] = ...
+        self, x: Tensor, *, mask: MaskLike = ..., return_weights: Literal[False] = ...
     ) -> Tensor: ...
     @overload
     def forward(
-        self, hidden_states: Tensor, *, mask: MaskLike = ..., return_weights: Literal[True]
+        self, x: Tensor, *, mask: MaskLike = ..., return_weights: Literal[True]
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, hidden_states: Tensor, *, mask: MaskLike = None, return_weights: bool = False
+        self, x: Tensor, *, mask: MaskLike = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Self-attention, output projection, residual and LayerNorm.
+        """Self-attention over ``x`` (the one input), output projection, residual and LayerNorm.
 
-        ``mask`` is boolean, True where a token may be attended, e.g.
+        ``mask`` is boolean, True where a token may be attended, read by the
+        rule of every layer (:func:`attnkit.masks.read_mask`), e.g.
         ``from_hf_attention_mask(attention_mask)``, a
         :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)``, or the
         model's :class:`~attnkit.attention.masks.AttentionMask`. A token that may
-        attend no key gets ``LayerNorm(hidden_states)``: no attention, no bias.
+        attend no key gets ``LayerNorm(x)``: no attention, no bias.
 
         Shape:
-            hidden_states ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].
+            x ``(B, T, D)``; returns ``(B, T, D)`` [and weights ``(B, H, T, T)``].
         """
-        result = self.self(hidden_states, mask=mask, return_weights=return_weights)
+        if isinstance(x, Tensor) and x.dim() == 3:  # read once for both halves (a bad x is named below)
+            mask = as_attention_mask(mask, (x.shape[0], self.self.num_attention_heads, x.shape[1], x.shape[1]),
+                                     name="BertAttention mask")
+        result = self.self(x, mask=mask, return_weights=return_weights)
         context, weights = result if isinstance(result, tuple) else (result, None)
-        out = self.output(context, hidden_states, mask=mask)  # (B, T, D)
+        out = self.output(context, x, mask=mask)  # (B, T, D)
         return out if weights is None else (out, weights)

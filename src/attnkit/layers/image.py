@@ -36,28 +36,22 @@ from torch import Tensor, nn
 
 from attnkit._checks import positive_int
 from attnkit.attention.functional import attention
-from attnkit.attention.masks import AttentionMask, BlockMask, MaskLike
+from attnkit.attention.masks import AttentionMask, MaskLike, as_attention_mask
 
 __all__ = ["SelfAttention2d"]
 
 
-def _position_mask(mask: object, b: int, h: int, w: int) -> Tensor | BlockMask | AttentionMask:
-    """Read a position mask ``(B, H, W)`` or ``(B, N)`` as the ``(B, 1, 1, N)`` keys mask.
-
-    A BlockMask or an AttentionMask over the ``N = H * W`` positions is passed on as it is.
-    """
-    if isinstance(mask, (BlockMask, AttentionMask)):
-        return mask
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"mask must be a boolean torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be boolean (True = position may be attended), got dtype {mask.dtype}")
+def _position_mask(mask: MaskLike, b: int, heads: int, h: int, w: int) -> AttentionMask | None:
+    """``mask`` read by the rule of every layer for ``(B, heads, N, N)``; a ``(B, H, W)`` position mask first
+    becomes the ``(B, 1, 1, N)`` mask of the keys it allows (positions row-major)."""
     n = h * w
-    if mask.shape[0] not in (1, b) or mask.shape[1:] not in ((h, w), (n,)):
-        raise ValueError(
-            f"mask must be (B, H, W) = {(b, h, w)} or (B, H*W) = {(b, n)}, got shape {tuple(mask.shape)}"
-        )
-    return mask.reshape(mask.shape[0], 1, 1, n)  # (B, 1, 1, N)
+    if isinstance(mask, Tensor) and mask.dim() == 3 and mask.shape[1:] == (h, w) and (h, w) != (n, n):
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask must be boolean (True = position may be attended), got dtype {mask.dtype}")
+        if mask.shape[0] not in (1, b):
+            raise ValueError(f"mask must be (B, H, W) = {(b, h, w)}, got shape {tuple(mask.shape)}")
+        mask = mask.reshape(mask.shape[0], 1, 1, n)  # (B, 1, 1, N)
+    return as_attention_mask(mask, (b, heads, n, n), name="SelfAttention2d mask")
 
 
 class SelfAttention2d(nn.Module):
@@ -73,9 +67,10 @@ class SelfAttention2d(nn.Module):
     1x1 convolutions with bias, and the scalar ``gamma`` of shape ``(1,)``.
 
     Shape:
-        x ``(B, C, H, W)``; mask ``(B, H, W)`` or ``(B, H*W)`` bool, True where
-        a position may be attended to, or a :class:`~attnkit.attention.masks.BlockMask`
-        for ``(B, num_heads, N, N)`` (queries by keys, positions row-major). Returns ``(B, C, H, W)`` and, on
+        x ``(B, C, H, W)``, the one input; mask ``(B, H, W)`` or ``(B, H*W)`` bool, True
+        where a position may be attended to, or any form :func:`attnkit.masks.read_mask`
+        reads for ``(B, num_heads, N, N)`` (queries by keys, positions row-major), a
+        :class:`~attnkit.attention.masks.BlockMask` included. Returns ``(B, C, H, W)`` and, on
         request, weights ``(B, N, N)`` (averaged over heads) or
         ``(B, num_heads, N, N)`` with ``average_heads=False``; row ``j`` holds
         ``beta_j``, the weights of query position ``j = row * W + col``.
@@ -138,7 +133,7 @@ class SelfAttention2d(nn.Module):
         if not x.dtype.is_floating_point:
             raise TypeError(f"x must be a floating tensor, got dtype {x.dtype}")
         b, c, h, w = x.shape
-        keep = None if mask is None else _position_mask(mask, b, h, w)  # (B, 1, 1, N)
+        keep = _position_mask(mask, b, self.num_heads, h, w)
         q = self._heads(self.query_conv(x))  # (B, heads, N, Ck/heads)
         k = self._heads(self.key_conv(x))  # (B, heads, N, Ck/heads)
         v = self._heads(self.value_conv(x))  # (B, heads, N, C/heads)

@@ -34,8 +34,9 @@ earliest terms underflow.
 **Key masks.** Masked keys contribute nothing: they are dropped from
 ``softmax_T`` (and from the causal prefix sums). A query with no key left
 gets zero output and zero weights. Only key masks make sense here — the
-method never forms per-pair weights — so masks must be ``(B, Tk)`` or
-broadcast over heads and queries, ``(B, 1, 1, Tk)``.
+method never forms per-pair weights — so a mask, read by the rule of every
+layer (:func:`attnkit.masks.read_mask`), must come out ``(B, 1, 1, Tk)``:
+the same for every head and query.
 
 Shape legend: B batch, H heads, T/Tq/Tk lengths, D model width, Dh key width, Dv value width.
 """
@@ -49,7 +50,7 @@ from torch import Tensor, nn
 
 from attnkit._checks import positive_int
 from attnkit.attention.functional import merge_heads, safe_softmax, split_heads
-from attnkit.attention.masks import AttentionMask, BlockMask, MaskLike, allowed_pairs
+from attnkit.attention.masks import AttentionMask, BlockMask, MaskLike, as_attention_mask, four_axes, read_mask
 from attnkit.layers.multi_head import (
     check_sequence,
     refuse_block_mask,
@@ -63,31 +64,26 @@ CHUNK = 64  # positions per scan step: small enough for the (C, C) product, larg
 _CONTEXT_CHUNK = 512  # positions per step of the non-causal context sum (measured fastest on CPU)
 
 
-def _softmax(x: Tensor, dim: int) -> Tensor:
-    """One fused softmax pass, in float32 for half inputs (nothing is masked here)."""
-    if x.dtype in (torch.float16, torch.bfloat16):
-        return torch.softmax(x, dim=dim, dtype=torch.float32).to(x.dtype)
-    return torch.softmax(x, dim=dim)
+def _key_mask(mask: MaskLike, target: tuple[int, int, int, int], name: str) -> Tensor | None:
+    """The ``(B|1, 1, Tk)`` key mask (True = may attend) of ``mask``, read by :func:`attnkit.masks.read_mask`.
 
-
-def _key_mask(key_mask: object, b: int, tk: int) -> Tensor | None:
-    """Normalise a key mask to ``(B, 1, Tk)`` bool (True = may attend)."""
-    if key_mask is None:
+    Linear attention never forms per-pair weights, so a mask must be the same for
+    every query and head: ``(B|1, 1, 1, Tk)`` once read.
+    """
+    if isinstance(mask, BlockMask) or (isinstance(mask, AttentionMask) and mask.is_block):
+        raise TypeError(f"{name} cannot be a BlockMask: linear attention applies key-padding masks only")
+    pairs = read_mask(mask, target, name=name)
+    if pairs is None:
         return None
-    if not isinstance(key_mask, Tensor) or key_mask.dtype != torch.bool:
-        raise TypeError(
-            "key_mask must be a boolean tensor (True = may attend), got "
-            f"{key_mask.dtype if isinstance(key_mask, Tensor) else type(key_mask).__name__}"
-        )
-    shape = tuple(key_mask.shape)
-    if key_mask.dim() == 4 and shape[1] == 1 and shape[2] == 1:
-        key_mask = key_mask[:, 0, 0]  # (B|1, Tk)
-    if key_mask.dim() != 2 or key_mask.shape[-1] != tk or key_mask.shape[0] not in (1, b):
+    assert not isinstance(pairs, BlockMask)
+    pairs = four_axes(pairs)
+    if pairs.shape[1] != 1 or pairs.shape[2] != 1:
         raise ValueError(
-            f"key_mask must be a key-padding mask (B, Tk) or (B, 1, 1, Tk) with B={b}, Tk={tk}; "
-            f"got shape {shape} (linear attention cannot apply per-query masks)"
+            f"{name} must be a key-padding mask (B, Tk) or (B, 1, 1, Tk) with (B, Tk) = "
+            f"{(target[0], target[3])}; got shape {tuple(pairs.shape)} (linear attention cannot apply "
+            "per-query or per-head masks)"
         )
-    return key_mask.expand(b, tk).unsqueeze(1)  # (B, 1, Tk)
+    return pairs[:, 0]  # (B|1, 1, Tk)
 
 
 def _check(q: object, k: object, v: object, causal: bool) -> None:
@@ -122,7 +118,7 @@ def _causal_scan(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, chunk: in
     for start in range(0, t, chunk):
         end = min(t, start + chunk)
         kc, vc = k[:, :, start:end], v[:, :, start:end]  # (B, H, C, Dh), (B, H, C, Dv)
-        qc = _softmax(q[:, :, start:end], dim=-1)  # (B, H, C, Dh)
+        qc = safe_softmax(q[:, :, start:end])  # (B, H, C, Dh)
         if keep is not None:
             kc = kc.masked_fill(~keep[:, :, start:end, None], float("-inf"))
         new_max = torch.maximum(run_max, kc.amax(dim=2, keepdim=True)).detach()  # (B, H, 1, Dh)
@@ -143,7 +139,7 @@ def _causal_scan(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, chunk: in
 
 
 def linear_attention(
-    q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, key_mask: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, mask: MaskLike = None,
     chunk: int = CHUNK,
 ) -> Tensor:
     """Efficient attention ``softmax_D(Q) (softmax_T(K)^T V)`` (Shen et al., 2021), linear in T.
@@ -153,7 +149,9 @@ def linear_attention(
         k: keys, split into heads.
         v: values, split into heads.
         causal: prefix-normalised causal form (see the module docstring); needs ``Tq == Tk``.
-        key_mask: boolean ``(B, Tk)`` or ``(B, 1, 1, Tk)``, True where a key may be attended.
+        mask: a key mask, True where a key may be attended, read by
+            :func:`attnkit.masks.read_mask`: ``(B, Tk)``, ``(B, 1, 1, Tk)``, or an
+            ``AttentionMask`` holding one.
         chunk: positions per step of the causal scan.
 
     Shape:
@@ -161,15 +159,16 @@ def linear_attention(
     """
     _check(q, k, v, causal)
     positive_int("chunk", chunk)
-    b, _, _, _ = k.shape
-    keep = _key_mask(key_mask, b, k.shape[2])  # (B, 1, Tk)
+    keep = _key_mask(mask, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]), "linear_attention mask")
+    if keep is not None:
+        keep = keep.expand(k.shape[0], 1, k.shape[2])  # (B, 1, Tk)
     if causal:
         return _causal_scan(q, k, v, keep, chunk)
     context = _global_context(k, v, keep)  # (B, H, Dh, Dv)
     out = v.new_empty(*q.shape[:3], v.shape[-1])  # (B, H, Tq, Dv)
     for start in range(0, q.shape[2], _CONTEXT_CHUNK):
         stop = start + _CONTEXT_CHUNK
-        out[:, :, start:stop] = _softmax(q[:, :, start:stop], dim=-1) @ context
+        out[:, :, start:stop] = safe_softmax(q[:, :, start:stop]) @ context
     return out
 
 
@@ -191,7 +190,7 @@ def _global_context(k: Tensor, v: Tensor, keep: Tensor | None) -> Tensor:
 
 
 def linear_attention_weights(
-    q: Tensor, k: Tensor, *, causal: bool = False, key_mask: Tensor | None = None,
+    q: Tensor, k: Tensor, *, causal: bool = False, mask: MaskLike = None,
 ) -> Tensor:
     """The ``(Tq, Tk)`` weights that :func:`linear_attention` applies implicitly.
 
@@ -203,9 +202,11 @@ def linear_attention_weights(
         q ``(B, H, Tq, Dh)``, k ``(B, H, Tk, Dh)``; returns ``(B, H, Tq, Tk)``.
     """
     _check(q, k, k, causal)
-    b, _, tq, _ = q.shape
+    b, h, tq, _ = q.shape
     tk = k.shape[2]
-    keep = _key_mask(key_mask, b, tk)
+    keep = _key_mask(mask, (b, h, tq, tk), "linear_attention_weights mask")
+    if keep is not None:
+        keep = keep.expand(b, 1, tk)  # (B, 1, Tk)
     qf = safe_softmax(q, dim=-1)  # (B, H, Tq, Dh)
     if not causal:
         kf = safe_softmax(k.transpose(-1, -2), keep.unsqueeze(1) if keep is not None else None)
@@ -229,7 +230,7 @@ class LinearAttention(nn.Module):
         bias: add biases to the projections.
 
     Shape:
-        x ``(B, Tq, D)``; optional key/value ``(B, Tk, D)``; returns ``(B, Tq, D)``
+        query ``(B, Tq, D)``; optional key/value ``(B, Tk, D)`` (default: query); returns ``(B, Tq, D)``
         and, on request, the implied weights ``(B, H, Tq, Tk)`` — computed
         explicitly, quadratic in the length, for inspection only.
     """
@@ -254,39 +255,39 @@ class LinearAttention(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
+        self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
         mask: MaskLike = ..., return_weights: Literal[False] = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
+        self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
         mask: MaskLike = ..., return_weights: Literal[True],
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, x: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
+        self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
         mask: MaskLike = None, return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend from ``x`` to itself (or to ``key``/``value``).
+        """Attend from ``query`` to itself (or to ``key``/``value``).
 
-        ``mask`` is a boolean key mask, True where a key may be attended:
-        ``(B, Tk)`` or ``(B, 1, 1, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`),
-        or the model's ``AttentionMask`` holding one. A BlockMask is refused
+        ``mask`` is a boolean key mask, True where a key may be attended, read
+        by :func:`attnkit.masks.read_mask`: ``(B, Tk)`` or ``(B, 1, 1, Tk)``
+        (e.g. :func:`attnkit.masks.from_lengths`), or the model's
+        ``AttentionMask`` holding one. A BlockMask is refused
         (``TypeError``): the layer applies key masks only. A query with no key
         gets a zero output.
         """
         refuse_block_mask("LinearAttention", mask, "it applies key-padding masks only")
-        check_sequence("x", x, self.d_model)
-        key, value = resolve_key_value(x, key, value, self.d_model)
-        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, Tq, Dh)
+        check_sequence("query", query, self.d_model)
+        key, value = resolve_key_value(query, key, value, self.d_model)
+        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
         k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, Tk, Dh)
         v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, Tk, Dh)
-        pairs = allowed_pairs(mask)
-        assert not isinstance(pairs, BlockMask)  # refused above
-        out = self.out_proj(merge_heads(linear_attention(q, k, v, causal=self.causal, key_mask=pairs)))
-        if not isinstance(mask, AttentionMask):  # a plain key mask: read as (B, 1, 1, Tk) for its rows
-            keys = _key_mask(pairs, k.shape[0], k.shape[2])  # (B, 1, Tk)
-            mask = None if keys is None else AttentionMask(keys[:, None])
-        out = zero_rows_without_key(out, mask, k.shape[2], causal=self.causal)
+        target = (q.shape[0], self.num_heads, q.shape[2], k.shape[2])
+        keys = _key_mask(mask, target, "LinearAttention mask")  # (B|1, 1, Tk)
+        # the model's AttentionMask keeps its rows; a plain mask is built once from the key mask read
+        read = mask if isinstance(mask, AttentionMask) or keys is None else as_attention_mask(keys[:, None], target)
+        out = self.out_proj(merge_heads(linear_attention(q, k, v, causal=self.causal, mask=read)))
+        out = zero_rows_without_key(out, read, k.shape[2], causal=self.causal)
         if return_weights:
-            return out, linear_attention_weights(q, k, causal=self.causal, key_mask=pairs)
+            return out, linear_attention_weights(q, k, causal=self.causal, mask=read)
         return out  # (B, Tq, D)

@@ -17,7 +17,15 @@ from torch import Tensor, nn
 
 from attnkit._checks import positive_int, probability
 from attnkit.attention.functional import attention, merge_heads, split_heads
-from attnkit.attention.masks import AttentionMask, BlockMask, MaskLike, allowed_pairs, query_has_key
+from attnkit.attention.masks import (
+    AttentionMask,
+    BlockMask,
+    MaskLike,
+    allowed_pairs,
+    as_attention_mask,
+    query_has_key,
+    read_mask,
+)
 from attnkit.layers.kv_cache import KVCache
 
 __all__ = ["MultiHeadAttention"]
@@ -41,12 +49,15 @@ def zero_rows_without_key(y: Tensor, mask: MaskLike, tk: int, *, causal: bool = 
     """``y`` with the rows of the queries that have no key set to zero, after a biased projection.
 
     The rows come from :func:`attnkit.masks.query_has_key`: an
-    :class:`~attnkit.attention.masks.AttentionMask` hands over the rows it carries.
+    :class:`~attnkit.attention.masks.AttentionMask` hands over the rows it carries; a
+    plain mask is read by :func:`attnkit.masks.read_mask` first.
 
     Shape:
-        y ``(B, Tq, D)``; mask broadcasting to ``(B, H, Tq, Tk)``, a BlockMask or an
-        AttentionMask; returns ``(B, Tq, D)``.
+        y ``(B, Tq, D)``; mask as :func:`attnkit.masks.read_mask` takes it for
+        ``(B, H, Tq, Tk)``, a BlockMask or an AttentionMask; returns ``(B, Tq, D)``.
     """
+    if mask is not None and not isinstance(mask, AttentionMask):
+        mask = read_mask(mask, (y.shape[0], None, y.shape[1], tk))
     ok = query_has_key(mask, y.shape[1], tk, causal=causal)  # (B or 1, Tq, 1)
     return y if ok is None else y.masked_fill(~ok, 0.0)
 
@@ -161,10 +172,10 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from ``query`` to ``key``/``value`` (to ``query`` itself when they are omitted).
 
-        ``mask`` is boolean, True where a query may attend to a key, and
-        broadcasts to ``(B, H, Tq, Tk)``; a ``(B, Tk)`` key-padding mask must
-        first go through :func:`attnkit.masks.from_lengths` or
-        :func:`attnkit.masks.from_key_padding_mask`. A
+        ``mask`` is boolean, True where a query may attend to a key, read by
+        the rule of every layer (:func:`attnkit.masks.read_mask`):
+        ``(B, 1|H, Tq|1, Tk)``, a ``(B, Tk)`` key-padding mask or ``(Tq, Tk)``
+        pairs, a 2-D mask with ``B == Tq`` refused as ambiguous. A
         :class:`attnkit.masks.BlockMask` for ``(B, H, Tq, Tk)`` runs the
         block-sparse path; an :class:`attnkit.masks.AttentionMask` built once
         by the model is used as it is, its rows included. A query with no key
@@ -185,6 +196,7 @@ class MultiHeadAttention(nn.Module):
         if (key is None) != (value is None):
             raise ValueError("pass both key and value for cross-attention, or neither for self-attention")
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
+        limit: Tensor | None = None  # the keys a bounded cache lets the new queries see
         if cache is not None and cache.static and cache.filled:
             k, v = cache.keys, cache.values
             assert k is not None and v is not None
@@ -206,7 +218,11 @@ class MultiHeadAttention(nn.Module):
             v = split_heads(self.v_proj(v_in), self.kv_heads)  # (B, Hkv, Tk, Dh)
             if cache is not None:
                 k, v = cache.update(k, v)
-                mask = _with_cache_mask(mask, cache.last_mask)
+                limit = cache.last_mask
+        mask = as_attention_mask(mask, (query.shape[0], self.num_heads, query.shape[1], k.shape[2]),
+                                 name="MultiHeadAttention mask")
+        if limit is not None:
+            mask = _with_cache_mask(mask, limit)
         dropout = self.dropout if self.training else 0.0
         result = attention(
             q, k, v, mask=mask, bias=bias, causal=causal, dropout=dropout,

@@ -38,25 +38,6 @@ from attnkit.layers.multi_head import check_sequence, refuse_block_mask
 __all__ = ["AttentionPooling", "linear_head_contributions"]
 
 
-def _check_key_mask(mask: object, b: int, r: int, t: int) -> Tensor:
-    """Check ``mask`` by the attnkit rule for ``r`` pooling queries over ``T`` keys.
-
-    The pooling is attention from ``r`` learned queries (one head) to the
-    ``T`` positions, so a mask broadcasting to ``(B, 1, r, T)`` -- such as the
-    ``(B, 1, 1, T)`` of :func:`attnkit.masks.from_lengths` that a model built
-    at its entry, or the :class:`~attnkit.attention.masks.AttentionMask` holding
-    it -- is used as it is. A ``(B, T)`` position mask only gets the two axes it
-    lacks (a view).
-    """
-    if isinstance(mask, _masks.AttentionMask):
-        mask = mask.allowed
-    if isinstance(mask, Tensor) and mask.dim() == 2:
-        if mask.dtype == torch.bool and (mask.shape[1] != t or mask.shape[0] not in (1, b)):
-            raise ValueError(f"mask must be (B, T) = {(b, t)}, got shape {tuple(mask.shape)}")
-        mask = mask[:, None, None, :]  # (B, 1, 1, T)
-    return _masks.check_mask(mask, (b, 1, r, t))
-
-
 class AttentionPooling(nn.Module):
     """Pool a sequence ``(B, T, D)`` into ``(B, D)`` with learned attention scores.
 
@@ -71,8 +52,9 @@ class AttentionPooling(nn.Module):
     ``score`` (the context vectors ``u``, one row per query).
 
     Shape:
-        x ``(B, T, D)``; mask ``(B, T)`` bool, True = valid position, or a
-        key mask broadcasting to ``(B, 1, r, T)`` such as ``(B, 1, 1, T)``.
+        x ``(B, T, D)``, the one input; mask ``(B, T)`` bool, True = valid position,
+        or any form :func:`attnkit.masks.read_mask` reads for ``(B, 1, r, T)``
+        (one head, the ``r`` learned queries), such as ``(B, 1, 1, T)``.
         Returns ``(B, D)`` and weights ``(B, T)`` when ``num_queries == 1``,
         else ``(B, r, D)`` and weights ``(B, r, T)``.
     """
@@ -100,8 +82,9 @@ class AttentionPooling(nn.Module):
 
         Shape:
             x ``(B, T, D)``; mask ``(B, T)``, or ``(B, 1, 1, T)`` from
-            :func:`attnkit.masks.from_lengths` (anything broadcasting to
-            ``(B, 1, r, T)``), or the model's ``AttentionMask`` holding it. Returns ``(B, D)`` [and weights
+            :func:`attnkit.masks.from_lengths` (any form :func:`attnkit.masks.read_mask`
+            reads for ``(B, 1, r, T)``; a 2-D mask with ``B == r`` is ambiguous), or the
+            model's ``AttentionMask`` holding it. Returns ``(B, D)`` [and weights
             ``(B, T)``], or ``(B, r, D)`` [and ``(B, r, T)``] when ``num_queries > 1``.
             A BlockMask is refused (``TypeError``): pooling takes a position mask.
         """
@@ -110,7 +93,10 @@ class AttentionPooling(nn.Module):
         if not x.dtype.is_floating_point:
             raise TypeError(f"x must be a floating tensor, got dtype {x.dtype}")
         b, t, _ = x.shape
-        keys = None if mask is None else _check_key_mask(mask, b, self.num_queries, t)
+        read = _masks.as_attention_mask(mask, (b, 1, self.num_queries, t), name="AttentionPooling mask")
+        allowed = None if read is None else read.allowed
+        assert not isinstance(allowed, _masks.BlockMask)  # refused above
+        keys = None if allowed is None else _masks.four_axes(allowed)  # (B|1, 1, r|1, T)
         hidden = x if self.proj is None else torch.tanh(self.proj(x))  # (B, T, A)
         scores = self.score(hidden).transpose(1, 2)[:, None]  # (B, 1, r, T): one head, r queries
         weights = safe_softmax(scores, keys)[:, 0]  # (B, r, T)

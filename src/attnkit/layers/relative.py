@@ -55,7 +55,7 @@ from torch import Tensor, nn
 
 from attnkit._checks import positive_int
 from attnkit.attention import masks as _masks
-from attnkit.attention.functional import merge_heads, split_heads
+from attnkit.attention.functional import merge_heads, safe_softmax, split_heads
 from attnkit.layers.multi_head import (
     check_dropout,
     check_sequence,
@@ -69,7 +69,6 @@ __all__ = ["RelativePositionAttention", "relative_attention"]
 # Elements per (B, H, block, Tk) intermediate; bounds memory when weights are not kept.
 _BLOCK_ELEMENTS = 1 << 19
 _MIN_ROWS = 16  # fewer rows per block cost more in per-call overhead than they save
-_HALF = (torch.float16, torch.bfloat16)
 
 
 def _block_rows(t: Tensor | None, start: int, end: int) -> Tensor | None:
@@ -118,14 +117,7 @@ def _block(
     scores[..., :lo] += rel_logits[..., :1]
     scores[..., hi:] += rel_logits[..., -1:]
     scores[..., lo:hi] += rel_logits.gather(-1, window)
-    row_ok: Tensor | None = None
-    if mask is not None:
-        row_ok = _masks.rows_with_keys(mask)  # (.., Tb, 1)
-        # Rows with no key run an unmasked softmax (no NaN, no NaN gradient) and are zeroed below.
-        scores = scores.masked_fill(~(mask | ~row_ok), float("-inf"))
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32 if q.dtype in _HALF else None).to(q.dtype)
-    if row_ok is not None and not bool(row_ok.all()):
-        probs = probs * row_ok
+    probs = safe_softmax(scores, mask)  # (B, H, Tb, Tk): zero rows for queries with no key
     used = F.dropout(probs, p=dropout, training=True) if dropout > 0.0 else probs
     # Σ_j α_ij w^V_b(i,j): sum the weights per bucket; outside the window a row sum suffices.
     buckets = used.new_zeros(b, h, tb, rel_v.shape[0]).scatter_add(-1, window, used[..., lo:hi])
@@ -140,23 +132,24 @@ def _block(
 
 @overload
 def relative_attention(
-    q: Tensor, k: Tensor, v: Tensor, rel_k: Tensor, rel_v: Tensor, *, mask: Tensor | None = ...,
+    q: Tensor, k: Tensor, v: Tensor, rel_k: Tensor, rel_v: Tensor, *, mask: _masks.MaskLike = ...,
     causal: bool = ..., dropout: float = ..., return_weights: Literal[False] = ...,
 ) -> Tensor: ...
 @overload
 def relative_attention(
-    q: Tensor, k: Tensor, v: Tensor, rel_k: Tensor, rel_v: Tensor, *, mask: Tensor | None = ...,
+    q: Tensor, k: Tensor, v: Tensor, rel_k: Tensor, rel_v: Tensor, *, mask: _masks.MaskLike = ...,
     causal: bool = ..., dropout: float = ..., return_weights: Literal[True],
 ) -> tuple[Tensor, Tensor]: ...
 def relative_attention(
-    q: Tensor, k: Tensor, v: Tensor, rel_k: Tensor, rel_v: Tensor, *, mask: Tensor | None = None,
+    q: Tensor, k: Tensor, v: Tensor, rel_k: Tensor, rel_v: Tensor, *, mask: _masks.MaskLike = None,
     causal: bool = False, dropout: float = 0.0, return_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Shaw et al. (2018) attention on split heads, without building ``(Tq, Tk, Dh)`` tensors.
 
     ``max_relative_position`` is ``k = (rel_k.shape[0] - 1) / 2``; distances are
     ``j - i`` bottom-right aligned (see :func:`attnkit.positional.relative_distance`).
-    ``mask`` and ``causal`` follow :func:`attnkit.attention`; a query with no key
+    ``mask`` (read by :func:`attnkit.masks.read_mask`) and ``causal`` follow
+    :func:`attnkit.attention`; a query with no key
     gets zero output and zero weights.
 
     Shape:
@@ -180,9 +173,9 @@ def relative_attention(
         )
     b, h, tq, _ = q.shape
     tk = k.shape[2]
-    if mask is not None:
-        refuse_block_mask("relative_attention", mask, "its relative terms need every weight")
-        _masks.check_mask(mask, (b, h, tq, tk))
+    refuse_block_mask("relative_attention", mask, "its relative terms need every weight")
+    pairs = _masks.read_mask(mask, (b, h, tq, tk), name="relative_attention mask")
+    assert not isinstance(pairs, _masks.BlockMask)  # refused above
     dropout = check_dropout(dropout)
     rows = max(_MIN_ROWS, _BLOCK_ELEMENTS // max(1, b * h * tk))  # query rows per block
     # Blocks write into preallocated results: many small kept tensors interleaved with
@@ -191,7 +184,7 @@ def relative_attention(
     weights = q.new_empty(b, h, tq, tk) if return_weights else None  # (B, H, Tq, Tk)
     for start in range(0, tq, rows):
         end = min(tq, start + rows)
-        block_mask = _block_rows(mask, start, end)
+        block_mask = _block_rows(pairs, start, end)
         if causal:
             block_mask = _masks.combine(block_mask, _causal_rows(tq, tk, start, end, q.device))
         out, w = _block(
@@ -217,7 +210,7 @@ class RelativePositionAttention(nn.Module):
         dropout: attention-weight dropout, active in training mode only.
 
     Shape:
-        x ``(B, Tq, D)``; optional key/value ``(B, Tk, D)`` for cross-attention
+        query ``(B, Tq, D)``; optional key/value ``(B, Tk, D)`` for cross-attention
         (distances then bottom-right aligned); returns ``(B, Tq, D)`` and, on
         request, weights ``(B, H, Tq, Tk)``.
     """
@@ -251,40 +244,40 @@ class RelativePositionAttention(nn.Module):
 
     @overload
     def forward(
-        self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
+        self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
         mask: _masks.MaskLike = ..., causal: bool = ..., return_weights: Literal[False] = ...,
     ) -> Tensor: ...
     @overload
     def forward(
-        self, x: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
+        self, query: Tensor, key: Tensor | None = ..., value: Tensor | None = ..., *,
         mask: _masks.MaskLike = ..., causal: bool = ..., return_weights: Literal[True],
     ) -> tuple[Tensor, Tensor]: ...
     def forward(
-        self, x: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
+        self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None, *,
         mask: _masks.MaskLike = None, causal: bool = False, return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend from ``x`` to itself (or to ``key``/``value``) with relative positions.
+        """Attend from ``query`` to itself (or to ``key``/``value``) with relative positions.
 
-        ``mask`` is boolean, True where a query may attend a key, broadcastable
-        to ``(B, H, Tq, Tk)`` (e.g. :func:`attnkit.masks.from_lengths`), or the
-        model's ``AttentionMask`` holding one. A BlockMask is refused
-        (``TypeError``): the relative terms need dense weights. A query with no
-        key gets a zero output.
+        ``mask`` is boolean, True where a query may attend a key, read by the
+        rule of every layer (:func:`attnkit.masks.read_mask`), e.g.
+        :func:`attnkit.masks.from_lengths`, or the model's ``AttentionMask``
+        holding one. A BlockMask is refused (``TypeError``): the relative terms
+        need dense weights. A query with no key gets a zero output.
         """
         refuse_block_mask("RelativePositionAttention", mask, "its relative terms need every weight")
-        check_sequence("x", x, self.d_model)
-        key, value = resolve_key_value(x, key, value, self.d_model)
-        q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, Tq, Dh)
+        check_sequence("query", query, self.d_model)
+        key, value = resolve_key_value(query, key, value, self.d_model)
+        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Tq, Dh)
         k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, Tk, Dh)
         v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, Tk, Dh)
         dropout = self.dropout if self.training else 0.0
-        pairs = _masks.allowed_pairs(mask)
-        assert not isinstance(pairs, _masks.BlockMask)  # refused above
+        read = _masks.as_attention_mask(mask, (q.shape[0], self.num_heads, q.shape[2], k.shape[2]),
+                                        name="RelativePositionAttention mask")
         if return_weights:
             out, weights = relative_attention(
-                q, k, v, self.rel_k, self.rel_v, mask=pairs, causal=causal, dropout=dropout,
+                q, k, v, self.rel_k, self.rel_v, mask=read, causal=causal, dropout=dropout,
                 return_weights=True,
             )
-            return zero_rows_without_key(self.out_proj(merge_heads(out)), mask, k.shape[2], causal=causal), weights
-        out = relative_attention(q, k, v, self.rel_k, self.rel_v, mask=pairs, causal=causal, dropout=dropout)
-        return zero_rows_without_key(self.out_proj(merge_heads(out)), mask, k.shape[2], causal=causal)  # (B, Tq, D)
+            return zero_rows_without_key(self.out_proj(merge_heads(out)), read, k.shape[2], causal=causal), weights
+        out = relative_attention(q, k, v, self.rel_k, self.rel_v, mask=read, causal=causal, dropout=dropout)
+        return zero_rows_without_key(self.out_proj(merge_heads(out)), read, k.shape[2], causal=causal)  # (B, Tq, D)

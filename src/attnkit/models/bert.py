@@ -30,7 +30,6 @@ from attnkit.attention.masks import (
     BlockMask,
     MaskLike,
     as_attention_mask,
-    check_mask,
 )
 from attnkit.layers.bert import BertAttention, from_hf_attention_mask
 from attnkit.positional import check_positions
@@ -260,8 +259,6 @@ class BertModel(nn.Module):
         pairs = mask.allowed if isinstance(mask, AttentionMask) else mask
         if isinstance(pairs, BlockMask):
             pairs.check(input_ids.shape[0], self.config.num_attention_heads, t, t, input_ids.device)
-        elif pairs is not None:
-            check_mask(pairs, (input_ids.shape[0], self.config.num_attention_heads, t, t))
         elif attention_mask is not None:
             if attention_mask.shape != input_ids.shape:
                 raise ValueError(
@@ -269,7 +266,8 @@ class BertModel(nn.Module):
                     f"input_ids shape {tuple(input_ids.shape)}"
                 )
             mask = from_hf_attention_mask(attention_mask)  # (B, 1, 1, T)
-        keys = as_attention_mask(mask)  # built once, read by every layer
+        # built once, by the rule of every layer, and read by every layer
+        keys = as_attention_mask(mask, (input_ids.shape[0], self.config.num_attention_heads, t, t))
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         wanted = self._weight_layers(return_weights)

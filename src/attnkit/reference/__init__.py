@@ -28,7 +28,7 @@ from attnkit.reference.chunked import (
     chunked_attention_forward,
 )
 from attnkit.reference.encoder import TransformerEncoder, TransformerEncoderLayer
-from attnkit.reference.functional import causal_mask, lengths_mask, safe_softmax
+from attnkit.reference.functional import causal, from_lengths, safe_softmax
 from attnkit.reference.io import load_model, load_weights, save_model, save_weights
 from attnkit.reference.layers import (
     GELU,
@@ -64,8 +64,8 @@ __all__ = [
     "RelativePositionAttention", "SGD", "ScaledDotProductAttention", "SinusoidalPositionalEncoding",
     "Softmax", "SoftmaxCrossEntropy", "Trainer", "TransformerClassifier", "TransformerEncoder",
     "TransformerEncoderLayer", "Vocabulary", "accuracy", "attention_backward", "attention_forward",
-    "attention_stats", "block_layout", "build_model", "causal_mask", "chunked_attention_backward",
-    "chunked_attention_forward", "clip_grad_norm", "gradcheck", "lengths_mask", "load_model",
+    "attention_stats", "block_layout", "build_model", "causal", "chunked_attention_backward",
+    "chunked_attention_forward", "clip_grad_norm", "gradcheck", "from_lengths", "load_model",
     "load_weights", "module_gradcheck", "most_attended_positions", "most_attended_tokens",
     "pad_batch", "predict", "safe_softmax", "save_model", "save_weights",
 ]

@@ -25,11 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnkit.reference import functional as _masks
 from attnkit.reference.functional import (
-    causal_mask,
     check_bias,
     check_mask,
-    combine_masks,
     safe_softmax,
     softmax_backward,
 )
@@ -120,7 +119,7 @@ def attention_forward(
     scores = scores.reshape(target) * scale_f  # (B, H, Tq, Tk)
     if bias is not None:
         scores = scores + bias
-    full = combine_masks(mask, causal_mask(tq, tk) if causal else None)
+    full = _masks.combine(mask, _masks.causal(tq, tk) if causal else None)
     weights = safe_softmax(scores, full).astype(q.dtype, copy=False)
     keep = None
     used = weights

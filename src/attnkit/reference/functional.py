@@ -1,5 +1,7 @@
-"""NumPy twins of :mod:`attnkit.masks` and the softmax of :mod:`attnkit.functional`.
+"""NumPy twins of :mod:`attnkit.masks` and the softmax of :mod:`attnkit.functional`, under the same names.
 
+:func:`causal`, :func:`from_lengths`, :func:`combine`, :func:`check_mask` and
+:func:`safe_softmax` are the NumPy forms of the torch core's functions of those names.
 The mask rule is the torch core's: a boolean mask is True where a query MAY
 attend to a key and broadcasts to ``(B, H, Tq, Tk)``; a float array is an
 additive ``bias``, never a mask. A row with nothing to attend gets zero
@@ -17,9 +19,9 @@ import numpy as np
 __all__ = [
     "safe_softmax",
     "softmax_backward",
-    "causal_mask",
-    "lengths_mask",
-    "combine_masks",
+    "causal",
+    "from_lengths",
+    "combine",
     "check_mask",
     "check_bias",
     "split_heads",
@@ -53,7 +55,7 @@ def softmax_backward(weights: np.ndarray, grad: np.ndarray) -> np.ndarray:
     return weights * (grad - np.sum(grad * weights, axis=-1, keepdims=True))
 
 
-def causal_mask(tq: int, tk: int, *, align: str = "bottom_right") -> np.ndarray:
+def causal(tq: int, tk: int, *, align: str = "bottom_right") -> np.ndarray:
     """Query ``i`` may attend key ``j`` when ``j <= i + offset``; ``offset = Tk - Tq``
     for ``"bottom_right"`` (the torch core's default), ``0`` for ``"top_left"``.
 
@@ -66,7 +68,7 @@ def causal_mask(tq: int, tk: int, *, align: str = "bottom_right") -> np.ndarray:
     return np.arange(tk)[None, :] <= np.arange(tq)[:, None] + offset  # (Tq, Tk)
 
 
-def lengths_mask(lengths: Sequence[int] | np.ndarray, max_len: int | None = None) -> np.ndarray:
+def from_lengths(lengths: Sequence[int] | np.ndarray, max_len: int | None = None) -> np.ndarray:
     """Key-padding mask from lengths: key ``j`` of example ``b`` is valid when ``j < lengths[b]``.
 
     Shape:
@@ -85,14 +87,14 @@ def lengths_mask(lengths: Sequence[int] | np.ndarray, max_len: int | None = None
     return valid[:, None, None, :]  # (B, 1, 1, Tk)
 
 
-def combine_masks(*masks: np.ndarray | None) -> np.ndarray | None:
+def combine(*masks: np.ndarray | None) -> np.ndarray | None:
     """Intersect boolean masks (``None`` entries are skipped; none left gives ``None``)."""
     result: np.ndarray | None = None
     for i, m in enumerate(masks):
         if m is None:
             continue
         if not isinstance(m, np.ndarray) or m.dtype != np.bool_:
-            raise TypeError(f"combine_masks() takes boolean masks; argument {i} is {getattr(m, 'dtype', type(m))}")
+            raise TypeError(f"combine() takes boolean masks; argument {i} is {getattr(m, 'dtype', type(m))}")
         result = m if result is None else result & m
     return result
 

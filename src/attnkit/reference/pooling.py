@@ -1,7 +1,7 @@
 """Sequence pooling: masked mean and attention pooling, forward and backward.
 
 Both take an optional boolean ``mask`` True on real tokens, shaped ``(B, T)``
-or as returned by :func:`attnkit.reference.functional.lengths_mask`
+or as returned by :func:`attnkit.reference.functional.from_lengths`
 ``(B, 1, 1, T)``. A sequence with no real token pools to zeros.
 
 Shape legend: B batch, T length, D width.

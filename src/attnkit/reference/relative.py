@@ -29,10 +29,9 @@ import math
 
 import numpy as np
 
+from attnkit.reference import functional as _masks
 from attnkit.reference.functional import (
-    causal_mask,
     check_mask,
-    combine_masks,
     merge_heads,
     safe_softmax,
     softmax_backward,
@@ -102,7 +101,7 @@ class RelativePositionAttention(Module):
         tk = k.shape[2]
         if mask is not None:
             check_mask(mask, (b, h, tq, tk))
-        full = combine_masks(mask, causal_mask(tq, tk) if causal else None)
+        full = _masks.combine(mask, _masks.causal(tq, tk) if causal else None)
         idx = clipped_relative_index(tq, tk, self.max_relative_position)  # (Tq, Tk)
         k2 = 2 * self.max_relative_position + 1
         onehot = (idx[..., None] == np.arange(k2)).astype(x.dtype)  # (Tq, Tk, K2)

@@ -35,12 +35,13 @@ HALF = (torch.float16, torch.bfloat16)
 
 
 def safe_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tensor:
-    """Softmax that subtracts the row maximum, runs in float32 for half inputs, and returns
-    an all-zero row (with zero gradient) where no entry is allowed.
+    """The masked softmax of attnkit: every layer and reader that masks a softmax calls this one.
 
-    ``mask`` is boolean, True where an entry may take weight. Entries equal to
-    ``-inf`` in ``scores`` are treated as masked too. The result has the dtype
-    of ``scores``.
+    Softmax over ``dim`` (one fused ``torch.softmax``, in float32 for half
+    inputs) with an all-zero row, and zero gradient, where no entry is allowed.
+    ``mask`` is boolean, True where an entry may take weight; entries equal to
+    ``-inf`` in ``scores`` are treated as masked too. A row holding NaN gives
+    NaN. The result has the dtype of ``scores``.
 
     Shape:
         scores ``(..., Tk)``; mask broadcastable to it; returns the shape of scores.
@@ -48,13 +49,12 @@ def safe_softmax(scores: Tensor, mask: Tensor | None = None, dim: int = -1) -> T
     work = scores.float() if scores.dtype in HALF else scores
     if mask is not None:
         work = work.masked_fill(~mask, float("-inf"))
-    row_max = work.amax(dim=dim, keepdim=True)
-    # A row with nothing allowed has max -inf; shift it by 0 so exp gives 0, not NaN.
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max)).detach()
-    exp = torch.exp(work - row_max)
-    total = exp.sum(dim=dim, keepdim=True)
-    weights = exp / torch.where(total > 0, total, torch.ones_like(total))
-    return weights.to(scores.dtype)
+    # A row with nothing allowed has max -inf (NaN keeps a NaN row): it is softmaxed over
+    # zeros (no -inf - -inf NaN, forward or backward) and then zeroed, which zeroes its gradient.
+    empty = torch.isneginf(work.detach().amax(dim=dim, keepdim=True))
+    if work.device.type != "cpu" or torch.compiler.is_compiling() or bool(empty.any()):
+        return torch.softmax(work.masked_fill(empty, 0.0), dim=dim).masked_fill(empty, 0.0).to(scores.dtype)
+    return torch.softmax(work, dim=dim).to(scores.dtype)
 
 
 def full_mask(

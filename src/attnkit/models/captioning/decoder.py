@@ -88,12 +88,14 @@ class SoftAttentionDecoder(CaptionGenerator, nn.Module):
         """
         emb = self.embed(prev)  # (B, E)
         if self.config.attend_with == "previous_state":
-            context, alpha = self.attention(h, features, projected_keys=projected)  # (B, C), (B, R)
+            context, alpha = self.attention(h, features, projected_keys=projected,
+                                            return_weights=True)  # (B, C), (B, R)
             z = torch.sigmoid(self.gate(h)) * context if self.config.gate else context  # (B, C): β_t ẑ_t
             h, c = self.lstm(torch.cat([emb, z], dim=-1), (h, c))  # (B, Hd) each
         else:  # "current_state": read the word and the whole image first, then look
             h, c = self.lstm(torch.cat([emb, features.mean(dim=1)], dim=-1), (h, c))  # (B, Hd) each
-            context, alpha = self.attention(h, features, projected_keys=projected)  # (B, C), (B, R)
+            context, alpha = self.attention(h, features, projected_keys=projected,
+                                            return_weights=True)  # (B, C), (B, R)
             z = torch.sigmoid(self.gate(h)) * context if self.config.gate else context  # (B, C)
         logits = self.out(self.drop(emb + self.out_h(h) + self.out_z(z)))  # (B, V)
         return logits, alpha, h, c
