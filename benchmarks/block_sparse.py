@@ -39,8 +39,6 @@ import torch
 import torch.nn.functional as F
 
 from attnkit import masks
-from attnkit.attention.functional import attention, last_backend
-from attnkit.attention.score_mods import alibi_mod, alibi_slopes
 from attnkit.bench.sparse import (
     FLOPS_PER_ENTRY,
     alibi_bias,
@@ -50,6 +48,8 @@ from attnkit.bench.sparse import (
     window_mask,
 )
 from attnkit.bench.timing import peak_memory_mib, time_pair
+from attnkit.core.functional import attention, last_backend
+from attnkit.core.score_mods import alibi_mod, alibi_slopes
 
 
 def _row(name: str, a: str, b: str, ratio: str, target: str, ok: bool | None) -> str:

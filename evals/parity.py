@@ -38,10 +38,10 @@ from torch import Tensor, nn
 
 import attnkit
 from attnkit import masks
-from attnkit.attention.functional import attention, split_heads
 from attnkit.blocks import TransformerDecoder, TransformerEncoder, TransformerLayerConfig
 from attnkit.blocks import TransformerDecoderLayer as OurDecoderLayer
 from attnkit.blocks import TransformerEncoderLayer as OurEncoderLayer
+from attnkit.core.functional import attention, split_heads
 from attnkit.layers import MultiHeadAttention, RelativePositionAttention
 from attnkit.layers.linear import linear_attention, linear_attention_weights
 

@@ -35,8 +35,8 @@ from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from attnkit import attention
-from attnkit.attention.functional import merge_heads, split_heads
 from attnkit.blocks import FeedForward
+from attnkit.core.functional import merge_heads, split_heads
 from attnkit.positional import RotaryEmbedding, alibi_bias, alibi_slopes
 
 OUTPUTS = ["25_rotary_vs_alibi.png", "25_rotary_vs_alibi.txt"]

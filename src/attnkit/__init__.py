@@ -2,8 +2,8 @@
 
 The core: :func:`attention` (one mask rule, safe numerics, fused when
 possible), :mod:`attnkit.masks`, and one ``nn.Module`` per attention variant.
-The core lives in the package ``attnkit.attention``; the name
-``attnkit.attention`` stays the function (see ``_Package`` below).
+The core lives in the package :mod:`attnkit.core`; ``attnkit.attention`` is
+plainly the function.
 
 Names are imported on first use, so ``import attnkit.reference`` (the NumPy
 twin) never loads torch.
@@ -11,20 +11,18 @@ twin) never loads torch.
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from attnkit._lazy import lazy_exports
 from attnkit._version import __version__
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "attention": "attnkit.attention.functional",
-    "attention_weights": "attnkit.attention.functional",
-    "choose_backend": "attnkit.attention.dispatch",
-    "last_backend": "attnkit.attention.dispatch",
-    "BackendChoice": "attnkit.attention.dispatch",
+    "attention": "attnkit.core.functional",
+    "attention_weights": "attnkit.core.functional",
+    "choose_backend": "attnkit.core.dispatch",
+    "last_backend": "attnkit.core.dispatch",
+    "BackendChoice": "attnkit.core.dispatch",
     "MultiHeadAttention": "attnkit.layers",
     "AdditiveAttention": "attnkit.layers",
     "AttentionPooling": "attnkit.layers",
@@ -74,8 +72,6 @@ if TYPE_CHECKING:
         viz,
     )
     from attnkit.api import Predictor, load_run
-    from attnkit.attention.dispatch import BackendChoice, choose_backend, last_backend
-    from attnkit.attention.functional import attention, attention_weights
     from attnkit.blocks import (
         FeedForward,
         TransformerDecoder,
@@ -83,6 +79,8 @@ if TYPE_CHECKING:
         TransformerEncoder,
         TransformerEncoderLayer,
     )
+    from attnkit.core.dispatch import BackendChoice, choose_backend, last_backend
+    from attnkit.core.functional import attention, attention_weights
     from attnkit.decoding import beam_search, greedy_decode
     from attnkit.estimator import TextClassifier
     from attnkit.layers import (
@@ -106,21 +104,3 @@ if TYPE_CHECKING:
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, _SUBMODULES)
-
-
-class _Package(types.ModuleType):
-    """attnkit's module type: importing the subpackage ``attnkit.attention`` leaves the name the function.
-
-    Python binds a subpackage as an attribute of its parent once imported; here
-    that would replace ``attnkit.attention`` (the function users call) with the
-    core's package. The package stays reachable by its modules' full paths
-    (``attnkit.attention.masks``...), which go through ``sys.modules``.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "attention" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

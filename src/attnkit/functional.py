@@ -1,13 +1,14 @@
-"""``attnkit.functional``: the name users import for :mod:`attnkit.attention.functional` (the same module object)."""
+"""``attnkit.functional``: the name users import for :mod:`attnkit.core.functional`, whose names it re-exports."""
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING
+from typing import Any
 
-from attnkit.attention import functional as _module
+from attnkit.core import functional as _core
+from attnkit.core.functional import *  # noqa: F403
+from attnkit.core.functional import __all__ as __all__
 
-if TYPE_CHECKING:
-    from attnkit.attention.functional import *  # noqa: F403
 
-sys.modules[__name__] = _module
+def __getattr__(name: str) -> Any:
+    """Any other name of :mod:`attnkit.core.functional` (its helpers), read from it."""
+    return getattr(_core, name)

@@ -1,13 +1,14 @@
-"""``attnkit.masks``: the name users import for :mod:`attnkit.attention.masks` (the same module object)."""
+"""``attnkit.masks``: the name users import for :mod:`attnkit.core.masks`, whose names it re-exports."""
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING
+from typing import Any
 
-from attnkit.attention import masks as _module
+from attnkit.core import masks as _core
+from attnkit.core.masks import *  # noqa: F403
+from attnkit.core.masks import __all__ as __all__
 
-if TYPE_CHECKING:
-    from attnkit.attention.masks import *  # noqa: F403
 
-sys.modules[__name__] = _module
+def __getattr__(name: str) -> Any:
+    """Any other name of :mod:`attnkit.core.masks` (its helpers), read from it."""
+    return getattr(_core, name)

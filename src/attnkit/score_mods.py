@@ -1,13 +1,14 @@
-"""``attnkit.score_mods``: the name users import for :mod:`attnkit.attention.score_mods` (the same module object)."""
+"""``attnkit.score_mods``: the name users import for :mod:`attnkit.core.score_mods`, whose names it re-exports."""
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING
+from typing import Any
 
-from attnkit.attention import score_mods as _module
+from attnkit.core import score_mods as _core
+from attnkit.core.score_mods import *  # noqa: F403
+from attnkit.core.score_mods import __all__ as __all__
 
-if TYPE_CHECKING:
-    from attnkit.attention.score_mods import *  # noqa: F403
 
-sys.modules[__name__] = _module
+def __getattr__(name: str) -> Any:
+    """Any other name of :mod:`attnkit.core.score_mods` (its helpers), read from it."""
+    return getattr(_core, name)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import attnkit
 from attnkit import masks
-from attnkit.attention.functional import attention
+from attnkit.core.functional import attention
 
 
 def reference(q, k, v, mask=None, bias=None, scale=None):  # type: ignore[no-untyped-def]
@@ -152,7 +152,7 @@ def test_backend_is_reported() -> None:
 
 
 def test_weights_in_graph_computes_the_output_from_the_weights_in_this_context_only() -> None:
-    from attnkit.attention.dispatch import weights_in_graph
+    from attnkit.core.dispatch import weights_in_graph
 
     q, k, v = inputs(torch.float32)
     out, w = attention(q, k, v, return_weights=True)
@@ -242,7 +242,7 @@ def test_bad_input_names_the_problem(case) -> None:  # type: ignore[no-untyped-d
 @pytest.mark.parametrize("masked", [False, True])
 def test_weights_without_a_graph_are_bit_for_bit_those_with_one(masked: bool) -> None:
     """Under no_grad the weights are computed in place (one buffer): same bits, inputs untouched."""
-    from attnkit.attention.functional import attention_weights
+    from attnkit.core.functional import attention_weights
 
     g = torch.Generator().manual_seed(0)
     both = torch.randn(2, 7, 3, 4, 8, generator=g)  # (B, T, q/k, H, Dh): q and k as head-transposed views

@@ -21,9 +21,9 @@ from attnkit import (
     MultiHeadAttention,
     RelativePositionAttention,
     attention,
-    masks,
 )
 from attnkit.blocks import TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer
+from attnkit.core import masks  # the core's module: the tests patch its helpers
 from attnkit.layers.bert import BertAttention
 from attnkit.layers.image import SelfAttention2d
 

@@ -9,7 +9,7 @@ import torch
 
 import attnkit
 from attnkit import masks
-from attnkit.attention.functional import attention, last_backend
+from attnkit.core.functional import attention, last_backend
 
 B, H, T, DH = 2, 4, 80, 16
 BS = 16  # small blocks so that every kind (empty, full, partial) and a ragged last block occur

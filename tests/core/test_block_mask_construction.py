@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from attnkit import masks
-from attnkit.attention import block_mask as bmod
+from attnkit.core import block_mask as bmod
 
 
 def _same(a: masks.BlockMask, b: masks.BlockMask) -> None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnkit import masks
-from attnkit.attention.functional import attention
+from attnkit.core.functional import attention
 
 B, H, T, DH = 2, 4, 16, 8
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from attnkit import masks
-from attnkit.attention.functional import attention, last_backend
-from attnkit.attention.kernels.runs import run_plan
+from attnkit.core.functional import attention, last_backend
+from attnkit.core.kernels.runs import run_plan
 
 T = 300  # not a multiple of the block size: the last query and key blocks are cut
 
@@ -74,7 +74,7 @@ def test_gapped_runs_and_per_head_masks_take_the_gather_path() -> None:
 @pytest.mark.parametrize("native", [True, False])
 def test_grouped_query_heads_take_the_runs_path_without_copies(native: bool,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnkit.attention.kernels import runs
+    from attnkit.core.kernels import runs
 
     if not native:  # a torch whose CPU flash kernel wants equal head counts: the heads are repeated
         monkeypatch.setattr(runs, "native_gqa", lambda: False)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnkit import masks, score_mods
-from attnkit.attention.functional import attention, last_backend
-from attnkit.attention.kernels import tiles as tiled_attention
+from attnkit.core.functional import attention, last_backend
+from attnkit.core.kernels import tiles as tiled_attention
 
 B, H, T, DH = 2, 4, 80, 16
 BS = 16

@@ -17,7 +17,6 @@ import torch
 
 import attnkit
 from attnkit import masks
-from attnkit.attention.functional import BackendChoice, last_backend
 from attnkit.blocks import (
     TransformerDecoder,
     TransformerDecoderLayer,
@@ -25,6 +24,7 @@ from attnkit.blocks import (
     TransformerEncoderLayer,
     TransformerLayerConfig,
 )
+from attnkit.core.functional import BackendChoice, last_backend
 from attnkit.layers import MultiHeadAttention
 from attnkit.models import DocumentClassifier, DocumentClassifierConfig, build_model
 

@@ -7,7 +7,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from attnkit.attention.block_mask import BlockMask  # noqa: E402
+from attnkit.core.block_mask import BlockMask  # noqa: E402
 from attnkit.integrations import transformers as hf  # noqa: E402
 
 V, T = 97, 12
@@ -377,7 +377,7 @@ def _transformers_mask_functions(seed):
 def test_block_rules_of_transformers_mask_functions_give_the_exhaustive_mask(seed, monkeypatch):
     from transformers.masking_utils import sdpa_mask
 
-    from attnkit.attention import block_mask as bmod
+    from attnkit.core import block_mask as bmod
 
     t, fns, padding, q_offset, cache = _transformers_mask_functions(seed)
     monkeypatch.setattr(hf, "BLOCK_SIZE", 8)  # many blocks of every kind
@@ -402,7 +402,7 @@ def test_block_rules_of_transformers_mask_functions_give_the_exhaustive_mask(see
 def test_a_window_mask_evaluates_only_the_blocks_on_its_edges(monkeypatch):
     from transformers.masking_utils import sliding_window_causal_mask_function
 
-    from attnkit.attention import block_mask as bmod
+    from attnkit.core import block_mask as bmod
 
     seen = []
     real = bmod.eval_mod

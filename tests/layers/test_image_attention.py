@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from attnkit.attention.functional import last_backend
+from attnkit.core.functional import last_backend
 from attnkit.layers.image import SelfAttention2d
 
 

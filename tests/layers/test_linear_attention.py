@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnkit import masks
-from attnkit.attention.functional import split_heads
+from attnkit.core.functional import split_heads
 from attnkit.layers import linear as linear_module
 from attnkit.layers.linear import LinearAttention, linear_attention, linear_attention_weights
 

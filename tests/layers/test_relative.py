@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnkit import masks
-from attnkit.attention.functional import split_heads
+from attnkit.core.functional import split_heads
 from attnkit.layers import relative as relative_module
 from attnkit.layers.relative import RelativePositionAttention, relative_attention
 

@@ -1,6 +1,6 @@
 """Masks once, at the model boundary; weights only where they are asked for.
 
-A text classifier turns ``lengths`` into one :class:`~attnkit.attention.masks.AttentionMask`
+A text classifier turns ``lengths`` into one :class:`~attnkit.core.masks.AttentionMask`
 at its entry (:func:`attnkit.masks.from_lengths` and its rows with a key) and hands that
 same object to every layer and pooling;
 ``return_weights="pooling"`` (what ``predict --explain`` asks for) computes no
@@ -18,8 +18,8 @@ from torch import Tensor, nn
 
 import attnkit.layers.bert as bert_layers
 import attnkit.layers.multi_head as multi_head
-from attnkit import masks
 from attnkit.blocks import TransformerLayerConfig
+from attnkit.core import masks  # the core's module: a test patches its helpers
 from attnkit.models import build_model
 from attnkit.models.base import TextClassifier
 from attnkit.models.bert import BertConfig, BertModel

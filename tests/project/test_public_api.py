@@ -32,10 +32,10 @@ from typing import Any
 
 import pytest
 
-PACKAGES = ["attnkit", "attnkit.attention", "attnkit.layers", "attnkit.blocks", "attnkit.models", "attnkit.reference",
+PACKAGES = ["attnkit", "attnkit.core", "attnkit.layers", "attnkit.blocks", "attnkit.models", "attnkit.reference",
             "attnkit.data", "attnkit.train", "attnkit.viz", "attnkit.inspect"]
-EXTRA_MODULES = ["attnkit.attention.dispatch", "attnkit.attention.types", "attnkit.attention.block_mask",
-                 "attnkit.attention.score_mods", "attnkit.attention.kernels.tiles", "attnkit.positional",
+EXTRA_MODULES = ["attnkit.core.dispatch", "attnkit.core.types", "attnkit.core.block_mask",
+                 "attnkit.core.score_mods", "attnkit.core.kernels.tiles", "attnkit.positional",
                  "attnkit.decoding", "attnkit.models.seq2seq",
                  "attnkit.models.captioning", "attnkit.models.visual", "attnkit.data.shapes",
                  "attnkit.data.captions", "attnkit.data.parallel", "attnkit.inspect.torch_nn",
@@ -43,12 +43,12 @@ EXTRA_MODULES = ["attnkit.attention.dispatch", "attnkit.attention.types", "attnk
                  "attnkit.inspect.sources", "attnkit.viz.neuron", "attnkit.viz.notebook"]
 
 SHAPE_EXEMPT: dict[str, str] = {
-    "attnkit.attention.dispatch.choose_backend":
+    "attnkit.core.dispatch.choose_backend":
         "takes attention()'s arguments, whose Shape section applies; returns a BackendChoice",
-    "attnkit.attention.masks.combine": "shape-generic: returns the broadcast of the given masks",
-    "attnkit.attention.masks.to_additive": "element-wise: the bias has the mask's shape",
-    "attnkit.attention.masks.check_mask": "validator: the target shape is an argument",
-    "attnkit.attention.masks.check_bias": "validator: the target shape is an argument",
+    "attnkit.core.masks.combine": "shape-generic: returns the broadcast of the given masks",
+    "attnkit.core.masks.to_additive": "element-wise: the bias has the mask's shape",
+    "attnkit.core.masks.check_mask": "validator: the target shape is an argument",
+    "attnkit.core.masks.check_bias": "validator: the target shape is an argument",
     "attnkit.reference.layers.ReLU": "element-wise: output shape = input shape",
     "attnkit.reference.layers.GELU": "element-wise: output shape = input shape",
     "attnkit.reference.layers.Dropout": "element-wise: output shape = input shape",
@@ -309,16 +309,24 @@ def test_readme_table_check_can_fail() -> None:
     assert missing == ["models: NoSuchModel (from `attnkit.models`)", "pipeline: train (from `attnkit.data` CLI)"]
 
 
-def test_the_core_package_keeps_the_names_users_import() -> None:
-    """``attnkit.attention`` stays the function once the core's package is imported; the aliases are the modules."""
+def test_the_core_package_has_a_name_of_its_own() -> None:
+    """The core is the package ``attnkit.core``; ``attnkit.attention`` is plainly the function (no module swapping),
+    every module of the core imports by its path, and the short names re-export the core's modules' names."""
     import attnkit
-    from attnkit.attention import dispatch, functional, masks, score_mods
-    from attnkit.attention.kernels import tiles
+    import attnkit.core.masks as core_masks
+    from attnkit.core import dispatch, functional, masks, score_mods
+    from attnkit.core.kernels import tiles
 
-    assert tiles.__name__ == "attnkit.attention.kernels.tiles"
+    assert tiles.__name__ == "attnkit.core.kernels.tiles" and core_masks is masks
     from attnkit import attention
 
     assert attention is functional.attention and attnkit.attention is functional.attention
-    assert attnkit.masks is masks and attnkit.score_mods is score_mods and attnkit.functional is functional
-    assert importlib.import_module("attnkit.masks") is masks
+    assert type(attnkit) is type(importlib) and callable(attnkit.attention)
+    for short, core in ((attnkit.masks, masks), (attnkit.score_mods, score_mods), (attnkit.functional, functional)):
+        assert all(getattr(short, name) is getattr(core, name) for name in core.__all__)
+        assert short.__all__ == core.__all__
+    assert attnkit.masks.read_mask is masks.read_mask
+    assert importlib.import_module("attnkit.masks").causal is masks.causal
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("attnkit.attention.masks")
     assert attnkit.BackendChoice is dispatch.BackendChoice and attnkit.last_backend is dispatch.last_backend

@@ -18,29 +18,29 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "attnkit"
 MAX_FUNCTION_LINES = 80
 
 # What each part of the package may import from attnkit (besides itself); docs/design.md, "Layers".
-# The core is imported by its own paths (attnkit.attention....): attnkit.masks, attnkit.functional
+# The core is imported by its own paths (attnkit.core....): attnkit.masks, attnkit.functional
 # and attnkit.score_mods are the names users import, aliases that only the alias files touch.
 BASE = {"_checks", "_lazy", "_finite", "_hf_folder", "_memory", "_modes", "_progress", "_version", "layer_config"}
-ALIAS = {"attention"}
+ALIAS = {"core"}
 MAY_IMPORT: dict[str, set[str]] = {
-    "attention": BASE | {"positional"},
+    "core": BASE | {"positional"},
     "positional": BASE,
     "layer_config": {"_checks"},
     "masks": BASE | ALIAS,
     "functional": BASE | ALIAS,
     "score_mods": BASE | ALIAS,
-    "layers": BASE | {"attention", "positional"},
-    "blocks": BASE | {"layers", "attention", "positional"},
+    "layers": BASE | {"core", "positional"},
+    "blocks": BASE | {"layers", "core", "positional"},
     "decoding": BASE,
-    "models": BASE | {"blocks", "layers", "attention", "positional", "decoding"},
+    "models": BASE | {"blocks", "layers", "core", "positional", "decoding"},
     "reference": BASE,
     "data": BASE,
-    "attribution": BASE | {"models", "layers", "attention", "data", "viz", "inspect"},
-    "train": BASE | {"models", "blocks", "layers", "attention", "positional", "decoding", "data",
+    "attribution": BASE | {"models", "layers", "core", "data", "viz", "inspect"},
+    "train": BASE | {"models", "blocks", "layers", "core", "positional", "decoding", "data",
                      "reference", "attribution"},
     "viz": BASE,
-    "inspect": BASE | {"layers", "attention", "viz"},
-    "bench": BASE | {"attention", "layers", "positional"},
+    "inspect": BASE | {"layers", "core", "viz"},
+    "bench": BASE | {"core", "layers", "positional"},
 }
 
 
@@ -217,7 +217,7 @@ def test_no_function_over_the_limit() -> None:
     ("from attnkit.train.rundir import committed_dir", {"train"}),
     ("def f():\n    import attnkit.models.bert as b\n", {"models"}),
     ("from attnkit import masks, functional", {"masks", "functional"}),
-    ("from attnkit.attention.kernels import tiles", {"attention"}),
+    ("from attnkit.core.kernels import tiles", {"core"}),
     ("import numpy\nfrom . import sibling", set()),
 ])
 def test_the_import_reader_sees_every_form(source: str, expected: set[str]) -> None:
@@ -234,12 +234,12 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
     assert _cycle({"a": {"b"}, "b": set()}) is None
     assert cycles({"a": {"b"}, "b": {"a", "c"}, "c": set(), "d": {"d"}}) == [{"a", "b"}]
     assert imported_modules("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                            "    from attnkit.attention import dispatch\n", "attnkit") == set()
-    assert imported_modules("if TYPE_CHECKING:\n    pass\nelse:\n    from attnkit.attention import dispatch\n",
-                            "attnkit") == {"attnkit.attention.dispatch"}
-    assert imported_modules("def f():\n    from attnkit.attention import dispatch\n",
-                            "attnkit.attention.kernels") == {"attnkit.attention.dispatch"}
-    assert private_imports("from attnkit.attention.kernels.runs import _view, usable") == {"_view"}
+                            "    from attnkit.core import dispatch\n", "attnkit") == set()
+    assert imported_modules("if TYPE_CHECKING:\n    pass\nelse:\n    from attnkit.core import dispatch\n",
+                            "attnkit") == {"attnkit.core.dispatch"}
+    assert imported_modules("def f():\n    from attnkit.core import dispatch\n",
+                            "attnkit.core.kernels") == {"attnkit.core.dispatch"}
+    assert private_imports("from attnkit.core.kernels.runs import _view, usable") == {"_view"}
     assert private_imports("from attnkit import _checks") == set()
     body = "def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES
     assert long_functions(body) == [("f", MAX_FUNCTION_LINES + 1)]

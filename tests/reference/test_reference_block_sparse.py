@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from attnkit import masks
-from attnkit.attention.functional import attention
-from attnkit.attention.kernels.tiles import block_kinds
+from attnkit.core.functional import attention
+from attnkit.core.kernels.tiles import block_kinds
 from attnkit.reference import BlockLayout, block_layout
 from attnkit.reference.attention import attention_backward, attention_forward
 from attnkit.reference.block_sparse import _query_blocks

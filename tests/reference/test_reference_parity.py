@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnkit.attention import functional as tf
 from attnkit.blocks.encoder import TransformerEncoderLayer as TorchEncoderLayer
+from attnkit.core import functional as tf
 from attnkit.layers.linear import LinearAttention as TorchLinearAttention
 from attnkit.layers.multi_head import MultiHeadAttention as TorchMHA
 from attnkit.layers.pooling import AttentionPooling as TorchAttentionPooling

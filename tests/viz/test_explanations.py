@@ -139,7 +139,7 @@ def test_integrated_gradients_add_up_to_the_change_from_the_zero_embeddings() ->
     lambda: build_model("han", {"vocab_size": V, "num_classes": 2}),
 ])
 def test_every_applicable_method_scores_the_real_tokens(make: object) -> None:
-    from attnkit.attention.dispatch import weights_kept_for_gradients
+    from attnkit.core.dispatch import weights_kept_for_gradients
 
     model = make()  # type: ignore[operator]
     for method in applicable_methods(model):
@@ -153,7 +153,7 @@ def test_every_applicable_method_scores_the_real_tokens(make: object) -> None:
 @pytest.mark.parametrize("make", [_document, _bert])
 def test_plain_inference_in_another_thread_keeps_the_fused_path_while_one_explains(make: object) -> None:
     """One thread computes gradient relevance; midway through its forward, another runs the same model."""
-    from attnkit.attention import last_backend
+    from attnkit.core import last_backend
     from tests.support.threads import beside
 
     model = make().eval()  # type: ignore[operator]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnkit import masks
-from attnkit.attention.functional import attention_weights, split_heads
+from attnkit.core.functional import attention_weights, split_heads
 from attnkit.models.bert_attentions import _load, attentions_from_bert_dir, bundled_minilm_dir
 from attnkit.viz.measures import attention_entropy, attention_rollout
 from attnkit.viz.report import report_data

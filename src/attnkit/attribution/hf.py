@@ -19,7 +19,7 @@ like any attnkit classifier:
 * ``grad_input`` and ``integrated_gradients`` differentiate through the input
   embeddings (``model.get_input_embeddings()``), all-zero embeddings as the
   baseline;
-* ``chefer`` captures inside :func:`attnkit.attention.dispatch.weights_in_graph`:
+* ``chefer`` captures inside :func:`attnkit.core.dispatch.weights_in_graph`:
   each attention call then runs the model's eager function, so its output is
   computed from the recorded weights and the gradients reach them
   (``cap.live``); another thread using the model meanwhile is not affected.
@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import one_of
-from attnkit.attention.masks import AttentionMask
+from attnkit.core.masks import AttentionMask
 
 __all__ = ["HFClassifier", "POOLED", "is_hf_classifier", "as_classifier", "hf_methods", "reads_last_token"]
 
@@ -189,7 +189,7 @@ def layer_attention(model: HFClassifier, ids: Tensor, lengths: Tensor, *, live: 
     classifier reads (:meth:`HFClassifier.pooled_positions`), the token slice.
 
     With ``live`` the weights are the captured ones still in the autograd graph (call inside
-    :func:`attnkit.attention.dispatch.weights_in_graph`).
+    :func:`attnkit.core.dispatch.weights_in_graph`).
     """
     from attnkit.inspect import capture
 

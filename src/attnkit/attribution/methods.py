@@ -45,7 +45,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnkit.attention.dispatch import weights_in_graph, weights_kept_for_gradients
 from attnkit.attribution.hf import (
     HFClassifier,
     as_classifier,
@@ -53,6 +52,7 @@ from attnkit.attribution.hf import (
     hf_methods,
     layer_attention,
 )
+from attnkit.core.dispatch import weights_in_graph, weights_kept_for_gradients
 
 __all__ = ["METHODS", "METHOD_NAMES", "MethodNotApplicable", "applicable_methods", "attribute",
            "is_exact", "method_list", "IG_STEPS"]

@@ -11,9 +11,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from attnkit.attention.functional import attention
 from attnkit.bench.result import Result, judge
 from attnkit.bench.timing import TIMING_METHOD, time_pair
+from attnkit.core.functional import attention
 from attnkit.layers.multi_head import MultiHeadAttention
 
 __all__ = ["mha", "mha_weights", "attention_flops"]

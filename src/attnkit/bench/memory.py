@@ -86,10 +86,10 @@ def _relative_naive(p: dict[str, Any]) -> Call:
 
 def _alibi_score_mod(p: dict[str, Any]) -> Call:
     """Forward+backward of ALiBi as a score_mod on a causal BlockMask (gradients on inside the call)."""
-    from attnkit.attention import masks
-    from attnkit.attention.functional import attention
-    from attnkit.attention.score_mods import alibi_mod
     from attnkit.bench.sparse import qkv
+    from attnkit.core import masks
+    from attnkit.core.functional import attention
+    from attnkit.core.score_mods import alibi_mod
 
     q, k, v = qkv(p["H"], p["T"], p["Dh"])
     bm = masks.create_block_mask(masks.causal_mod, None, None, p["T"], p["T"])

@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from attnkit.attention.functional import attention
 from attnkit.bench.naive_relative import naive_relative_attention as naive
 from attnkit.bench.result import Result, completed, judge, unavailable
 from attnkit.bench.timing import MEMORY_METHOD, TIMING_METHOD, peak_memory_mib, time_pair
 from attnkit.bench.workloads import relative_inputs
+from attnkit.core.functional import attention
 
 __all__ = ["relative", "linear"]
 

@@ -2,7 +2,7 @@
 
 * ``block-sparse``: a causal sliding window of 256 through a BlockMask, forward
   and backward, its FLOP rate on the allowed entries against dense SDPA's rate
-  on all entries (target >= 0.4); ALiBi as :func:`~attnkit.attention.score_mods.alibi_mod`
+  on all entries (target >= 0.4); ALiBi as :func:`~attnkit.core.score_mods.alibi_mod`
   on a causal BlockMask against SDPA with a precomputed ``(1, H, T, T)`` bias,
   forward+backward time (target <= 1.3x) and peak memory (target <= 0.25x;
   the bias path's figure includes building its bias).
@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.attention import masks
-from attnkit.attention.functional import attention
-from attnkit.attention.score_mods import alibi_mod, alibi_slopes
 from attnkit.bench.result import Result, judge
 from attnkit.bench.timing import MEMORY_METHOD, TIMING_METHOD, peak_memory_mib, time_pair
+from attnkit.core import masks
+from attnkit.core.functional import attention
+from attnkit.core.score_mods import alibi_mod, alibi_slopes
 
 __all__ = ["block_sparse", "window_mask", "alibi_bias", "qkv", "train_step", "flex_forward", "FLOPS_PER_ENTRY"]
 

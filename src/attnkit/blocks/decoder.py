@@ -36,7 +36,6 @@ from typing import Any, Literal, NamedTuple, overload
 
 from torch import Tensor, nn
 
-from attnkit.attention.masks import AttentionMask, BlockMask, MaskLike
 from attnkit.blocks.cache import DecoderCache, DecoderLayerCache
 from attnkit.blocks.config import (
     LayerSpec,
@@ -47,6 +46,7 @@ from attnkit.blocks.config import (
 )
 from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from_torch
 from attnkit.blocks.torch_convert import copy_final_norm, copy_layer_weights
+from attnkit.core.masks import AttentionMask, BlockMask, MaskLike
 from attnkit.layer_config import check_bool, check_eps
 from attnkit.layers.multi_head import MultiHeadAttention, check_sequence
 
@@ -144,9 +144,9 @@ class TransformerDecoderLayer(nn.Module):
             memory_mask: boolean, True where a target position may attend a memory
                 position, broadcast to ``(B, H, Tq, Tk)``; usually the memory's
                 padding, ``masks.from_lengths(src_lengths)``. Either mask may be a
-                :class:`~attnkit.attention.masks.BlockMask` for its ``(B, H, Tq, Tk)``, passed to
+                :class:`~attnkit.core.masks.BlockMask` for its ``(B, H, Tq, Tk)``, passed to
                 the attention as it is (block-sparse path), and so is the
-                :class:`~attnkit.attention.masks.AttentionMask` a model builds once
+                :class:`~attnkit.core.masks.AttentionMask` a model builds once
                 (``AttentionMask.from_lengths(src_lengths)``); a ``self_mask`` BlockMask
                 carries causality itself (``masks.and_mods(masks.causal_mod, ...)``)
                 and needs ``causal=False`` and no ``self_bias``.

@@ -28,7 +28,6 @@ from typing import Literal, overload
 
 from torch import Tensor, nn
 
-from attnkit.attention.masks import MaskLike
 from attnkit.blocks.cache import SelfAttentionCache
 from attnkit.blocks.config import (
     LayerSpec,
@@ -39,6 +38,7 @@ from attnkit.blocks.config import (
 )
 from attnkit.blocks.feed_forward import Activation, FeedForward, activation_from_torch
 from attnkit.blocks.torch_convert import copy_final_norm, copy_layer_weights
+from attnkit.core.masks import MaskLike
 from attnkit.layer_config import check_bool, check_eps
 from attnkit.layers.kv_cache import KVCache
 from attnkit.layers.multi_head import MultiHeadAttention, check_sequence
@@ -119,11 +119,11 @@ class TransformerEncoderLayer(nn.Module):
             mask: boolean, True where a query may attend to a key, broadcast to
                 ``(B, H, T, T)``; a PyTorch ``src_key_padding_mask`` goes through
                 :func:`attnkit.masks.from_key_padding_mask` first. A
-                :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)`` is passed to
+                :class:`~attnkit.core.masks.BlockMask` for ``(B, H, T, T)`` is passed to
                 the attention as it is (block-sparse path); it takes neither
                 ``bias`` nor ``causal=True`` (build causality into the mask), and
                 padding goes into it too (``masks.and_mods(..., masks.document_mod(ids))``).
-                The :class:`~attnkit.attention.masks.AttentionMask` a model builds once
+                The :class:`~attnkit.core.masks.AttentionMask` a model builds once
                 is passed to every layer as it is.
             bias: optional additive attention bias (ALiBi, relative positions).
             causal: forbid attention to later positions.

@@ -215,7 +215,7 @@ class Capture(CaptureViews):
         missed: ``{name: reason}`` for calls whose weights could not be read.
         verified: ``{module name: max |recorded - reference|}`` with ``verify=True``.
         live: for Hugging Face modules captured inside
-            :func:`attnkit.attention.dispatch.weights_in_graph`, the same weights
+            :func:`attnkit.core.dispatch.weights_in_graph`, the same weights
             still in the autograd graph: the module's output was computed from
             them by the model's eager function, so gradients reach them.
 

@@ -14,7 +14,7 @@ heads shared as in the kernel) and ``attention_mask`` with
 capture closes; calls from modules that are not being captured pass straight
 through.
 
-Inside :func:`attnkit.attention.dispatch.weights_in_graph` (a context
+Inside :func:`attnkit.core.dispatch.weights_in_graph` (a context
 variable: this thread only), a captured call runs the model's own eager
 function instead, so its output is computed from the recorded weights and
 gradients reach them (``cap.live``).
@@ -36,16 +36,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnkit.attention import masks
-from attnkit.attention.dispatch import weights_kept_for_gradients
-from attnkit.attention.functional import attention_weights, safe_softmax
+from attnkit.core import masks
+from attnkit.core.dispatch import weights_kept_for_gradients
+from attnkit.core.functional import attention_weights, safe_softmax
 
 __all__ = ["is_hf_attention", "hf_weights", "check_keywords", "HFPatches", "UnreadableCall", "INERT", "TERMS",
            "eager_reference", "eager_call"]
 
 Callback = Callable[..., None]
 """Called after each captured call: module, query, key, value, mask, keywords, and a seventh argument, the
-weights the output was computed from, only inside :func:`~attnkit.attention.dispatch.weights_in_graph`."""
+weights the output was computed from, only inside :func:`~attnkit.core.dispatch.weights_in_graph`."""
 
 
 @functools.lru_cache(maxsize=256)

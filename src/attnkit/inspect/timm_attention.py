@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.attention import masks
-from attnkit.attention.functional import attention_weights
+from attnkit.core import masks
+from attnkit.core.functional import attention_weights
 
 __all__ = ["is_timm_attention", "timm_call_weights"]
 

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.attention import masks
-from attnkit.attention.functional import attention_weights, split_heads
+from attnkit.core import masks
+from attnkit.core.functional import attention_weights, split_heads
 
 __all__ = ["mha_weights", "mha_call_weights", "encoder_layer_call_weights"]
 

@@ -14,11 +14,11 @@ every backend: the mask function of the layer type (causal, bidirectional,
 sliding window, chunked, packed sequences found from position ids that restart,
 image-token overlays), the 2-D padding mask and the query/key offsets of a KV
 cache. It evaluates that function into an attnkit
-:class:`~attnkit.attention.block_mask.BlockMask` for ``(B, ·, Tq, Tk)``, never a
+:class:`~attnkit.core.block_mask.BlockMask` for ``(B, ·, Tq, Tk)``, never a
 dense ``(Tq, Tk)`` tensor, the way transformers' ``flex_attention`` builds
 torch's BlockMask. transformers' own mask functions (causal, bidirectional,
 windows, chunks, padding, packed sequences, their ``and``/``or`` and offsets)
-are read as block rules (:func:`~attnkit.attention.block_mask.with_block_rule`),
+are read as block rules (:func:`~attnkit.core.block_mask.with_block_rule`),
 so that only the blocks on a mask's edges are evaluated entry by entry. Blocks
 between packed documents and outside a window are skipped by the kernels.
 
@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnkit.attention.block_mask import (
+from attnkit.core.block_mask import (
     BlockBounds,
     BlockMask,
     BlockRule,
@@ -63,9 +63,9 @@ from attnkit.attention.block_mask import (
     sliding_window_mod,
     with_block_rule,
 )
-from attnkit.attention.functional import attention
-from attnkit.attention.score_mods import bias_mod, soft_cap_mod
-from attnkit.attention.types import MaskMod, ScoreMod
+from attnkit.core.functional import attention
+from attnkit.core.score_mods import bias_mod, soft_cap_mod
+from attnkit.core.types import MaskMod, ScoreMod
 
 __all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "check_model", "attnkit_mask",
            "attnkit_attention_forward"]

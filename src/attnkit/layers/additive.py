@@ -33,8 +33,8 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int
-from attnkit.attention.functional import safe_softmax
-from attnkit.attention.masks import BlockMask, MaskLike, as_attention_mask, four_axes
+from attnkit.core.functional import safe_softmax
+from attnkit.core.masks import BlockMask, MaskLike, as_attention_mask, four_axes
 from attnkit.layers.multi_head import refuse_block_mask
 
 __all__ = ["AdditiveAttention"]

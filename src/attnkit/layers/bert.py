@@ -35,8 +35,8 @@ from typing import Literal, Protocol, overload
 from torch import Tensor, nn
 
 from attnkit._checks import non_negative_int, positive_float, positive_int
-from attnkit.attention.functional import attention, merge_heads, split_heads
-from attnkit.attention.masks import MaskLike, as_attention_mask, from_hf_attention_mask
+from attnkit.core.functional import attention, merge_heads, split_heads
+from attnkit.core.masks import MaskLike, as_attention_mask, from_hf_attention_mask
 from attnkit.layers.multi_head import check_dropout, check_sequence, zero_rows_without_key
 
 __all__ = [
@@ -127,8 +127,8 @@ class BertSelfAttention(nn.Module):
         """Attend over the sequence ``x`` (the one input); ``mask`` is boolean, read by the rule of every layer.
 
         Any form :func:`attnkit.masks.read_mask` reads for ``(B, H, T, T)``; a
-        :class:`~attnkit.attention.masks.BlockMask` runs the block-sparse path;
-        the model's :class:`~attnkit.attention.masks.AttentionMask` is passed on as it is.
+        :class:`~attnkit.core.masks.BlockMask` runs the block-sparse path;
+        the model's :class:`~attnkit.core.masks.AttentionMask` is passed on as it is.
 
         Shape:
             x ``(B, T, D)``; mask e.g. ``(B, 1, 1, T)``; returns the
@@ -235,8 +235,8 @@ class BertAttention(nn.Module):
         ``mask`` is boolean, True where a token may be attended, read by the
         rule of every layer (:func:`attnkit.masks.read_mask`), e.g.
         ``from_hf_attention_mask(attention_mask)``, a
-        :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)``, or the
-        model's :class:`~attnkit.attention.masks.AttentionMask`. A token that may
+        :class:`~attnkit.core.masks.BlockMask` for ``(B, H, T, T)``, or the
+        model's :class:`~attnkit.core.masks.AttentionMask`. A token that may
         attend no key gets ``LayerNorm(x)``: no attention, no bias.
 
         Shape:

@@ -35,8 +35,8 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int
-from attnkit.attention.functional import attention
-from attnkit.attention.masks import AttentionMask, MaskLike, as_attention_mask
+from attnkit.core.functional import attention
+from attnkit.core.masks import AttentionMask, MaskLike, as_attention_mask
 
 __all__ = ["SelfAttention2d"]
 
@@ -70,7 +70,7 @@ class SelfAttention2d(nn.Module):
         x ``(B, C, H, W)``, the one input; mask ``(B, H, W)`` or ``(B, H*W)`` bool, True
         where a position may be attended to, or any form :func:`attnkit.masks.read_mask`
         reads for ``(B, num_heads, N, N)`` (queries by keys, positions row-major), a
-        :class:`~attnkit.attention.masks.BlockMask` included. Returns ``(B, C, H, W)`` and, on
+        :class:`~attnkit.core.masks.BlockMask` included. Returns ``(B, C, H, W)`` and, on
         request, weights ``(B, N, N)`` (averaged over heads) or
         ``(B, num_heads, N, N)`` with ``average_heads=False``; row ``j`` holds
         ``beta_j``, the weights of query position ``j = row * W + col``.

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnkit.attention.masks import MaskMod
+from attnkit.core.masks import MaskMod
 
 __all__ = ["KVCache", "RollingKVCache", "AttentionSinkCache"]
 
@@ -93,7 +93,7 @@ class RollingKVCache(KVCache):
 
     A query at position ``i`` attends keys ``i - window .. i`` (Longformer,
     Mistral): exactly :func:`attnkit.masks.sliding_window_mod` with
-    :func:`~attnkit.attention.masks.causal_mod` (:meth:`mask_mod`), at a memory of
+    :func:`~attnkit.core.masks.causal_mod` (:meth:`mask_mod`), at a memory of
     ``window`` positions however long the stream. :meth:`update` returns the kept
     keys plus the new ones and sets :attr:`last_mask`, the window mask the new
     queries need, which :class:`~attnkit.layers.MultiHeadAttention` applies.

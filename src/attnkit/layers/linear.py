@@ -49,8 +49,8 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int
-from attnkit.attention.functional import merge_heads, safe_softmax, split_heads
-from attnkit.attention.masks import AttentionMask, BlockMask, MaskLike, as_attention_mask, four_axes, read_mask
+from attnkit.core.functional import merge_heads, safe_softmax, split_heads
+from attnkit.core.masks import AttentionMask, BlockMask, MaskLike, as_attention_mask, four_axes, read_mask
 from attnkit.layers.multi_head import (
     check_sequence,
     refuse_block_mask,

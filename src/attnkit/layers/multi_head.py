@@ -16,8 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int, probability
-from attnkit.attention.functional import attention, merge_heads, split_heads
-from attnkit.attention.masks import (
+from attnkit.core.functional import attention, merge_heads, split_heads
+from attnkit.core.masks import (
     AttentionMask,
     BlockMask,
     MaskLike,
@@ -49,7 +49,7 @@ def zero_rows_without_key(y: Tensor, mask: MaskLike, tk: int, *, causal: bool = 
     """``y`` with the rows of the queries that have no key set to zero, after a biased projection.
 
     The rows come from :func:`attnkit.masks.query_has_key`: an
-    :class:`~attnkit.attention.masks.AttentionMask` hands over the rows it carries; a
+    :class:`~attnkit.core.masks.AttentionMask` hands over the rows it carries; a
     plain mask is read by :func:`attnkit.masks.read_mask` first.
 
     Shape:

@@ -31,8 +31,8 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int
-from attnkit.attention import masks as _masks
-from attnkit.attention.functional import safe_softmax
+from attnkit.core import masks as _masks
+from attnkit.core.functional import safe_softmax
 from attnkit.layers.multi_head import check_sequence, refuse_block_mask
 
 __all__ = ["AttentionPooling", "linear_head_contributions"]

@@ -54,8 +54,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int
-from attnkit.attention import masks as _masks
-from attnkit.attention.functional import merge_heads, safe_softmax, split_heads
+from attnkit.core import masks as _masks
+from attnkit.core.functional import merge_heads, safe_softmax, split_heads
 from attnkit.layers.multi_head import (
     check_dropout,
     check_sequence,

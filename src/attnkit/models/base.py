@@ -21,7 +21,7 @@ with the pooled vector at no extra cost.
 
 **Masks once, at the model boundary.** :meth:`TextClassifier.forward`
 validates the batch and turns ``lengths`` into one
-:class:`~attnkit.attention.masks.AttentionMask` (the key-padding mask
+:class:`~attnkit.core.masks.AttentionMask` (the key-padding mask
 ``(B, 1, 1, T)`` of :func:`attnkit.masks.from_lengths` and its rows with a
 key) once; the model's :meth:`~TextClassifier.classify` carries that one
 object down unchanged to every layer that needs it (attention, pooling, mean
@@ -48,7 +48,7 @@ from typing import Any, ClassVar, Literal, overload
 import torch
 from torch import Tensor, nn
 
-from attnkit.attention.masks import AttentionMask
+from attnkit.core.masks import AttentionMask
 from attnkit.models.config import token_batch
 from attnkit.models.packed import PackedBatch, packed_batch
 
@@ -194,7 +194,7 @@ class TextClassifier(nn.Module):
 
         Shape:
             ids ``(B, T)``, lengths ``(B,)``; returns them as int64 and the
-            :class:`~attnkit.attention.masks.AttentionMask` of allowed ``(B, 1, 1, T)``.
+            :class:`~attnkit.core.masks.AttentionMask` of allowed ``(B, 1, 1, T)``.
         """
         return token_batch(ids, lengths, self.config.vocab_size)
 

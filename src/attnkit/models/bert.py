@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.attention.masks import (
+from attnkit.core.masks import (
     AttentionMask,
     BlockMask,
     MaskLike,
@@ -223,7 +223,7 @@ class BertModel(nn.Module):
         Padding comes either as Hugging Face's ``attention_mask`` (1 = token,
         0 = padding), converted here, or -- from a model that built its mask
         already -- as ``mask``, attnkit's boolean key mask (True = may be
-        attended) or a :class:`~attnkit.attention.masks.BlockMask` for ``(B, H, T, T)``,
+        attended) or a :class:`~attnkit.core.masks.BlockMask` for ``(B, H, T, T)``,
         which every layer uses as it is. A padded key gets exactly
         zero attention; padded positions still get hidden states (as in BERT),
         which callers ignore.

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnkit.attention.masks import AttentionMask
+from attnkit.core.masks import AttentionMask
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.bert import BertConfig, BertModel
 from attnkit.models.config import (
@@ -205,7 +205,7 @@ class BertClassifier(NgramHalf, TextClassifier):
         """The head's logits for a prepared batch (without the n-gram half), and the weights in ``weights``.
 
         ``mask`` (allowed ``(B, 1, 1, T)``) marks the real tokens; BERT's key mask over
-        ``[CLS] tokens [SEP]``, one :class:`~attnkit.attention.masks.AttentionMask` that
+        ``[CLS] tokens [SEP]``, one :class:`~attnkit.core.masks.AttentionMask` that
         every layer reads, is that same mask with two True columns in front
         (key ``j + 2`` is valid exactly when token ``j`` is real: the shift by
         two moves ``[SEP]``, at ``lengths + 1``, into place). ``"pooling"``

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from attnkit._checks import dataclass_kwargs, non_negative_int, one_of, positive_int, probability
-from attnkit.attention import masks
+from attnkit.core import masks
 
 __all__ = [
     "ModelConfig",
@@ -116,7 +116,7 @@ def check_token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Te
 def token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Tensor, Tensor, masks.AttentionMask]:
     """Validate a padded token batch and build its key-padding mask, once.
 
-    The mask is one :class:`~attnkit.attention.masks.AttentionMask` (the
+    The mask is one :class:`~attnkit.core.masks.AttentionMask` (the
     ``(B, 1, 1, T)`` of :func:`attnkit.masks.from_lengths`, True where a
     position may be attended, with its rows that have a key), which every
     attnkit layer and pooling takes as it is; a model built on this batch

@@ -33,9 +33,9 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._modes import eval_mode
-from attnkit.attention.functional import attention
-from attnkit.attention.masks import AttentionMask, MaskLike
 from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
+from attnkit.core.functional import attention
+from attnkit.core.masks import AttentionMask, MaskLike
 from attnkit.layers.pooling import AttentionPooling, linear_head_contributions
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (

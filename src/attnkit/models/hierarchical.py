@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnkit.attention import masks
+from attnkit.core import masks
 from attnkit.layers.pooling import AttentionPooling
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (

@@ -71,7 +71,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._modes import eval_mode
-from attnkit.attention.masks import AttentionMask
+from attnkit.core.masks import AttentionMask
 from attnkit.models.base import WeightSelection
 
 __all__ = ["NgramHalf", "ngram_features", "WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios",

@@ -10,8 +10,8 @@ documents apart:
 
 * ``mask``: attention only within a document. Rows up to
   :data:`BLOCK_MASK_FROM` tokens get the dense boolean mask ``(R, 1, T, T)``
-  (the fused kernel runs); longer rows get a :class:`~attnkit.attention.masks.BlockMask`
-  of :func:`~attnkit.attention.masks.document_mod`, which skips the blocks between
+  (the fused kernel runs); longer rows get a :class:`~attnkit.core.masks.BlockMask`
+  of :func:`~attnkit.core.masks.document_mod`, which skips the blocks between
   documents. Both give the same attention.
 * :meth:`PackedBatch.unpack`: the ``(R, T, ...)`` token states gathered back to
   ``(N, L, ...)``, one document per row, for per-document pooling, recurrent
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnkit.attention import masks
+from attnkit.core import masks
 from attnkit.positional import check_positions
 
 __all__ = ["PackedBatch", "packed_batch", "BLOCK_MASK_FROM"]
@@ -49,11 +49,11 @@ class PackedBatch:
         positions: ``(R, T)`` position of each token in its document (0 on padding).
         lengths: ``(N,)`` tokens per document.
         real: ``(R, T)`` bool, True on document tokens.
-        mask: the batch's one :class:`~attnkit.attention.masks.AttentionMask`, holding
+        mask: the batch's one :class:`~attnkit.core.masks.AttentionMask`, holding
             ``(R, 1, T, T)`` bool or a BlockMask: True where a token may attend another
             (padding attends nothing, so its rows give zeros in every layer).
         gather: ``(N, L)`` index into the flattened ``R * T`` tokens of each document's tokens.
-        doc_mask: the :class:`~attnkit.attention.masks.AttentionMask` of :meth:`unpack`'s rows,
+        doc_mask: the :class:`~attnkit.core.masks.AttentionMask` of :meth:`unpack`'s rows,
             allowed ``(N, 1, 1, L)`` True on their real tokens: what per-document pooling reads.
 
     Shape:

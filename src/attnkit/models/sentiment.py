@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnkit.attention.masks import AttentionMask
+from attnkit.core.masks import AttentionMask
 from attnkit.layers.pooling import AttentionPooling
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (

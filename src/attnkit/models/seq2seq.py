@@ -39,7 +39,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.attention import masks
 from attnkit.blocks import (
     DecoderCache,
     DecoderWeights,
@@ -47,6 +46,7 @@ from attnkit.blocks import (
     TransformerEncoder,
     TransformerLayerConfig,
 )
+from attnkit.core import masks
 from attnkit.models.config import (
     ModelConfig,
     check_fraction,
@@ -125,7 +125,7 @@ class EncoderOutput(NamedTuple):
 
     Shape:
         memory ``(B, Ts, D)``; memory_mask the source's key-padding
-        :class:`~attnkit.attention.masks.AttentionMask`, ``allowed`` ``(B, 1, 1, Ts)``
+        :class:`~attnkit.core.masks.AttentionMask`, ``allowed`` ``(B, 1, 1, Ts)``
         True at real source tokens, built once by :meth:`Seq2SeqTransformer.encode`
         and read by every decoder layer at every step.
     """

@@ -69,7 +69,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit._modes import eval_mode
-from attnkit.attention.masks import AttentionMask
+from attnkit.core.masks import AttentionMask
 from attnkit.layers.pooling import AttentionPooling, linear_head_contributions
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.config import (

@@ -1,10 +1,10 @@
 """Block-sparse chunked attention in NumPy: the twin of attention over a torch ``BlockMask``.
 
-A :class:`BlockLayout` holds what :class:`attnkit.attention.block_mask.BlockMask`
+A :class:`BlockLayout` holds what :class:`attnkit.core.block_mask.BlockMask`
 records, as NumPy arrays: for every (query block, key block) pair its kind
 (0 empty, 1 full, ``2 + i`` partial block ``i``) and the element masks of the
 partial blocks (True = may attend). Build it from a torch ``BlockMask``
-(:meth:`BlockLayout.from_arrays` with ``attnkit.attention.kernels.tiles.block_kinds(bm)``
+(:meth:`BlockLayout.from_arrays` with ``attnkit.core.kernels.tiles.block_kinds(bm)``
 and ``bm.elements``) or from a mask mod written with element-wise operations
 that NumPy arrays support (:func:`block_layout`, e.g. ``lambda b, h, q, k: k <= q``).
 

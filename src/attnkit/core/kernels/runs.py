@@ -1,7 +1,7 @@
 """Block-sparse attention over contiguous key runs: views of the keys, no gather.
 
 When every query block's non-empty key blocks of a
-:class:`~attnkit.attention.block_mask.BlockMask` form one contiguous run (causal,
+:class:`~attnkit.core.block_mask.BlockMask` form one contiguous run (causal,
 sliding windows, packed documents, prefix-LM), a group of consecutive query
 blocks attends a *view* ``k[:, :, start:end]`` through torch's CPU flash kernel,
 with an additive mask only where the group's span holds blocks that are not
@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnkit.attention.block_mask import BlockMask
-from attnkit.attention.rows import rows_with_keys
+from attnkit.core.block_mask import BlockMask
+from attnkit.core.rows import rows_with_keys
 
 __all__ = ["run_plan", "usable", "runs_attention"]
 

@@ -1,7 +1,7 @@
 """Attention with a ``score_mod`` in query tiles, FlashAttention style: no ``(Tq, Tk)`` tensor.
 
 :func:`tiled_attention` cuts the queries into tiles of whole blocks of a
-:class:`~attnkit.attention.block_mask.BlockMask` (or of the plain sequence when there is
+:class:`~attnkit.core.block_mask.BlockMask` (or of the plain sequence when there is
 no mask). A tile computes its scores against the span of key blocks its query
 blocks need, so the empty blocks outside the span are skipped; ``score_mod``
 rewrites those scores, the element mask of the span's blocks is applied only
@@ -32,17 +32,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.attention.block_mask import BlockMask
-from attnkit.attention.rows import rows_with_keys
-from attnkit.attention.score_mods import apply_score_mod, bias_of, refuse_non_finite
-from attnkit.attention.types import BiasFn, ScoreMod
+from attnkit.core.block_mask import BlockMask
+from attnkit.core.rows import rows_with_keys
+from attnkit.core.score_mods import apply_score_mod, bias_of, refuse_non_finite
+from attnkit.core.types import BiasFn, ScoreMod
 
 __all__ = ["tiled_attention", "tile_plan", "block_kinds", "TILE_ELEMENTS", "FUSED_TILE_ELEMENTS", "captures_gradients"]
 
 TILE_ELEMENTS = 1 << 22
 """Scores computed at once (B * H * tq * S) on the step-by-step path, 16 MiB in float32 (at least one block)."""
 FUSED_TILE_ELEMENTS = 1 << 24
-"""The same for a :func:`~attnkit.attention.score_mods.bias_mod` through the fused kernel (its bias tile, 64 MiB):
+"""The same for a :func:`~attnkit.core.score_mods.bias_mod` through the fused kernel (its bias tile, 64 MiB):
 the kernel's backward costs more per call than per entry, so its tiles are larger."""
 _FLOOR = -87.0  # exp(-87) ~ 1.6e-38, the smallest normal float32 is 1.2e-38
 
@@ -371,7 +371,7 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask | None, *, sc
                     score_mod: ScoreMod | None) -> Tensor:
     """Attention over ``bm`` (``None``: every key) with ``score_mod``, one query tile at a time.
 
-    A :func:`~attnkit.attention.score_mods.bias_mod` goes through torch's fused kernel with one bias tile per query
+    A :func:`~attnkit.core.score_mods.bias_mod` goes through torch's fused kernel with one bias tile per query
     tile, in float32 for half-precision inputs so that the bias is added in float32 (on CPU its log-sum-exp
     is kept; elsewhere a tile's forward is recomputed in backward); any other
     score_mod runs step by step, in float32. Gradients reach q, k and v, not tensors captured inside

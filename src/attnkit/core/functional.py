@@ -4,8 +4,8 @@ Scaled dot-product attention (Vaswani et al., 2017)::
 
     Attention(Q, K, V) = softmax(Q K^T * scale + bias, masked) V,   scale = 1 / sqrt(Dh)
 
-:func:`attention` checks its arguments, asks :func:`attnkit.attention.dispatch.plan`
-which kernel of :mod:`attnkit.attention.kernels` runs (torch's fused kernel
+:func:`attention` checks its arguments, asks :func:`attnkit.core.dispatch.plan`
+which kernel of :mod:`attnkit.core.kernels` runs (torch's fused kernel
 whenever possible, the readable formula on request, a block-sparse kernel for
 a BlockMask or a ``score_mod``), records the choice for :func:`last_backend`
 and runs it. Tests hold every path equal to the readable one.
@@ -33,8 +33,8 @@ from typing import Literal, overload
 import torch
 from torch import Tensor
 
-from attnkit.attention import masks as _masks
-from attnkit.attention.dispatch import (
+from attnkit.core import masks as _masks
+from attnkit.core.dispatch import (
     Backend,
     BackendChoice,
     choose_backend,
@@ -43,9 +43,9 @@ from attnkit.attention.dispatch import (
     remember,
     run,
 )
-from attnkit.attention.kernels.dense import attention_weights, safe_softmax
-from attnkit.attention.masks import MaskLike
-from attnkit.attention.types import ScoreMod
+from attnkit.core.kernels.dense import attention_weights, safe_softmax
+from attnkit.core.masks import MaskLike
+from attnkit.core.types import ScoreMod
 
 __all__ = ["attention", "attention_weights", "safe_softmax", "choose_backend", "BackendChoice",
            "last_backend", "split_heads", "merge_heads"]
@@ -130,8 +130,8 @@ def attention(
             :func:`attnkit.masks.read_mask`: ``(B, 1|H, Tq|1, Tk)``, a ``(B, Tk)``
             key-padding mask or ``(Tq, Tk)`` pairs (refused as ambiguous when
             ``B == Tq``). Build it with :mod:`attnkit.masks`. A
-            :class:`~attnkit.attention.block_mask.BlockMask` runs the block-sparse path;
-            an :class:`~attnkit.attention.masks.AttentionMask` (what models build
+            :class:`~attnkit.core.block_mask.BlockMask` runs the block-sparse path;
+            an :class:`~attnkit.core.masks.AttentionMask` (what models build
             once and carry) runs the path of the mask it holds.
         bias: float additive bias broadcast to ``(B, H, Tq, Tk)`` (ALiBi,
             relative positions). Keep it finite: masking is done with ``mask``.
@@ -142,7 +142,7 @@ def attention(
             training (layers pass 0 in eval mode).
         scale: logit scale, default ``1 / sqrt(Dh)``.
         score_mod: ``score_mod(score, b, h, q_idx, kv_idx) -> score`` rewrites the
-            scaled logits (:mod:`attnkit.attention.score_mods`); dense masks take the math path.
+            scaled logits (:mod:`attnkit.core.score_mods`); dense masks take the math path.
         return_weights: also return the attention probabilities (before
             dropout). The output is the same either way.
         backend: ``"auto"`` (fused when possible), ``"fused"`` or ``"math"``.

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from attnkit.attention.types import BiasFn, ScoreMod
+from attnkit.core.types import BiasFn, ScoreMod
 from attnkit.positional import alibi_slopes
 
 __all__ = ["ScoreMod", "BiasFn", "bias_mod", "bias_of", "alibi_mod", "alibi_slopes", "soft_cap_mod"]

@@ -13,7 +13,7 @@ through :func:`from_hf_attention_mask`.
 
 Programmable masks that attention can skip block by block
 (:func:`create_block_mask` and the ready mask mods) live in
-:mod:`attnkit.attention.block_mask` and are re-exported here.
+:mod:`attnkit.core.block_mask` and are re-exported here.
 
 Every reader of a user's mask -- :func:`attnkit.attention`, every layer,
 pooling and kernel -- goes through :func:`read_mask` (wrapped by
@@ -25,7 +25,7 @@ A model builds **one** :class:`AttentionMask` at its entry -- from lengths
 (:meth:`AttentionMask.from_lengths`), padding, segment ids or a BlockMask --
 and hands that object to every layer, pooling and kernel below it. It carries
 the allowed pairs and, computed once by the one rule
-(:func:`~attnkit.attention.rows.rows_with_keys`), which query rows have any
+(:func:`~attnkit.core.rows.rows_with_keys`), which query rows have any
 key at all: those that have none give zeros in every layer.
 
 Shape legend: B batch, H heads, Tq query length, Tk key length.
@@ -39,7 +39,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnkit.attention.block_mask import (
+from attnkit.core.block_mask import (
     BlockMask,
     and_mods,
     causal_mod,
@@ -49,8 +49,8 @@ from attnkit.attention.block_mask import (
     prefix_lm_mod,
     sliding_window_mod,
 )
-from attnkit.attention.rows import rows_with_keys
-from attnkit.attention.types import MaskMod
+from attnkit.core.rows import rows_with_keys
+from attnkit.core.types import MaskMod
 
 __all__ = [
     "AttentionMask",
@@ -71,7 +71,7 @@ __all__ = [
     "allowed_pairs",
     "four_axes",
     "MaskLike",
-    # programmable block masks (attnkit.attention.block_mask)
+    # programmable block masks (attnkit.core.block_mask)
     "create_block_mask",
     "BlockMask",
     "MaskMod",

@@ -2,10 +2,10 @@
 
 The plan is a :class:`BackendChoice`: ``name`` (``"fused"``, ``"math"`` or
 ``"block-sparse"``, the family users see), ``reason``, ``route`` (which kernel
-of :mod:`attnkit.attention.kernels` runs) and, on request, the kernel torch
+of :mod:`attnkit.core.kernels` runs) and, on request, the kernel torch
 picks inside its fused function. The choice, in order:
 
-* a :class:`~attnkit.attention.block_mask.BlockMask` (unless ``backend="math"``):
+* a :class:`~attnkit.core.block_mask.BlockMask` (unless ``backend="math"``):
   contiguous key runs as views (``runs``), a ``score_mod`` in query tiles
   (``tiles``), else the gathered blocks (``gather``);
 * a ``score_mod`` without a BlockMask: query tiles over every key when there is
@@ -33,9 +33,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnkit.attention.block_mask import BlockMask
-from attnkit.attention.kernels import dense, gather, runs, tiles
-from attnkit.attention.types import ScoreMod
+from attnkit.core.block_mask import BlockMask
+from attnkit.core.kernels import dense, gather, runs, tiles
+from attnkit.core.types import ScoreMod
 
 __all__ = ["BackendChoice", "MaskArg", "Backend", "plan", "run", "choose_backend", "last_backend", "remember",
            "weights_in_graph", "weights_kept_for_gradients"]
@@ -77,7 +77,7 @@ class BackendChoice:
     """Which path computes attention, and why: the plan :func:`plan` makes and :func:`run` follows.
 
     ``name`` is ``"fused"``, ``"math"`` or ``"block-sparse"``; ``reason`` says why
-    this path runs; ``route`` names the kernel of :mod:`attnkit.attention.kernels`
+    this path runs; ``route`` names the kernel of :mod:`attnkit.core.kernels`
     (``"sdpa"``, ``"math"``, ``"score-mod-math"``, ``"runs"``, ``"tiles"``,
     ``"gather"``); ``kernel`` names the kernel torch picked inside the fused path
     (``"FLASH_ATTENTION"``, ``"EFFICIENT_ATTENTION"``, ``"MATH"``...) when asked
@@ -102,7 +102,7 @@ def remember(choice: BackendChoice) -> None:
 
 
 def _tiles_apply(q: Tensor, score_mod: ScoreMod | None, dropout: float, return_weights: bool) -> bool:
-    """Whether a score_mod call runs in query tiles (:mod:`attnkit.attention.kernels.tiles`).
+    """Whether a score_mod call runs in query tiles (:mod:`attnkit.core.kernels.tiles`).
 
     Not with dropout or weights asked for, nor when the score_mod mixes in a
     tensor that needs a gradient: those take the blocks through autograd. Nor

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.attention import masks as _masks
-from attnkit.attention.score_mods import apply_score_mod
-from attnkit.attention.types import ScoreMod
+from attnkit.core import masks as _masks
+from attnkit.core.score_mods import apply_score_mod
+from attnkit.core.types import ScoreMod
 
 __all__ = ["safe_softmax", "attention_weights", "math_output", "fused_output", "nan_rows",
            "score_mod_attention", "kernel_name", "softmax_open_rows", "zero_rows", "HALF"]

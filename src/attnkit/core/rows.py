@@ -4,8 +4,8 @@ A query row whose mask allows no key has nothing to average. attnkit's answer,
 everywhere: the row gets zero output, zero weights and zero gradients, and a
 layer that projects the attention output adds no bias to it. Which rows those
 are is computed by :func:`rows_with_keys` and by nothing else: the dense and
-block-sparse kernels, :class:`~attnkit.attention.block_mask.BlockMask` and
-:class:`~attnkit.attention.masks.AttentionMask` all call it.
+block-sparse kernels, :class:`~attnkit.core.block_mask.BlockMask` and
+:class:`~attnkit.core.masks.AttentionMask` all call it.
 
 Shape legend: B batch, H heads, Tq query length, Tk key length.
 """

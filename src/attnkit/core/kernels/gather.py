@@ -1,4 +1,4 @@
-"""Block-sparse attention by gathering: the kernel for any :class:`~attnkit.attention.block_mask.BlockMask`.
+"""Block-sparse attention by gathering: the kernel for any :class:`~attnkit.core.block_mask.BlockMask`.
 
 With a ``BlockMask`` the queries are cut into blocks
 of ``block_size`` rows; each query block gathers only its non-empty key and
@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.attention.block_mask import BlockMask
-from attnkit.attention.kernels.dense import HALF, softmax_open_rows, zero_rows
-from attnkit.attention.kernels.runs import kept_masks, neg_inf_where
-from attnkit.attention.score_mods import apply_score_mod
-from attnkit.attention.types import ScoreMod
+from attnkit.core.block_mask import BlockMask
+from attnkit.core.kernels.dense import HALF, softmax_open_rows, zero_rows
+from attnkit.core.kernels.runs import kept_masks, neg_inf_where
+from attnkit.core.score_mods import apply_score_mod
+from attnkit.core.types import ScoreMod
 
 __all__ = ["block_sparse_attention"]
 

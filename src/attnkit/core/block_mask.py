@@ -31,8 +31,8 @@ import torch
 from torch import Tensor
 
 from attnkit import _checks
-from attnkit.attention.rows import rows_with_keys
-from attnkit.attention.types import MaskMod
+from attnkit.core.rows import rows_with_keys
+from attnkit.core.types import MaskMod
 
 __all__ = [
     "BlockMask",
@@ -450,7 +450,7 @@ class BlockMask:
         return value
 
     def _query_rows(self) -> Tensor:
-        """:func:`~attnkit.attention.rows.rows_with_keys` read off the blocks: ``(Bm, Hm, Tq, 1)``."""
+        """:func:`~attnkit.core.rows.rows_with_keys` read off the blocks: ``(Bm, Hm, Tq, 1)``."""
         (bm, hm, nq, _), bs = self.elem_index.shape, self.block_size
         per_block = rows_with_keys(self.elements)[self.elem_index]  # (Bm, Hm, nQ, K, bs, 1)
         rows = rows_with_keys(per_block[..., 0].transpose(3, 4))  # (Bm, Hm, nQ, bs, 1)
