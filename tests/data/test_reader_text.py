@@ -1,4 +1,4 @@
-"""Text is text: a CSV field as long as the file, and every missing column named."""
+"""Text is text: a CSV field as long as the file, every missing column named, any str tokenized."""
 
 from __future__ import annotations
 
@@ -34,3 +34,13 @@ def test_a_header_without_either_column_names_both(tmp_path: Path) -> None:
                                               r"the header has \['sentence', 'target'\] \(pass --text-field NAME "
                                               r"and --label-field NAME to read other columns\)"):
         read_examples(path)
+
+
+def test_any_str_is_tokenized_a_lone_surrogate_as_the_replacement_character() -> None:
+    from attnkit.data.tokenization import encode_batch, train_tokenizer
+
+    texts = ["a fine \ud800 film", "dull \udcff", "a \ufffd"]  # JSON's "\ud800"; an argument's byte 0xff
+    tokenizer = train_tokenizer(texts)  # the library refuses such a str ("surrogates not allowed")
+    replacement = tokenizer.token_to_id("\ufffd")
+    assert replacement is not None
+    assert encode_batch(tokenizer, ["fine \udfff"], 8) == [[tokenizer.token_to_id("fine"), replacement]]

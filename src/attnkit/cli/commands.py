@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from attnkit.cli.inputs import read_data, read_texts_to_classify, warn_truncated
-from attnkit.cli.messages import echo, friendly_errors, print_metrics
+from attnkit.cli.messages import echo, friendly_errors, print_metrics, shown
 from attnkit.cli.options import (
     allow_unfinished_option,
     baseline_option,
@@ -357,9 +357,9 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
             if as_json:
                 click.echo(json.dumps({**p, "top_tokens": [list(t) for t in p["top_tokens"]]}))
                 continue
-            click.echo(f"{p['label']}\t{p['probability']:.3f}\t{p['text']}")
+            click.echo(f"{shown(p['label'])}\t{p['probability']:.3f}\t{shown(p['text'])}")
             if explain:
-                click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"]))
+                click.echo(shown("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"])))
         return
     from attnkit.attribution.report import default_method, explanation_line
     from attnkit.models.wide import reading_length
@@ -372,19 +372,19 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
     for p in predictions:
         if as_json:
             extra = {"top_ngrams": [list(t) for t in p.top_ngrams], "halves": p.halves} if p.halves else {}
-            shown = {"explanation": p.explanation} if p.explanation else {}
+            explained = {"explanation": p.explanation} if p.explanation else {}
             click.echo(json.dumps({"text": p.text, "label": p.label, "probability": p.probability,
                                    "probabilities": p.probabilities,
-                                   "top_tokens": [list(t) for t in p.top_tokens], **shown, **extra}))
+                                   "top_tokens": [list(t) for t in p.top_tokens], **explained, **extra}))
             continue
-        click.echo(f"{p.label}\t{p.probability:.3f}\t{p.text}")
+        click.echo(f"{shown(p.label)}\t{p.probability:.3f}\t{shown(p.text)}")
         if explain:
-            click.echo("    " + explanation_line(p.explanation, top, run))
-            click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p.top_tokens))
+            click.echo(shown("    " + explanation_line(p.explanation, top, run)))
+            click.echo(shown("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p.top_tokens)))
         if explain and p.halves:  # a model with an n-gram half: what each half adds, and the n-grams that add most
             click.echo(f"    margin from the network {p.halves['network']:+.2f}, "
                        f"from n-grams {p.halves['ngrams']:+.2f}: "
-                       + format_ngrams(p.top_ngrams))
+                       + shown(format_ngrams(p.top_ngrams)))
 
 
 # --- cv ----------------------------------------------------------------------------------------
