@@ -51,3 +51,34 @@ def test_the_terminal_shows_control_and_bidi_characters_escaped(trained: Path) -
     assert not {"\u202e", "\x00", "\x1b"} & set(printed.output)
     as_json = _invoke("predict", str(trained), text, "--json")
     assert json.loads(as_json.output)["text"] == text
+
+
+# --- a wrong flag is named before any data is read -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command, extra, valid", [
+    ("train", ["--out", "OUT"], "must be one of ['bert', 'document', 'han', 'sentiment', 'wide']"),
+    ("train", ["--out", "OUT", "--backend", "numpy"], "of --backend numpy must be one of ['transformer', 'document']"),
+    ("cv", [], "must be one of ['bert', 'document', 'han', 'sentiment', 'wide']"),
+])
+def test_a_misspelt_model_is_named_with_the_close_one_before_the_data_is_read(
+        tmp_path: Path, command: str, extra: list[str], valid: str) -> None:
+    data = tmp_path / "unreadable.csv"
+    data.write_text("sentence,target\nfine,pos\n", encoding="utf-8")  # reading it would fail on its columns
+    args = [a.replace("OUT", str(tmp_path / "run")) for a in extra]
+    result = _invoke(command, "--data", str(data), "--model", "documnet", *args)
+    assert result.exit_code == 1
+    assert result.output == (f"Error: --model {valid}, got 'documnet'; "
+                             "did you mean 'document'?\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_folder_given_as_data_names_the_data_files_inside(tmp_path: Path) -> None:
+    for name in ("train.csv", "test.csv"):
+        write_keyword_csv(tmp_path / name, 8)
+    (tmp_path / "notes.md").write_text("about the data\n", encoding="utf-8")
+    result = _invoke("train", "--data", str(tmp_path), "--out", str(tmp_path / "run"))
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert result.output.endswith(
+        f"; it holds the data file(s) 'test.csv', 'train.csv': pass a file, not the folder "
+        f"(--data {tmp_path / 'train.csv'} --test {tmp_path / 'test.csv'} on the command line)\n")

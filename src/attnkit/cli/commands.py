@@ -46,6 +46,20 @@ def _is_numpy_run(run: str) -> bool:
     return bool(_numpy_backend().is_numpy_run(run))
 
 
+def _check_model(values: dict[str, Any]) -> None:
+    """A ``--model`` that names no model is an error naming the close one, before any data is read."""
+    from attnkit._checks import one_of
+
+    if values.get("model") is None:
+        return
+    if values.get("backend") == "numpy":
+        one_of("`model` of --backend numpy", values["model"], _numpy_backend().NUMPY_KINDS)
+        return
+    from attnkit.models import MODELS
+
+    one_of("`model`", values["model"], sorted(MODELS))
+
+
 def _data_plan(values: dict[str, Any], out: Path) -> Any:
     from attnkit.data.sources import DataSource
 
@@ -223,6 +237,7 @@ def train(ctx: click.Context, **values: Any) -> None:
       attnkit train --data reviews.csv --model bert --init-from path/to/bert --out runs/bert
       attnkit train --data reviews.csv --backend numpy --out runs/numpy
     """
+    _check_model(values)
     if values["backend"] == "numpy":  # before any torch import
         from attnkit.cli.numpy_train import train_numpy
 
@@ -419,6 +434,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
     from attnkit.train.pipeline import cross_validate
 
     values.setdefault("init_from", None)
+    _check_model(values)
     folder = _pretrained_folder(values)
     examples = read_data(values["data"], values)
     if folder:  # --preset accurate: every fold fine-tunes the same pretrained folder

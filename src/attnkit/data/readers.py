@@ -201,7 +201,7 @@ def guess_format(path: str | os.PathLike[str]) -> str:
             return "polarity"
         raise ValueError(
             f"path: cannot guess the format of folder {str(p)!r}: expected one sub-folder per "
-            "class ('folder') or NAME.pos/NAME.neg files ('polarity')"
+            "class ('folder') or NAME.pos/NAME.neg files ('polarity')" + _data_files_hint(p, entries)
         )
     if not p.exists():
         raise FileNotFoundError(f"path: no such file or folder {str(p)!r}")
@@ -213,6 +213,26 @@ def guess_format(path: str | os.PathLike[str]) -> str:
             if raw.strip():
                 return "label-tab-text" if b"\t" in raw else "label-space-text"
     return "label-tab-text"
+
+
+# The parts a folder's data files are often named after, and the command-line flag that reads each.
+_PART_FLAGS = {"train": "--data", "training": "--data", "val": "--val", "valid": "--val", "validation": "--val",
+               "dev": "--val", "test": "--test"}
+
+
+def _data_files_hint(folder: Path, entries: Sequence[Path]) -> str:
+    """``"; it holds the data file(s) ...: pass ..."`` for a folder that is no data set itself but holds data
+    files (a known extension or ``.txt``, under ``.gz``); ``""`` when it holds none."""
+    files = sorted(e for e in entries if e.is_file() and _stem(e).suffix.lower() in (*_EXTENSIONS, ".txt"))
+    if not files:
+        return ""
+    names = ", ".join(repr(e.name) for e in files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    parts = {_PART_FLAGS[_stem(e).stem.lower()]: e for e in files if _stem(e).stem.lower() in _PART_FLAGS}
+    if "--data" in parts:
+        how = " ".join(f"{flag} {parts[flag]}" for flag in ("--data", "--val", "--test") if flag in parts)
+    else:
+        how = f"--data {files[0]}"
+    return f"; it holds the data file(s) {names}: pass a file, not the folder ({how} on the command line)"
 
 
 _DELIMITERS = {",": "','", ";": "';'", "\t": "a tab", "|": "'|'"}
