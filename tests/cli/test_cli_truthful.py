@@ -82,3 +82,39 @@ def test_a_folder_given_as_data_names_the_data_files_inside(tmp_path: Path) -> N
     assert result.output.endswith(
         f"; it holds the data file(s) 'test.csv', 'train.csv': pass a file, not the folder "
         f"(--data {tmp_path / 'train.csv'} --test {tmp_path / 'test.csv'} on the command line)\n")
+
+
+# --- a second train into the same --out says what is there -----------------------------------------------------
+
+
+def test_the_identical_train_command_says_the_run_is_trained_already(trained: Path) -> None:
+    data = trained.parent / "reviews.csv"
+    before = json.loads((trained / "current.json").read_text())
+    again = _invoke("train", "--data", str(data), *TINY, "--out", str(trained))
+    assert again.exit_code == 1
+    assert again.output == (f"Error: {trained} already holds this run, trained with the same data and options; "
+                            "pass --overwrite to train it again\n")
+    changed = _invoke("train", "--data", str(data), *TINY, "--epochs", "4", "--model-opt", "layer.d_model=8",
+                      "--out", str(trained))
+    assert changed.exit_code == 1
+    assert changed.output == (f"Error: {trained} already holds a different run (--model-opt layer.d_model=16 there, "
+                              "8 now; --epochs 3 there, 4 now); replace it with --overwrite, or choose another "
+                              "--out\n")
+    other = trained.parent / "other.csv"
+    other.write_text(data.read_text() + "one more film,positive\n", encoding="utf-8")
+    moved = _invoke("train", "--data", str(other), *TINY, "--out", str(trained))
+    assert f"(--data '{data}' there, '{other}' now)" in moved.output
+    data.write_text(data.read_text() + "one more film,positive\n", encoding="utf-8")  # the same file, edited
+    edited = _invoke("train", "--data", str(data), *TINY, "--out", str(trained))
+    assert f"(--data {data} holds other data than the run was trained on)" in edited.output
+    assert json.loads((trained / "current.json").read_text()) == before  # nothing was touched
+
+
+def test_saving_from_python_into_another_run_suggests_only_what_python_has(trained: Path, tmp_path: Path) -> None:
+    import attnkit
+
+    run = attnkit.load_run(trained)
+    target = run.save_pretrained(tmp_path / "copy")
+    with pytest.raises(FileExistsError, match=r"already holds a different run \(run_id \w+\); replace it with "
+                                              r"overwrite$"):
+        run.save_pretrained(target)

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from attnkit.cli.inputs import read_data, read_texts_to_classify, warn_truncated
-from attnkit.cli.messages import echo, friendly_errors, print_metrics, shown
+from attnkit.cli.messages import echo, friendly_errors, in_flags, print_metrics, shown
 from attnkit.cli.options import (
     allow_unfinished_option,
     baseline_option,
@@ -169,6 +169,86 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
         baseline=bool(values.get("baseline")), max_memory=values.get("max_memory"), flags=RUN_FLAGS)
 
 
+def _refuse_existing_run(plan: Any) -> None:
+    """A new run into an ``--out`` that holds a committed run: say whether it is this very run (the same
+    model, options and data: trained already, or interrupted) or which option or data differs.
+
+    The folder's other refusals (a lock, files attnkit did not write) stay with :func:`run_plan`."""
+    from attnkit.train import checkpoint as ckpt
+    from attnkit.train.run import committed_run_id
+
+    run_id = committed_run_id(plan.out)
+    if run_id is None:
+        return
+    ckpt.check_run_dir(plan.out, run_id, flags=RUN_FLAGS)  # a lock or foreign files are named as they are
+    saved = ckpt.read_run_config(plan.out)
+    changes = _changes(saved, plan)
+    done = ckpt.run_status(saved) == "done"
+    if not changes:
+        if done:
+            raise click.ClickException(f"{plan.out} already holds this run, trained with the same data and "
+                                       "options; pass --overwrite to train it again")
+        raise click.ClickException(f"{plan.out} holds this run, interrupted before it finished; continue it with "
+                                   f"attnkit train --out {plan.out} --resume, or pass --overwrite to start again")
+    shown_changes = "; ".join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else "")
+    raise click.ClickException(in_flags(
+        f"{plan.out} already holds a different run ({shown_changes}); replace it with --overwrite"
+        + ("" if done else " or continue it with --resume") + ", or choose another --out"))
+
+
+def _changes(saved: dict[str, Any], plan: Any) -> list[str]:
+    """What differs between the run committed as ``saved`` (its config.json) and ``plan``: each setting
+    named as `` `setting` `` with its value there and now; a data file by its path and content."""
+    import dataclasses
+
+    changes: list[str] = []
+
+    def compare(before: dict[str, Any], now: dict[str, Any], name: Any) -> None:
+        now = json.loads(json.dumps(now))  # as config.json holds it: tuples as lists
+        for key in sorted(set(before) | set(now), key=str):
+            if before.get(key) != now.get(key):
+                changes.append(name(key, before.get(key), now.get(key)))
+
+    if saved.get("model_name") != plan.model_name:
+        changes.append(f"`model` {saved.get('model_name')} there, {plan.model_name} now")
+    else:
+        from attnkit.train.pipeline import model_config_dict
+
+        before = saved.get("model_config") or {}
+        try:
+            now = model_config_dict(plan.model_name, plan.model_options, vocab_size=before["vocab_size"],
+                                    num_classes=before["num_classes"], max_len=plan.data_settings.max_len)
+        except (KeyError, TypeError, ValueError):
+            now = before
+        if before.get("max_len") == (saved.get("data_settings") or {}).get("max_len"):
+            now["max_len"] = before.get("max_len")  # the data's --max-len: compared with the data settings below
+        compare(_flat(before), _flat(now), lambda k, b, n: f"`model_opt` {k}={b!r} there, {n!r} now")
+    for part, now in (("train_config", plan.train_config.to_dict()),
+                      ("data_settings", dataclasses.asdict(plan.data_settings))):
+        compare(saved.get(part) or {}, now, lambda k, b, n: f"`{k}` {b!r} there, {n!r} now")
+    before, now = saved.get("data") or {}, plan.data.record
+    for key in sorted(set(before) | set(now)):
+        if key.endswith("_relative_to_run") or before.get(key) == now.get(key):
+            continue
+        path = key.removesuffix("_sha256")
+        if key == path:
+            changes.append(f"`{key}` {before.get(key)!r} there, {now.get(key)!r} now")
+        elif before.get(path) == now.get(path):  # the same file, another content
+            changes.append(f"`{path}` {now.get(path)} holds other data than the run was trained on")
+    return changes
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as ``{"layer.d_model": 16, ...}``."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 # What ``train --resume`` reads besides the saved settings: where the run and its data are, and how to report.
 RESUME_FLAGS = {"out", "resume", "quiet", "data", "val_path", "test_path", "max_memory", "baseline"}
 
@@ -260,6 +340,8 @@ def train(ctx: click.Context, **values: Any) -> None:
             return
     else:
         plan = _new_plan(ctx, out, values)
+        if plan.mode == "new":
+            _refuse_existing_run(plan)
     try:
         result = run_plan(plan, log=echo)
     except KeyboardInterrupt:
