@@ -84,6 +84,54 @@ def test_a_folder_given_as_data_names_the_data_files_inside(tmp_path: Path) -> N
         f"(--data {tmp_path / 'train.csv'} --test {tmp_path / 'test.csv'} on the command line)\n")
 
 
+# --- Ctrl-C says what can be done with what was saved ------------------------------------------------------------
+
+
+def _interrupt(monkeypatch: pytest.MonkeyPatch, target: object, name: str) -> None:
+    def stop(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(target, name, stop)
+
+
+def test_ctrl_c_before_the_first_commit_says_nothing_can_be_resumed(
+        trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnkit.train.trainer import Trainer
+
+    _interrupt(monkeypatch, Trainer, "_train_epoch")
+    data = str(trained.parent / "reviews.csv")
+    stopped = _invoke("train", "--data", data, *TINY, "--out", str(tmp_path / "new"))
+    assert stopped.exit_code == 130
+    assert stopped.output.endswith("interrupted; nothing of this run was saved before its first epoch ended, so "
+                                   "there is nothing to resume: start it again with the same command\n")
+    assert not (tmp_path / "new" / "current.json").exists()
+    before = (trained / "current.json").read_text()
+    replacing = _invoke("train", "--data", data, *TINY, "--out", str(trained), "--overwrite")
+    assert replacing.exit_code == 130 and "--resume" not in replacing.output
+    assert f"({trained} holds the run that was there before, as it was)" in replacing.output
+    assert (trained / "current.json").read_text() == before
+
+
+def test_ctrl_c_while_the_reports_are_written_points_to_attnkit_report(
+        trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import attnkit.cli.baseline as baseline_module
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        _interrupt(patch, baseline_module, "results_analysis")
+        stopped = _invoke("train", "--data", str(trained.parent / "reviews.csv"), *TINY, "--out", str(out))
+    assert stopped.exit_code == 130
+    assert stopped.output.endswith(f"interrupted; training had finished and {out} is saved, but its reports "
+                                   f"(report.txt, report.html) were not all written; write them with: "
+                                   f"attnkit report {out}\n")
+    assert not (out / "report.txt").exists()
+    written = _invoke("report", str(out))
+    assert written.exit_code == 0, written.output
+    # the same reports as train writes: the run's own test part, split again from its data
+    for name in ("report.txt", "report.html", "faithfulness.json"):
+        assert (out / name).read_bytes() == (trained / name).read_bytes(), name
+
+
 # --- a second train into the same --out says what is there -----------------------------------------------------
 
 

@@ -1,10 +1,11 @@
-"""``attnkit train``, ``evaluate``, ``predict`` and ``cv``."""
+"""``attnkit train``, ``evaluate``, ``predict``, ``cv`` and ``report``."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -109,7 +110,9 @@ def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
 
     if not values["data"]:
         raise click.UsageError("missing --data (the training data); see attnkit train --help")
-    common = {"out": out, "data": _data_plan(values, out), "quiet": values["quiet"],
+    from attnkit.train.run import new_run_id
+
+    common = {"out": out, "data": _data_plan(values, out), "quiet": values["quiet"], "run_id": new_run_id(),
               "mode": "overwrite" if values["overwrite"] else "new", "baseline": bool(values.get("baseline")),
               "max_memory": values.get("max_memory"), "flags": RUN_FLAGS}
     folder = _pretrained_folder(values)
@@ -344,16 +347,84 @@ def train(ctx: click.Context, **values: Any) -> None:
             _refuse_existing_run(plan)
     try:
         result = run_plan(plan, log=echo)
-    except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; continue with: attnkit train --out {out} --resume", err=True)
-        sys.exit(130)
-    if result.is_main:
-        if result.test is not None:
-            print_metrics("test", result.test, result.label_vocab.labels)
-            from attnkit.cli.baseline import after_training
+        if result.is_main:
+            if result.test is not None:
+                print_metrics("test", result.test, result.label_vocab.labels)
+                from attnkit.cli.baseline import after_training
 
-            after_training(plan, result, values["baseline"])
-        click.echo(f"saved run to {out}")
+                after_training(plan, result, values["baseline"])
+            click.echo(f"saved run to {out}")
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted; {_interrupted_advice(out, plan.run_id)}", err=True)
+        sys.exit(130)
+
+
+def _interrupted_advice(out: Path, run_id: str | None) -> str:
+    """What to do after Ctrl-C stopped run ``run_id`` in ``out``, from what it had committed: nothing (start
+    again), some epochs (``--resume``), or all of its training but not the reports (``attnkit report``)."""
+    from attnkit.train import checkpoint as ckpt
+    from attnkit.train.run import committed_run_id
+
+    if os.environ.get("RANK", "0") != "0":  # another process of a torchrun run: the first one advises
+        return "see the first process for what to do"
+    try:
+        committed = committed_run_id(out)
+        status = ckpt.run_status(ckpt.read_run_config(out)) if committed == run_id else None
+    except (OSError, ValueError):  # a folder being written as Ctrl-C came: only what is certain is said
+        committed, status = None, None
+    if committed is None or committed != run_id:
+        kept = f" ({out} holds the run that was there before, as it was)" if committed else ""
+        return (f"nothing of this run was saved before its first epoch ended{kept}, so there is nothing to "
+                "resume: start it again with the same command")
+    if status != "done":
+        return f"continue with: attnkit train --out {out} --resume"
+    return (f"training had finished and {out} is saved, but its reports (report.txt, report.html) were not all "
+            f"written; write them with: attnkit report {out}")
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.option("--data", type=click.Path(exists=True),
+              help="The run's training data, if it has moved (default: where the run read it; the content "
+                   "must be the same).")
+@click.option("--val", "val_path", type=click.Path(exists=True), help="The run's --val file, if it has moved.")
+@click.option("--test", "test_path", type=click.Path(exists=True), help="The run's --test file, if it has moved.")
+@friendly_errors
+def report(run: str, **values: Any) -> None:
+    """Write report.txt and report.html of a trained run, as train does when training ends.
+
+    The test part is split again from the run's own data, so the reports
+    are those train writes. For a run interrupted after its training ended,
+    before the reports were written.
+
+    \b
+    Example:
+      attnkit report runs/reviews
+    """
+    from attnkit.cli.baseline import write_reports
+    from attnkit.data.batching import TextClassificationDataset
+    from attnkit.data.sources import load_splits
+    from attnkit.models.wide import reading_length
+    from attnkit.train.pipeline import FitResult
+
+    if _is_numpy_run(run):
+        raise click.ClickException(f"{run} is a NumPy run (attnkit train --backend numpy), which has no reports")
+    out = Path(run)
+    model, tokenizer, labels, meta = load_run(run, allow_unfinished=False)
+    values.update(resumed_data_source(meta.get("data") or {}, values, out))
+    _, val, test = load_splits(_data_plan(values, out), seed=meta["train_config"]["seed"])
+    if not test:
+        raise click.ClickException(f"{run} has no test part (trained with --test-ratio 0 and no --test): "
+                                   "the reports describe the test part")
+    read_len = reading_length(model, meta["data_settings"]["max_len"])
+    val_ds, test_ds = (TextClassificationDataset(list(part), tokenizer, labels, read_len) for part in (val, test))
+    metrics = meta.get("metrics") or {}
+    result = FitResult(model, tokenizer, labels, meta["model_config"], [], metrics.get("test"), test_ds,
+                       val_data=val_ds if len(val_ds) else None)
+    write_reports(out, result, meta["train_config"].get("metric", "accuracy"), metrics.get("baseline"))
 
 
 # --- evaluate ----------------------------------------------------------------------------------
