@@ -132,6 +132,22 @@ def test_ctrl_c_while_the_reports_are_written_points_to_attnkit_report(
         assert (out / name).read_bytes() == (trained / name).read_bytes(), name
 
 
+# --- an early stop says why --------------------------------------------------------------------------------------
+
+
+def test_an_early_stop_says_why(trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnkit.train.tasks import ClassificationTask
+
+    monkeypatch.setattr(ClassificationTask, "score", lambda self, metrics: (0.5,))  # never better after epoch 1
+    loud = [a for a in TINY if a != "--quiet"]
+    result = _invoke("train", "--data", str(trained.parent / "reviews.csv"), *loud, "--epochs", "5",
+                     "--patience", "2", "--out", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    assert ("early stop after epoch 3 of 5: the validation accuracy (at an equal one, the loss) did not improve "
+            "for 2 epoch(s) (--patience 2); best epoch 1, accuracy ") in result.output
+    assert "whose weights are kept\n" in result.output
+
+
 # --- a second train into the same --out says what is there -----------------------------------------------------
 
 
