@@ -132,6 +132,29 @@ def test_ctrl_c_while_the_reports_are_written_points_to_attnkit_report(
         assert (out / name).read_bytes() == (trained / name).read_bytes(), name
 
 
+def test_report_refuses_an_unfinished_run_unless_allowed(
+        trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnkit.train.trainer import Trainer
+
+    original, out = Trainer._train_epoch, tmp_path / "run"
+
+    def stop_in_epoch_two(self: Trainer, epoch: int) -> dict[str, float]:
+        if epoch == 1:
+            raise KeyboardInterrupt
+        return original(self, epoch)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "_train_epoch", stop_in_epoch_two)
+        stopped = _invoke("train", "--data", str(trained.parent / "reviews.csv"), *TINY, "--out", str(out))
+    assert stopped.output.endswith(f"interrupted; continue with: attnkit train --out {out} --resume\n")
+    refused = _invoke("report", str(out))
+    assert refused.exit_code == 1 and "did not finish training" in refused.output
+    assert not (out / "report.txt").exists()
+    allowed = _invoke("report", str(out), "--allow-unfinished")
+    assert allowed.exit_code == 0, allowed.output
+    assert (out / "report.txt").read_text().startswith("attnkit train: results on the test part (n=12)")
+
+
 # --- an early stop says why --------------------------------------------------------------------------------------
 
 

@@ -392,13 +392,15 @@ def _interrupted_advice(out: Path, run_id: str | None) -> str:
                    "must be the same).")
 @click.option("--val", "val_path", type=click.Path(exists=True), help="The run's --val file, if it has moved.")
 @click.option("--test", "test_path", type=click.Path(exists=True), help="The run's --test file, if it has moved.")
+@allow_unfinished_option
 @friendly_errors
-def report(run: str, **values: Any) -> None:
+def report(run: str, allow_unfinished: bool, **values: Any) -> None:
     """Write report.txt and report.html of a trained run, as train does when training ends.
 
     The test part is split again from the run's own data, so the reports
     are those train writes. For a run interrupted after its training ended,
-    before the reports were written.
+    before the reports were written (with --allow-unfinished, also for a run
+    whose training did not finish: its best weights so far).
 
     \b
     Example:
@@ -413,16 +415,20 @@ def report(run: str, **values: Any) -> None:
     if _is_numpy_run(run):
         raise click.ClickException(f"{run} is a NumPy run (attnkit train --backend numpy), which has no reports")
     out = Path(run)
-    model, tokenizer, labels, meta = load_run(run, allow_unfinished=False)
+    model, tokenizer, labels, meta = load_run(run, allow_unfinished)
     values.update(resumed_data_source(meta.get("data") or {}, values, out))
     _, val, test = load_splits(_data_plan(values, out), seed=meta["train_config"]["seed"])
     if not test:
-        raise click.ClickException(f"{run} has no test part (trained with --test-ratio 0 and no --test): "
+        raise click.ClickException(f"{run} has no test part (attnkit train --test-ratio 0, without --test): "
                                    "the reports describe the test part")
     read_len = reading_length(model, meta["data_settings"]["max_len"])
     val_ds, test_ds = (TextClassificationDataset(list(part), tokenizer, labels, read_len) for part in (val, test))
     metrics = meta.get("metrics") or {}
-    result = FitResult(model, tokenizer, labels, meta["model_config"], [], metrics.get("test"), test_ds,
+    if metrics.get("test") is None:  # an unfinished run: its test part is scored now, with the weights served
+        from attnkit.train.inference import evaluate_examples
+
+        metrics["test"] = evaluate_examples(model, tokenizer, labels, test, max_len=meta["data_settings"]["max_len"])
+    result = FitResult(model, tokenizer, labels, meta["model_config"], [], metrics["test"], test_ds,
                        val_data=val_ds if len(val_ds) else None)
     write_reports(out, result, meta["train_config"].get("metric", "accuracy"), metrics.get("baseline"))
 
