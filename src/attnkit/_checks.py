@@ -28,6 +28,7 @@ any module may use it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 import types
@@ -70,9 +71,13 @@ def probability(name: str, value: object) -> float:
 
 
 def one_of(name: str, value: T, choices: Sequence[T]) -> T:
-    """``value`` if it is one of ``choices``; the error lists the valid ones."""
+    """``value`` if it is one of ``choices``; the error lists the valid ones and, for a misspelt string,
+    the close one (``"; did you mean 'document'?"``)."""
     if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+        close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1) \
+            if isinstance(value, str) else []
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}{hint}")
     return value
 
 

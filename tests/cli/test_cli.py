@@ -65,8 +65,8 @@ def test_train_evaluate_predict_and_refuse_overwrite(tmp_path, data_csv) -> None
     before = (committed_dir(out) / "model.safetensors").read_bytes()
     again = CliRunner().invoke(cli, ["train", "--data", str(data_csv), "--out", str(out), *TINY])
     assert again.exit_code == 1
-    assert "already holds a different run" in again.output and "Traceback" not in again.output
-    assert "; replace it with --overwrite or continue it with --resume" in again.output  # train's own flags
+    assert "already holds this run, trained with the same data and options" in again.output
+    assert "Traceback" not in again.output and "; pass --overwrite to train it again" in again.output
     assert (committed_dir(out) / "model.safetensors").read_bytes() == before
     replaced = _invoke("train", "--data", str(data_csv), "--out", str(out), "--overwrite", *TINY)
     assert replaced.exit_code == 0, replaced.output
@@ -158,7 +158,7 @@ def test_config_takes_internal_names_too_and_json_for_evaluate(tmp_path) -> None
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model", "transformer"], "unknown model 'transformer'"),
+    (["--model", "transformer"], "--model must be one of ['bert', 'document', 'han', 'sentiment', 'wide'], got 't"),
     (["--model-opt", "depth=3"], "unknown document model option(s) ['depth']"),
     (["--lr", "-1"], "lr must be a number > 0"),
 ])

@@ -1,4 +1,4 @@
-"""The ``attnkit`` command: ``demo``, ``train``, ``evaluate``, ``predict``, ``cv``, ``baseline``, ``bench``.
+"""The ``attnkit`` command: ``demo``, ``train``, ``evaluate``, ``predict``, ``cv``, ``report``, ``baseline``, ``bench``.
 
 Each command turns flags (and an optional ``--config`` file) into the
 library's config dataclasses and calls the library; heavy imports happen
@@ -150,7 +150,7 @@ def bench(quick: bool, out_json: str | None, cases: tuple[str, ...]) -> None:
 
 
 cli.add_command(demo_module.demo)
-for _command in (commands.train, commands.evaluate, commands.predict, commands.cv):
+for _command in (commands.train, commands.evaluate, commands.predict, commands.cv, commands.report):
     cli.add_command(_command)
 
 

@@ -40,7 +40,8 @@ from attnkit.cli.options import (
 )
 
 __all__ = ["baseline", "measure", "headline_lines", "comparison_lines", "cv_comparison_lines", "results_analysis",
-           "format_report", "report_sections", "write_html_report", "after_training", "print_cv_baseline"]
+           "format_report", "report_sections", "write_html_report", "after_training", "write_reports",
+           "print_cv_baseline"]
 
 SEED_DEFAULT = "attnkit.train.config:TrainConfig.seed"
 WRONG_SHOWN = 5  # confidently wrong test examples in the report
@@ -134,15 +135,22 @@ def after_training(plan: Any, result: Any, baseline: bool) -> None:
     training and committed as ``metrics.baseline`` in the run's config.json.
     """
     from attnkit.train.checkpoint import read_run_config
-    from attnkit.train.fileops import atomic_write_text
 
     out = Path(plan.out)
     base = read_run_config(out).get("metrics", {}).get("baseline") if baseline else None
     if base is not None:
         for line in comparison_lines(result.test, base, plan.train_config.metric):
             click.echo(line)
+    write_reports(out, result, plan.train_config.metric, base)
+
+
+def write_reports(out: Path, result: Any, metric: str, base: dict[str, Any] | None) -> None:
+    """Write run ``out``'s ``report.txt``, ``report.html`` and faithfulness record from ``result`` (a
+    :class:`attnkit.train.pipeline.FitResult` with a test part), ``base`` the baseline's figures or None."""
+    from attnkit.train.fileops import atomic_write_text
+
     analysis = results_analysis(result)
-    analysis["metric"] = plan.train_config.metric
+    analysis["metric"] = metric
     atomic_write_text(out / "report.txt", format_report(result.test, analysis, base))
     write_html_report(out / "report.html", result.test, analysis, base)
     if analysis.get("explanation"):

@@ -1,10 +1,11 @@
-"""``attnkit train``, ``evaluate``, ``predict`` and ``cv``."""
+"""``attnkit train``, ``evaluate``, ``predict``, ``cv`` and ``report``."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import click
 
 from attnkit.cli.inputs import read_data, read_texts_to_classify, warn_truncated
-from attnkit.cli.messages import echo, friendly_errors, print_metrics
+from attnkit.cli.messages import echo, friendly_errors, in_flags, print_metrics, shown
 from attnkit.cli.options import (
     allow_unfinished_option,
     baseline_option,
@@ -44,6 +45,20 @@ def _numpy_backend() -> ModuleType:
 def _is_numpy_run(run: str) -> bool:
     """Whether run ``run`` (its committed config) was trained by the NumPy twin; torch-free."""
     return bool(_numpy_backend().is_numpy_run(run))
+
+
+def _check_model(values: dict[str, Any]) -> None:
+    """A ``--model`` that names no model is an error naming the close one, before any data is read."""
+    from attnkit._checks import one_of
+
+    if values.get("model") is None:
+        return
+    if values.get("backend") == "numpy":
+        one_of("`model` of --backend numpy", values["model"], _numpy_backend().NUMPY_KINDS)
+        return
+    from attnkit.models import MODELS
+
+    one_of("`model`", values["model"], sorted(MODELS))
 
 
 def _data_plan(values: dict[str, Any], out: Path) -> Any:
@@ -95,7 +110,9 @@ def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
 
     if not values["data"]:
         raise click.UsageError("missing --data (the training data); see attnkit train --help")
-    common = {"out": out, "data": _data_plan(values, out), "quiet": values["quiet"],
+    from attnkit.train.run import new_run_id
+
+    common = {"out": out, "data": _data_plan(values, out), "quiet": values["quiet"], "run_id": new_run_id(),
               "mode": "overwrite" if values["overwrite"] else "new", "baseline": bool(values.get("baseline")),
               "max_memory": values.get("max_memory"), "flags": RUN_FLAGS}
     folder = _pretrained_folder(values)
@@ -153,6 +170,86 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
         train_config=collect_train_config({}, **saved["train_config"]),
         data_settings=DataSettings(**saved["data_settings"]), data=_data_plan(values, out), quiet=values["quiet"],
         baseline=bool(values.get("baseline")), max_memory=values.get("max_memory"), flags=RUN_FLAGS)
+
+
+def _refuse_existing_run(plan: Any) -> None:
+    """A new run into an ``--out`` that holds a committed run: say whether it is this very run (the same
+    model, options and data: trained already, or interrupted) or which option or data differs.
+
+    The folder's other refusals (a lock, files attnkit did not write) stay with :func:`run_plan`."""
+    from attnkit.train import checkpoint as ckpt
+    from attnkit.train.run import committed_run_id
+
+    run_id = committed_run_id(plan.out)
+    if run_id is None:
+        return
+    ckpt.check_run_dir(plan.out, run_id, flags=RUN_FLAGS)  # a lock or foreign files are named as they are
+    saved = ckpt.read_run_config(plan.out)
+    changes = _changes(saved, plan)
+    done = ckpt.run_status(saved) == "done"
+    if not changes:
+        if done:
+            raise click.ClickException(f"{plan.out} already holds this run, trained with the same data and "
+                                       "options; pass --overwrite to train it again")
+        raise click.ClickException(f"{plan.out} holds this run, interrupted before it finished; continue it with "
+                                   f"attnkit train --out {plan.out} --resume, or pass --overwrite to start again")
+    shown_changes = "; ".join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else "")
+    raise click.ClickException(in_flags(
+        f"{plan.out} already holds a different run ({shown_changes}); replace it with --overwrite"
+        + ("" if done else " or continue it with --resume") + ", or choose another --out"))
+
+
+def _changes(saved: dict[str, Any], plan: Any) -> list[str]:
+    """What differs between the run committed as ``saved`` (its config.json) and ``plan``: each setting
+    named as `` `setting` `` with its value there and now; a data file by its path and content."""
+    import dataclasses
+
+    changes: list[str] = []
+
+    def compare(before: dict[str, Any], now: dict[str, Any], name: Any) -> None:
+        now = json.loads(json.dumps(now))  # as config.json holds it: tuples as lists
+        for key in sorted(set(before) | set(now), key=str):
+            if before.get(key) != now.get(key):
+                changes.append(name(key, before.get(key), now.get(key)))
+
+    if saved.get("model_name") != plan.model_name:
+        changes.append(f"`model` {saved.get('model_name')} there, {plan.model_name} now")
+    else:
+        from attnkit.train.pipeline import model_config_dict
+
+        before = saved.get("model_config") or {}
+        try:
+            now = model_config_dict(plan.model_name, plan.model_options, vocab_size=before["vocab_size"],
+                                    num_classes=before["num_classes"], max_len=plan.data_settings.max_len)
+        except (KeyError, TypeError, ValueError):
+            now = before
+        if before.get("max_len") == (saved.get("data_settings") or {}).get("max_len"):
+            now["max_len"] = before.get("max_len")  # the data's --max-len: compared with the data settings below
+        compare(_flat(before), _flat(now), lambda k, b, n: f"`model_opt` {k}={b!r} there, {n!r} now")
+    for part, now in (("train_config", plan.train_config.to_dict()),
+                      ("data_settings", dataclasses.asdict(plan.data_settings))):
+        compare(saved.get(part) or {}, now, lambda k, b, n: f"`{k}` {b!r} there, {n!r} now")
+    before, now = saved.get("data") or {}, plan.data.record
+    for key in sorted(set(before) | set(now)):
+        if key.endswith("_relative_to_run") or before.get(key) == now.get(key):
+            continue
+        path = key.removesuffix("_sha256")
+        if key == path:
+            changes.append(f"`{key}` {before.get(key)!r} there, {now.get(key)!r} now")
+        elif before.get(path) == now.get(path):  # the same file, another content
+            changes.append(f"`{path}` {now.get(path)} holds other data than the run was trained on")
+    return changes
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as ``{"layer.d_model": 16, ...}``."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 # What ``train --resume`` reads besides the saved settings: where the run and its data are, and how to report.
@@ -223,6 +320,7 @@ def train(ctx: click.Context, **values: Any) -> None:
       attnkit train --data reviews.csv --model bert --init-from path/to/bert --out runs/bert
       attnkit train --data reviews.csv --backend numpy --out runs/numpy
     """
+    _check_model(values)
     if values["backend"] == "numpy":  # before any torch import
         from attnkit.cli.numpy_train import train_numpy
 
@@ -245,18 +343,94 @@ def train(ctx: click.Context, **values: Any) -> None:
             return
     else:
         plan = _new_plan(ctx, out, values)
+        if plan.mode == "new":
+            _refuse_existing_run(plan)
     try:
         result = run_plan(plan, log=echo)
-    except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; continue with: attnkit train --out {out} --resume", err=True)
-        sys.exit(130)
-    if result.is_main:
-        if result.test is not None:
-            print_metrics("test", result.test, result.label_vocab.labels)
-            from attnkit.cli.baseline import after_training
+        if result.is_main:
+            if result.test is not None:
+                print_metrics("test", result.test, result.label_vocab.labels)
+                from attnkit.cli.baseline import after_training
 
-            after_training(plan, result, values["baseline"])
-        click.echo(f"saved run to {out}")
+                after_training(plan, result, values["baseline"])
+            click.echo(f"saved run to {out}")
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted; {_interrupted_advice(out, plan.run_id)}", err=True)
+        sys.exit(130)
+
+
+def _interrupted_advice(out: Path, run_id: str | None) -> str:
+    """What to do after Ctrl-C stopped run ``run_id`` in ``out``, from what it had committed: nothing (start
+    again), some epochs (``--resume``), or all of its training but not the reports (``attnkit report``)."""
+    from attnkit.train import checkpoint as ckpt
+    from attnkit.train.run import committed_run_id
+
+    if os.environ.get("RANK", "0") != "0":  # another process of a torchrun run: the first one advises
+        return "see the first process for what to do"
+    try:
+        committed = committed_run_id(out)
+        status = ckpt.run_status(ckpt.read_run_config(out)) if committed == run_id else None
+    except (OSError, ValueError):  # a folder being written as Ctrl-C came: only what is certain is said
+        committed, status = None, None
+    if committed is None or committed != run_id:
+        kept = f" ({out} holds the run that was there before, as it was)" if committed else ""
+        return (f"nothing of this run was saved before its first epoch ended{kept}, so there is nothing to "
+                "resume: start it again with the same command")
+    if status != "done":
+        return f"continue with: attnkit train --out {out} --resume"
+    return (f"training had finished and {out} is saved, but its reports (report.txt, report.html) were not all "
+            f"written; write them with: attnkit report {out}")
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.option("--data", type=click.Path(exists=True),
+              help="The run's training data, if it has moved (default: where the run read it; the content "
+                   "must be the same).")
+@click.option("--val", "val_path", type=click.Path(exists=True), help="The run's --val file, if it has moved.")
+@click.option("--test", "test_path", type=click.Path(exists=True), help="The run's --test file, if it has moved.")
+@allow_unfinished_option
+@friendly_errors
+def report(run: str, allow_unfinished: bool, **values: Any) -> None:
+    """Write report.txt and report.html of a trained run, as train does when training ends.
+
+    The test part is split again from the run's own data, so the reports
+    are those train writes. For a run interrupted after its training ended,
+    before the reports were written (with --allow-unfinished, also for a run
+    whose training did not finish: its best weights so far).
+
+    \b
+    Example:
+      attnkit report runs/reviews
+    """
+    from attnkit.cli.baseline import write_reports
+    from attnkit.data.batching import TextClassificationDataset
+    from attnkit.data.sources import load_splits
+    from attnkit.models.wide import reading_length
+    from attnkit.train.pipeline import FitResult
+
+    if _is_numpy_run(run):
+        raise click.ClickException(f"{run} is a NumPy run (attnkit train --backend numpy), which has no reports")
+    out = Path(run)
+    model, tokenizer, labels, meta = load_run(run, allow_unfinished)
+    values.update(resumed_data_source(meta.get("data") or {}, values, out))
+    _, val, test = load_splits(_data_plan(values, out), seed=meta["train_config"]["seed"])
+    if not test:
+        raise click.ClickException(f"{run} has no test part (attnkit train --test-ratio 0, without --test): "
+                                   "the reports describe the test part")
+    read_len = reading_length(model, meta["data_settings"]["max_len"])
+    val_ds, test_ds = (TextClassificationDataset(list(part), tokenizer, labels, read_len) for part in (val, test))
+    metrics = meta.get("metrics") or {}
+    if metrics.get("test") is None:  # an unfinished run: its test part is scored now, with the weights served
+        from attnkit.train.inference import evaluate_examples
+
+        metrics["test"] = evaluate_examples(model, tokenizer, labels, test, max_len=meta["data_settings"]["max_len"])
+    result = FitResult(model, tokenizer, labels, meta["model_config"], [], metrics["test"], test_ds,
+                       val_data=val_ds if len(val_ds) else None)
+    write_reports(out, result, meta["train_config"].get("metric", "accuracy"), metrics.get("baseline"))
 
 
 # --- evaluate ----------------------------------------------------------------------------------
@@ -357,9 +531,9 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
             if as_json:
                 click.echo(json.dumps({**p, "top_tokens": [list(t) for t in p["top_tokens"]]}))
                 continue
-            click.echo(f"{p['label']}\t{p['probability']:.3f}\t{p['text']}")
+            click.echo(f"{shown(p['label'])}\t{p['probability']:.3f}\t{shown(p['text'])}")
             if explain:
-                click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"]))
+                click.echo(shown("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"])))
         return
     from attnkit.attribution.report import default_method, explanation_line
     from attnkit.models.wide import reading_length
@@ -372,19 +546,19 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
     for p in predictions:
         if as_json:
             extra = {"top_ngrams": [list(t) for t in p.top_ngrams], "halves": p.halves} if p.halves else {}
-            shown = {"explanation": p.explanation} if p.explanation else {}
+            explained = {"explanation": p.explanation} if p.explanation else {}
             click.echo(json.dumps({"text": p.text, "label": p.label, "probability": p.probability,
                                    "probabilities": p.probabilities,
-                                   "top_tokens": [list(t) for t in p.top_tokens], **shown, **extra}))
+                                   "top_tokens": [list(t) for t in p.top_tokens], **explained, **extra}))
             continue
-        click.echo(f"{p.label}\t{p.probability:.3f}\t{p.text}")
+        click.echo(f"{shown(p.label)}\t{p.probability:.3f}\t{shown(p.text)}")
         if explain:
-            click.echo("    " + explanation_line(p.explanation, top, run))
-            click.echo("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p.top_tokens))
+            click.echo(shown("    " + explanation_line(p.explanation, top, run)))
+            click.echo(shown("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p.top_tokens)))
         if explain and p.halves:  # a model with an n-gram half: what each half adds, and the n-grams that add most
             click.echo(f"    margin from the network {p.halves['network']:+.2f}, "
                        f"from n-grams {p.halves['ngrams']:+.2f}: "
-                       + format_ngrams(p.top_ngrams))
+                       + shown(format_ngrams(p.top_ngrams)))
 
 
 # --- cv ----------------------------------------------------------------------------------------
@@ -419,6 +593,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
     from attnkit.train.pipeline import cross_validate
 
     values.setdefault("init_from", None)
+    _check_model(values)
     folder = _pretrained_folder(values)
     examples = read_data(values["data"], values)
     if folder:  # --preset accurate: every fold fine-tunes the same pretrained folder

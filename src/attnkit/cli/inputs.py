@@ -86,7 +86,9 @@ def warn_truncated(tokenizer: Any, texts: Sequence[str], max_len: int) -> None:
     Counts tokens as :func:`attnkit.data.tokenization.encode_batch` does (no
     special tokens), so ``kept`` is what the run's model sees.
     """
-    encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    from attnkit.data.tokenization import tokenizable
+
+    encodings = tokenizer.encode_batch(tokenizable(texts), add_special_tokens=False)
     counts = [(min(len(e.ids), max_len), len(e.ids)) for e in encodings]
     notice = truncation_notice(counts, what=f"the run's maximum length, {max_len}")
     if notice is not None:

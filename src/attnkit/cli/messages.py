@@ -8,11 +8,18 @@ A setting in the library's messages is written as its config name between
 backticks (`` `on_nan` ``), the name the Python API takes; :func:`in_flags`
 writes it as the running command's flag (``--on-nan``) when the command has
 one, else as the bare name, so no command suggests a flag it lacks.
+
+A user's text shown on the terminal goes through :func:`shown`: a control
+character (NUL, escape, a line break inside a text), a bidirectional override
+(U+202E) or a lone surrogate is written as its escape (``\\x00``, ``\\u202e``),
+so that the output cannot move the cursor, reverse what follows or fail to
+encode. JSON output (``--json``) stays exact.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,9 +27,25 @@ import click
 
 from attnkit._checks import spell_settings
 
-__all__ = ["friendly_errors", "user_os_error", "print_metrics", "in_flags", "echo"]
+__all__ = ["friendly_errors", "user_os_error", "print_metrics", "in_flags", "echo", "shown"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# C0 and C1 controls, DEL, the Arabic letter mark, the left-to-right and right-to-left marks, the line and
+# paragraph separators, the bidirectional embeddings, overrides and isolates, and lone surrogates.
+_UNSHOWABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(text: str) -> str:
+    """``text`` as the terminal may show it: each control, bidirectional formatting character or lone
+    surrogate written as its escape (``"\\x00"``, ``"\\u202e"``); everything else as it is."""
+    return _UNSHOWABLE.sub(_escape, text)
+
 
 def in_flags(text: str, command: click.Command | None = None) -> str:
     """``text`` with each `` `setting` `` written as ``command``'s flag for it, else as the bare name.
@@ -69,6 +92,7 @@ def print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tuple
     """Echo accuracy, macro-F1 and the confusion matrix of ``metrics`` under ``title``."""
     click.echo(f"{title}: accuracy {metrics['accuracy']:.4f}  macro-F1 {metrics['macro_f1']:.4f}  "
                f"(n={metrics.get('n', '?')})")
+    labels = [shown(lb) for lb in labels]
     width = max(8, *(len(lb) for lb in labels))
     click.echo("confusion matrix (rows: true, columns: predicted)")
     click.echo(" " * width + "".join(f"{lb[:width]:>{width + 1}}" for lb in labels))

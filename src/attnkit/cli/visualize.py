@@ -78,12 +78,12 @@ def run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = Fa
     import torch
 
     from attnkit.cli.options import load_run
-    from attnkit.data.tokenization import encode_batch
+    from attnkit.data.tokenization import encode_batch, tokenizable
     from attnkit.models.wide import reading_length
 
     model, tokenizer, labels, meta = load_run(str(folder), allow_unfinished)
     max_len = reading_length(model, meta["data_settings"]["max_len"])
-    totals = [len(e.ids) for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+    totals = [len(e.ids) for e in tokenizer.encode_batch(tokenizable(texts), add_special_tokens=False)]
     views = []
     for ids, total in zip(encode_batch(tokenizer, texts, max_len), totals, strict=True):
         ids = ids or [0]
@@ -125,8 +125,10 @@ def bert_attention(folder: Path, texts: list[str], max_len: int) -> list[Attenti
     """Run a BERT folder on ``texts`` with attnkit's BertModel; all layers and heads per text."""
     import torch
 
+    from attnkit.data.tokenization import tokenizable
     from attnkit.models.bert import BertModel, load_bert_tokenizer
 
+    texts = tokenizable(texts)
     model = BertModel.from_pretrained(folder)
     tokenizer = load_bert_tokenizer(folder)
     tokenizer.no_truncation()

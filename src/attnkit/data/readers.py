@@ -54,6 +54,7 @@ is bad, which usually means a wrong ``text_field``/``label_field``.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import gzip
 import io
@@ -62,6 +63,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from attnkit.data.examples import (
     MAX_REPORTED,
@@ -199,7 +201,7 @@ def guess_format(path: str | os.PathLike[str]) -> str:
             return "polarity"
         raise ValueError(
             f"path: cannot guess the format of folder {str(p)!r}: expected one sub-folder per "
-            "class ('folder') or NAME.pos/NAME.neg files ('polarity')"
+            "class ('folder') or NAME.pos/NAME.neg files ('polarity')" + _data_files_hint(p, entries)
         )
     if not p.exists():
         raise FileNotFoundError(f"path: no such file or folder {str(p)!r}")
@@ -211,6 +213,26 @@ def guess_format(path: str | os.PathLike[str]) -> str:
             if raw.strip():
                 return "label-tab-text" if b"\t" in raw else "label-space-text"
     return "label-tab-text"
+
+
+# The parts a folder's data files are often named after, and the command-line flag that reads each.
+_PART_FLAGS = {"train": "--data", "training": "--data", "val": "--val", "valid": "--val", "validation": "--val",
+               "dev": "--val", "test": "--test"}
+
+
+def _data_files_hint(folder: Path, entries: Sequence[Path]) -> str:
+    """``"; it holds the data file(s) ...: pass ..."`` for a folder that is no data set itself but holds data
+    files (a known extension or ``.txt``, under ``.gz``); ``""`` when it holds none."""
+    files = sorted(e for e in entries if e.is_file() and _stem(e).suffix.lower() in (*_EXTENSIONS, ".txt"))
+    if not files:
+        return ""
+    names = ", ".join(repr(e.name) for e in files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    parts = {_PART_FLAGS[_stem(e).stem.lower()]: e for e in files if _stem(e).stem.lower() in _PART_FLAGS}
+    if "--data" in parts:
+        how = " ".join(f"{flag} {parts[flag]}" for flag in ("--data", "--val", "--test") if flag in parts)
+    else:
+        how = f"--data {files[0]}"
+    return f"; it holds the data file(s) {names}: pass a file, not the folder ({how} on the command line)"
 
 
 _DELIMITERS = {",": "','", ";": "';'", "\t": "a tab", "|": "'|'"}
@@ -241,26 +263,49 @@ def check_delimiter(delimiter: str) -> str:
 
 def _header_columns(path: Path, header: list[str], delimiter: str, fields: Sequence[tuple[str, str]]) -> list[int]:
     """The index of each ``(name, field)`` column in ``header``; a missing one is a DataFormatError that names
-    the delimiter to pass when another one splits the header into the right columns."""
+    every missing column, or the delimiter to pass when another one splits the header into the right columns."""
     names = [field for _, field in fields]
     missing = [(name, field) for name, field in fields if field not in header]
     if not missing:
         return [header.index(field) for field in names]
-    name, field = missing[0]
     other = sniff_delimiter(delimiter.join(header), names, delimiter) if len(header) == 1 else None
     if other is not None:
         raise DataFormatError(
             path, 1, f"the header {header} is one column: the file is separated by {_DELIMITERS[other]}, "
             f"not {_DELIMITERS.get(delimiter, repr(delimiter))}; pass {_delimiter_flag(other)} "
             f"(delimiter={other!r} in Python)")
-    flag = f"--{name.replace('_', '-')}"
-    raise DataFormatError(path, 1, f"{name}={field!r} is not a column; the header has {header} "
-                                   f"(pass {flag} NAME to read another column)")
+    # every missing column is named, not only the first
+    what = " and ".join(f"{n}={f!r}" for n, f in missing) + (" is not a column" if len(missing) == 1
+                                                             else " are not columns")
+    flags = " and ".join(f"--{n.replace('_', '-')} NAME" for n, _ in missing)
+    raise DataFormatError(path, 1, f"{what}; the header has {header} (pass {flags} to read "
+                                   f"{'another column' if len(missing) == 1 else 'other columns'})")
+
+
+@contextlib.contextmanager
+def _csv_rows(text: str, delimiter: str) -> Iterator[Any]:
+    """A ``csv.reader`` of ``text`` whose fields may be as long as ``text`` itself.
+
+    The csv module refuses a field over ``csv.field_size_limit()`` (131,072 characters by default) as an
+    error, so a long document in a CSV could not be read while the same text as JSONL trains. The limit is
+    raised to the length of ``text`` while the rows are read, and put back afterwards.
+    """
+    before = csv.field_size_limit()
+    csv.field_size_limit(max(before, min(len(text) + 1, 2**31 - 1)))  # a C long on every platform
+    try:
+        yield csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    finally:
+        csv.field_size_limit(before)
 
 
 def _read_delimited(path: Path, text: str, delimiter: str, text_field: str,
                     label_field: str, bad: BadRowPolicy) -> list[Example]:
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    with _csv_rows(text, delimiter) as reader:
+        return _delimited_rows(path, reader, delimiter, text_field, label_field, bad)
+
+
+def _delimited_rows(path: Path, reader: Any, delimiter: str, text_field: str,
+                    label_field: str, bad: BadRowPolicy) -> list[Example]:
     try:
         header = next(reader)
     except StopIteration:
@@ -503,13 +548,13 @@ def read_texts(path: str | os.PathLike[str], *, format: str | None = None, encod
                 out.append(record[text_field])
         return out
     sep = check_delimiter(delimiter) if delimiter else ("," if fmt == "csv" else "\t")
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
-    try:
-        header = next(reader)
-    except StopIteration:
-        return []
-    (ti,) = _header_columns(p, header, sep, (("text_field", text_field),))
-    try:
-        return [row[ti] for row in reader if len(row) > ti and row[ti].strip()]
-    except csv.Error as exc:
-        raise DataFormatError(p, reader.line_num, f"malformed row ({exc})") from None
+    with _csv_rows(text, sep) as reader:
+        try:
+            header = next(reader)
+        except StopIteration:
+            return []
+        (ti,) = _header_columns(p, header, sep, (("text_field", text_field),))
+        try:
+            return [row[ti] for row in reader if len(row) > ti and row[ti].strip()]
+        except csv.Error as exc:
+            raise DataFormatError(p, reader.line_num, f"malformed row ({exc})") from None

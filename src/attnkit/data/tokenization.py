@@ -10,13 +10,17 @@ Three kinds, all with the same special tokens at fixed ids::
 * ``"bpe"`` -- byte-pair encoding (Sennrich et al., 2016).
 
 Text is NFKC-normalised (and lower-cased by default), then split on white
-space and punctuation before the model runs. Train on the **training split
+space and punctuation before the model runs. Any Python ``str`` is accepted:
+a lone surrogate (``"\\ud800"``, which JSON escapes and undecodable bytes of a
+command-line argument produce, and which is no character UTF-8 can hold) is
+read as U+FFFD, the replacement character (:func:`tokenizable`). Train on the **training split
 only**: a vocabulary built from validation or test text leaks them into the model.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -33,6 +37,7 @@ __all__ = [
     "save_tokenizer",
     "load_tokenizer",
     "encode_batch",
+    "tokenizable",
 ]
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -41,6 +46,16 @@ PAD_ID = 0
 UNK_ID = 1
 TOKENIZER_KINDS = ("word", "wordpiece", "bpe")
 TokenizerKind = Literal["word", "wordpiece", "bpe"]
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def tokenizable(texts: Iterable[str]) -> list[str]:
+    """``texts`` as the tokenizer library takes them: each lone surrogate (U+D800 to U+DFFF, no character
+    of its own, which UTF-8 cannot encode) becomes U+FFFD, the replacement character; other text is
+    returned as it is. Every text enters tokenization through here."""
+    return [_SURROGATE.sub("\ufffd", t) if isinstance(t, str) and _SURROGATE.search(t) else t for t in texts]
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -105,7 +120,7 @@ def train_tokenizer(
         steps.append(normalizers.Lowercase())
     tok.normalizer = normalizers.Sequence(steps)
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(texts, trainer=trainer)
+    tok.train_from_iterator(tokenizable(texts), trainer=trainer)
     for i, token in enumerate(SPECIAL_TOKENS):
         assert tok.token_to_id(token) == i, f"{token} must have id {i}"
     return tok
@@ -147,9 +162,10 @@ def encode_batch(tokenizer: Tokenizer, texts: Sequence[str], max_len: int) -> li
     A text with no token (empty, or only characters the normaliser removes)
     gives an empty list; :class:`attnkit.data.batching.TextClassificationDataset`
     turns it into a single ``[UNK]`` so that every document has a length >= 1.
+    A lone surrogate is read as U+FFFD (:func:`tokenizable`).
     """
     _positive_int("max_len", max_len)
     if isinstance(texts, str):
         raise TypeError("texts must be a sequence of strings, got a single str")
-    encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    encodings = tokenizer.encode_batch(tokenizable(texts), add_special_tokens=False)
     return [list(e.ids[:max_len]) for e in encodings]

@@ -78,11 +78,12 @@ def start_run(directory: str | os.PathLike[str], *, run_id: str | None = None, r
 
 
 def save_run(directory: str | os.PathLike[str], commit: Callable[[RunWriter], Path], *, run_id: str,
-             overwrite: bool = False, resumable: bool = True) -> Path:
+             overwrite: bool = False, resumable: bool = False) -> Path:
     """Save a finished run as one generation: ``commit(writer)`` stages and commits it under the lock.
 
     Returns the generation folder. A folder holding another run is refused
-    unless ``overwrite`` (see :func:`start_run`).
+    unless ``overwrite`` (see :func:`start_run`); a saved run is written whole, so the refusal suggests
+    ``resume`` only when ``resumable``.
     """
     with start_run(directory, run_id=run_id, overwrite=overwrite, resumable=resumable) as writer:
         return commit(writer)

@@ -361,6 +361,8 @@ class Trainer:
             self.history.append(record)
             self._save_state()
             self.log(self._format(record))
+        if stopped and self.epoch < self.config.epochs:
+            self.log(self._early_stop_line(keep_best))
         if keep_best and self.best_state is not None:
             _load_weights(self.model, self.best_state, Path("the best weights"))
         return self.history
@@ -371,6 +373,20 @@ class Trainer:
 
     def _patience_spent(self) -> bool:
         return self.config.patience > 0 and self.best_score is not None and self.bad_epochs >= self.config.patience
+
+    def _early_stop_line(self, keep_best: bool) -> str:
+        """Why training ended before ``epochs``: the validation score, on which measure, did not improve for
+        ``patience`` epochs; the best epoch and its value."""
+        metric = getattr(self.task, "metric", None)
+        what = f"validation {metric} (at an equal one, the loss)" if metric else "validation score"
+        line = (f"early stop after epoch {self.epoch} of {self.config.epochs}: the {what} did not improve for "
+                f"{self.bad_epochs} epoch(s) (`patience` {self.config.patience})")
+        best = next((r for r in reversed(self.history) if r.get("best")), None)
+        if best is not None:
+            value = best.get(f"val_{metric}")
+            line += f"; best epoch {best['epoch']}" + (f", {metric} {value:.4f}" if isinstance(value, float) else "")
+            line += ", whose weights are kept" if keep_best else ""
+        return line
 
     def _format(self, r: dict[str, Any]) -> str:
         line = f"epoch {r['epoch']:>3}/{self.config.epochs}  loss {r['train_loss']:.4f}"

@@ -1,0 +1,46 @@
+"""Text is text: a CSV field as long as the file, every missing column named, any str tokenized."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from attnkit.data.readers import DataFormatError, read_examples, read_texts
+
+LONG = "word " * 60_000  # 300,000 characters: over the csv module's default field limit of 131,072
+
+
+def test_a_csv_field_may_be_as_long_as_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "long.csv"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([["text", "label"], [LONG, "pos"], ["short", "neg"]])
+    jsonl = tmp_path / "long.jsonl"
+    jsonl.write_text(json.dumps({"text": LONG, "label": "pos"}) + "\n", encoding="utf-8")
+    limit = csv.field_size_limit()
+    examples = read_examples(path)
+    assert [len(e.text) for e in examples] == [len(LONG), 5]
+    assert examples[0].text == read_examples(jsonl)[0].text  # the same text as JSONL reads the same
+    assert [len(t) for t in read_texts(path)] == [len(LONG), 5]  # predict --file reads it too
+    assert csv.field_size_limit() == limit  # the process-wide limit is put back
+
+
+def test_a_header_without_either_column_names_both(tmp_path: Path) -> None:
+    path = tmp_path / "d.csv"
+    path.write_text("sentence,target\nok,pos\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"line 1: text_field='text' and label_field='label' are not columns; "
+                                              r"the header has \['sentence', 'target'\] \(pass --text-field NAME "
+                                              r"and --label-field NAME to read other columns\)"):
+        read_examples(path)
+
+
+def test_any_str_is_tokenized_a_lone_surrogate_as_the_replacement_character() -> None:
+    from attnkit.data.tokenization import encode_batch, train_tokenizer
+
+    texts = ["a fine \ud800 film", "dull \udcff", "a \ufffd"]  # JSON's "\ud800"; an argument's byte 0xff
+    tokenizer = train_tokenizer(texts)  # the library refuses such a str ("surrogates not allowed")
+    replacement = tokenizer.token_to_id("\ufffd")
+    assert replacement is not None
+    assert encode_batch(tokenizer, ["fine \udfff"], 8) == [[tokenizer.token_to_id("fine"), replacement]]
