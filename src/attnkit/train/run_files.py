@@ -18,6 +18,7 @@ these checks; this module loads no torch.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,9 @@ def check_labels(path: str | os.PathLike[str], data: Any, num_classes: object) -
                            f"{_short(data)}")
     if not all(isinstance(label, str) for label in labels):
         raise RunFileError(f"{path} must list label strings; it holds {_short(labels)}")
-    if len(set(labels)) != len(labels):
-        twice = sorted({label for label in labels if labels.count(label) > 1})
+    counts = Counter(labels)  # linear: a long list is counted once, never searched once per label
+    if len(counts) != len(labels):
+        twice = sorted(label for label, n in counts.items() if n > 1)
         raise RunFileError(f"{path} lists label(s) {twice[:8]} more than once")
     if len(labels) < 2:
         raise RunFileError(f"{path} lists {len(labels)} label(s) {labels}; a classifier needs at least 2")
