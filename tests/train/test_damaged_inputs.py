@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from attnkit.cli import cli
-from attnkit.train.checkpoint import RunFileError, committed_dir, load_checkpoint
+from attnkit.train.checkpoint import RunFileError, committed_dir
 from attnkit.train.run_files import check_labels
 from tests.support.cli import TINY, write_keyword_csv
 
@@ -56,3 +56,49 @@ def test_repeated_labels_are_found_in_linear_time(tmp_path) -> None:
     with pytest.raises(RunFileError, match=r"labels\.json lists label\(s\) \['label0', 'label1', 'label10'"):
         check_labels(tmp_path / "labels.json", {"labels": labels}, len(labels))
     assert time.perf_counter() - start < 2.0
+
+
+# --- config.json: every field attnkit reads is checked by type and range, the file and field named ----
+
+
+def _edit_meta(run: Path, edit) -> None:
+    path = committed_dir(run) / "config.json"
+    meta = json.loads(path.read_text())
+    edit(meta)
+    _replace(path, json.dumps(meta))
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda m: m.update(model_name=["wide"]), "model_name must be a non-empty string, got ['wide'] (list)"),
+    (lambda m: m.update(data_settings="x"), "data_settings must be a dict of fields, got 'x' (str)"),
+    (lambda m: m["data_settings"].pop("max_len"), "data_settings lacks max_len"),
+    (lambda m: m["data_settings"].update(max_len="lots"), "data_settings field max_len must be an int, got 'lots'"),
+    (lambda m: m["data_settings"].update(max_len=0), "data_settings.max_len must be a positive int, got 0"),
+    (lambda m: m.update(progress="x", status="training"), "progress must be a dict of fields, got 'x' (str)"),
+    (lambda m: m["progress"].update(epoch=-1), "progress.epoch must be a non-negative int, got -1"),
+    (lambda m: m.update(status=["done"]), "status must be one of ['done', 'training'], got ['done']"),
+    (lambda m: m.update(run_id=7), "run_id must be a non-empty string, got 7 (int)"),
+    (lambda m: m.update(train_config="x"), "train_config must be a dict of fields, got 'x' (str)"),
+])
+def test_config_fields_of_the_wrong_type_are_named_with_the_file(run_copy, edit, needle) -> None:
+    import attnkit
+
+    _edit_meta(run_copy, edit)
+    line = f"{committed_dir(run_copy) / 'config.json'}: {needle}"
+    with pytest.raises(RunFileError) as err:
+        attnkit.load_run(run_copy, allow_unfinished=True)
+    assert line in str(err.value)
+    result = _invoke("predict", str(run_copy), "a fine film", "--allow-unfinished")
+    assert result.exit_code == 1 and line in result.output and "Traceback" not in result.output, result.output
+
+
+def test_a_numpy_runs_config_is_checked_by_the_same_table(tmp_path, data_csv) -> None:
+    from attnkit.train.numpy_backend import load_numpy_run
+
+    run = tmp_path / "np"
+    result = _invoke("train", "--backend", "numpy", "--data", str(data_csv), "--out", str(run), "--epochs", "1",
+                     "--model-opt", "layer.d_model=16")
+    assert result.exit_code == 0, result.output
+    _edit_meta(run, lambda m: m["data_settings"].update(max_len="lots"))
+    with pytest.raises(RunFileError, match=r"config\.json: data_settings field max_len must be an int"):
+        load_numpy_run(run)

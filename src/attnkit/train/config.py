@@ -1,6 +1,6 @@
 """The training configurations, saved with every run: :class:`TrainSettings`, the fields every trainer
 reads, extended by the classifiers' (:class:`ClassifierTrainSettings`, :class:`TrainConfig`), the NumPy
-twin's and translation's settings."""
+twin's and translation's settings; and how a classifier's text becomes ids (:class:`DataSettings`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 from attnkit.train.metrics import check_metric
 from attnkit.train.objective import CLASS_WEIGHTS
 
-__all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "warmup_linear_factor"]
+__all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "DataSettings", "warmup_linear_factor"]
 
 S = TypeVar("S", bound="TrainSettings")
 
@@ -155,3 +155,22 @@ class TrainConfig(ClassifierTrainSettings):
             raise ValueError(f"class_weight must be one of {list(CLASS_WEIGHTS)}, got {self.class_weight!r}")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """How text becomes token ids: tokenizer kind and size, truncation length."""
+
+    tokenizer: str = "word"
+    vocab_size: int = 20000
+    min_frequency: int = 1
+    lowercase: bool = True
+    max_len: int = 256
+
+    def __post_init__(self) -> None:
+        if self.tokenizer not in ("word", "wordpiece", "bpe"):
+            raise ValueError(f"tokenizer must be one of ['word', 'wordpiece', 'bpe'], got {self.tokenizer!r}")
+        for name in ("vocab_size", "min_frequency", "max_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")

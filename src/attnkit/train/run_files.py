@@ -2,6 +2,9 @@
 
 A committed run is served only when
 
+* every field of its ``config.json`` that attnkit reads has the type and the
+  range it was written with (:data:`CONFIG_FIELDS`, the one table of them,
+  checked by :func:`check_run_config` when the file is read, for every kind of run);
 * its weights are finite (a diverged training never is, see :mod:`attnkit._finite`);
 * ``labels.json`` is ``{"labels": [...]}``, a list of at least two distinct
   strings, as many as the model's outputs (``num_classes``);
@@ -19,14 +22,96 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from attnkit._checks import dataclass_kwargs, non_negative_int, one_of
 from attnkit._finite import non_finite_message
 from attnkit.train.fileops import RunFileError
 
-__all__ = ["check_labels", "check_vocab_size", "refuse_non_finite_file"]
+__all__ = ["CONFIG_FIELDS", "check_run_config", "check_labels", "check_vocab_size", "refuse_non_finite_file"]
+
+FieldCheck = Callable[[str, Any], None]
+"""Checks the value of one field, named by its path (``progress.epoch``); a ValueError or TypeError says what
+it must be and what it is."""
+
+
+def _text(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{name} must be a non-empty string, got {_short(value)} ({type(value).__name__})")
+
+
+def _fields(name: str, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must be a dict of fields, got {_short(value)} ({type(value).__name__})")
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be true or false, got {_short(value)} ({type(value).__name__})")
+
+
+def _status(name: str, value: Any) -> None:
+    one_of(name, value, ("done", "training"))
+
+
+def _progress(name: str, value: Any) -> None:
+    """Where the training stood: whole epochs and steps (``best_epoch`` null before any validation)."""
+    _fields(name, value)
+    for key in ("epoch", "epochs", "step", "best_epoch"):
+        if key in value and not (key == "best_epoch" and value[key] is None):
+            non_negative_int(f"{name}.{key}", value[key])
+
+
+def _data_settings(name: str, value: Any) -> None:
+    """How the run's text became ids (:class:`attnkit.train.config.DataSettings`); ``max_len`` is always
+    written (a numpy run writes only it), the other fields take their defaults."""
+    from attnkit.train.config import DataSettings
+
+    _fields(name, value)
+    if "max_len" not in value:
+        raise ValueError(f"{name} lacks max_len, the number of tokens a text is cut to")
+    kwargs = dataclass_kwargs(DataSettings, value, what=name)
+    try:
+        DataSettings(**kwargs)
+    except ValueError as err:
+        raise ValueError(f"{name}.{err}") from None
+
+
+CONFIG_FIELDS: dict[str, FieldCheck] = {
+    "run_id": _text,
+    "model_name": _text,
+    "backend": _text,
+    "attnkit_version": _text,
+    "status": _status,
+    "progress": _progress,
+    "model_config": _fields,  # checked field by field by the model's config class when it is built
+    "data_settings": _data_settings,
+    "train_config": _fields,  # the same, by the task's settings class where they are read
+    "settings": _fields,
+    "vocab": _fields,
+    "data": _fields,
+    "metrics": _fields,
+    "shared_tokenizer": _flag,
+}
+"""The fields of a run's ``config.json`` that attnkit reads, and the check of each; a field a run of some
+kind does not write may be absent (its loader says which it needs), one it holds must pass."""
+
+
+def check_run_config(path: str | os.PathLike[str], data: Any,
+                     fields: Mapping[str, FieldCheck] = CONFIG_FIELDS) -> dict[str, Any]:
+    """``data``, the contents of the run config ``path``, once each field of ``fields`` it holds passes
+    its check; else one :class:`RunFileError` line naming the file and the field."""
+    if not isinstance(data, dict):
+        raise RunFileError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    for key, check in fields.items():
+        if key in data:
+            try:
+                check(key, data[key])
+            except (TypeError, ValueError) as err:
+                raise RunFileError(f"{path}: {err}") from None
+    return data
 
 
 def check_labels(path: str | os.PathLike[str], data: Any, num_classes: object) -> list[str]:
