@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from attnkit.cli import cli
-from attnkit.train.checkpoint import RunFileError, committed_dir
+from attnkit.train.checkpoint import RunFileError, committed_dir, load_checkpoint
 from attnkit.train.run_files import check_labels
 from tests.support.cli import TINY, write_keyword_csv
 
@@ -102,3 +102,20 @@ def test_a_numpy_runs_config_is_checked_by_the_same_table(tmp_path, data_csv) ->
     _edit_meta(run, lambda m: m["data_settings"].update(max_len="lots"))
     with pytest.raises(RunFileError, match=r"config\.json: data_settings field max_len must be an int"):
         load_numpy_run(run)
+
+
+# --- tokenizer.json: the right count, but an id beyond the embedding --------------------------------
+
+
+def test_a_tokenizer_id_beyond_the_embedding_is_refused_at_load(run_copy, data_csv) -> None:
+    path = committed_dir(run_copy) / "tokenizer.json"
+    data = json.loads(path.read_text())
+    vocab = data["model"]["vocab"]
+    word = max(vocab, key=vocab.get)
+    vocab[word] = 10**6  # as many entries as before: only the id is out of range
+    _replace(path, json.dumps(data))
+    with pytest.raises(RunFileError, match=rf"tokenizer\.json gives token '{word}' the id 1000000, but the "
+                                           r"model's embedding \(config\.json vocab_size\) has \d+ rows"):
+        load_checkpoint(run_copy)
+    result = _invoke("evaluate", str(run_copy), "--data", str(data_csv))
+    assert result.exit_code == 1 and f"{path} gives token" in result.output, result.output

@@ -36,7 +36,7 @@ from torch import nn
 from attnkit._memory import available_memory
 from attnkit._version import __version__
 from attnkit.train.run import save_run
-from attnkit.train.run_files import check_labels, check_vocab_size, refuse_non_finite_file
+from attnkit.train.run_files import check_labels, check_tokenizer_fits, refuse_non_finite_file
 from attnkit.train.rundir import (
     RunExistsError,
     RunFileError,
@@ -255,8 +255,8 @@ def load_checkpoint(
     label_vocab = LabelVocab(check_labels(folder / "labels.json", read_json(folder / "labels.json"),
                                           config.get("num_classes")))
     tokenizer = load_run_tokenizer(directory, meta)
-    check_vocab_size(folder / "tokenizer.json", tokenizer.get_vocab_size(), config.get("vocab_size"),
-                     at_most=meta["model_name"] == "bert")
+    check_tokenizer_fits(folder / "tokenizer.json", tokenizer, config.get("vocab_size"),
+                         at_most=meta["model_name"] == "bert")
     return model, tokenizer, label_vocab, meta
 
 

@@ -9,7 +9,7 @@ A committed run is served only when
 * ``labels.json`` is ``{"labels": [...]}``, a list of at least two distinct
   strings, as many as the model's outputs (``num_classes``);
 * its vocabulary (``tokenizer.json``, ``vocab.json``) has as many entries as
-  the embedding has rows (``vocab_size``), so that every id it gives is in range.
+  the embedding has rows (``vocab_size``), and every id it gives is in range.
 
 Each refusal is a :class:`~attnkit.train.rundir.RunFileError` naming the file
 that disagrees, what it holds and what the config or the weights say. The
@@ -30,7 +30,8 @@ from attnkit._checks import dataclass_kwargs, non_negative_int, one_of
 from attnkit._finite import non_finite_message
 from attnkit.train.fileops import RunFileError
 
-__all__ = ["CONFIG_FIELDS", "check_run_config", "check_labels", "check_vocab_size", "refuse_non_finite_file"]
+__all__ = ["CONFIG_FIELDS", "check_run_config", "check_labels", "check_vocab_size", "check_tokenizer_fits",
+           "refuse_non_finite_file"]
 
 FieldCheck = Callable[[str, Any], None]
 """Checks the value of one field, named by its path (``progress.epoch``); a ValueError or TypeError says what
@@ -148,6 +149,21 @@ def check_vocab_size(path: str | os.PathLike[str], size: int, vocab_size: object
         raise RunFileError(f"{path} has a vocabulary of {size} tokens, but the model's embedding (config.json "
                            f"{field}) has {vocab_size} rows; it needs {relation} {vocab_size} "
                            "(a tokenizer of another run?)")
+
+
+def check_tokenizer_fits(path: str | os.PathLike[str], tokenizer: Any, vocab_size: object, *, at_most: bool = False,
+                         field: str = "vocab_size") -> None:
+    """Refuse the tokenizer read from ``path`` (a ``tokenizers.Tokenizer``) unless it fits an embedding of
+    ``vocab_size`` rows: as many entries (:func:`check_vocab_size`), and every id it gives below ``vocab_size``
+    (a count that fits can still hide an id far beyond the table)."""
+    check_vocab_size(path, tokenizer.get_vocab_size(), vocab_size, at_most=at_most, field=field)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        return
+    token, largest = max(tokenizer.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1],
+                         default=("", -1))
+    if largest >= vocab_size:
+        raise RunFileError(f"{path} gives token {_short(token)} the id {largest}, but the model's embedding "
+                           f"(config.json {field}) has {vocab_size} rows: every id must be below {vocab_size}")
 
 
 def refuse_non_finite_file(path: str | os.PathLike[str], names: Sequence[str]) -> None:

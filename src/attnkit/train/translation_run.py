@@ -26,7 +26,7 @@ from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import fileops
 from attnkit.train.run import save_run
-from attnkit.train.run_files import check_vocab_size
+from attnkit.train.run_files import check_tokenizer_fits
 from attnkit.train.rundir import RunFileError, RunWriter
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
@@ -197,6 +197,6 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     files = ("tokenizer.json",) * 2 if shared else ("src_tokenizer.json", "tgt_tokenizer.json")
     for field, tokenizer, name in zip(("src_vocab_size", "tgt_vocab_size"), (tokenizers.source, tokenizers.target),
                                       files, strict=True):
-        check_vocab_size(folder / name, tokenizer.get_vocab_size(), getattr(model.config, field), field=field)
+        check_tokenizer_fits(folder / name, tokenizer, getattr(model.config, field), field=field)
     max_src = int(meta.get("train_config", {}).get("max_len", 256))
     return Translator(model, tokenizers, max_src_len=max_src, meta=meta)
