@@ -119,3 +119,60 @@ def test_a_tokenizer_id_beyond_the_embedding_is_refused_at_load(run_copy, data_c
         load_checkpoint(run_copy)
     result = _invoke("evaluate", str(run_copy), "--data", str(data_csv))
     assert result.exit_code == 1 and f"{path} gives token" in result.output, result.output
+
+
+# --- weights: the dtype the model holds, and finite in every float dtype ------------------------------
+
+
+def _rewrite_weights(run: Path, change) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    path = committed_dir(run) / "model.safetensors"
+    tensors = load_file(path)
+    tensors = {k: change(v) if v.is_floating_point() else v for k, v in tensors.items()}
+    path.unlink()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, path, metadata={"format": "pt"})
+    return path
+
+
+def test_weights_of_another_dtype_are_refused_not_converted(run_copy, data_csv) -> None:
+    import torch
+
+    path = _rewrite_weights(run_copy, lambda v: (v * 100).to(torch.int64))
+    with pytest.raises(RunFileError, match=r"model\.safetensors does not fit model 'document': wrong dtype for "
+                                           r"\S+ int64 \(expected float32\)"):
+        load_checkpoint(run_copy)
+    result = _invoke("predict", str(run_copy), "a fine film")
+    assert result.exit_code == 1 and f"{path} does not fit" in result.output, result.output
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_nan_weights_in_half_precision_are_refused(run_copy, dtype) -> None:
+    import torch
+
+    half = getattr(torch, dtype)
+    path = _rewrite_weights(run_copy, lambda v: v.to(half))  # finite, but not what the model holds
+    with pytest.raises(RunFileError, match=rf"wrong dtype for \S+ {dtype} \(expected float32\)"):
+        load_checkpoint(run_copy)
+    _rewrite_weights(run_copy, lambda v: torch.full_like(v, float("nan")))
+    with pytest.raises(RunFileError, match=rf"{path} holds NaN or infinite values in \d+ tensor"):
+        load_checkpoint(run_copy)
+
+
+def test_a_numpy_run_refuses_weights_of_another_dtype(tmp_path, data_csv) -> None:
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    from attnkit.train.numpy_backend import load_numpy_run
+
+    run = tmp_path / "np"
+    result = _invoke("train", "--backend", "numpy", "--data", str(data_csv), "--out", str(run), "--epochs", "1",
+                     "--model-opt", "layer.d_model=16")
+    assert result.exit_code == 0, result.output
+    path = committed_dir(run) / "model.safetensors"
+    arrays = {k: (v * 100).astype(np.int64) for k, v in load_file(path).items()}
+    path.unlink()
+    save_file(arrays, path)
+    with pytest.raises(RunFileError, match=r"model\.safetensors is not readable as this run's weights .*weight "
+                                           r"'\S+' is int64 in .*model holds float32"):
+        load_numpy_run(run)

@@ -28,6 +28,7 @@ from attnkit.train import fileops
 from attnkit.train.run import save_run
 from attnkit.train.run_files import check_tokenizer_fits
 from attnkit.train.rundir import RunFileError, RunWriter
+from attnkit.train.tensors import check_tensors_fit
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
            "commit_translation_run", "snapshot_name"]
@@ -180,7 +181,9 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     except (KeyError, TypeError, ValueError) as err:
         raise RunFileError(f"{folder / 'config.json'} holds a model config that does not build: {err}") from None
     try:
-        model.load_saved_tensors(ckpt.load_finite_tensors(weights))
+        tensors = ckpt.load_finite_tensors(weights)
+        check_tensors_fit(model.state_dict(), tensors, weights, f"the model of {folder / 'config.json'}")
+        model.load_saved_tensors(tensors)
     except (RuntimeError, ValueError) as err:
         if isinstance(err, RunFileError):
             raise
