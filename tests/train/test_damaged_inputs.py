@@ -4,6 +4,7 @@ every check reads a file once (linear in its size)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -176,3 +177,98 @@ def test_a_numpy_run_refuses_weights_of_another_dtype(tmp_path, data_csv) -> Non
     with pytest.raises(RunFileError, match=r"model\.safetensors is not readable as this run's weights .*weight "
                                            r"'\S+' is int64 in .*model holds float32"):
         load_numpy_run(run)
+
+
+# --- Hugging Face folders: sized from their config before anything is allocated; finite weights ------
+
+_BERT = {"model_type": "bert", "vocab_size": 30, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+         "intermediate_size": 16, "max_position_embeddings": 16}
+
+
+def _bert_folder(folder: Path, weights=None, **config) -> Path:
+    """A tiny BERT folder as Hugging Face writes it; ``weights`` changes each float tensor before saving."""
+    import torch
+    from safetensors.torch import save_file
+
+    from attnkit.models.bert import BertConfig, BertModel
+
+    folder.mkdir(exist_ok=True)
+    torch.manual_seed(0)
+    tensors = {f"bert.{k}": v.contiguous() for k, v in BertModel(BertConfig.from_dict(_BERT)).state_dict().items()}
+    if weights is not None:
+        tensors = {k: weights(v).contiguous() if v.is_floating_point() else v for k, v in tensors.items()}
+    save_file(tensors, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({**_BERT, **config}))
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "text"]))
+    return folder
+
+
+def _visualize_error(folder: Path, tmp_path: Path) -> str:
+    result = _invoke("visualize", str(folder), "a text", "-o", str(tmp_path / "out.html"))
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "out.html").exists()
+    return " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(("config", "needle"), [
+    ({"hidden_size": -32}, "config.json field hidden_size must be a positive int, got -32"),
+    ({"num_attention_heads": "2"}, "config.json field num_attention_heads must be a positive int, got '2'"),
+    ({"max_position_embeddings": True}, "config.json field max_position_embeddings must be a positive int"),
+    ({"vocab_size": 10**8}, "config.json describes a model of about"),  # 3 GB here; 307 GB at BERT-base's width
+    ({"vocab_size": 10**8, "hidden_size": 768}, "GiB of float32 weights, more than the"),
+    ({"num_hidden_layers": 100_000}, "parameters (num_hidden_layers=100,000, "),
+])
+def test_a_hugging_face_config_is_sized_before_anything_is_built(tmp_path, config, needle) -> None:
+    from attnkit.models.bert import BertModel
+
+    folder = _bert_folder(tmp_path / "bert", **config)
+    start = time.perf_counter()
+    line = _visualize_error(folder, tmp_path)
+    assert f"{folder / 'config.json'}" in line and needle in line, line
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        BertModel.from_pretrained(folder)
+    assert time.perf_counter() - start < 10  # nothing of the described size was allocated or built
+
+
+def test_a_gpt2_config_is_sized_by_its_own_field_names(tmp_path) -> None:
+    from attnkit.inspect.sources import hf_folder_attention
+
+    folder = _bert_folder(tmp_path / "gpt2")  # the weights do not matter: the config is refused first
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "vocab_size": 50, "n_embd": 8,
+                                                    "n_layer": 1, "n_head": -2, "n_positions": 16}))
+    with pytest.raises(ValueError, match=r"config\.json field n_head must be a positive int, got -2"):
+        hf_folder_attention(folder, ["a text"])
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "vocab_size": 50, "n_embd": 8,
+                                                    "n_layer": 1, "n_head": 2, "n_positions": 16,
+                                                    "text_config": {"d_model": 0}}))
+    with pytest.raises(ValueError, match=r"config\.json field text_config\.d_model must be a positive int"):
+        hf_folder_attention(folder, ["a text"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_nan_weights_of_a_hugging_face_folder_are_named_by_file_and_tensor(tmp_path, dtype) -> None:
+    import torch
+
+    from attnkit._hf_folder import check_finite_weights
+
+    half = getattr(torch, dtype)
+    folder = _bert_folder(tmp_path / "bert", weights=lambda v: torch.full_like(v, float("nan"), dtype=half))
+    needle = f"{folder / 'model.safetensors'} holds NaN or infinite values in"
+    line = _visualize_error(folder, tmp_path)
+    assert needle in line and "bert.embeddings" in line, line
+    assert "negative or non-finite" not in line
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        check_finite_weights(folder)  # what a folder read by transformers is checked with
+
+
+def test_init_from_a_folder_with_nan_weights_names_the_file(tmp_path, data_csv) -> None:
+    import torch
+
+    folder = _bert_folder(tmp_path / "bert", weights=lambda v: torch.full_like(v, float("inf")))
+    result = _invoke("train", "--data", str(data_csv), "--model", "bert", "--init-from", str(folder),
+                     "--out", str(tmp_path / "run"), "--device", "cpu", "--epochs", "1", "--max-len", "14", "--quiet")
+    output = " ".join(result.output.split())
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert f"{folder / 'model.safetensors'} holds NaN or infinite values" in output, output
+    assert "diverged" not in output and "--lr" not in output
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnkit._finite import non_finite_names
 from attnkit._memory import available_memory
 from attnkit._version import __version__
 from attnkit.train.run import save_run
@@ -301,11 +302,6 @@ def load_finite_tensors(path: Path) -> dict[str, torch.Tensor]:
     tensors = load_tensors(path)
     refuse_non_finite_file(path, non_finite_names(tensors))
     return tensors
-
-
-def non_finite_names(tensors: dict[str, torch.Tensor]) -> list[str]:
-    """The names of the floating-point tensors that hold a NaN or an infinity."""
-    return [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
 
 
 def load_run_tokenizer(directory: str | os.PathLike[str], meta: dict[str, Any]) -> Any:
