@@ -272,3 +272,16 @@ def test_init_from_a_folder_with_nan_weights_names_the_file(tmp_path, data_csv) 
     assert f"{folder / 'model.safetensors'} holds NaN or infinite values" in output, output
     assert "diverged" not in output and "--lr" not in output
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_translation_runs_train_config_is_checked_by_its_settings_class(tmp_path) -> None:
+    from attnkit.train.translation_run import load_translation_run, save_translation_run
+    from tests.cli.test_cli_translate import tiny_translator
+
+    translator = tiny_translator()
+    save_translation_run(tmp_path / "run", translator.model, translator.tokenizers, run_id="r1")
+    for value, needle in (("lots", "train_config field max_len must be an int, got 'lots' (str)"),
+                          (0, "train_config.max_len must be a positive int, got 0")):
+        _edit_meta(tmp_path / "run", lambda m, v=value: m.update(train_config={"max_len": v}))
+        with pytest.raises(RunFileError, match=re.escape(f"config.json: {needle}")):
+            load_translation_run(tmp_path / "run")

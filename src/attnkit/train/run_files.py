@@ -30,7 +30,8 @@ from attnkit._checks import dataclass_kwargs, non_negative_int, one_of
 from attnkit._finite import non_finite_message
 from attnkit.train.fileops import RunFileError
 
-__all__ = ["CONFIG_FIELDS", "check_run_config", "check_labels", "check_vocab_size", "check_tokenizer_fits",
+__all__ = ["CONFIG_FIELDS", "check_run_config", "settings_check", "check_labels", "check_vocab_size",
+           "check_tokenizer_fits",
            "refuse_non_finite_file"]
 
 FieldCheck = Callable[[str, Any], None]
@@ -65,19 +66,30 @@ def _progress(name: str, value: Any) -> None:
             non_negative_int(f"{name}.{key}", value[key])
 
 
+def settings_check(cls: type, *, required: Sequence[str] = ()) -> FieldCheck:
+    """The check of a field that holds the settings dataclass ``cls`` as a dict: each value typed
+    (:func:`attnkit._checks.dataclass_kwargs`), then ranged by ``cls`` itself; the fields ``required`` must
+    be written even where ``cls`` has a default for them."""
+    def check(name: str, value: Any) -> None:
+        _fields(name, value)
+        missing = [key for key in required if key not in value]
+        if missing:
+            raise ValueError(f"{name} lacks {', '.join(missing)}")
+        kwargs = dataclass_kwargs(cls, value, what=name)
+        try:
+            cls(**kwargs)
+        except ValueError as err:  # the class's own range checks name the field first: give it its path
+            first = str(err).split(" ", 1)[0]
+            raise ValueError(f"{name}.{err}" if first in kwargs else f"{name}: {err}") from None
+    return check
+
+
 def _data_settings(name: str, value: Any) -> None:
-    """How the run's text became ids (:class:`attnkit.train.config.DataSettings`); ``max_len`` is always
-    written (a numpy run writes only it), the other fields take their defaults."""
+    """How the run's text became ids (:class:`attnkit.train.config.DataSettings`); ``max_len``, the number
+    of tokens a text is cut to, is always written (a numpy run writes only it)."""
     from attnkit.train.config import DataSettings
 
-    _fields(name, value)
-    if "max_len" not in value:
-        raise ValueError(f"{name} lacks max_len, the number of tokens a text is cut to")
-    kwargs = dataclass_kwargs(DataSettings, value, what=name)
-    try:
-        DataSettings(**kwargs)
-    except ValueError as err:
-        raise ValueError(f"{name}.{err}") from None
+    settings_check(DataSettings, required=("max_len",))(name, value)
 
 
 CONFIG_FIELDS: dict[str, FieldCheck] = {
@@ -89,7 +101,7 @@ CONFIG_FIELDS: dict[str, FieldCheck] = {
     "progress": _progress,
     "model_config": _fields,  # checked field by field by the model's config class when it is built
     "data_settings": _data_settings,
-    "train_config": _fields,  # the same, by the task's settings class where they are read
+    "train_config": _fields,  # the same, by the task's settings class where they are read (settings_check)
     "settings": _fields,
     "vocab": _fields,
     "data": _fields,

@@ -26,7 +26,7 @@ from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import fileops
 from attnkit.train.run import save_run
-from attnkit.train.run_files import check_tokenizer_fits
+from attnkit.train.run_files import check_run_config, check_tokenizer_fits, settings_check
 from attnkit.train.rundir import RunFileError, RunWriter
 from attnkit.train.tensors import check_tensors_fit
 
@@ -168,9 +168,12 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     path = Path(directory)
     if not path.is_dir():
         raise RunFileError(f"checkpoint {str(path)!r} is not a directory")
+    from attnkit.train.translation import TranslationTrainConfig
+
     folder, meta = ckpt.committed_dir(path), ckpt.read_run_config(path)
     if meta.get("model_name") != MODEL_NAME:
         raise RunFileError(f"{path} holds a {meta.get('model_name')!r} run, not a translation ({MODEL_NAME!r}) run")
+    check_run_config(folder / "config.json", meta, {"train_config": settings_check(TranslationTrainConfig)})
     notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished, hint=(
         f"continue it with attnkit train --task translate --src ... --tgt ... --out {path} --resume"))
     if notice:
@@ -201,5 +204,5 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     for field, tokenizer, name in zip(("src_vocab_size", "tgt_vocab_size"), (tokenizers.source, tokenizers.target),
                                       files, strict=True):
         check_tokenizer_fits(folder / name, tokenizer, getattr(model.config, field), field=field)
-    max_src = int(meta.get("train_config", {}).get("max_len", 256))
+    max_src = meta.get("train_config", {}).get("max_len", 256)
     return Translator(model, tokenizers, max_src_len=max_src, meta=meta)
