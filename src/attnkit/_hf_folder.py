@@ -116,27 +116,40 @@ def refuse_non_finite_weights(path: str | os.PathLike[str], names: list[str], *,
 
 def _size(config: Mapping[str, Any], source: str, prefix: str, names: tuple[str, ...]) -> int:
     """The largest of the size fields ``names`` that ``config`` holds (0 when it holds none); each one it holds
-    must be a positive int (null: unset)."""
+    must be a positive int, or a list of them (one per stage: Swin's ``num_heads``); null is unset."""
     found = 0
     for name in names:
         value = config.get(name)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{source} field {prefix}{name} must be a positive int, got {value!r}")
-        found = max(found, value)
+        for item in value if isinstance(value, list) and value else [value]:
+            if isinstance(item, bool) or not isinstance(item, int) or item <= 0:
+                raise ValueError(f"{source} field {prefix}{name} must be a positive int, got {_short(value)}")
+            found = max(found, item)
     return found
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _rotary(config: Mapping[str, Any]) -> bool:
+    """Whether the config's positions are rotary (``rope_theta``, ``rotary_dim``...): no table of them is held."""
+    return any("rope" in str(key) or "rotary" in str(key) for key in config)
 
 
 def estimated_parameters(config: Mapping[str, Any], source: str = "config.json", prefix: str = "") -> int:
     """About how many parameters a Hugging Face config describes, from its size fields alone: the token and
-    position tables plus each layer's attention (4 d^2) and feed-forward (2 d x ffn) weights; a nested
+    position tables (none for rotary positions) plus each layer's attention (4 d^2) and feed-forward
+    (2 d x ffn) weights; a nested
     config (``text_config``, ``vision_config``, ``encoder``...) adds its own. A size field that is not a
     positive int raises a ValueError naming ``source`` and the field (by its path)."""
     sizes = {kind: _size(config, source, prefix, names) for kind, names in SIZE_FIELDS.items()}
     width = sizes["width"]
     ffn = sizes["feed-forward"] or 4 * width
-    total = (sizes["vocabulary"] + sizes["positions"]) * width + sizes["layers"] * (4 * width * width + 2 * width * ffn)
+    positions = 0 if _rotary(config) else sizes["positions"]
+    total = (sizes["vocabulary"] + positions) * width + sizes["layers"] * (4 * width * width + 2 * width * ffn)
     for key, value in config.items():
         if isinstance(value, Mapping) and (key.endswith("_config") or key in ("encoder", "decoder")):
             total += estimated_parameters(value, source, f"{prefix}{key}.")
