@@ -285,3 +285,17 @@ def test_a_translation_runs_train_config_is_checked_by_its_settings_class(tmp_pa
         _edit_meta(tmp_path / "run", lambda m, v=value: m.update(train_config={"max_len": v}))
         with pytest.raises(RunFileError, match=re.escape(f"config.json: {needle}")):
             load_translation_run(tmp_path / "run")
+
+
+def test_the_size_estimate_counts_no_rotary_position_table_and_reads_per_stage_lists() -> None:
+    from attnkit._hf_folder import estimated_parameters
+
+    llama = {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
+             "num_attention_heads": 4, "max_position_embeddings": 131072}
+    layers = 2 * (4 * 64 * 64 + 2 * 64 * 128)
+    assert estimated_parameters(llama) == (1000 + 131072) * 64 + layers  # a learned table of positions
+    assert estimated_parameters({**llama, "rope_theta": 1e6}) == 1000 * 64 + layers  # rotary: no table
+    swin = {"embed_dim": 96, "num_heads": [3, 6, 12, 24], "num_layers": 4}
+    assert estimated_parameters(swin) == 4 * (4 * 96 * 96 + 2 * 96 * 4 * 96)
+    with pytest.raises(ValueError, match=r"x\.json field num_heads must be a positive int, got \[3, 0\]"):
+        estimated_parameters({**swin, "num_heads": [3, 0]}, "x.json")
