@@ -25,6 +25,7 @@ from attnkit.decoding import beam_search, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import fileops
+from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.run import save_run
 from attnkit.train.run_files import check_run_config, check_tokenizer_fits, settings_check
 from attnkit.train.rundir import RunFileError, RunWriter
@@ -168,8 +169,6 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     path = Path(directory)
     if not path.is_dir():
         raise RunFileError(f"checkpoint {str(path)!r} is not a directory")
-    from attnkit.train.translation import TranslationTrainConfig
-
     folder, meta = ckpt.committed_dir(path), ckpt.read_run_config(path)
     if meta.get("model_name") != MODEL_NAME:
         raise RunFileError(f"{path} holds a {meta.get('model_name')!r} run, not a translation ({MODEL_NAME!r}) run")
