@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["ON_NAN", "MAX_SKIPS_IN_A_ROW", "NonFiniteError", "StepGuard", "check_on_nan", "refuse_non_finite",
-           "refuse_non_finite_metrics", "non_finite_message"]
+           "refuse_non_finite_metrics", "non_finite_message", "non_finite_names"]
 
 ON_NAN = ("stop", "skip-step")
 """The valid values of ``on_nan`` (``--on-nan``)."""
@@ -106,6 +107,13 @@ def non_finite_message(source: str, names: Sequence[str]) -> str:
     """One line: ``source`` holds NaN or infinite values in the tensors ``names``."""
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     return f"{source} holds NaN or infinite values in {len(names)} tensor(s) ({shown})"
+
+
+def non_finite_names(tensors: Mapping[str, Any]) -> list[str]:
+    """The names of the floating-point torch tensors of ``tensors`` (any float dtype: float32, bfloat16,
+    float16...) that hold a NaN or an infinity; read through the tensors' own methods, so this module
+    imports no torch."""
+    return [name for name, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all())]
 
 
 def refuse_non_finite(names: Sequence[str], *, epoch: int, step: int) -> None:

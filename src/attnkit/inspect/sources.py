@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnkit._hf_folder import check_model_folder, check_safetensors_file
+from attnkit._hf_folder import check_finite_weights, check_model_folder, check_safetensors_file
 from attnkit.inspect.capture import Capture, capture
 
 __all__ = ["hf_folder_attention", "hf_seq2seq_attention", "timm_attention", "load_image", "folder_kind",
@@ -97,7 +97,8 @@ def hf_folder_attention(folder: str | os.PathLike[str], texts: list[str] | None 
     root = Path(folder)
     if not (root / "config.json").is_file():
         raise ValueError(f"{folder}: expected a Hugging Face model folder holding config.json")
-    check_model_folder(root)  # before transformers reads anything: no auto_map, no pickles
+    check_model_folder(root)  # before transformers reads anything: no auto_map, no pickles, sizes that fit
+    check_finite_weights(root)
     import transformers
 
     try:
@@ -149,6 +150,7 @@ def hf_seq2seq_attention(folder: str | os.PathLike[str], texts: list[str], targe
 
     root = Path(folder)
     check_model_folder(root)
+    check_finite_weights(root)
     try:
         model = transformers.AutoModel.from_pretrained(root, **SAFE_LOAD, use_safetensors=True).eval()
         tokenizer = transformers.AutoTokenizer.from_pretrained(root, **SAFE_LOAD)

@@ -301,7 +301,9 @@ class BertModel(nn.Module):
         """Load ``config.json`` and ``model.safetensors`` from a local BERT folder.
 
         The folder is checked first (:func:`attnkit._hf_folder.check_model_folder`):
-        a config with ``auto_map`` (custom code) or pickled weights are refused by name.
+        a config with ``auto_map`` (custom code), pickled weights, sizes that are not positive
+        ints or do not fit the memory or the weights are refused by name, before anything is
+        built; so are weights that hold NaN or infinity (naming the file and the tensors).
 
         Accepts tensors named with or without the ``bert.`` prefix; task heads
         (``cls.*``, ``classifier.*``) and the ``embeddings.position_ids``
@@ -310,14 +312,16 @@ class BertModel(nn.Module):
         """
         from safetensors.torch import load_file
 
-        from attnkit._hf_folder import check_model_folder
+        from attnkit._finite import non_finite_names
+        from attnkit._hf_folder import check_model_folder, refuse_non_finite_weights
 
-        folder = check_model_folder(directory)  # no custom code, no pickles, readable safetensors headers
+        folder = check_model_folder(directory)  # no custom code, no pickles, readable headers, sizes that fit
         for name in ("config.json", "model.safetensors"):
             if not (folder / name).is_file():
                 raise FileNotFoundError(f"{folder} is not a BERT folder: {name} is missing")
-        model = cls(BertConfig.from_file(folder / "config.json"))
         tensors = load_file(str(folder / "model.safetensors"))
+        refuse_non_finite_weights(folder / "model.safetensors", non_finite_names(tensors))
+        model = cls(BertConfig.from_file(folder / "config.json"))
         state: dict[str, Tensor] = {}
         for name, tensor in tensors.items():
             name = name.removeprefix("bert.")

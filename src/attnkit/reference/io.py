@@ -40,10 +40,12 @@ def save_weights(module: Module, path: str | os.PathLike[str]) -> None:
     _atomic_write(Path(path), lambda tmp: save_file(tensors, tmp))
 
 
-def load_weights(module: Module, path: str | os.PathLike[str], *, strict: bool = True) -> list[str]:
+def load_weights(module: Module, path: str | os.PathLike[str], *, strict: bool = True, cast: bool = True) -> list[str]:
     """Copy tensors from a safetensors file into ``module``'s parameters, in place.
 
-    Values are cast to each parameter's dtype. With ``strict`` every parameter
+    Values are cast to each parameter's dtype; with ``cast=False`` a tensor of
+    another dtype (int64 where the parameter is float32) is a ValueError naming
+    it and the file instead. With ``strict`` every parameter
     must be in the file and every tensor of the file must be a parameter;
     otherwise the names left unused are returned.
     """
@@ -61,6 +63,8 @@ def load_weights(module: Module, path: str | os.PathLike[str], *, strict: bool =
         t = tensors[name]
         if t.shape != p.shape:
             raise ValueError(f"weight {name!r} has shape {t.shape} in {os.fspath(path)}, model expects {p.shape}")
+        if not cast and t.dtype != p.dtype:
+            raise ValueError(f"weight {name!r} is {t.dtype} in {os.fspath(path)}, model holds {p.dtype}")
         p[...] = t.astype(p.dtype)
     return missing + unexpected
 

@@ -33,10 +33,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnkit._finite import non_finite_names
 from attnkit._memory import available_memory
 from attnkit._version import __version__
 from attnkit.train.run import save_run
-from attnkit.train.run_files import check_labels, check_vocab_size, refuse_non_finite_file
+from attnkit.train.run_files import check_labels, check_tokenizer_fits, refuse_non_finite_file
 from attnkit.train.rundir import (
     RunExistsError,
     RunFileError,
@@ -255,8 +256,8 @@ def load_checkpoint(
     label_vocab = LabelVocab(check_labels(folder / "labels.json", read_json(folder / "labels.json"),
                                           config.get("num_classes")))
     tokenizer = load_run_tokenizer(directory, meta)
-    check_vocab_size(folder / "tokenizer.json", tokenizer.get_vocab_size(), config.get("vocab_size"),
-                     at_most=meta["model_name"] == "bert")
+    check_tokenizer_fits(folder / "tokenizer.json", tokenizer, config.get("vocab_size"),
+                         at_most=meta["model_name"] == "bert")
     return model, tokenizer, label_vocab, meta
 
 
@@ -301,11 +302,6 @@ def load_finite_tensors(path: Path) -> dict[str, torch.Tensor]:
     tensors = load_tensors(path)
     refuse_non_finite_file(path, non_finite_names(tensors))
     return tensors
-
-
-def non_finite_names(tensors: dict[str, torch.Tensor]) -> list[str]:
-    """The names of the floating-point tensors that hold a NaN or an infinity."""
-    return [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
 
 
 def load_run_tokenizer(directory: str | os.PathLike[str], meta: dict[str, Any]) -> Any:

@@ -1,6 +1,7 @@
 """The training configurations, saved with every run: :class:`TrainSettings`, the fields every trainer
 reads, extended by the classifiers' (:class:`ClassifierTrainSettings`, :class:`TrainConfig`), the NumPy
-twin's and translation's settings."""
+twin's and translation's (:class:`TranslationTrainConfig`) settings; and how a classifier's text becomes ids
+(:class:`DataSettings`)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from attnkit._checks import dataclass_kwargs, positive_int
+from attnkit._checks import dataclass_kwargs, non_negative_int, one_of, positive_float, positive_int
 from attnkit._finite import check_on_nan
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 from attnkit.train.metrics import check_metric
 from attnkit.train.objective import CLASS_WEIGHTS
 
-__all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "warmup_linear_factor"]
+__all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "DataSettings", "TranslationTrainConfig",
+           "warmup_linear_factor"]
 
 S = TypeVar("S", bound="TrainSettings")
 
@@ -155,3 +157,65 @@ class TrainConfig(ClassifierTrainSettings):
             raise ValueError(f"class_weight must be one of {list(CLASS_WEIGHTS)}, got {self.class_weight!r}")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """How text becomes token ids: tokenizer kind and size, truncation length."""
+
+    tokenizer: str = "word"
+    vocab_size: int = 20000
+    min_frequency: int = 1
+    lowercase: bool = True
+    max_len: int = 256
+
+    def __post_init__(self) -> None:
+        one_of("tokenizer", self.tokenizer, ("word", "wordpiece", "bpe"))
+        for name in ("vocab_size", "min_frequency", "max_len"):
+            positive_int(name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class TranslationTrainConfig(TrainSettings):
+    """Training settings: Adam (0.9, 0.98), linear warm-up then inverse square-root decay
+    (Vaswani et al., 2017, eq. 3, with ``lr`` as the peak).
+
+    The fields of :class:`attnkit.train.config.TrainSettings` (``epochs``,
+    ``lr``, ``clip_norm``, ``seed``; ``lr`` defaults to 5e-4 here), and:
+
+    Args:
+        max_tokens: source plus target tokens per batch.
+        warmup_steps: optimizer steps of the linear warm-up.
+        max_len: sentence pairs with a side longer than this many tokens are left out of training.
+        vocab_size: of the BPE tokenizers trained on the corpus.
+        lowercase: lowercase the corpus before the tokenizers are trained.
+        time_budget_s: stop after the epoch that passes this many seconds (None: no limit).
+        eval_beam_size: beam width of the BLEU score on the validation part.
+        eval_sentences: sentence count of that BLEU score.
+        log_every: steps between progress lines.
+        average_last: > 1 averages the weights saved at the end of the last
+            that many epochs (Vaswani et al., 2017, section 6.1) and keeps the average
+            when its validation loss is no worse than the last epoch's.
+    """
+
+    lr: float = 5e-4
+    max_tokens: int = 4096
+    warmup_steps: int = 1000
+    max_len: int = 100
+    vocab_size: int = 8000
+    lowercase: bool = False
+    time_budget_s: float | None = None
+    eval_beam_size: int = 1
+    eval_sentences: int | None = None
+    log_every: int = 100
+    average_last: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("max_tokens", "max_len", "vocab_size", "eval_beam_size", "log_every", "average_last"):
+            positive_int(name, getattr(self, name))
+        non_negative_int("warmup_steps", self.warmup_steps)
+        if self.eval_sentences is not None:
+            non_negative_int("eval_sentences", self.eval_sentences)
+        if self.time_budget_s is not None:
+            positive_float("time_budget_s", self.time_budget_s)

@@ -243,7 +243,7 @@ def load_numpy_run(directory: str | Path) -> NumpyRun:
     if not weights.is_file():
         raise RunFileError(f"numpy run directory {directory} is incomplete: {weights} is missing")
     try:
-        load_weights(model, weights)
+        load_weights(model, weights, cast=False)  # a tensor of another dtype is a damaged file
     except (SafetensorError, OSError, ValueError) as err:
         raise RunFileError(f"{weights} is not readable as this run's weights ({weights.stat().st_size} bytes): "
                            f"{' '.join(str(err).split())[:400]}") from None

@@ -29,7 +29,7 @@ from attnkit.data.splits import kfold
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train.checkpoint import unwrap
-from attnkit.train.config import TrainConfig
+from attnkit.train.config import DataSettings, TrainConfig
 from attnkit.train.distributed import DistInfo
 from attnkit.train.memory_budget import fit_to_memory, peak_rss_mib
 from attnkit.train.objective import check_objective, fit_decision
@@ -38,25 +38,6 @@ from attnkit.train.tasks import ordered_batches
 from attnkit.train.trainer import Trainer
 
 __all__ = ["DataSettings", "FitResult", "model_config_dict", "fit_classifier", "cross_validate"]
-
-
-@dataclass(frozen=True)
-class DataSettings:
-    """How text becomes token ids: tokenizer kind and size, truncation length."""
-
-    tokenizer: str = "word"
-    vocab_size: int = 20000
-    min_frequency: int = 1
-    lowercase: bool = True
-    max_len: int = 256
-
-    def __post_init__(self) -> None:
-        if self.tokenizer not in ("word", "wordpiece", "bpe"):
-            raise ValueError(f"tokenizer must be one of ['word', 'wordpiece', 'bpe'], got {self.tokenizer!r}")
-        for name in ("vocab_size", "min_frequency", "max_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 @dataclass

@@ -63,6 +63,7 @@ from attnkit.train.fileops import (
     os_error_message,
     read_json,
 )
+from attnkit.train.run_files import check_run_config
 from attnkit.train.runlock import LOCK, RunLock, RunLockedError, check_unlocked
 
 __all__ = [
@@ -193,14 +194,13 @@ def committed_dir(directory: str | os.PathLike[str]) -> Path:
 
 
 def read_run_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The committed ``config.json`` of a run directory (RunFileError naming the file if it is bad)."""
+    """The committed ``config.json`` of a run directory, each field it holds of the type and range it was
+    written with (:func:`attnkit.train.run_files.check_run_config`); else a RunFileError naming the file
+    and the field."""
     path = committed_dir(directory) / "config.json"
     if not path.is_file():
         raise RunFileError(f"{path} is missing: {directory} is not a complete attnkit run")
-    data = read_json(path)
-    if not isinstance(data, dict):
-        raise RunFileError(f"{path} must hold a JSON object")
-    return data
+    return check_run_config(path, read_json(path))
 
 
 def run_status(meta: dict[str, Any]) -> str:

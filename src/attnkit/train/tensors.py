@@ -1,4 +1,5 @@
-"""Named tensors in safetensors files: atomic saves, loads that name a damaged file, strict weight loading."""
+"""Named tensors in safetensors files: atomic saves, loads that name a damaged file, strict weight loading
+(names, shapes and dtypes)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torch import nn
 
 from attnkit.train.fileops import RunFileError, atomic_write_bytes
 
-__all__ = ["save_tensors", "load_tensors", "load_weights_into", "unwrap"]
+__all__ = ["save_tensors", "load_tensors", "load_weights_into", "check_tensors_fit", "unwrap"]
 
 
 def save_tensors(path: str | os.PathLike[str], tensors: dict[str, torch.Tensor],
@@ -38,17 +39,35 @@ def load_tensors(path: str | os.PathLike[str], device: str | torch.device = "cpu
 
 def load_weights_into(model: nn.Module, state: dict[str, torch.Tensor], source: str | os.PathLike[str],
                       what: str = "the model") -> None:
-    """``model.load_state_dict(state)`` with every mismatch (names or shapes) told as one line naming ``source``."""
+    """``model.load_state_dict(state)`` with every mismatch (names, shapes or dtypes) told as one line naming
+    ``source``."""
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
     if missing or unexpected:
         raise RunFileError(f"{source} does not fit {what}: missing {missing[:8]}, unexpected {unexpected[:8]}")
-    wrong = [f"{k} {tuple(state[k].shape)} (expected {tuple(v.shape)})" for k, v in own.items()
-             if tuple(state[k].shape) != tuple(v.shape)]
+    check_tensors_fit(own, state, source, what)
+    model.load_state_dict(state)
+
+
+def check_tensors_fit(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor], source: str | os.PathLike[str],
+                      what: str = "the model") -> None:
+    """Refuse the tensors ``state`` read from ``source`` when one that ``own`` (a model's state dict) also
+    names has another shape or another dtype: an int64 tensor where the model holds float32 weights is a
+    damaged file, never converted and served. One line names ``source`` and the first tensors."""
+    common = [k for k in own if k in state]
+    wrong = [f"{k} {tuple(state[k].shape)} (expected {tuple(own[k].shape)})" for k in common
+             if tuple(state[k].shape) != tuple(own[k].shape)]
     if wrong:
         raise RunFileError(f"{source} does not fit {what}: wrong shape for {', '.join(wrong[:4])}")
-    model.load_state_dict(state)
+    wrong = [f"{k} {_dtype(state[k])} (expected {_dtype(own[k])})" for k in common if state[k].dtype != own[k].dtype]
+    if wrong:
+        raise RunFileError(f"{source} does not fit {what}: wrong dtype for {', '.join(wrong[:4])}"
+                           f"{f' and {len(wrong) - 4} more' if len(wrong) > 4 else ''}")
+
+
+def _dtype(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 
-from attnkit._checks import non_negative_int, positive_float, positive_int
 from attnkit._modes import eval_mode
 from attnkit.data.parallel import (
     ParallelCorpus,
@@ -44,7 +43,7 @@ from attnkit.data.parallel import (
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import schedules
-from attnkit.train.config import TrainSettings
+from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.metrics import corpus_bleu
 from attnkit.train.run import start_run
 from attnkit.train.rundir import RunFileError
@@ -66,52 +65,6 @@ __all__ = [
 
 
 # --- training ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TranslationTrainConfig(TrainSettings):
-    """Training settings: Adam (0.9, 0.98), linear warm-up then inverse square-root decay
-    (Vaswani et al., 2017, eq. 3, with ``lr`` as the peak).
-
-    The fields of :class:`attnkit.train.config.TrainSettings` (``epochs``,
-    ``lr``, ``clip_norm``, ``seed``; ``lr`` defaults to 5e-4 here), and:
-
-    Args:
-        max_tokens: source plus target tokens per batch.
-        warmup_steps: optimizer steps of the linear warm-up.
-        max_len: sentence pairs with a side longer than this many tokens are left out of training.
-        vocab_size: of the BPE tokenizers trained on the corpus.
-        lowercase: lowercase the corpus before the tokenizers are trained.
-        time_budget_s: stop after the epoch that passes this many seconds (None: no limit).
-        eval_beam_size: beam width of the BLEU score on the validation part.
-        eval_sentences: sentence count of that BLEU score.
-        log_every: steps between progress lines.
-        average_last: > 1 averages the weights saved at the end of the last
-            that many epochs (Vaswani et al., 2017, section 6.1) and keeps the average
-            when its validation loss is no worse than the last epoch's.
-    """
-
-    lr: float = 5e-4
-    max_tokens: int = 4096
-    warmup_steps: int = 1000
-    max_len: int = 100
-    vocab_size: int = 8000
-    lowercase: bool = False
-    time_budget_s: float | None = None
-    eval_beam_size: int = 1
-    eval_sentences: int | None = None
-    log_every: int = 100
-    average_last: int = 1
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("max_tokens", "max_len", "vocab_size", "eval_beam_size", "log_every", "average_last"):
-            positive_int(name, getattr(self, name))
-        non_negative_int("warmup_steps", self.warmup_steps)
-        if self.eval_sentences is not None:
-            non_negative_int("eval_sentences", self.eval_sentences)
-        if self.time_budget_s is not None:
-            positive_float("time_budget_s", self.time_budget_s)
 
 
 def _validation_loss(model: Seq2SeqTransformer, pairs: list[tuple[list[int], list[int]]], max_tokens: int) -> float:

@@ -25,9 +25,11 @@ from attnkit.decoding import beam_search, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import fileops
+from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.run import save_run
-from attnkit.train.run_files import check_vocab_size
+from attnkit.train.run_files import check_run_config, check_tokenizer_fits, settings_check
 from attnkit.train.rundir import RunFileError, RunWriter
+from attnkit.train.tensors import check_tensors_fit
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
            "commit_translation_run", "snapshot_name"]
@@ -170,6 +172,7 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     folder, meta = ckpt.committed_dir(path), ckpt.read_run_config(path)
     if meta.get("model_name") != MODEL_NAME:
         raise RunFileError(f"{path} holds a {meta.get('model_name')!r} run, not a translation ({MODEL_NAME!r}) run")
+    check_run_config(folder / "config.json", meta, {"train_config": settings_check(TranslationTrainConfig)})
     notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished, hint=(
         f"continue it with attnkit train --task translate --src ... --tgt ... --out {path} --resume"))
     if notice:
@@ -180,7 +183,9 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     except (KeyError, TypeError, ValueError) as err:
         raise RunFileError(f"{folder / 'config.json'} holds a model config that does not build: {err}") from None
     try:
-        model.load_saved_tensors(ckpt.load_finite_tensors(weights))
+        tensors = ckpt.load_finite_tensors(weights)
+        check_tensors_fit(model.state_dict(), tensors, weights, f"the model of {folder / 'config.json'}")
+        model.load_saved_tensors(tensors)
     except (RuntimeError, ValueError) as err:
         if isinstance(err, RunFileError):
             raise
@@ -197,6 +202,6 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     files = ("tokenizer.json",) * 2 if shared else ("src_tokenizer.json", "tgt_tokenizer.json")
     for field, tokenizer, name in zip(("src_vocab_size", "tgt_vocab_size"), (tokenizers.source, tokenizers.target),
                                       files, strict=True):
-        check_vocab_size(folder / name, tokenizer.get_vocab_size(), getattr(model.config, field), field=field)
-    max_src = int(meta.get("train_config", {}).get("max_len", 256))
+        check_tokenizer_fits(folder / name, tokenizer, getattr(model.config, field), field=field)
+    max_src = meta.get("train_config", {}).get("max_len", 256)
     return Translator(model, tokenizers, max_src_len=max_src, meta=meta)
