@@ -200,3 +200,60 @@ def test_train_refuses_tokenizer_flags_beside_init_from(tiny_bert: Path, tmp_pat
     assert f"--init-from fine-tunes with the BERT folder's own WordPiece tokenizer, which {', '.join(named)}" \
         in done.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("fault", ["injected", "diverged"])
+def test_a_failed_fit_leaves_the_earlier_fit_whole(fault: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    clf = attnkit.TextClassifier(**TINY).fit(X[:40], Y[:40])
+    classes, predictor, proba = clf.classes_, clf.predictor_, clf.predict_proba(TEXTS)
+    three = [("ham", "spam", "eggs")[i % 3] for i in range(40)]  # another set of classes
+    if fault == "injected":  # fails mid-fit: the labels read and the tokenizer built, the model training
+        from attnkit.train import pipeline
+
+        def broken(self: object, **kwargs: object) -> None:
+            raise RuntimeError("injected fault")
+
+        monkeypatch.setattr(pipeline.Trainer, "fit", broken)
+        with pytest.raises(RuntimeError, match="injected fault"):
+            clf.fit(X[:40], three)
+    else:
+        with pytest.raises(ValueError, match="training diverged"):
+            clf.set_params(lr=1e30).fit(X[:40], three)
+    assert clf.classes_ is classes and clf.predictor_ is predictor
+    assert list(clf.classes_) == ["negative", "positive"]
+    np.testing.assert_array_equal(clf.predict_proba(TEXTS), proba)
+    fresh = attnkit.TextClassifier(**TINY)
+    with pytest.raises(RuntimeError if fault == "injected" else ValueError):
+        fresh.set_params(lr=1e30 if fault == "diverged" else fresh.lr).fit(X[:40], three)
+    assert not hasattr(fresh, "classes_") and not hasattr(fresh, "predictor_")  # still not fitted
+    with pytest.raises(sklearn.exceptions.NotFittedError):
+        fresh.predict(TEXTS)
+
+
+@pytest.mark.parametrize("labels, message", [
+    ([1.0, float("nan")] * 20, "y holds no label at item 1 (nan; 20 missing in all): every text needs a class label"),
+    ([None, "spam"] * 20, "y holds no label at item 0 (None; 20 missing in all): every text needs a class label"),
+    (np.linspace(0.0, 1.0, 40), "Unknown label type: continuous"),
+    ([[1, 0]] * 40, "y should be a 1d array, got an array of shape (40, 2) instead"),
+    (None, "TextClassifier requires y to be passed, but the target y is None"),
+])
+def test_targets_follow_scikit_learns_rules(labels: object, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        attnkit.TextClassifier(**TINY).fit(X[:40], labels)  # type: ignore[arg-type]
+    assert str(err.value).startswith(message)
+
+
+def test_a_label_column_is_read_as_1d_with_scikit_learns_warning() -> None:
+    with pytest.warns(sklearn.exceptions.DataConversionWarning):
+        clf = attnkit.TextClassifier(**{**TINY, "epochs": 1}).fit(X[:40], np.array(Y[:40])[:, None])
+    assert list(clf.classes_) == ["negative", "positive"]
+
+
+def test_max_memory_bounds_the_fit_and_the_note_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+    clf = attnkit.TextClassifier(epochs=1, max_memory="400MB").fit(X, Y)  # the default model, with its n-gram half
+    note = capsys.readouterr().err
+    assert "over the limit of 400 MB (max_memory); using the" in note and "max_memory to change" in note
+    assert 1000 <= clf.predictor_.config["model_config"]["ngram_rows"] < 200_000  # the recipe's 200,000 shrunk
+    assert clf.get_params()["max_memory"] == "400MB"
+    with pytest.raises(ValueError, match=r"^max_memory must be a size such as 4GB, 800MB or 1.5GiB, got '4 parsecs'"):
+        attnkit.TextClassifier(**TINY, max_memory="4 parsecs").fit(X[:40], Y[:40])
