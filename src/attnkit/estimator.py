@@ -166,6 +166,14 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
 
         return None if self.max_memory is None else parse_memory_size(self.max_memory, name="max_memory")
 
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn's tags: ``X`` is a 1-D sequence of texts (strings), ``y`` the labels fit requires."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.one_d_array = True
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
+
     def _recipe(self) -> _Recipe:
         """What ``fit`` trains: ``attnkit train``'s recipe with this estimator's arguments over it, or
         fine-tuning's when a BERT folder is given (``preset='accurate'``, ``init_from``)."""
@@ -257,7 +265,7 @@ def _texts(X: Any) -> list[str]:
 def _labels(y: Any) -> np.ndarray:
     """``y`` as a 1-D array of class labels, checked by scikit-learn's rules for classifiers (binary or
     multiclass; a one-column ``y`` is read as 1-D with scikit-learn's DataConversionWarning). A missing label
-    (None or NaN) is named with its index first, as scikit-learn's check would not name it."""
+    (None or NaN) is named with its index first, in scikit-learn's words (``Input y contains NaN``)."""
     if y is None:
         raise ValueError("TextClassifier requires y to be passed, but the target y is None: give one label "
                          "per text")
@@ -265,8 +273,8 @@ def _labels(y: Any) -> np.ndarray:
     values = labels.tolist()
     missing = [i for i, v in enumerate(values) if v is None or (isinstance(v, float) and math.isnan(v))]
     if missing:
-        raise ValueError(f"y holds no label at item {missing[0]} ({values[missing[0]]!r}; {len(missing)} "
-                         f"missing in all): every text needs a class label")
+        raise ValueError(f"Input y contains {'None' if values[missing[0]] is None else 'NaN'} at item {missing[0]} "
+                         f"({len(missing)} labels missing in all): every text needs a class label")
     check_classification_targets(labels)
     return labels
 

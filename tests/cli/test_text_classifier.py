@@ -22,10 +22,12 @@ from tests.support.bert import install_fake_pretrained, write_tiny_bert
 sklearn = pytest.importorskip("sklearn")  # the 'tasks' extra; the missing-extra test below needs none
 
 from sklearn.base import clone  # noqa: E402
+from sklearn.exceptions import SkipTestWarning  # noqa: E402
 from sklearn.model_selection import cross_val_score  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import FunctionTransformer  # noqa: E402
-from sklearn.utils.estimator_checks import check_no_attributes_set_in_init  # noqa: E402
+from sklearn.utils import get_tags  # noqa: E402
+from sklearn.utils.estimator_checks import check_estimator, check_no_attributes_set_in_init  # noqa: E402
 
 # TINY of tests/support/cli.py, as constructor arguments
 TINY = {"model": "document",
@@ -231,8 +233,9 @@ def test_a_failed_fit_leaves_the_earlier_fit_whole(fault: str, monkeypatch: pyte
 
 
 @pytest.mark.parametrize("labels, message", [
-    ([1.0, float("nan")] * 20, "y holds no label at item 1 (nan; 20 missing in all): every text needs a class label"),
-    ([None, "spam"] * 20, "y holds no label at item 0 (None; 20 missing in all): every text needs a class label"),
+    ([1.0, float("nan")] * 20, "Input y contains NaN at item 1 (20 labels missing in all): every text needs a class "
+                               "label"),
+    ([None, "spam"] * 20, "Input y contains None at item 0 (20 labels missing in all): every text needs a class label"),
     (np.linspace(0.0, 1.0, 40), "Unknown label type: continuous"),
     ([[1, 0]] * 40, "y should be a 1d array, got an array of shape (40, 2) instead"),
     (None, "TextClassifier requires y to be passed, but the target y is None"),
@@ -257,3 +260,27 @@ def test_max_memory_bounds_the_fit_and_the_note_names_it(capsys: pytest.CaptureF
     assert clf.get_params()["max_memory"] == "400MB"
     with pytest.raises(ValueError, match=r"^max_memory must be a size such as 4GB, 800MB or 1.5GiB, got '4 parsecs'"):
         attnkit.TextClassifier(**TINY, max_memory="4 parsecs").fit(X[:40], Y[:40])
+
+
+def _as_texts(rows: np.ndarray) -> list[str]:
+    """The rows of numbers scikit-learn's checks fit on, written as texts: a word per feature and rounded value."""
+    return [" ".join(f"f{j}v{round(float(v))}" for j, v in enumerate(row)) for row in rows]
+
+
+# What no Pipeline passes, whatever its steps: it fits them in place, so its `steps` parameter holds the fitted
+# estimators (scikit-learn's own make_pipeline(FunctionTransformer(), LogisticRegression()) fails both).
+PIPELINE_FAILS = dict.fromkeys(["check_estimators_overwrite_params", "check_dont_overwrite_parameters"],
+                               "a Pipeline fits its steps in place: its `steps` parameter holds them fitted")
+
+
+def test_scikit_learns_estimator_checks() -> None:
+    """The tags say what the estimator reads, a 1-D sequence of texts, so check_estimator (whose checks fit on
+    numbers) skips it whole; behind a transformer that writes the numbers as texts it passes every check but
+    the two that no Pipeline passes."""
+    clf = attnkit.TextClassifier(**{**TINY, "lr": 0.05})  # check_classifiers_train asks for accuracy above 0.83
+    tags = get_tags(clf).input_tags
+    assert (tags.one_d_array, tags.two_d_array, tags.string) == (True, False, True)
+    with pytest.warns(SkipTestWarning, match="Can't test estimator TextClassifier"):
+        check_estimator(clf)
+    check_estimator(make_pipeline(FunctionTransformer(_as_texts, validate=True), clf),
+                    expected_failed_checks=PIPELINE_FAILS)
