@@ -65,12 +65,28 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             ``"bert"``. Fine-tuning uses the folder's tokenizer: ``tokenizer``, ``vocab_size`` and
             ``min_frequency`` are refused beside it, and the other settings default to fine-tuning's
             (:data:`attnkit.train.finetune.FINETUNE_DEFAULTS`, ``max_len`` 128).
-        epochs, batch_size, lr, weight_decay, warmup_ratio, clip_norm, patience, label_smoothing, seed, pack,
-            on_nan, metric, class_weight, tune_thresholds: the training flags of the same names (None: the
-            recipe's value).
+        epochs: the most epochs to train (``--epochs``). Like every training argument below, None
+            leaves the recipe's value.
+        batch_size: texts per optimizer step (``--batch-size``).
+        lr: the peak learning rate (``--lr``).
+        weight_decay: AdamW's weight decay (``--weight-decay``).
+        warmup_ratio: the share of the steps that warm the learning rate up (``--warmup-ratio``).
+        clip_norm: the gradient norm clipped to, 0 off (``--clip-norm``).
+        patience: early stopping's patience in epochs, 0 off (``--patience``).
+        label_smoothing: the cross-entropy's label smoothing (``--label-smoothing``).
+        seed: the seed of the validation split, the weights, dropout and the batch order (``--seed``).
+        pack: pack each batch's texts into rows of this many tokens, 0 padded batches (``--pack``).
+        on_nan: what a non-finite loss does (``--on-nan``).
+        metric: the measure to train for: ``"accuracy"``, ``"macro_f1"``, ... (``--metric``).
+        class_weight: ``"balanced"`` weighs each class by its inverse frequency (``--class-weight``).
+        tune_thresholds: tune per-class offsets on the validation part for ``metric``
+            (``--tune-thresholds``).
         device: where to train (``"cpu"``, ``"cuda"``, ``"auto"``); the fitted model is kept on the CPU.
-        tokenizer, vocab_size, min_frequency, max_len: how text becomes token ids (the flags of the
-            same names).
+        tokenizer: how text becomes token ids (``--tokenizer``). Like the three below, None leaves the
+            recipe's value.
+        vocab_size: the most token ids the tokenizer keeps (``--vocab-size``).
+        min_frequency: how often a token must occur to be kept (``--min-frequency``).
+        max_len: the most tokens read of a text (``--max-len``).
         val_ratio: the share of ``fit``'s texts held out for early stopping and the decision
             (``--val-ratio``; 0: train on all of them).
         max_memory: the memory the fit may plan to use (``--max-memory``): bytes, or a size such as
