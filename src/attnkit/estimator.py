@@ -159,6 +159,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         if len(set(names)) != len(names):
             raise ValueError(f"y holds labels that read the same as text: {names}")
         limit = self._memory_limit()
+        _cap_tokenizer_threads()
         recipe = self._recipe()
         examples = [Example(t, str(label)) for t, label in zip(texts, labels.tolist(), strict=True)]
         train, val, _ = split_examples(examples, val=self.val_ratio, test=0.0, seed=recipe.train_config.seed)
@@ -276,6 +277,19 @@ def _texts(X: Any) -> list[str]:
     if bad:
         raise TypeError(f"X must hold strings; item {bad[0]} is {type(values[bad[0]]).__name__}")
     return [str(t) for t in values.tolist()]
+
+
+def _cap_tokenizer_threads() -> None:
+    """Give the tokenizers' thread pool (Rust's rayon, ``RAYON_NUM_THREADS``) the cap ``OMP_NUM_THREADS`` sets.
+
+    joblib's workers (``cross_val_score(n_jobs=...)``, ``GridSearchCV``) start with ``OMP_NUM_THREADS`` at
+    their share of the CPUs, which torch follows; rayon reads only its own variable, so without it every
+    worker's tokenizer would start a thread per CPU. A ``RAYON_NUM_THREADS`` already set is kept; the pool
+    reads it when it starts, at the process's first tokenizer.
+    """
+    cap = os.environ.get("OMP_NUM_THREADS", "")
+    if cap.isdigit() and int(cap) > 0:
+        os.environ.setdefault("RAYON_NUM_THREADS", cap)
 
 
 def _labels(y: Any) -> np.ndarray:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -284,3 +286,21 @@ def test_scikit_learns_estimator_checks() -> None:
         check_estimator(clf)
     check_estimator(make_pipeline(FunctionTransformer(_as_texts, validate=True), clf),
                     expected_failed_checks=PIPELINE_FAILS)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
+                    reason="counts threads in /proc/self/task; one CPU gives no pool to cap")
+def test_in_a_joblib_worker_the_tokenizer_keeps_to_the_thread_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A joblib worker of cross_val_score(n_jobs=N) starts with OMP_NUM_THREADS at its share of the CPUs;
+    torch keeps to it, and so must the tokenizers' pool, not a thread per CPU in every worker."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # as joblib starts a worker
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    attnkit.TextClassifier(**{**TINY, "epochs": 1}).fit(X[:40], Y[:40])
+    assert os.environ["RAYON_NUM_THREADS"] == "3"  # what fit gives the tokenizers' pool
+    # in a fresh process (this one's pool has started): the tokenizer trained after the cap keeps to it
+    script = ("import os\nfrom attnkit.estimator import _cap_tokenizer_threads\n"
+              "from attnkit.data.tokenization import train_tokenizer\n_cap_tokenizer_threads()\n"
+              f"train_tokenizer({X!r}, kind='word')\nprint(len(os.listdir('/proc/self/task')))")
+    env = {k: v for k, v in os.environ.items() if k != "RAYON_NUM_THREADS"} | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    assert int(done.stdout) <= 2, done.stdout  # this thread and one of the pool's, not one per CPU
