@@ -23,6 +23,7 @@ it without says so in one line.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,7 +36,8 @@ from attnkit._lazy import require_extra
 require_extra("attnkit.TextClassifier", "sklearn")
 
 from sklearn.base import BaseEstimator, ClassifierMixin  # noqa: E402
-from sklearn.utils.validation import check_is_fitted  # noqa: E402
+from sklearn.utils.multiclass import check_classification_targets  # noqa: E402
+from sklearn.utils.validation import check_is_fitted, column_or_1d  # noqa: E402
 
 from attnkit.api import Predictor  # noqa: E402
 
@@ -63,14 +65,34 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             ``"bert"``. Fine-tuning uses the folder's tokenizer: ``tokenizer``, ``vocab_size`` and
             ``min_frequency`` are refused beside it, and the other settings default to fine-tuning's
             (:data:`attnkit.train.finetune.FINETUNE_DEFAULTS`, ``max_len`` 128).
-        epochs, batch_size, lr, weight_decay, warmup_ratio, clip_norm, patience, label_smoothing, seed, pack,
-            on_nan, metric, class_weight, tune_thresholds: the training flags of the same names (None: the
-            recipe's value).
+        epochs: the most epochs to train (``--epochs``). Like every training argument below, None
+            leaves the recipe's value.
+        batch_size: texts per optimizer step (``--batch-size``).
+        lr: the peak learning rate (``--lr``).
+        weight_decay: AdamW's weight decay (``--weight-decay``).
+        warmup_ratio: the share of the steps that warm the learning rate up (``--warmup-ratio``).
+        clip_norm: the gradient norm clipped to, 0 off (``--clip-norm``).
+        patience: early stopping's patience in epochs, 0 off (``--patience``).
+        label_smoothing: the cross-entropy's label smoothing (``--label-smoothing``).
+        seed: the seed of the validation split, the weights, dropout and the batch order (``--seed``).
+        pack: pack each batch's texts into rows of this many tokens, 0 padded batches (``--pack``).
+        on_nan: what a non-finite loss does (``--on-nan``).
+        metric: the measure to train for: ``"accuracy"``, ``"macro_f1"``, ... (``--metric``).
+        class_weight: ``"balanced"`` weighs each class by its inverse frequency (``--class-weight``).
+        tune_thresholds: tune per-class offsets on the validation part for ``metric``
+            (``--tune-thresholds``).
         device: where to train (``"cpu"``, ``"cuda"``, ``"auto"``); the fitted model is kept on the CPU.
-        tokenizer, vocab_size, min_frequency, max_len: how text becomes token ids (the flags of the
-            same names).
+        tokenizer: how text becomes token ids (``--tokenizer``). Like the three below, None leaves the
+            recipe's value.
+        vocab_size: the most token ids the tokenizer keeps (``--vocab-size``).
+        min_frequency: how often a token must occur to be kept (``--min-frequency``).
+        max_len: the most tokens read of a text (``--max-len``).
         val_ratio: the share of ``fit``'s texts held out for early stopping and the decision
             (``--val-ratio``; 0: train on all of them).
+        max_memory: the memory the fit may plan to use (``--max-memory``): bytes, or a size such as
+            ``"4GB"`` or ``"800MB"``; None: 80% of the memory available when ``fit`` starts. Above it the
+            n-gram half keeps fewer bigram rows, and says so, or ``fit`` is refused before anything
+            large is allocated (:mod:`attnkit.train.memory_budget`).
 
     Attributes:
         classes_: the labels seen by ``fit``, sorted; the columns of :meth:`predict_proba`.
@@ -89,7 +111,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                  seed: int = 0, device: str = "cpu", pack: int | None = None, on_nan: str | None = None,
                  metric: str | None = None, class_weight: str | None = None, tune_thresholds: bool | None = None,
                  tokenizer: str | None = None, vocab_size: int | None = None, min_frequency: int | None = None,
-                 max_len: int | None = None, val_ratio: float = 0.1) -> None:
+                 max_len: int | None = None, val_ratio: float = 0.1, max_memory: int | str | None = None) -> None:
         self.model = model
         self.model_options = model_options
         self.preset = preset
@@ -114,36 +136,60 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self.min_frequency = min_frequency
         self.max_len = max_len
         self.val_ratio = val_ratio
+        self.max_memory = max_memory
 
     def fit(self, X: Sequence[str], y: Sequence[Any]) -> TextClassifier:
-        """Train on texts ``X`` with labels ``y`` (any hashable values; ``classes_`` keeps them)."""
+        """Train on texts ``X`` with labels ``y`` (``classes_`` keeps them as given).
+
+        ``y`` holds one class label per text, as scikit-learn's classifiers take it (binary or
+        multiclass): a missing label (None, NaN) and a continuous or multi-output target are refused
+        in a ValueError. A fit that fails leaves the estimator as it was: fitted as before, or not fitted.
+        """
         from attnkit.data.batching import LabelVocab
         from attnkit.data.readers import Example
         from attnkit.data.sources import split_examples
         from attnkit.train.pipeline import fit_classifier
 
+        labels = _labels(y)
         texts = _texts(X)
-        labels = np.asarray(y).reshape(-1)
         if len(texts) != len(labels):
             raise ValueError(f"X and y must be as long, got {len(texts)} texts and {len(labels)} labels")
-        self.classes_ = np.unique(labels)
-        names = [str(c) for c in self.classes_.tolist()]
+        classes = np.unique(labels)
+        names = [str(c) for c in classes.tolist()]
         if len(set(names)) != len(names):
             raise ValueError(f"y holds labels that read the same as text: {names}")
+        limit = self._memory_limit()
+        _cap_tokenizer_threads()
         recipe = self._recipe()
         examples = [Example(t, str(label)) for t, label in zip(texts, labels.tolist(), strict=True)]
         train, val, _ = split_examples(examples, val=self.val_ratio, test=0.0, seed=recipe.train_config.seed)
         result = fit_classifier(train, val, [], model_name=recipe.model_name, model_options=recipe.model_options,
                                 train_config=recipe.train_config, data=recipe.data, quiet=True,
                                 label_vocab=LabelVocab(names), tokenizer=recipe.tokenizer,
-                                init_model=recipe.init_model)
+                                init_model=recipe.init_model, max_memory=limit)
         config = {"model_name": recipe.model_name, "model_config": result.model_config,
                   "train_config": recipe.train_config.to_dict(), "data_settings": dataclasses.asdict(recipe.data),
                   "data": {"source": "TextClassifier.fit", "examples": len(examples)},
                   "epochs_run": len(result.history),
                   "metrics": {"test": None, "decision": result.extra.get("decision")}, **recipe.extra}
-        self.predictor_ = Predictor(None, config, torch_parts=(result.model, result.tokenizer, result.label_vocab))
+        predictor = Predictor(None, config, torch_parts=(result.model, result.tokenizer, result.label_vocab))
+        # only now, with the model trained: a fit that failed above left the earlier state whole
+        self.classes_, self.predictor_ = classes, predictor
         return self
+
+    def _memory_limit(self) -> int | None:
+        """``max_memory`` in bytes (None: the pipeline's default share of the available memory)."""
+        from attnkit.train.memory_budget import parse_memory_size
+
+        return None if self.max_memory is None else parse_memory_size(self.max_memory, name="max_memory")
+
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn's tags: ``X`` is a 1-D sequence of texts (strings), ``y`` the labels fit requires."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.one_d_array = True
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
 
     def _recipe(self) -> _Recipe:
         """What ``fit`` trains: ``attnkit train``'s recipe with this estimator's arguments over it, or
@@ -231,6 +277,36 @@ def _texts(X: Any) -> list[str]:
     if bad:
         raise TypeError(f"X must hold strings; item {bad[0]} is {type(values[bad[0]]).__name__}")
     return [str(t) for t in values.tolist()]
+
+
+def _cap_tokenizer_threads() -> None:
+    """Give the tokenizers' thread pool (Rust's rayon, ``RAYON_NUM_THREADS``) the cap ``OMP_NUM_THREADS`` sets.
+
+    joblib's workers (``cross_val_score(n_jobs=...)``, ``GridSearchCV``) start with ``OMP_NUM_THREADS`` at
+    their share of the CPUs, which torch follows; rayon reads only its own variable, so without it every
+    worker's tokenizer would start a thread per CPU. A ``RAYON_NUM_THREADS`` already set is kept; the pool
+    reads it when it starts, at the process's first tokenizer.
+    """
+    cap = os.environ.get("OMP_NUM_THREADS", "")
+    if cap.isdigit() and int(cap) > 0:
+        os.environ.setdefault("RAYON_NUM_THREADS", cap)
+
+
+def _labels(y: Any) -> np.ndarray:
+    """``y`` as a 1-D array of class labels, checked by scikit-learn's rules for classifiers (binary or
+    multiclass; a one-column ``y`` is read as 1-D with scikit-learn's DataConversionWarning). A missing label
+    (None or NaN) is named with its index first, in scikit-learn's words (``Input y contains NaN``)."""
+    if y is None:
+        raise ValueError("TextClassifier requires y to be passed, but the target y is None: give one label "
+                         "per text")
+    labels = column_or_1d(y, warn=True)
+    values = labels.tolist()
+    missing = [i for i, v in enumerate(values) if v is None or (isinstance(v, float) and math.isnan(v))]
+    if missing:
+        raise ValueError(f"Input y contains {'None' if values[missing[0]] is None else 'NaN'} at item {missing[0]} "
+                         f"({len(missing)} labels missing in all): every text needs a class label")
+    check_classification_targets(labels)
+    return labels
 
 
 def _train_config(defaults: dict[str, Any], given: dict[str, Any]) -> Any:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,10 +24,12 @@ from tests.support.bert import install_fake_pretrained, write_tiny_bert
 sklearn = pytest.importorskip("sklearn")  # the 'tasks' extra; the missing-extra test below needs none
 
 from sklearn.base import clone  # noqa: E402
+from sklearn.exceptions import SkipTestWarning  # noqa: E402
 from sklearn.model_selection import cross_val_score  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import FunctionTransformer  # noqa: E402
-from sklearn.utils.estimator_checks import check_no_attributes_set_in_init  # noqa: E402
+from sklearn.utils import get_tags  # noqa: E402
+from sklearn.utils.estimator_checks import check_estimator, check_no_attributes_set_in_init  # noqa: E402
 
 # TINY of tests/support/cli.py, as constructor arguments
 TINY = {"model": "document",
@@ -200,3 +204,103 @@ def test_train_refuses_tokenizer_flags_beside_init_from(tiny_bert: Path, tmp_pat
     assert f"--init-from fine-tunes with the BERT folder's own WordPiece tokenizer, which {', '.join(named)}" \
         in done.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("fault", ["injected", "diverged"])
+def test_a_failed_fit_leaves_the_earlier_fit_whole(fault: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    clf = attnkit.TextClassifier(**TINY).fit(X[:40], Y[:40])
+    classes, predictor, proba = clf.classes_, clf.predictor_, clf.predict_proba(TEXTS)
+    three = [("ham", "spam", "eggs")[i % 3] for i in range(40)]  # another set of classes
+    if fault == "injected":  # fails mid-fit: the labels read and the tokenizer built, the model training
+        from attnkit.train import pipeline
+
+        def broken(self: object, **kwargs: object) -> None:
+            raise RuntimeError("injected fault")
+
+        monkeypatch.setattr(pipeline.Trainer, "fit", broken)
+        with pytest.raises(RuntimeError, match="injected fault"):
+            clf.fit(X[:40], three)
+    else:
+        with pytest.raises(ValueError, match="training diverged"):
+            clf.set_params(lr=1e30).fit(X[:40], three)
+    assert clf.classes_ is classes and clf.predictor_ is predictor
+    assert list(clf.classes_) == ["negative", "positive"]
+    np.testing.assert_array_equal(clf.predict_proba(TEXTS), proba)
+    fresh = attnkit.TextClassifier(**TINY)
+    with pytest.raises(RuntimeError if fault == "injected" else ValueError):
+        fresh.set_params(lr=1e30 if fault == "diverged" else fresh.lr).fit(X[:40], three)
+    assert not hasattr(fresh, "classes_") and not hasattr(fresh, "predictor_")  # still not fitted
+    with pytest.raises(sklearn.exceptions.NotFittedError):
+        fresh.predict(TEXTS)
+
+
+@pytest.mark.parametrize("labels, message", [
+    ([1.0, float("nan")] * 20, "Input y contains NaN at item 1 (20 labels missing in all): every text needs a class "
+                               "label"),
+    ([None, "spam"] * 20, "Input y contains None at item 0 (20 labels missing in all): every text needs a class label"),
+    (np.linspace(0.0, 1.0, 40), "Unknown label type: continuous"),
+    ([[1, 0]] * 40, "y should be a 1d array, got an array of shape (40, 2) instead"),
+    (None, "TextClassifier requires y to be passed, but the target y is None"),
+])
+def test_targets_follow_scikit_learns_rules(labels: object, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        attnkit.TextClassifier(**TINY).fit(X[:40], labels)  # type: ignore[arg-type]
+    assert str(err.value).startswith(message)
+
+
+def test_a_label_column_is_read_as_1d_with_scikit_learns_warning() -> None:
+    with pytest.warns(sklearn.exceptions.DataConversionWarning):
+        clf = attnkit.TextClassifier(**{**TINY, "epochs": 1}).fit(X[:40], np.array(Y[:40])[:, None])
+    assert list(clf.classes_) == ["negative", "positive"]
+
+
+def test_max_memory_bounds_the_fit_and_the_note_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+    clf = attnkit.TextClassifier(epochs=1, max_memory="400MB").fit(X, Y)  # the default model, with its n-gram half
+    note = capsys.readouterr().err
+    assert "over the limit of 400 MB (max_memory); using the" in note and "max_memory to change" in note
+    assert 1000 <= clf.predictor_.config["model_config"]["ngram_rows"] < 200_000  # the recipe's 200,000 shrunk
+    assert clf.get_params()["max_memory"] == "400MB"
+    with pytest.raises(ValueError, match=r"^max_memory must be a size such as 4GB, 800MB or 1.5GiB, got '4 parsecs'"):
+        attnkit.TextClassifier(**TINY, max_memory="4 parsecs").fit(X[:40], Y[:40])
+
+
+def _as_texts(rows: np.ndarray) -> list[str]:
+    """The rows of numbers scikit-learn's checks fit on, written as texts: a word per feature and rounded value."""
+    return [" ".join(f"f{j}v{round(float(v))}" for j, v in enumerate(row)) for row in rows]
+
+
+# What no Pipeline passes, whatever its steps: it fits them in place, so its `steps` parameter holds the fitted
+# estimators (scikit-learn's own make_pipeline(FunctionTransformer(), LogisticRegression()) fails both).
+PIPELINE_FAILS = dict.fromkeys(["check_estimators_overwrite_params", "check_dont_overwrite_parameters"],
+                               "a Pipeline fits its steps in place: its `steps` parameter holds them fitted")
+
+
+def test_scikit_learns_estimator_checks() -> None:
+    """The tags say what the estimator reads, a 1-D sequence of texts, so check_estimator (whose checks fit on
+    numbers) skips it whole; behind a transformer that writes the numbers as texts it passes every check but
+    the two that no Pipeline passes."""
+    clf = attnkit.TextClassifier(**{**TINY, "lr": 0.05})  # check_classifiers_train asks for accuracy above 0.83
+    tags = get_tags(clf).input_tags
+    assert (tags.one_d_array, tags.two_d_array, tags.string) == (True, False, True)
+    with pytest.warns(SkipTestWarning, match="Can't test estimator TextClassifier"):
+        check_estimator(clf)
+    check_estimator(make_pipeline(FunctionTransformer(_as_texts, validate=True), clf),
+                    expected_failed_checks=PIPELINE_FAILS)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
+                    reason="counts threads in /proc/self/task; one CPU gives no pool to cap")
+def test_in_a_joblib_worker_the_tokenizer_keeps_to_the_thread_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A joblib worker of cross_val_score(n_jobs=N) starts with OMP_NUM_THREADS at its share of the CPUs;
+    torch keeps to it, and so must the tokenizers' pool, not a thread per CPU in every worker."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # as joblib starts a worker
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    attnkit.TextClassifier(**{**TINY, "epochs": 1}).fit(X[:40], Y[:40])
+    assert os.environ["RAYON_NUM_THREADS"] == "3"  # what fit gives the tokenizers' pool
+    # in a fresh process (this one's pool has started): the tokenizer trained after the cap keeps to it
+    script = ("import os\nfrom attnkit.estimator import _cap_tokenizer_threads\n"
+              "from attnkit.data.tokenization import train_tokenizer\n_cap_tokenizer_threads()\n"
+              f"train_tokenizer({X!r}, kind='word')\nprint(len(os.listdir('/proc/self/task')))")
+    env = {k: v for k, v in os.environ.items() if k != "RAYON_NUM_THREADS"} | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    assert int(done.stdout) <= 2, done.stdout  # this thread and one of the pool's, not one per CPU

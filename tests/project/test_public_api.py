@@ -27,6 +27,7 @@ import inspect
 import pkgutil
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -330,3 +331,19 @@ def test_the_core_package_has_a_name_of_its_own() -> None:
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("attnkit.attention.masks")
     assert attnkit.BackendChoice is dispatch.BackendChoice and attnkit.last_backend is dispatch.last_backend
+
+
+def test_every_top_level_name_is_on_an_api_page() -> None:
+    """Each name ``import attnkit`` offers is rendered by a ``::: module`` line of docs/api/*.md (its defining
+    module, or the name itself)."""
+    import attnkit
+
+    root = Path(__file__).resolve().parents[2]
+    pages = "\n".join(page.read_text(encoding="utf-8") for page in sorted((root / "docs" / "api").glob("*.md")))
+    rendered = set(re.findall(r"^::: (\S+)\s*$", pages, flags=re.M))
+    missing = []
+    for name, module in attnkit._EXPORTS.items():
+        defined_in = getattr(getattr(attnkit, name), "__module__", module)
+        if not {defined_in, f"{defined_in}.{name}", f"{module}.{name}"} & rendered:
+            missing.append(f"{name} ({defined_in})")
+    assert not missing, f"not on any API page (docs/api/*.md): {missing}"

@@ -53,18 +53,20 @@ class MemoryLimitError(ValueError):
     """A run whose estimated memory is above the limit and cannot shrink below it; names ``max_memory``."""
 
 
-def parse_memory_size(text: str | int) -> int:
-    """Bytes of a size such as ``"4GB"``, ``"800MB"``, ``"1.5G"``, ``"512MiB"`` or ``"1000000"``."""
+def parse_memory_size(text: str | int, *, name: str = "--max-memory") -> int:
+    """Bytes of a size such as ``"4GB"``, ``"800MB"``, ``"1.5G"``, ``"512MiB"`` or ``"1000000"``; a bad one is a
+    ValueError that names the setting as ``name`` (the command line's flag, or ``TextClassifier``'s
+    ``max_memory``)."""
     if isinstance(text, int) and not isinstance(text, bool):
         value: float = text
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
         unit = match.group(2).lower() if match else ""
         if match is None or unit not in _UNITS:
-            raise ValueError(f"--max-memory must be a size such as 4GB, 800MB or 1.5GiB, got {text!r}")
+            raise ValueError(f"{name} must be a size such as 4GB, 800MB or 1.5GiB, got {text!r}")
         value = float(match.group(1)) * _UNITS[unit]
     if value < 1:
-        raise ValueError(f"--max-memory must be above zero, got {text!r}")
+        raise ValueError(f"{name} must be above zero, got {text!r}")
     return int(value)
 
 

@@ -263,7 +263,8 @@ def _checked_labels(train: Sequence[Example], train_config: TrainConfig, data: D
     if label_vocab is None:
         label_vocab = LabelVocab(sorted({e.label for e in train}))
     if len(label_vocab) < 2:
-        raise ValueError(f"need at least 2 classes in the training data, got {label_vocab.labels}")
+        raise ValueError(f"need at least 2 classes in the training data, got {len(label_vocab)} class: "
+                         f"{label_vocab.labels}")
     return label_vocab
 
 
