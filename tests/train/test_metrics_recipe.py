@@ -38,6 +38,21 @@ def test_weighted_f1_and_macro_recall_by_hand() -> None:
     assert M.metric_score("macro_f1", targets, preds, 3) == pytest.approx(M.macro_f1(targets, preds))
 
 
+def test_macro_f1_weighs_classes_of_unequal_size_alike() -> None:
+    from sklearn.metrics import f1_score
+
+    targets = [0, 0, 0, 0, 0, 0, 1, 1, 2]
+    preds = [0, 0, 0, 0, 0, 1, 1, 0, 0]
+    # class 0: TP 5, 6 targets, 7 predicted, F1 2*5/(6+7) = 10/13; class 1: TP 1, F1 2/(2+2) = 1/2; class 2: F1 0
+    by_hand = (10 / 13 + 1 / 2 + 0) / 3  # 11/26 = 0.423; weighed by support it would be 73/117 = 0.624
+    assert M.macro_f1(targets, preds) == pytest.approx(by_hand)
+    assert M.macro_f1(targets, preds) == pytest.approx(f1_score(targets, preds, average="macro"))
+    assert M.metric_score("macro_f1", targets, preds, 3) == pytest.approx(by_hand)
+    assert M.classification_report(targets, preds)["macro_f1"] == pytest.approx(by_hand)
+    assert M.macro_f1(targets, preds, 4) == pytest.approx(by_hand)  # class 3: no target, no prediction, left out
+    assert M.macro_f1([*targets, 0], [*preds, 3], 4) == pytest.approx((2 * 5 / 14 + 1 / 2 + 0 + 0) / 4)
+
+
 def test_classification_report_holds_every_measure_and_named_per_class_rows() -> None:
     report = M.classification_report([0, 1, 1], [0, 1, 0], 2, ["neg", "pos"])
     assert set(M.METRICS) <= set(report)
