@@ -97,6 +97,30 @@ def test_tuned_offsets_raise_macro_f1_when_a_rare_class_is_under_predicted() -> 
     assert named[0] == 0.0 and named[1] > 0
 
 
+def test_halves_and_offsets_are_fitted_on_the_validation_part_only() -> None:
+    """The test labels turned around change the test figures and nothing the run tuned."""
+    from attnkit.train.pipeline import DataSettings, fit_classifier
+
+    examples = _imbalanced(900, rare=0.2)
+    train, val, test = examples[:300], examples[300:400], examples[400:500]
+    flipped = [Example(e.text, "negative" if e.label == "positive" else "positive") for e in test]
+
+    def decision_and_test(test_part: list[Example]) -> tuple[dict, float]:
+        result = fit_classifier(train, val, test_part, model_name="wide",
+                                model_options={"embed_dim": 8, "attention_dim": 8, "ngram_rows": 2000},
+                                data=DataSettings(max_len=32, vocab_size=2000), quiet=True,
+                                train_config=TrainConfig(epochs=2, device="cpu", seed=0, metric="macro_f1"))
+        assert result.test is not None
+        return result.extra["decision"], result.test["macro_f1"]
+
+    decision, score = decision_and_test(test)
+    assert decision["halves"][1] > 0 and any(decision["offsets"])  # both were tuned: something to compare
+    assert decision["after"] > decision["before"]
+    decision_flipped, score_flipped = decision_and_test(flipped)
+    assert decision_flipped == decision  # halves, offsets and the validation figures alike
+    assert score_flipped < score - 0.5  # the flipped labels reached the test figures
+
+
 def test_offsets_are_left_at_zero_when_nothing_gains() -> None:
     logits = torch.tensor([[2.0, 0.0], [0.0, 2.0]] * 10)
     offsets, before, after = O.tune_offsets(logits, [0, 1] * 10, "macro_f1", ["a", "b"])
