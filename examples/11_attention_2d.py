@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from _common import output_dir, saved, show, small
+from _common import output_dir, quick_mode, saved, show, small
 from sklearn.datasets import load_digits
 from torch import Tensor, nn
 
@@ -59,6 +59,9 @@ def main() -> None:
     train, test = order[:1400], order[1400:]
     if small():
         train = train[:400]
+    quick_mode("400 digits, 1 epoch: test accuracy about 0.6 and gamma near 0, so the attention is untrained: "
+               "the query pixel's share on ink is about the share of inked pixels (chance); the full run "
+               "(1400 digits x 10 epochs) reaches about 0.97, gamma 0.2, and puts 0.98 of it on ink")
     show("images", images)
 
     model = DigitNet()

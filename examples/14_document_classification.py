@@ -60,8 +60,8 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     name, examples, key_positions = load_data(args.data)
-    quick_mode("1200 generated documents, 3 epochs: enough to reach full accuracy and put the pooling "
-               "on the key words; the MR reviews are read in full mode only")
+    quick_mode("1200 generated documents, 3 epochs: test accuracy 1.0, with about 0.3 of the pooling weight on "
+               "the key words, four times chance; the MR reviews are read in full mode only")
     cut = int(0.9 * len(examples))
     train, test = examples[:cut], examples[cut:]
     tokenizer = train_tokenizer([e.text for e in train], vocab_size=20000)

@@ -64,8 +64,9 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     name, examples = load_data(args.data)
-    quick_mode("1000 generated documents, 2 epochs: enough for the key words to take the attention; "
-               "the MR reviews (and 'not' before a word) are read in full mode only")
+    quick_mode("1000 generated documents, 2 epochs: test accuracy 1.0, and the key words of each new sentence "
+               "take nearly all of its pooling weight; the MR reviews (and 'not' before a word) are read in full "
+               "mode only")
     cut = int(0.9 * len(examples))
     train, test = examples[:cut], examples[cut:]
     tokenizer = train_tokenizer([e.text for e in train], vocab_size=20000)

@@ -46,14 +46,22 @@ from attnkit.viz.explain import plot_caption_attention
 OUTPUTS = ["16_caption_attention.png", "16_captions.txt"]
 
 
+def first_object(caption: str) -> tuple[str, str, str]:
+    """The colour and shape of a caption's first object and where it is ("on the left", "above"...)."""
+    words = caption.split()
+    place = " ".join(words[3:]).split(" a ")[0]  # the words before a second object
+    return (words[1] if len(words) > 1 else "", words[2] if len(words) > 2 else "", place)
+
+
 def main() -> None:
     out = output_dir(__doc__)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     n_train, epochs = (600, 4) if small() else (1500, 12)
     scenes = generate_scenes(n_train + 8, seed=0)
-    quick_mode("600 scenes, 4 epochs: colours and places are learnt, shapes only partly "
-               "(the full run, 1500 scenes x 12 epochs, names them)")
+    quick_mode("600 scenes, 4 epochs: the first object's colour is learnt (right in 8 of 8 captions), its shape "
+               "and place are not yet: every shape comes out a triangle and the place is right in 3 of 8; the full "
+               "run (1500 scenes x 12 epochs) writes all 8 captions exactly")
     vocab = shapes_vocab()
     images = images_to_tensor([s.image for s in scenes])  # (N, 3, S, S) in [0, 1]
     captions, lengths = encode_captions([s.caption for s in scenes], vocab)  # (N, T), (N,)
@@ -81,9 +89,14 @@ def main() -> None:
         generated = model.greedy(images[n_train:])
     show("teacher-forced logits", teacher.logits)
     show("teacher-forced weights", teacher.weights)
-    lines = []
+    lines, right = [], [0, 0, 0, 0]  # first object's colour, its shape, where it is; the whole caption
     for scene, caption in zip(scenes[n_train:], generated, strict=True):
-        lines.append(f"truth: {scene.caption:<45} model: {' '.join(vocab.decode(caption.ids))}")
+        written = " ".join(vocab.decode(caption.ids))
+        lines.append(f"truth: {scene.caption:<45} model: {written}")
+        truth, said = first_object(scene.caption), first_object(written)
+        right = [n + int(t == w) for n, t, w in zip(right, [*truth, scene.caption], [*said, written], strict=True)]
+    lines.append(f"of {len(generated)} held-out captions, the first object's colour is right in {right[0]}, "
+                 f"its shape in {right[1]}, where it is in {right[2]}; {right[3]} exact")
     print("\n".join(lines))
     (out / OUTPUTS[1]).write_text("\n".join(lines) + "\n", encoding="utf-8")
 

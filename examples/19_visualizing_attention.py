@@ -40,7 +40,7 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-from _common import output_dir, saved, show, small
+from _common import output_dir, quick_mode, saved, show, small
 from torch import nn
 
 from attnkit.data.batching import LabelVocab, TextClassificationDataset, bucket_batches, collate
@@ -61,6 +61,9 @@ def main() -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     docs = keyword_corpus(800 if small() else 2000, seed=1, length=(12, 24))
+    quick_mode("800 generated documents, 3 epochs: test accuracy 1.0, and the document drawn has most of its "
+               "pooling weight on its key words, which decide it; the case the docstring describes (a key word "
+               "with almost no pooling weight that still decides) is the full run's (2000 documents x 5 epochs)")
     examples = [Example(d.text, d.label) for d in docs]
     cut = int(0.9 * len(docs))
     tokenizer = train_tokenizer([e.text for e in examples[:cut]])

@@ -49,6 +49,48 @@ def test_the_terms_are_in_the_map(family: str) -> None:
     assert not cap.missed and max(cap.verified.values()) <= 1e-6
 
 
+def _window_kernel(module, query, key, value, attention_mask, scaling=None, dropout=0.0,  # type: ignore[no-untyped-def]
+                   sliding_window=None, **kwargs):
+    """A kernel that takes its causal window from the ``sliding_window`` keyword and at most a ``(B, Tk)``
+    padding mask, as flash attention does: the call a capture sees carries no 4-D mask."""
+    tq, tk = query.shape[-2], key.shape[-2]
+    i, j = torch.arange(tq)[:, None], torch.arange(tk)[None, :]
+    keep = ((j <= i) & (i - j < sliding_window))[None, None]
+    if attention_mask is not None:
+        keep = keep & attention_mask.bool()[:, None, None, :]
+    groups = query.shape[1] // key.shape[1]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1), attn_mask=keep, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_sliding_window_without_a_4d_mask_matches_eager(monkeypatch: pytest.MonkeyPatch, padded: bool) -> None:
+    """Mistral's window reaches the kernel as a keyword only (no mask, or a ``(B, Tk)`` padding mask): the
+    map holds the ``sliding_window`` keys ending at each query, as eager's ``output_attentions``."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, "window_kernel", _window_kernel)
+    if padded:  # flash attention's mask: None without padding, else the (B, Tk) padding mask
+        monkeypatch.setitem(ALL_MASK_ATTENTION_FUNCTIONS._global_mapping, "window_kernel", flash_attention_mask)
+    inputs = tiny_inputs("mistral")  # 9 tokens, a window of 4
+    if not padded:
+        inputs = {"input_ids": inputs["input_ids"]}
+    model = tiny_model("mistral", "window_kernel")  # each model its own config: loading one sets its kernel
+    eager = tiny_model("mistral", "eager")
+    with torch.no_grad(), capture(model, verify=True) as cap:
+        out = model(**inputs)
+    with torch.no_grad():
+        expected = eager(**inputs, output_attentions=True)
+    assert torch.allclose(out.last_hidden_state, expected.last_hidden_state, atol=1e-5)  # the kernel is right
+    real = inputs["attention_mask"].bool()[:, None, :, None] if padded else torch.ones(1, 1, 9, 1, dtype=torch.bool)
+    assert list(cap.weights) == ["layers.0.self_attn", "layers.1.self_attn"] and not cap.missed
+    for w, want in zip(cap.weights.values(), expected.attentions, strict=True):
+        assert ((w - want).abs() * real).max() <= 1e-6
+        assert ((w[0, 0] > 0).sum(-1) == torch.tensor([1, 2, 3, 4, 4, 4, 4, 4, 4])).all()  # 4 keys at most
+
+
 def test_t5_position_bias_matters() -> None:
     """The negative control: without the bias the map is far off (0.08 before the bias was read)."""
     model = tiny_model("t5", "sdpa")

@@ -38,6 +38,21 @@ def test_weighted_f1_and_macro_recall_by_hand() -> None:
     assert M.metric_score("macro_f1", targets, preds, 3) == pytest.approx(M.macro_f1(targets, preds))
 
 
+def test_macro_f1_weighs_classes_of_unequal_size_alike() -> None:
+    from sklearn.metrics import f1_score
+
+    targets = [0, 0, 0, 0, 0, 0, 1, 1, 2]
+    preds = [0, 0, 0, 0, 0, 1, 1, 0, 0]
+    # class 0: TP 5, 6 targets, 7 predicted, F1 2*5/(6+7) = 10/13; class 1: TP 1, F1 2/(2+2) = 1/2; class 2: F1 0
+    by_hand = (10 / 13 + 1 / 2 + 0) / 3  # 11/26 = 0.423; weighed by support it would be 73/117 = 0.624
+    assert M.macro_f1(targets, preds) == pytest.approx(by_hand)
+    assert M.macro_f1(targets, preds) == pytest.approx(f1_score(targets, preds, average="macro"))
+    assert M.metric_score("macro_f1", targets, preds, 3) == pytest.approx(by_hand)
+    assert M.classification_report(targets, preds)["macro_f1"] == pytest.approx(by_hand)
+    assert M.macro_f1(targets, preds, 4) == pytest.approx(by_hand)  # class 3: no target, no prediction, left out
+    assert M.macro_f1([*targets, 0], [*preds, 3], 4) == pytest.approx((2 * 5 / 14 + 1 / 2 + 0 + 0) / 4)
+
+
 def test_classification_report_holds_every_measure_and_named_per_class_rows() -> None:
     report = M.classification_report([0, 1, 1], [0, 1, 0], 2, ["neg", "pos"])
     assert set(M.METRICS) <= set(report)
@@ -80,6 +95,30 @@ def test_tuned_offsets_raise_macro_f1_when_a_rare_class_is_under_predicted() -> 
     assert M.macro_f1(labels, (logits + torch.tensor(offsets)).argmax(1)) == pytest.approx(after)
     named, _, _ = O.tune_offsets(logits, labels.tolist(), "f1:rare", ["common", "rare"])
     assert named[0] == 0.0 and named[1] > 0
+
+
+def test_halves_and_offsets_are_fitted_on_the_validation_part_only() -> None:
+    """The test labels turned around change the test figures and nothing the run tuned."""
+    from attnkit.train.pipeline import DataSettings, fit_classifier
+
+    examples = _imbalanced(900, rare=0.2)
+    train, val, test = examples[:300], examples[300:400], examples[400:500]
+    flipped = [Example(e.text, "negative" if e.label == "positive" else "positive") for e in test]
+
+    def decision_and_test(test_part: list[Example]) -> tuple[dict, float]:
+        result = fit_classifier(train, val, test_part, model_name="wide",
+                                model_options={"embed_dim": 8, "attention_dim": 8, "ngram_rows": 2000},
+                                data=DataSettings(max_len=32, vocab_size=2000), quiet=True,
+                                train_config=TrainConfig(epochs=2, device="cpu", seed=0, metric="macro_f1"))
+        assert result.test is not None
+        return result.extra["decision"], result.test["macro_f1"]
+
+    decision, score = decision_and_test(test)
+    assert decision["halves"][1] > 0 and any(decision["offsets"])  # both were tuned: something to compare
+    assert decision["after"] > decision["before"]
+    decision_flipped, score_flipped = decision_and_test(flipped)
+    assert decision_flipped == decision  # halves, offsets and the validation figures alike
+    assert score_flipped < score - 0.5  # the flipped labels reached the test figures
 
 
 def test_offsets_are_left_at_zero_when_nothing_gains() -> None:

@@ -230,6 +230,20 @@ def test_comprehensiveness_and_sufficiency_match_a_hand_computation() -> None:
     assert any(line.startswith("random order") for line in lines)
 
 
+def test_the_random_control_follows_its_seed() -> None:
+    model = _linear().eval()
+    docs = [[5, 6, 7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18], [19, 20, 21, 22, 23, 24, 25]]
+
+    def control(seed: int) -> dict[str, float]:
+        return faithfulness(model, docs, methods=["contributions"], seed=seed)["random"]
+
+    first = control(0)
+    assert control(0) == first  # the same seed repeats the random orders exactly
+    others = [control(seed) for seed in (1, 2, 3)]
+    assert all(other != first for other in others)  # another seed draws other orders
+    assert len({o["comprehensiveness"] for o in others}) == 3
+
+
 def test_aopc_is_the_mean_drop_and_checks_its_shapes() -> None:
     assert aopc([0.9, 0.8], [[0.5, 0.7], [0.8, 0.4]]) == pytest.approx((0.4 + 0.2 + 0.0 + 0.4) / 4)
     with pytest.raises(ValueError, match="perturbed must be"):
