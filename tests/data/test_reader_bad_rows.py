@@ -9,6 +9,7 @@ counts the bad ones and names their lines. Structural errors stay errors.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -201,3 +202,17 @@ def test_train_refuses_a_bad_row_without_creating_a_run(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert f"{bad}, line 4: empty label" in result.output and "Traceback" not in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("marker", ["NaN", "nan", "None", "NULL", "N/A", "#N/A"])
+def test_a_label_spelt_as_a_missing_value_is_a_bad_row_not_a_class(tmp_path: Path, marker: str) -> None:
+    """A CSV whose missing labels pandas wrote as ``NaN`` never trains a class called "NaN"."""
+    path = tmp_path / "d.csv"
+    path.write_text(f"text,label\na fine film,pos\nno label here,{marker}\n\"dull , slow\",neg\n")
+    with pytest.raises(DataFormatError, match=rf"d\.csv, line 3: label '{re.escape(marker)}' marks a missing value"):
+        read_examples(path)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert read_examples(path, skip_bad_rows=True) == GOOD
+    path.write_text("text,label\na fine film,NA\n\"dull , slow\",neg\n")  # "NA" may name a class
+    assert [e.label for e in read_examples(path)] == ["NA", "neg"]

@@ -12,7 +12,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Example", "DataFormatError", "BadRow", "SkippedRows", "MAX_REPORTED", "BadRowPolicy"]
+__all__ = ["Example", "DataFormatError", "BadRow", "SkippedRows", "MAX_REPORTED", "MISSING_LABELS", "BadRowPolicy"]
+
+# How spreadsheets and pandas write a missing value (pandas' default NA strings, less "NA", which names
+# classes such as North America): a label spelt so is a bad row, not a class called "NaN".
+MISSING_LABELS = frozenset({"NaN", "nan", "-NaN", "-nan", "NULL", "null", "None", "<NA>", "#N/A", "N/A", "n/a"})
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,8 @@ class BadRowPolicy:
             problems.append("label is null")
         elif not label.strip():
             problems.append("empty label")
+        elif label.strip() in MISSING_LABELS:
+            problems.append(f"label {label.strip()!r} marks a missing value")
         if problems:
             self.reject(path, line, " and ".join(problems))
         else:

@@ -37,7 +37,8 @@ empty, whitespace only, ``null`` or missing (a jsonl object without the
 field), is a *bad row*: a model would learn from an empty document, or a class
 called ``""`` or ``"None"``. Public data sets contain such rows, so they are
 refused by default, naming the file, the line and the reason (``empty text``,
-``text is null``, ``empty label``, ``label is null``,
+``text is null``, ``empty label``, ``label is null``, a label spelt as a missing value (``NaN``, ``None``,
+``N/A``... :data:`~attnkit.data.examples.MISSING_LABELS`),
 ``missing field(s) ['label']``). ``skip_bad_rows=True`` (the command line's ``--skip-bad-rows``)
 leaves them out instead and reports them in a :class:`SkippedRows` -- to
 ``on_skipped`` or, without one, as a warning.
