@@ -140,10 +140,10 @@ def _load_captioning(path: Path, *, allow_unfinished: bool = False, device: str 
 
 # Order matters: the numpy backend's runs carry classifier model names, so it is asked first.
 for _kind in (
-    RunKind("numpy", "text classification on the NumPy twin (--backend numpy)", _is_numpy, _load_classifier),
-    RunKind("translation", "sequence-to-sequence translation (train --task translate)", _is_translation,
+    RunKind("numpy", "text classification on the NumPy twin", _is_numpy, _load_classifier),
+    RunKind("translation", "sequence-to-sequence translation", _is_translation,
             _load_translation),
-    RunKind("captioning", "image captioning (train --task caption)", _is_captioning, _load_captioning),
-    RunKind("classification", "text classification (train, demo)", _is_classification, _load_classifier),
+    RunKind("captioning", "image captioning", _is_captioning, _load_captioning),
+    RunKind("classification", "text classification", _is_classification, _load_classifier),
 ):
     register_run_kind(_kind)
