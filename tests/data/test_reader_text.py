@@ -44,3 +44,12 @@ def test_any_str_is_tokenized_a_lone_surrogate_as_the_replacement_character() ->
     replacement = tokenizer.token_to_id("\ufffd")
     assert replacement is not None
     assert encode_batch(tokenizer, ["fine \udfff"], 8) == [[tokenizer.token_to_id("fine"), replacement]]
+
+
+def test_translation_tokenizers_take_any_str_too() -> None:
+    from attnkit.data.parallel import ParallelCorpus, encode_pairs, train_translation_tokenizers
+
+    corpus = ParallelCorpus(["ein \ud800 haus", "ein baum"] * 4, ["a \udcff house", "a tree"] * 4)
+    tokenizers = train_translation_tokenizers(corpus, vocab_size=64)
+    pairs = encode_pairs(tokenizers, corpus, max_len=8)
+    assert len(pairs) == 8 and tokenizers.encode_source(["haus \udfff"], 8)[0]

@@ -33,6 +33,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from torch import Tensor
 
+from attnkit.data.tokenization import tokenizable
+
 __all__ = [
     "PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "SPECIAL_TOKENS",
     "ParallelCorpus", "read_lines", "read_parallel",
@@ -140,7 +142,7 @@ def train_subword_tokenizer(texts: Sequence[str], *, vocab_size: int = 8000, low
     tok.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                   special_tokens=list(SPECIAL_TOKENS), show_progress=False)
-    tok.train_from_iterator(list(texts), trainer=trainer)
+    tok.train_from_iterator(tokenizable(texts), trainer=trainer)
     for i, token in enumerate(SPECIAL_TOKENS):
         assert tok.token_to_id(token) == i, f"{token} must have id {i}"
     return tok
@@ -159,7 +161,7 @@ class TranslationTokenizers:
 
     def encode_source(self, texts: Sequence[str], max_len: int) -> list[list[int]]:
         """Source ids per text, truncated to ``max_len`` (no special tokens)."""
-        return [e.ids[:max_len] for e in self.source.encode_batch(list(texts), add_special_tokens=False)]
+        return [e.ids[:max_len] for e in self.source.encode_batch(tokenizable(texts), add_special_tokens=False)]
 
     def decode_target(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Detokenised target texts (special tokens skipped)."""
@@ -214,7 +216,8 @@ def encode_pairs(tokenizers: TranslationTokenizers, corpus: ParallelCorpus, *,
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
         raise ValueError(f"max_len must be a positive int, got {max_len!r}")
     src = tokenizers.encode_source(corpus.sources, max_len)
-    tgt = [e.ids[:max_len] for e in tokenizers.target.encode_batch(corpus.targets, add_special_tokens=False)]
+    targets = tokenizers.target.encode_batch(tokenizable(corpus.targets), add_special_tokens=False)
+    tgt = [e.ids[:max_len] for e in targets]
     return [(s, t) for s, t in zip(src, tgt, strict=True) if s and t]
 
 
