@@ -299,3 +299,25 @@ def test_the_size_estimate_counts_no_rotary_position_table_and_reads_per_stage_l
     assert estimated_parameters(swin) == 4 * (4 * 96 * 96 + 2 * 96 * 4 * 96)
     with pytest.raises(ValueError, match=r"x\.json field num_heads must be a positive int, got \[3, 0\]"):
         estimated_parameters({**swin, "num_heads": [3, 0]}, "x.json")
+
+
+@pytest.mark.parametrize("damage", ["labels", "tokenizer"])
+def test_resume_checks_labels_and_tokenizer_as_loading_does(run_copy, data_csv, damage) -> None:
+    """``train --resume`` reads the run's vocabularies through the loader's checks, before anything is written."""
+    manifest = json.loads((run_copy / "current.json").read_text())
+    _replace(run_copy / "current.json", json.dumps({**manifest, "status": "training"}))
+    folder = committed_dir(run_copy)
+    _edit_meta(run_copy, lambda meta: meta.update(status="training"))
+    if damage == "labels":
+        _replace(folder / "labels.json", json.dumps({"labels": ["negative", "negative"]}))
+        needle = r"labels\.json lists label\(s\) \['negative'\]"
+    else:
+        data = json.loads((folder / "tokenizer.json").read_text())
+        vocab = data["model"]["vocab"]
+        vocab[max(vocab, key=vocab.get)] = 10**6
+        _replace(folder / "tokenizer.json", json.dumps(data))
+        needle = r"tokenizer\.json gives token '.+' the id 1000000"
+    before = {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file() and p.name != ".lock"}
+    result = _invoke("train", "--data", str(data_csv), "--out", str(run_copy), "--resume", "--quiet")
+    assert result.exit_code == 1 and re.search(needle, result.output), result.output
+    assert {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file() and p.name != ".lock"} == before

@@ -140,7 +140,6 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
 
     Everything is read and checked here, before anything is written.
     """
-    from attnkit.data.batching import LabelVocab
     from attnkit.train import checkpoint as ckpt
     from attnkit.train.pipeline import DataSettings
     from attnkit.train.plan import ClassifierPlan
@@ -158,15 +157,12 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
     if saved["model_name"] not in MODELS:
         raise ckpt.RunFileError(f"{folder / 'config.json'} names model {saved['model_name']!r}, which this "
                                 f"attnkit does not know (known: {sorted(MODELS)})")
-    try:
-        label_vocab = LabelVocab.from_dict(ckpt.read_json(folder / "labels.json"))
-    except (KeyError, TypeError) as err:
-        raise ckpt.RunFileError(f"{folder / 'labels.json'} is not a label vocabulary: {err}") from None
+    tokenizer, label_vocab = ckpt.load_run_vocabularies(out, saved)
     values.update(resumed_data_source(saved.get("data", {}), values, out))
     return ClassifierPlan(
         out=out, model_name=saved["model_name"], mode="resume",
         model_options=dict(saved["model_config"]),
-        run_id=saved["run_id"], tokenizer=ckpt.load_run_tokenizer(out, saved), label_vocab=label_vocab,
+        run_id=saved["run_id"], tokenizer=tokenizer, label_vocab=label_vocab,
         train_config=collect_train_config({}, **saved["train_config"]),
         data_settings=DataSettings(**saved["data_settings"]), data=_data_plan(values, out), quiet=values["quiet"],
         baseline=bool(values.get("baseline")), max_memory=values.get("max_memory"), flags=RUN_FLAGS)

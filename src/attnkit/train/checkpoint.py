@@ -82,6 +82,7 @@ __all__ = [
     "load_checkpoint",
     "read_run_config",
     "load_run_tokenizer",
+    "load_run_vocabularies",
     "load_finite_tensors",
     "save_train_state",
     "load_train_state",
@@ -223,7 +224,6 @@ def load_checkpoint(
     ``meta["notice"]`` says which weights are served). Every missing, damaged
     or foreign file raises :class:`RunFileError` naming it.
     """
-    from attnkit.data.batching import LabelVocab
     from attnkit.models import MODELS, build_model
 
     folder = committed_dir(directory)
@@ -253,12 +253,23 @@ def load_checkpoint(
     weights = folder / "model.safetensors"
     load_weights_into(model, load_finite_tensors(weights), weights, f"model {meta['model_name']!r}")
     model.to(device).eval()
+    tokenizer, label_vocab = load_run_vocabularies(directory, meta)
+    return model, tokenizer, label_vocab, meta
+
+
+def load_run_vocabularies(directory: str | os.PathLike[str], meta: dict[str, Any]) -> tuple[Any, Any]:
+    """The committed tokenizer and label vocabulary of a classification run, each checked against the model
+    of its ``config.json`` (``meta``): the labels against ``num_classes``, every token id below ``vocab_size``."""
+    from attnkit.data.batching import LabelVocab
+
+    folder = committed_dir(directory)
+    config = meta["model_config"]
     label_vocab = LabelVocab(check_labels(folder / "labels.json", read_json(folder / "labels.json"),
                                           config.get("num_classes")))
     tokenizer = load_run_tokenizer(directory, meta)
     check_tokenizer_fits(folder / "tokenizer.json", tokenizer, config.get("vocab_size"),
                          at_most=meta["model_name"] == "bert")
-    return model, tokenizer, label_vocab, meta
+    return tokenizer, label_vocab
 
 
 def check_model_size(model_name: str, config: dict[str, Any], source: Path) -> None:
