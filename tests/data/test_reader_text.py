@@ -53,3 +53,23 @@ def test_translation_tokenizers_take_any_str_too() -> None:
     tokenizers = train_translation_tokenizers(corpus, vocab_size=64)
     pairs = encode_pairs(tokenizers, corpus, max_len=8)
     assert len(pairs) == 8 and tokenizers.encode_source(["haus \udfff"], 8)[0]
+
+
+def test_a_folder_of_parts_is_not_read_as_classes(tmp_path: Path) -> None:
+    """``DIR/train/pos/1.txt``, ``DIR/test/neg/2.txt`` (the IMDB layout): the parts are named, not taken for classes."""
+    from attnkit.data.readers import read_examples
+
+    for part in ("train", "test"):
+        for label in ("pos", "neg"):
+            (tmp_path / "imdb" / part / label).mkdir(parents=True)
+            (tmp_path / "imdb" / part / label / "1.txt").write_text(f"a {label} review", encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"sub-folders test, train are the parts of a data set, each with "
+                                              r"class folders, not classes: pass each part \(--data .*train "
+                                              r"--test .*test on the command line\)"):
+        read_examples(tmp_path / "imdb")
+    assert sorted({e.label for e in read_examples(tmp_path / "imdb" / "train")}) == ["neg", "pos"]
+    (tmp_path / "classes" / "train").mkdir(parents=True)  # a class really called "train" still reads
+    (tmp_path / "classes" / "train" / "1.txt").write_text("x", encoding="utf-8")
+    (tmp_path / "classes" / "test").mkdir()
+    (tmp_path / "classes" / "test" / "1.txt").write_text("y", encoding="utf-8")
+    assert sorted(e.label for e in read_examples(tmp_path / "classes")) == ["test", "train"]

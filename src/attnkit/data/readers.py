@@ -236,6 +236,20 @@ def _data_files_hint(folder: Path, entries: Sequence[Path]) -> str:
     return f"; it holds the data file(s) {names}: pass a file, not the folder ({how} on the command line)"
 
 
+def _refuse_parts_as_classes(root: Path, folders: Sequence[Path]) -> None:
+    """Refuse a folder whose sub-folders are a data set's parts (``train/``, ``test/``...), each holding class
+    folders (the IMDB layout), instead of reading ``train`` and ``test`` as two classes."""
+    parts = {_PART_FLAGS.get(f.name.lower()): f for f in folders}
+    if None in parts or "--data" not in parts:
+        return
+    if not all(any(e.is_dir() and not e.name.startswith(".") for e in f.iterdir()) for f in folders):
+        return
+    how = " ".join(f"{flag} {parts[flag]}" for flag in ("--data", "--val", "--test") if flag in parts)
+    raise DataFormatError(root, None, f"its sub-folders {', '.join(sorted(f.name for f in folders))} are the parts "
+                                      f"of a data set, each with class folders, not classes: pass each part "
+                                      f"({how} on the command line)")
+
+
 _DELIMITERS = {",": "','", ";": "';'", "\t": "a tab", "|": "'|'"}
 
 
@@ -379,6 +393,7 @@ def _read_folder(root: Path, encoding: str, bad: BadRowPolicy) -> list[Example]:
     classes = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if not classes:
         raise DataFormatError(root, None, "expected one sub-folder per class, found none")
+    _refuse_parts_as_classes(root, classes)
     out: list[Example] = []
     for folder in classes:
         for file in sorted(f for f in folder.iterdir() if f.is_file() and not f.name.startswith(".")):
