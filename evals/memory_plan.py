@@ -12,7 +12,6 @@ peak (``VmHWM``, at its exit: training, the test score and the report). Prints p
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import random
@@ -34,7 +33,8 @@ def planned(model_name, config, **sizes):
     from attnkit.train.memory_budget import estimate_classifier
     keep = {k: sizes[k] for k in ("tokens", "documents", "batch_tokens", "train_documents", "longest")
             if k in sizes}
-    plan["plan"] = estimate_classifier(model_name, config, **keep).total
+    estimate = estimate_classifier(model_name, config, **keep)
+    plan["plan"], plan["parts"] = estimate.total, estimate.describe()
     plan["resident"] = resident_bytes()
     return check(model_name, config, **sizes)
 
@@ -45,19 +45,18 @@ cli.main(sys.argv[1:], standalone_mode=False)
 
 
 def write_documents(path: Path, docs: int, tokens: int, seed: int = 0) -> Path:
-    """``docs`` documents of ``tokens`` words (3,000 distinct) in sentences ending with ``.``, two labels."""
+    """``docs`` documents of ``tokens`` words (3,000 distinct) in sentences ending with ``.``, two labels, as
+    JSON lines (a CSV field holds at most 131,072 characters)."""
     rng = random.Random(seed)
     words = [f"w{i}" for i in range(3000)]
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["text", "label"])
+    with open(path, "w", encoding="utf-8") as fh:
         for d in range(docs):
             out: list[str] = []
             while len(out) < tokens:
                 n = min(rng.randint(8, 20), tokens - len(out))
                 out.extend(rng.choice(words) for _ in range(n - 1))
                 out.append(".")
-            writer.writerow([" ".join(out[:tokens]), "pos" if d % 2 else "neg"])
+            fh.write(json.dumps({"text": " ".join(out[:tokens]), "label": "pos" if d % 2 else "neg"}) + "\n")
     return path
 
 
@@ -87,14 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["document", "han", "sentiment", "wide"])
     args, extra = parser.parse_known_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        data = write_documents(Path(tmp) / "long.csv", args.docs, args.tokens)
+        data = write_documents(Path(tmp) / "long.jsonl", args.docs, args.tokens)
         print(f"{args.docs} documents of {args.tokens} words, --max-len {args.max_len}")
         print(f"{'model':10} {'plan MB':>9} {'+resident':>10} {'peak MB':>9} {'ratio':>6}")
         for model in args.models:
             got = measure(model, data, args.max_len, extra)
             predicted = got["plan"] + got["resident"]
             print(f"{model:10} {got['plan'] / 1e6:9.0f} {predicted / 1e6:10.0f} {got['peak'] / 1e6:9.0f} "
-                  f"{predicted / got['peak']:6.2f}{'  ' + got['failed'] if 'failed' in got else ''}", flush=True)
+                  f"{predicted / got['peak']:6.2f}  {got['parts']}{'  ' + got['failed'] if 'failed' in got else ''}",
+                  flush=True)
     return 0
 
 

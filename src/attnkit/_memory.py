@@ -56,8 +56,8 @@ def peak_rss_mib() -> float:
 
 
 def format_bytes(n: float) -> str:
-    """``1.23 GB``, ``456 MB`` or ``789 kB`` (powers of 1000, as ``--max-memory`` sizes are read)."""
-    for unit, size in (("GB", 10**9), ("MB", 10**6)):
+    """``1.23 TB``, ``1.23 GB``, ``456 MB`` or ``789 kB`` (powers of 1000, as ``--max-memory`` sizes are read)."""
+    for unit, size in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n / 10**3:.3g} kB"

@@ -3,24 +3,33 @@
 :func:`fit_to_memory` runs after the documents are encoded and before the model
 is built. It measures the model exactly without allocating it (built on
 torch's ``meta`` device: parameters count four times, for their gradients and
-two AdamW moments; buffers once), adds what fitting an n-gram half
-(:mod:`attnkit.models.ngram_half`) allocates (:func:`attnkit.models.ngram_half.fit_bytes`,
-per training token read: a model reading long documents in chunks reads up to
-its ``reading_length``, not ``--max-len``), the encoded documents, and the
-activations of the largest training batch (for a model whose config has
-``activation_bytes(tokens)``, as :class:`attnkit.models.WideDeepClassifierConfig`
-does; the batches of long documents are capped in tokens, see
-:func:`attnkit.train.tasks.epoch_batches`), and compares the sum with the limit: ``--max-memory``,
-or by default :data:`DEFAULT_FRACTION` of the memory available now
-(``MemAvailable`` of ``/proc/meminfo``). Above it, the n-gram half's bigram rows
-shrink to what fits, and the run says so in one line; when even no bigram rows
-would fit (the vocabulary times the classes alone is too large), or the model
-cannot shrink (a resumed run), it is refused with :class:`MemoryLimitError`,
-which names ``max_memory`` (written as ``--max-memory`` by a command that has the flag:
-:func:`attnkit.cli.messages.in_flags`).
+two AdamW moments; buffers once), adds the encoded documents, and the larger of
+what fitting an n-gram half (:mod:`attnkit.models.ngram_half`) allocates
+(:func:`attnkit.models.ngram_half.fit_bytes`, per training token read: a model
+reading long documents in chunks reads up to its ``reading_length``, not
+``--max-len``) and what the largest training batch's step holds
+(:func:`activation_bytes`, one estimate per model kind in :data:`ACTIVATIONS`,
+from the batch's padded tokens and its longest document: the document model's
+attention maps grow with the square of it; the batches of long documents are
+capped in tokens, see :func:`attnkit.train.tasks.epoch_batches`): the fit lets
+go of its memory before the first step. It compares that plan with the limit
+(:func:`limit_and_source`): ``--max-memory``, or by default
+:data:`DEFAULT_FRACTION` of the memory budget, and never more than the budget
+(:func:`attnkit._memory.memory_budget`: the least of ``MemAvailable``, the room
+``RLIMIT_AS`` leaves beside the process's virtual size, and the room its memory
+cgroup leaves). Above it, the n-gram half's bigram rows shrink to what fits,
+and the run says so in one line; when even no bigram rows would fit (the
+vocabulary times the classes alone is too large), or the model cannot shrink (a
+resumed run, a model without the half), it is refused with
+:class:`MemoryLimitError`, which names the plan and the limit that bound:
+``max_memory`` (written as ``--max-memory`` by a command that has the flag:
+:func:`attnkit.cli.messages.in_flags`), ``MemAvailable``, ``RLIMIT_AS`` or the
+cgroup's limit file.
 
 The limit covers what the run allocates, not the interpreter and libraries
-(about 0.3 GB). :func:`peak_rss_mib` is the peak a run reports in its metrics.
+(about 0.35 GB resident when the plan is made); ``evals/memory_plan.py`` sets
+the plan plus that resident size against each kind's measured peak.
+:func:`peak_rss_mib` is the peak a run reports in its metrics.
 """
 
 from __future__ import annotations
@@ -90,7 +99,7 @@ def model_bytes(model_name: str, config: dict[str, Any]) -> tuple[int, int]:
 @dataclass(frozen=True)
 class MemoryEstimate:
     """What a classifier run allocates, in bytes: model (parameters x 4 and buffers), n-gram fit, documents,
-    and one training batch's activations."""
+    and one training batch's activations; :attr:`total` is the most held at once."""
 
     params: int
     buffers: int
@@ -100,7 +109,9 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return 4 * self.params + self.buffers + self.ngram_fit + self.documents + self.activations
+        """The peak: the model and the documents, and the larger of the n-gram fit and a batch's activations
+        (the fit runs, and lets go of what it held, before the first training step)."""
+        return 4 * self.params + self.buffers + self.documents + max(self.ngram_fit, self.activations)
 
     def describe(self) -> str:
         """The plan in words: ``about 5.1 GB (model 12 MB, n-gram fit 30 MB, documents 4 MB, one
@@ -108,7 +119,7 @@ class MemoryEstimate:
         parts = (("model", 4 * self.params + self.buffers), ("n-gram fit", self.ngram_fit),
                  ("documents", self.documents), ("one training batch's activations", self.activations))
         named = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts if n)
-        return f"about {format_bytes(self.total)}" + (f" ({named})" if named else "")
+        return f"about {format_bytes(self.total)} at most at once" + (f" ({named})" if named else "")
 
 
 def _rows(model_name: str, config: dict[str, Any]) -> tuple[str | None, int]:
@@ -142,10 +153,10 @@ def _document_bytes(c: Any, tokens: int, longest: int) -> int:
 
 
 def _sentiment_bytes(c: Any, tokens: int, longest: int) -> int:
-    """A :class:`~attnkit.models.SentimentClassifier` step: per token, 3 E + 48 H + 3 A floats a layer of
+    """A :class:`~attnkit.models.SentimentClassifier` step: per token, 3 E + 24 H + 3 A floats a layer of
     the bidirectional LSTM (its gates and states, kept a step at a time), and about 20 kB a time step a
     layer for the records of the steps themselves (T steps: the longest document)."""
-    per_token = 4 * (3 * c.embed_dim + 48 * c.hidden_size * c.num_layers + 3 * c.attention_dim)
+    per_token = 4 * (3 * c.embed_dim + 24 * c.hidden_size * c.num_layers + 3 * c.attention_dim)
     return per_token * tokens + 20_000 * c.num_layers * longest
 
 

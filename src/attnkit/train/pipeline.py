@@ -257,7 +257,7 @@ def _long_batches(model_name: str, config: dict[str, Any], lengths: Sequence[int
         note(f"long documents: {chunked} of {len(lengths)} training documents are longer than `max_len` "
              f"{max_len}, read in overlapping chunks of {max_len} tokens up to {read_len} tokens each "
              f"(the model's max_chunks={config['max_chunks']}); a batch of them holds at most {cap} tokens")
-    return cap, max(cap, longest)
+    return cap, max(longest, min(cap, size * longest))
 
 
 def _chunked(model: nn.Module, test_metrics: dict[str, Any] | None, **parts: TextClassificationDataset
