@@ -114,6 +114,30 @@ def test_train_refuses_long_documents_for_the_document_model_before_building_it(
     assert "Traceback" not in result.output and not (tmp_path / "run").exists()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/status")
+def test_train_under_an_address_space_limit_is_refused_naming_it(tmp_path) -> None:
+    """``prlimit --as``: a plan above what the limit leaves is refused before anything large is allocated."""
+    import os
+    import resource
+
+    data = tmp_path / "long.csv"
+    words = " ".join(f"w{i % 300}" for i in range(3000))
+    data.write_text("text,label\n" + "".join(f"{words},{'ab'[i % 2]}\n" for i in range(12)))
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 * GB, resource.RLIM_INFINITY))
+
+    args = [sys.executable, "-m", "attnkit", "train", "--data", str(data), "--out", str(tmp_path / "run"),
+            "--model", "document", "--max-len", "100000", "--epochs", "1", "--device", "cpu", "--quiet",
+            "--val-ratio", "0.2", "--test-ratio", "0.2"]
+    done = subprocess.run(args, capture_output=True, text=True, preexec_fn=limited, timeout=300,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 1, done.stderr
+    assert "left by the address-space limit RLIMIT_AS (ulimit -v) of 3 GB" in done.stderr, done.stderr
+    assert "raise that limit" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
 _STEP = r"""
 import json, sys, torch
 from attnkit._memory import resident_bytes, _status_bytes
@@ -140,7 +164,7 @@ print(json.dumps([_status_bytes("VmHWM") - before, activation_bytes(kind, config
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 @pytest.mark.parametrize(("kind", "b", "t", "options"), [
     ("document", 2, 1500, {}),
-    ("sentiment", 2, 4000, {}),
+    ("sentiment", 2, 2500, {}),
     ("han", 3, 4000, {"sentence_end_ids": [5]}),
     ("wide", 8, 6000, {"chunk_len": 1000}),
 ])

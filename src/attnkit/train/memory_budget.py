@@ -257,9 +257,16 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
     ``budget`` (None: :func:`attnkit._memory.memory_budget` now). Raises :class:`MemoryLimitError`,
     naming the limit that bound and the plan, when it cannot fit.
     """
+    budget = budget if budget is not None else memory_budget()
     limit, source = limit_and_source(limit, budget)
     if limit is None:
         return config
+
+    def raise_what(required: int) -> str:  # --max-memory cannot lift the plan past the budget
+        over = source != "`max_memory`" and (source.startswith("the memory") or (
+            budget.bytes is not None and required > budget.bytes))
+        return "that limit" if over else "`max_memory`"
+
     sizes: dict[str, Any] = {"tokens": tokens, "documents": documents, "batch_tokens": batch_tokens,
                              "train_documents": train_documents, "longest": longest}
     need = estimate_classifier(model_name, config, **sizes)
@@ -268,17 +275,16 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
     field, rows = _rows(model_name, config)
     what = (f"{model_name} with {config.get('vocab_size')} words and {config.get('num_classes')} classes "
             f"needs {need.describe()}")
-    raise_what = "that limit" if source.startswith("the memory") else "`max_memory`"
     if field is None or not can_shrink:
         why = "" if field is None else " (a resumed run keeps its n-gram rows)"
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}){why}; raise "
-                               f"{raise_what}, or lower {_levers(need)}")
+                               f"{raise_what(need.total)}, or lower {_levers(need)}")
     fit = _most_rows(model_name, config, field, rows - 1, limit, sizes)
     if fit < MIN_ROWS:
         smallest = estimate_classifier(model_name, {**config, field: MIN_ROWS}, **sizes)
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}), and about "
                                f"{format_bytes(smallest.total)} even with {MIN_ROWS} n-gram rows; raise "
-                               f"{raise_what} to at least that, or lower {_levers(need)}")
+                               f"{raise_what(smallest.total)} to at least that, or lower {_levers(need)}")
     shrunk = {**config, field: int(fit)}
     if log is not None:
         after = estimate_classifier(model_name, shrunk, **sizes)
