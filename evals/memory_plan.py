@@ -6,7 +6,11 @@ plan :func:`attnkit.train.memory_budget.fit_to_memory` checks (what the run will
 resident memory at the time it is checked: the peak it predicts), and the eval reads the process's own
 peak (``VmHWM``, at its exit: training, the test score and the report). Prints plan, peak and ratio.
 
-    python evals/memory_plan.py --docs 10 --tokens 20000 --models document han sentiment wide
+    python evals/memory_plan.py --docs 10 --tokens 20000 --models han wide
+    python evals/memory_plan.py --docs 10 --tokens 2000 --models document
+
+A run whose plan is over the budget is refused up front; its row shows the plan and the refusal.
+The figures are in docs/cli.md (Memory).
 """
 
 from __future__ import annotations
@@ -92,9 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         for model in args.models:
             got = measure(model, data, args.max_len, extra)
             predicted = got["plan"] + got["resident"]
+            if "failed" in got:  # refused up front (or failed): no peak of a run to set against the plan
+                print(f"{model:10} {got['plan'] / 1e6:9.0f} {predicted / 1e6:10.0f} {'-':>9} {'-':>6}  "
+                      f"{got['parts']}  {got['failed']}", flush=True)
+                continue
             print(f"{model:10} {got['plan'] / 1e6:9.0f} {predicted / 1e6:10.0f} {got['peak'] / 1e6:9.0f} "
-                  f"{predicted / got['peak']:6.2f}  {got['parts']}{'  ' + got['failed'] if 'failed' in got else ''}",
-                  flush=True)
+                  f"{predicted / got['peak']:6.2f}  {got['parts']}", flush=True)
     return 0
 
 
