@@ -3,24 +3,33 @@
 :func:`fit_to_memory` runs after the documents are encoded and before the model
 is built. It measures the model exactly without allocating it (built on
 torch's ``meta`` device: parameters count four times, for their gradients and
-two AdamW moments; buffers once), adds what fitting an n-gram half
-(:mod:`attnkit.models.ngram_half`) allocates (:func:`attnkit.models.ngram_half.fit_bytes`,
-per training token read: a model reading long documents in chunks reads up to
-its ``reading_length``, not ``--max-len``), the encoded documents, and the
-activations of the largest training batch (for a model whose config has
-``activation_bytes(tokens)``, as :class:`attnkit.models.WideDeepClassifierConfig`
-does; the batches of long documents are capped in tokens, see
-:func:`attnkit.train.tasks.epoch_batches`), and compares the sum with the limit: ``--max-memory``,
-or by default :data:`DEFAULT_FRACTION` of the memory available now
-(``MemAvailable`` of ``/proc/meminfo``). Above it, the n-gram half's bigram rows
-shrink to what fits, and the run says so in one line; when even no bigram rows
-would fit (the vocabulary times the classes alone is too large), or the model
-cannot shrink (a resumed run), it is refused with :class:`MemoryLimitError`,
-which names ``max_memory`` (written as ``--max-memory`` by a command that has the flag:
-:func:`attnkit.cli.messages.in_flags`).
+two AdamW moments; buffers once), adds the encoded documents, and the larger of
+what fitting an n-gram half (:mod:`attnkit.models.ngram_half`) allocates
+(:func:`attnkit.models.ngram_half.fit_bytes`, per training token read: a model
+reading long documents in chunks reads up to its ``reading_length``, not
+``--max-len``) and what the largest training batch's step holds
+(:func:`activation_bytes`, one estimate per model kind in :data:`ACTIVATIONS`,
+from the batch's padded tokens and its longest document: the document model's
+attention maps grow with the square of it; the batches of long documents are
+capped in tokens, see :func:`attnkit.train.tasks.epoch_batches`): the fit lets
+go of its memory before the first step. It compares that plan with the limit
+(:func:`limit_and_source`): ``--max-memory``, or by default
+:data:`DEFAULT_FRACTION` of the memory budget, and never more than the budget
+(:func:`attnkit._memory.memory_budget`: the least of ``MemAvailable``, the room
+``RLIMIT_AS`` leaves beside the process's virtual size, and the room its memory
+cgroup leaves). Above it, the n-gram half's bigram rows shrink to what fits,
+and the run says so in one line; when even no bigram rows would fit (the
+vocabulary times the classes alone is too large), or the model cannot shrink (a
+resumed run, a model without the half), it is refused with
+:class:`MemoryLimitError`, which names the plan and the limit that bound:
+``max_memory`` (written as ``--max-memory`` by a command that has the flag:
+:func:`attnkit.cli.messages.in_flags`), ``MemAvailable``, ``RLIMIT_AS`` or the
+cgroup's limit file.
 
 The limit covers what the run allocates, not the interpreter and libraries
-(about 0.3 GB). :func:`peak_rss_mib` is the peak a run reports in its metrics.
+(about 0.35 GB resident when the plan is made); ``evals/memory_plan.py`` sets
+the plan plus that resident size against each kind's measured peak.
+:func:`peak_rss_mib` is the peak a run reports in its metrics.
 """
 
 from __future__ import annotations
@@ -30,10 +39,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit._memory import available_memory, peak_rss_mib
+from attnkit._memory import MemoryBudget, available_memory, format_bytes, memory_budget, peak_rss_mib
 
-__all__ = ["DEFAULT_FRACTION", "MemoryLimitError", "MemoryEstimate", "parse_memory_size", "format_bytes",
-           "available_memory", "default_limit", "peak_rss_mib", "model_bytes", "estimate_classifier",
+__all__ = ["DEFAULT_FRACTION", "MemoryLimitError", "MemoryEstimate", "MemoryBudget", "parse_memory_size",
+           "format_bytes", "available_memory", "memory_budget", "default_limit", "limit_and_source",
+           "peak_rss_mib", "model_bytes", "activation_bytes", "ACTIVATIONS", "estimate_classifier",
            "fit_to_memory", "ROW_FIELDS"]
 
 DEFAULT_FRACTION = 0.8
@@ -70,18 +80,9 @@ def parse_memory_size(text: str | int, *, name: str = "--max-memory") -> int:
     return int(value)
 
 
-def format_bytes(n: float) -> str:
-    """``1.23 GB``, ``456 MB`` or ``789 kB`` (powers of 1000, as :func:`parse_memory_size` reads them)."""
-    for unit, size in (("GB", 10**9), ("MB", 10**6)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n / 10**3:.3g} kB"
-
-
 def default_limit() -> int | None:
-    """:data:`DEFAULT_FRACTION` of :func:`available_memory` (None: unknown, no limit)."""
-    free = available_memory()
-    return None if free is None else int(free * DEFAULT_FRACTION)
+    """:data:`DEFAULT_FRACTION` of :func:`attnkit._memory.memory_budget` (None: unknown, no limit)."""
+    return limit_and_source(None)[0]
 
 
 def model_bytes(model_name: str, config: dict[str, Any]) -> tuple[int, int]:
@@ -100,7 +101,7 @@ def model_bytes(model_name: str, config: dict[str, Any]) -> tuple[int, int]:
 @dataclass(frozen=True)
 class MemoryEstimate:
     """What a classifier run allocates, in bytes: model (parameters x 4 and buffers), n-gram fit, documents,
-    and one training batch's activations."""
+    and one training batch's activations; :attr:`total` is the most held at once."""
 
     params: int
     buffers: int
@@ -110,7 +111,17 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return 4 * self.params + self.buffers + self.ngram_fit + self.documents + self.activations
+        """The peak: the model and the documents, and the larger of the n-gram fit and a batch's activations
+        (the fit runs, and lets go of what it held, before the first training step)."""
+        return 4 * self.params + self.buffers + self.documents + max(self.ngram_fit, self.activations)
+
+    def describe(self) -> str:
+        """The plan in words: ``about 5.1 GB (model 12 MB, n-gram fit 30 MB, documents 4 MB, one
+        training batch's activations 5.05 GB)``, the parts that hold anything."""
+        parts = (("model", 4 * self.params + self.buffers), ("n-gram fit", self.ngram_fit),
+                 ("documents", self.documents), ("one training batch's activations", self.activations))
+        named = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts if n)
+        return f"about {format_bytes(self.total)} at most at once" + (f" ({named})" if named else "")
 
 
 def _rows(model_name: str, config: dict[str, Any]) -> tuple[str | None, int]:
@@ -127,13 +138,68 @@ def _rows(model_name: str, config: dict[str, Any]) -> tuple[str | None, int]:
     return None, 0
 
 
+def _document_bytes(c: Any, tokens: int, longest: int) -> int:
+    """A :class:`~attnkit.models.DocumentClassifier` step: per token, the embeddings (4 D floats) and each
+    encoder layer's (14 D + 3 d_ff floats; a parameter-free layer's 4 D); with attention dropout, torch
+    reads the attention in full: ``B H T^2`` floats per map, 3.4 maps a layer held for the backward pass
+    and 1.3 more in flight (without it the fused kernel's memory is linear in T)."""
+    from attnkit.blocks.config import resolve_dropouts
+
+    layer, layers = c.layer, c.num_layers
+    per_token = 4 * (4 * layer.d_model + layers * (14 * layer.d_model + 3 * layer.d_ff)
+                     + c.parameter_free_layers * 4 * layer.d_model)
+    maps = 0
+    if layers and resolve_dropouts(layer.dropout, layer.attention_dropout, layer.activation_dropout)[1] > 0:
+        maps = (34 * layers + 13) * layer.num_heads * tokens * longest * 4 // 10  # tokens * longest: B T^2
+    return per_token * tokens + maps
+
+
+def _sentiment_bytes(c: Any, tokens: int, longest: int) -> int:
+    """A :class:`~attnkit.models.SentimentClassifier` step: per token, 3 E + 24 H + 3 A floats a layer of
+    the bidirectional LSTM (its gates and states, kept a step at a time), and about 20 kB a time step a
+    layer for the records of the steps themselves (T steps: the longest document)."""
+    per_token = 4 * (3 * c.embed_dim + 24 * c.hidden_size * c.num_layers + 3 * c.attention_dim)
+    return per_token * tokens + 20_000 * c.num_layers * longest
+
+
+def _han_bytes(c: Any, tokens: int, longest: int) -> int:
+    """A :class:`~attnkit.models.HierarchicalAttentionNetwork` step: per token, 4 E + 36 Hw + 5 A floats
+    (the word GRU's steps, the word pooling, the sentence split); the sentence level is per sentence,
+    small beside it."""
+    return 4 * (4 * c.embed_dim + 36 * c.word_hidden + 5 * c.attention_dim) * tokens
+
+
+def _wide_bytes(c: Any, tokens: int, longest: int) -> int:
+    return int(c.activation_bytes(tokens))
+
+
+ACTIVATIONS: dict[str, Callable[[Any, int, int], int]] = {
+    "document": _document_bytes, "sentiment": _sentiment_bytes, "han": _han_bytes, "wide": _wide_bytes}
+"""Bytes one training step holds, per model kind: ``f(config, tokens, longest)`` for a batch of ``tokens``
+padded tokens whose longest document has ``longest`` (a batch of B documents: B x longest tokens).
+Measured as the rise of a fresh process's peak over one forward, backward and AdamW step
+(``evals/memory_plan.py`` checks the whole run)."""
+
+
+def activation_bytes(model_name: str, config: dict[str, Any], tokens: int, longest: int = 0) -> int:
+    """Bytes a training step of ``model_name`` holds for a batch of ``tokens`` padded tokens whose longest
+    document has ``longest`` tokens (0: unknown, taken as ``tokens``: one document); 0 for a kind without
+    an estimate in :data:`ACTIVATIONS`."""
+    from attnkit.models import config_from_dict
+
+    per_kind = ACTIVATIONS.get(model_name)
+    if per_kind is None or tokens <= 0:
+        return 0
+    return int(per_kind(config_from_dict(model_name, config), tokens, min(longest or tokens, tokens)))
+
+
 def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0,
-                        batch_tokens: int = 0, train_documents: int | None = None) -> MemoryEstimate:
+                        batch_tokens: int = 0, train_documents: int | None = None, longest: int = 0
+                        ) -> MemoryEstimate:
     """:class:`MemoryEstimate` of training ``model_name`` with ``config`` on ``tokens`` training tokens
     (``documents``: the bytes the encoded documents hold; ``batch_tokens``: the padded tokens of the
-    largest training batch, counted for a config with ``activation_bytes``; ``train_documents``: how many
-    training documents hold the tokens, None: as many as tokens)."""
-    from attnkit.models import config_from_dict
+    largest training batch and ``longest`` its longest document, for :func:`activation_bytes`;
+    ``train_documents``: how many training documents hold the tokens, None: as many as tokens)."""
     from attnkit.models.ngram_half import fit_bytes
 
     params, buffers = model_bytes(model_name, config)
@@ -141,16 +207,15 @@ def estimate_classifier(model_name: str, config: dict[str, Any], *, tokens: int,
     fit = 0
     if field is not None:
         fit = fit_bytes(int(config["vocab_size"]) + rows, int(config["num_classes"]), tokens, train_documents)
-    per_batch = getattr(config_from_dict(model_name, config), "activation_bytes", None)
-    activations = int(per_batch(batch_tokens)) if per_batch is not None and batch_tokens > 0 else 0
+    activations = activation_bytes(model_name, config, batch_tokens, longest)
     return MemoryEstimate(params, buffers, fit, documents, activations)
 
 
 def _levers(need: MemoryEstimate) -> str:
     """The settings that lower ``need``: the vocabulary and classes, and the batch when it holds activations."""
     if need.activations:
-        return (f"`vocab_size`, the number of classes, or `batch_size` (one batch's activations: about "
-                f"{format_bytes(need.activations)})")
+        return (f"`vocab_size`, the number of classes, `max_len` or `batch_size` (one batch's activations: "
+                f"about {format_bytes(need.activations)})")
     return "`vocab_size` or the number of classes"
 
 
@@ -168,38 +233,60 @@ def _most_rows(model_name: str, config: dict[str, Any], field: str, most: int, l
     return low
 
 
+def limit_and_source(limit: int | None = None, budget: MemoryBudget | None = None) -> tuple[int | None, str]:
+    """The bytes a run may plan to allocate and what sets them: ``limit`` (``max_memory``) where given,
+    lowered to the ``budget`` (:func:`attnkit._memory.memory_budget`: the least of the memory available,
+    the address-space limit's room and the cgroup's) when that is smaller; without ``limit``,
+    :data:`DEFAULT_FRACTION` of the budget. None: no limit known."""
+    budget = budget if budget is not None else memory_budget()
+    if limit is None:
+        if budget.bytes is None:
+            return None, ""
+        return (int(budget.bytes * DEFAULT_FRACTION),
+                f"{DEFAULT_FRACTION:.0%} of the {format_bytes(budget.bytes)} {budget.source}")
+    if budget.bytes is not None and budget.bytes < limit:
+        return budget.bytes, f"the memory {budget.source}, below `max_memory` {format_bytes(limit)}"
+    return limit, "`max_memory`"
+
+
 def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0,
                   batch_tokens: int = 0, train_documents: int | None = None, limit: int | None = None,
-                  can_shrink: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  can_shrink: bool = True, log: Callable[[str], None] | None = None, longest: int = 0,
+                  budget: MemoryBudget | None = None) -> dict[str, Any]:
     """``config``, with fewer n-gram bigram rows when the run would not fit in ``limit`` bytes.
 
-    ``limit`` None is :func:`default_limit`. Raises :class:`MemoryLimitError` when it cannot fit.
+    The limit is :func:`limit_and_source` of ``limit`` (``max_memory``, None: a share of the memory) and
+    ``budget`` (None: :func:`attnkit._memory.memory_budget` now). Raises :class:`MemoryLimitError`,
+    naming the limit that bound and the plan, when it cannot fit.
     """
+    budget = budget if budget is not None else memory_budget()
+    limit, source = limit_and_source(limit, budget)
     if limit is None:
-        limit = default_limit()
-        if limit is None:
-            return config
-        source = f"{DEFAULT_FRACTION:.0%} of the {format_bytes(limit / DEFAULT_FRACTION)} available"
-    else:
-        source = "`max_memory`"
+        return config
+
+    def raise_what(required: int) -> str:  # --max-memory cannot lift the plan past the budget
+        over = source != "`max_memory`" and (source.startswith("the memory") or (
+            budget.bytes is not None and required > budget.bytes))
+        return "that limit" if over else "`max_memory`"
+
     sizes: dict[str, Any] = {"tokens": tokens, "documents": documents, "batch_tokens": batch_tokens,
-                             "train_documents": train_documents}
+                             "train_documents": train_documents, "longest": longest}
     need = estimate_classifier(model_name, config, **sizes)
     if need.total <= limit:
         return config
     field, rows = _rows(model_name, config)
     what = (f"{model_name} with {config.get('vocab_size')} words and {config.get('num_classes')} classes "
-            f"needs about {format_bytes(need.total)}")
+            f"needs {need.describe()}")
     if field is None or not can_shrink:
         why = "" if field is None else " (a resumed run keeps its n-gram rows)"
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}){why}; raise "
-                               f"`max_memory`, or lower {_levers(need)}")
+                               f"{raise_what(need.total)}, or lower {_levers(need)}")
     fit = _most_rows(model_name, config, field, rows - 1, limit, sizes)
     if fit < MIN_ROWS:
         smallest = estimate_classifier(model_name, {**config, field: MIN_ROWS}, **sizes)
         raise MemoryLimitError(f"{what}, over the limit of {format_bytes(limit)} ({source}), and about "
                                f"{format_bytes(smallest.total)} even with {MIN_ROWS} n-gram rows; raise "
-                               f"`max_memory` to at least that, or lower {_levers(need)}")
+                               f"{raise_what(smallest.total)} to at least that, or lower {_levers(need)}")
     shrunk = {**config, field: int(fit)}
     if log is not None:
         after = estimate_classifier(model_name, shrunk, **sizes)

@@ -207,7 +207,7 @@ def _budgeted(model_name: str, config: dict[str, Any], parts: Sequence[TextClass
                                       processes=processes)
     config = fit_to_memory(model_name, config, tokens=int(train_ds.ids.offsets[-1]),
                            documents=sum(d.ids.nbytes for d in parts), batch_tokens=batch_tokens,
-                           train_documents=len(train_ds),
+                           train_documents=len(train_ds), longest=max(train_ds.lengths, default=0),
                            limit=limit, can_shrink=can_shrink, log=note)
     return config, cap
 
@@ -228,17 +228,17 @@ def _long_batches(model_name: str, config: dict[str, Any], lengths: Sequence[int
     from attnkit.models.wide import chunked_documents, reading_length
 
     model_config = config_from_dict(model_name, config)
-    longest, size = max(lengths, default=0), train_config.batch_size
+    longest, size = max(lengths, default=0), min(train_config.batch_size, len(lengths))
     read_len = reading_length(model_config, max_len)
     if read_len <= max_len or not train_config.bucket or processes > 1:
         return None, size * longest
-    cap = size * max_len
+    cap = train_config.batch_size * max_len
     chunked = chunked_documents(model_config, lengths)
     if chunked and note is not None:
         note(f"long documents: {chunked} of {len(lengths)} training documents are longer than `max_len` "
              f"{max_len}, read in overlapping chunks of {max_len} tokens up to {read_len} tokens each "
              f"(the model's max_chunks={config['max_chunks']}); a batch of them holds at most {cap} tokens")
-    return cap, max(cap, longest)
+    return cap, max(longest, min(cap, size * longest))
 
 
 def _chunked(model: nn.Module, test_metrics: dict[str, Any] | None, **parts: TextClassificationDataset

@@ -1,0 +1,109 @@
+"""The memory plan against the measured peak: ``attnkit train`` on long documents, one process per model.
+
+For each model kind, one ``attnkit train`` process (``--epochs 1``, ``--max-len`` far above the documents)
+on ``--docs`` documents of ``--tokens`` words each, in sentences of 8 to 20 words; the process prints the
+plan :func:`attnkit.train.memory_budget.fit_to_memory` checks (what the run will allocate, and that plus the
+resident memory at the time it is checked: the peak it predicts), and the eval reads the process's own
+peak (``VmHWM``, at its exit: training, the test score and the report). Prints plan, peak and ratio.
+
+    python evals/memory_plan.py --docs 10 --tokens 20000 --models han wide
+    python evals/memory_plan.py --docs 10 --tokens 2000 --models document
+
+A run whose plan is over the budget is refused up front; its row shows the plan and the refusal.
+The figures are in docs/cli.md (Memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_CHILD = r"""
+import atexit, json, sys
+from attnkit._memory import peak_rss_mib, resident_bytes
+from attnkit.train import pipeline
+from attnkit.cli import cli
+
+plan = {}
+check = pipeline.fit_to_memory
+
+def planned(model_name, config, **sizes):
+    from attnkit.train.memory_budget import estimate_classifier
+    keep = {k: sizes[k] for k in ("tokens", "documents", "batch_tokens", "train_documents", "longest")
+            if k in sizes}
+    estimate = estimate_classifier(model_name, config, **keep)
+    plan["plan"], plan["parts"] = estimate.total, estimate.describe()
+    plan["resident"] = resident_bytes()
+    return check(model_name, config, **sizes)
+
+pipeline.fit_to_memory = planned
+atexit.register(lambda: print("PLAN " + json.dumps({**plan, "peak": peak_rss_mib() * 2**20}), file=sys.stderr))
+cli.main(sys.argv[1:], standalone_mode=False)
+"""
+
+
+def write_documents(path: Path, docs: int, tokens: int, seed: int = 0) -> Path:
+    """``docs`` documents of ``tokens`` words (3,000 distinct) in sentences ending with ``.``, two labels, as
+    JSON lines (a CSV field holds at most 131,072 characters)."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(3000)]
+    with open(path, "w", encoding="utf-8") as fh:
+        for d in range(docs):
+            out: list[str] = []
+            while len(out) < tokens:
+                n = min(rng.randint(8, 20), tokens - len(out))
+                out.extend(rng.choice(words) for _ in range(n - 1))
+                out.append(".")
+            fh.write(json.dumps({"text": " ".join(out[:tokens]), "label": "pos" if d % 2 else "neg"}) + "\n")
+    return path
+
+
+def measure(model: str, data: Path, max_len: int, extra: list[str]) -> dict[str, float]:
+    """One ``attnkit train`` process for ``model`` on ``data``: its plan, resident memory then, and peak."""
+    with tempfile.TemporaryDirectory() as run:
+        args = [sys.executable, "-c", _CHILD, "train", "--data", str(data), "--out", str(Path(run) / "run"),
+                "--model", model, "--max-len", str(max_len), "--epochs", "1", "--device", "cpu", "--quiet",
+                "--max-memory", "1TB", "--val-ratio", "0.2", "--test-ratio", "0.2", *extra]
+        done = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    line = next((x for x in done.stderr.splitlines() if x.startswith("PLAN ")), None)
+    if line is None:
+        raise RuntimeError(f"{model}: no plan printed\n{done.stderr[-2000:]}")
+    found = json.loads(line[5:])
+    if "plan" not in found:
+        raise RuntimeError(f"{model}: no plan made\n{done.stderr[-2000:]}")
+    if done.returncode != 0:
+        found["failed"] = [x for x in done.stderr.strip().splitlines() if not x.startswith("PLAN ")][-1]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=10)
+    parser.add_argument("--tokens", type=int, default=20000, help="words per document")
+    parser.add_argument("--max-len", type=int, default=1_000_000)
+    parser.add_argument("--models", nargs="+", default=["document", "han", "sentiment", "wide"])
+    args, extra = parser.parse_known_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        data = write_documents(Path(tmp) / "long.jsonl", args.docs, args.tokens)
+        print(f"{args.docs} documents of {args.tokens} words, --max-len {args.max_len}")
+        print(f"{'model':10} {'plan MB':>9} {'+resident':>10} {'peak MB':>9} {'ratio':>6}")
+        for model in args.models:
+            got = measure(model, data, args.max_len, extra)
+            predicted = got["plan"] + got["resident"]
+            if "failed" in got:  # refused up front (or failed): no peak of a run to set against the plan
+                print(f"{model:10} {got['plan'] / 1e6:9.0f} {predicted / 1e6:10.0f} {'-':>9} {'-':>6}  "
+                      f"{got['parts']}  {got['failed']}", flush=True)
+                continue
+            print(f"{model:10} {got['plan'] / 1e6:9.0f} {predicted / 1e6:10.0f} {got['peak'] / 1e6:9.0f} "
+                  f"{predicted / got['peak']:6.2f}  {got['parts']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
