@@ -64,6 +64,10 @@ def serve(runs: tuple[str, ...], data: str | None, host: str, port: int, max_bat
 
     from attnkit.serve import Limits, build_app, load_models
 
+    if host not in LOOPBACK:
+        click.echo(f"Warning: --host {host} makes the API reachable from other machines, and it has no "
+                   "authentication: anyone who reaches the port can use the models", err=True)
+    sock = _bind(host, port)  # first: a taken port is said before the models load
     models = load_models([Path(r) for r in runs], allow_unfinished=allow_unfinished)
     for m in models:
         if m.predictor.notice:
@@ -74,10 +78,6 @@ def serve(runs: tuple[str, ...], data: str | None, host: str, port: int, max_bat
         examples = read_data(data, reader)
         for m in models:
             m.load_data([e.text for e in examples], [e.label for e in examples])
-    if host not in LOOPBACK:
-        click.echo(f"Warning: --host {host} makes the API reachable from other machines, and it has no "
-                   "authentication: anyone who reaches the port can use the models", err=True)
-    sock = _bind(host, port)
     limits = Limits(max_body=max_body, max_chars=max_chars, max_texts=max_texts, timeout=timeout, queue=queue,
                     max_batch=max_batch, batch_wait_ms=batch_wait_ms)
     bound = sock.getsockname()[1]

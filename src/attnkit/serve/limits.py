@@ -103,31 +103,32 @@ class Guard:
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
             await _reply(send, 413, error_body(413, _too_large(self.max_body)))
             return
-        state = {"received": 0, "started": False}
+        state = {"received": 0, "refused": False}
 
         async def limited_receive() -> Message:
+            if state["refused"]:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 state["received"] += len(message.get("body", b""))
-                if state["received"] > self.max_body:
-                    raise _BodyTooLarge
+                if state["received"] > self.max_body:  # answered here; the app sees the client leave
+                    state["refused"] = True
+                    await _reply(send, 413, error_body(413, _too_large(self.max_body)))
+                    return {"type": "http.disconnect"}
             return message
 
         async def secured_send(message: Message) -> None:
+            if state["refused"]:
+                return
             if message["type"] == "http.response.start":
-                state["started"] = True
                 message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
             await send(message)
 
         try:
             await self.app(scope, limited_receive, secured_send)
-        except _BodyTooLarge:
-            if not state["started"]:
-                await _reply(send, 413, error_body(413, _too_large(self.max_body)))
-
-
-class _BodyTooLarge(Exception):
-    pass
+        except Exception:
+            if not state["refused"]:
+                raise
 
 
 def _too_large(limit: int) -> str:
