@@ -84,8 +84,8 @@ def test_the_halves_are_weighed_in_batches_capped_as_training_s() -> None:
 
 
 def test_a_texts_numbers_do_not_depend_on_the_texts_beside_it() -> None:
-    """Batches hold equally long documents and never one short text alone, so every number is the
-    same to the last digit whichever texts are classified with it (what ``attnkit serve`` relies on)."""
+    """Batches hold equally long documents and never one short text alone, so a small model's numbers
+    are the same to the last digit whichever texts are classified with it (what ``attnkit serve`` relies on)."""
     examples = _texts()
     tok = train_tokenizer([e.text for e in examples], kind="word")
     torch.manual_seed(0)

@@ -116,12 +116,15 @@ def predict_texts(model: nn.Module, tokenizer: object, labels: LabelVocab, texts
 
 def _same_length(tokenizer: object, texts: Sequence[str], read_len: int, batch_size: int, max_len: int
                  ) -> Iterator[tuple[list[int], list[list[int]]]]:
-    """The positions of ``texts`` and their token ids in batches of equally long documents, so that a
-    text's numbers do not depend on the texts it is classified with (to the last digit: padding and a
-    batch of one take other arithmetic paths): at most ``batch_size`` texts and ``batch_size * max_len``
-    tokens a batch; a lone text runs beside a copy of itself unless two of that length pass the cap
-    (then every text of that length runs alone). Texts are encoded ``batch_size * 16`` at a
-    time and grouped within that window."""
+    """The positions of ``texts`` and their token ids in batches of equally long documents: at most
+    ``batch_size`` texts and ``batch_size * max_len`` tokens a batch; a lone text runs beside a copy of
+    itself unless two of that length pass the cap (then every text of that length runs alone).
+
+    Padding and a batch of one are where a text's last digits most often depend on the texts classified
+    with it; without them a small model's numbers are the same to the last digit in any batch (what a
+    batching server relies on). Larger models can still differ in the last bit with the row a text takes
+    in a batch (the CPU's matrix kernels), which no batching rule removes. Texts are encoded
+    ``batch_size * 16`` at a time and grouped within that window."""
     window = batch_size * 16
     for start in range(0, len(texts), window):
         encoded = encode_batch(tokenizer, list(texts[start : start + window]), read_len)  # type: ignore[arg-type]
