@@ -87,7 +87,7 @@ class Browser:
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
              "--no-first-run", "--disable-background-networking", "--disable-component-update",
              "--disable-sync", "--disable-extensions", "--disable-dev-shm-usage",
-             '--host-resolver-rules=MAP * ~NOTFOUND', f"--user-data-dir={self.profile}",
+             '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1', f"--user-data-dir={self.profile}",
              "--remote-debugging-port=0", "--window-size=1400,1000", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         url = None
