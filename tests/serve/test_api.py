@@ -8,6 +8,7 @@ limits against requests that break each of them.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -189,3 +190,31 @@ def test_load_16_clients_every_answer_equal_to_the_single_request_answer(server:
         results = list(pool.map(one, range(400)))
     assert results.count(True) == 400, f"{results.count(False)} of 400 answers wrong or lost"
     assert server.rss_kib() <= 1.2 * rss[0]
+
+
+def _doc_examples() -> list[tuple[str, dict[str, Any]]]:
+    """Each ``curl`` command of docs/serve.md with the JSON shown after it."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```(bash|json)\n(.*?)```", page, re.S)
+    out = []
+    for (kind, body), (next_kind, shown) in zip(blocks, blocks[1:], strict=False):
+        if kind == "bash" and body.lstrip().startswith("curl") and next_kind == "json":
+            out.append((body.replace("\\\n", " ").strip(), json.loads(shown)))
+    return out
+
+
+def test_the_curl_examples_of_the_docs_run(server: ServerProcess) -> None:
+    examples = _doc_examples()
+    assert len(examples) >= 6
+    for command, shown in examples:
+        proc = subprocess.run(["bash", "-c", command.replace("http://127.0.0.1:8000", server.url)],
+                              capture_output=True, text=True, timeout=60, check=True)
+        got = json.loads(proc.stdout)
+        assert set(got) == set(shown), (command, got)
+        if "error" in shown:
+            assert (got["status"], got["field"], got["error"]) == (shown["status"], shown["field"], shown["error"])
+        if "predictions" in shown:
+            assert [p["text"] for p in got["predictions"]] == [p["text"] for p in shown["predictions"]]
+            assert [set(p) for p in got["predictions"]] == [set(p) for p in shown["predictions"]]
+        if "maps" in shown:
+            assert set(got["maps"][0]) == set(shown["maps"][0])
