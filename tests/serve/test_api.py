@@ -164,6 +164,16 @@ def test_a_second_server_on_a_taken_port_names_it(server: ServerProcess, trained
     assert f"port {server.port} on 127.0.0.1 is taken" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_another_host_warns_and_a_folder_that_is_no_run_is_named(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "attnkit", "serve", str(tmp_path), "--host", "0.0.0.0", "--port",
+                           "0"], capture_output=True, text=True, env=env(), timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "--host 0.0.0.0 makes the API reachable from other machines" in proc.stderr
+    assert "no authentication" in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == f"Error: {tmp_path} is not an attnkit run directory (no current.json)"
+
+
 def test_load_16_clients_every_answer_equal_to_the_single_request_answer(server: ServerProcess) -> None:
     texts = [f"superb {'brilliant ' * (i % 5)}dreadful film number {i % 7}" for i in range(24)]
     with httpx.Client(timeout=30) as client:

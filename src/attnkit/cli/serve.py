@@ -68,7 +68,11 @@ def serve(runs: tuple[str, ...], data: str | None, host: str, port: int, max_bat
         click.echo(f"Warning: --host {host} makes the API reachable from other machines, and it has no "
                    "authentication: anyone who reaches the port can use the models", err=True)
     sock = _bind(host, port)  # first: a taken port is said before the models load
-    models = load_models([Path(r) for r in runs], allow_unfinished=allow_unfinished)
+    try:
+        models = load_models([Path(r) for r in runs], allow_unfinished=allow_unfinished)
+    except ValueError as err:  # a run of another kind, or a damaged one: named in one line
+        sock.close()
+        raise click.ClickException(str(err)) from None
     for m in models:
         if m.predictor.notice:
             click.echo(m.predictor.notice, err=True)
