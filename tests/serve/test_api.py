@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -162,6 +163,19 @@ def test_a_second_server_on_a_taken_port_names_it(server: ServerProcess, trained
                           capture_output=True, text=True, env=env(), timeout=60)
     assert proc.returncode == 1
     assert f"port {server.port} on 127.0.0.1 is taken" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_answers_on_a_kept_alive_connection_leave_at_once(server: ServerProcess) -> None:
+    """TCP_NODELAY on the listening socket: without it each answer on a kept-alive connection waited for
+    the client's delayed ACK, about 40 ms."""
+    with httpx.Client(timeout=30) as client:
+        client.get(server.url + "/healthz")
+        times = []
+        for _ in range(10):
+            start = time.perf_counter()
+            client.get(server.url + "/healthz")
+            times.append(time.perf_counter() - start)
+    assert sorted(times)[5] < 0.025, times
 
 
 def test_another_host_warns_and_a_folder_that_is_no_run_is_named(tmp_path: Path) -> None:
