@@ -6,7 +6,7 @@ Usage::
 
 Without ``--run`` a small document classifier (d_model 128, 2 layers, 4 heads) is trained on the
 synthetic keyword corpus into a temporary folder. Two servers of that run are started one after the
-other on free ports: one with dynamic batching (``--max-batch 64 --batch-wait-ms 5``, the defaults)
+other on free ports: one with dynamic batching (``--max-batch 64 --batch-wait-ms 0``, the defaults)
 and one with ``--max-batch 1`` (each request runs alone, one at a time). ``--clients`` concurrent
 clients send ``--requests`` single-text ``/v1/predict`` requests to each, over the loopback. Prints
 both throughputs, their ratio (target >= 3 at 16 clients), the latency p50/p99 of each, and whether

@@ -34,8 +34,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
               help="Port to listen on (0: a free one, printed).")
 @click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
               help="Most texts the batcher runs together (1: no batching, one request at a time).")
-@click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="How long a batch waits for more requests once the first has come.")
+@click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="How long a batch waits for more requests once the first has come (0: it takes those "
+                   "that came while the model ran the batch before).")
 @click.option("--max-texts", type=click.IntRange(min=1), default=64, show_default=True,
               help="Most texts in one /v1/predict request.")
 @click.option("--max-chars", type=click.IntRange(min=1), default=20_000, show_default=True,

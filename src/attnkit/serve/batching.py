@@ -1,12 +1,13 @@
 """Dynamic batching: the texts of concurrent ``/v1/predict`` requests run through the model together.
 
 One :class:`ModelThread` runs every model call of the server, one at a time (torch's own threads do
-the parallel work). :class:`Batcher` stands in front of it for predictions: the first request to come
-opens a batch, which takes the requests that arrive within ``wait_ms`` milliseconds, up to
-``max_batch`` texts; the batch runs once and each request gets its own rows back. With
-``max_batch=1`` every request runs alone, one at a time (the baseline of ``benchmarks/serve.py``).
-Answers do not depend on the batch: :func:`attnkit.train.inference.predict_texts` gives every text
-the same numbers whatever texts run beside it.
+the parallel work). :class:`Batcher` stands in front of it for predictions: while the model runs a
+batch, the requests that come wait in a queue; the next batch takes them all, up to ``max_batch``
+texts (and, with ``wait_ms``, those that come that many milliseconds after its first), runs once, and
+each request gets its own rows back. With ``max_batch=1`` every request runs alone, one at a time
+(the baseline of ``benchmarks/serve.py``). Texts of one length run together and no text runs alone
+(:func:`attnkit.train.inference.predict_texts`), so a small model gives every text the same numbers
+whatever texts share its batch; a larger one can differ in the last bits (docs/serve.md).
 
 :class:`Admission` bounds the requests admitted and not yet answered; past the bound a request is
 refused at once (503 with ``Retry-After``), so a flood waits in no unbounded queue.

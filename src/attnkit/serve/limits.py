@@ -35,7 +35,8 @@ class Limits:
         timeout: seconds a request may take (``--timeout``); longer is 504.
         queue: requests admitted and not yet answered (``--queue``); past it, 503 with ``Retry-After``.
         max_batch: texts run together by the batcher (``--max-batch``; 1 turns batching off).
-        batch_wait_ms: how long the batcher waits for more requests once one has come (``--batch-wait-ms``).
+        batch_wait_ms: how long a batch waits for more requests once the first has come (``--batch-wait-ms``;
+            0: it takes those that came while the model ran the batch before).
     """
 
     max_body: int = 1_048_576
@@ -44,7 +45,7 @@ class Limits:
     timeout: float = 30.0
     queue: int = 256
     max_batch: int = 64
-    batch_wait_ms: float = 5.0
+    batch_wait_ms: float = 0.0
 
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "

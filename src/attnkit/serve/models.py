@@ -2,8 +2,9 @@
 and, with ``--data``, the dataset view.
 
 Every answer comes from the code the command line uses: predictions from
-:func:`attnkit.train.inference.predict_texts` (so ``/v1/predict`` gives ``attnkit predict --json``'s
-numbers to the last digit, whichever texts share a batch), the default explanation method from
+:func:`attnkit.train.inference.predict_texts` (``attnkit predict --json``'s numbers; to the last digit
+with ``--max-batch 1``, and batched too for a small model, see docs/serve.md), the default explanation
+method from
 :func:`attnkit.attribution.report.default_method` (the run's most faithful method, recorded at
 training), its figures from the run's ``faithfulness.json``, the attention maps from
 :func:`attnkit.inspect.capture`. The methods here are synchronous and run on the server's one model
