@@ -70,10 +70,10 @@ class ServerProcess:
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
 
-    def rss_kib(self) -> int:
-        """The server's resident memory now (Linux ``/proc``)."""
+    def peak_rss_kib(self) -> int:
+        """The server's peak resident memory so far (Linux ``/proc``: ``VmHWM``)."""
         status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+        return int(re.search(r"VmHWM:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
 
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM, then the exit status (killed past ``timeout``)."""
