@@ -24,6 +24,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--hf", "hf", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="A Hugging Face sequence classifier folder to serve beside the runs (repeatable; local files "
+                   "only, no custom code, safetensors only).")
 @click.option("--data", type=click.Path(exists=True), help="A labelled data set for the explorer's data view "
                                                            "(metrics, confusion matrix, slices, errors).")
 @reader_options
@@ -48,8 +51,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @click.option("--queue", type=click.IntRange(min=1), default=256, show_default=True,
               help="Requests admitted at once; past it, 503 with Retry-After.")
 @allow_unfinished_option
-def serve(runs: tuple[str, ...], data: str | None, host: str, port: int, max_batch: int, batch_wait_ms: float,
-          max_texts: int, max_chars: int, max_body: int, timeout: float, queue: int, allow_unfinished: bool,
+def serve(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, host: str, port: int, max_batch: int,
+          batch_wait_ms: float, max_texts: int, max_chars: int, max_body: int, timeout: float, queue: int,
+          allow_unfinished: bool,
           **reader: Any) -> None:
     """Serve trained runs: a JSON API (/v1/predict, /v1/explain, /v1/attention) and an explorer page.
 
@@ -70,12 +74,12 @@ def serve(runs: tuple[str, ...], data: str | None, host: str, port: int, max_bat
                    "authentication: anyone who reaches the port can use the models", err=True)
     sock = _bind(host, port)  # first: a taken port is said before the models load
     try:
-        models = load_models([Path(r) for r in runs], allow_unfinished=allow_unfinished)
+        models = load_models([Path(r) for r in runs], hf=[Path(f) for f in hf], allow_unfinished=allow_unfinished)
     except ValueError as err:  # a run of another kind, or a damaged one: named in one line
         sock.close()
         raise click.ClickException(str(err)) from None
     for m in models:
-        if m.predictor.notice:
+        if getattr(m.predictor, "notice", None):
             click.echo(m.predictor.notice, err=True)
     if data:
         from attnkit.cli.inputs import read_data

@@ -22,12 +22,20 @@ from attnkit.serve.models import ServedModel, unique_names
 __all__ = ["Limits", "ServedModel", "build_app", "load_models"]
 
 
-def load_models(paths: Sequence[Path], *, allow_unfinished: bool = False) -> list[ServedModel]:
-    """Each run of ``paths`` loaded with :func:`attnkit.load_run`, under a name of its folder."""
+def load_models(paths: Sequence[Path], *, hf: Sequence[Path] = (), allow_unfinished: bool = False
+                ) -> list[ServedModel]:
+    """Each run of ``paths`` loaded with :func:`attnkit.load_run`, then each Hugging Face classifier
+    folder of ``hf`` (:mod:`attnkit.serve.hf`), under a name of its folder."""
     from attnkit.train.registry import load_run
 
-    return [ServedModel(name, path, load_run(path, allow_unfinished=allow_unfinished))
-            for name, path in zip(unique_names(paths), paths, strict=True)]
+    names = unique_names([*paths, *hf])
+    models = [ServedModel(name, path, load_run(path, allow_unfinished=allow_unfinished))
+              for name, path in zip(names, paths, strict=False)]
+    if hf:
+        from attnkit.serve.hf import HFServedModel
+
+        models += [HFServedModel(name, folder) for name, folder in zip(names[len(paths):], hf, strict=True)]
+    return models
 
 
 def build_app(*args: Any, **kwargs: Any) -> Any:

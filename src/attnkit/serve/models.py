@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ServedModel", "RequestError", "unique_names"]
+__all__ = ["ServedModel", "RequestError", "unique_names", "method_title"]
 
 MAP_DIGITS = 4  # attention weights are sent rounded to this many decimals
 TOP_TOKENS = 5
@@ -55,7 +55,7 @@ class ServedModel:
                              "classification runs")
         self.name = name
         self.path = path
-        self.predictor = predictor
+        self.predictor: Any = predictor
         self.torch = predictor._torch is not None
         self.data: dict[str, Any] | None = None
         self._record: dict[str, Any] | None = None
@@ -79,7 +79,7 @@ class ServedModel:
                 "model": config.get("model_name", config.get("model", "?")),
                 "backend": "torch" if self.torch else "numpy", "max_len": self.predictor.max_len,
                 "default_method": self._default,
-                "methods": [{"method": m, "title": _title(m), "faithfulness": self.faithfulness(m)}
+                "methods": [{"method": m, "title": method_title(m), "faithfulness": self.faithfulness(m)}
                             for m in self._methods],
                 "data": self.data is not None, "notice": self.predictor.notice}
 
@@ -120,7 +120,7 @@ class ServedModel:
         p = predict_texts(model, tokenizer, labels, [text], max_len=self.predictor.max_len, top_k=TOP_TOKENS,
                           method=chosen)[0]
         return {"model": self.name, "text": text, "label": p.label, "probability": p.probability,
-                "probabilities": p.probabilities, **p.explanation, "title": _title(chosen),
+                "probabilities": p.probabilities, **p.explanation, "title": method_title(chosen),
                 "faithfulness": self.faithfulness(chosen), "default_method": self._default,
                 "top_tokens": [list(t) for t in p.top_tokens]}
 
@@ -165,7 +165,7 @@ class ServedModel:
             raise RequestError(f"model: {self.name} is a numpy-backend run; {what} need a torch run", "model")
 
 
-def _title(method: str) -> str:
+def method_title(method: str) -> str:
     from attnkit.attribution.methods import METHOD_NAMES
 
     return METHOD_NAMES.get(method, method)
