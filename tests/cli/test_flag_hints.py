@@ -267,7 +267,7 @@ def test_the_commands_that_reach_a_reader_are_found() -> None:
     def reaching(function: str) -> list[str]:
         return reaching_commands(Message("data/readers.py", 1, function, ""))
 
-    labelled = ["baseline", "cv", "evaluate", "report", "train"]  # --data, read by read_examples
+    labelled = ["baseline", "cv", "evaluate", "report", "serve", "train"]  # --data, read by read_examples
     assert reaching("read_texts") == ["predict"]  # predict --file's text column
     assert reaching("_refuse_csv_header") == labelled
     assert reaching("_read_text") == sorted([*labelled, "predict"])
@@ -299,7 +299,7 @@ def test_every_suggested_flag_exists_on_its_command(message: Message) -> None:
       for c in ("demo", "train --task caption", "train --task translate")]),
     ("retrain with a lower --lr", "train/run_files.py", "refuse_non_finite_file",
      [f"--lr is no option of attnkit {c}, which reaches this message"
-      for c in ("caption", "evaluate", "predict", "report", "visualize")]),
+      for c in ("caption", "evaluate", "predict", "report", "serve", "visualize")]),
     ("start it again with attnkit train --overwrite", "train/rundir.py", "committed_dir", []),
 ])
 def test_the_rules_catch_a_wrong_flag(text: str, module: str, function: str | None, expected: list[str]) -> None:

@@ -188,6 +188,17 @@ def test_another_host_warns_and_a_folder_that_is_no_run_is_named(tmp_path: Path)
     assert last == f"Error: {tmp_path} is not an attnkit run directory (no current.json)"
 
 
+def same_answer(batched: dict[str, Any], alone: dict[str, Any]) -> bool:
+    """The same text, label and tokens, and every probability equal within float32 rounding: the CPU's matrix
+    kernels may change the last bit of a number with the row a text takes in its batch (docs/serve.md)."""
+    probabilities = batched["probabilities"]
+    return ({k: v for k, v in batched.items() if k not in ("probability", "probabilities")}
+            == {k: v for k, v in alone.items() if k not in ("probability", "probabilities")}
+            and probabilities.keys() == alone["probabilities"].keys()
+            and all(abs(probabilities[k] - alone["probabilities"][k]) <= 1e-6 for k in probabilities)
+            and abs(batched["probability"] - alone["probability"]) <= 1e-6)
+
+
 def test_load_16_clients_every_answer_equal_to_the_single_request_answer(server: ServerProcess) -> None:
     texts = [f"superb {'brilliant ' * (i % 5)}dreadful film number {i % 7}" for i in range(24)]
     with httpx.Client(timeout=30) as client:
@@ -208,7 +219,7 @@ def test_load_16_clients_every_answer_equal_to_the_single_request_answer(server:
             return bool(client.post(server.url + "/v1/explain", json={"text": t}).json() == explained[t])
         t = texts[i % len(texts)]
         reply = client.post(server.url + "/v1/predict", json={"texts": [t]})
-        return reply.status_code == 200 and reply.json()["predictions"][0] == alone[t]
+        return reply.status_code == 200 and same_answer(reply.json()["predictions"][0], alone[t])
 
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(one, range(400)))
