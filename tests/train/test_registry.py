@@ -72,3 +72,15 @@ def test_a_fifth_kind_is_one_registration(tmp_path: Path, monkeypatch: pytest.Mo
     assert attnkit.load_run(run) == ("tagger served", "tag-run")
     with pytest.raises(ValueError, match="registered already"):
         registry.register_run_kind(registry.RUN_KINDS["tagging"])
+
+
+@pytest.mark.parametrize("kind", ["translation", "captioning"])
+def test_the_classifier_commands_name_a_run_of_another_kind_and_its_command(runs: dict[str, Path], kind: str,
+                                                                           tmp_path: Path) -> None:
+    command = registry.RUN_KINDS[kind].command
+    data = write_keyword_csv(tmp_path / "data.csv", 8)
+    for args in (["predict", str(runs[kind]), "a text"], ["evaluate", str(runs[kind]), "--data", str(data)]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, result.output
+        assert f"{runs[kind]} is a {registry.RUN_KINDS[kind].description} run, not a text classifier: use " \
+               f"{command} {runs[kind]}" in result.output, result.output

@@ -436,9 +436,19 @@ def allow_unfinished_option(f: F) -> F:
 
 
 def load_run(run: str, allow_unfinished: bool) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """``load_checkpoint`` for a command: an unfinished run is refused, or served with a warning line."""
+    """``load_checkpoint`` for a command: an unfinished run is refused, or served with a warning line; a run
+    of another kind (:mod:`attnkit.train.registry`) is named with the command that serves it."""
     from attnkit.train.checkpoint import load_checkpoint
+    from attnkit.train.registry import run_kind
+    from attnkit.train.rundir import RunFileError
 
+    try:
+        kind = run_kind(run)
+    except RunFileError:
+        kind = None  # the loader names what is wrong with the folder
+    if kind is not None and kind.name not in ("classification", "numpy"):
+        raise click.ClickException(f"{run} is a {kind.description} run, not a text classifier: "
+                                   f"use {kind.command} {run} ...")
     model, tokenizer, labels, meta = load_checkpoint(run, allow_unfinished=allow_unfinished)
     if meta.get("notice"):
         click.echo(meta["notice"], err=True)

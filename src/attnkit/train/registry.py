@@ -40,6 +40,8 @@ class RunKind:
     description: str
     claims: Callable[[dict[str, Any]], bool]
     load: Callable[..., Any]
+    command: str = ""
+    """The command that serves such a run from the command line (``"attnkit translate"``), for messages."""
 
 
 RUN_KINDS: dict[str, RunKind] = {}
@@ -140,10 +142,10 @@ def _load_captioning(path: Path, *, allow_unfinished: bool = False, device: str 
 
 # Order matters: the numpy backend's runs carry classifier model names, so it is asked first.
 for _kind in (
-    RunKind("numpy", "text classification on the NumPy twin", _is_numpy, _load_classifier),
-    RunKind("translation", "sequence-to-sequence translation", _is_translation,
-            _load_translation),
-    RunKind("captioning", "image captioning", _is_captioning, _load_captioning),
-    RunKind("classification", "text classification", _is_classification, _load_classifier),
+    RunKind("numpy", "text classification on the NumPy twin", _is_numpy, _load_classifier, "attnkit predict"),
+    RunKind("translation", "sequence-to-sequence translation", _is_translation, _load_translation,
+            "attnkit translate"),
+    RunKind("captioning", "image captioning", _is_captioning, _load_captioning, "attnkit caption"),
+    RunKind("classification", "text classification", _is_classification, _load_classifier, "attnkit predict"),
 ):
     register_run_kind(_kind)
