@@ -205,3 +205,20 @@ def test_saving_from_python_into_another_run_suggests_only_what_python_has(train
     with pytest.raises(FileExistsError, match=r"already holds a different run \(run_id \w+\); replace it with "
                                               r"overwrite$"):
         run.save_pretrained(target)
+
+
+def test_a_numpy_run_says_what_is_there_as_the_torch_run_does(tmp_path: Path) -> None:
+    data = write_keyword_csv(tmp_path / "reviews.csv", 64)
+    out = tmp_path / "numpy"
+    base = ["train", "--data", str(data), "--backend", "numpy", "--quiet", "--out", str(out)]
+    args = [*base, "--epochs", "1"]
+    assert _invoke(*args).exit_code == 0
+    before = (out / "current.json").read_bytes()
+    again = _invoke(*args)
+    assert again.exit_code == 1 and (f"{out} already holds this run, trained with the same data and settings; "
+                                     "pass --overwrite to train it again") in again.output, again.output
+    other = _invoke(*base, "--epochs", "2", "--model-opt", "layer.d_model=16")
+    assert other.exit_code == 1, other.output
+    assert (f"{out} already holds a different run (--epochs 1 there, 2 now; --model-opt layer.d_model=64 there, "
+            "16 now); replace it with --overwrite, or choose another --out") in other.output, other.output
+    assert (out / "current.json").read_bytes() == before

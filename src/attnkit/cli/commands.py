@@ -33,7 +33,7 @@ from attnkit.cli.options import (
     task_option,
     train_options,
 )
-from attnkit.cli.rundata import RUN_FLAGS, data_source, resumed_data_source
+from attnkit.cli.rundata import RUN_FLAGS, data_changes, data_source, flat_config, resumed_data_source
 from attnkit.train.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
 
@@ -221,31 +221,11 @@ def _changes(saved: dict[str, Any], plan: Any) -> list[str]:
             now = before
         if before.get("max_len") == (saved.get("data_settings") or {}).get("max_len"):
             now["max_len"] = before.get("max_len")  # the data's --max-len: compared with the data settings below
-        compare(_flat(before), _flat(now), lambda k, b, n: f"`model_opt` {k}={b!r} there, {n!r} now")
+        compare(flat_config(before), flat_config(now), lambda k, b, n: f"`model_opt` {k}={b!r} there, {n!r} now")
     for part, now in (("train_config", plan.train_config.to_dict()),
                       ("data_settings", dataclasses.asdict(plan.data_settings))):
         compare(saved.get(part) or {}, now, lambda k, b, n: f"`{k}` {b!r} there, {n!r} now")
-    before, now = saved.get("data") or {}, plan.data.record
-    for key in sorted(set(before) | set(now)):
-        if key.endswith("_relative_to_run") or before.get(key) == now.get(key):
-            continue
-        path = key.removesuffix("_sha256")
-        if key == path:
-            changes.append(f"`{key}` {before.get(key)!r} there, {now.get(key)!r} now")
-        elif before.get(path) == now.get(path):  # the same file, another content
-            changes.append(f"`{path}` {now.get(path)} holds other data than the run was trained on")
-    return changes
-
-
-def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config dict as ``{"layer.d_model": 16, ...}``."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+    return changes + data_changes(saved.get("data") or {}, plan.data.record)
 
 
 # What ``train --resume`` reads besides the saved settings: where the run and its data are, and how to report.

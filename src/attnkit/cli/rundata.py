@@ -17,7 +17,7 @@ import click
 
 from attnkit.train.rundir import check_output_path, data_fingerprint
 
-__all__ = ["data_source", "resumed_data_source", "DATA_PATHS", "RUN_FLAGS"]
+__all__ = ["data_source", "resumed_data_source", "data_changes", "flat_config", "DATA_PATHS", "RUN_FLAGS"]
 
 # option name -> flag, for the paths a classification run reads
 DATA_PATHS = {"data": "--data", "val_path": "--val", "test_path": "--test"}
@@ -92,3 +92,29 @@ def _stored_candidates(saved: dict[str, Any], key: str, out: Path) -> list[Path]
         if beside not in paths:
             paths.append(beside)
     return paths
+
+
+def data_changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """How the data record of a committed run (``before``, its config.json ``data``) differs from the data of
+    a new command (``now``): a path by its flag's setting, a file that holds other content by its path."""
+    changes = []
+    for key in sorted(set(before) | set(now)):
+        if key.endswith("_relative_to_run") or before.get(key) == now.get(key):
+            continue
+        path = key.removesuffix("_sha256")
+        if key == path:
+            changes.append(f"`{key}` {before.get(key)!r} there, {now.get(key)!r} now")
+        elif before.get(path) == now.get(path):  # the same file, another content
+            changes.append(f"`{path}` {now.get(path)} holds other data than the run was trained on")
+    return changes
+
+
+def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as ``{"layer.d_model": 16, ...}``, as ``--model-opt`` names its fields."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
