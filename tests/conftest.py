@@ -1,3 +1,6 @@
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 import torch
 
@@ -15,3 +18,15 @@ def _seed() -> None:
 def _one_thread() -> None:
     # Commands run in-process (demo, --threads) may change the count; every test starts at one.
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium with one page (tests/support/browser.py), one per test module that asks for it."""
+    from tests.support.browser import Browser
+
+    b = Browser()
+    try:
+        yield b
+    finally:
+        b.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.browser import CHROMIUM, Browser
+from tests.support.browser import CHROMIUM, Browser  # the browser fixture: tests/conftest.py
 from tests.support.serve import ServerProcess, train_tiny_run
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)")
@@ -40,13 +40,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         proc.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    b = Browser()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def _predict(server: ServerProcess, text: str) -> dict[str, object]:

@@ -12,27 +12,19 @@ Skips, naming the missing binary, where Chromium is not installed.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from attnkit.viz.report import write_report
-from tests.support.browser import CHROMIUM, Browser
+from tests.support.browser import CHROMIUM, Browser  # the browser fixture: tests/conftest.py
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)")
 
 XSS = ["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>']
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    b = Browser()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def _weights(rng: np.random.Generator, shape: tuple[int, ...], sharp: float = 4.0) -> np.ndarray:
