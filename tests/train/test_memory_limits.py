@@ -167,6 +167,8 @@ print(json.dumps([_status_bytes("VmHWM") - before, activation_bytes(kind, config
     ("sentiment", 2, 2500, {}),
     ("han", 3, 4000, {"sentence_end_ids": [5]}),
     ("wide", 8, 6000, {"chunk_len": 1000}),
+    ("bert", 2, 1000, {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "intermediate_size": 512, "max_position_embeddings": 1026}),
 ])
 def test_the_activation_estimate_bounds_a_training_step(kind, b, t, options) -> None:
     """One training step in a fresh process: its peak's rise within half and 1.5 times the estimate (the

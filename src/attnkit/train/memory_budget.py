@@ -173,8 +173,25 @@ def _wide_bytes(c: Any, tokens: int, longest: int) -> int:
     return int(c.activation_bytes(tokens))
 
 
+def _bert_bytes(c: Any, tokens: int, longest: int) -> int:
+    """A :class:`~attnkit.models.BertClassifier` step: each document gains ``[CLS]`` and ``[SEP]``; per
+    token, the embeddings (4 D floats) and each encoder layer's (14 D + 3 intermediate floats: the
+    projections, the feed-forward width before and after GELU, the dropouts and LayerNorms); with
+    attention dropout, the ``B H T^2`` maps are read in full, as the document model's are (3.4 maps a
+    layer held for the backward pass and 1.3 more in flight)."""
+    documents = max(1, tokens // max(longest, 1))
+    tokens, longest = tokens + 2 * documents, longest + 2
+    d, layers = c.hidden_size, c.num_hidden_layers
+    per_token = 4 * (4 * d + layers * (14 * d + 3 * c.intermediate_size))
+    maps = 0
+    if layers and c.attention_probs_dropout_prob > 0:
+        maps = (34 * layers + 13) * c.num_attention_heads * tokens * longest * 4 // 10
+    return per_token * tokens + maps
+
+
 ACTIVATIONS: dict[str, Callable[[Any, int, int], int]] = {
-    "document": _document_bytes, "sentiment": _sentiment_bytes, "han": _han_bytes, "wide": _wide_bytes}
+    "document": _document_bytes, "sentiment": _sentiment_bytes, "han": _han_bytes, "wide": _wide_bytes,
+    "bert": _bert_bytes}
 """Bytes one training step holds, per model kind: ``f(config, tokens, longest)`` for a batch of ``tokens``
 padded tokens whose longest document has ``longest`` (a batch of B documents: B x longest tokens).
 Measured as the rise of a fresh process's peak over one forward, backward and AdamW step
