@@ -8,6 +8,10 @@ peak (``VmHWM``, at its exit: training, the test score and the report). Prints p
 
     python evals/memory_plan.py --docs 10 --tokens 20000 --models han wide
     python evals/memory_plan.py --docs 10 --tokens 2000 --models document
+    python evals/memory_plan.py --docs 10 --tokens 2000 --models bert
+
+``bert`` fine-tunes a small randomly initialised BERT folder written here (:func:`write_bert_folder`: 2
+layers of 128, 4 heads, feed-forward 512, positions for 1,024 tokens, so ``--max-len`` is 1,024 at most).
 
 A run whose plan is over the budget is refused up front; its row shows the plan and the refusal.
 The figures are in docs/cli.md (Memory).
@@ -64,9 +68,38 @@ def write_documents(path: Path, docs: int, tokens: int, seed: int = 0) -> Path:
     return path
 
 
+BERT_POSITIONS = 1026
+"""Positions of :func:`write_bert_folder`'s BERT: inputs of up to 1,024 tokens with [CLS] and [SEP]."""
+
+
+def write_bert_folder(folder: Path) -> Path:
+    """A randomly initialised small BERT as Hugging Face saves one (config.json, model.safetensors, vocab.txt)
+    whose vocabulary holds :func:`write_documents`' words."""
+    import torch
+    from safetensors.torch import save_file
+
+    from attnkit.models.bert import BertConfig, BertModel
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *(f"w{i}" for i in range(3000))]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    config = {"vocab_size": len(vocab), "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 512, "max_position_embeddings": BERT_POSITIONS, "model_type": "bert"}
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    torch.manual_seed(0)
+    model = BertModel(BertConfig.from_dict(config))
+    save_file({f"bert.{k}": v.contiguous() for k, v in model.state_dict().items()},
+              str(folder / "model.safetensors"))
+    return folder
+
+
 def measure(model: str, data: Path, max_len: int, extra: list[str]) -> dict[str, float]:
     """One ``attnkit train`` process for ``model`` on ``data``: its plan, resident memory then, and peak."""
     with tempfile.TemporaryDirectory() as run:
+        if model == "bert":  # fine-tunes a folder; its positions bound the input
+            folder = write_bert_folder(Path(run) / "bert")
+            extra = ["--init-from", str(folder), *extra]
+            max_len = min(max_len, BERT_POSITIONS - 2)
         args = [sys.executable, "-c", _CHILD, "train", "--data", str(data), "--out", str(Path(run) / "run"),
                 "--model", model, "--max-len", str(max_len), "--epochs", "1", "--device", "cpu", "--quiet",
                 "--max-memory", "1TB", "--val-ratio", "0.2", "--test-ratio", "0.2", *extra]
