@@ -308,7 +308,7 @@ def estimate_translation(config: Any, pairs: Sequence[tuple[Sequence[int], Seque
     """:class:`MemoryEstimate` of training a :class:`~attnkit.models.Seq2SeqTransformer` of ``config``
     (a :class:`~attnkit.models.seq2seq.Seq2SeqConfig`) with Adam on the encoded ``pairs`` in batches of
     ``max_tokens`` (:func:`attnkit.data.parallel.token_groups`): the model four times (parameters,
-    gradients, two moments), the pairs (8 bytes a token, in Python lists about 4 times that) and the
+    gradients, two moments), the encoded pairs (Python lists of ints: about 32 bytes a token) and the
     largest batch's step (:func:`seq2seq_step_bytes`)."""
     from attnkit.data.parallel import token_groups
     from attnkit.models.seq2seq import Seq2SeqTransformer
