@@ -30,6 +30,10 @@ The limit covers what the run allocates, not the interpreter and libraries
 (about 0.35 GB resident when the plan is made); ``evals/memory_plan.py`` sets
 the plan plus that resident size against each kind's measured peak.
 :func:`peak_rss_mib` is the peak a run reports in its metrics.
+
+A translation run (:func:`attnkit.train.translation.fit_translation`) cannot shrink: :func:`check_translation`
+plans it (:func:`estimate_translation`: the model with Adam, the encoded pairs and the largest token-budget
+batch's step, :func:`seq2seq_step_bytes`) against the same limit and refuses it above.
 """
 
 from __future__ import annotations
