@@ -167,6 +167,8 @@ print(json.dumps([_status_bytes("VmHWM") - before, activation_bytes(kind, config
     ("sentiment", 2, 2500, {}),
     ("han", 3, 4000, {"sentence_end_ids": [5]}),
     ("wide", 8, 6000, {"chunk_len": 1000}),
+    ("bert", 2, 1000, {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "intermediate_size": 512, "max_position_embeddings": 1026}),
 ])
 def test_the_activation_estimate_bounds_a_training_step(kind, b, t, options) -> None:
     """One training step in a fresh process: its peak's rise within half and 1.5 times the estimate (the
@@ -177,3 +179,61 @@ def test_the_activation_estimate_bounds_a_training_step(kind, b, t, options) -> 
     measured, planned = json.loads(out.stdout)
     assert measured > 50 * 10**6, measured  # the step is large beside the allocator's noise
     assert 0.5 < planned / measured < 1.5, (planned, measured)
+
+
+def _write_pairs(tmp_path: Path, pairs: int = 40, words: int = 90) -> list[str]:
+    """A parallel corpus of ``pairs`` sentences of ``words`` words a side; the ``--src``/``--tgt`` flags."""
+    for side in ("de", "en"):
+        lines = [" ".join(f"{side}{(i * 7 + j) % 50}" for j in range(words)) for i in range(pairs)]
+        (tmp_path / f"t.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return ["--src", str(tmp_path / "t.de"), "--tgt", str(tmp_path / "t.en")]
+
+
+def test_train_translate_refuses_a_plan_over_the_limit_naming_it_and_the_plan(tmp_path, monkeypatch) -> None:
+    files = _files(tmp_path, available=64 * GB, v2=(str(2 * GB), str(GB)))
+    monkeypatch.setattr(mb, "memory_budget", lambda: _memory.memory_budget(**files))
+    args = ["train", "--task", "translate", *_write_pairs(tmp_path), "--out", str(tmp_path / "run"),
+            "--epochs", "1", "--vocab-size", "200", "--quiet"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert "over the limit of 800 MB (80% of the 1 GB left by the memory cgroup's" in result.output
+    assert "memory.max); raise that limit, or lower --max-tokens or --max-len" in result.output
+    assert "one training batch's activations" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+    result = CliRunner().invoke(cli, [*args, "--max-memory", "30MB", "--max-tokens", "200"])
+    assert result.exit_code == 1, result.output
+    assert "over the limit of 30 MB (--max-memory); raise --max-memory" in result.output
+    assert not (tmp_path / "run").exists()
+    done = CliRunner().invoke(cli, [*args[:-1], "--max-tokens", "200", "--max-len", "20"])
+    assert done.exit_code == 0 and (tmp_path / "run").is_dir(), done.output
+    assert "memory: about" in done.output
+
+
+_SEQ2SEQ_STEP = r"""
+import json, sys, torch
+from attnkit._memory import resident_bytes, _status_bytes
+from attnkit.models.seq2seq import Seq2SeqTransformer, Seq2SeqConfig
+from attnkit.train.memory_budget import estimate_translation
+torch.set_num_threads(1)
+b, ts, tt = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+config = Seq2SeqConfig.from_dict({"src_vocab_size": 4000, "tgt_vocab_size": 4000, "shared_vocab": True})
+model = Seq2SeqTransformer(config).train()
+g = torch.Generator().manual_seed(0)
+src, tgt = torch.randint(4, 4000, (b, ts), generator=g), torch.randint(4, 4000, (b, tt + 1), generator=g)
+optimizer = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98))
+before = resident_bytes()
+model.loss(model(src, torch.full((b,), ts), tgt[:, :-1]), tgt[:, 1:]).backward()
+optimizer.step()
+planned = estimate_translation(config, [([5] * ts, [5] * (tt - 1))] * b, b * max(ts, tt)).activations
+print(json.dumps([_status_bytes("VmHWM") - before, planned]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_the_translation_estimate_bounds_a_training_step() -> None:
+    """A translation step (the default model, one token-budget batch) in a fresh process, as the classifiers'."""
+    out = subprocess.run([sys.executable, "-c", _SEQ2SEQ_STEP, "8", "150", "150"], capture_output=True,
+                         text=True, check=True, timeout=300)
+    measured, planned = json.loads(out.stdout)
+    assert measured > 50 * 10**6, measured
+    assert 0.7 < planned / measured < 1.3, (planned, measured)

@@ -33,7 +33,8 @@ import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["SEED", "baseline_option", "memory_option", "MemorySize", "LibraryDefaultOption", "resolve_default",
+__all__ = ["SEED", "baseline_option", "memory_option", "refusing_memory_option", "MemorySize", "LibraryDefaultOption",
+           "resolve_default",
            "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option",
            "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
@@ -487,13 +488,23 @@ class MemorySize(click.ParamType):
             self.fail(str(err).removeprefix("--max-memory "), param, ctx)
 
 
+_MEMORY_HELP = ("Memory the run may plan to use, e.g. 4GB or 800MB (default: 80% of the memory available at "
+                "the start). Above it ")
+
+
 def memory_option(f: F) -> F:
     """``--max-memory``: what a run may plan to allocate (:mod:`attnkit.train.memory_budget`)."""
     return click.option(
         "--max-memory", type=MemorySize(), metavar="SIZE",
-        help="Memory the run may plan to use, e.g. 4GB or 800MB (default: 80% of the memory available at "
-             "the start). Above it the n-gram half keeps fewer bigram rows, and says so, or the run is "
-             "refused before anything large is allocated.")(f)
+        help=_MEMORY_HELP + "the n-gram half keeps fewer bigram rows, and says so, or the run is refused "
+             "before anything large is allocated.")(f)
+
+
+def refusing_memory_option(f: F) -> F:
+    """``--max-memory`` of a run that cannot shrink to fit (translation): above it the run is refused."""
+    return click.option(
+        "--max-memory", type=MemorySize(), metavar="SIZE",
+        help=_MEMORY_HELP + "the run is refused before the model is trained, naming its plan.")(f)
 
 
 def baseline_option(f: F) -> F:

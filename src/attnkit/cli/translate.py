@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from attnkit.cli.messages import echo, friendly_errors
-from attnkit.cli.options import SEED, allow_unfinished_option, task_option
+from attnkit.cli.options import SEED, allow_unfinished_option, refusing_memory_option, task_option
 
 __all__ = ["train_translate", "translate"]
 
@@ -64,6 +64,7 @@ __all__ = ["train_translate", "translate"]
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @click.option("--resume", is_flag=True,
               help="Go on with the interrupted run in --out after its last finished epoch (same settings).")
+@refusing_memory_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 @friendly_errors
 def train_translate(**v: Any) -> None:
@@ -104,7 +105,8 @@ def train_translate(**v: Any) -> None:
     try:
         summary = fit_translation(train, val, model_options=model_options, train_config=config,
                                   out_dir=v["out"], overwrite=v["overwrite"], shared_vocab=not v["separate_vocab"],
-                                  log=None if v["quiet"] else echo, resume=v["resume"], flags=RUN_FLAGS)
+                                  log=None if v["quiet"] else echo, resume=v["resume"], flags=RUN_FLAGS,
+                                  max_memory=v["max_memory"])
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted; {v['out']} holds the last finished epoch, if any (go on with --resume)", err=True)
         sys.exit(130)

@@ -37,7 +37,7 @@ from attnkit.data.tokenization import tokenizable
 
 __all__ = [
     "PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "SPECIAL_TOKENS",
-    "ParallelCorpus", "read_lines", "read_parallel",
+    "ParallelCorpus", "read_lines", "read_parallel", "token_groups",
     "TranslationTokenizers", "train_subword_tokenizer", "train_translation_tokenizers",
     "TranslationBatch", "encode_pairs", "collate_pairs", "batches_by_tokens",
 ]
@@ -246,8 +246,16 @@ def batches_by_tokens(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_
     """Batches of pairs of similar length, each holding at most ``max_tokens`` padded tokens per side.
 
     Pairs are sorted by length (so little padding is wasted), cut into
-    batches, and the batch order is shuffled with ``seed`` when ``shuffle``.
+    batches, and the batch order is shuffled with ``seed`` when ``shuffle``
+    (:func:`token_groups`).
     """
+    for group in token_groups(pairs, max_tokens, shuffle=shuffle, seed=seed):
+        yield collate_pairs([pairs[i] for i in group])
+
+
+def token_groups(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int, *,
+                 shuffle: bool = True, seed: int = 0) -> list[list[int]]:
+    """The indices into ``pairs`` of each of :func:`batches_by_tokens`' batches, in its order."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
     rng = random.Random(seed)
@@ -269,5 +277,4 @@ def batches_by_tokens(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_
         groups.append(current)
     if shuffle:
         rng.shuffle(groups)
-    for group in groups:
-        yield collate_pairs([pairs[i] for i in group])
+    return groups

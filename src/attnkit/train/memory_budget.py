@@ -30,12 +30,16 @@ The limit covers what the run allocates, not the interpreter and libraries
 (about 0.35 GB resident when the plan is made); ``evals/memory_plan.py`` sets
 the plan plus that resident size against each kind's measured peak.
 :func:`peak_rss_mib` is the peak a run reports in its metrics.
+
+A translation run (:func:`attnkit.train.translation.fit_translation`) cannot shrink: :func:`check_translation`
+plans it (:func:`estimate_translation`: the model with Adam, the encoded pairs and the largest token-budget
+batch's step, :func:`seq2seq_step_bytes`) against the same limit and refuses it above.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,8 +47,9 @@ from attnkit._memory import MemoryBudget, available_memory, format_bytes, memory
 
 __all__ = ["DEFAULT_FRACTION", "MemoryLimitError", "MemoryEstimate", "MemoryBudget", "parse_memory_size",
            "format_bytes", "available_memory", "memory_budget", "default_limit", "limit_and_source",
-           "peak_rss_mib", "model_bytes", "activation_bytes", "ACTIVATIONS", "estimate_classifier",
-           "fit_to_memory", "ROW_FIELDS"]
+           "peak_rss_mib", "model_bytes", "module_bytes", "activation_bytes", "ACTIVATIONS",
+           "estimate_classifier", "fit_to_memory", "ROW_FIELDS", "seq2seq_step_bytes", "estimate_translation",
+           "check_translation"]
 
 DEFAULT_FRACTION = 0.8
 """Share of the available memory a run may plan to use when ``--max-memory`` is not given."""
@@ -87,12 +92,18 @@ def default_limit() -> int | None:
 
 def model_bytes(model_name: str, config: dict[str, Any]) -> tuple[int, int]:
     """Bytes of ``model_name``'s parameters and buffers for ``config``, measured without allocating them."""
-    import torch
 
     from attnkit.models import build_model
 
+    return module_bytes(lambda: build_model(model_name, config))
+
+
+def module_bytes(build: Callable[[], Any]) -> tuple[int, int]:
+    """Bytes of the parameters and buffers of the module ``build()`` makes, built without allocating them."""
+    import torch
+
     with torch.device("meta"):
-        model = build_model(model_name, config)
+        model = build()
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     return params, buffers
@@ -108,6 +119,7 @@ class MemoryEstimate:
     ngram_fit: int
     documents: int
     activations: int = 0
+    data_name: str = "documents"
 
     @property
     def total(self) -> int:
@@ -119,7 +131,7 @@ class MemoryEstimate:
         """The plan in words: ``about 5.1 GB (model 12 MB, n-gram fit 30 MB, documents 4 MB, one
         training batch's activations 5.05 GB)``, the parts that hold anything."""
         parts = (("model", 4 * self.params + self.buffers), ("n-gram fit", self.ngram_fit),
-                 ("documents", self.documents), ("one training batch's activations", self.activations))
+                 (self.data_name, self.documents), ("one training batch's activations", self.activations))
         named = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts if n)
         return f"about {format_bytes(self.total)} at most at once" + (f" ({named})" if named else "")
 
@@ -173,12 +185,50 @@ def _wide_bytes(c: Any, tokens: int, longest: int) -> int:
     return int(c.activation_bytes(tokens))
 
 
+def _bert_bytes(c: Any, tokens: int, longest: int) -> int:
+    """A :class:`~attnkit.models.BertClassifier` step: each document gains ``[CLS]`` and ``[SEP]``; per
+    token, the embeddings (4 D floats) and each encoder layer's (14 D + 3 intermediate floats: the
+    projections, the feed-forward width before and after GELU, the dropouts and LayerNorms); with
+    attention dropout, the ``B H T^2`` maps are read in full, as the document model's are (3.4 maps a
+    layer held for the backward pass and 1.3 more in flight)."""
+    documents = max(1, tokens // max(longest, 1))
+    tokens, longest = tokens + 2 * documents, longest + 2
+    d, layers = c.hidden_size, c.num_hidden_layers
+    per_token = 4 * (4 * d + layers * (14 * d + 3 * c.intermediate_size))
+    maps = 0
+    if layers and c.attention_probs_dropout_prob > 0:
+        maps = (34 * layers + 13) * c.num_attention_heads * tokens * longest * 4 // 10
+    return per_token * tokens + maps
+
+
 ACTIVATIONS: dict[str, Callable[[Any, int, int], int]] = {
-    "document": _document_bytes, "sentiment": _sentiment_bytes, "han": _han_bytes, "wide": _wide_bytes}
+    "document": _document_bytes, "sentiment": _sentiment_bytes, "han": _han_bytes, "wide": _wide_bytes,
+    "bert": _bert_bytes}
 """Bytes one training step holds, per model kind: ``f(config, tokens, longest)`` for a batch of ``tokens``
 padded tokens whose longest document has ``longest`` (a batch of B documents: B x longest tokens).
 Measured as the rise of a fresh process's peak over one forward, backward and AdamW step
 (``evals/memory_plan.py`` checks the whole run)."""
+
+
+def seq2seq_step_bytes(c: Any, batch: int, source: int, target: int) -> int:
+    """A :class:`~attnkit.models.Seq2SeqTransformer` training step on ``batch`` pairs padded to ``source``
+    and ``target`` tokens: per source token, the embeddings and each encoder layer's floats as a
+    :class:`~attnkit.models.DocumentClassifier` layer's (:func:`_document_bytes`); per target token, each
+    decoder layer's 20 D + 3 d_ff floats (self- and cross-attention, feed-forward) and the logits, 4 V
+    floats (the logits, their log-softmax, its gradient and the smoothed loss's); with attention dropout,
+    the maps read in full (``B H`` times ``Ts^2`` a encoder layer, ``Tt^2 + Tt Ts`` a decoder layer: the
+    self- and cross-attention), 3.4 a layer held and 1.3 in flight."""
+    from attnkit.blocks.config import resolve_dropouts
+
+    layer, enc, dec = c.layer, c.encoder_layers, c.decoder_layers
+    d, d_ff = layer.d_model, layer.d_ff
+    src_tokens, tgt_tokens = batch * source, batch * target
+    acts = 4 * (src_tokens * (4 * d + enc * (14 * d + 3 * d_ff))
+                + tgt_tokens * (4 * d + dec * (20 * d + 3 * d_ff) + 4 * c.tgt_vocab_size))
+    if resolve_dropouts(layer.dropout, layer.attention_dropout, layer.activation_dropout)[1] > 0:
+        squares = enc * source * source + dec * (target * target + target * source)
+        acts += (34 * squares + 13 * max(source, target) ** 2) * layer.num_heads * batch * 4 // 10
+    return acts
 
 
 def activation_bytes(model_name: str, config: dict[str, Any], tokens: int, longest: int = 0) -> int:
@@ -249,6 +299,51 @@ def limit_and_source(limit: int | None = None, budget: MemoryBudget | None = Non
     return limit, "`max_memory`"
 
 
+def _raise_what(required: int, source: str, budget: MemoryBudget) -> str:
+    """What to raise for a plan of ``required`` bytes over a limit set by ``source``: ``max_memory`` cannot
+    lift the plan past the budget."""
+    over = source != "`max_memory`" and (source.startswith("the memory") or (
+        budget.bytes is not None and required > budget.bytes))
+    return "that limit" if over else "`max_memory`"
+
+
+def estimate_translation(config: Any, pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+                         max_tokens: int) -> MemoryEstimate:
+    """:class:`MemoryEstimate` of training a :class:`~attnkit.models.Seq2SeqTransformer` of ``config``
+    (a :class:`~attnkit.models.seq2seq.Seq2SeqConfig`) with Adam on the encoded ``pairs`` in batches of
+    ``max_tokens`` (:func:`attnkit.data.parallel.token_groups`): the model four times (parameters,
+    gradients, two moments), the encoded pairs (Python lists of ints: about 32 bytes a token) and the
+    largest batch's step (:func:`seq2seq_step_bytes`)."""
+    from attnkit.data.parallel import token_groups
+    from attnkit.models.seq2seq import Seq2SeqTransformer
+
+    params, buffers = module_bytes(lambda: Seq2SeqTransformer(config))
+    step = 0
+    for group in token_groups(pairs, max_tokens, shuffle=False):
+        source = max(len(pairs[i][0]) for i in group)
+        target = max(len(pairs[i][1]) for i in group) + 1  # [BOS] y, y [EOS]
+        step = max(step, seq2seq_step_bytes(config, len(group), source, target))
+    held = 32 * sum(len(s) + len(t) for s, t in pairs)
+    return MemoryEstimate(params, buffers, 0, held, step, data_name="training pairs")
+
+
+def check_translation(config: Any, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int, *,
+                      limit: int | None = None, budget: MemoryBudget | None = None) -> MemoryEstimate:
+    """:func:`estimate_translation` of a translation run, checked against :func:`limit_and_source` of
+    ``limit`` (``max_memory``) and ``budget`` (None: :func:`attnkit._memory.memory_budget` now); above it a
+    :class:`MemoryLimitError` names the plan, the limit that bound and the settings that lower it."""
+    budget = budget if budget is not None else memory_budget()
+    bound, source = limit_and_source(limit, budget)
+    need = estimate_translation(config, pairs, max_tokens)
+    if bound is None or need.total <= bound:
+        return need
+    raise MemoryLimitError(
+        f"translation with {config.src_vocab_size}/{config.tgt_vocab_size} words and "
+        f"{len(pairs)} training pairs needs {need.describe()}, over the limit of {format_bytes(bound)} "
+        f"({source}); raise {_raise_what(need.total, source, budget)}, or lower `max_tokens` or `max_len` "
+        f"(one batch's activations: about {format_bytes(need.activations)}), `vocab_size` or the model's size")
+
+
 def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0,
                   batch_tokens: int = 0, train_documents: int | None = None, limit: int | None = None,
                   can_shrink: bool = True, log: Callable[[str], None] | None = None, longest: int = 0,
@@ -264,10 +359,8 @@ def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, docum
     if limit is None:
         return config
 
-    def raise_what(required: int) -> str:  # --max-memory cannot lift the plan past the budget
-        over = source != "`max_memory`" and (source.startswith("the memory") or (
-            budget.bytes is not None and required > budget.bytes))
-        return "that limit" if over else "`max_memory`"
+    def raise_what(required: int) -> str:
+        return _raise_what(required, source, budget)
 
     sizes: dict[str, Any] = {"tokens": tokens, "documents": documents, "batch_tokens": batch_tokens,
                              "train_documents": train_documents, "longest": longest}

@@ -44,6 +44,7 @@ from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import schedules
 from attnkit.train.config import TranslationTrainConfig
+from attnkit.train.memory_budget import check_translation
 from attnkit.train.metrics import corpus_bleu
 from attnkit.train.run import start_run
 from attnkit.train.rundir import RunFileError
@@ -189,7 +190,7 @@ def fit_translation(
     train: ParallelCorpus, val: ParallelCorpus | None, *, model_options: dict[str, Any],
     train_config: TranslationTrainConfig, out_dir: str | os.PathLike[str], overwrite: bool = False,
     shared_vocab: bool = True, log: Callable[[str], None] | None = None, resume: bool = False,
-    flags: Mapping[str, str] | None = None) -> dict[str, Any]:
+    flags: Mapping[str, str] | None = None, max_memory: int | None = None) -> dict[str, Any]:
     """Train tokenizers (on ``train`` only) and a Seq2SeqTransformer, save the run, return its summary.
 
     The loop is :class:`~attnkit.train.Trainer`'s with :class:`TranslationTask`:
@@ -204,6 +205,10 @@ def fit_translation(
     taken from the run, and ``epochs`` may grow. Every input is checked before
     the directory is touched: a refused resume leaves the run as it was, and ``overwrite`` replaces the old
     run only at the first commit (``flags``: the caller's, for :func:`~attnkit.train.rundir.check_run_dir`).
+    Before the folder is touched the run's memory plan (:func:`attnkit.train.memory_budget.check_translation`:
+    the model with Adam, the pairs and the largest batch's step) is checked against ``max_memory`` (bytes;
+    None: a share of the memory available) and the memory budget; a
+    :class:`~attnkit.train.memory_budget.MemoryLimitError` refuses a run over it.
     Returns ``{"run_id", "history", "val_bleu" (when val is given), "steps", "seconds"}``.
     """
     from attnkit.train.config import TrainConfig
@@ -230,6 +235,8 @@ def fit_translation(
     say(f"{len(task.train_pairs)} training pairs, {len(task.val_pairs)} validation pairs; vocab "
         f"{config.src_vocab_size}/{config.tgt_vocab_size}; {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M "
         "parameters")
+    need = check_translation(config, task.train_pairs, train_config.max_tokens, limit=max_memory)
+    say(f"memory: {need.describe()}")
     epochs = train_config.epochs
     snapshots: collections.deque[dict[str, torch.Tensor]] = collections.deque(start.snapshots, maxlen=keep)
     meta: dict[str, Any] = {"train_config": dataclasses.asdict(train_config), "history": start.history,
