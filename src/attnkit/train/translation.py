@@ -211,9 +211,6 @@ def fit_translation(
     :class:`~attnkit.train.memory_budget.MemoryLimitError` refuses a run over it.
     Returns ``{"run_id", "history", "val_bleu" (when val is given), "steps", "seconds"}``.
     """
-    from attnkit.train.config import TrainConfig
-    from attnkit.train.trainer import Trainer
-
     say = log or (lambda _line: None)
     out = Path(out_dir)
     if resume and overwrite:
@@ -250,14 +247,7 @@ def fit_translation(
                                state={"optimizer": state["optimizer"], "progress": state["progress"]},
                                snapshots=range(max(1, epoch + 1 - keep), epoch + 1) if keep > 1 else ())
 
-    lr, warmup_steps = train_config.lr, train_config.warmup_steps
-    trainer = Trainer(
-        model, TrainConfig(epochs=epochs, lr=lr, clip_norm=train_config.clip_norm, patience=0, seed=train_config.seed,
-                           device="cpu"),
-        task=task, out_dir=out, log=say, checkpoint=commit_epoch, reseed=False, quiet=True, extendable=True,
-        optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9),
-        schedule=lambda step, _total: schedules.inverse_sqrt(step, warmup_steps),
-        time_budget_s=train_config.time_budget_s, log_every=train_config.log_every)
+    trainer = _trainer(model, task, train_config, out, say, commit_epoch)
     with writer:  # the lock, from here to the last commit
         history = trainer.fit(resume=resume)
         meta["history"] = history
@@ -272,6 +262,23 @@ def fit_translation(
         last = history[-1]["epoch"] if history else None
         commit_translation_run(writer, model, tokenizers, meta, status="done", epoch=last)
     return summary
+
+
+def _trainer(model: Any, task: TranslationTask, train_config: TranslationTrainConfig, out: Path,
+             say: Callable[[str], None], commit_epoch: Callable[[dict[str, Any]], None]) -> Any:
+    """The :class:`~attnkit.train.Trainer` of a translation run: Adam (0.9, 0.98) at the inverse square-root
+    schedule, ``commit_epoch`` after every epoch, the time budget."""
+    from attnkit.train.config import TrainConfig
+    from attnkit.train.trainer import Trainer
+
+    lr, warmup_steps = train_config.lr, train_config.warmup_steps
+    return Trainer(
+        model, TrainConfig(epochs=train_config.epochs, lr=lr, clip_norm=train_config.clip_norm, patience=0,
+                           seed=train_config.seed, device="cpu"),
+        task=task, out_dir=out, log=say, checkpoint=commit_epoch, reseed=False, quiet=True, extendable=True,
+        optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9),
+        schedule=lambda step, _total: schedules.inverse_sqrt(step, warmup_steps),
+        time_budget_s=train_config.time_budget_s, log_every=train_config.log_every)
 
 
 def _fresh_start(run_id: str, train: ParallelCorpus, train_config: TranslationTrainConfig,
