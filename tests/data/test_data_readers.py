@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from attnkit.data.examples import MISSING_LABELS
 from attnkit.data.locations import data_path
 from attnkit.data.readers import DataFormatError, Example, guess_format, read_examples, read_lines
 
@@ -151,7 +152,7 @@ def test_mr_real_line_count() -> None:
 
 
 _labels = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zs", "Zl", "Zp")),
-                  min_size=1, max_size=8)
+                  min_size=1, max_size=8).filter(lambda label: label not in MISSING_LABELS)  # those are bad rows
 _texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40).filter(
     lambda t: t.strip() != ""
 )
