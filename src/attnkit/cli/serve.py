@@ -16,6 +16,9 @@ from typing import Any
 import click
 
 from attnkit.cli.options import allow_unfinished_option, reader_options
+from attnkit.serve.limits import Limits
+
+LIMITS = Limits()  # the flags' defaults are the Python API's
 
 __all__ = ["serve"]
 
@@ -35,20 +38,20 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
                    "reachable from other machines.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="Port to listen on (0: a free one, printed).")
-@click.option("--max-batch", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--max-batch", type=click.IntRange(min=1), default=LIMITS.max_batch, show_default=True,
               help="Most texts the batcher runs together (1: no batching, one request at a time).")
-@click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=LIMITS.batch_wait_ms, show_default=True,
               help="How long a batch waits for more requests once the first has come (0: it takes those "
                    "that came while the model ran the batch before).")
-@click.option("--max-texts", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--max-texts", type=click.IntRange(min=1), default=LIMITS.max_texts, show_default=True,
               help="Most texts in one /v1/predict request.")
-@click.option("--max-chars", type=click.IntRange(min=1), default=20_000, show_default=True,
+@click.option("--max-chars", type=click.IntRange(min=1), default=LIMITS.max_chars, show_default=True,
               help="Most characters in one text.")
-@click.option("--max-body", type=click.IntRange(min=1), default=1_048_576, show_default=True,
+@click.option("--max-body", type=click.IntRange(min=1), default=LIMITS.max_body, show_default=True,
               help="Most bytes in one request body.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=LIMITS.timeout, show_default=True,
               help="Seconds a request may take before it is answered 504.")
-@click.option("--queue", type=click.IntRange(min=1), default=256, show_default=True,
+@click.option("--queue", type=click.IntRange(min=1), default=LIMITS.queue, show_default=True,
               help="Requests admitted at once; past it, 503 with Retry-After.")
 @allow_unfinished_option
 def serve(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, host: str, port: int, max_batch: int,
@@ -67,7 +70,7 @@ def serve(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, host: st
     require_extra("attnkit serve", "fastapi", "uvicorn")
     import uvicorn
 
-    from attnkit.serve import Limits, build_app, load_models
+    from attnkit.serve import build_app, load_models
 
     if host not in LOOPBACK:
         click.echo(f"Warning: --host {host} makes the API reachable from other machines, and it has no "
