@@ -10,10 +10,15 @@ peak (``VmHWM``, at its exit: training, the test score and the report). Prints p
     python evals/memory_plan.py --docs 10 --tokens 2000 --models document
     python evals/memory_plan.py --docs 10 --tokens 2000 --models bert
     python evals/memory_plan.py --models translate --pairs 2000 --pair-words 100
+    python evals/memory_plan.py --models caption --docs 3000 --image-size 128
 
 ``translate`` trains the default translation model (``attnkit train --task translate``, one epoch of the
 default ``--max-tokens``) on ``--pairs`` sentence pairs of ``--pair-words`` words a side (:func:`write_pairs`),
 ``--max-len`` at most 1,024; its plan is :func:`attnkit.train.memory_budget.check_translation`'s.
+
+``caption`` trains the default captioner (``attnkit train --task caption``, one epoch) on ``--docs``
+generated shapes images of ``--image-size`` pixels a side (extra flags such as ``--batch-size`` go to the
+command); its plan is :func:`attnkit.train.caption_memory.check_captioning`'s.
 
 ``bert`` fine-tunes a small randomly initialised BERT folder written here (:func:`write_bert_folder`: 2
 layers of 128, 4 heads, feed-forward 512, positions for 1,024 tokens, so ``--max-len`` is 1,024 at most).
@@ -64,6 +69,17 @@ def planned_pairs(config, pairs, max_tokens, **limits):
     return check_pairs(config, pairs, max_tokens, **limits)
 
 translation.check_translation = planned_pairs
+
+from attnkit.train import caption_memory
+check_images = caption_memory.check_captioning
+
+def planned_images(model, **sizes):
+    estimate = caption_memory.estimate_captioning(model, **{k: v for k, v in sizes.items() if k != "limit"})
+    plan["plan"], plan["parts"] = estimate.total, estimate.describe()
+    plan["resident"] = resident_bytes()
+    return check_images(model, **sizes)
+
+caption_memory.check_captioning = planned_images
 atexit.register(lambda: print("PLAN " + json.dumps({**plan, "peak": peak_rss_mib() * 2**20}), file=sys.stderr))
 cli.main(sys.argv[1:], standalone_mode=False)
 """
@@ -119,15 +135,22 @@ def write_pairs(folder: Path, pairs: int, words: int, seed: int = 0) -> list[str
     return ["--src", str(folder / "pairs.src"), "--tgt", str(folder / "pairs.tgt")]
 
 
-def measure(model: str, data: Path, max_len: int, extra: list[str], pairs: tuple[int, int] = (2000, 100)
-            ) -> dict[str, float]:
+def measure(model: str, data: Path, max_len: int, extra: list[str], pairs: tuple[int, int] = (2000, 100),
+            data_size: tuple[int, int] = (2000, 96)) -> dict[str, float]:
     """One ``attnkit train`` process for ``model`` on ``data``: its plan, resident memory then, and peak;
-    ``translate`` trains a translation model on the pairs beside ``data`` (:func:`write_pairs`)."""
+    ``translate`` trains a translation model on the pairs beside ``data`` (:func:`write_pairs`),
+    ``caption`` a captioner on ``data_size`` (images, pixels a side) generated shapes."""
     with tempfile.TemporaryDirectory() as run:
         if model == "translate":
             args = [sys.executable, "-c", _CHILD, "train", "--task", "translate",
                     *write_pairs(Path(run), *pairs), "--out", str(Path(run) / "run"), "--max-len", str(max_len),
                     "--epochs", "1", "--quiet", "--max-memory", "1TB", "--warmup-steps", "1", *extra]
+            done = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            return _found(model, done)
+        if model == "caption":  # the generated shapes, --docs images of --image-size pixels
+            args = [sys.executable, "-c", _CHILD, "train", "--task", "caption", "--out", str(Path(run) / "run"),
+                    "--train-size", str(data_size[0]), "--val-size", "50", "--image-size", str(data_size[1]),
+                    "--epochs", "1", "--quiet", "--max-memory", "1TB", *extra]
             done = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
             return _found(model, done)
         if model == "bert":  # fine-tunes a folder; its positions bound the input
@@ -162,14 +185,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["document", "han", "sentiment", "wide"])
     parser.add_argument("--pairs", type=int, default=2000, help="translate: sentence pairs")
     parser.add_argument("--pair-words", type=int, default=100, help="translate: words a sentence")
+    parser.add_argument("--image-size", type=int, default=96, help="caption: pixels a side (--docs images)")
     args, extra = parser.parse_known_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        data = write_documents(Path(tmp) / "long.jsonl", args.docs, args.tokens)
-        print(f"{args.docs} documents of {args.tokens} words, --max-len {args.max_len}")
+        data = Path(tmp) / "long.jsonl"
+        if set(args.models) - {"translate", "caption"}:
+            write_documents(data, args.docs, args.tokens)
+            print(f"{args.docs} documents of {args.tokens} words, --max-len {args.max_len}")
         print(f"{'model':10} {'plan MB':>9} {'+resident':>10} {'peak MB':>9} {'ratio':>6}")
         for model in args.models:
-            got = (measure(model, data, args.max_len, extra) if model != "translate" else
-                   measure(model, data, min(args.max_len, 1024), extra, (args.pairs, args.pair_words)))
+            got = (measure(model, data, min(args.max_len, 1024), extra, (args.pairs, args.pair_words))
+                   if model == "translate" else
+                   measure(model, data, args.max_len, extra, data_size=(args.docs, args.image_size))
+                   if model == "caption" else measure(model, data, args.max_len, extra))
             predicted = got["plan"] + got["resident"]
             if "failed" in got:  # refused up front (or failed): no peak of a run to set against the plan
                 print(f"{model:10} {got['plan'] / 1e6:9.0f} {predicted / 1e6:10.0f} {'-':>9} {'-':>6}  "

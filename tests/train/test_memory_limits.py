@@ -237,3 +237,59 @@ def test_the_translation_estimate_bounds_a_training_step() -> None:
     measured, planned = json.loads(out.stdout)
     assert measured > 50 * 10**6, measured
     assert 0.7 < planned / measured < 1.3, (planned, measured)
+
+
+def test_train_caption_refuses_a_plan_over_the_limit_before_reading_an_image(tmp_path, monkeypatch) -> None:
+    from attnkit.data import shapes
+
+    files = _files(tmp_path, available=64 * GB, v2=(str(2 * GB), str(int(1.7 * GB))))
+    monkeypatch.setattr(mb, "memory_budget", lambda: _memory.memory_budget(**files))
+    drawn: list[int] = []
+    real = shapes.generate_scenes
+    monkeypatch.setattr(shapes, "generate_scenes", lambda n, **kw: drawn.append(n) or real(n, **kw))
+    args = ["train", "--task", "caption", "--out", str(tmp_path / "run"), "--epochs", "1", "--quiet",
+            "--train-size", "40000", "--val-size", "20", "--image-size", "128"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert "captioning 40000 images (40000 captions, 20 held out) at 128 pixels needs about" in result.output
+    assert "over the limit of 240 MB (80% of the 300 MB left by the memory cgroup's" in result.output
+    assert "images and captions 1.98 GB" in result.output and "Traceback" not in result.output
+    assert "raise that limit, or lower --batch-size" in result.output
+    assert not drawn and not (tmp_path / "run").exists()
+    result = CliRunner().invoke(cli, [*args[:-6], "--train-size", "60", "--max-memory", "5MB"])
+    assert result.exit_code == 1 and "over the limit of 5 MB (--max-memory); raise --max-memory" in result.output
+    assert not drawn and not (tmp_path / "run").exists()
+    files = _files(tmp_path, available=64 * GB)
+    done = CliRunner().invoke(cli, [*args[:-6], "--train-size", "60", "--val-size", "8"])
+    assert done.exit_code == 0 and (tmp_path / "run").is_dir(), done.output
+    assert "memory: about" in done.output and drawn == [60, 8]
+
+
+_CAPTION_STEP = r"""
+import json, sys, torch
+from attnkit._memory import resident_bytes, _status_bytes
+from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
+from attnkit.train.caption_memory import caption_step_bytes
+torch.set_num_threads(1)
+b, size = int(sys.argv[1]), int(sys.argv[2])
+model = ImageCaptioner(CaptionerConfig(vocab_size=3000, image_size=size)).train()
+optimizer = torch.optim.Adam(model.parameters())
+planned = caption_step_bytes(model, b, features=False)
+g = torch.Generator().manual_seed(0)
+captions, lengths = torch.randint(0, 3000, (b, 20), generator=g), torch.full((b,), 20)
+images = torch.rand(b, 3, size, size, generator=g)
+before = resident_bytes()
+model.loss(images, captions, lengths)[0].backward()
+optimizer.step()
+print(json.dumps([_status_bytes("VmHWM") - before, planned]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_the_captioning_estimate_bounds_a_training_step() -> None:
+    """A captioning step (the default captioner on 128-pixel images) in a fresh process, as the classifiers'."""
+    out = subprocess.run([sys.executable, "-c", _CAPTION_STEP, "48", "128"], capture_output=True,
+                         text=True, check=True, timeout=300)
+    measured, planned = json.loads(out.stdout)
+    assert measured > 100 * 10**6, measured
+    assert 0.7 < planned / measured < 1.3, (planned, measured)

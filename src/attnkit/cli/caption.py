@@ -31,7 +31,7 @@ import click
 
 from attnkit._lazy import missing_extra_message
 from attnkit.cli.messages import echo, friendly_errors
-from attnkit.cli.options import SEED, allow_unfinished_option, task_option
+from attnkit.cli.options import SEED, allow_unfinished_option, refusing_memory_option, task_option
 
 __all__ = ["train_caption", "caption"]
 
@@ -103,6 +103,7 @@ __all__ = ["train_caption", "caption"]
 @click.option("--resume", is_flag=True,
               help="Continue the unfinished run in --out with its saved settings (other flags ignored).")
 @click.option("--quiet", "-q", is_flag=True, help="No per-epoch lines.")
+@refusing_memory_option
 @friendly_errors
 def train_caption(**values: Any) -> None:
     """Train an attention image captioner (default data: generated coloured shapes).
@@ -126,7 +127,8 @@ def train_caption(**values: Any) -> None:
     settings = CaptionSettings(**{f.name: values[f.name] for f in dataclasses.fields(CaptionSettings)})
     try:
         done = train_caption_run(settings, values["out"], resume=values["resume"], overwrite=values["overwrite"],
-                                 log=echo, epoch_log=None if values["quiet"] else echo, flags=RUN_FLAGS)
+                                 log=echo, epoch_log=None if values["quiet"] else echo, flags=RUN_FLAGS,
+                                 max_memory=values["max_memory"])
     except RunLockedError as err:
         raise click.ClickException(str(err)) from None
     except ImportError as err:  # a backbone whose library is missing

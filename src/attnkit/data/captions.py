@@ -288,17 +288,20 @@ class CaptionedImage:
 
 
 def load_caption_set(images_dir: str | Path, captions_path: str | Path, *, size: int = 48,
-                     limit: int | None = None) -> list[CaptionedImage]:
+                     limit: int | None = None, names: Sequence[str] | None = None) -> list[CaptionedImage]:
     """Pair a folder of images with a caption file (sorted by image name).
 
     Every image the caption file names must exist in ``images_dir``; the error
-    names the first missing one. ``limit`` keeps only the first images.
+    names the first missing one. ``limit`` keeps only the first images;
+    ``names`` reads only those images of the file, in that order.
     """
     folder = Path(images_dir)
     if not folder.is_dir():
         raise CaptionFormatError(f"image folder {folder} does not exist")
     table = read_captions(captions_path)
-    names = sorted(table)[: limit if limit is not None else None]
+    if names is not None and (unknown := [n for n in names if n not in table]):
+        raise CaptionFormatError(f"{len(unknown)} image(s) are not in {captions_path}, e.g. {unknown[0]!r}")
+    names = list(names) if names is not None else sorted(table)[: limit if limit is not None else None]
     missing = [n for n in names if not (folder / n).is_file()]
     if missing:
         raise CaptionFormatError(

@@ -12,12 +12,15 @@ so that training reads region features, never pixels; the run then keeps a
 neighbour index of the training images (:func:`neighbour_index`) for
 consensus re-ranking. With ``fine_tune_blocks`` the images are kept as uint8
 pixels and pass the encoder at every step. The generated shapes set
-(:mod:`attnkit.data.shapes`) and a caption set are read into memory as pixels,
-a tenth of a caption set held out.
+(:mod:`attnkit.data.shapes`) and a caption set are read into memory as uint8
+pixels, each image once, a tenth of a caption set held out. Every source
+calls the run's memory check (:data:`MemoryCheck`) with its sizes once the
+model is built and before any image is read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,62 +54,76 @@ class CaptionData:
     neighbours: NeighbourIndex | None = None  # the training images, for consensus re-ranking
 
 
-def prepare_caption_data(settings: CaptionSettings, *, saved_config: dict[str, Any] | None = None) -> CaptionData:
+MemoryCheck = Callable[["ImageCaptioner", int, int, int, bool], None]
+"""Called with the model, the training images, caption rows and held-out images, and whether they are
+features, once the model is built and before any image is read (the run's memory plan)."""
+
+
+def prepare_caption_data(settings: CaptionSettings, *, saved_config: dict[str, Any] | None = None,
+                         check: MemoryCheck | None = None) -> CaptionData:
     """The data, model and vocabulary of a run with ``settings`` (a Flickr8k folder when ``settings.data``);
-    the model is built from ``saved_config`` when a run is resumed."""
-    if settings.data:
-        return prepare_flickr8k(settings, saved_config=saved_config)
-    return prepare_generic(settings, saved_config=saved_config)
+    the model is built from ``saved_config`` when a run is resumed; ``check`` sees the sizes first."""
+    prepare = prepare_flickr8k if settings.data else prepare_generic
+    return prepare(settings, saved_config=saved_config, check=check or (lambda *sizes: None))
 
 
-def _shapes_data(n_train: int, n_val: int, seed: int, size: int) -> tuple[list[Any], list[Any], CaptionVocab]:
+def _split_names(captions: str, seed: int) -> tuple[dict[str, list[str]], list[str], list[str]]:
+    """A caption set's table (image name -> captions) and its training and held-out image names: a seeded
+    tenth of the images (sorted by name) held out."""
+    import torch
+
+    from attnkit.data.captions import read_captions
+
+    table = read_captions(captions)
+    names = sorted(table)
+    order = torch.randperm(len(names), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = max(1, len(names) // 10) if len(names) > 1 else 0
+    return table, [names[i] for i in order[n_val:]], [names[i] for i in order[:n_val]]
+
+
+def prepare_generic(settings: CaptionSettings, *, saved_config: dict[str, Any] | None,
+                    check: MemoryCheck) -> CaptionData:
+    """The generated shapes set or an ``images``/``captions`` set: uint8 pixels in memory, each image once,
+    one caption per row."""
+    import numpy as np
+    import torch
+
+    from attnkit.data.captions import CaptionVocab, encode_captions, images_to_tensor, load_caption_set
     from attnkit.data.shapes import generate_scenes, shapes_vocab
-
-    train = [(s.image, s.caption) for s in generate_scenes(n_train, seed=seed, size=size)]
-    val = [(s.image, [s.caption]) for s in generate_scenes(n_val, seed=seed + 1_000_003, size=size)]
-    return train, val, shapes_vocab()
-
-
-def _real_data(images: str, captions: str, size: int, seed: int,
-               min_frequency: int) -> tuple[list[Any], list[Any], CaptionVocab]:
-    import torch
-
-    from attnkit.data.captions import CaptionVocab, load_caption_set
-
-    items = load_caption_set(images, captions, size=size)
-    order = torch.randperm(len(items), generator=torch.Generator().manual_seed(seed)).tolist()
-    n_val = max(1, len(items) // 10) if len(items) > 1 else 0
-    val_items = [items[i] for i in order[:n_val]]
-    train_items = [items[i] for i in order[n_val:]]
-    train = [(it.image, c) for it in train_items for c in it.captions]
-    vocab = CaptionVocab.build([c for _, c in train], min_frequency=min_frequency)
-    return train, [(it.image, list(it.captions)) for it in val_items], vocab
-
-
-def prepare_generic(settings: CaptionSettings, *, saved_config: dict[str, Any] | None) -> CaptionData:
-    """The generated shapes set or an ``images``/``captions`` set: pixels in memory, one caption per row."""
-    import torch
-
-    from attnkit.data.captions import encode_captions, images_to_tensor
     from attnkit.models.captioning import ImageCaptioner, load_backbone_weights
 
     size = settings.image_size
     assert size is not None
     if settings.images and settings.captions:
-        train, val, vocab = _real_data(settings.images, settings.captions, size, settings.seed, settings.min_frequency)
+        table, train_names, val_names = _split_names(settings.captions, settings.seed)
+        captions = [list(table[n]) for n in train_names]
+        vocab = CaptionVocab.build([c for caps in captions for c in caps], min_frequency=settings.min_frequency)
         source: dict[str, Any] = {"images": settings.images, "captions": settings.captions}
+        n_train, n_val = len(train_names), len(val_names)
     else:
-        train, val, vocab = _shapes_data(settings.train_size, settings.val_size, settings.seed, size)
+        vocab, n_train, n_val = shapes_vocab(), settings.train_size, settings.val_size
         source = {"shapes": {"train_size": settings.train_size, "val_size": settings.val_size}}
     config = settings.model_config(len(vocab), saved_config)
     model = ImageCaptioner(config)
     if settings.pretrained and saved_config is None:  # a resumed run's weights come from its train state
         load_backbone_weights(model, settings.pretrained)
-    ids, lengths = encode_captions([c for _, c in train], vocab, max_len=config.max_len)
+    check(model, n_train, sum(map(len, captions)) if settings.images else n_train, n_val, False)
+    if settings.images and settings.captions:
+        folder, caption_file = settings.images, settings.captions
+
+        def read(names: list[str]) -> list[Any]:
+            return load_caption_set(folder, caption_file, size=size, names=names)
+        train = [(it.image, list(it.captions)) for it in read(train_names)]
+        val = [(it.image, list(it.captions)) for it in read(val_names)]
+    else:
+        train = [(s.image, [s.caption]) for s in generate_scenes(n_train, seed=settings.seed, size=size)]
+        val = [(s.image, [s.caption]) for s in generate_scenes(n_val, seed=settings.seed + 1_000_003, size=size)]
+    ids, lengths = encode_captions([c for _, caps in train for c in caps], vocab, max_len=config.max_len)
+    image_index = torch.tensor([i for i, (_, caps) in enumerate(train) for _ in caps], dtype=torch.long)
+    pixels = torch.from_numpy(np.stack([im for im, _ in train])).permute(0, 3, 1, 2).contiguous()  # uint8
     val_images = images_to_tensor([im for im, _ in val]) if val else torch.zeros(0, 3, size, size)
-    return CaptionData(model, vocab, images_to_tensor([im for im, _ in train]), ids, lengths,
-                       torch.arange(len(ids)), False, (val_images, [refs for _, refs in val], vocab),
-                       {**source, "pretrained": settings.pretrained})
+    return CaptionData(model, vocab, pixels, ids, lengths, image_index, False,
+                       (val_images, [refs for _, refs in val], vocab), {**source, "pretrained": settings.pretrained})
 
 
 def default_cache_dir(data: str | Path, backbone: str, image_size: int) -> Path:
@@ -134,7 +151,8 @@ def split_inputs(model: ImageCaptioner | CaptionEnsemble, data: Flickr8k, split:
     return cache.load(names), True
 
 
-def prepare_flickr8k(settings: CaptionSettings, *, saved_config: dict[str, Any] | None) -> CaptionData:
+def prepare_flickr8k(settings: CaptionSettings, *, saved_config: dict[str, Any] | None,
+                     check: MemoryCheck) -> CaptionData:
     """Read ``settings.data``, build vocabulary and model (from ``saved_config`` when resuming), load the
     backbone weights and gather the training and validation inputs."""
     import torch
@@ -155,6 +173,8 @@ def prepare_flickr8k(settings: CaptionSettings, *, saved_config: dict[str, Any] 
         weights = str(package_weights_file(config.backbone))
     if weights:  # also when resuming: the cache key needs the pretrained encoder
         load_backbone_weights(model, weights)
+    check(model, len(train), sum(len(caps) for _, caps in train), len(data.splits["dev"]),
+          bool(getattr(model.encoder, "frozen", False)))
     inputs, features = split_inputs(model, data, "train", cache_dir=settings.feature_cache)
     dev_inputs, _ = split_inputs(model, data, "dev", cache_dir=settings.feature_cache)
     if not features:

@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from attnkit.models.captioning import CaptionerConfig
 
-__all__ = ["CaptionSettings"]
+__all__ = ["CaptionSettings", "GENERATE_BATCH"]
+
+GENERATE_BATCH = 128
+"""Images :func:`attnkit.train.captioning.generate` encodes at a time by default (the memory plan counts them)."""
 
 
 @dataclass(frozen=True)

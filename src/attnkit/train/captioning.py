@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnkit.train.caption_settings import CaptionSettings
+from attnkit.train.caption_settings import GENERATE_BATCH, CaptionSettings
 from attnkit.train.metrics import corpus_bleu
 
 if TYPE_CHECKING:  # torch loads inside the functions, so that importing this module stays quick
@@ -88,9 +88,22 @@ def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], Capt
     return saved, dataclasses.replace(settings, **changes)
 
 
+def _memory_check(batch_size: int, max_memory: int | None, log: Callable[[str], None]) -> Callable[..., None]:
+    """The run's memory check (:data:`attnkit.train.caption_data.MemoryCheck`): the plan of
+    :func:`attnkit.train.caption_memory.check_captioning` against ``max_memory``, logged in one line."""
+    def check(model: Any, images: int, captions: int, held_out: int, features: bool) -> None:
+        from attnkit.train.caption_memory import check_captioning
+
+        need = check_captioning(model, images=images, captions=captions, held_out=held_out,
+                                batch_size=batch_size, features=features, limit=max_memory)
+        log(f"memory: {need.describe()}")
+    return check
+
+
 def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: bool = False, overwrite: bool = False,
                       log: Callable[[str], None] = print, epoch_log: Callable[[str], None] | None = None,
-                      flags: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+                      flags: Mapping[str, str] | None = None, max_memory: int | None = None
+                      ) -> dict[str, Any] | None:
     """Train a captioner with ``settings`` and commit the run to ``out``; returns its held-out metrics.
 
     One generation is committed per epoch (status ``training``, resumable) and
@@ -102,7 +115,9 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
     ``overwrite`` and only at the first commit; the lock is taken once every
     input has been read and checked. ``log`` gets the summary lines,
     ``epoch_log`` one line per epoch; ``flags`` are the calling command's flags, for the run
-    directory's refusals (:func:`attnkit.train.rundir.check_run_dir`).
+    directory's refusals (:func:`attnkit.train.rundir.check_run_dir`). Before any image is read the
+    run's memory plan (:func:`attnkit.train.caption_memory.check_captioning`) is checked against
+    ``max_memory`` (None: a share of the memory available) and logged; above it the run is refused.
     """
     import torch
 
@@ -121,7 +136,8 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
                        flags=flags)  # refuses now
     torch.manual_seed(settings.seed)
     settings = settings.resolved()
-    prep = prepare_caption_data(settings, saved_config=saved["model_config"] if saved else None)
+    prep = prepare_caption_data(settings, saved_config=saved["model_config"] if saved else None,
+                                check=_memory_check(settings.batch_size, max_memory, log))
     model, vocab = prep.model, prep.vocab
     if saved is not None and saved["vocab"] != vocab.to_dict():
         raise ValueError(f"the data no longer gives the vocabulary run {path} was trained with; "
@@ -311,7 +327,8 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
     return history
 
 
-def generate(model: ImageCaptioner | CaptionEnsemble, images: Tensor, *, beam_size: int = 1, batch_size: int = 128,
+def generate(model: ImageCaptioner | CaptionEnsemble, images: Tensor, *, beam_size: int = 1,
+             batch_size: int = GENERATE_BATCH,
              features: bool = False, length_penalty: float = 0.0, consensus: Consensus | None = None,
              **constraints: Any) -> list[Any]:
     """Captions for many images (or, with ``features=True``, cached region features ``(N, R, C)``):
