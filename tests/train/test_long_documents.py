@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import torch
 from attnkit.data.readers import Example
 from attnkit.train.config import TrainConfig
 from attnkit.train.pipeline import DataSettings, FitResult, fit_classifier
+from attnkit.train.rundir import committed_dir
 
 FILLER = [f"w{i}" for i in range(12)]
 OPTIONS = {"embed_dim": 16, "attention_dim": 8, "ngram_rows": 64, "dropout": 0.0, "word_dropout": 0.0}
@@ -91,6 +93,9 @@ def test_train_reports_the_chunked_documents_and_evaluate_counts_them(tmp_path: 
     n, chunked = saved["metrics"]["test"]["n"], saved["metrics"]["test"]["chunked_documents"]
     assert 0 < chunked < n and f"read in overlapping chunks: {chunked} of {n}" in report
     assert f"read in overlapping chunks: {chunked} of {n}" in (out / "report.html").read_text(encoding="utf-8")
+    generation = committed_dir(out)  # the reports are the run's: committed with it, linked at the root
+    for name in ("report.txt", "report.html", "faithfulness.json"):
+        assert os.path.samefile(out / name, generation / name), name
     train_chunked = saved["metrics"]["chunked_documents"]["train"]
     assert 0 < train_chunked < sum(saved["metrics"]["chunked_documents"].values())
     line = next(x for x in trained.output.splitlines() if x.startswith("long documents:"))

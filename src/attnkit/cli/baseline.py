@@ -12,8 +12,9 @@ attention report of the wrong examples), the analysis of the finished model on
 its test part: per-class precision, recall and F1, the confusion matrix, the
 most attended words per class and the test examples the model gets most
 confidently wrong, with the words it attended to. It is derived from the
-committed model, like the demo's report, so it is written after the run's last
-commit, outside the transaction. The baseline is scored before training
+committed model, like the demo's report, so it joins the run in a commit of its
+own (:func:`attnkit.train.run.add_to_run`): the finished generation again with
+the reports, linked at the run's root. The baseline is scored before training
 (:func:`attnkit.train.plan.run_plan`) and committed in config.json as
 ``metrics.baseline``; the table printed here is read from there.
 """
@@ -40,7 +41,7 @@ from attnkit.cli.options import (
 )
 
 __all__ = ["baseline", "measure", "headline_lines", "comparison_lines", "cv_comparison_lines", "results_analysis",
-           "format_report", "report_sections", "write_html_report", "after_training", "write_reports",
+           "format_report", "report_sections", "write_html_report", "html_report", "after_training", "write_reports",
            "print_cv_baseline"]
 
 SEED_DEFAULT = "attnkit.train.config:TrainConfig.seed"
@@ -145,18 +146,20 @@ def after_training(plan: Any, result: Any, baseline: bool) -> None:
 
 
 def write_reports(out: Path, result: Any, metric: str, base: dict[str, Any] | None) -> None:
-    """Write run ``out``'s ``report.txt``, ``report.html`` and faithfulness record from ``result`` (a
-    :class:`attnkit.train.pipeline.FitResult` with a test part), ``base`` the baseline's figures or None."""
-    from attnkit.train.fileops import atomic_write_text
+    """Add ``report.txt``, ``report.html`` and the faithfulness record of ``result`` (a
+    :class:`attnkit.train.pipeline.FitResult` with a test part) to run ``out`` in one commit
+    (:func:`attnkit.train.run.add_to_run`), ``base`` the baseline's figures or None."""
+    from attnkit.train.run import add_to_run
 
     analysis = results_analysis(result)
     analysis["metric"] = metric
-    atomic_write_text(out / "report.txt", format_report(result.test, analysis, base))
-    write_html_report(out / "report.html", result.test, analysis, base)
+    files = {"report.txt": format_report(result.test, analysis, base),
+             "report.html": html_report(result.test, analysis, base)}
     if analysis.get("explanation"):
         from attnkit.attribution.report import FAITHFULNESS_FILE, record_text
 
-        atomic_write_text(out / FAITHFULNESS_FILE, record_text(analysis["explanation"]))
+        files[FAITHFULNESS_FILE] = record_text(analysis["explanation"])
+    add_to_run(out, files)
     click.echo(f"wrote {out / 'report.txt'} and report.html (per-class scores, the explanation shown first and "
                f"its faithfulness, words that moved the decision, confidently wrong examples)")
 
@@ -429,11 +432,18 @@ def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[s
 
 def write_html_report(path: Path, test: dict[str, Any], analysis: dict[str, Any],
                       base: dict[str, Any] | None) -> Path:
+    """:func:`html_report` written atomically to ``path``."""
+    from attnkit.train.fileops import atomic_write_text
+
+    atomic_write_text(path, html_report(test, analysis, base))
+    return path
+
+
+def html_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None) -> str:
     """``report.html``: :func:`report_sections` above the attention report of the confidently wrong
-    examples (each document's pooling attention over its tokens), written atomically."""
+    examples (each document's pooling attention over its tokens)."""
     import numpy as np
 
-    from attnkit.train.fileops import atomic_write_text
     from attnkit.viz.report import render_html, report_data
 
     shown = [e for e in analysis["confidently_wrong"] if e.get("weights")]
@@ -450,8 +460,7 @@ def write_html_report(path: Path, test: dict[str, Any], analysis: dict[str, Any]
         data = report_data(["[document]"], np.ones((1, 1, 1, 1), np.float32), source_tokens=["(none)"],
                            title="attnkit train: results on the test part",
                            example_names=["no wrong example with attention"])
-    atomic_write_text(path, render_html(data, report_sections(test, analysis, base)))
-    return path
+    return render_html(data, report_sections(test, analysis, base))
 
 
 # --- attnkit baseline --------------------------------------------------------------------------

@@ -124,6 +124,8 @@ def train_caption(**values: Any) -> None:
         raise click.UsageError("--data (a Flickr8k folder) and --images/--captions exclude each other")
     if values["resume"] and values["overwrite"]:
         raise click.UsageError("--resume and --overwrite exclude each other")
+    minutes = values.pop("time_budget")
+    values["time_budget_s"] = None if minutes is None else 60.0 * minutes
     settings = CaptionSettings(**{f.name: values[f.name] for f in dataclasses.fields(CaptionSettings)})
     try:
         done = train_caption_run(settings, values["out"], resume=values["resume"], overwrite=values["overwrite"],

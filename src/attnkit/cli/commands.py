@@ -514,11 +514,13 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
     from attnkit.attribution.report import default_method, explanation_line
     from attnkit.models.wide import reading_length
     from attnkit.train.inference import format_ngrams, predict_texts
+    from attnkit.train.rundir import reports_dir
 
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
     warn_truncated(tokenizer, items, reading_length(model, meta["data_settings"]["max_len"]))
     predictions = predict_texts(model, tokenizer, labels, items, max_len=meta["data_settings"]["max_len"],
-                                top_k=top if explain else 0, method=default_method(model, run) if explain else None)
+                                top_k=top if explain else 0,
+                                method=default_method(model, reports_dir(run)) if explain else None)
     for p in predictions:
         if as_json:
             extra = {"top_ngrams": [list(t) for t in p.top_ngrams], "halves": p.halves} if p.halves else {}

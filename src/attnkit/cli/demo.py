@@ -144,9 +144,15 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
     moved = words_that_moved(result.model, [list(map(int, d)) for d in ds.ids], result.tokenizer,
                              result.label_vocab)
     accuracy = float(result.test["accuracy"])
-    if out is not None:
-        ckpt.atomic_write_text(Path(out) / "report.txt", format_report(table, accuracy, focus, moved))
-        write_demo_figures(Path(out), tokens, rows, result.model, batch, result.label_vocab)
+    if out is not None:  # the reports join the run in one commit
+        import tempfile
+
+        from attnkit.train.run import add_to_run
+
+        with tempfile.TemporaryDirectory() as folder:
+            write_demo_figures(Path(folder), tokens, rows, result.model, batch, result.label_vocab)
+            add_to_run(out, {"report.txt": format_report(table, accuracy, focus, moved),
+                             **{name: (Path(folder) / name).read_bytes() for name in DEMO_FIGURES}})
     # tokens / weights / labels / key_positions: the test documents' per-token pooling
     # attention, ready for an HTML report.
     return {"accuracy": accuracy, "baseline": baseline, "focus": focus, "seconds": time.perf_counter() - start,
@@ -173,6 +179,7 @@ def is_demo_run(out: Path) -> bool:
 
 
 REPORT_DOCUMENTS = 12  # test documents shown in report.html
+DEMO_FIGURES = ("report.html", "explanation.png")  # what write_demo_figures writes
 
 
 def _baseline(train: list[Any], test: list[Any]) -> dict[str, Any] | None:
@@ -204,8 +211,8 @@ def write_demo_figures(out: Path, tokens: list[list[str]], weights: list[list[fl
                       labels.decode(int(probs[i].argmax())), float(probs[i].max()))
         for i in range(n)
     ]
-    write_views(views, out / "report.html", "attnkit demo: where the classifier looks")
-    write_views(views[:1], out / "explanation.png", "attnkit demo: why the model predicted this")
+    write_views(views, out / DEMO_FIGURES[0], "attnkit demo: where the classifier looks")
+    write_views(views[:1], out / DEMO_FIGURES[1], "attnkit demo: why the model predicted this")
 
 
 @click.command()

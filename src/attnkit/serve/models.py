@@ -64,11 +64,12 @@ class ServedModel:
         if self.torch:
             from attnkit.attribution.methods import applicable_methods
             from attnkit.attribution.report import default_method, read_record
+            from attnkit.train.rundir import reports_dir
 
-            model = predictor.model
-            self._record = read_record(path)
+            model, reports = predictor.model, reports_dir(path)
+            self._record = read_record(reports)
             self._methods = applicable_methods(model)
-            self._default = default_method(model, path) if self._methods else None
+            self._default = default_method(model, reports) if self._methods else None
 
     # --- what the run is --------------------------------------------------------------------------
 

@@ -28,7 +28,8 @@ class CaptionSettings:
     ``captions`` (a caption set), or neither (the generated shapes,
     ``train_size`` and ``val_size`` scenes). ``image_size`` None: the
     backbone's ImageNet size for EfficientNet-Lite, else 48.
-    ``time_budget`` is in minutes.
+    ``time_budget_s`` is in seconds, as everywhere in the library (the command's ``--time-budget``
+    takes minutes).
     """
 
     epochs: int = 12
@@ -57,7 +58,7 @@ class CaptionSettings:
     patience: int = 0
     region_dim: int = 0
     captions_per_image: int = 0
-    time_budget: float | None = None
+    time_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         if bool(self.images) != bool(self.captions):

@@ -76,7 +76,10 @@ def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], Capt
     if run_status(saved) == "done":
         return None
     fields = {f.name for f in dataclasses.fields(CaptionSettings)}
-    changes = {k: v for k, v in saved["options"].items() if k in fields}
+    options = dict(saved["options"])
+    if options.get("time_budget") is not None:  # runs written before the budget was in seconds: minutes
+        options["time_budget_s"] = 60.0 * options["time_budget"]
+    changes = {k: v for k, v in options.items() if k in fields}
     data = saved.get("data", {})
     for key in ("images", "captions", "pretrained"):
         path, digest = data.get(key), data.get(f"{key}_sha256")
@@ -165,7 +168,7 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
                                 image_index=prep.image_index, features=prep.features,
                                 validation=prep.validation if flickr else None, patience=settings.patience,
                                 bucket=flickr, per_image=settings.captions_per_image if flickr else 0,
-                                time_budget_s=settings.time_budget * 60 if settings.time_budget else None)
+                                time_budget_s=settings.time_budget_s)
         metrics: dict[str, Any] = {"train_loss": history[-1]["train_loss"]}
         if val_refs:
             hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, val_inputs, features=prep.features)]

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from attnkit.train.rundir import RunFileError, RunWriter, read_manifest
 
-__all__ = ["new_run_id", "committed_run_id", "start_run", "save_run"]
+__all__ = ["new_run_id", "committed_run_id", "start_run", "save_run", "add_to_run"]
 
 
 def new_run_id() -> str:
@@ -87,3 +87,14 @@ def save_run(directory: str | os.PathLike[str], commit: Callable[[RunWriter], Pa
     """
     with start_run(directory, run_id=run_id, overwrite=overwrite, resumable=resumable) as writer:
         return commit(writer)
+
+
+def add_to_run(directory: str | os.PathLike[str], files: Mapping[str, str | bytes]) -> Path:
+    """Add ``files`` (name -> text or bytes: a finished model's reports) to the run committed in
+    ``directory``, in one commit under the run's lock (:meth:`~attnkit.train.rundir.RunWriter.amend`), and
+    link them at the run's root. Returns the new generation folder."""
+    run_id = committed_run_id(directory)
+    if run_id is None:
+        raise RunFileError(f"{directory} holds no committed run to add {', '.join(sorted(files))} to")
+    with start_run(directory, run_id=run_id, resume=True) as writer:
+        return writer.amend(files)

@@ -7,8 +7,16 @@ A run directory moves from one complete state to the next in one atomic step::
       checkpoints/000007/   the committed generation: config.json, model.safetensors,
                             tokenizer.json, labels.json, history.jsonl, train_state/ ...
       checkpoints/000006/   the previous generation, kept so a reader that opened it still finishes
-      report.txt ...        outputs derived from the finished model (written after the last commit)
+      report.txt ...        the committed generation's reports, linked at the root (``published``)
       .lock                 held (``flock``) by the one process that writes the run
+
+What is derived from a committed model (its reports) joins the run in a commit of
+its own, :meth:`RunWriter.amend`: the generation again with those files added. The
+files it publishes are also linked at the root for the user to open; the manifest
+names them (``published``), and the next commit that does not publish them again
+removes them first, so the root never shows the reports of a model the run no
+longer serves; a root file of that name that the writer did not put there is
+the user's and is left alone.
 
 A writer fills a staging folder (``RUN/.staging-*``), flushes every file to
 disk, renames the folder to the next generation and then replaces
@@ -48,7 +56,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +78,7 @@ __all__ = [
     "RunExistsError", "RunLockedError", "RunFileError", "RunWriteError", "UnfinishedRunError", "FileOps",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json", "read_run_config",
     "read_manifest", "committed_dir", "check_output_path", "check_run_dir", "RunLock", "RunWriter", "run_status",
-    "require_finished", "data_fingerprint", "clear_run", "check_unlocked", "MANIFEST", "GENERATIONS",
+    "require_finished", "data_fingerprint", "clear_run", "check_unlocked", "MANIFEST", "GENERATIONS", "reports_dir",
 ]
 
 MANIFEST = "current.json"
@@ -191,6 +199,17 @@ def committed_dir(directory: str | os.PathLike[str]) -> Path:
     if not folder.is_dir():
         raise RunFileError(f"{path / MANIFEST} names checkpoint {folder}, which is missing")
     return folder
+
+
+def reports_dir(directory: str | os.PathLike[str]) -> Path:
+    """Where run ``directory``'s reports are read: its committed generation once it holds them, else the
+    run's root (a run whose reports were written before they joined the commit, or none yet)."""
+    try:
+        folder = committed_dir(directory)
+    except RunFileError:
+        return Path(directory)
+    published = (read_manifest(directory) or {}).get("published")
+    return folder if published else Path(directory)
 
 
 def read_run_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
@@ -406,13 +425,16 @@ class RunWriter:
         return path
 
     def commit(self, staging: Path, *, status: str, epoch: int | None = None,
-               info: dict[str, Any] | None = None) -> Path:
+               info: dict[str, Any] | None = None, publish: Iterable[str] = ()) -> Path:
         """Publish ``staging`` as the next generation; returns the generation folder.
 
         Order: the staged files are already flushed; the folder is renamed to
-        ``checkpoints/NNNNNN``; ``current.json`` is replaced (the commit);
-        then generations older than the previous one (on an overwrite's first
-        commit: all the replaced run's generations) are removed.
+        ``checkpoints/NNNNNN``; the root copies of the previous generation's
+        files that this one does not ``publish`` again are removed; ``current.json``
+        is replaced (the commit); the generation's files named in ``publish``
+        are linked at the run's root (:meth:`_publish`); then generations older
+        than the previous one (on an overwrite's first commit: all the replaced
+        run's generations) are removed.
         """
         manifest = read_manifest(self.directory)
         previous = manifest["generation"] if manifest else 0
@@ -423,10 +445,14 @@ class RunWriter:
         fileops.fs.replace(staging, target)
         self._staging.remove(staging)
         fileops.fs.sync_dir(target.parent)
+        publish = sorted(set(publish))
+        self._withdraw(manifest, keep=publish)
         atomic_write_json(self.directory / MANIFEST, {
             "format": FORMAT, "generation": number, "run_id": self.run_id, "status": status, "epoch": epoch,
-            "committed": time.strftime("%Y-%m-%d %H:%M:%S"), **(info or {})})
+            "committed": time.strftime("%Y-%m-%d %H:%M:%S"), **(info or {}),
+            **({"published": publish} if publish else {})})
         fileops.fs.sync_dir(self.directory)
+        self._publish(target, publish)
         replacing = self.overwrite and self.commits == 0
         self.commits += 1
         keep = {number} if replacing else {number, previous}
@@ -435,13 +461,72 @@ class RunWriter:
                 fileops.fs.remove_tree(_generation_dir(self.directory, old))
         return target
 
+    def amend(self, files: Mapping[str, str | bytes], *, publish: bool = True) -> Path:
+        """Commit the run's current generation again with ``files`` (name -> text or bytes) added or
+        replaced, its status, epoch and other files kept: what is derived from a committed model (its
+        reports) joins the run in one commit. With ``publish`` each of ``files`` is also linked at the run's
+        root, beside those published before. Returns the new generation folder."""
+        manifest = _writers_manifest(self.directory)
+        if manifest is None or manifest["run_id"] != self.run_id or (self.overwrite and self.commits == 0):
+            raise RunFileError(f"{self.directory} holds no committed generation of run {self.run_id} to add "
+                               f"{', '.join(sorted(files))} to")
+        current = _generation_dir(self.directory, manifest["generation"])
+        kept = [p.relative_to(current).as_posix() for p in sorted(current.rglob("*"))
+                if p.is_file() and p.name != GENERATION_MARK and p.relative_to(current).as_posix() not in files]
+        staging = self.stage(carry=kept)
+        for name, content in files.items():
+            fileops.fs.mkdir((staging / name).parent)
+            if isinstance(content, bytes):
+                atomic_write_bytes(staging / name, content)
+            else:
+                atomic_write_text(staging / name, content)
+        info = {k: v for k, v in manifest.items()
+                if k not in ("format", "generation", "run_id", "status", "epoch", "committed", "published")}
+        names = [*manifest.get("published", []), *files] if publish else manifest.get("published", [])
+        return self.commit(staging, status=manifest["status"], epoch=manifest.get("epoch"), info=info,
+                           publish=names)
+
+    def _ours_at_root(self, name: str, generations: Iterable[Path]) -> bool:
+        """Whether the root's ``name`` is a copy this writer published (the same file, or the same bytes, as
+        that name in one of ``generations``): anything else there is the user's and is left alone."""
+        import filecmp
+
+        root = self.directory / name
+        if not root.is_file() or root.is_symlink():
+            return False
+        return any((g / name).is_file() and (os.path.samefile(root, g / name) or filecmp.cmp(root, g / name, False))
+                   for g in generations)
+
+    def _withdraw(self, manifest: dict[str, Any] | None, keep: Sequence[str]) -> None:
+        """Remove the root copies published with ``manifest``'s generation that are not in ``keep``, before
+        the next commit: a run's root never shows the reports of a model it no longer serves."""
+        if not manifest or not manifest.get("published"):
+            return
+        generation = _generation_dir(self.directory, manifest["generation"])
+        for name in manifest["published"]:
+            if name not in keep and self._ours_at_root(name, [generation]):
+                fileops.fs.remove(self.directory / name)
+
+    def _publish(self, generation: Path, names: Sequence[str]) -> None:
+        """Link each of ``names`` of ``generation`` at the run's root (through a temporary name and one
+        rename each), where the root holds nothing of that name or a copy this writer published."""
+        older = [_generation_dir(self.directory, n) for n in self._generation_numbers()]
+        for name in names:
+            root = self.directory / name
+            if root.exists() and not self._ours_at_root(name, older):
+                continue  # the user's file of that name stays; the generation holds the run's own
+            temporary = self.directory / f"{STAGING_PREFIX}{name}"
+            fileops.fs.remove(temporary)
+            fileops.fs.link(generation / name, temporary)
+            fileops.fs.replace(temporary, root)
+
     def _generation_numbers(self) -> list[int]:
         """The generations this writer may number after and remove: those a run writer made, never a user's."""
         return _generations(self.directory, _writers_manifest(self.directory))[0]
 
     def _sweep(self) -> None:
-        for path in self.directory.glob(f"{STAGING_PREFIX}*"):
-            fileops.fs.remove_tree(path)
+        for path in self.directory.glob(f"{STAGING_PREFIX}*"):  # folders, and files being published
+            fileops.fs.remove_tree(path) if path.is_dir() and not path.is_symlink() else fileops.fs.remove(path)
         for path in self.directory.glob(f".{MANIFEST}.*.tmp"):
             fileops.fs.remove(path)
         manifest = read_manifest(self.directory)
