@@ -68,7 +68,7 @@ from attnkit.core.score_mods import bias_mod, soft_cap_mod
 from attnkit.core.types import MaskMod, ScoreMod
 
 __all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "check_model", "attnkit_mask",
-           "attnkit_attention_forward"]
+           "attnkit_attention_forward", "document_ids"]
 
 NAME = "attnkit"
 """The name to pass as ``attn_implementation``."""
@@ -419,9 +419,29 @@ def packed_block_size(seq: Tensor) -> int:
     return max(MIN_PACKED_BLOCK_SIZE, min(BLOCK_SIZE, size))
 
 
+def document_ids(position_ids: Tensor) -> Tensor | None:
+    """The document of each position: a new one starts where the position id restarts, ``None`` for one each.
+
+    A restart is a position id not greater than the one before it (``[0, 1, 2, 0, 1]``:
+    two documents). A forward jump (``[0, 1, 2, 7, 8]``, a prompt with a gap or a
+    left-padded cache) stays in its document and keeps attending, as eager does:
+    transformers' own ``find_packed_sequence_indices`` also splits at jumps, which
+    only its packed causal masks without a cache see.
+
+    Shape:
+        position_ids ``(B, T)``; returns ``(B, T)`` document indices from 0, or ``None``.
+    """
+    if position_ids.shape[-1] < 2:
+        return None
+    restarts = position_ids[:, 1:] <= position_ids[:, :-1]  # (B, T - 1)
+    if not bool(restarts.any()):
+        return None
+    return torch.nn.functional.pad(restarts.long().cumsum(-1), (1, 0))
+
+
 def _packed(mask: BlockMask | Tensor | None, position_ids: Any, b: int, tq: int, tk: int, causal: bool,
             device: torch.device) -> BlockMask | Tensor | None:
-    """The mask kept within the documents that ``position_ids`` restarting mark (packed rows).
+    """The mask kept within the documents that ``position_ids`` restarting mark (packed rows, :func:`document_ids`).
 
     transformers finds packed rows this way for its causal masks only; attnkit
     does it for every layer, so that an encoder (BERT) trains padding-free too.
@@ -431,10 +451,7 @@ def _packed(mask: BlockMask | Tensor | None, position_ids: Any, b: int, tq: int,
         return mask
     if isinstance(mask, Tensor) and not isinstance(mask, BlockMask):
         return mask  # a caller's own dense mask says everything
-    from transformers.masking_utils import find_packed_sequence_indices
-
-    ids = position_ids.to(device).expand(b, -1)
-    seq = find_packed_sequence_indices(ids)
+    seq = document_ids(position_ids.to(device).expand(b, -1))
     if seq is None:
         return mask
     key = ("attnkit.integrations.transformers", "packed", seq.cpu().numpy().tobytes())
@@ -510,7 +527,7 @@ def _score_mods(softcap: float | None, position_bias: Tensor | None, b: int, h: 
         pb = position_bias[..., :tk].expand(b, h, tq, tk)
 
         def bias(b_: Tensor, h_: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return pb[b_, h_, q_idx, kv_idx].float()
+            return pb[b_, h_, q_idx, kv_idx]  # float32 is added as float32, float64 as float64
 
         mods.append(bias_mod(bias))
     return mods
@@ -555,7 +572,7 @@ def attnkit_attention_forward(
         sinks = s_aux
 
         def sink_logit(score: Tensor, b_: Tensor, h_: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return torch.where(kv_idx == tk, sinks.float()[h_], score)
+            return torch.where(kv_idx == tk, sinks[h_].to(score.dtype), score)
 
         mods.append(sink_logit)
     score_mod: ScoreMod | None = None
