@@ -291,6 +291,17 @@ def _as_int(value: int | Tensor, what: str) -> int:
     return int(value)
 
 
+def _prepared(mask: BlockMask, batch_size: int, q_length: int, kv_length: int) -> BlockMask:
+    """A BlockMask this builder made before (``generate()`` prepares them for static caches), checked for size."""
+    b, _, tq, tk = mask.shape
+    if (tq, tk) != (q_length, kv_length) or b not in (None, batch_size):
+        raise HFBackendError(
+            f"the attnkit mask builder got a prepared BlockMask for (B={b}, Tq={tq}, Tk={tk}) where the layer "
+            f"needs (B={batch_size}, Tq={q_length}, Tk={kv_length}); pass the 2-D padding attention_mask instead"
+        )
+    return mask
+
+
 def attnkit_mask(
     batch_size: int, q_length: int, kv_length: int, q_offset: int | Tensor = 0, kv_offset: int | Tensor = 0,
     mask_function: Callable[..., Tensor] | None = None, attention_mask: Tensor | None = None,
@@ -324,6 +335,8 @@ def attnkit_mask(
             f"the attnkit mask builder got keywords it does not know: {sorted(kwargs)}; "
             "this transformers version passes more than attnkit understands"
         )
+    if isinstance(attention_mask, BlockMask):
+        return _prepared(attention_mask, batch_size, q_length, kv_length)
     mod = causal_mask_function if mask_function is None else mask_function
     if attention_mask is not None:
         if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2:

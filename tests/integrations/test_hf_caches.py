@@ -1,0 +1,58 @@
+"""generate() on the attnkit backend with every cache: the tokens equal sdpa's (greedy and beams, left padding)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from attnkit.core.block_mask import BlockMask  # noqa: E402
+from attnkit.integrations import transformers as hf  # noqa: E402
+from tests.integrations.test_hf_backend import V, _bart, _model, _t5  # noqa: E402
+
+NEW = 10  # prompt 6 + 10 new tokens: Mistral's window of 5 (and Gemma-2's of 4) is shorter
+
+
+def _family(name: str):
+    if name in ("t5", "bart"):
+        torch.manual_seed(0)
+        return {"t5": _t5, "bart": _bart}[name]().eval()
+    return _model(name)
+
+
+def _generate(model, impl: str, **kwargs):
+    torch.manual_seed(3)
+    ids = torch.randint(1, V, (2, 6))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[0, :2] = 0  # left padding
+    model.set_attn_implementation(impl)
+    return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, pad_token_id=0,
+                          **kwargs)
+
+
+CASES = [(name, cache) for name in ("llama", "mistral", "qwen2", "gemma2", "gpt2", "t5", "bart")
+         for cache in ("dynamic", "static")]  # offloaded caches need CUDA
+
+
+@pytest.mark.parametrize(("name", "cache"), CASES)
+def test_generate_with_each_cache_equals_sdpa(name, cache):
+    model = _family(name)
+    want = _generate(model, "eager" if name == "gemma2" else "sdpa", cache_implementation=cache)
+    got = _generate(model, "attnkit", cache_implementation=cache)
+    assert got.shape == want.shape and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "t5"])
+def test_beam_search_with_a_static_cache_equals_sdpa(name):
+    model = _family(name)
+    want = _generate(model, "sdpa", cache_implementation="static", num_beams=3)
+    assert torch.equal(_generate(model, "attnkit", cache_implementation="static", num_beams=3), want)
+
+
+def test_a_prepared_block_mask_of_another_size_is_refused_by_name():
+    bm = hf.attnkit_mask(2, 1, 8, mask_function=None)
+    assert isinstance(bm, BlockMask) and bm.ndim == 4
+    assert hf.attnkit_mask(2, 1, 8, attention_mask=bm) is bm
+    with pytest.raises(hf.HFBackendError, match="prepared BlockMask"):
+        hf.attnkit_mask(2, 1, 9, attention_mask=bm)
