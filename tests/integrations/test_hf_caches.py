@@ -51,8 +51,17 @@ def test_beam_search_with_a_static_cache_equals_sdpa(name):
 
 
 def test_a_prepared_block_mask_of_another_size_is_refused_by_name():
-    bm = hf.attnkit_mask(2, 1, 8, mask_function=None)
+    bm = hf.attnkit_mask(2, 3, 8, mask_function=None)
     assert isinstance(bm, BlockMask) and bm.ndim == 4
-    assert hf.attnkit_mask(2, 1, 8, attention_mask=bm) is bm
+    assert hf.attnkit_mask(2, 3, 8, attention_mask=bm) is bm
     with pytest.raises(hf.HFBackendError, match="prepared BlockMask"):
-        hf.attnkit_mask(2, 1, 9, attention_mask=bm)
+        hf.attnkit_mask(2, 3, 9, attention_mask=bm)
+
+
+def test_one_query_row_gets_its_dense_mask():
+    from transformers.masking_utils import causal_mask_function
+
+    padding = torch.tensor([[1, 1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1, 1]])
+    got = hf.attnkit_mask(2, 1, 7, q_offset=6, mask_function=causal_mask_function, attention_mask=padding)
+    assert isinstance(got, torch.Tensor) and got.shape == (2, 1, 1, 7)
+    assert torch.equal(got[:, 0, 0], padding.bool())

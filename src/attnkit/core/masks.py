@@ -56,6 +56,7 @@ __all__ = [
     "AttentionMask",
     "causal",
     "from_lengths",
+    "restart_documents",
     "sliding_window",
     "combine",
     "to_additive",
@@ -177,6 +178,25 @@ def from_lengths(lengths: Tensor | Sequence[int], max_len: int | None = None) ->
     j = torch.arange(max_len, device=lengths_t.device)  # (Tk,)
     valid = j.unsqueeze(0) < lengths_t.unsqueeze(1)  # (B, Tk)
     return valid[:, None, None, :]  # (B, 1, 1, Tk)
+
+
+def restart_documents(position_ids: Tensor) -> Tensor | None:
+    """The document of each position of packed rows: a new one starts where the position id restarts.
+
+    A restart is a position id not greater than the one before it
+    (``[0, 1, 2, 0, 1]``: two documents). A forward jump (``[0, 1, 2, 7, 8]``: a
+    prompt with a gap, a left-padded cache) stays in its document. ``None``
+    when every row is one document.
+
+    Shape:
+        position_ids ``(B, T)``; returns ``(B, T)`` long document indices from 0, or ``None``.
+    """
+    if position_ids.dim() != 2 or position_ids.shape[-1] < 2:
+        return None
+    restarts = position_ids[:, 1:] <= position_ids[:, :-1]  # (B, T - 1)
+    if not bool(restarts.any()):
+        return None
+    return torch.nn.functional.pad(restarts.long().cumsum(-1), (1, 0))
 
 
 def combine(*masks: Tensor | None) -> Tensor | None:

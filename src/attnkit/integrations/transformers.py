@@ -64,6 +64,7 @@ from attnkit.core.block_mask import (
     with_block_rule,
 )
 from attnkit.core.functional import attention
+from attnkit.core.masks import restart_documents
 from attnkit.core.score_mods import bias_mod, soft_cap_mod
 from attnkit.core.types import MaskMod, ScoreMod
 
@@ -302,14 +303,30 @@ def _prepared(mask: BlockMask, batch_size: int, q_length: int, kv_length: int) -
     return mask
 
 
+def _one_row(mod: MaskMod, batch_size: int, kv_length: int, device: torch.device | str) -> Tensor:
+    """The ``(B, 1, 1, Tk)`` boolean mask of a single query row, ``mod`` evaluated on every key.
+
+    Decoding steps and pooling heads (SigLIP2's, which repeats the mask as a
+    tensor for ``nn.MultiheadAttention``) read it as a plain mask.
+    """
+    b = torch.arange(batch_size, device=device).view(-1, 1, 1, 1)
+    zero = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
+    kv = torch.arange(kv_length, device=device).view(1, 1, 1, -1)
+    return mod(b, zero, zero, kv).expand(batch_size, 1, 1, kv_length).clone()
+
+
 def attnkit_mask(
     batch_size: int, q_length: int, kv_length: int, q_offset: int | Tensor = 0, kv_offset: int | Tensor = 0,
     mask_function: Callable[..., Tensor] | None = None, attention_mask: Tensor | None = None,
     local_size: int | None = None, allow_is_causal_skip: bool = True, allow_is_bidirectional_skip: bool = False,
     use_vmap: bool = False, device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
     config: Any = None, **kwargs: Any,
-) -> BlockMask:
+) -> BlockMask | Tensor:
     """The ``AttentionMaskInterface`` entry: transformers' mask function as an attnkit BlockMask.
+
+    A single query row (``Tq == 1``: a decoding step, a pooling head) gets its
+    dense ``(B, 1, 1, Tk)`` boolean mask instead, which costs what its blocks
+    would and which code that treats the mask as a tensor can read.
 
     ``mask_function(b, h, q_idx, kv_idx)`` is transformers' (True = may attend,
     attnkit's rule too); the padding mask and the cache offsets are folded in as
@@ -320,7 +337,7 @@ def attnkit_mask(
 
     Shape:
         attention_mask ``(B, Tk + kv_offset)`` or shorter (padded with False);
-        returns a BlockMask for ``(B, H, Tq, Tk)``, ``H`` broadcast.
+        returns a BlockMask for ``(B, H, Tq, Tk)``, ``H`` broadcast, or ``(B, 1, 1, Tk)`` bool.
     """
     from transformers.masking_utils import (
         add_offsets_to_mask_function,
@@ -368,6 +385,8 @@ def attnkit_mask(
                 + (" (this one was built for torch.vmap)" if use_vmap else "")
             ) from e
 
+    if q_length == 1:  # one query row: its dense mask costs what its blocks would
+        return _one_row(evaluated, batch_size, kv_length, device)
     checked = with_block_rule(evaluated, _rule_of(mod))
 
     block_mask = create_block_mask(checked, batch_size, None, q_length, kv_length, block_size=BLOCK_SIZE,
@@ -435,21 +454,17 @@ def packed_block_size(seq: Tensor) -> int:
 def document_ids(position_ids: Tensor) -> Tensor | None:
     """The document of each position: a new one starts where the position id restarts, ``None`` for one each.
 
-    A restart is a position id not greater than the one before it (``[0, 1, 2, 0, 1]``:
-    two documents). A forward jump (``[0, 1, 2, 7, 8]``, a prompt with a gap or a
-    left-padded cache) stays in its document and keeps attending, as eager does:
-    transformers' own ``find_packed_sequence_indices`` also splits at jumps, which
-    only its packed causal masks without a cache see.
+    :func:`attnkit.core.masks.restart_documents`: a restart is a position id not
+    greater than the one before it (``[0, 1, 2, 0, 1]``: two documents). A forward
+    jump (``[0, 1, 2, 7, 8]``, a prompt with a gap or a left-padded cache) stays in
+    its document and keeps attending, as eager does (transformers' own
+    ``find_packed_sequence_indices`` also splits at jumps, which only its packed
+    causal masks without a cache see).
 
     Shape:
         position_ids ``(B, T)``; returns ``(B, T)`` document indices from 0, or ``None``.
     """
-    if position_ids.shape[-1] < 2:
-        return None
-    restarts = position_ids[:, 1:] <= position_ids[:, :-1]  # (B, T - 1)
-    if not bool(restarts.any()):
-        return None
-    return torch.nn.functional.pad(restarts.long().cumsum(-1), (1, 0))
+    return restart_documents(position_ids)
 
 
 def _packed(mask: BlockMask | Tensor | None, position_ids: Any, b: int, tq: int, tk: int, causal: bool,
