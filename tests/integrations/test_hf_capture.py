@@ -88,3 +88,23 @@ def test_siglip2_with_its_pooling_head_equals_eager_on_the_backend():
         with torch.no_grad():
             logits[impl] = model(**inputs).logits_per_image
     assert float((logits["attnkit"] - logits["eager"]).abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_explanations_of_a_classifier_on_the_backend_equal_sdpas(family):
+    from attnkit.attribution import applicable_methods, attribute
+    from attnkit.attribution.hf import HFClassifier
+    from tests.inspect.test_hf_explanations import IDS, LENGTHS, _bert, _gpt2
+
+    build = _bert if family == "bert" else _gpt2
+    special = {"cls_token_id": 2, "sep_token_id": 3} if family == "bert" else {}
+    models = {impl: HFClassifier(build(impl), **special) for impl in ("sdpa", "attnkit")}
+    assert models["attnkit"].pooled == ("first" if family == "bert" else "last")
+    methods = applicable_methods(models["attnkit"])
+    assert {"attention", "rollout", "chefer"} <= set(methods)
+    target = torch.zeros(3, dtype=torch.long)
+    for method in methods:
+        want = attribute(models["sdpa"], IDS, LENGTHS, method, steps=4, target=target)
+        got = attribute(models["attnkit"], IDS, LENGTHS, method, steps=4, target=target)
+        scale = max(1.0, float(want.abs().max()))  # gradients reach ~20: float32 sums in another order
+        assert float((got - want).abs().max()) < 1e-5 * scale, method
