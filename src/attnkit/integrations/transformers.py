@@ -73,8 +73,10 @@ __all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "check_model", "at
 
 NAME = "attnkit"
 """The name to pass as ``attn_implementation``."""
-SUPPORTED = ((5, 24), (5, 25))
-"""transformers versions this backend was tested with: ``>= 5.24, < 5.25`` (the ``hf`` extra)."""
+SUPPORTED = ((5, 4), (5, 26))
+"""transformers versions this backend supports: ``>= 5.4, < 5.26`` (the ``hf`` extra). 5.4 is the first whose
+mask interface takes ``q_length``/``q_offset``; 5.25 the newest release tested. T5 calls the attention
+interface from 5.15 on (before, it is refused by name)."""
 
 BLOCK_SIZE = 128
 """Block size of the masks the builder makes (attnkit's default)."""
