@@ -113,12 +113,15 @@ def dense_mask(module: nn.Module, attention_mask: Any, kwargs: dict[str, Any], t
     An attnkit :class:`~attnkit.core.block_mask.BlockMask` (what the backend's
     mask builder makes) becomes its exact ``(B|1, 1, Tq, Tk)`` boolean mask. A
     module running on the backend also keeps each query within its document
-    where ``position_ids`` restart (:func:`attnkit.core.masks.restart_documents`)
+    where ``position_ids`` restart (:func:`attnkit.core.masks.restart_documents`;
+    the call's own, else those of the model forward, ``FORWARD_POSITION_IDS``)
     and the mask is a BlockMask or none, as the backend does; a causal call
     without a mask then gets causality written in. Anything else is returned as given.
     """
     dense = attention_mask.to_dense() if isinstance(attention_mask, BlockMask) else attention_mask
     position_ids = kwargs.get("position_ids")
+    if position_ids is None:  # a model that keeps them from its layers (ModernBERT): its forward's
+        position_ids = masks.FORWARD_POSITION_IDS.get()
     on_backend = getattr(getattr(module, "config", None), "_attn_implementation", None) == BACKEND
     if (not on_backend or not isinstance(position_ids, Tensor) or position_ids.dim() != 2 or tq != tk
             or position_ids.shape[-1] != tq or not (attention_mask is None or isinstance(attention_mask, BlockMask))):

@@ -39,6 +39,7 @@ length, Dh head width.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import re
@@ -64,12 +65,12 @@ from attnkit.core.block_mask import (
     with_block_rule,
 )
 from attnkit.core.functional import attention
-from attnkit.core.masks import restart_documents
+from attnkit.core.masks import FORWARD_POSITION_IDS, restart_documents
 from attnkit.core.score_mods import bias_mod, soft_cap_mod
 from attnkit.core.types import MaskMod, ScoreMod
 
 __all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "check_model", "attnkit_mask",
-           "attnkit_attention_forward", "document_ids"]
+           "attnkit_attention_forward", "document_ids", "watch_positions"]
 
 NAME = "attnkit"
 """The name to pass as ``attn_implementation``."""
@@ -168,6 +169,7 @@ def _guard_model_classes() -> None:
     def checked_init(self: Any, attn_implementation: Any, *args: Any, **kwargs: Any) -> Any:
         if attn_implementation == NAME:  # each model's __init__, from_pretrained's included
             check_model(type(self))
+            watch_positions(self)
         return init_check(self, attn_implementation, *args, **kwargs)
 
     @functools.wraps(setter)
@@ -175,11 +177,42 @@ def _guard_model_classes() -> None:
         asked = attn_implementation.get("") if isinstance(attn_implementation, dict) else attn_implementation
         if asked == NAME:  # transformers would only warn and keep the current attention
             check_model(self)
+            for m in self.modules():
+                if isinstance(m, PreTrainedModel):
+                    watch_positions(m)
         return setter(self, attn_implementation, *args, **kwargs)
 
     checked_init._attnkit_guard = True  # type: ignore[attr-defined]
     PreTrainedModel._check_and_adjust_attn_implementation = checked_init  # type: ignore[method-assign]
     PreTrainedModel.set_attn_implementation = checked_set  # type: ignore[method-assign]
+
+
+def watch_positions(model: torch.nn.Module) -> None:
+    """Hand the ``position_ids`` that ``model``'s forward receives to its attention calls (idempotent).
+
+    Some models never pass position ids to their attention layers (DistilBERT
+    reads them in its embeddings only, ModernBERT turns them into rotary
+    angles): their packed rows (``DataCollatorWithFlattening``) would mix
+    examples. While the forward of a ``PreTrainedModel`` on the backend runs,
+    its ``position_ids`` (or ``None``) are what :func:`attnkit_attention_forward`
+    reads when the layer passes none; the innermost model's forward decides
+    (a vision tower inside a language model sees its own, none).
+    """
+    if getattr(model, "_attnkit_positions", False) or not hasattr(model, "_forward_pre_hooks"):
+        return
+    tokens: list[contextvars.Token[Tensor | None]] = []
+
+    def enter(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        found = kwargs.get("position_ids")
+        tokens.append(FORWARD_POSITION_IDS.set(found if isinstance(found, Tensor) else None))
+
+    def leave(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        if tokens:
+            FORWARD_POSITION_IDS.reset(tokens.pop())
+
+    model.register_forward_pre_hook(enter, with_kwargs=True)
+    model.register_forward_hook(leave, with_kwargs=True, always_call=True)
+    model._attnkit_positions = True  # type: ignore[assignment]
 
 
 _MASKS: OrderedDict[tuple[Any, ...], BlockMask] = OrderedDict()  # the last few masks built, by what built them
@@ -317,6 +350,31 @@ def _one_row(mod: MaskMod, batch_size: int, kv_length: int, device: torch.device
     return mod(b, zero, zero, kv).expand(batch_size, 1, 1, kv_length).clone()
 
 
+def _composed(mask_function: Callable[..., Tensor] | None, attention_mask: Tensor | None, kv_length: int,
+              q_offset: int | Tensor, kv_offset: int | Tensor) -> Callable[..., Tensor]:
+    """``mask_function`` (causal when None) and the 2-D padding mask, shifted by the cache offsets."""
+    from transformers.masking_utils import (
+        add_offsets_to_mask_function,
+        and_masks,
+        causal_mask_function,
+        padding_mask_function,
+        prepare_padding_mask,
+    )
+
+    mod = causal_mask_function if mask_function is None else mask_function
+    if attention_mask is not None:
+        if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2:
+            shape = tuple(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask)
+            raise HFBackendError(
+                f"the attnkit mask builder takes a 2-D padding attention_mask (B, T), got {shape}"
+            )
+        if not bool(attention_mask.all()):
+            padding = prepare_padding_mask(attention_mask.bool(), kv_length, _as_int(kv_offset, "kv_offset"))
+            assert padding is not None
+            mod = and_masks(mod, padding_mask_function(padding))
+    return add_offsets_to_mask_function(mod, _as_int(q_offset, "q_offset"), _as_int(kv_offset, "kv_offset"))
+
+
 def attnkit_mask(
     batch_size: int, q_length: int, kv_length: int, q_offset: int | Tensor = 0, kv_offset: int | Tensor = 0,
     mask_function: Callable[..., Tensor] | None = None, attention_mask: Tensor | None = None,
@@ -341,14 +399,6 @@ def attnkit_mask(
         attention_mask ``(B, Tk + kv_offset)`` or shorter (padded with False);
         returns a BlockMask for ``(B, H, Tq, Tk)``, ``H`` broadcast, or ``(B, 1, 1, Tk)`` bool.
     """
-    from transformers.masking_utils import (
-        add_offsets_to_mask_function,
-        and_masks,
-        causal_mask_function,
-        padding_mask_function,
-        prepare_padding_mask,
-    )
-
     if kwargs:
         raise HFBackendError(
             f"the attnkit mask builder got keywords it does not know: {sorted(kwargs)}; "
@@ -356,18 +406,7 @@ def attnkit_mask(
         )
     if isinstance(attention_mask, BlockMask):
         return _prepared(attention_mask, batch_size, q_length, kv_length)
-    mod = causal_mask_function if mask_function is None else mask_function
-    if attention_mask is not None:
-        if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2:
-            shape = tuple(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask)
-            raise HFBackendError(
-                f"the attnkit mask builder takes a 2-D padding attention_mask (B, T), got {shape}"
-            )
-        if not bool(attention_mask.all()):
-            padding = prepare_padding_mask(attention_mask.bool(), kv_length, _as_int(kv_offset, "kv_offset"))
-            assert padding is not None
-            mod = and_masks(mod, padding_mask_function(padding))
-    mod = add_offsets_to_mask_function(mod, _as_int(q_offset, "q_offset"), _as_int(kv_offset, "kv_offset"))
+    mod = _composed(mask_function, attention_mask, kv_length, q_offset, kv_offset)
 
     try:
         key: tuple[Any, ...] | None = (batch_size, q_length, kv_length, str(device), _fingerprint(mod))
@@ -587,7 +626,9 @@ def attnkit_attention_forward(
     if output_attentions is None:
         output_attentions = bool(getattr(getattr(module, "config", None), "output_attentions", False))
     mask, causal = _mask_of(module, attention_mask, is_causal, tq, tk)
-    mask = _packed(mask, kwargs.get("position_ids"), b, tq, tk, causal, query.device)
+    position_ids = kwargs.get("position_ids")
+    mask = _packed(mask, position_ids if position_ids is not None else FORWARD_POSITION_IDS.get(), b, tq, tk, causal,
+                   query.device)
     if mask is not None and causal and isinstance(mask, BlockMask):
         causal = False  # the packed mask holds causality
 

@@ -313,7 +313,8 @@ class _FusedBias(torch.autograd.Function):
         b, h, tq, _ = q.shape
         out = torch.zeros(b, h, tq, v.shape[-1], dtype=q.dtype, device=q.device)
         flash = _flash_cpu(q, k)
-        lse = torch.zeros(b, h, tq, dtype=torch.promote_types(q.dtype, torch.float32), device=q.device) if flash else None
+        wide = torch.promote_types(q.dtype, torch.float32)  # the log-sum-exp: float64 for float64 inputs
+        lse = torch.zeros(b, h, tq, dtype=wide, device=q.device) if flash else None
         for t in tiles:
             qs, ks = slice(t.q0, t.q1), slice(t.k0, t.k1)
             bias, row_ok = _bias_tile(bm, t, bias_fn, b, h, q.dtype, q.device, check=True)
