@@ -503,3 +503,36 @@ def test_check_model_passes_the_families_that_use_the_interface():
             hf.check_model(model)
     with pytest.raises(hf.HFBackendError, match="DebertaV2Model cannot"):
         hf.check_model(transformers.DebertaV2Model)
+
+
+def _exhaustive(fn, b, t, q_offset=0):
+    idx = torch.arange(t)
+    return fn(torch.arange(b).view(-1, 1, 1, 1), torch.zeros(1, 1, 1, 1, dtype=torch.long),
+              (idx + q_offset).view(1, 1, -1, 1), idx.view(1, 1, 1, -1)).expand(b, 1, t, t)
+
+
+def test_a_recognised_mask_function_that_behaves_otherwise_is_evaluated_everywhere(monkeypatch):
+    """A release whose function keeps a known code but computes something else: the probe drops the rule."""
+    from transformers import masking_utils as mu
+
+    monkeypatch.setattr(hf, "BLOCK_SIZE", 8)
+    real = hf._codes()
+    monkeypatch.setattr(hf, "_codes", lambda: {**real, mu.bidirectional_mask_function.__code__: "causal"})
+    got = hf.attnkit_mask(2, 40, 40, mask_function=mu.bidirectional_mask_function)
+    assert torch.equal(got.to_dense(), _exhaustive(mu.bidirectional_mask_function, 2, 40))
+    assert got.counts["empty"] == 0  # nothing skipped: every entry is allowed
+
+
+def test_a_mask_function_whose_closure_cannot_be_read_is_evaluated_everywhere(monkeypatch):
+    """A refactor that renames a closure's variables: no crash, no rule, the function's own mask."""
+    from transformers import masking_utils as mu
+
+    monkeypatch.setattr(hf, "BLOCK_SIZE", 8)
+    padding = torch.ones(2, 40, dtype=torch.bool)
+    padding[1, 30:] = False
+    fn = mu.padding_mask_function(padding)
+    real = hf._codes()
+    monkeypatch.setattr(hf, "_codes", lambda: {**real, fn.__code__: "same-id"})  # reads a name it lacks
+    assert hf._probed(fn) is None
+    got = hf.attnkit_mask(2, 40, 40, mask_function=mu.and_masks(mu.bidirectional_mask_function, fn))
+    assert torch.equal(got.to_dense(), _exhaustive(fn, 2, 40))

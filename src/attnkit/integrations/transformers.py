@@ -19,7 +19,10 @@ dense ``(Tq, Tk)`` tensor, the way transformers' ``flex_attention`` builds
 torch's BlockMask. transformers' own mask functions (causal, bidirectional,
 windows, chunks, padding, packed sequences, their ``and``/``or`` and offsets)
 are read as block rules (:func:`~attnkit.core.block_mask.with_block_rule`),
-so that only the blocks on a mask's edges are evaluated entry by entry. Blocks
+so that only the blocks on a mask's edges are evaluated entry by entry. A rule
+is recognised from the function's code and closure and then checked against
+the function itself on every block's corners and edges (:func:`_probed`): a
+release whose functions changed gets its masks evaluated everywhere, never wrong. Blocks
 between packed documents and outside a window are skipped by the kernels.
 
 **The attention function** (:func:`attnkit_attention_forward`) runs
@@ -28,10 +31,21 @@ between packed documents and outside a window are skipped by the kernels.
 key per head whose logit is the sink) and an additive ``position_bias`` (a
 score mod). ``output_attentions=True`` takes attnkit's weights path and returns
 the probabilities (before dropout). What it cannot honour (a float or foreign
-mask, a keyword it does not know, a transformers version outside the range it
-was tested with) raises :class:`HFBackendError` at the first call; a model whose
-attention layers do not call the interface is refused when ``"attnkit"`` is
-asked for (:func:`check_model`).
+mask, a keyword it does not know) raises :class:`HFBackendError` at the first
+call; a transformers version outside :data:`SUPPORTED` is refused at import; a
+model whose attention layers do not call the interface is refused when
+``"attnkit"`` is asked for (:func:`check_model`).
+
+**Documents.** Where the position ids restart (the next id not greater than
+the one before: :func:`document_ids`), a query attends only its own document,
+in every layer (packed rows, ``DataCollatorWithFlattening``); a forward jump
+(``[0..4, 10..14]``) keeps attending, as eager does. Models whose layers never
+see the position ids (DistilBERT, ModernBERT) get the model forward's
+(:func:`watch_positions`).
+
+**Caches.** A single query row gets a dense ``(B, 1, 1, Tk)`` mask; the
+BlockMasks ``generate()`` prepares for static caches pass through the builder
+again unchanged.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk query/key
 length, Dh head width.
@@ -319,6 +333,53 @@ def _rule_of(fn: Any, depth: int = 0) -> BlockRule | None:
     return chunk
 
 
+def _probed(mod: Callable[..., Tensor]) -> BlockRule | None:
+    """The block rule of a mask function transformers ships, checked on every block's corners and edges.
+
+    :func:`_rule_of` recognises the function by its code and reads its closure;
+    what it finds is trusted only where the function itself agrees: each block
+    the rule calls empty (full) is evaluated on its first and last query rows and
+    first and last key columns, and one entry there that is allowed (refused)
+    drops the rule, so every block is evaluated entry by entry. A closure that
+    cannot be read (a new release's refactor) drops it too. Either way the mask
+    is the function's own, never a guess.
+    """
+    try:
+        rule = _rule_of(mod)
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return None
+    if rule is None:
+        return None
+    found = rule
+
+    def checked(x: BlockBounds) -> tuple[Tensor | bool, Tensor | bool]:
+        empty, full = found(x)
+        try:
+            agrees = _edges_agree(mod, x, empty, full)
+        except (RuntimeError, IndexError, TypeError, ValueError):
+            agrees = False
+        return (empty, full) if agrees else (False, False)
+
+    return checked
+
+
+def _edges_agree(mod: Callable[..., Tensor], x: BlockBounds, empty: Tensor | bool, full: Tensor | bool) -> bool:
+    """Whether ``mod`` on the edges of each block (first and last rows and columns) fits ``empty`` and ``full``."""
+    b = x.b.view(-1, 1, 1, 1, 1)
+    h = torch.zeros(1, 1, 1, 1, 1, dtype=torch.long, device=b.device)
+    q_ends, k_ends = x.q_pos[:, [0, -1]], x.k_pos[:, [0, -1]]  # (nQ, 2), (nK, 2)
+    nq, nk = x.q_pos.shape[0], x.k_pos.shape[0]
+    rows = mod(b, h, q_ends.view(1, nq, 1, 2, 1), x.k_pos.view(1, 1, nk, 1, -1))  # (B, nQ, nK, 2, bs)
+    cols = mod(b, h, x.q_pos.view(1, nq, 1, -1, 1), k_ends.view(1, 1, nk, 1, 2))  # (B, nQ, nK, bs, 2)
+    rows, cols = rows.expand(b.shape[0], nq, nk, 2, -1), cols.expand(b.shape[0], nq, nk, -1, 2)
+    any_allowed = rows.flatten(3).any(-1) | cols.flatten(3).any(-1)  # (B, nQ, nK)
+    all_allowed = rows.flatten(3).all(-1) & cols.flatten(3).all(-1)
+    shape = (b.shape[0], 1, nq, nk)
+    empty_t = torch.as_tensor(empty, device=b.device).expand(shape)[:, 0]
+    full_t = torch.as_tensor(full, device=b.device).expand(shape)[:, 0]
+    return not bool((empty_t & any_allowed).any() or (full_t & ~all_allowed).any())
+
+
 def _as_int(value: int | Tensor, what: str) -> int:
     if isinstance(value, Tensor):
         if value.numel() != 1:
@@ -428,7 +489,7 @@ def attnkit_mask(
 
     if q_length == 1:  # one query row: its dense mask costs what its blocks would
         return _one_row(evaluated, batch_size, kv_length, device)
-    checked = with_block_rule(evaluated, _rule_of(mod))
+    checked = with_block_rule(evaluated, _probed(mod))
 
     block_mask = create_block_mask(checked, batch_size, None, q_length, kv_length, block_size=BLOCK_SIZE,
                                    device=device)
