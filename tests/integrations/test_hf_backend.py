@@ -153,7 +153,7 @@ def test_bfloat16_runs_without_nan(name):
     assert all(torch.isfinite(p.grad.float()).all() for p in model.parameters() if p.grad is not None)
 
 
-@pytest.mark.parametrize("name", ["bert", "roberta", "distilbert", "modernbert", "llama", "mistral"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "distilbert", "modernbert", "llama", "mistral", "gpt_oss"])
 def test_packed_rows_equal_each_example_alone(name):
     model = _model(name)
     if not uses_the_interface(model):

@@ -31,7 +31,7 @@ def _generate(model, impl: str, **kwargs):
                           **kwargs)
 
 
-CASES = [(name, cache) for name in ("llama", "mistral", "qwen2", "gemma2", "gpt2", "t5", "bart")
+CASES = [(name, cache) for name in ("llama", "mistral", "qwen2", "gemma2", "gpt2", "gpt_oss", "t5", "bart")
          for cache in ("dynamic", "static")]  # offloaded caches need CUDA
 
 
@@ -40,17 +40,17 @@ def test_generate_with_each_cache_equals_sdpa(name, cache):
     model = _family(name)
     if not uses_the_interface(model):
         return
-    want = _generate(model, "eager" if name == "gemma2" else "sdpa", cache_implementation=cache)
+    want = _generate(model, "eager" if name in ("gemma2", "gpt_oss") else "sdpa", cache_implementation=cache)
     got = _generate(model, "attnkit", cache_implementation=cache)
     assert got.shape == want.shape and torch.equal(got, want)
 
 
-@pytest.mark.parametrize("name", ["llama", "mistral", "t5"])
+@pytest.mark.parametrize("name", ["llama", "mistral", "gpt_oss", "t5"])
 def test_beam_search_with_a_static_cache_equals_sdpa(name):
     model = _family(name)
     if not uses_the_interface(model):
         return
-    want = _generate(model, "sdpa", cache_implementation="static", num_beams=3)
+    want = _generate(model, "eager" if name == "gpt_oss" else "sdpa", cache_implementation="static", num_beams=3)
     assert torch.equal(_generate(model, "attnkit", cache_implementation="static", num_beams=3), want)
 
 

@@ -593,14 +593,20 @@ def _packed(mask: BlockMask | Tensor | None, position_ids: Any, b: int, tq: int,
     size = packed_block_size(seq)
     if mask is None:
         base = and_mods(causal_mod, same_doc) if causal else same_doc
-        return create_block_mask(base, b, None, tq, tk, block_size=size, device=device)
+        return _with_recipe(base, b, tq, tk, size, device)
     bm = mask
     recipe: MaskMod | None = bm.cached(_RECIPE, lambda: None)
     if recipe is None:
         return mask
     found = recipe
-    return bm.cached(key, lambda: create_block_mask(and_mods(found, same_doc), bm.shape[0] or b, None, tq, tk,
-                                                    block_size=size, device=device))
+    return bm.cached(key, lambda: _with_recipe(and_mods(found, same_doc), bm.shape[0] or b, tq, tk, size, device))
+
+
+def _with_recipe(mod: MaskMod, b: int, tq: int, tk: int, size: int, device: torch.device) -> BlockMask:
+    """``mod``'s BlockMask, which keeps ``mod`` as its recipe (what the sinks' mask is built from)."""
+    block_mask = create_block_mask(mod, b, None, tq, tk, block_size=size, device=device)
+    block_mask.cached(_RECIPE, lambda: mod)
+    return block_mask
 
 
 def _check_kwargs(kwargs: dict[str, Any]) -> None:
