@@ -14,7 +14,17 @@ from tests.integrations.test_hf_backend import V, _bart, _model, _t5, uses_the_i
 NEW = 10  # prompt 6 + 10 new tokens: Mistral's window of 5 (and Gemma-2's of 4) is shorter
 
 
+def _gemma3():  # sliding and full layers (a hybrid cache), a window of 4
+    return transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, sliding_window=4, query_pre_attn_scalar=8,
+        layer_types=["sliding_attention", "full_attention"]))
+
+
 def _family(name: str):
+    if name == "gemma3":
+        torch.manual_seed(0)
+        return _gemma3().eval()
     if name in ("t5", "bart"):
         torch.manual_seed(0)
         return {"t5": _t5, "bart": _bart}[name]().eval()
@@ -31,7 +41,7 @@ def _generate(model, impl: str, **kwargs):
                           **kwargs)
 
 
-CASES = [(name, cache) for name in ("llama", "mistral", "qwen2", "gemma2", "gpt2", "gpt_oss", "t5", "bart")
+CASES = [(name, cache) for name in ("llama", "mistral", "qwen2", "gemma2", "gemma3", "gpt2", "gpt_oss", "t5", "bart")
          for cache in ("dynamic", "static")]  # offloaded caches need CUDA
 
 
@@ -40,7 +50,7 @@ def test_generate_with_each_cache_equals_sdpa(name, cache):
     model = _family(name)
     if not uses_the_interface(model):
         return
-    want = _generate(model, "eager" if name in ("gemma2", "gpt_oss") else "sdpa", cache_implementation=cache)
+    want = _generate(model, "eager" if name in ("gemma2", "gemma3", "gpt_oss") else "sdpa", cache_implementation=cache)
     got = _generate(model, "attnkit", cache_implementation=cache)
     assert got.shape == want.shape and torch.equal(got, want)
 
