@@ -19,9 +19,10 @@ variable: this thread only), a captured call runs the model's own eager
 function instead, so its output is computed from the recorded weights and
 gradients reach them (``cap.live``).
 
-An ``attention_mask`` the weights cannot be read from (a flex-attention
-``BlockMask``) or a logit soft-cap marks the call as missed, by module name,
-rather than recording wrong weights.
+An ``attention_mask`` the weights cannot be read from (torch's flex-attention
+``BlockMask``) marks the call as missed, by module name, rather than recording
+wrong weights. attnkit's own ``BlockMask`` (``attn_implementation="attnkit"``)
+is read as the dense mask it stands for (:func:`dense_mask`).
 """
 
 from __future__ import annotations
