@@ -78,18 +78,23 @@ def _siglip2():
                        "intermediate_size": 64, "num_channels": 3, "patch_size": 4, "num_patches": 16})).eval()
 
 
-def test_siglip2_with_its_pooling_head_equals_eager_on_the_backend():
+def test_siglip2_with_its_pooling_head_equals_eager_on_the_backend_and_is_captured():
     model = _siglip2()
     pixel_mask = torch.ones(2, 16, dtype=torch.long)
     pixel_mask[1, 10:] = 0  # the pooling head builds a (B, 1, 1, Tk) mask and repeats it as a tensor
     inputs = {"input_ids": torch.randint(1, V, (2, 8)), "pixel_values": torch.randn(2, 16, 48),
               "pixel_attention_mask": pixel_mask, "spatial_shapes": torch.tensor([[4, 4], [4, 4]])}
-    logits = {}
+    logits, maps = {}, {}
     for impl in ("eager", "attnkit"):
         model.set_attn_implementation(impl)
-        with torch.no_grad():
+        with torch.no_grad(), capture(model, verify=True) as cap:
             logits[impl] = model(**inputs).logits_per_image
+        assert not cap.missed
+        maps[impl] = cap.weights
     assert float((logits["attnkit"] - logits["eager"]).abs().max()) < 1e-5
+    assert maps["attnkit"].keys() == maps["eager"].keys() and len(maps["eager"]) == 5  # the pooling head's too
+    for name, want in maps["eager"].items():
+        assert float((maps["attnkit"][name] - want).abs().max()) < 1e-5, name
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
