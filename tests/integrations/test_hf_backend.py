@@ -31,7 +31,15 @@ def _distilbert():
         attention_dropout=0.0))
 
 
-ENCODERS = ("bert", "roberta", "distilbert")
+def _modernbert():  # rotary positions: its attention layers see angles, never the position ids
+    return transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=64, local_attention=8, global_attn_every_n_layers=2, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, attention_dropout=0.0,
+        mlp_dropout=0.0, embedding_dropout=0.0))
+
+
+ENCODERS = ("bert", "roberta", "distilbert", "modernbert")
 
 
 def _llama():  # grouped-query attention: 4 query heads, 2 key/value heads
@@ -73,7 +81,8 @@ def _gpt_oss():  # attention sinks (s_aux), alternating sliding and full layers
         max_position_embeddings=64, sliding_window=4))
 
 
-FAMILIES = {"bert": _bert, "roberta": _roberta, "distilbert": _distilbert, "llama": _llama, "mistral": _mistral,
+FAMILIES = {"bert": _bert, "roberta": _roberta, "distilbert": _distilbert, "modernbert": _modernbert,
+            "llama": _llama, "mistral": _mistral,
             "qwen2": _qwen2, "gemma2": _gemma2, "gpt2": _gpt2, "gpt_oss": _gpt_oss}
 
 
@@ -101,6 +110,8 @@ def _run(model, impl: str, **inputs):
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_logits_and_gradients_equal_eager_with_padding(name):
     model = _model(name)
+    if not uses_the_interface(model):  # ModernBERT before transformers 5.10, T5 before 5.15: refused by name
+        return
     ids = torch.randint(1, V, (3, T))
     mask = torch.ones(3, T, dtype=torch.long)
     if name in ENCODERS:
@@ -142,9 +153,11 @@ def test_bfloat16_runs_without_nan(name):
     assert all(torch.isfinite(p.grad.float()).all() for p in model.parameters() if p.grad is not None)
 
 
-@pytest.mark.parametrize("name", ["bert", "roberta", "llama", "mistral"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "distilbert", "modernbert", "llama", "mistral", "gpt_oss"])
 def test_packed_rows_equal_each_example_alone(name):
     model = _model(name)
+    if not uses_the_interface(model):
+        return
     model.set_attn_implementation("attnkit")
     torch.manual_seed(2)
     examples = [torch.randint(1, V, (n,)) for n in (5, 9, 7)]
@@ -171,6 +184,20 @@ def test_packed_rows_equal_each_example_alone(name):
         assert torch.allclose(packed_grads[n], dict(model.named_parameters())[n].grad, atol=1e-5, rtol=0), n
 
 
+def test_a_model_built_on_the_backend_keeps_packed_rows_apart_without_positions_in_its_layers():
+    """ModernBERT's layers never see position ids: the model forward's are handed to them."""
+    torch.manual_seed(0)
+    config = _modernbert().config
+    if not uses_the_interface(transformers.ModernBertForMaskedLM(config)):
+        return
+    model = transformers.ModernBertForMaskedLM._from_config(config, attn_implementation="attnkit").eval()
+    ids = torch.randint(1, V, (1, 14))
+    with torch.no_grad():
+        packed = model(input_ids=ids, position_ids=torch.tensor([list(range(5)) + list(range(9))])).logits
+        alone = model(input_ids=ids[:, 5:]).logits
+    assert torch.allclose(packed[:, 5:], alone, atol=1e-5)
+
+
 def test_packed_rows_differ_from_one_long_document():
     """The document mask is what makes the packed row equal: without restarting positions it differs."""
     model = _model("bert")
@@ -180,10 +207,9 @@ def test_packed_rows_differ_from_one_long_document():
         restarting = model(input_ids=ids, position_ids=torch.tensor([list(range(5)) + list(range(9))])).logits
         alone = model(input_ids=ids[:, :5]).logits
     assert torch.allclose(restarting[:, :5], alone, atol=1e-5)
-    model.set_attn_implementation("eager")  # eager lets an encoder's documents see each other
-    with torch.no_grad():
-        eager = model(input_ids=ids, position_ids=torch.tensor([list(range(5)) + list(range(9))])).logits
-    assert not torch.allclose(eager[:, :5], alone, atol=1e-3)
+    with torch.no_grad():  # one document: the first five tokens see the other nine
+        counting = model(input_ids=ids, position_ids=torch.arange(14)[None]).logits
+    assert not torch.allclose(counting[:, :5], alone, atol=1e-3)
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "gpt2"])
@@ -239,9 +265,9 @@ def test_register_is_idempotent_and_names_both_interfaces():
     assert AttentionMaskInterface._global_mapping["attnkit"] is hf.attnkit_mask
 
 
-@pytest.mark.parametrize("version", [(5, 23), (5, 25), (6, 0), (4, 57)])
+@pytest.mark.parametrize("version", [(5, 3), (5, 26), (6, 0), (4, 57)])
 def test_a_transformers_version_outside_the_range_is_refused(version):
-    with pytest.raises(hf.HFBackendError, match=r"transformers >= 5\.24, < 5\.25.*attnkit\[hf\]"):
+    with pytest.raises(hf.HFBackendError, match=r"transformers >= 5\.4, < 5\.26.*attnkit\[hf\]"):
         hf.check_version(version)
     hf.check_version()  # the installed one is inside
 
@@ -291,6 +317,15 @@ def test_the_mask_builder_folds_padding_offsets_and_chunks():
     assert torch.equal(got.to_dense(), want)
 
 
+def uses_the_interface(model) -> bool:
+    """Whether ``model`` can run on the backend; if not (T5 before transformers 5.15), it must be refused by name."""
+    if type(model)._can_set_attn_implementation():
+        return True
+    with pytest.raises(hf.HFBackendError, match=f"{type(model).__name__} cannot use attn_implementation='attnkit'"):
+        model.set_attn_implementation("attnkit")
+    return False
+
+
 def _t5():  # a learned relative position bias (position_bias, a score mod) and cross-attention
     return transformers.T5ForConditionalGeneration(transformers.T5Config(
         vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0,
@@ -308,6 +343,8 @@ def _bart():  # cross-attention over a padded source
 def test_encoder_decoder_logits_and_gradients_equal_eager(build):
     torch.manual_seed(0)
     model = build().eval()
+    if not uses_the_interface(model):
+        return
     src, tgt = torch.randint(1, V, (2, T)), torch.randint(1, V, (2, 7))
     mask = torch.ones(2, T, dtype=torch.long)
     mask[1, 7:] = 0
@@ -461,6 +498,41 @@ def test_check_model_passes_the_families_that_use_the_interface():
     hf.register()  # the guards are installed once
     assert getattr(transformers.PreTrainedModel._check_and_adjust_attn_implementation, "_attnkit_guard", False)
     for build in (*FAMILIES.values(), _t5, _bart):  # T5 and BART leave _supports_attention_backend False
-        hf.check_model(build())
+        model = build()
+        if uses_the_interface(model):
+            hf.check_model(model)
     with pytest.raises(hf.HFBackendError, match="DebertaV2Model cannot"):
         hf.check_model(transformers.DebertaV2Model)
+
+
+def _exhaustive(fn, b, t, q_offset=0):
+    idx = torch.arange(t)
+    return fn(torch.arange(b).view(-1, 1, 1, 1), torch.zeros(1, 1, 1, 1, dtype=torch.long),
+              (idx + q_offset).view(1, 1, -1, 1), idx.view(1, 1, 1, -1)).expand(b, 1, t, t)
+
+
+def test_a_recognised_mask_function_that_behaves_otherwise_is_evaluated_everywhere(monkeypatch):
+    """A release whose function keeps a known code but computes something else: the probe drops the rule."""
+    from transformers import masking_utils as mu
+
+    monkeypatch.setattr(hf, "BLOCK_SIZE", 8)
+    real = hf._codes()
+    monkeypatch.setattr(hf, "_codes", lambda: {**real, mu.bidirectional_mask_function.__code__: "causal"})
+    got = hf.attnkit_mask(2, 40, 40, mask_function=mu.bidirectional_mask_function)
+    assert torch.equal(got.to_dense(), _exhaustive(mu.bidirectional_mask_function, 2, 40))
+    assert got.counts["empty"] == 0  # nothing skipped: every entry is allowed
+
+
+def test_a_mask_function_whose_closure_cannot_be_read_is_evaluated_everywhere(monkeypatch):
+    """A refactor that renames a closure's variables: no crash, no rule, the function's own mask."""
+    from transformers import masking_utils as mu
+
+    monkeypatch.setattr(hf, "BLOCK_SIZE", 8)
+    padding = torch.ones(2, 40, dtype=torch.bool)
+    padding[1, 30:] = False
+    fn = mu.padding_mask_function(padding)
+    real = hf._codes()
+    monkeypatch.setattr(hf, "_codes", lambda: {**real, fn.__code__: "same-id"})  # reads a name it lacks
+    assert hf._probed(fn) is None
+    got = hf.attnkit_mask(2, 40, 40, mask_function=mu.and_masks(mu.bidirectional_mask_function, fn))
+    assert torch.equal(got.to_dense(), _exhaustive(fn, 2, 40))

@@ -394,6 +394,15 @@ class BlockMask:
     def device(self) -> torch.device:
         return self.kv_indices.device
 
+    @property
+    def ndim(self) -> int:
+        """4: the mask is for ``(B, H, Tq, Tk)`` (what code written for 4-D mask tensors reads)."""
+        return len(self.shape)
+
+    def contiguous(self) -> BlockMask:
+        """The mask itself: its blocks are stored contiguously (code written for mask tensors calls this)."""
+        return self
+
     def sparsity(self) -> float:
         """The fraction of (query block, key block) pairs skipped, over every (b, h) stored."""
         total = sum(self.counts.values())

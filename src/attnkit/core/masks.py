@@ -33,6 +33,7 @@ Shape legend: B batch, H heads, Tq query length, Tk key length.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from typing import Literal
 
@@ -56,6 +57,8 @@ __all__ = [
     "AttentionMask",
     "causal",
     "from_lengths",
+    "restart_documents",
+    "FORWARD_POSITION_IDS",
     "sliding_window",
     "combine",
     "to_additive",
@@ -177,6 +180,31 @@ def from_lengths(lengths: Tensor | Sequence[int], max_len: int | None = None) ->
     j = torch.arange(max_len, device=lengths_t.device)  # (Tk,)
     valid = j.unsqueeze(0) < lengths_t.unsqueeze(1)  # (B, Tk)
     return valid[:, None, None, :]  # (B, 1, 1, Tk)
+
+
+FORWARD_POSITION_IDS: contextvars.ContextVar[Tensor | None] = contextvars.ContextVar(
+    "attnkit_forward_position_ids", default=None)
+"""The ``position_ids`` of the Hugging Face model forward running on the attnkit backend (this thread or task):
+set by :func:`attnkit.integrations.transformers.watch_positions`, read where a layer passes none."""
+
+
+def restart_documents(position_ids: Tensor) -> Tensor | None:
+    """The document of each position of packed rows: a new one starts where the position id restarts.
+
+    A restart is a position id not greater than the one before it
+    (``[0, 1, 2, 0, 1]``: two documents). A forward jump (``[0, 1, 2, 7, 8]``: a
+    prompt with a gap, a left-padded cache) stays in its document. ``None``
+    when every row is one document.
+
+    Shape:
+        position_ids ``(B, T)``; returns ``(B, T)`` long document indices from 0, or ``None``.
+    """
+    if position_ids.dim() != 2 or position_ids.shape[-1] < 2:
+        return None
+    restarts = position_ids[:, 1:] <= position_ids[:, :-1]  # (B, T - 1)
+    if not bool(restarts.any()):
+        return None
+    return torch.nn.functional.pad(restarts.long().cumsum(-1), (1, 0))
 
 
 def combine(*masks: Tensor | None) -> Tensor | None:

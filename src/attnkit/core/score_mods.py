@@ -126,7 +126,7 @@ def refuse_non_finite(what: str, out: Tensor, s: Tensor | None, idx: tuple[Tenso
 
 
 def apply_score_mod(score_mod: ScoreMod, s: Tensor, idx: tuple[Tensor, ...], check: bool = True) -> Tensor:
-    """``score_mod(s, *idx)`` checked to be a floating tensor of ``s``'s shape, as float32.
+    """``score_mod(s, *idx)`` checked to be a floating tensor of ``s``'s shape, as float32 (float64 for float64).
 
     With ``check``, a NaN or ``+inf`` made from a finite score raises ``ValueError``.
     """
@@ -141,4 +141,4 @@ def apply_score_mod(score_mod: ScoreMod, s: Tensor, idx: tuple[Tensor, ...], che
         )
     if check:
         refuse_non_finite("score_mod", out, s, idx)
-    return out.float()
+    return out.to(torch.promote_types(s.dtype, torch.float32))

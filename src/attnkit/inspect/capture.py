@@ -67,12 +67,12 @@ from attnkit.inspect.timm_blocks import (
 )
 from attnkit.inspect.torch_nn import encoder_layer_call_weights, mha_call_weights
 from attnkit.inspect.verify import (
-    TOLERANCE,
     CaptureMismatch,
     encoder_layer_reference,
     map_difference,
     mha_reference,
     timm_reference,
+    tolerance,
 )
 from attnkit.inspect.views import CaptureViews
 
@@ -234,6 +234,7 @@ class Capture(CaptureViews):
         self.missed: dict[str, str] = {}
         self.live: dict[str, Tensor] = {}
         self.verified: dict[str, float] = {}
+        self._dtypes: dict[str, torch.dtype] = {}
         self.layouts: dict[str, WindowLayout] = {}
         self._unverifiable: dict[str, str] = {}
         self._verify = verify
@@ -265,16 +266,19 @@ class Capture(CaptureViews):
             try:
                 with torch.no_grad():
                     self.verified[name] = map_difference(w, reference())
+                    self._dtypes[name] = w.dtype
             except Exception as exc:  # reported when the capture closes, by module name
                 self._unverifiable[name] = f"{type(exc).__name__}: {exc}"
 
     def _check(self) -> None:
         """Raise for the modules whose map differs from its reference, or could not be recomputed."""
-        wrong = {n: d for n, d in self.verified.items() if not d <= TOLERANCE}
+        allowed = {n: tolerance(self._dtypes.get(n, torch.float32)) for n in self.verified}
+        wrong = {n: d for n, d in self.verified.items() if not d <= allowed[n]}
         if wrong:
-            listed = ", ".join(f"{n} (max difference {d:.2e})" for n, d in wrong.items())
+            listed = ", ".join(f"{n} (max difference {d:.2e} > {allowed[n]:g} for {self._dtypes.get(n)})"
+                               for n, d in wrong.items())
             raise CaptureMismatch(f"verify: the recorded maps of {listed} differ from the plain eager computation "
-                                  f"by more than {TOLERANCE:g}; do not trust them")
+                                  "by more than their dtype's tolerance; do not trust them")
         if self._unverifiable:
             listed = "; ".join(f"{n} ({why})" for n, why in self._unverifiable.items())
             raise CaptureMismatch(f"verify: these maps cannot be recomputed the plain way (capture without "
@@ -518,8 +522,10 @@ def capture(model: nn.Module, *, modules: Iterable[Any] | None = None, layers: I
         vectors: also keep each call's query and key vectors (the neuron view).
         verify: recompute the first call of each read module the plain way
             (:mod:`attnkit.inspect.verify`) and raise :class:`CaptureMismatch`,
-            naming the modules, when a map differs by more than 1e-5 or cannot
-            be recomputed. The differences are in ``cap.verified``.
+            naming the modules, when a map differs by more than its dtype's
+            tolerance (1e-5 in float32 and float64, 1.5625e-2 in bfloat16,
+            1.953e-3 in float16: :data:`attnkit.inspect.verify.TOLERANCES`) or
+            cannot be recomputed. The differences are in ``cap.verified``.
 
     Calls are recorded from the thread that opened the capture; captures may
     be nested (each records every call) and open in several threads at once.

@@ -19,9 +19,10 @@ variable: this thread only), a captured call runs the model's own eager
 function instead, so its output is computed from the recorded weights and
 gradients reach them (``cap.live``).
 
-An ``attention_mask`` the weights cannot be read from (a flex-attention
-``BlockMask``) or a logit soft-cap marks the call as missed, by module name,
-rather than recording wrong weights.
+An ``attention_mask`` the weights cannot be read from (torch's flex-attention
+``BlockMask``) marks the call as missed, by module name, rather than recording
+wrong weights. attnkit's own ``BlockMask`` (``attn_implementation="attnkit"``)
+is read as the dense mask it stands for (:func:`dense_mask`).
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.core import masks
+from attnkit.core.block_mask import BlockMask
 from attnkit.core.dispatch import weights_kept_for_gradients
 from attnkit.core.functional import attention_weights, safe_softmax
 
 __all__ = ["is_hf_attention", "hf_weights", "check_keywords", "HFPatches", "UnreadableCall", "INERT", "TERMS",
-           "eager_reference", "eager_call"]
+           "eager_reference", "eager_call", "dense_mask", "BACKEND"]
 
 Callback = Callable[..., None]
 """Called after each captured call: module, query, key, value, mask, keywords, and a seventh argument, the
@@ -102,6 +104,41 @@ def check_keywords(kwargs: dict[str, Any], attention_mask: Any) -> None:
                              "whose effect on the scores is not reproduced")
 
 
+BACKEND = "attnkit"
+"""The ``attn_implementation`` of attnkit's own backend (:mod:`attnkit.integrations.transformers`)."""
+
+
+def dense_mask(module: nn.Module, attention_mask: Any, kwargs: dict[str, Any], tq: int, tk: int) -> Any:
+    """The mask a call attends with, dense where the attnkit backend passed a BlockMask or packs rows.
+
+    An attnkit :class:`~attnkit.core.block_mask.BlockMask` (what the backend's
+    mask builder makes) becomes its exact ``(B|1, 1, Tq, Tk)`` boolean mask. A
+    module running on the backend also keeps each query within its document
+    where ``position_ids`` restart (:func:`attnkit.core.masks.restart_documents`;
+    the call's own, else those of the model forward, ``FORWARD_POSITION_IDS``)
+    and the mask is a BlockMask or none, as the backend does; a causal call
+    without a mask then gets causality written in. Anything else is returned as given.
+    """
+    dense = attention_mask.to_dense() if isinstance(attention_mask, BlockMask) else attention_mask
+    position_ids = kwargs.get("position_ids")
+    if position_ids is None:  # a model that keeps them from its layers (ModernBERT): its forward's
+        position_ids = masks.FORWARD_POSITION_IDS.get()
+    on_backend = getattr(getattr(module, "config", None), "_attn_implementation", None) == BACKEND
+    if (not on_backend or not isinstance(position_ids, Tensor) or position_ids.dim() != 2 or tq != tk
+            or position_ids.shape[-1] != tq or not (attention_mask is None or isinstance(attention_mask, BlockMask))):
+        return dense
+    docs = masks.restart_documents(position_ids.to(dense.device if isinstance(dense, Tensor) else position_ids.device))
+    if docs is None:
+        return dense
+    same = (docs[:, :, None] == docs[:, None, :])[:, None]  # (B, 1, T, T)
+    if dense is None:
+        is_causal = kwargs.get("is_causal")
+        if bool(getattr(module, "is_causal", True) if is_causal is None else is_causal) and tq > 1:
+            same = same & masks.causal(tq, tk, device=same.device)
+        return same
+    return dense & same
+
+
 def _sink_softmax(scores: Tensor, keep: Tensor | None, sinks: Tensor) -> Tensor:
     """Softmax over each row plus one sink logit per head, the sink's share dropped (GPT-OSS).
 
@@ -131,9 +168,10 @@ def hf_weights(module: nn.Module, query: Tensor, key: Tensor, attention_mask: An
         ``(B, Tk)`` 1/0 padding mask, or None; position_bias ``(1|B, H, Tq, Tk)``;
         sinks ``(H,)``; returns ``(B, H, Tq, Tk)``.
     """
+    tq, tk = query.shape[-2], key.shape[-2]
+    attention_mask = dense_mask(module, attention_mask, kwargs, tq, tk)
     check_keywords(kwargs, attention_mask)
     scaling = kwargs.get("scaling")
-    tq, tk = query.shape[-2], key.shape[-2]
     keep: Tensor | None = None
     bias: Tensor | None = None
     causal = False
@@ -238,7 +276,7 @@ def eager_call(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, att
     """
     fn = eager_function(module)
     tq, tk = query.shape[-2], key.shape[-2]
-    mask = attention_mask
+    mask = dense_mask(module, attention_mask, kwargs, tq, tk)
     if not (isinstance(mask, Tensor) and mask.dim() == 4):
         keep: Tensor | None = None
         if isinstance(mask, Tensor):  # (B, Tk) 1/0 padding

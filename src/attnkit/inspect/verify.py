@@ -35,10 +35,20 @@ from torch import Tensor, nn
 from attnkit.inspect.timm_blocks import eager_probabilities, eval_call
 
 __all__ = ["CaptureMismatch", "map_difference", "mha_reference", "encoder_layer_reference", "timm_reference",
-           "TOLERANCE"]
+           "TOLERANCE", "TOLERANCES", "tolerance"]
 
 TOLERANCE = 1e-5
-"""Largest absolute difference between a recorded map and its reference."""
+"""Largest absolute difference between a recorded map and its reference in float32 and float64."""
+
+TOLERANCES = {torch.bfloat16: 4 * 2.0 ** -8, torch.float16: 4 * 2.0 ** -11}
+"""Half precision: four units in the last place of a weight in ``[0.5, 1)`` (bfloat16 ``1.5625e-2``,
+float16 ``1.953e-3``). The kernel and the reference round their scores and weights at different steps,
+so a map right to the dtype's rounding differs from its reference by about one such unit."""
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    """The largest difference :func:`map_difference` may show for maps of ``dtype`` (:data:`TOLERANCES`)."""
+    return TOLERANCES.get(dtype, TOLERANCE)
 
 _MHA_SIG = _pyinspect.signature(nn.MultiheadAttention.forward)
 _LAYER_SIG = _pyinspect.signature(nn.TransformerEncoderLayer.forward)

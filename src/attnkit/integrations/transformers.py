@@ -19,7 +19,10 @@ dense ``(Tq, Tk)`` tensor, the way transformers' ``flex_attention`` builds
 torch's BlockMask. transformers' own mask functions (causal, bidirectional,
 windows, chunks, padding, packed sequences, their ``and``/``or`` and offsets)
 are read as block rules (:func:`~attnkit.core.block_mask.with_block_rule`),
-so that only the blocks on a mask's edges are evaluated entry by entry. Blocks
+so that only the blocks on a mask's edges are evaluated entry by entry. A rule
+is recognised from the function's code and closure and then checked against
+the function itself on every block's corners and edges (:func:`_probed`): a
+release whose functions changed gets its masks evaluated everywhere, never wrong. Blocks
 between packed documents and outside a window are skipped by the kernels.
 
 **The attention function** (:func:`attnkit_attention_forward`) runs
@@ -28,10 +31,21 @@ between packed documents and outside a window are skipped by the kernels.
 key per head whose logit is the sink) and an additive ``position_bias`` (a
 score mod). ``output_attentions=True`` takes attnkit's weights path and returns
 the probabilities (before dropout). What it cannot honour (a float or foreign
-mask, a keyword it does not know, a transformers version outside the range it
-was tested with) raises :class:`HFBackendError` at the first call; a model whose
-attention layers do not call the interface is refused when ``"attnkit"`` is
-asked for (:func:`check_model`).
+mask, a keyword it does not know) raises :class:`HFBackendError` at the first
+call; a transformers version outside :data:`SUPPORTED` is refused at import; a
+model whose attention layers do not call the interface is refused when
+``"attnkit"`` is asked for (:func:`check_model`).
+
+**Documents.** Where the position ids restart (the next id not greater than
+the one before: :func:`document_ids`), a query attends only its own document,
+in every layer (packed rows, ``DataCollatorWithFlattening``); a forward jump
+(``[0..4, 10..14]``) keeps attending, as eager does. Models whose layers never
+see the position ids (DistilBERT, ModernBERT) get the model forward's
+(:func:`watch_positions`).
+
+**Caches.** A single query row gets a dense ``(B, 1, 1, Tk)`` mask; the
+BlockMasks ``generate()`` prepares for static caches pass through the builder
+again unchanged.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk query/key
 length, Dh head width.
@@ -39,6 +53,7 @@ length, Dh head width.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import re
@@ -64,16 +79,19 @@ from attnkit.core.block_mask import (
     with_block_rule,
 )
 from attnkit.core.functional import attention
+from attnkit.core.masks import FORWARD_POSITION_IDS, restart_documents
 from attnkit.core.score_mods import bias_mod, soft_cap_mod
 from attnkit.core.types import MaskMod, ScoreMod
 
 __all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "check_model", "attnkit_mask",
-           "attnkit_attention_forward"]
+           "attnkit_attention_forward", "document_ids", "watch_positions"]
 
 NAME = "attnkit"
 """The name to pass as ``attn_implementation``."""
-SUPPORTED = ((5, 24), (5, 25))
-"""transformers versions this backend was tested with: ``>= 5.24, < 5.25`` (the ``hf`` extra)."""
+SUPPORTED = ((5, 4), (5, 26))
+"""transformers versions this backend supports: ``>= 5.4, < 5.26`` (the ``hf`` extra). 5.4 is the first whose
+mask interface takes ``q_length``/``q_offset``; 5.25 the newest release tested. T5 calls the attention
+interface from 5.15 on (before, it is refused by name)."""
 
 BLOCK_SIZE = 128
 """Block size of the masks the builder makes (attnkit's default)."""
@@ -165,6 +183,7 @@ def _guard_model_classes() -> None:
     def checked_init(self: Any, attn_implementation: Any, *args: Any, **kwargs: Any) -> Any:
         if attn_implementation == NAME:  # each model's __init__, from_pretrained's included
             check_model(type(self))
+            watch_positions(self)
         return init_check(self, attn_implementation, *args, **kwargs)
 
     @functools.wraps(setter)
@@ -172,11 +191,42 @@ def _guard_model_classes() -> None:
         asked = attn_implementation.get("") if isinstance(attn_implementation, dict) else attn_implementation
         if asked == NAME:  # transformers would only warn and keep the current attention
             check_model(self)
+            for m in self.modules():
+                if isinstance(m, PreTrainedModel):
+                    watch_positions(m)
         return setter(self, attn_implementation, *args, **kwargs)
 
     checked_init._attnkit_guard = True  # type: ignore[attr-defined]
     PreTrainedModel._check_and_adjust_attn_implementation = checked_init  # type: ignore[method-assign]
     PreTrainedModel.set_attn_implementation = checked_set  # type: ignore[method-assign]
+
+
+def watch_positions(model: torch.nn.Module) -> None:
+    """Hand the ``position_ids`` that ``model``'s forward receives to its attention calls (idempotent).
+
+    Some models never pass position ids to their attention layers (DistilBERT
+    reads them in its embeddings only, ModernBERT turns them into rotary
+    angles): their packed rows (``DataCollatorWithFlattening``) would mix
+    examples. While the forward of a ``PreTrainedModel`` on the backend runs,
+    its ``position_ids`` (or ``None``) are what :func:`attnkit_attention_forward`
+    reads when the layer passes none; the innermost model's forward decides
+    (a vision tower inside a language model sees its own, none).
+    """
+    if getattr(model, "_attnkit_positions", False) or not hasattr(model, "_forward_pre_hooks"):
+        return
+    tokens: list[contextvars.Token[Tensor | None]] = []
+
+    def enter(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        found = kwargs.get("position_ids")
+        tokens.append(FORWARD_POSITION_IDS.set(found if isinstance(found, Tensor) else None))
+
+    def leave(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        if tokens:
+            FORWARD_POSITION_IDS.reset(tokens.pop())
+
+    model.register_forward_pre_hook(enter, with_kwargs=True)
+    model.register_forward_hook(leave, with_kwargs=True, always_call=True)
+    model._attnkit_positions = True  # type: ignore[assignment]
 
 
 _MASKS: OrderedDict[tuple[Any, ...], BlockMask] = OrderedDict()  # the last few masks built, by what built them
@@ -283,6 +333,53 @@ def _rule_of(fn: Any, depth: int = 0) -> BlockRule | None:
     return chunk
 
 
+def _probed(mod: Callable[..., Tensor]) -> BlockRule | None:
+    """The block rule of a mask function transformers ships, checked on every block's corners and edges.
+
+    :func:`_rule_of` recognises the function by its code and reads its closure;
+    what it finds is trusted only where the function itself agrees: each block
+    the rule calls empty (full) is evaluated on its first and last query rows and
+    first and last key columns, and one entry there that is allowed (refused)
+    drops the rule, so every block is evaluated entry by entry. A closure that
+    cannot be read (a new release's refactor) drops it too. Either way the mask
+    is the function's own, never a guess.
+    """
+    try:
+        rule = _rule_of(mod)
+    except (KeyError, AttributeError, TypeError, ValueError):
+        return None
+    if rule is None:
+        return None
+    found = rule
+
+    def checked(x: BlockBounds) -> tuple[Tensor | bool, Tensor | bool]:
+        empty, full = found(x)
+        try:
+            agrees = _edges_agree(mod, x, empty, full)
+        except (RuntimeError, IndexError, TypeError, ValueError):
+            agrees = False
+        return (empty, full) if agrees else (False, False)
+
+    return checked
+
+
+def _edges_agree(mod: Callable[..., Tensor], x: BlockBounds, empty: Tensor | bool, full: Tensor | bool) -> bool:
+    """Whether ``mod`` on the edges of each block (first and last rows and columns) fits ``empty`` and ``full``."""
+    b = x.b.view(-1, 1, 1, 1, 1)
+    h = torch.zeros(1, 1, 1, 1, 1, dtype=torch.long, device=b.device)
+    q_ends, k_ends = x.q_pos[:, [0, -1]], x.k_pos[:, [0, -1]]  # (nQ, 2), (nK, 2)
+    nq, nk = x.q_pos.shape[0], x.k_pos.shape[0]
+    rows = mod(b, h, q_ends.view(1, nq, 1, 2, 1), x.k_pos.view(1, 1, nk, 1, -1))  # (B, nQ, nK, 2, bs)
+    cols = mod(b, h, x.q_pos.view(1, nq, 1, -1, 1), k_ends.view(1, 1, nk, 1, 2))  # (B, nQ, nK, bs, 2)
+    rows, cols = rows.expand(b.shape[0], nq, nk, 2, -1), cols.expand(b.shape[0], nq, nk, -1, 2)
+    any_allowed = rows.flatten(3).any(-1) | cols.flatten(3).any(-1)  # (B, nQ, nK)
+    all_allowed = rows.flatten(3).all(-1) & cols.flatten(3).all(-1)
+    shape = (b.shape[0], 1, nq, nk)
+    empty_t = torch.as_tensor(empty, device=b.device).expand(shape)[:, 0]
+    full_t = torch.as_tensor(full, device=b.device).expand(shape)[:, 0]
+    return not bool((empty_t & any_allowed).any() or (full_t & ~all_allowed).any())
+
+
 def _as_int(value: int | Tensor, what: str) -> int:
     if isinstance(value, Tensor):
         if value.numel() != 1:
@@ -291,26 +388,32 @@ def _as_int(value: int | Tensor, what: str) -> int:
     return int(value)
 
 
-def attnkit_mask(
-    batch_size: int, q_length: int, kv_length: int, q_offset: int | Tensor = 0, kv_offset: int | Tensor = 0,
-    mask_function: Callable[..., Tensor] | None = None, attention_mask: Tensor | None = None,
-    local_size: int | None = None, allow_is_causal_skip: bool = True, allow_is_bidirectional_skip: bool = False,
-    use_vmap: bool = False, device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
-    config: Any = None, **kwargs: Any,
-) -> BlockMask:
-    """The ``AttentionMaskInterface`` entry: transformers' mask function as an attnkit BlockMask.
+def _prepared(mask: BlockMask, batch_size: int, q_length: int, kv_length: int) -> BlockMask:
+    """A BlockMask this builder made before (``generate()`` prepares them for static caches), checked for size."""
+    b, _, tq, tk = mask.shape
+    if (tq, tk) != (q_length, kv_length) or b not in (None, batch_size):
+        raise HFBackendError(
+            f"the attnkit mask builder got a prepared BlockMask for (B={b}, Tq={tq}, Tk={tk}) where the layer "
+            f"needs (B={batch_size}, Tq={q_length}, Tk={kv_length}); pass the 2-D padding attention_mask instead"
+        )
+    return mask
 
-    ``mask_function(b, h, q_idx, kv_idx)`` is transformers' (True = may attend,
-    attnkit's rule too); the padding mask and the cache offsets are folded in as
-    transformers' own ``flex_attention_mask`` does. ``local_size``, ``dtype``,
-    ``config`` and the ``allow_*_skip`` flags are accepted and need nothing: a
-    BlockMask is never skipped (an all-full mask costs one pass through the
-    fused kernel).
 
-    Shape:
-        attention_mask ``(B, Tk + kv_offset)`` or shorter (padded with False);
-        returns a BlockMask for ``(B, H, Tq, Tk)``, ``H`` broadcast.
+def _one_row(mod: MaskMod, batch_size: int, kv_length: int, device: torch.device | str) -> Tensor:
+    """The ``(B, 1, 1, Tk)`` boolean mask of a single query row, ``mod`` evaluated on every key.
+
+    Decoding steps and pooling heads (SigLIP2's, which repeats the mask as a
+    tensor for ``nn.MultiheadAttention``) read it as a plain mask.
     """
+    b = torch.arange(batch_size, device=device).view(-1, 1, 1, 1)
+    zero = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
+    kv = torch.arange(kv_length, device=device).view(1, 1, 1, -1)
+    return mod(b, zero, zero, kv).expand(batch_size, 1, 1, kv_length).clone()
+
+
+def _composed(mask_function: Callable[..., Tensor] | None, attention_mask: Tensor | None, kv_length: int,
+              q_offset: int | Tensor, kv_offset: int | Tensor) -> Callable[..., Tensor]:
+    """``mask_function`` (causal when None) and the 2-D padding mask, shifted by the cache offsets."""
     from transformers.masking_utils import (
         add_offsets_to_mask_function,
         and_masks,
@@ -319,11 +422,6 @@ def attnkit_mask(
         prepare_padding_mask,
     )
 
-    if kwargs:
-        raise HFBackendError(
-            f"the attnkit mask builder got keywords it does not know: {sorted(kwargs)}; "
-            "this transformers version passes more than attnkit understands"
-        )
     mod = causal_mask_function if mask_function is None else mask_function
     if attention_mask is not None:
         if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2:
@@ -335,7 +433,41 @@ def attnkit_mask(
             padding = prepare_padding_mask(attention_mask.bool(), kv_length, _as_int(kv_offset, "kv_offset"))
             assert padding is not None
             mod = and_masks(mod, padding_mask_function(padding))
-    mod = add_offsets_to_mask_function(mod, _as_int(q_offset, "q_offset"), _as_int(kv_offset, "kv_offset"))
+    return add_offsets_to_mask_function(mod, _as_int(q_offset, "q_offset"), _as_int(kv_offset, "kv_offset"))
+
+
+def attnkit_mask(
+    batch_size: int, q_length: int, kv_length: int, q_offset: int | Tensor = 0, kv_offset: int | Tensor = 0,
+    mask_function: Callable[..., Tensor] | None = None, attention_mask: Tensor | None = None,
+    local_size: int | None = None, allow_is_causal_skip: bool = True, allow_is_bidirectional_skip: bool = False,
+    use_vmap: bool = False, device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
+    config: Any = None, **kwargs: Any,
+) -> BlockMask | Tensor:
+    """The ``AttentionMaskInterface`` entry: transformers' mask function as an attnkit BlockMask.
+
+    A single query row (``Tq == 1``: a decoding step, a pooling head) gets its
+    dense ``(B, 1, 1, Tk)`` boolean mask instead, which costs what its blocks
+    would and which code that treats the mask as a tensor can read.
+
+    ``mask_function(b, h, q_idx, kv_idx)`` is transformers' (True = may attend,
+    attnkit's rule too); the padding mask and the cache offsets are folded in as
+    transformers' own ``flex_attention_mask`` does. ``local_size``, ``dtype``,
+    ``config`` and the ``allow_*_skip`` flags are accepted and need nothing: a
+    BlockMask is never skipped (an all-full mask costs one pass through the
+    fused kernel).
+
+    Shape:
+        attention_mask ``(B, Tk + kv_offset)`` or shorter (padded with False);
+        returns a BlockMask for ``(B, H, Tq, Tk)``, ``H`` broadcast, or ``(B, 1, 1, Tk)`` bool.
+    """
+    if kwargs:
+        raise HFBackendError(
+            f"the attnkit mask builder got keywords it does not know: {sorted(kwargs)}; "
+            "this transformers version passes more than attnkit understands"
+        )
+    if isinstance(attention_mask, BlockMask):
+        return _prepared(attention_mask, batch_size, q_length, kv_length)
+    mod = _composed(mask_function, attention_mask, kv_length, q_offset, kv_offset)
 
     try:
         key: tuple[Any, ...] | None = (batch_size, q_length, kv_length, str(device), _fingerprint(mod))
@@ -355,7 +487,9 @@ def attnkit_mask(
                 + (" (this one was built for torch.vmap)" if use_vmap else "")
             ) from e
 
-    checked = with_block_rule(evaluated, _rule_of(mod))
+    if q_length == 1:  # one query row: its dense mask costs what its blocks would
+        return _one_row(evaluated, batch_size, kv_length, device)
+    checked = with_block_rule(evaluated, _probed(mod))
 
     block_mask = create_block_mask(checked, batch_size, None, q_length, kv_length, block_size=BLOCK_SIZE,
                                    device=device)
@@ -419,9 +553,25 @@ def packed_block_size(seq: Tensor) -> int:
     return max(MIN_PACKED_BLOCK_SIZE, min(BLOCK_SIZE, size))
 
 
+def document_ids(position_ids: Tensor) -> Tensor | None:
+    """The document of each position: a new one starts where the position id restarts, ``None`` for one each.
+
+    :func:`attnkit.core.masks.restart_documents`: a restart is a position id not
+    greater than the one before it (``[0, 1, 2, 0, 1]``: two documents). A forward
+    jump (``[0, 1, 2, 7, 8]``, a prompt with a gap or a left-padded cache) stays in
+    its document and keeps attending, as eager does (transformers' own
+    ``find_packed_sequence_indices`` also splits at jumps, which only its packed
+    causal masks without a cache see).
+
+    Shape:
+        position_ids ``(B, T)``; returns ``(B, T)`` document indices from 0, or ``None``.
+    """
+    return restart_documents(position_ids)
+
+
 def _packed(mask: BlockMask | Tensor | None, position_ids: Any, b: int, tq: int, tk: int, causal: bool,
             device: torch.device) -> BlockMask | Tensor | None:
-    """The mask kept within the documents that ``position_ids`` restarting mark (packed rows).
+    """The mask kept within the documents that ``position_ids`` restarting mark (packed rows, :func:`document_ids`).
 
     transformers finds packed rows this way for its causal masks only; attnkit
     does it for every layer, so that an encoder (BERT) trains padding-free too.
@@ -431,10 +581,7 @@ def _packed(mask: BlockMask | Tensor | None, position_ids: Any, b: int, tq: int,
         return mask
     if isinstance(mask, Tensor) and not isinstance(mask, BlockMask):
         return mask  # a caller's own dense mask says everything
-    from transformers.masking_utils import find_packed_sequence_indices
-
-    ids = position_ids.to(device).expand(b, -1)
-    seq = find_packed_sequence_indices(ids)
+    seq = document_ids(position_ids.to(device).expand(b, -1))
     if seq is None:
         return mask
     key = ("attnkit.integrations.transformers", "packed", seq.cpu().numpy().tobytes())
@@ -446,14 +593,20 @@ def _packed(mask: BlockMask | Tensor | None, position_ids: Any, b: int, tq: int,
     size = packed_block_size(seq)
     if mask is None:
         base = and_mods(causal_mod, same_doc) if causal else same_doc
-        return create_block_mask(base, b, None, tq, tk, block_size=size, device=device)
+        return _with_recipe(base, b, tq, tk, size, device)
     bm = mask
     recipe: MaskMod | None = bm.cached(_RECIPE, lambda: None)
     if recipe is None:
         return mask
     found = recipe
-    return bm.cached(key, lambda: create_block_mask(and_mods(found, same_doc), bm.shape[0] or b, None, tq, tk,
-                                                    block_size=size, device=device))
+    return bm.cached(key, lambda: _with_recipe(and_mods(found, same_doc), bm.shape[0] or b, tq, tk, size, device))
+
+
+def _with_recipe(mod: MaskMod, b: int, tq: int, tk: int, size: int, device: torch.device) -> BlockMask:
+    """``mod``'s BlockMask, which keeps ``mod`` as its recipe (what the sinks' mask is built from)."""
+    block_mask = create_block_mask(mod, b, None, tq, tk, block_size=size, device=device)
+    block_mask.cached(_RECIPE, lambda: mod)
+    return block_mask
 
 
 def _check_kwargs(kwargs: dict[str, Any]) -> None:
@@ -510,7 +663,7 @@ def _score_mods(softcap: float | None, position_bias: Tensor | None, b: int, h: 
         pb = position_bias[..., :tk].expand(b, h, tq, tk)
 
         def bias(b_: Tensor, h_: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return pb[b_, h_, q_idx, kv_idx].float()
+            return pb[b_, h_, q_idx, kv_idx]  # float32 is added as float32, float64 as float64
 
         mods.append(bias_mod(bias))
     return mods
@@ -540,7 +693,9 @@ def attnkit_attention_forward(
     if output_attentions is None:
         output_attentions = bool(getattr(getattr(module, "config", None), "output_attentions", False))
     mask, causal = _mask_of(module, attention_mask, is_causal, tq, tk)
-    mask = _packed(mask, kwargs.get("position_ids"), b, tq, tk, causal, query.device)
+    position_ids = kwargs.get("position_ids")
+    mask = _packed(mask, position_ids if position_ids is not None else FORWARD_POSITION_IDS.get(), b, tq, tk, causal,
+                   query.device)
     if mask is not None and causal and isinstance(mask, BlockMask):
         causal = False  # the packed mask holds causality
 
@@ -555,7 +710,7 @@ def attnkit_attention_forward(
         sinks = s_aux
 
         def sink_logit(score: Tensor, b_: Tensor, h_: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            return torch.where(kv_idx == tk, sinks.float()[h_], score)
+            return torch.where(kv_idx == tk, sinks[h_].to(score.dtype), score)
 
         mods.append(sink_logit)
     score_mod: ScoreMod | None = None

@@ -246,7 +246,7 @@ def score_mod_attention(
     qg = (qf * scale).view(b, hkv, h // hkv, tq, dh)  # (B, Hkv, G, Tq, Dh)
     scores = (qg @ kf.unsqueeze(2).transpose(-1, -2)).view(b, h, tq, tk)  # (B, H, Tq, Tk)
     if bias is not None:
-        scores = scores + bias.float()
+        scores = scores + bias.to(torch.promote_types(bias.dtype, scores.dtype))
     if score_mod is not None:
         dev = q.device
         idx = (torch.arange(b, device=dev).view(b, 1, 1, 1), torch.arange(h, device=dev).view(1, h, 1, 1),

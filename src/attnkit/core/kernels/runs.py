@@ -188,7 +188,7 @@ class _Runs(torch.autograd.Function):
                 scale: float) -> Tensor:
         b, h, tq, dh = q.shape
         out = torch.empty(b, tq, h, dh, dtype=q.dtype, device=q.device).transpose(1, 2)  # token-major
-        lse = torch.empty(b, h, tq, dtype=torch.float32, device=q.device)
+        lse = torch.empty(b, h, tq, dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)
         for (q0, qs, lq, k0, ks, sk, n, _), m in zip(plan, masks, strict=True):
             for i in range(b):
                 o, ls = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(

@@ -228,10 +228,11 @@ class _Tiled(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, bm: BlockMask | None, scale: float,
                 score_mod: ScoreMod | None, tiles: list[_Tile]) -> Tensor:
-        qf, kf, vf = q.float(), k.float(), v.float()
+        work = torch.promote_types(q.dtype, torch.float32)  # float32, or float64 for float64 inputs
+        qf, kf, vf = q.to(work), k.to(work), v.to(work)
         b, h, tq, _ = q.shape
-        out = torch.zeros(b, h, tq, v.shape[-1], device=q.device)
-        lse = torch.full((b, h, tq, 1), float("inf"), device=q.device)
+        out = torch.zeros(b, h, tq, v.shape[-1], dtype=work, device=q.device)
+        lse = torch.full((b, h, tq, 1), float("inf"), dtype=work, device=q.device)
         for t in tiles:
             qt = qf[:, :, t.q0:t.q1] * scale
             o, l_ = _forward_tile(qt, kf[:, :, t.k0:t.k1], vf[:, :, t.k0:t.k1], t, _blocked(bm, t), score_mod,
@@ -246,7 +247,8 @@ class _Tiled(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, out, lse = ctx.saved_tensors
         bm, scale, score_mod, tiles = ctx.args
-        qf, kf, vf, go = q.float(), k.float(), v.float(), grad.float()
+        work = out.dtype
+        qf, kf, vf, go = q.to(work), k.to(work), v.to(work), grad.to(work)
         b, h = q.shape[:2]
         delta = (go * out).sum(dim=-1, keepdim=True)  # (B, H, Tq, 1)
         dq, dk, dv = torch.zeros_like(qf), torch.zeros_like(kf), torch.zeros_like(vf)
@@ -311,7 +313,8 @@ class _FusedBias(torch.autograd.Function):
         b, h, tq, _ = q.shape
         out = torch.zeros(b, h, tq, v.shape[-1], dtype=q.dtype, device=q.device)
         flash = _flash_cpu(q, k)
-        lse = torch.zeros(b, h, tq, dtype=torch.float32, device=q.device) if flash else None
+        wide = torch.promote_types(q.dtype, torch.float32)  # the log-sum-exp: float64 for float64 inputs
+        lse = torch.zeros(b, h, tq, dtype=wide, device=q.device) if flash else None
         for t in tiles:
             qs, ks = slice(t.q0, t.q1), slice(t.k0, t.k1)
             bias, row_ok = _bias_tile(bm, t, bias_fn, b, h, q.dtype, q.device, check=True)
