@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit._finite import non_finite_message, non_finite_names
-from attnkit._memory import available_memory
+from attnkit._memory import memory_budget
 
 __all__ = ["check_model_folder", "check_safetensors_file", "check_config_sizes", "check_finite_weights",
            "estimated_parameters", "CODE_CONFIGS", "PICKLED_WEIGHTS", "SIZE_FIELDS"]
@@ -173,10 +173,10 @@ def check_config_sizes(path: str | os.PathLike[str], stored: int | None = None, 
     if not isinstance(config, dict):
         return
     params = estimated_parameters(config, f"{what}{path}")
-    nbytes, available = 4 * params, available_memory()
-    if available is not None and nbytes > available:
+    nbytes, budget = 4 * params, memory_budget()
+    if budget.bytes is not None and nbytes > budget.bytes:
         raise ValueError(f"{what}{path} describes a model of about {nbytes / 2**30:,.1f} GiB of float32 weights, "
-                         f"more than the {available / 2**30:,.1f} GiB of memory available "
+                         f"more than the {budget.bytes / 2**30:,.1f} GiB of memory {budget.source} "
                          f"({_largest_sizes(config)}); nothing was allocated")
     if stored and params > PARAMETERS_PER_STORED_VALUE * stored + 2**20:
         raise ValueError(f"{what}{path} describes a model of about {params:,} parameters "

@@ -321,3 +321,17 @@ def test_resume_checks_labels_and_tokenizer_as_loading_does(run_copy, data_csv, 
     result = _invoke("train", "--data", str(data_csv), "--out", str(run_copy), "--resume", "--quiet")
     assert result.exit_code == 1 and re.search(needle, result.output), result.output
     assert {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file() and p.name != ".lock"} == before
+
+
+def test_a_hugging_face_folder_over_the_cgroup_room_is_refused_naming_it(tmp_path, monkeypatch) -> None:
+    """Sizing a folder reads the whole budget (here a cgroup's room), not only MemAvailable."""
+    from attnkit import _hf_folder
+    from attnkit._memory import MemoryBudget
+    from attnkit.models.bert import BertModel
+
+    room = MemoryBudget(2**30, "left by the memory cgroup's /sys/fs/cgroup/job/memory.max")
+    monkeypatch.setattr(_hf_folder, "memory_budget", lambda: room)
+    folder = _bert_folder(tmp_path / "bert", vocab_size=10**6, hidden_size=512)  # about 1.9 GiB
+    with pytest.raises(ValueError, match=r"more than the 1.0 GiB of memory left by the memory cgroup's "
+                                         r"/sys/fs/cgroup/job/memory.max"):
+        BertModel.from_pretrained(folder)

@@ -345,3 +345,16 @@ def test_a_config_nested_too_deeply_is_named(tmp_path: Path) -> None:
     path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     with pytest.raises(RunFileError, match=r"config\.json.*nested too deeply"):
         read_json(path)
+
+
+def test_a_model_over_the_address_space_limit_is_refused_naming_it(run_copy, monkeypatch) -> None:
+    """The size check at load time reads the whole budget (here RLIMIT_AS), not only MemAvailable."""
+    from attnkit._memory import MemoryBudget
+    from attnkit.train import checkpoint
+
+    limit = MemoryBudget(64 * 2**20, "left by the address-space limit RLIMIT_AS (ulimit -v) of 1 GB")
+    monkeypatch.setattr(checkpoint, "memory_budget", lambda: limit)
+    _edit_config(run_copy, layer={"d_model": 2**18}, vocab_size=64)  # 64 MiB of embedding alone
+    with pytest.raises(RunFileError, match=r"more than the 0.1 GiB of memory left by the address-space limit "
+                                           r"RLIMIT_AS \(ulimit -v\) of 1 GB"):
+        load_checkpoint(run_copy)

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from attnkit._finite import non_finite_names
-from attnkit._memory import available_memory
+from attnkit._memory import memory_budget
 from attnkit._version import __version__
 from attnkit.train.run import save_run
 from attnkit.train.run_files import check_labels, check_tokenizer_fits, refuse_non_finite_file
@@ -287,10 +287,10 @@ def check_model_size(model_name: str, config: dict[str, Any], source: Path) -> N
     except RuntimeError as err:  # e.g. "Storage size calculation overflowed": sizes beyond any memory
         raise RunFileError(f"{source} holds a model config whose weights cannot be sized "
                            f"({_largest_sizes(config)}): {' '.join(str(err).split())[:200]}") from None
-    available = available_memory()
-    if available is not None and nbytes > available:
+    budget = memory_budget()
+    if budget.bytes is not None and nbytes > budget.bytes:
         raise RunFileError(f"{source} describes a model of {nbytes / 2**30:,.1f} GiB of weights, more than the "
-                           f"{available / 2**30:,.1f} GiB of memory available ({_largest_sizes(config)})")
+                           f"{budget.bytes / 2**30:,.1f} GiB of memory {budget.source} ({_largest_sizes(config)})")
 
 
 def _largest_sizes(config: dict[str, Any]) -> str:
