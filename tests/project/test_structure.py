@@ -41,6 +41,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "viz": BASE,
     "inspect": BASE | {"layers", "core", "viz"},
     "bench": BASE | {"core", "layers", "positional"},
+    # context parallelism: the core's masks and score mods over torch.distributed
+    "parallel": BASE | {"core", "positional"},
     # the server sits at the top, beside cli: it answers with what training left behind
     "serve": BASE | {"train", "attribution", "inspect", "data", "models"},
 }
