@@ -14,9 +14,8 @@ from typing import Any
 import torch
 
 from attnkit import attention, masks
-from attnkit.core.block_mask import BlockMask
+from attnkit.core.block_mask import BlockMask, and_mods, causal_mod, create_block_mask, document_mod, sliding_window_mod
 from attnkit.core.kernels.dense import safe_softmax
-from attnkit.core.block_mask import and_mods, causal_mod, create_block_mask, document_mod, sliding_window_mod
 from attnkit.core.score_mods import alibi_mod, soft_cap_mod
 from attnkit.parallel import comm_stats, reset_comm_stats, ring_attention, shard_sequence
 
@@ -52,9 +51,9 @@ CASES: dict[str, Callable[[int], tuple[int, int, int, dict[str, Any]]]] = {
     "causal": lambda t: (2, 2, 2, {"causal": True}),
     "padding": lambda t: (2, 2, 2, {"mask": torch.tensor([t - 3, t // 3])}),
     "dense": lambda t: (2, 2, 2, {"mask": _dense(t)}),
-    "window": lambda t: (1, 2, 2, {"mask": create_block_mask(sliding_window_mod(3), None, None, t, t,
+    "window": lambda t: (2, 2, 2, {"mask": create_block_mask(sliding_window_mod(3), None, None, t, t,
                                                               block_size=4)}),
-    "documents": lambda t: (1, 2, 2, {"mask": create_block_mask(and_mods(causal_mod, document_mod(_docs(t))),
+    "documents": lambda t: (2, 2, 2, {"mask": create_block_mask(and_mods(causal_mod, document_mod(_docs(t))),
                                                                  None, None, t, t, block_size=4)}),
     "alibi": lambda t: (2, 4, 4, {"causal": True, "score_mod": alibi_mod(4)}),
     "soft_cap": lambda t: (1, 2, 2, {"mask": masks.AttentionMask(_dense(t)[:1]), "score_mod": soft_cap_mod(2.0),

@@ -76,8 +76,8 @@ class GlobalPairs:
         m = self.mask
         if isinstance(m, BlockMask):
             assert self.kinds is not None
-            return ["block", m.shape, m.block_size, self.kinds, m.elements, self.causal]
-        return ["dense" if m is not None else "none", m, self.causal]
+            return ["block", m.shape, m.block_size, self.kinds, m.elements]
+        return ["dense" if m is not None else "none", m]
 
     def _causal(self, qa: int, qb: int, ka: int, kb: int, device: torch.device) -> Allowed:
         if not self.causal or kb - 1 <= qa:

@@ -448,7 +448,11 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: MaskLike = None, ca
     b, h, tl, dh = q.shape
     length = tl * g.world
     check_length(f"the full length T = Tl * world = {tl} * {g.world}", length, layout, g.world)
-    full = read_mask(mask, (b, h, length, length))
+    try:
+        full = read_mask(mask, (b, h, length, length))
+    except ValueError as e:
+        raise ValueError(f"{e}; ring_attention takes the mask of the full sequence, "
+                         f"T = Tl * world = {tl} * {g.world} = {length}") from e
     if isinstance(full, BlockMask):
         full.check(b, h, length, length, q.device)
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
