@@ -61,8 +61,8 @@ PIECES = 16
 """Pieces each process's keys and values are cut into for the ring (fewer when a slice is short)."""
 MIN_PIECE = 4
 """The shortest piece, in tokens."""
-TILE_ELEMENTS = 1 << 20
-"""Scores computed at once (B * H * tq * tk): the tile of the readable formula."""
+TILE_ELEMENTS = 1 << 18
+"""Scores computed at once (B * H * tq * tk), 1 MiB in float32: small tiles keep the peak near the slices' own size."""
 _KEY, _VALUE, _DKEY, _DVALUE = range(4)
 _BACKWARD_TAGS = 1 << 24
 
