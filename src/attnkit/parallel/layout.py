@@ -31,7 +31,9 @@ from attnkit.parallel.comm import Group, gather_all, resolve_group
 __all__ = ["Layout", "LAYOUTS", "local_runs", "local_positions", "shard_sequence", "gather_sequence"]
 
 Layout = Literal["balanced", "contiguous"]
+"""How a sequence is cut between processes: ``"balanced"`` (head and tail chunks) or ``"contiguous"``."""
 LAYOUTS: tuple[str, ...] = ("balanced", "contiguous")
+"""The layouts, by name."""
 
 
 def _pieces(layout: str, world: int) -> int:
