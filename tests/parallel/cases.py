@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+import attnkit.parallel.ring as ring_module
 from attnkit import attention, masks
 from attnkit.core.block_mask import BlockMask, and_mods, causal_mod, create_block_mask, document_mod, sliding_window_mod
 from attnkit.core.kernels.dense import safe_softmax
@@ -22,12 +23,12 @@ from attnkit.parallel import comm_stats, reset_comm_stats, ring_attention, shard
 T = 32
 
 
-def _inputs(b: int, h: int, hkv: int, dtype: torch.dtype, t: int = T) -> tuple[torch.Tensor, ...]:
+def _inputs(b: int, h: int, hkv: int, dtype: torch.dtype, t: int = T, dv: int = 8) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(7)
     q = torch.randn(b, h, t, 8, generator=g, dtype=dtype)
     k = torch.randn(b, hkv, t, 8, generator=g, dtype=dtype)
-    v = torch.randn(b, hkv, t, 6, generator=g, dtype=dtype)
-    w = torch.randn(b, h, t, 6, generator=g, dtype=dtype)
+    v = torch.randn(b, hkv, t, dv, generator=g, dtype=dtype)
+    w = torch.randn(b, h, t, dv, generator=g, dtype=dtype)
     return q, k, v, w
 
 
@@ -45,6 +46,8 @@ def _dense(t: int) -> torch.Tensor:
     return m
 
 
+READABLE, VALUE_WIDTH = "readable", "value_width"  # options of a case, not of attention
+
 # name -> (B, H, Hkv, kwargs of ring_attention and attention, given T)
 CASES: dict[str, Callable[[int], tuple[int, int, int, dict[str, Any]]]] = {
     "full": lambda t: (2, 2, 2, {}),
@@ -61,15 +64,17 @@ CASES: dict[str, Callable[[int], tuple[int, int, int, dict[str, Any]]]] = {
     "gqa": lambda t: (2, 4, 2, {"causal": True}),
     "gqa_window": lambda t: (1, 4, 1, {"mask": create_block_mask(sliding_window_mod(5), None, 4, t, t,
                                                                   block_size=8)}),
+    # the readable block formula (torch's CPU flash kernel turned off, or a value width it does not take)
+    "causal_readable": lambda t: (2, 2, 2, {"causal": True, READABLE: True}),
+    "documents_readable": lambda t: (2, 2, 2, {**CASES["documents"](t)[3], READABLE: True}),
+    "gqa_window_readable": lambda t: (1, 4, 1, {**CASES["gqa_window"](t)[3], READABLE: True}),
+    "value_width": lambda t: (2, 4, 2, {"mask": _dense(t), "causal": True, VALUE_WIDTH: 6}),
 }
 
 
 def readable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: Any = None, causal: bool = False,
              scale: float | None = None, score_mod: Any = None) -> torch.Tensor:
-    """The formula in the inputs' own dtype, score_mod included: the float64 reference of a score_mod.
-
-    (The core's score-mod paths round scores to float32, so for float64 the formula is written out here.)
-    """
+    """The formula in the inputs' own dtype, score_mod included: the float64 reference."""
     b, h, t, dh = q.shape
     allowed = masks.read_mask(mask, (b, h, t, t))
     allowed = allowed.to_dense() if isinstance(allowed, BlockMask) else allowed
@@ -87,15 +92,21 @@ def readable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: Any = N
 def run_case(name: str, layout: str, dtype: torch.dtype, t: int = T) -> dict[str, float]:
     """Largest differences (output, dq, dk, dv) to single-process attention, and the bytes sent."""
     b, h, hkv, kwargs = CASES[name](t)
-    q, k, v, w = _inputs(b, h, hkv, dtype, t)
+    no_kernel = bool(kwargs.pop(READABLE, False))
+    q, k, v, w = _inputs(b, h, hkv, dtype, t, dv=int(kwargs.pop(VALUE_WIDTH, 8)))
     full = [x.clone().requires_grad_() for x in (q, k, v)]
-    exact = dtype == torch.float64 and "score_mod" in kwargs
-    ref = readable(*full, **kwargs) if exact else attention(*full, **kwargs)
+    # float64: the formula itself (the core's score-mod paths round scores to float32, and its
+    # block-sparse runs kernel takes no float64 backward yet); float32: attnkit.attention
+    ref = readable(*full, **kwargs) if dtype == torch.float64 else attention(*full, **kwargs)
     (ref * w).sum().backward()
     local = [shard_sequence(x, 2, layout=layout).detach().requires_grad_() for x in (q, k, v)]  # type: ignore[arg-type]
     reset_comm_stats()
-    out = ring_attention(*local, layout=layout, timeout=30, **kwargs)  # type: ignore[arg-type]
-    (out * shard_sequence(w, 2, layout=layout)).sum().backward()  # type: ignore[arg-type]
+    ring_module.FUSED = not no_kernel
+    try:
+        out = ring_attention(*local, layout=layout, timeout=30, **kwargs)  # type: ignore[arg-type]
+        (out * shard_sequence(w, 2, layout=layout)).sum().backward()  # type: ignore[arg-type]
+    finally:
+        ring_module.FUSED = True
     stats = comm_stats()
     found = {"out": (out - shard_sequence(ref, 2, layout=layout)).abs().max().item()}  # type: ignore[arg-type]
     for n, x, loc in zip("qkv", full, local, strict=True):

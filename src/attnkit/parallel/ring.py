@@ -61,6 +61,8 @@ PIECES = 16
 """Pieces each process's keys and values are cut into for the ring (fewer when a slice is short)."""
 MIN_PIECE = 4
 """The shortest piece, in tokens."""
+FUSED = True
+"""Run blocks through torch's CPU flash kernel where it applies (False: always the readable formula)."""
 TILE_ELEMENTS = 1 << 18
 """Scores computed at once (B * H * tq * tk), 1 MiB in float32: small tiles keep the peak near the slices' own size."""
 _KEY, _VALUE, _DKEY, _DVALUE = range(4)
@@ -119,6 +121,66 @@ class _Math:
     scale: float
     score_mod: ScoreMod | None
     dtype: torch.dtype  # the working dtype: float32 for half inputs
+    fused: bool = False  # blocks through torch's CPU flash kernel (no score_mod, or a bias_mod)
+
+
+@dataclass
+class _Saved:
+    """What backward reads of the forward, per query row, in the working dtype."""
+
+    go: Tensor  # the output's gradient (B, H, Tl, Dv)
+    base: Tensor  # log-sum-exp, 0 where a row has no key (B, H, Tl)
+    delta: Tensor  # rowsum(dO * O) (B, H, Tl)
+    out: Tensor  # the output (B, H, Tl, Dv)
+    lse_open: Tensor  # log-sum-exp, +inf where a row has no key: every weight exp(s - L) is 0 (B, H, Tl)
+
+
+def _fusable(q: Tensor, v: Tensor, score_mod: ScoreMod | None) -> bool:
+    """Whether the blocks can run through torch's CPU flash kernel, which returns the log-sum-exp."""
+    return (FUSED and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+            and v.shape[-1] == q.shape[-1]
+            and (score_mod is None or bias_of(score_mod) is not None)
+            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"))
+
+
+def _index(b: int, h: int, span: tuple[int, int, int, int], device: torch.device) -> tuple[Tensor, ...]:
+    """A score_mod's ``(b, h, q_idx, kv_idx)`` for queries ``[qa, qb)`` and keys ``[ka, kb)`` (global positions)."""
+    qa, qb, ka, kb = span
+    return (torch.arange(b, device=device).view(b, 1, 1, 1), torch.arange(h, device=device).view(1, h, 1, 1),
+            torch.arange(qa, qb, device=device).view(1, 1, -1, 1),
+            torch.arange(ka, kb, device=device).view(1, 1, 1, -1))
+
+
+def _additive(allowed: Allowed, m: _Math, span: tuple[int, int, int, int], b: int, h: int,
+              device: torch.device) -> Tensor | None:
+    """A tile's additive mask for the fused kernel: the bias_mod's term, ``-inf`` where not allowed.
+
+    Shape:
+        returns ``(B|1, H|1, tq, tk)`` in the working dtype, or ``None``.
+    """
+    bias: Tensor | None = None
+    if m.score_mod is not None:
+        bias_fn = bias_of(m.score_mod)
+        assert bias_fn is not None
+        qa, qb, ka, kb = span
+        idx = _index(b, h, span, device)
+        bias = torch.broadcast_to(bias_fn(*idx), (b, h, qb - qa, kb - ka)).to(m.dtype)
+        refuse_non_finite("score_mod", bias, None, idx)
+    if isinstance(allowed, Tensor):
+        blocked = torch.zeros(allowed.shape, dtype=m.dtype, device=device).masked_fill_(~allowed, float("-inf"))
+        bias = blocked if bias is None else bias + blocked
+    return bias
+
+
+def _expand_heads(x: Tensor, h: int) -> Tensor:
+    """Key/value heads repeated for their query heads (the fused kernel takes equal heads). ``(B, H, tk, D)``."""
+    return x if x.shape[1] == h else x.repeat_interleave(h // x.shape[1], dim=1)
+
+
+def _fold_heads(x: Tensor, hkv: int) -> Tensor:
+    """The gradient of :func:`_expand_heads`: per query head ``(B, H, tk, D)`` summed to ``(B, Hkv, tk, D)``."""
+    b, h, tk, d = x.shape
+    return x if h == hkv else x.view(b, hkv, h // hkv, tk, d).sum(2)
 
 
 def _q_tiles(plan: _Plan, b: int, h: int, tk: int) -> list[tuple[int, int, slice]]:
@@ -165,10 +227,7 @@ def _scores(qt: Tensor, k: Tensor, span: tuple[int, int, int, int], m: _Math, al
     raw = (qg @ k.to(m.dtype).unsqueeze(2).transpose(-1, -2)).reshape(b, h, tq, tk) * m.scale
     s, src = raw, None
     if m.score_mod is not None:
-        qa, qb, ka, kb = span
-        idx = (torch.arange(b, device=qt.device).view(b, 1, 1, 1), torch.arange(h, device=qt.device).view(1, h, 1, 1),
-               torch.arange(qa, qb, device=qt.device).view(1, 1, -1, 1),
-               torch.arange(ka, kb, device=qt.device).view(1, 1, 1, -1))
+        idx = _index(b, h, span, qt.device)
         if grad and bias_of(m.score_mod) is None:  # backward needs the score_mod's vector-Jacobian product
             src = raw.requires_grad_()
         with torch.enable_grad() if src is not None else contextlib.nullcontext():
@@ -195,29 +254,63 @@ def _forward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, plan: _Plan, m: _Ma
         allowed = plan.pairs.block(qa, qb, ka, ka + tk)
         if allowed is False:
             continue
-        s, _ = _scores(q[:, :, loc], k, (qa, qb, ka, ka + tk), m, allowed)  # (B, H, tq, tk)
         old = lse[:, :, loc]
-        new = torch.logaddexp(old, torch.logsumexp(s, dim=-1))  # (B, H, tq)
-        base = new.masked_fill(torch.isneginf(new), 0.0)  # rows with no key yet: nothing to scale
-        p = torch.exp(s - base[..., None])  # (B, H, tq, tk)
-        pv = p.reshape(b, hkv, h // hkv, -1, tk) @ v.to(m.dtype).unsqueeze(2)  # (B, Hkv, G, tq, Dv)
-        out[:, :, loc] = out[:, :, loc] * torch.exp(old - base)[..., None] + pv.reshape(b, h, -1, v.shape[-1])
+        if m.fused:
+            o, blk = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                q[:, :, loc], _expand_heads(k, h), _expand_heads(v, h),
+                attn_mask=_additive(allowed, m, (qa, qb, ka, ka + tk), b, h, q.device), scale=m.scale)
+            if isinstance(allowed, Tensor):  # a row with no key in this block: the kernel says 0, it is -inf
+                blk = blk.masked_fill(~allowed.any(-1), float("-inf"))
+            new = torch.logaddexp(old, blk)  # (B, H, tq)
+            base = new.masked_fill(torch.isneginf(new), 0.0)
+            pv = o * torch.exp(blk - base)[..., None]  # (B, H, tq, Dv)
+        else:
+            s, _ = _scores(q[:, :, loc], k, (qa, qb, ka, ka + tk), m, allowed)  # (B, H, tq, tk)
+            new = torch.logaddexp(old, torch.logsumexp(s, dim=-1))  # (B, H, tq)
+            base = new.masked_fill(torch.isneginf(new), 0.0)  # rows with no key yet: nothing to scale
+            p = torch.exp(s - base[..., None])  # (B, H, tq, tk)
+            pv = (p.reshape(b, hkv, h // hkv, -1, tk) @ v.to(m.dtype).unsqueeze(2)).reshape(b, h, -1, v.shape[-1])
+        out[:, :, loc] = out[:, :, loc] * torch.exp(old - base)[..., None] + pv
         lse[:, :, loc] = new
 
 
-def _backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: tuple[Tensor, Tensor, Tensor],
-                    plan: _Plan, m: _Math, dq: Tensor) -> tuple[Tensor, Tensor]:
-    """The keys ``[ka, ka + tk)``'s share of the gradients: ``dq`` grows in place; returns ``dk``, ``dv``.
+def _fused_backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: _Saved, plan: _Plan, m: _Math,
+                          dq: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`_backward_block` through torch's CPU flash backward, given the *global* output and log-sum-exp.
 
-    ``saved`` is (gradient of the output, final log-sum-exp with 0 for rows with no key,
-    ``rowsum(dO * O)``), all in the working dtype.
+    With the whole row's ``O`` and ``L`` the kernel's ``exp(S - L)`` and ``rowsum(dO * O)`` are those of the
+    full attention, so it returns exactly this block's share of dq, dk and dv.
+    """
+    b, h = q.shape[:2]
+    hkv, tk = k.shape[1], k.shape[2]
+    ke, ve = _expand_heads(k, h), _expand_heads(v, h)
+    dk = torch.zeros(b, h, tk, k.shape[-1], dtype=m.dtype, device=k.device)
+    dv = torch.zeros(b, h, tk, v.shape[-1], dtype=m.dtype, device=v.device)
+    for qa, qb, loc in _q_tiles(plan, b, h, tk):
+        allowed = plan.pairs.block(qa, qb, ka, ka + tk)
+        if allowed is False:
+            continue
+        gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            saved.go[:, :, loc].contiguous(), q[:, :, loc], ke, ve, saved.out[:, :, loc], saved.lse_open[:, :, loc],
+            0.0, False, attn_mask=_additive(allowed, m, (qa, qb, ka, ka + tk), b, h, q.device), scale=m.scale)
+        dq[:, :, loc] += gq
+        dk += gk
+        dv += gv
+    return _fold_heads(dk, hkv), _fold_heads(dv, hkv)
+
+
+def _backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: _Saved, plan: _Plan, m: _Math,
+                    dq: Tensor) -> tuple[Tensor, Tensor]:
+    """The keys ``[ka, ka + tk)``'s share of the gradients: ``dq`` grows in place; returns ``dk``, ``dv``.
 
     Shape:
         q, dq ``(B, H, Tl, Dh)``; k ``(B, Hkv, tk, Dh)``, v ``(B, Hkv, tk, Dv)``; returns their shapes.
     """
+    if m.fused:
+        return _fused_backward_block(q, k, v, ka, saved, plan, m, dq)
     b, h = q.shape[:2]
     hkv, tk = k.shape[1], k.shape[2]
-    go, base, delta = saved
+    go, base, delta = saved.go, saved.base, saved.delta
     kw, vw = k.to(m.dtype).unsqueeze(2), v.to(m.dtype).unsqueeze(2)  # (B, Hkv, 1, tk, D)
     dk = torch.zeros(kw.shape[0], hkv, tk, k.shape[-1], dtype=m.dtype, device=k.device)
     dv = torch.zeros(kw.shape[0], hkv, tk, v.shape[-1], dtype=m.dtype, device=v.device)
@@ -303,7 +396,7 @@ def _finish_grads(plan: _Plan, i: int, pending: tuple[list[Any], list[Any]], dk:
         wait(g, s, (g.rank - d) % g.world, f"sending key gradients of round {i}")
 
 
-def _ring_backward(q: Tensor, k: Tensor, v: Tensor, saved: tuple[Tensor, Tensor, Tensor], plan: _Plan,
+def _ring_backward(q: Tensor, k: Tensor, v: Tensor, saved: _Saved, plan: _Plan,
                    m: _Math) -> tuple[Tensor, Tensor, Tensor]:
     """dq, dk, dv of this process's slice: its own blocks, then each received piece's, sent back to its owner."""
     g, n, tag0 = plan.g, len(plan.rounds), _BACKWARD_TAGS
@@ -361,10 +454,13 @@ class _Ring(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, out, lse = ctx.saved_tensors
         plan, m = ctx.args
-        go = grad.to(m.dtype)
-        delta = (go * out.to(m.dtype)).sum(-1)  # (B, H, Tl)
-        base = lse.masked_fill(torch.isneginf(lse), 0.0)
-        dq, dk, dv = _ring_backward(q, k, v, (go, base, delta), plan, m)
+        go, ow = grad.to(m.dtype), out.to(m.dtype)
+        empty = torch.isneginf(lse)  # (B, H, Tl): rows with no key
+        if m.fused:  # the kernel computes rowsum(dO * O) and exp(S - L) itself
+            saved = _Saved(go, lse, lse, ow, lse.masked_fill(empty, float("inf")))
+        else:
+            saved = _Saved(go, lse.masked_fill(empty, 0.0), (go * ow).sum(-1), ow, lse)
+        dq, dk, dv = _ring_backward(q, k, v, saved, plan, m)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
 
 
@@ -469,5 +565,5 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: MaskLike = None, ca
     agree(g, _agreement(q, k, v, layout, causal, scale_f, score_mod, pairs), q.device)
     plan = _Plan.build(g, pairs, length, layout)
     work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    out: Tensor = _Ring.apply(q, k, v, plan, _Math(scale_f, score_mod, work))
+    out: Tensor = _Ring.apply(q, k, v, plan, _Math(scale_f, score_mod, work, _fusable(q, v, score_mod)))
     return out
