@@ -74,6 +74,51 @@ def round_trip(rank: int, world: int) -> dict[str, Any]:
 
 
 def two_worker(rank: int, world: int, exact: list[tuple[str, str, str]]) -> dict[str, Any]:
-    """Exactness of every case, the layouts' round trip, then the refusals (which end with a group of one)."""
+    """Exactness of every case, the layouts' round trip, the encoder stack, then the refusals (which end
+    with a group of one)."""
     return {"exact": cases.exactness_worker(rank, world, exact), "layout": round_trip(rank, world),
-            "refusals": refusals(rank, world)}
+            "stacks": stacks(rank, world), "refusals": refusals(rank, world)}
+
+
+def stacks(rank: int, world: int) -> dict[str, float]:
+    """An attnkit encoder stack under context_parallel against the same stack on the whole sequence.
+
+    Largest differences of the output, the input's gradient and the parameters' gradients
+    (summed over the processes), per mask.
+    """
+    from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
+    from attnkit.core.block_mask import and_mods, causal_mod, create_block_mask, document_mod
+    from attnkit.core.masks import AttentionMask
+    from attnkit.parallel import context_parallel
+
+    t = 32
+    setups: dict[str, dict[str, Any]] = {
+        "causal": {"causal": True},
+        "padding": {"mask": AttentionMask.from_lengths([t, 20])},
+        "documents": {"mask": create_block_mask(and_mods(causal_mod, document_mod(cases._docs(t))), None, None,
+                                                 t, t, block_size=4)},
+    }
+    found: dict[str, float] = {}
+    for name, kwargs in setups.items():
+        torch.manual_seed(0)
+        cfg = TransformerLayerConfig(d_model=16, num_heads=4, d_ff=32, kv_heads=2, norm_first=True)
+        full = TransformerEncoder(cfg, 2).double().eval()
+        local = TransformerEncoder(cfg, 2).double().eval()
+        local.load_state_dict(full.state_dict())
+        x = torch.randn(2, t, 16, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(2, t, 16, dtype=torch.float64)
+        y = full(x, **kwargs)
+        (y * w).sum().backward()
+        x_l = shard_sequence(x.detach(), 1).requires_grad_()
+        with context_parallel(local, timeout=30):
+            y_l = local(x_l, **kwargs)
+        (y_l * shard_sequence(w, 1)).sum().backward()
+        assert x.grad is not None and x_l.grad is not None
+        diff = [(y_l - shard_sequence(y, 1)).abs().max(), (x_l.grad - shard_sequence(x.grad, 1)).abs().max()]
+        for (_, p), (_, p_l) in zip(full.named_parameters(), local.named_parameters(), strict=True):
+            assert p.grad is not None and p_l.grad is not None
+            dist.all_reduce(p_l.grad)  # each process holds its tokens' share
+            diff.append((p_l.grad - p.grad).abs().max())
+        found[name] = float(max(diff))
+        found[name + "/restored"] = float(all("forward" not in m.__dict__ for m in local.modules()))
+    return found
