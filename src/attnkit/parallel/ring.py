@@ -57,14 +57,14 @@ from attnkit.parallel.pairs import Allowed, GlobalPairs
 
 __all__ = ["ring_attention", "PIECES", "TILE_ELEMENTS"]
 
-PIECES = 16
+PIECES = 32
 """Pieces each process's keys and values are cut into for the ring (fewer when a slice is short)."""
 MIN_PIECE = 4
 """The shortest piece, in tokens."""
 FUSED = True
 """Run blocks through torch's CPU flash kernel where it applies (False: always the readable formula)."""
-TILE_ELEMENTS = 1 << 18
-"""Scores computed at once (B * H * tq * tk), 1 MiB in float32: small tiles keep the peak near the slices' own size."""
+TILE_ELEMENTS = 1 << 17
+"""Scores computed at once (B * H * tq * tk), 512 KiB in float32: small tiles keep the peak near the slices' own size."""
 _KEY, _VALUE, _DKEY, _DVALUE = range(4)
 _BACKWARD_TAGS = 1 << 24
 
