@@ -113,7 +113,7 @@ def _launch(world: int, args: list[str]) -> list[dict[str, float]]:
 
 
 def _mib(x: float) -> str:
-    return f"{x / 2**20:.0f} MiB"
+    return f"{x / 2**20:.0f} MiB" if x >= 10 * 2**20 else f"{x / 2**10:.0f} KiB"
 
 
 def communication(scale: int) -> None:
