@@ -64,7 +64,7 @@ MIN_PIECE = 4
 FUSED = True
 """Run blocks through torch's CPU flash kernel where it applies (False: always the readable formula)."""
 TILE_ELEMENTS = 1 << 17
-"""Scores computed at once (B * H * tq * tk), 512 KiB in float32: small tiles keep the peak near the slices' own size."""
+"""Scores computed at once (B * H * tq * tk), 512 KiB in float32: small tiles keep the peak near the slices' size."""
 _KEY, _VALUE, _DKEY, _DVALUE = range(4)
 _BACKWARD_TAGS = 1 << 24
 
