@@ -74,10 +74,15 @@ def round_trip(rank: int, world: int) -> dict[str, Any]:
 
 
 def two_worker(rank: int, world: int, exact: list[tuple[str, str, str]]) -> dict[str, Any]:
-    """Exactness of every case, the layouts' round trip, the encoder stack, then the refusals (which end
-    with a group of one)."""
+    """Exactness of every case, the layouts' round trip, the encoder stack, a tiny LLaMA, then the refusals
+    (which end with a group of one)."""
+    try:
+        import transformers  # noqa: F401
+        hf: dict[str, float] | None = llama(rank, world)
+    except ImportError:  # the hf extra is not installed: test_hf skips
+        hf = None
     return {"exact": cases.exactness_worker(rank, world, exact), "layout": round_trip(rank, world),
-            "stacks": stacks(rank, world), "refusals": refusals(rank, world)}
+            "stacks": stacks(rank, world), "llama": hf, "refusals": refusals(rank, world)}
 
 
 def stacks(rank: int, world: int) -> dict[str, float]:
@@ -122,3 +127,46 @@ def stacks(rank: int, world: int) -> dict[str, float]:
         found[name] = float(max(diff))
         found[name + "/restored"] = float(all("forward" not in m.__dict__ for m in local.modules()))
     return found
+
+
+def llama(rank: int, world: int) -> dict[str, float]:
+    """A tiny random LLaMA's training step on sharded ids, positions and labels against the unsharded step.
+
+    Largest differences of the loss (summed over the processes) and of the parameters' gradients
+    (summed over the processes), float64.
+    """
+    import torch.nn.functional as F
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from attnkit.parallel import local_positions
+    from attnkit.parallel.hf import context_parallel
+
+    t = 32
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      attn_implementation="sdpa")
+    full = LlamaForCausalLM(cfg).double()
+    local = LlamaForCausalLM(cfg).double()
+    local.load_state_dict(full.state_dict())
+    ids = torch.randint(0, 64, (2, t), generator=torch.Generator().manual_seed(1))
+    shifted = torch.cat([ids[:, 1:], ids.new_full((2, 1), -100)], 1)
+    hf_loss = full(input_ids=ids, labels=ids, use_cache=False).loss.detach()  # (computed in float32 by transformers)
+    logits_full = full(input_ids=ids, use_cache=False).logits  # (B, T, V)
+    loss = F.cross_entropy(logits_full.flatten(0, 1), shifted.flatten(), ignore_index=-100)  # float64
+    loss.backward()
+    with context_parallel(local, timeout=30):
+        logits = local(input_ids=shard_sequence(ids, 1), position_ids=local_positions(t)[None].expand(2, -1),
+                       use_cache=False).logits  # (B, Tl, V)
+    mine = F.cross_entropy(logits.flatten(0, 1), shard_sequence(shifted, 1).flatten(), ignore_index=-100,
+                           reduction="sum") / (shifted != -100).sum()
+    mine.backward()
+    total = mine.detach().clone()
+    dist.all_reduce(total)
+    diff = [(total - loss).abs()]
+    for (_, p), (_, p_l) in zip(full.named_parameters(), local.named_parameters(), strict=True):
+        assert p.grad is not None and p_l.grad is not None
+        dist.all_reduce(p_l.grad)
+        diff.append((p_l.grad - p.grad).abs().max())
+    return {"max_diff": float(max(diff)), "hf_loss_diff": float((total - hf_loss).abs()),
+            "restored": float(local.config._attn_implementation == "sdpa")}
