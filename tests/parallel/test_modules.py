@@ -1,4 +1,4 @@
-"""attnkit's encoder stack under context_parallel equals the stack on the whole sequence."""
+"""attnkit's encoder and decoder stacks under context_parallel equal the stacks on the whole sequence."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 from attnkit.parallel import ContextParallelError, context_parallel
 
 
-@pytest.mark.parametrize("mask", ["causal", "padding", "documents"])
-def test_encoder_stack_under_context_parallel_equals_the_whole_sequence(two: list[dict[str, Any]], mask: str) -> None:
+@pytest.mark.parametrize("mask", ["causal", "padding", "documents", "decoder"])
+def test_stacks_under_context_parallel_equal_the_whole_sequence(two: list[dict[str, Any]], mask: str) -> None:
     for rank, found in enumerate(r["stacks"] for r in two):
         assert found[mask] <= 1e-12, f"rank {rank}: differs by {found[mask]:.3g}"
         assert found[mask + "/restored"] == 1.0, "the layers did not get their own forward back"

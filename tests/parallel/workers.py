@@ -86,12 +86,12 @@ def two_worker(rank: int, world: int, exact: list[tuple[str, str, str]]) -> dict
 
 
 def stacks(rank: int, world: int) -> dict[str, float]:
-    """An attnkit encoder stack under context_parallel against the same stack on the whole sequence.
+    """attnkit's encoder and decoder stacks under context_parallel against the same stacks on the whole sequence.
 
-    Largest differences of the output, the input's gradient and the parameters' gradients
-    (summed over the processes), per mask.
+    Largest differences of the output, the inputs' gradients and the parameters' gradients
+    (summed over the processes), per mask; the decoder reads a whole encoder memory.
     """
-    from attnkit.blocks import TransformerEncoder, TransformerLayerConfig
+    from attnkit.blocks import TransformerDecoder, TransformerEncoder, TransformerLayerConfig
     from attnkit.core.block_mask import and_mods, causal_mod, create_block_mask, document_mod
     from attnkit.core.masks import AttentionMask
     from attnkit.parallel import context_parallel
@@ -102,25 +102,32 @@ def stacks(rank: int, world: int) -> dict[str, float]:
         "padding": {"mask": AttentionMask.from_lengths([t, 20])},
         "documents": {"mask": create_block_mask(and_mods(causal_mod, document_mod(cases._docs(t))), None, None,
                                                  t, t, block_size=4)},
+        "decoder": {"causal": True, "memory_mask": AttentionMask.from_lengths([10, 7])},
     }
     found: dict[str, float] = {}
     for name, kwargs in setups.items():
         torch.manual_seed(0)
         cfg = TransformerLayerConfig(d_model=16, num_heads=4, d_ff=32, kv_heads=2, norm_first=True)
-        full = TransformerEncoder(cfg, 2).double().eval()
-        local = TransformerEncoder(cfg, 2).double().eval()
+        kind = TransformerDecoder if name == "decoder" else TransformerEncoder
+        full, local = kind(cfg, 2).double().eval(), kind(cfg, 2).double().eval()
         local.load_state_dict(full.state_dict())
         x = torch.randn(2, t, 16, dtype=torch.float64, requires_grad=True)
+        memory = torch.randn(2, 10, 16, dtype=torch.float64, requires_grad=True)
         w = torch.randn(2, t, 16, dtype=torch.float64)
-        y = full(x, **kwargs)
+        extra = (memory,) if name == "decoder" else ()
+        y = full(x, *extra, **kwargs)
         (y * w).sum().backward()
         x_l = shard_sequence(x.detach(), 1).requires_grad_()
+        memory_l = memory.detach().clone().requires_grad_()
         with context_parallel(local, timeout=30):
-            y_l = local(x_l, **kwargs)
+            y_l = local(x_l, *((memory_l,) if extra else ()), **kwargs)
         (y_l * shard_sequence(w, 1)).sum().backward()
         assert x.grad is not None and x_l.grad is not None
         diff = [(y_l - shard_sequence(y, 1)).abs().max(), (x_l.grad - shard_sequence(x.grad, 1)).abs().max()]
-        for (_, p), (_, p_l) in zip(full.named_parameters(), local.named_parameters(), strict=True):
+        pairs = list(zip(full.parameters(), local.parameters(), strict=True))
+        if extra:
+            pairs.append((memory, memory_l))
+        for p, p_l in pairs:
             assert p.grad is not None and p_l.grad is not None
             dist.all_reduce(p_l.grad)  # each process holds its tokens' share
             diff.append((p_l.grad - p.grad).abs().max())
