@@ -68,8 +68,8 @@ class GlobalPairs:
         self.mask = mask
         self.causal = bool(causal)
         self.kinds: Tensor | None = None
-        if isinstance(mask, BlockMask):
-            self.kinds = block_kinds(mask)  # (Bm, Hm, nQ, nK): 0 empty, 1 full, 2 + i partial i
+        if isinstance(mask, BlockMask):  # (Bm, Hm, nQ, nK): 0 empty, 1 full, 2 + i partial i; kept on the mask
+            self.kinds = mask.cached(("parallel", "block-kinds"), lambda: block_kinds(mask))
 
     def description(self) -> list[object]:
         """What identifies these pairs across processes (for the agreement fingerprint)."""

@@ -495,7 +495,8 @@ def _agreement(q: Tensor, k: Tensor, v: Tensor, layout: str, causal: bool, scale
         "dtype": fingerprint([str(q.dtype)]),
         "layout": fingerprint([layout]),
         "causal, scale and score_mod": fingerprint([causal, scale, mod]),
-        "mask": fingerprint(pairs.description()),
+        "mask": pairs.mask.cached(("parallel", "fingerprint"), lambda: fingerprint(pairs.description()))
+        if isinstance(pairs.mask, BlockMask) else fingerprint(pairs.description()),
     }
 
 
