@@ -9,7 +9,8 @@ import pytest
 from tests.parallel import cases, spawn, workers
 
 TWO = [(c, "balanced", dt) for c in cases.CASES for dt in ("float64", "float32")] + \
-    [(c, "contiguous", "float64") for c in ("causal", "window", "documents", "gqa", "padding")]
+    [(c, "contiguous", "float64") for c in ("causal", "window", "documents", "gqa", "padding")] + \
+    [("causal", "balanced", "bfloat16"), ("documents", "balanced", "float16"), ("alibi", "balanced", "bfloat16")]
 
 
 @pytest.fixture(scope="session")

@@ -429,8 +429,9 @@ def _ring_backward(q: Tensor, k: Tensor, v: Tensor, saved: _Saved, plan: _Plan,
             span = plan.recv[i]
             assert span is not None
             gk, gv = _backward_block(q, ks, vs, span[0], saved, plan, m, dq)
-            grad_sends = [g.send(gk.to(k.dtype), src, tag0 + 4 * i + _DKEY, "backward"),
-                          g.send(gv.to(v.dtype), src, tag0 + 4 * i + _DVALUE, "backward")]
+            # in the working dtype, as the owner accumulates them (float32 for half inputs)
+            grad_sends = [g.send(gk, src, tag0 + 4 * i + _DKEY, "backward"),
+                          g.send(gv, src, tag0 + 4 * i + _DVALUE, "backward")]
         for s in sends:
             wait(g, s, dst, f"sending keys/values of round {i} (backward)")
         if previous is not None:
