@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-import attnkit.parallel.ring as ring_module
+import attnkit.parallel.blocks as blocks_module
 from attnkit import attention, masks
 from attnkit.core.block_mask import BlockMask, and_mods, causal_mod, create_block_mask, document_mod, sliding_window_mod
 from attnkit.core.kernels.dense import safe_softmax
@@ -101,12 +101,12 @@ def run_case(name: str, layout: str, dtype: torch.dtype, t: int = T) -> dict[str
     (ref * w).sum().backward()
     local = [shard_sequence(x, 2, layout=layout).detach().requires_grad_() for x in (q, k, v)]  # type: ignore[arg-type]
     reset_comm_stats()
-    ring_module.FUSED = not no_kernel
+    blocks_module.FUSED = not no_kernel
     try:
         out = ring_attention(*local, layout=layout, timeout=30, **kwargs)  # type: ignore[arg-type]
         (out * shard_sequence(w, 2, layout=layout)).sum().backward()  # type: ignore[arg-type]
     finally:
-        ring_module.FUSED = True
+        blocks_module.FUSED = True
     stats = comm_stats()
     found = {"out": (out - shard_sequence(ref, 2, layout=layout)).abs().max().item()}  # type: ignore[arg-type]
     for n, x, loc in zip("qkv", full, local, strict=True):
