@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 PACKAGES = ["attnkit", "attnkit.core", "attnkit.layers", "attnkit.blocks", "attnkit.models", "attnkit.reference",
-            "attnkit.data", "attnkit.train", "attnkit.viz", "attnkit.inspect"]
+            "attnkit.data", "attnkit.train", "attnkit.viz", "attnkit.inspect", "attnkit.parallel"]
 EXTRA_MODULES = ["attnkit.core.dispatch", "attnkit.core.types", "attnkit.core.block_mask",
                  "attnkit.core.score_mods", "attnkit.core.kernels.tiles", "attnkit.positional",
                  "attnkit.decoding", "attnkit.models.seq2seq",

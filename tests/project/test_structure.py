@@ -41,6 +41,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "viz": BASE,
     "inspect": BASE | {"layers", "core", "viz"},
     "bench": BASE | {"core", "layers", "positional"},
+    # context parallelism: the core's masks and score mods over torch.distributed, and the
+    # layers it runs through the ring (context_parallel); nothing below imports it
+    "parallel": BASE | {"core", "positional", "layers"},
     # the server sits at the top, beside cli: it answers with what training left behind
     "serve": BASE | {"train", "attribution", "inspect", "data", "models"},
 }

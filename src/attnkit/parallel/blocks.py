@@ -1,0 +1,262 @@
+"""One block of ring attention: this process's queries against one span of keys, forward and backward.
+
+The ring (:mod:`attnkit.parallel.ring`) hands every block here with the keys'
+global positions. :func:`forward_block` folds a block into the running output
+and log-sum-exp (the online softmax of FlashAttention)::
+
+    L = logaddexp(L, L_blk),   O = O * exp(L_old - L) + exp(S_blk - L) V_blk
+
+:func:`backward_block` returns the block's share of the gradients from the
+*global* ``O`` and ``L`` (Dao et al., 2022)::
+
+    P = exp(S - L),  dV += P^T dO,  dS = P * (dO V^T - rowsum(dO * O)),  dQ += s dS K,  dK += s dS^T Q
+
+Two ways compute a block, tested against each other: torch's CPU flash
+kernel, which returns the block's log-sum-exp and, given the global ``O`` and
+``L``, the exact gradients (float32/float64, no ``score_mod`` or a
+:func:`~attnkit.core.score_mods.bias_mod`, equal query and value widths); and
+the readable formula in small query tiles (any ``score_mod``, float32 for half
+inputs, float64 kept). The mask's empty blocks are skipped either way
+(:meth:`~attnkit.parallel.pairs.GlobalPairs.block`); a query row with no key
+gets zero output and zero gradients.
+
+Shape legend: B batch, H query heads, Hkv key/value heads, G = H / Hkv,
+Tl local length, Dh head width, Dv value head width, tq/tk the queries and keys of one tile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attnkit.core.score_mods import apply_score_mod, bias_of, refuse_non_finite
+from attnkit.core.types import ScoreMod
+from attnkit.parallel.pairs import Allowed, GlobalPairs
+
+__all__ = ["BlockMath", "Saved", "fusable", "forward_block", "backward_block", "FUSED", "TILE_ELEMENTS"]
+
+FUSED = True
+"""Run blocks through torch's CPU flash kernel where it applies (False: always the readable formula)."""
+TILE_ELEMENTS = 1 << 17
+"""Scores computed at once (B * H * tq * tk), 512 KiB in float32: small tiles keep the peak near the slices' size."""
+
+
+@dataclass
+class BlockMath:
+    """The per-call constants of the block math."""
+
+    scale: float
+    score_mod: ScoreMod | None
+    dtype: torch.dtype  # the working dtype: float32 for half inputs
+    fused: bool = False  # blocks through torch's CPU flash kernel (no score_mod, or a bias_mod)
+
+
+@dataclass
+class Saved:
+    """What backward reads of the forward, per query row, in the working dtype."""
+
+    go: Tensor  # the output's gradient (B, H, Tl, Dv)
+    base: Tensor  # log-sum-exp, 0 where a row has no key (B, H, Tl)
+    delta: Tensor  # rowsum(dO * O) (B, H, Tl)
+    out: Tensor  # the output (B, H, Tl, Dv)
+    lse_open: Tensor  # log-sum-exp, +inf where a row has no key: every weight exp(s - L) is 0 (B, H, Tl)
+
+
+def fusable(q: Tensor, v: Tensor, score_mod: ScoreMod | None) -> bool:
+    """Whether the blocks can run through torch's CPU flash kernel, which returns the log-sum-exp."""
+    return (FUSED and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+            and v.shape[-1] == q.shape[-1]
+            and (score_mod is None or bias_of(score_mod) is not None)
+            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"))
+
+
+def _index(b: int, h: int, span: tuple[int, int, int, int], device: torch.device) -> tuple[Tensor, ...]:
+    """A score_mod's ``(b, h, q_idx, kv_idx)`` for queries ``[qa, qb)`` and keys ``[ka, kb)`` (global positions)."""
+    qa, qb, ka, kb = span
+    return (torch.arange(b, device=device).view(b, 1, 1, 1), torch.arange(h, device=device).view(1, h, 1, 1),
+            torch.arange(qa, qb, device=device).view(1, 1, -1, 1),
+            torch.arange(ka, kb, device=device).view(1, 1, 1, -1))
+
+
+def _additive(allowed: Allowed, m: BlockMath, span: tuple[int, int, int, int], b: int, h: int,
+              device: torch.device) -> Tensor | None:
+    """A tile's additive mask for the fused kernel: the bias_mod's term, ``-inf`` where not allowed.
+
+    Shape:
+        returns ``(B|1, H|1, tq, tk)`` in the working dtype, or ``None``.
+    """
+    bias: Tensor | None = None
+    if m.score_mod is not None:
+        bias_fn = bias_of(m.score_mod)
+        assert bias_fn is not None
+        qa, qb, ka, kb = span
+        idx = _index(b, h, span, device)
+        bias = torch.broadcast_to(bias_fn(*idx), (b, h, qb - qa, kb - ka)).to(m.dtype)
+        refuse_non_finite("score_mod", bias, None, idx)
+    if isinstance(allowed, Tensor):
+        blocked = torch.zeros(allowed.shape, dtype=m.dtype, device=device).masked_fill_(~allowed, float("-inf"))
+        bias = blocked if bias is None else bias + blocked
+    return bias
+
+
+def _expand_heads(x: Tensor, h: int) -> Tensor:
+    """Key/value heads repeated for their query heads (the fused kernel takes equal heads). ``(B, H, tk, D)``."""
+    return x if x.shape[1] == h else x.repeat_interleave(h // x.shape[1], dim=1)
+
+
+def _fold_heads(x: Tensor, hkv: int) -> Tensor:
+    """The gradient of :func:`_expand_heads`: per query head ``(B, H, tk, D)`` summed to ``(B, Hkv, tk, D)``."""
+    b, h, tk, d = x.shape
+    return x if h == hkv else x.view(b, hkv, h // hkv, tk, d).sum(2)
+
+
+def q_tiles(runs: list[tuple[int, int]], b: int, h: int, tk: int) -> list[tuple[int, int, slice]]:
+    """The query tiles of a process holding ``runs``: (global start, global stop, local slice)."""
+    size = max(1, TILE_ELEMENTS // max(1, b * h * tk))
+    tiles, at = [], 0
+    for a, z in runs:
+        for q0 in range(a, z, size):
+            q1 = min(z, q0 + size)
+            tiles.append((q0, q1, slice(at + q0 - a, at + q1 - a)))
+        at += z - a
+    return tiles
+
+
+def _modded(score_mod: ScoreMod, raw: Tensor, idx: tuple[Tensor, ...], check: bool) -> Tensor:
+    """``score_mod`` of the tile's logits in their own dtype (float64 stays float64), checked like the core's.
+
+    A :func:`~attnkit.core.score_mods.bias_mod` adds its term; any other goes through
+    :func:`~attnkit.core.score_mods.apply_score_mod`'s checks, and its result keeps ``raw``'s dtype.
+    """
+    bias_fn = bias_of(score_mod)
+    if bias_fn is not None:
+        s = raw + bias_fn(*idx).to(raw.dtype)
+        if check:
+            refuse_non_finite("score_mod", s, raw, idx)
+        return s
+    if raw.dtype != torch.float64:
+        return apply_score_mod(score_mod, raw, idx, check=check).to(raw.dtype)
+    out = score_mod(raw, *idx)
+    apply_score_mod(lambda *_: out, raw, idx, check=check)  # the core's checks of type, shape and finiteness
+    return out.to(raw.dtype)
+
+
+def _scores(qt: Tensor, k: Tensor, span: tuple[int, int, int, int], m: BlockMath, allowed: Allowed,
+            grad: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Scaled (and score-modded) logits of a tile, ``-inf`` where not allowed; with ``grad`` the raw logits too.
+
+    Shape:
+        qt ``(B, H, tq, Dh)``, k ``(B, Hkv, tk, Dh)``; returns ``(B, H, tq, tk)`` in the working dtype.
+    """
+    b, h, tq, dh = qt.shape
+    hkv, tk = k.shape[1], k.shape[2]
+    qg = qt.to(m.dtype).reshape(b, hkv, h // hkv, tq, dh)  # (B, Hkv, G, tq, Dh)
+    raw = (qg @ k.to(m.dtype).unsqueeze(2).transpose(-1, -2)).reshape(b, h, tq, tk) * m.scale
+    s, src = raw, None
+    if m.score_mod is not None:
+        idx = _index(b, h, span, qt.device)
+        if grad and bias_of(m.score_mod) is None:  # backward needs the score_mod's vector-Jacobian product
+            src = raw.requires_grad_()
+        with torch.enable_grad() if src is not None else contextlib.nullcontext():
+            s = _modded(m.score_mod, raw, idx, check=not grad)
+            if isinstance(allowed, Tensor):
+                s = s.masked_fill(~allowed, float("-inf"))
+        return s, src
+    if isinstance(allowed, Tensor):
+        s = s.masked_fill(~allowed, float("-inf"))
+    return s, src
+
+
+def forward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, pairs: GlobalPairs, runs: list[tuple[int, int]],
+                  m: BlockMath, out: Tensor, lse: Tensor) -> None:
+    """Fold the keys ``[ka, ka + tk)`` into the running output and log-sum-exp, tile by tile, in place.
+
+    Shape:
+        q ``(B, H, Tl, Dh)``; k ``(B, Hkv, tk, Dh)``, v ``(B, Hkv, tk, Dv)``; out ``(B, H, Tl, Dv)``,
+        lse ``(B, H, Tl)``, both in the working dtype.
+    """
+    b, h = q.shape[:2]
+    hkv, tk = k.shape[1], k.shape[2]
+    for qa, qb, loc in q_tiles(runs, b, h, tk):
+        allowed = pairs.block(qa, qb, ka, ka + tk)
+        if allowed is False:
+            continue
+        old = lse[:, :, loc]
+        if m.fused:
+            o, blk = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                q[:, :, loc], _expand_heads(k, h), _expand_heads(v, h),
+                attn_mask=_additive(allowed, m, (qa, qb, ka, ka + tk), b, h, q.device), scale=m.scale)
+            if isinstance(allowed, Tensor):  # a row with no key in this block: the kernel says 0, it is -inf
+                blk = blk.masked_fill(~allowed.any(-1), float("-inf"))
+            new = torch.logaddexp(old, blk)  # (B, H, tq)
+            base = new.masked_fill(torch.isneginf(new), 0.0)
+            pv = o * torch.exp(blk - base)[..., None]  # (B, H, tq, Dv)
+        else:
+            s, _ = _scores(q[:, :, loc], k, (qa, qb, ka, ka + tk), m, allowed)  # (B, H, tq, tk)
+            new = torch.logaddexp(old, torch.logsumexp(s, dim=-1))  # (B, H, tq)
+            base = new.masked_fill(torch.isneginf(new), 0.0)  # rows with no key yet: nothing to scale
+            p = torch.exp(s - base[..., None])  # (B, H, tq, tk)
+            pv = (p.reshape(b, hkv, h // hkv, -1, tk) @ v.to(m.dtype).unsqueeze(2)).reshape(b, h, -1, v.shape[-1])
+        out[:, :, loc] = out[:, :, loc] * torch.exp(old - base)[..., None] + pv
+        lse[:, :, loc] = new
+
+
+def fused_backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: Saved, pairs: GlobalPairs,
+                         runs: list[tuple[int, int]], m: BlockMath, dq: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`backward_block` through torch's CPU flash backward, given the *global* output and log-sum-exp.
+
+    With the whole row's ``O`` and ``L`` the kernel's ``exp(S - L)`` and ``rowsum(dO * O)`` are those of the
+    full attention, so it returns exactly this block's share of dq, dk and dv.
+    """
+    b, h = q.shape[:2]
+    hkv, tk = k.shape[1], k.shape[2]
+    ke, ve = _expand_heads(k, h), _expand_heads(v, h)
+    dk = torch.zeros(b, h, tk, k.shape[-1], dtype=m.dtype, device=k.device)
+    dv = torch.zeros(b, h, tk, v.shape[-1], dtype=m.dtype, device=v.device)
+    for qa, qb, loc in q_tiles(runs, b, h, tk):
+        allowed = pairs.block(qa, qb, ka, ka + tk)
+        if allowed is False:
+            continue
+        gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            saved.go[:, :, loc].contiguous(), q[:, :, loc], ke, ve, saved.out[:, :, loc], saved.lse_open[:, :, loc],
+            0.0, False, attn_mask=_additive(allowed, m, (qa, qb, ka, ka + tk), b, h, q.device), scale=m.scale)
+        dq[:, :, loc] += gq
+        dk += gk
+        dv += gv
+    return _fold_heads(dk, hkv), _fold_heads(dv, hkv)
+
+
+def backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: Saved, pairs: GlobalPairs,
+                   runs: list[tuple[int, int]], m: BlockMath, dq: Tensor) -> tuple[Tensor, Tensor]:
+    """The keys ``[ka, ka + tk)``'s share of the gradients: ``dq`` grows in place; returns ``dk``, ``dv``.
+
+    Shape:
+        q, dq ``(B, H, Tl, Dh)``; k ``(B, Hkv, tk, Dh)``, v ``(B, Hkv, tk, Dv)``; returns their shapes.
+    """
+    if m.fused:
+        return fused_backward_block(q, k, v, ka, saved, pairs, runs, m, dq)
+    b, h = q.shape[:2]
+    hkv, tk = k.shape[1], k.shape[2]
+    go, base, delta = saved.go, saved.base, saved.delta
+    kw, vw = k.to(m.dtype).unsqueeze(2), v.to(m.dtype).unsqueeze(2)  # (B, Hkv, 1, tk, D)
+    dk = torch.zeros(kw.shape[0], hkv, tk, k.shape[-1], dtype=m.dtype, device=k.device)
+    dv = torch.zeros(kw.shape[0], hkv, tk, v.shape[-1], dtype=m.dtype, device=v.device)
+    for qa, qb, loc in q_tiles(runs, b, h, tk):
+        allowed = pairs.block(qa, qb, ka, ka + tk)
+        if allowed is False:
+            continue
+        s, raw = _scores(q[:, :, loc], k, (qa, qb, ka, ka + tk), m, allowed, grad=True)
+        p = torch.exp(s.detach() - base[:, :, loc, None])  # (B, H, tq, tk)
+        p5 = p.reshape(b, hkv, h // hkv, -1, tk)  # (B, Hkv, G, tq, tk)
+        g5 = go[:, :, loc].reshape(b, hkv, h // hkv, -1, go.shape[-1])  # (B, Hkv, G, tq, Dv)
+        dv += (p5.transpose(-1, -2) @ g5).sum(2)
+        ds = p * ((g5 @ vw.transpose(-1, -2)).reshape(p.shape) - delta[:, :, loc, None])  # (B, H, tq, tk)
+        if raw is not None:  # through the score_mod: its vector-Jacobian product
+            (ds,) = torch.autograd.grad(s, raw, ds)
+        ds5 = ds.reshape(b, hkv, h // hkv, -1, tk) * m.scale
+        dq[:, :, loc] += (ds5 @ kw).reshape(b, h, -1, k.shape[-1])
+        dk += (ds5.transpose(-1, -2) @ q[:, :, loc].to(m.dtype).reshape(b, hkv, h // hkv, -1, q.shape[-1])).sum(2)
+    return dk, dv
