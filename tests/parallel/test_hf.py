@@ -41,3 +41,10 @@ def test_without_a_process_group_the_block_says_so() -> None:
         with context_parallel(model):
             pass
     assert model.config._attn_implementation == before
+
+
+def test_the_backend_module_offers_the_same_block() -> None:
+    from attnkit.integrations import transformers as backend
+    from attnkit.parallel import hf
+
+    assert backend.context_parallel is hf.context_parallel

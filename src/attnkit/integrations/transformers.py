@@ -82,9 +82,10 @@ from attnkit.core.functional import attention
 from attnkit.core.masks import FORWARD_POSITION_IDS, restart_documents
 from attnkit.core.score_mods import bias_mod, soft_cap_mod
 from attnkit.core.types import MaskMod, ScoreMod
+from attnkit.parallel.hf import context_parallel  # one sequence across processes (docs/context-parallel.md)
 
 __all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "check_model", "attnkit_mask",
-           "attnkit_attention_forward", "document_ids", "watch_positions"]
+           "attnkit_attention_forward", "document_ids", "watch_positions", "context_parallel"]
 
 NAME = "attnkit"
 """The name to pass as ``attn_implementation``."""
