@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/context_parallel.py [--quick]
+    python benchmarks/context_parallel.py [--quick | --longest [--budget MIB]]
 
 Every figure comes from separate processes started by this script (gloo on
 CPU, one thread each), both sides of a ratio measured the same way in the
@@ -20,6 +20,21 @@ same run:
   (the interpreter and torch, the same in both); target <= 0.6x.
 * **time** -- the wall time of that forward+backward (second call), one
   process against the slower of the two.
+* **longest** (``--longest``) -- under the same per-process memory limit, the
+  longest T whose causal forward+backward (B=1 H=16 Dh=64 float32) completes
+  in one process (``attnkit.attention``) and in each of two
+  (``ring_attention``, balanced layout). Each process, after its imports (and,
+  for the ring, the process group's setup), reads its own VmSize and sets
+  ``RLIMIT_AS`` to VmSize + ``--budget`` MiB (default 256), the same on both
+  sides, with ``MALLOC_ARENA_MAX=2``: the limit counts what the attention
+  reserves, not the interpreter, torch or gloo's threads. A run fits when the
+  step completes; a MemoryError, an allocation RuntimeError, a crash or (for
+  the ring) a ContextParallelError of a dead peer means it does not (the ring
+  runs with ``timeout=60``). T is doubled from 1,024 until a run fails, then
+  bisected to 5 % (multiples of 64). Target: two processes >= 1.8x one. It
+  runs by default; ``--quick`` skips it (each probe is a full
+  forward+backward at up to 16k tokens: about 8 minutes on 2 shared cores),
+  ``--longest`` runs only it.
 
 ``--quick`` divides the lengths by 4 (the targets are for the full sizes).
 """
@@ -84,6 +99,45 @@ def _child(opts: argparse.Namespace) -> dict[str, float]:
     found = {"peak": _status("VmHWM"), "base": base, "seconds": seconds,
              "forward_bytes": stats.sent.get("forward", 0), "backward_bytes": stats.sent.get("backward", 0)}
     if world > 1:
+        dist.destroy_process_group()
+    return found
+
+
+def _fit_child(opts: argparse.Namespace) -> dict[str, float]:
+    """One process of a ``--longest`` probe: limit address space to VmSize + budget, then one forward+backward."""
+    import resource
+
+    import torch.distributed as dist
+
+    from attnkit import attention
+    from attnkit.parallel import ContextParallelError, ring_attention
+
+    torch.set_num_threads(1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        dist.init_process_group("gloo")
+    t, b, h, dh = opts.t, opts.b, opts.h, opts.dh
+    tl = t // world
+    g = torch.Generator().manual_seed(int(os.environ.get("RANK", "0")))
+    base = _status("VmSize")
+    resource.setrlimit(resource.RLIMIT_AS, (base + opts.budget * 2**20, resource.RLIM_INFINITY))
+    ok, why = True, ""
+    try:
+        q, k, v = (torch.randn(b, h, tl, dh, generator=g).requires_grad_() for _ in range(3))
+        if world == 1:
+            out = attention(q, k, v, causal=True)
+        else:
+            out = ring_attention(q, k, v, causal=True, layout="balanced", timeout=60)
+        out.sum().backward()
+        del out, q, k, v
+    except (MemoryError, ContextParallelError) as e:
+        ok, why = False, type(e).__name__
+    except RuntimeError as e:
+        if "alloc" not in str(e).lower() and "memory" not in str(e).lower():
+            raise
+        ok, why = False, "RuntimeError: " + str(e).splitlines()[0][:80]
+    found = {"ok": ok, "why": why, "vmsize": base, "peak": _status("VmHWM"), "peak_vm": _status("VmPeak")}
+    if world > 1 and ok:
         dist.destroy_process_group()
     return found
 
@@ -153,21 +207,94 @@ def memory_and_time(scale: int) -> None:
           f"{one['seconds'] / slow:.2f}x (one thread per process; not expected to be faster on 2 shared cores)")
 
 
+def _fits(world: int, t: int, budget: int) -> bool:
+    """Whether causal forward+backward at ``t`` completes in each of ``world`` processes under the budget."""
+    port = str(_free_port())
+    args = ["--fit", "--t", str(t), "--b", "1", "--h", "16", "--dh", "64", "--budget", str(budget)]
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                   OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
+        procs.append(subprocess.Popen([sys.executable, __file__, "--child", *args], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    ok, notes = True, []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            out, err = p.communicate()
+            ok = False
+            notes.append("hung")
+            continue
+        lines = out.strip().splitlines()
+        if p.returncode or not lines:
+            ok = False
+            notes.append(f"exit {p.returncode}: {err.strip().splitlines()[-1][:80] if err.strip() else ''}")
+            continue
+        found = json.loads(lines[-1])
+        ok = ok and found["ok"]
+        notes.append(("fits" if found["ok"] else found["why"])
+                     + f", peak {_mib(found['peak'])} resident, {_mib(found['peak_vm'] - found['vmsize'])} "
+                       f"address space above {_mib(found['vmsize'])}")
+    print(f"    {world} process{'es' if world > 1 else ''}, T={t}: {'fits' if ok else 'does not fit'} "
+          f"({'; '.join(notes)})", flush=True)
+    return ok
+
+
+def _longest(world: int, budget: int, start: int = 1024, step: int = 64) -> int:
+    """The longest T (a multiple of ``step``) that fits: doubling from ``start``, then bisection to 5 %."""
+    lo, hi = 0, start
+    while _fits(world, hi, budget):
+        lo, hi = hi, 2 * hi
+    if lo == 0:
+        lo, hi = 0, start
+    while hi - lo > max(step, lo // 20):
+        mid = (lo + hi) // 2 // step * step
+        if mid <= lo:
+            break
+        if _fits(world, mid, budget):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def longest(budget: int) -> None:
+    print(f"longest: causal attention forward+backward, B=1 H=16 Dh=64 float32, each process limited to "
+          f"{budget} MiB of address space above its VmSize after imports (RLIMIT_AS, MALLOC_ARENA_MAX=2)")
+    start = time.perf_counter()
+    one = _longest(1, budget)
+    two = _longest(2, budget)
+    verdict = "PASS" if one and two >= 1.8 * one else "MISS"
+    ratio = f"{two / one:.2f}x" if one else "n/a"
+    print(f"  budget {budget} MiB per process: longest T, 1 process (attnkit.attention) {one}, "
+          f"2 processes (ring_attention, balanced) {two}: {ratio} (target >= 1.8x) {verdict} "
+          f"[{time.perf_counter() - start:.0f} s]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="lengths divided by 4")
+    parser.add_argument("--longest", action="store_true", help="only the longest-T-under-a-memory-limit section")
+    parser.add_argument("--budget", type=int, default=256, help="--longest: MiB of address space per process")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--fit", action="store_true", help=argparse.SUPPRESS)
     for name in ("t", "b", "h", "dh", "window"):
         parser.add_argument(f"--{name}", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--full", action="store_true", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
-        print(json.dumps(_child(opts)))
+        print(json.dumps(_fit_child(opts) if opts.fit else _child(opts)))
         return
     scale = 4 if opts.quick else 1
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, gloo, one thread per process")
-    communication(scale)
-    memory_and_time(scale)
+    if not opts.longest:
+        communication(scale)
+        memory_and_time(scale)
+    if opts.longest or not opts.quick:
+        longest(opts.budget)
 
 
 if __name__ == "__main__":
