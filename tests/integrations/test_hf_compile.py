@@ -8,6 +8,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import attnkit.integrations.transformers  # noqa: E402, F401  registers "attnkit"
+from tests.integrations.test_hf_backend import FAMILIES, _bart, _model, _t5, uses_the_interface  # noqa: E402
 
 V, T = 97, 12
 PACKED = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 0, 1, 2]])
@@ -90,3 +91,35 @@ def test_a_compiled_training_step_has_the_gradients_of_eager_mode(form):
     model(**inputs, labels=labels, use_cache=False).loss.backward()  # the backend, not compiled
     for name, p in model.named_parameters():
         torch.testing.assert_close(got[name], p.grad, atol=1e-5, rtol=0, msg=name)
+
+
+def _family(name: str):
+    if name == "t5":
+        torch.manual_seed(0)
+        return _t5().eval()
+    if name == "bart":
+        torch.manual_seed(0)
+        return _bart().eval()
+    return _model(name)
+
+
+@pytest.mark.parametrize("name", [*FAMILIES, "t5", "bart"])
+def test_every_family_compiles_without_a_break_on_a_padded_batch(name):
+    """Windows (Mistral, Qwen2), soft-capping (Gemma-2), sinks (GPT-OSS), T5's position bias, cross-attention."""
+    model = _family(name)
+    if not uses_the_interface(model):
+        return
+    model.set_attn_implementation("attnkit")
+    inputs = _inputs("padding")
+    if name in ("t5", "bart"):
+        inputs["decoder_input_ids"] = inputs["input_ids"][:, :6]
+    elif "use_cache" in type(model).forward.__code__.co_varnames:
+        inputs["use_cache"] = False
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(model)(**inputs)
+    assert explained.graph_break_count == 0, [b.reason.splitlines()[0] for b in explained.break_reasons]
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled = torch.compile(model, fullgraph=True, backend="eager")(**inputs).logits
+        backend = model(**inputs).logits
+    torch.testing.assert_close(compiled, backend, atol=1e-5, rtol=0)
