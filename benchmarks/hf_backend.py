@@ -258,9 +258,9 @@ def _process_memory(sdpa: dict[str, Any], ours: dict[str, Any], rest: dict[str, 
     s_p, o_p, r_p = (float(x["process_peak_mib"]) for x in (sdpa, ours, rest))
     base = float(sdpa["import_mib"])
     print(f"  whole process peak RSS (each side in its own process): sdpa {s_p:.0f} MiB, attnkit {o_p:.0f} MiB, "
-          f"{NO_ATTENTION} {r_p:.0f} MiB: attnkit {o_p / s_p:.2f}x sdpa's (target <= 0.5x); above the "
-          f"{base:.0f} MiB the imports hold: {(o_p - base) / (s_p - base):.2f}x; at least {r_p / s_p:.2f}x "
-          f"({(r_p - base) / (s_p - base):.2f}x above the imports) even if attnkit's attention held nothing")
+          f"{NO_ATTENTION} {r_p:.0f} MiB: attnkit {o_p / s_p:.3f}x sdpa's (target <= 0.5x); above the "
+          f"{base:.0f} MiB the imports hold: {(o_p - base) / (s_p - base):.3f}x; at least {r_p / s_p:.3f}x "
+          f"({(r_p - base) / (s_p - base):.3f}x above the imports) even if attnkit's attention held nothing")
 
 
 def _shorter(t: int, repeats: int) -> None:

@@ -47,6 +47,13 @@ see the position ids (DistilBERT, ModernBERT) get the model forward's
 BlockMasks ``generate()`` prepares for static caches pass through the builder
 again unchanged.
 
+**Compiled** (``torch.compile``): a BlockMask's layout is read from the mask's
+values, which a compiled graph cannot branch on, so under compile the builder
+evaluates the mask function into a dense ``(B, 1, Tq, Tk)`` boolean mask
+(:func:`_compiled_mask`), as transformers' ``sdpa_mask`` does; padding and
+restarting position ids are folded in without reading their values. The
+backend then adds no graph break; every block is computed (no skipping).
+
 Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk query/key
 length, Dh head width.
 """
