@@ -123,3 +123,22 @@ def test_every_family_compiles_without_a_break_on_a_padded_batch(name):
         compiled = torch.compile(model, fullgraph=True, backend="eager")(**inputs).logits
         backend = model(**inputs).logits
     torch.testing.assert_close(compiled, backend, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("q_offset", [6, torch.tensor(6)], ids=["int", "tensor"])
+def test_the_compiled_builder_gives_the_eager_builders_mask_dense(q_offset):
+    from transformers.masking_utils import chunked_causal_mask_function
+
+    from attnkit.integrations import transformers as hf
+
+    padding = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    fn = chunked_causal_mask_function(3, torch.tensor([1]))
+
+    def build(offset):
+        return hf.attnkit_mask(1, 4, 10, q_offset=offset, kv_offset=0, mask_function=fn, attention_mask=padding)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(build, fullgraph=True, backend="eager")(q_offset)
+    eager = hf.attnkit_mask(1, 4, 10, q_offset=6, kv_offset=0, mask_function=fn, attention_mask=padding)
+    assert type(compiled) is torch.Tensor and compiled.shape == (1, 1, 4, 10)
+    assert torch.equal(compiled, eager.to_dense())

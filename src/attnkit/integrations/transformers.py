@@ -456,7 +456,8 @@ def _composed(mask_function: Callable[..., Tensor] | None, attention_mask: Tenso
             padding = prepare_padding_mask(attention_mask.bool(), kv_length, _as_int(kv_offset, "kv_offset"))
             assert padding is not None
             mod = and_masks(mod, padding_mask_function(padding))
-    return add_offsets_to_mask_function(mod, _offset(q_offset, "q_offset"), _as_int(kv_offset, "kv_offset"))
+    q_shift: Any = _offset(q_offset, "q_offset")  # a one-element tensor adds as an int does
+    return add_offsets_to_mask_function(mod, q_shift, _as_int(kv_offset, "kv_offset"))
 
 
 def _offset(value: int | Tensor, what: str) -> int | Tensor:
