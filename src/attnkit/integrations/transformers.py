@@ -47,6 +47,13 @@ see the position ids (DistilBERT, ModernBERT) get the model forward's
 BlockMasks ``generate()`` prepares for static caches pass through the builder
 again unchanged.
 
+**Compiled** (``torch.compile``): a BlockMask's layout is read from the mask's
+values, which a compiled graph cannot branch on, so under compile the builder
+evaluates the mask function into a dense ``(B, 1, Tq, Tk)`` boolean mask
+(:func:`_compiled_mask`), as transformers' ``sdpa_mask`` does; padding and
+restarting position ids are folded in without reading their values. The
+backend then adds no graph break; every block is computed (no skipping).
+
 Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk query/key
 length, Dh head width.
 """
@@ -219,15 +226,30 @@ def watch_positions(model: torch.nn.Module) -> None:
 
     def enter(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         found = kwargs.get("position_ids")
-        tokens.append(FORWARD_POSITION_IDS.set(found if isinstance(found, Tensor) else None))
+        _COMPILED_POSITIONS.append(found if isinstance(found, Tensor) else None)
+        if not torch.compiler.is_compiling():  # torch.compile cannot trace a ContextVar
+            tokens.append(FORWARD_POSITION_IDS.set(found if isinstance(found, Tensor) else None))
 
     def leave(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        if tokens:
+        if _COMPILED_POSITIONS:
+            _COMPILED_POSITIONS.pop()
+        if tokens and not torch.compiler.is_compiling():
             FORWARD_POSITION_IDS.reset(tokens.pop())
 
     model.register_forward_pre_hook(enter, with_kwargs=True)
     model.register_forward_hook(leave, with_kwargs=True, always_call=True)
     model._attnkit_positions = True  # type: ignore[assignment]
+
+
+_COMPILED_POSITIONS: list[Tensor | None] = []
+"""The model forwards' position ids, innermost last, for compiled code (which cannot read a ContextVar)."""
+
+
+def _forward_positions() -> Tensor | None:
+    """The position ids of the innermost model forward on the backend (:func:`watch_positions`)."""
+    if torch.compiler.is_compiling():
+        return _COMPILED_POSITIONS[-1] if _COMPILED_POSITIONS else None
+    return FORWARD_POSITION_IDS.get()
 
 
 _MASKS: OrderedDict[tuple[Any, ...], BlockMask] = OrderedDict()  # the last few masks built, by what built them
@@ -430,11 +452,58 @@ def _composed(mask_function: Callable[..., Tensor] | None, attention_mask: Tenso
             raise HFBackendError(
                 f"the attnkit mask builder takes a 2-D padding attention_mask (B, T), got {shape}"
             )
-        if not bool(attention_mask.all()):
+        # compiled: the padding is folded in whatever its values (reading them would break the graph)
+        if torch.compiler.is_compiling() or not bool(attention_mask.all()):
             padding = prepare_padding_mask(attention_mask.bool(), kv_length, _as_int(kv_offset, "kv_offset"))
             assert padding is not None
             mod = and_masks(mod, padding_mask_function(padding))
-    return add_offsets_to_mask_function(mod, _as_int(q_offset, "q_offset"), _as_int(kv_offset, "kv_offset"))
+    q_shift: Any = _offset(q_offset, "q_offset")  # a one-element tensor adds as an int does
+    return add_offsets_to_mask_function(mod, q_shift, _as_int(kv_offset, "kv_offset"))
+
+
+def _offset(value: int | Tensor, what: str) -> int | Tensor:
+    """A cache offset as an int, or (compiled) a one-element tensor kept a tensor: reading it would break the graph."""
+    if isinstance(value, Tensor) and torch.compiler.is_compiling():
+        if value.numel() != 1:
+            raise HFBackendError(f"the mask builder needs one {what} for the batch, got shape {tuple(value.shape)}")
+        return value.reshape(())
+    return _as_int(value, what)
+
+
+def _compiled_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | Tensor, kv_offset: int | Tensor,
+                   mask_function: Callable[..., Tensor] | None, attention_mask: Tensor | None,
+                   device: torch.device | str) -> Tensor:
+    """The builder under ``torch.compile``: the mask function evaluated into a dense ``(B, 1, Tq, Tk)`` bool mask.
+
+    A BlockMask's layout (which blocks are empty, full or partial) is read from
+    the mask's values, which a compiled graph cannot branch on; the dense mask
+    is the function evaluated on broadcast index tensors, as transformers'
+    ``sdpa_mask`` does under compile, so the graph holds it without a break.
+    The documents of the model forward's restarting position ids
+    (:func:`watch_positions`) are folded in, as the attention function folds
+    them into a BlockMask in eager mode.
+    """
+    mod = _composed(mask_function, attention_mask, kv_length, q_offset, kv_offset)
+    b = torch.arange(batch_size, device=device).view(-1, 1, 1, 1)
+    zero = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
+    q = torch.arange(q_length, device=device).view(1, 1, -1, 1)
+    kv = torch.arange(kv_length, device=device).view(1, 1, 1, -1)
+    dense = mod(b, zero, q, kv).expand(batch_size, 1, q_length, kv_length)
+    same = _same_document(_forward_positions(), batch_size, q_length, kv_length, device)
+    return dense if same is None else dense & same
+
+
+def _same_document(position_ids: Any, b: int, tq: int, tk: int, device: torch.device | str) -> Tensor | None:
+    """Compiled: ``(B, 1, T, T)`` True where query and key share a document (:func:`document_ids`), or ``None``.
+
+    The documents are counted from the restarts without asking whether there
+    are any (that would read the values): one document gives all True.
+    """
+    if not isinstance(position_ids, Tensor) or position_ids.dim() != 2 or tq != tk or position_ids.shape[-1] != tq:
+        return None
+    pos = position_ids.to(device).expand(b, -1)
+    seq = torch.nn.functional.pad((pos[:, 1:] <= pos[:, :-1]).long().cumsum(-1), (1, 0))  # (B, T)
+    return (seq[:, :, None] == seq[:, None, :]).unsqueeze(1)
 
 
 def attnkit_mask(
@@ -468,6 +537,9 @@ def attnkit_mask(
         )
     if isinstance(attention_mask, BlockMask):
         return _prepared(attention_mask, batch_size, q_length, kv_length)
+    if torch.compiler.is_compiling():
+        return _compiled_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask,
+                              device)
     mod = _composed(mask_function, attention_mask, kv_length, q_offset, kv_offset)
 
     try:
@@ -581,7 +653,11 @@ def _packed(mask: BlockMask | Tensor | None, position_ids: Any, b: int, tq: int,
     if not isinstance(position_ids, Tensor) or position_ids.dim() != 2 or tq != tk or position_ids.shape[-1] != tq:
         return mask
     if isinstance(mask, Tensor) and not isinstance(mask, BlockMask):
-        return mask  # a caller's own dense mask says everything
+        return mask  # a caller's own dense mask (or the compiled builder's) says everything
+    if torch.compiler.is_compiling():  # no mask: causal or not, within the documents, as a dense mask
+        same = _same_document(position_ids, b, tq, tk, device)
+        assert same is not None
+        return same & torch.ones(tq, tk, dtype=torch.bool, device=device).tril() if causal else same
     seq = document_ids(position_ids.to(device).expand(b, -1))
     if seq is None:
         return mask
@@ -695,9 +771,9 @@ def attnkit_attention_forward(
         output_attentions = bool(getattr(getattr(module, "config", None), "output_attentions", False))
     mask, causal = _mask_of(module, attention_mask, is_causal, tq, tk)
     position_ids = kwargs.get("position_ids")
-    mask = _packed(mask, position_ids if position_ids is not None else FORWARD_POSITION_IDS.get(), b, tq, tk, causal,
+    mask = _packed(mask, position_ids if position_ids is not None else _forward_positions(), b, tq, tk, causal,
                    query.device)
-    if mask is not None and causal and isinstance(mask, BlockMask):
+    if mask is not None and causal:
         causal = False  # the packed mask holds causality
 
     mods = _score_mods(softcap, position_bias, b, h, tq, tk)
