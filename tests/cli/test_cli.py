@@ -287,3 +287,13 @@ def test_the_default_recipe_is_the_wide_model_with_its_training_settings(tmp_pat
     assert plain.exit_code == 0, plain.output
     doc = json.loads((committed_dir(tmp_path / "doc") / "config.json").read_text())
     assert doc["train_config"]["batch_size"] == 32 and doc["data_settings"]["max_len"] == 256
+
+
+def test_train_routes_by_the_task_click_parses_not_by_the_first_word_spelt_task(tmp_path) -> None:
+    """``--src --task`` gives --src the value "--task": the task is the one --task names after it."""
+    routed = CliRunner().invoke(cli, ["train", "--src", "--task", "--task", "translate", "--help"])
+    assert routed.exit_code == 0 and "Train a Transformer translation model" in routed.output, routed.output
+    routed = CliRunner().invoke(cli, ["train", "--images", str(tmp_path), "--task=caption", "--help"])
+    assert routed.exit_code == 0 and "Train an attention image captioner" in routed.output, routed.output
+    plain = CliRunner().invoke(cli, ["train", "--model-opt", "task=caption", "--help"])
+    assert plain.exit_code == 0 and "Train a text classifier" in plain.output, plain.output

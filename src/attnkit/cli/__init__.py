@@ -47,14 +47,21 @@ def _load(target: str) -> click.Command:
     return command
 
 
-def _task(args: list[str]) -> str | None:
-    """The value of ``--task`` in ``args`` (``--task X`` or ``--task=X``); the task's command reads it again."""
-    for i, arg in enumerate(args):
-        if arg == "--task" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--task="):
-            return arg.split("=", 1)[1]
-    return None
+def _task(ctx: click.Context, train: click.Command, args: list[str]) -> str | None:
+    """The value of ``--task`` in ``train``'s arguments ``args``, read by click's own parser over the options
+    of every training command (so a value that happens to be spelt ``--task`` is a value, not the flag);
+    the task's command reads it again and refuses another name."""
+    commands = [train, *(_load(target) for target in TRAIN_TASKS.values())]
+    options: dict[str, click.Parameter] = {}
+    for command in commands:
+        for param in command.params:
+            if isinstance(param, click.Option):
+                options.setdefault(param.name or "", param)
+    union = click.Command("train", params=list(options.values()))
+    scratch = click.Context(union, parent=ctx, ignore_unknown_options=True, resilient_parsing=True)
+    values, _, _ = union.make_parser(scratch).parse_args(list(args))
+    task = values.get("task")
+    return task if isinstance(task, str) else None
 
 
 class AttnkitGroup(click.Group):
@@ -72,8 +79,8 @@ class AttnkitGroup(click.Group):
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name, command, rest = super().resolve_command(ctx, args)
-        if name == "train":
-            task = _task(list(rest))
+        if name == "train" and command is not None:
+            task = _task(ctx, command, list(rest))
             if task in TRAIN_TASKS:
                 return name, _load(TRAIN_TASKS[task]), rest
         return name, command, rest
