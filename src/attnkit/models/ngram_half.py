@@ -298,7 +298,8 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor,
     (:func:`attnkit.train.objective.class_weights`). The gradient is written
     out (``x^T`` times the logits' gradient, the ``x`` products read in blocks
     of the count matrix, :func:`_blocks`), so nothing beside ``counts`` grows
-    with the entries.
+    with the entries. Only the rows with a ratio are fitted (:func:`_rows_with_ratios`): the others keep
+    weight zero whatever ``U`` is, and a table sized for more bigrams than the documents hold costs nothing.
 
     Shape:
         counts sparse ``(N, S)`` (:func:`ngram_counts`), ratios ``(S, C)``; returns ``(S, C)`` and ``(C,)``.
@@ -306,7 +307,8 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor,
     counts = _csr(counts)
     scale = _row_sums(counts).clamp_min(1).rsqrt()[:, None].to(FIT_DTYPE)  # (N, 1): unit rows for binary counts
     target = torch.as_tensor(list(labels), dtype=torch.long)
-    ratios = ratios.to(FIT_DTYPE).contiguous()
+    size = ratios.shape[0]
+    counts, ratios, used = _rows_with_ratios(counts, ratios.to(FIT_DTYPE))
     u = torch.zeros(ratios.shape, dtype=FIT_DTYPE, requires_grad=True)  # (S, C)
     bias = torch.zeros(ratios.shape[1], dtype=FIT_DTYPE, requires_grad=True)
     penalty = 1.0 / (2 * WIDE_C * counts.shape[0])
@@ -329,7 +331,31 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor,
 
     with torch.no_grad():
         opt.step(loss)  # type: ignore[arg-type]
-    return (ratios * u).detach(), bias.detach()
+    if used is None:
+        return (ratios * u).detach(), bias.detach()
+    table = torch.zeros(size, ratios.shape[1], dtype=FIT_DTYPE)
+    table[used] = (ratios * u).detach()[:-1]
+    return table, bias.detach()
+
+
+def _rows_with_ratios(counts: Tensor, ratios: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The CSR ``counts`` and ``ratios`` over the rows with a ratio (S' of them) and one zero row after them,
+    where the columns of the others go; and which rows those are (None: all of them, nothing changed).
+
+    Shape:
+        counts ``(N, S)``, ratios ``(S, C)``; returns ``(N, S' + 1)``, ``(S' + 1, C)`` and ``(S,)`` bool.
+    """
+    used = (ratios != 0).any(1)  # (S,)
+    if bool(used.all()):
+        return counts, ratios.contiguous(), None
+    kept = int(used.sum())
+    where = torch.full((ratios.shape[0],), kept, dtype=counts.col_indices().dtype)
+    where[used] = torch.arange(kept, dtype=where.dtype)
+    compact = torch.zeros(kept + 1, ratios.shape[1], dtype=ratios.dtype)
+    compact[:kept] = ratios[used]
+    columns = where[counts.col_indices().long()] if where.dtype != torch.long else where[counts.col_indices()]
+    matrix = _csr_tensor(counts.crow_indices(), columns, counts.values(), (counts.shape[0], kept + 1))
+    return matrix, compact, used
 
 
 def _row_sums(counts: Tensor) -> Tensor:
