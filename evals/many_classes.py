@@ -181,7 +181,7 @@ def corpus(name: str, args: argparse.Namespace) -> tuple[list[Example], list[Exa
     return topics(int(match.group(1)), args.docs, args.test, tuple(args.words), args.seed)
 
 
-ADDRESS_LIMIT = 16 * 2**30
+ADDRESS_LIMIT = 10 * 2**30
 """``RLIMIT_AS`` of each process (``--address-limit``): a run that would take the shared machine's memory
 (the baseline's logistic regression holds classes x features float64 tables) fails instead. The default
 plans within the smaller of its default budget and 80% of what this leaves."""
