@@ -179,3 +179,13 @@ def test_fit_bytes_is_the_fit_s_allocation_for_many_classes(classes: int) -> Non
     grew, bound = (int(x) for x in out.stdout.split())
     assert 0.7 * bound <= grew <= 1.3 * bound, (grew, bound)
     assert nh.fit_bytes(10_000, classes, 0, 0) - nh.fit_bytes(10_000, 1, 0, 0) <= 130 * 10_000 * (classes - 1)
+
+
+def test_the_transpose_built_in_blocks_is_the_transpose(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model()
+    docs, _ = _docs(n=60)
+    counts = nh.ngram_counts(model, docs, 1024)
+    monkeypatch.setattr(nh, "BLOCK_BYTES", 8 * 5 * 37)  # blocks of about 37 entries: a column spans many
+    transposed = nh._transposed(counts)
+    assert transposed.col_indices().dtype == counts.col_indices().dtype == torch.int32
+    assert torch.equal(transposed.to_dense(), counts.to_dense().T)
