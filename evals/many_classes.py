@@ -8,8 +8,8 @@ whole-process peak, ``Maximum resident set size``):
   changes the recipe (``--quiet``, ``--out``; ``--max-memory`` only when given
   here), with the time each step took: reading the files, the tokenizer and the
   encoded documents, the n-gram half's fit (its peak resident memory too) and
-  the network's training, the rest (weighing the halves, the test score, the
-  report) beside them;
+  the network's training, weighing the halves on the validation part, the
+  test score and the report (explanations and their faithfulness);
 * the baseline: :func:`attnkit.train.baseline.baseline_scores` on the same
   files (fit on the training file, as ``--baseline`` fits it on the training and
   validation parts).
@@ -66,7 +66,7 @@ import atexit, json, sys, time
 from attnkit._memory import peak_rss_mib
 from attnkit.models.ngram_half import NgramHalf
 from attnkit.train import pipeline, plan, trainer
-from attnkit.cli import cli
+from attnkit.cli import baseline as reports, cli
 
 spent = {}
 start = time.perf_counter()
@@ -88,6 +88,9 @@ timed(pipeline, "train_tokenizer", "encoding")
 timed(pipeline, "_datasets", "encoding")
 timed(NgramHalf, "init_from_training_data", "ngram_fit")
 timed(trainer.Trainer, "fit", "network")
+timed(pipeline, "fit_decision", "weighing")
+timed(trainer.Trainer, "evaluate", "scoring")
+timed(reports, "write_reports", "report")
 
 def report():
     spent["total"] = time.perf_counter() - start
@@ -227,9 +230,9 @@ def run_baseline(train: Path, test: Path) -> dict[str, Any]:
 
 
 def _line(name: str, size: str, ours: dict[str, Any], base: dict[str, Any]) -> str:
-    phases = ours.get("phases", {})
-    where = ", ".join(f"{k} {phases[k]:.0f} s" for k in ("reading", "encoding", "ngram_fit", "network")
-                      if k in phases)
+    phases, nan = ours.get("phases", {}), float("nan")
+    where = ", ".join(f"{k} {phases[k]:.0f} s" for k in ("reading", "encoding", "ngram_fit", "network",
+                                                         "weighing", "scoring", "report") if k in phases)
     fit_peak = f"; peak after the n-gram fit {phases['ngram_fit_peak_mib']:.0f} MiB" if "ngram_fit_peak_mib" in \
         phases else ""
     if "failed" in ours:
@@ -237,9 +240,9 @@ def _line(name: str, size: str, ours: dict[str, Any], base: dict[str, Any]) -> s
                f"{ours['peak_mib']:.0f} MiB"
     return (f"{name} ({size}): default {ours['accuracy'] * 100:.2f}% (macro-F1 {ours['macro_f1'] * 100:.2f}) "
             f"in {ours['seconds']:.0f} s, peak {ours['peak_mib']:.0f} MiB, {ours['rows']} bigram rows | baseline "
-            f"{base.get('accuracy', float('nan')) * 100:.2f}% (macro-F1 {base.get('macro_f1', float('nan')) * 100:.2f}) "
+            f"{base.get('accuracy', nan) * 100:.2f}% (macro-F1 {base.get('macro_f1', nan) * 100:.2f}) "
             f"in {base['seconds']:.0f} s, peak {base['peak_mib']:.0f} MiB | difference "
-            f"{(ours['accuracy'] - base.get('accuracy', float('nan'))) * 100:+.2f} points, time x"
+            f"{(ours['accuracy'] - base.get('accuracy', nan)) * 100:+.2f} points, time x"
             f"{ours['seconds'] / base['seconds']:.1f} | default's time: {where}{fit_peak}")
 
 

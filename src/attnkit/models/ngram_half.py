@@ -76,7 +76,8 @@ from attnkit.core.masks import AttentionMask
 from attnkit.models.base import WeightSelection
 
 __all__ = ["NgramHalf", "ngram_features", "WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios",
-           "fit_nb_regression", "fit_stacking_weights", "STACKING_BOUNDS", "LBFGS_HISTORY", "FIT_TABLES", "FIT_DTYPE", "fit_bytes"]
+           "fit_nb_regression", "fit_stacking_weights", "STACKING_BOUNDS", "LBFGS_HISTORY", "FIT_TABLES", "FIT_DTYPE",
+           "fit_bytes"]
 
 WIDE_C = 10.0
 """Inverse L2 strength of the wide half's logistic regression (``C`` of scikit-learn's summed loss)."""
@@ -300,8 +301,9 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor,
     (:func:`attnkit.train.objective.class_weights`). The gradient is written
     out (``x^T`` times the logits' gradient: the count matrix and its transpose,
     :func:`_transposed`, each read in blocks, :func:`_blocks`), so nothing beside
-    the two matrices grows with the entries; the tables are :data:`FIT_DTYPE`. Only the rows with a ratio are fitted (:func:`_rows_with_ratios`): the others keep
-    weight zero whatever ``U`` is, and a table sized for more bigrams than the documents hold costs nothing.
+    the two matrices grows with the entries; the tables are :data:`FIT_DTYPE`. Only the rows with a ratio
+    are fitted (:func:`_rows_with_ratios`): the others keep weight zero whatever ``U`` is, and a table sized
+    for more bigrams than the documents hold costs nothing.
 
     Shape:
         counts sparse ``(N, S)`` (:func:`ngram_counts`), ratios ``(S, C)``; returns ``(S, C)`` and ``(C,)``.

@@ -41,7 +41,8 @@ from attnkit.data.readers import Example
 from attnkit.data.sources import DataSource, load_splits
 from attnkit.data.splits import kfold
 
-__all__ = ["BASELINE_NAME", "BASELINE_C", "BASELINE_BYTES", "baseline_features", "baseline_scores", "split_baseline", "fold_baselines", "paired_test"]
+__all__ = ["BASELINE_NAME", "BASELINE_C", "BASELINE_BYTES", "baseline_features", "baseline_scores", "split_baseline",
+           "fold_baselines", "paired_test"]
 
 BASELINE_NAME = "tf-idf 1-2-grams + logistic regression"
 """How tables and reports name the baseline."""

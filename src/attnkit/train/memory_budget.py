@@ -45,7 +45,8 @@ from typing import Any
 
 from attnkit._memory import MemoryBudget, available_memory, format_bytes, memory_budget, peak_rss_mib
 
-__all__ = ["DEFAULT_FRACTION", "DEFAULT_CAP", "DEFAULT_HELP", "MemoryLimitError", "MemoryEstimate", "MemoryBudget", "parse_memory_size",
+__all__ = ["DEFAULT_FRACTION", "DEFAULT_CAP", "DEFAULT_HELP", "MemoryLimitError", "MemoryEstimate", "MemoryBudget",
+           "parse_memory_size",
            "format_bytes", "available_memory", "memory_budget", "default_limit", "limit_and_source",
            "peak_rss_mib", "model_bytes", "module_bytes", "activation_bytes", "ACTIVATIONS",
            "estimate_classifier", "fit_to_memory", "ROW_FIELDS", "seq2seq_step_bytes", "estimate_translation",
