@@ -12,7 +12,9 @@ whole-process peak, ``Maximum resident set size``):
   test score and the report (explanations and their faithfulness);
 * the baseline: :func:`attnkit.train.baseline.baseline_scores` on the same
   files (fit on the training file, as ``--baseline`` fits it on the training and
-  validation parts).
+  validation parts), keeping the most frequent n-grams that fit the default
+  memory limit (:func:`attnkit.train.baseline.baseline_features`: 312,500 for
+  50 classes, 781,250 for 20); all of them would need 12 GB and more.
 
 Corpora (``--corpora``):
 
