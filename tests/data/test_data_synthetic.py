@@ -35,3 +35,26 @@ def test_errors() -> None:
         keyword_corpus(5, num_classes=9)
     with pytest.raises(ValueError, match="length must be"):
         keyword_corpus(5, length=(10, 5))
+
+
+def test_topic_corpus_is_long_balanced_and_marked_by_each_class_s_topic_words() -> None:
+    from attnkit.data.synthetic import generated_words, topic_corpus
+
+    docs = topic_corpus(200, num_classes=50, seed=3, length=(300, 400), keywords=(3, 8))
+    assert docs == topic_corpus(200, num_classes=50, seed=3, length=(300, 400), keywords=(3, 8))
+    assert sorted({d.label for d in docs}) == sorted(f"topic{c}" for c in range(50))
+    assert all(sum(d.label == f"topic{c}" for d in docs) == 4 for c in range(50))
+    words = generated_words(3000 + 50 * 40)
+    assert len(set(words)) == len(words)
+    topic = {w: i // 40 for i, w in enumerate(words[3000:])}
+    own = borrowed = 0
+    for d in docs:
+        tokens = d.text.split()
+        assert 300 <= len(tokens) <= 400 and 3 <= len(d.key_positions) <= 8
+        c = int(d.label.removeprefix("topic"))
+        assert {i for i, t in enumerate(tokens) if t in topic} == set(d.key_positions)
+        owners = [topic[tokens[i]] for i in d.key_positions]
+        assert set(owners) <= {c, (c + 1) % 50}
+        own += owners.count(c)
+        borrowed += len(owners) - owners.count(c)
+    assert 0.1 < borrowed / (own + borrowed) < 0.3  # a fifth borrowed from the neighbouring class

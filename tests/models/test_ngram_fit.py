@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -65,13 +66,14 @@ def test_the_written_out_gradient_fits_what_autograd_fits(class_weights: list[fl
     model.bigram_keys.copy_(nh.frequent_bigrams(model, docs, 64))  # type: ignore[union-attr]
     counts = nh.ngram_counts(model, docs, 64)
     ratios = nh.naive_bayes_ratios(counts, labels, 3, 1.0)
-    want, want_bias = _autograd_fit(counts, labels, ratios, class_weights)
+    want, want_bias = _autograd_fit(counts, labels, ratios.double(), class_weights)  # float64 throughout
     monkeypatch.setattr(nh, "BLOCK_BYTES", 8 * 5 * 150)  # blocks of about 150 entries: many of them
     got, got_bias = nh.fit_nb_regression(counts, labels, ratios, class_weights)
-    assert float((got - want).abs().max()) <= 1e-6 * float(want.abs().max())
-    assert torch.allclose(got_bias, want_bias, rtol=1e-6, atol=1e-8)
+    assert got.dtype == nh.FIT_DTYPE
+    assert float((got - want).abs().max()) <= 1e-3 * float(want.abs().max())  # float32 tables: the same fit
+    assert torch.allclose(got_bias.double(), want_bias, rtol=1e-3, atol=1e-4)
     coo = nh.fit_nb_regression(counts.to_sparse_coo(), labels, ratios, class_weights)[0]  # COO is read too
-    assert float((coo - got).abs().max()) <= 1e-9 * float(want.abs().max())
+    assert float((coo - got).abs().max()) <= 1e-5 * float(want.abs().max())
 
 
 def test_counts_are_compact_and_the_same_in_small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,7 +92,8 @@ def test_counts_are_compact_and_the_same_in_small_chunks(monkeypatch: pytest.Mon
     per_class = torch.stack([binary[torch.tensor(labels) == c].sum(0) for c in range(3)])
     seen = per_class.sum(0) > 0
     logp = ((per_class + 1.0) / (per_class + seen).sum(1, keepdim=True)).log()
-    assert torch.allclose(ratios, ((logp - logp.mean(0, keepdim=True)) * seen).T)
+    assert ratios.dtype == nh.FIT_DTYPE
+    assert torch.allclose(ratios.double(), ((logp - logp.mean(0, keepdim=True)) * seen).T, atol=1e-6)
 
 
 def test_merged_counts_add_up_and_keep_the_keys_sorted() -> None:
@@ -127,3 +130,62 @@ def test_the_fit_stays_within_fit_bytes() -> None:
     out = subprocess.run([sys.executable, "-c", BOUND_SCRIPT], capture_output=True, text=True, check=True)
     grew, bound = (int(x) for x in out.stdout.split())
     assert 0 < grew <= bound, (grew, bound)
+
+
+MANY_CLASSES_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import torch
+    torch.set_num_threads(1)
+    from attnkit.data.batching import TokenIds
+    from attnkit.models import build_model
+    from attnkit.models import ngram_half as nh
+    nh.CHUNK_TOKENS, nh.BLOCK_BYTES = 2**14, 2**20  # small steps: what grows with the classes is measured
+    nh.STEP_BYTES = max(nh.BLOCK_BYTES, 160 * nh.CHUNK_TOKENS)
+    classes, vocab, rows, n = int(sys.argv[1]), 4000, 6000, 1000
+    rng = np.random.default_rng(0)
+    labels = [i % classes for i in range(n)]
+    docs = []
+    for label in labels:
+        doc = rng.integers(2, vocab, size=100)
+        doc[:10] = 2 + (7 * label + rng.integers(0, 7, size=10)) % (vocab - 2)  # words that tell the class
+        docs.append(doc)
+    docs = TokenIds(docs)
+    small = build_model("wide", {"vocab_size": vocab, "num_classes": 2, "embed_dim": 8, "attention_dim": 8,
+                                 "ngram_rows": 50})
+    small.init_from_training_data(docs[:4], [0, 1, 0, 1])  # the libraries the fit loads, loaded beforehand
+    model = build_model("wide", {"vocab_size": vocab, "num_classes": classes, "embed_dim": 8,
+                                 "attention_dim": 8, "ngram_rows": rows})
+    before = int(open("/proc/self/statm").read().split()[1]) * 4096
+    model.init_from_training_data(docs, labels)
+    hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    print(int(hwm.split()[1]) * 1024 - before, nh.fit_bytes(vocab + rows, classes, int(docs.offsets[-1]), n))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+@pytest.mark.parametrize("classes", [20, 100])
+def test_fit_bytes_is_the_fit_s_allocation_for_many_classes(classes: int) -> None:
+    """The estimate within 30% of what the fit allocates, where the ``(S, C)`` tables are most of it, and
+    far below a row and class's 1,664 bytes of old (100 correction pairs in float64; that fit allocated
+    less than half of such an estimate in its first 20 steps, and 33 GiB once its history filled).
+
+    glibc's mmap threshold is fixed for the measurement (``MALLOC_MMAP_THRESHOLD_``): otherwise it rises
+    to the size of the first large block freed, and tables under 32 MB come from the heap, whose
+    fragmentation adds to the resident size without any array being allocated."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(2**17)}
+    out = subprocess.run([sys.executable, "-c", MANY_CLASSES_SCRIPT, str(classes)], capture_output=True, text=True,
+                         check=True, env=env)
+    grew, bound = (int(x) for x in out.stdout.split())
+    assert 0.7 * bound <= grew <= 1.3 * bound, (grew, bound)
+    assert nh.fit_bytes(10_000, classes, 0, 0) - nh.fit_bytes(10_000, 1, 0, 0) <= 130 * 10_000 * (classes - 1)
+
+
+def test_the_transpose_built_in_blocks_is_the_transpose(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model()
+    docs, _ = _docs(n=60)
+    counts = nh.ngram_counts(model, docs, 1024)
+    monkeypatch.setattr(nh, "BLOCK_BYTES", 8 * 5 * 37)  # blocks of about 37 entries: a column spans many
+    transposed = nh._transposed(counts)
+    assert transposed.col_indices().dtype == counts.col_indices().dtype == torch.int32
+    assert torch.equal(transposed.to_dense(), counts.to_dense().T)

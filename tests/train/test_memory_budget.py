@@ -135,7 +135,7 @@ def test_ten_thousand_classes_are_refused_before_the_table_is_allocated(tmp_path
 def test_a_run_shrinks_its_rows_says_so_and_reports_its_peak(tmp_path) -> None:
     data = write_keyword_csv(tmp_path / "reviews.csv", 240)
     out = tmp_path / "run"
-    result = CliRunner().invoke(cli, ["train", "--data", str(data), "--out", str(out), "--max-memory", "400MB",
+    result = CliRunner().invoke(cli, ["train", "--data", str(data), "--out", str(out), "--max-memory", "200MB",
                                       *WIDE], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if x.startswith("memory:"))

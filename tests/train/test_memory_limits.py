@@ -99,6 +99,26 @@ def test_a_plan_over_the_budget_is_refused_naming_the_limit_and_the_plan(tmp_pat
                             longest=100) == config
 
 
+def test_the_default_plan_stays_within_a_few_gb_on_a_machine_with_lots_of_free_memory(tmp_path) -> None:
+    """Without ``max_memory`` the limit is the smaller of DEFAULT_CAP and 80% of the budget: 256 GB free
+    does not let a run plan more than 4 GB; ``max_memory`` raises or lowers it; a small budget still binds."""
+    big = _budget(_files(tmp_path, available=256 * GB))
+    assert mb.limit_and_source(None, big) == (mb.DEFAULT_CAP, mb.limit_and_source(None, big)[1])
+    assert mb.DEFAULT_CAP <= 4 * GB and "the default of 4 GB" in mb.limit_and_source(None, big)[1]
+    assert mb.limit_and_source(10 * GB, big) == (10 * GB, "`max_memory`")
+    assert mb.limit_and_source(GB, big) == (GB, "`max_memory`")
+    (tmp_path / "small").mkdir()
+    small = _budget(_files(tmp_path / "small", available=2 * GB))
+    assert mb.limit_and_source(None, small)[0] == int(0.8 * small.bytes)
+    config = model_config_dict("wide", {"ngram_rows": 20_000_000}, vocab_size=20_000, num_classes=5, max_len=64)
+    sizes = {"tokens": 5_000_000, "train_documents": 5000}
+    assert mb.estimate_classifier("wide", config, **sizes).total > 4 * GB
+    planned = mb.fit_to_memory("wide", config, budget=big, **sizes)
+    assert mb.estimate_classifier("wide", planned, **sizes).total <= 4 * GB < 256 * GB * 0.8
+    raised = mb.fit_to_memory("wide", config, budget=big, limit=100 * GB, **sizes)
+    assert raised["ngram_rows"] > planned["ngram_rows"]
+
+
 def test_train_refuses_long_documents_for_the_document_model_before_building_it(tmp_path, monkeypatch) -> None:
     data = tmp_path / "long.csv"
     words = " ".join(f"w{i % 300}" for i in range(3000))

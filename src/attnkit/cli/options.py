@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from attnkit._lazy import require_extra
+from attnkit.train.memory_budget import DEFAULT_HELP
 
 if TYPE_CHECKING:
     from attnkit.data.readers import SkippedRows
@@ -488,8 +489,8 @@ class MemorySize(click.ParamType):
             self.fail(str(err).removeprefix("--max-memory "), param, ctx)
 
 
-_MEMORY_HELP = ("Memory the run may plan to use, e.g. 4GB or 800MB (default: 80% of the memory available at "
-                "the start). Above it ")
+_MEMORY_HELP = (f"Memory the run may plan to use, e.g. 4GB or 800MB (default: {DEFAULT_HELP} at the start, "
+                "whatever the machine's size; never more than that memory). Above it ")
 
 
 def memory_option(f: F) -> F:

@@ -53,8 +53,9 @@ padding and n-gram features (so that what is fitted is what
 count matrix (int32 columns, float32 counts); :func:`naive_bayes_ratios` counts
 the classes from it and :func:`fit_nb_regression` fits the logistic regression on
 the naive-Bayes-scaled features (NB-LR; Wang and Manning, 2012) whose weights
-become the table, its gradient written out and the matrix read in blocks, so
-the fit holds little beyond the matrix and L-BFGS's tables (:func:`fit_bytes`).
+become the table, its gradient written out and the matrix and its transpose read
+in blocks, so the fit holds little beyond the two matrices and L-BFGS's tables
+(float32, ten correction pairs: :func:`fit_bytes`), whatever the number of classes.
 After training, :func:`fit_stacking_weights` weighs the two halves on the
 validation part.
 """
@@ -75,25 +76,36 @@ from attnkit.core.masks import AttentionMask
 from attnkit.models.base import WeightSelection
 
 __all__ = ["NgramHalf", "ngram_features", "WIDE_C", "NO_KEY", "frequent_bigrams", "ngram_counts", "naive_bayes_ratios",
-           "fit_nb_regression", "fit_stacking_weights", "STACKING_BOUNDS", "LBFGS_HISTORY", "FIT_TABLES", "fit_bytes"]
+           "fit_nb_regression", "fit_stacking_weights", "STACKING_BOUNDS", "LBFGS_HISTORY", "FIT_TABLES", "FIT_DTYPE",
+           "fit_bytes"]
 
 WIDE_C = 10.0
 """Inverse L2 strength of the wide half's logistic regression (``C`` of scikit-learn's summed loss)."""
 NO_KEY = torch.iinfo(torch.int64).max
 """The free places of the bigram key buffer, sorted last."""
-LBFGS_HISTORY = 100
-"""Correction pairs the wide half's L-BFGS keeps (torch's default); each pair holds two ``(S, C)`` float64
-tables, so the fit needs up to :data:`FIT_TABLES` such tables (:func:`fit_bytes`)."""
-FIT_TABLES = 2 * LBFGS_HISTORY + 8
-"""``(S, C)`` float64 tables alive at the fit's peak: the history, the ratios, ``U`` and its gradient, the
-scaled table and its gradient, L-BFGS's direction and previous gradient."""
+LBFGS_HISTORY = 10
+"""Correction pairs the wide half's L-BFGS keeps (scipy's and scikit-learn's ``m = 10``; torch's default of
+100 held 200 ``(S, C)`` tables, gigabytes once the classes are many, for no accuracy on the evaluated sets).
+Each pair holds two ``(S, C)`` :data:`FIT_DTYPE` tables, so the fit needs up to :data:`FIT_TABLES` such
+tables (:func:`fit_bytes`)."""
+FIT_DTYPE = torch.float32
+"""The dtype of the fit's ``(S, C)`` and ``(N, C)`` tables (the table is float32 in the model anyway); the
+loss L-BFGS compares between steps is summed in float64."""
+FIT_TABLES = 2 * LBFGS_HISTORY + 11
+"""``(S, C)`` :data:`FIT_DTYPE` tables alive at the fit's peak: the history; the ratios, ``U``, its
+gradient and L-BFGS's flat copy of it, the previous gradient, the direction, the step's start and the line
+search's gradient; the scaled table and its gradient (and the temporary of their product). Measured:
+``tests/models/test_ngram_fit.py``."""
 COUNT_BYTES = 8
 """Bytes of one entry of the count matrix (:func:`ngram_counts`): an int32 column and a float32 count."""
 BIGRAM_BYTES = 32
 """Bytes per distinct bigram :func:`frequent_bigrams` holds at most: its key and document count, twice
 while a chunk's are merged in, and the sort that ranks them."""
 DOCUMENT_TABLES = 8
-"""``(N, C)`` float64 tables alive during the regression's steps (logits, their gradient, the targets...)."""
+"""``(N, C)`` :data:`FIT_DTYPE` tables alive during the regression's steps (logits, their gradient, the
+targets...)."""
+FIT_BYTES = 4
+"""Bytes of one entry of a :data:`FIT_DTYPE` table."""
 CHUNK_TOKENS = 2**20
 """Most padded tokens of the documents the fit pads at once (:func:`frequent_bigrams`, :func:`ngram_counts`)."""
 BLOCK_BYTES = 2**26
@@ -113,13 +125,15 @@ def fit_bytes(rows: int, num_classes: int, tokens: int, documents: int | None = 
     The count matrix (:func:`ngram_counts`) has at most ``2 * tokens`` entries (a document of ``T``
     tokens has ``2T - 1`` n-grams) of :data:`COUNT_BYTES` each, held one and a half times while it is
     built; :func:`frequent_bigrams` holds :data:`BIGRAM_BYTES` per distinct bigram (at most ``tokens``)
-    before; the regression holds the matrix, :data:`FIT_TABLES` ``(rows, C)`` float64 tables and
+    before; the regression holds the matrix, its transpose and (with rows unseen) a column copy, two and a
+    half matrices, :data:`FIT_TABLES` ``(rows, C)`` :data:`FIT_DTYPE` tables and
     :data:`DOCUMENT_TABLES` ``(N, C)`` ones; a step of any of them (a chunk of documents padded, a block of
-    the matrix read) takes at most :data:`STEP_BYTES` more.
+    the matrix read) takes at most :data:`STEP_BYTES` more. The classes multiply only the tables: with
+    float32 and ten correction pairs, 124 bytes a row and class (1,664 before, with 100 pairs in float64).
     """
     matrix = 2 * tokens * COUNT_BYTES
-    fit = matrix + 8 * num_classes * (FIT_TABLES * rows + DOCUMENT_TABLES * (tokens if documents is None
-                                                                             else documents))
+    fit = matrix * 5 // 2 + FIT_BYTES * num_classes * (FIT_TABLES * rows + DOCUMENT_TABLES * (
+        tokens if documents is None else documents))
     return max(matrix * 3 // 2, BIGRAM_BYTES * tokens, fit) + STEP_BYTES
 
 
@@ -233,10 +247,11 @@ def _csr(counts: Tensor) -> Tensor:
     return counts if counts.layout == torch.sparse_csr else counts.coalesce().to_sparse_csr()
 
 
-def _blocks(counts: Tensor, width: int) -> Iterator[tuple[int, int, Tensor, Tensor, Tensor]]:
+def _blocks(counts: Tensor, width: int, dtype: torch.dtype = torch.float64
+            ) -> Iterator[tuple[int, int, Tensor, Tensor, Tensor]]:
     """The CSR ``counts`` in blocks of whole rows with at most :data:`BLOCK_BYTES` of ``(entries, width)``
     float64 (one row at least): first and end row, and each entry's row (from the first), column (int64)
-    and value (float64)."""
+    and value (``dtype``)."""
     crow = counts.crow_indices().long()
     col, values = counts.col_indices(), counts.values()
     limit = max(1, BLOCK_BYTES // (8 * (width + 4)))
@@ -246,7 +261,7 @@ def _blocks(counts: Tensor, width: int) -> Iterator[tuple[int, int, Tensor, Tens
         end = min(max(end, first + 1), counts.shape[0])
         lo, hi = int(crow[first]), int(crow[end])
         rows = torch.repeat_interleave(torch.arange(end - first), crow[first + 1 : end + 1] - crow[first:end])
-        yield first, end, rows, col[lo:hi].long(), values[lo:hi].double()
+        yield first, end, rows, col[lo:hi].long(), values[lo:hi].to(dtype)
         first = end
 
 
@@ -254,19 +269,24 @@ def naive_bayes_ratios(counts: Tensor, labels: Sequence[int], num_classes: int, 
     """Centred naive Bayes log-probabilities of each n-gram row from binarised ``counts`` (see
     :meth:`NgramHalf.naive_bayes_table`).
 
+    The class counts are added up in place, a block of the matrix at a time, into one ``(C, S)`` table
+    that then becomes the ratios: about two such tables at most.
+
     Shape:
-        counts: sparse ``(N, S)`` from :func:`ngram_counts`; returns ``(S, C)`` float64.
+        counts: sparse ``(N, S)`` from :func:`ngram_counts`; returns ``(S, C)`` :data:`FIT_DTYPE`.
     """
     counts = _csr(counts)
     target = torch.as_tensor(list(labels), dtype=torch.long)
     size = counts.shape[1]
-    per_class = torch.zeros(num_classes * size, dtype=torch.float64)
+    per_class = torch.zeros(num_classes * size, dtype=FIT_DTYPE)
     for first, _, rows, col, _ in _blocks(counts, 1):  # one entry per (document, n-gram): binarised
-        per_class += torch.bincount(target[first + rows] * size + col, minlength=num_classes * size)
-    per_class = per_class.view(num_classes, size)  # (C, S)
-    seen = per_class.sum(0) > 0  # (S,)
-    logp = ((per_class + alpha) / (per_class + alpha * seen).sum(1, keepdim=True)).log()
-    return ((logp - logp.mean(0, keepdim=True)) * seen).T  # (S, C)
+        per_class.index_add_(0, target[first + rows] * size + col, torch.ones(col.numel(), dtype=FIT_DTYPE))
+    logp = per_class.view(num_classes, size)  # (C, S)
+    seen = (logp.sum(0) > 0).to(FIT_DTYPE)  # (S,)
+    totals = logp.sum(1, keepdim=True) + alpha * seen.sum()  # (C, 1)
+    logp.add_(alpha).div_(totals).log_()
+    logp.sub_(logp.mean(0, keepdim=True)).mul_(seen)
+    return logp.T.contiguous()  # (S, C)
 
 
 def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor,
@@ -279,38 +299,68 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor,
     (full batch, L-BFGS), so an n-gram never seen keeps weight zero. With
     ``class_weights`` (one per class) the cross-entropy is their weighted mean
     (:func:`attnkit.train.objective.class_weights`). The gradient is written
-    out (``x^T`` times the logits' gradient, the ``x`` products read in blocks
-    of the count matrix, :func:`_blocks`), so nothing beside ``counts`` grows
-    with the entries.
+    out (``x^T`` times the logits' gradient: the count matrix and its transpose,
+    :func:`_transposed`, each read in blocks, :func:`_blocks`), so nothing beside
+    the two matrices grows with the entries; the tables are :data:`FIT_DTYPE`. Only the rows with a ratio
+    are fitted (:func:`_rows_with_ratios`): the others keep weight zero whatever ``U`` is, and a table sized
+    for more bigrams than the documents hold costs nothing.
 
     Shape:
         counts sparse ``(N, S)`` (:func:`ngram_counts`), ratios ``(S, C)``; returns ``(S, C)`` and ``(C,)``.
     """
     counts = _csr(counts)
-    scale = _row_sums(counts).clamp_min(1).rsqrt()[:, None]  # (N, 1): rows of unit length for binary counts
+    scale = _row_sums(counts).clamp_min(1).rsqrt()[:, None].to(FIT_DTYPE)  # (N, 1): unit rows for binary counts
     target = torch.as_tensor(list(labels), dtype=torch.long)
-    ratios = ratios.contiguous()
-    u = torch.zeros(ratios.shape, dtype=ratios.dtype, requires_grad=True)  # (S, C)
-    bias = torch.zeros(ratios.shape[1], dtype=ratios.dtype, requires_grad=True)
+    size = ratios.shape[0]
+    counts, ratios, used = _rows_with_ratios(counts, ratios.to(FIT_DTYPE))
+    transposed = _transposed(counts)  # (S, N): the gradient's product, read as fast as the logits' one
+    u = torch.zeros(ratios.shape, dtype=FIT_DTYPE, requires_grad=True)  # (S, C)
+    bias = torch.zeros(ratios.shape[1], dtype=FIT_DTYPE, requires_grad=True)
     penalty = 1.0 / (2 * WIDE_C * counts.shape[0])
-    weight = _class_weights(class_weights, ratios.shape[1], ratios.dtype)
-    per_doc = torch.ones(len(target), dtype=ratios.dtype) if weight is None else weight[target]  # (N,)
-    per_doc = (per_doc / per_doc.sum())[:, None]  # (N, 1): the weighted mean's share of each document
-    onehot = nn.functional.one_hot(target, ratios.shape[1]).to(ratios.dtype)  # (N, C)
+    weight = _class_weights(class_weights, ratios.shape[1], torch.float64)
+    per_doc = torch.ones(len(target), dtype=torch.float64) if weight is None else weight[target]  # (N,)
+    per_doc = (per_doc / per_doc.sum())[:, None].to(FIT_DTYPE)  # (N, 1): the weighted mean's share of each
+    onehot = nn.functional.one_hot(target, ratios.shape[1]).to(FIT_DTYPE)  # (N, C)
     opt = torch.optim.LBFGS([u, bias], max_iter=300, tolerance_grad=1e-6, history_size=LBFGS_HISTORY,
                             line_search_fn="strong_wolfe")
 
     def loss() -> Tensor:
         logits = _times(counts, ratios * u.detach()) * scale + bias.detach()  # (N, C)
-        value = nn.functional.cross_entropy(logits, target, weight=weight) + penalty * (u.detach() ** 2).sum()
-        step = (logits.softmax(1) - onehot) * per_doc  # (N, C): the mean cross-entropy's gradient
-        u.grad = _times_transposed(counts, step * scale).mul_(ratios).add_(u.detach(), alpha=2 * penalty)
+        # the value in float64: L-BFGS's line search compares values that differ in their last float32 digits
+        value = (nn.functional.cross_entropy(logits.double(), target, weight=weight)
+                 + penalty * (u.detach() * u.detach()).sum(dtype=torch.float64))
+        step = logits.softmax(1).sub_(onehot).mul_(per_doc)  # (N, C): the mean cross-entropy's gradient
+        u.grad = _times(transposed, step * scale).mul_(ratios).add_(u.detach(), alpha=2 * penalty)
         bias.grad = step.sum(0)
         return value
 
     with torch.no_grad():
         opt.step(loss)  # type: ignore[arg-type]
-    return (ratios * u).detach(), bias.detach()
+    if used is None:
+        return (ratios * u).detach(), bias.detach()
+    table = torch.zeros(size, ratios.shape[1], dtype=FIT_DTYPE)
+    table[used] = (ratios * u).detach()[:-1]
+    return table, bias.detach()
+
+
+def _rows_with_ratios(counts: Tensor, ratios: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The CSR ``counts`` and ``ratios`` over the rows with a ratio (S' of them) and one zero row after them,
+    where the columns of the others go; and which rows those are (None: all of them, nothing changed).
+
+    Shape:
+        counts ``(N, S)``, ratios ``(S, C)``; returns ``(N, S' + 1)``, ``(S' + 1, C)`` and ``(S,)`` bool.
+    """
+    used = (ratios != 0).any(1)  # (S,)
+    if bool(used.all()):
+        return counts, ratios.contiguous(), None
+    kept = int(used.sum())
+    where = torch.full((ratios.shape[0],), kept, dtype=counts.col_indices().dtype)
+    where[used] = torch.arange(kept, dtype=where.dtype)
+    compact = torch.zeros(kept + 1, ratios.shape[1], dtype=ratios.dtype)
+    compact[:kept] = ratios[used]
+    columns = where[counts.col_indices().long()] if where.dtype != torch.long else where[counts.col_indices()]
+    matrix = _csr_tensor(counts.crow_indices(), columns, counts.values(), (counts.shape[0], kept + 1))
+    return matrix, compact, used
 
 
 def _row_sums(counts: Tensor) -> Tensor:
@@ -322,23 +372,41 @@ def _row_sums(counts: Tensor) -> Tensor:
 
 
 def _times(counts: Tensor, table: Tensor) -> Tensor:
-    """``counts @ table`` for the CSR ``counts`` ``(N, S)`` and ``table`` ``(S, C)``: ``(N, C)``, a float64 CSR
-    block of rows at a time (:func:`_blocks`)."""
+    """``counts @ table`` for the CSR ``counts`` ``(N, S)`` and ``table`` ``(S, C)``: ``(N, C)``, a CSR block of
+    rows at a time in ``table``'s dtype (:func:`_blocks`)."""
     out = torch.empty(counts.shape[0], table.shape[1], dtype=table.dtype)
     crow, col = counts.crow_indices(), counts.col_indices()
-    for first, end, _, _, values in _blocks(counts, table.shape[1]):
+    for first, end, _, _, values in _blocks(counts, table.shape[1], table.dtype):
         block = _csr_tensor(crow[first : end + 1] - crow[first], col[crow[first] : crow[end]], values,
                             (end - first, counts.shape[1]))
         out[first:end] = block @ table
     return out
 
 
-def _times_transposed(counts: Tensor, step: Tensor) -> Tensor:
-    """``counts.T @ step`` for the CSR ``counts`` ``(N, S)`` and ``step`` ``(N, C)``: ``(S, C)``."""
-    out = torch.zeros(counts.shape[1], step.shape[1], dtype=step.dtype)
-    for first, _, rows, col, values in _blocks(counts, step.shape[1]):
-        out.index_add_(0, col, step[first + rows] * values[:, None])
-    return out
+def _transposed(counts: Tensor) -> Tensor:
+    """The CSR ``counts`` ``(N, S)`` transposed, as a CSR ``(S, N)`` matrix of the same dtypes, built a block of
+    rows at a time (:func:`_blocks`): each entry goes after the entries of its column from earlier rows, so
+    nothing beside the two matrices grows with the entries. ``transposed @ step`` is ``counts.T @ step``
+    about twenty times as fast as adding each entry's row of ``step`` in (``index_add_``)."""
+    size, col = counts.shape[1], counts.col_indices()
+    index = col.dtype if counts.shape[0] < 2**31 else torch.long
+    starts = torch.zeros(size + 1, dtype=torch.long)
+    filled = torch.zeros(size, dtype=torch.long)  # entries placed so far, per column
+    for _, _, _, c, _ in _blocks(counts, 1):
+        filled += torch.bincount(c, minlength=size)
+    starts[1:] = filled.cumsum(0)
+    filled.copy_(starts[:-1])
+    rows_of = torch.empty(col.numel(), dtype=index)
+    values = torch.empty(col.numel(), dtype=counts.values().dtype)
+    for first, _, rows, c, v in _blocks(counts, 1, counts.values().dtype):
+        order = torch.argsort(c, stable=True)  # by column, then row
+        c = c[order]
+        rank = torch.arange(c.numel()) - torch.searchsorted(c, c)  # its place among its column's in the block
+        place = filled[c] + rank
+        rows_of[place] = (rows[order] + first).to(index)
+        values[place] = v[order]
+        filled += torch.bincount(c, minlength=size)
+    return _csr_tensor(starts.to(index), rows_of, values, (size, counts.shape[0]))
 
 
 def _class_weights(weights: Sequence[float] | None, num_classes: int, dtype: torch.dtype) -> Tensor | None:
@@ -626,7 +694,7 @@ class NgramHalf:
         (2012) log-count ratio ``r`` for each class, with opposite signs.
 
         Shape:
-            returns ``(V + R, C)`` float64.
+            returns ``(V + R, C)`` float32 (:data:`FIT_DTYPE`).
         """
         return naive_bayes_ratios(ngram_counts(self, documents, chunk), labels, self._table().shape[1], alpha)
 

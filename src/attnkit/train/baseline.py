@@ -41,7 +41,8 @@ from attnkit.data.readers import Example
 from attnkit.data.sources import DataSource, load_splits
 from attnkit.data.splits import kfold
 
-__all__ = ["BASELINE_NAME", "BASELINE_C", "baseline_scores", "split_baseline", "fold_baselines", "paired_test"]
+__all__ = ["BASELINE_NAME", "BASELINE_C", "BASELINE_BYTES", "baseline_features", "baseline_scores", "split_baseline",
+           "fold_baselines", "paired_test"]
 
 BASELINE_NAME = "tf-idf 1-2-grams + logistic regression"
 """How tables and reports name the baseline."""
@@ -50,7 +51,22 @@ BASELINE_C = 4.0
 """Inverse L2 regularisation strength of the logistic regression."""
 
 
-def _pipeline(c: float, class_weight: str = "none") -> Any:
+BASELINE_BYTES = 8 * 32
+"""Bytes the baseline's regression holds per class and feature: 32 float64 tables of ``(C, F)`` (scipy's
+L-BFGS-B with ten correction pairs holds about 25, scikit-learn's loss and its gradient the rest)."""
+
+
+def baseline_features(num_classes: int, memory: int | None = None) -> int | None:
+    """The most TF-IDF features the baseline keeps for ``num_classes`` classes: what fits the limit
+    :func:`attnkit.train.memory_budget.limit_and_source` sets for ``memory`` (``max_memory``; None: the
+    default limit) at :data:`BASELINE_BYTES` a class and feature; None: no limit known, all of them."""
+    from attnkit.train.memory_budget import limit_and_source
+
+    limit = limit_and_source(memory)[0]
+    return None if limit is None else max(1000, limit // (BASELINE_BYTES * max(1, num_classes)))
+
+
+def _pipeline(c: float, class_weight: str = "none", max_features: int | None = None) -> Any:
     from attnkit._lazy import require_extra
 
     require_extra("the TF-IDF baseline", "sklearn")
@@ -58,25 +74,30 @@ def _pipeline(c: float, class_weight: str = "none") -> Any:
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
-    return make_pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, lowercase=True),
+    return make_pipeline(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, lowercase=True,
+                                         max_features=max_features),
                          LogisticRegression(C=c, solver="lbfgs", max_iter=1000,
                                             class_weight=None if class_weight == "none" else class_weight))
 
 
 def baseline_scores(train: Sequence[Example], test: Sequence[Example], *, c: float = BASELINE_C,
-                    labels: Sequence[str] | None = None, class_weight: str = "none") -> dict[str, Any]:
+                    labels: Sequence[str] | None = None, class_weight: str = "none", memory: int | None = None
+                    ) -> dict[str, Any]:
     """Fit the baseline on ``train`` and score it on ``test``.
 
     ``labels`` fixes the class order of the confusion matrix (default: the
     sorted labels of ``train``, the order of a run's label vocabulary); a test
     label outside it raises ValueError naming it. ``class_weight``: ``"none"``
     or ``"balanced"`` (a class of ``labels`` absent from ``train`` then raises ValueError naming it).
+    ``memory``: the run's ``max_memory`` (None: the default limit), which bounds the features kept
+    (:func:`baseline_features`).
 
     Returns:
         every measure of :func:`attnkit.train.metrics.classification_report`
         (``accuracy``, ``macro_f1``, ``weighted_f1``, ``macro_recall``,
         ``per_class``, ``confusion_matrix``), ``n`` (test examples), ``labels``,
-        ``class_weight`` and ``predictions`` (one label per test example).
+        ``class_weight``, ``features`` (the TF-IDF features kept) and ``predictions`` (one label per test
+        example).
     """
     from attnkit.train.metrics import classification_report
     from attnkit.train.objective import class_weights
@@ -92,22 +113,22 @@ def baseline_scores(train: Sequence[Example], test: Sequence[Example], *, c: flo
         raise ValueError(f"label(s) {unknown} are not among the baseline's classes {classes}")
     y = [index[e.label] for e in train]
     class_weights(y, len(classes), class_weight, classes)  # checks the choice and that no class is absent
-    model = _pipeline(c, class_weight)
+    model = _pipeline(c, class_weight, baseline_features(len(classes), memory))
     model.fit([e.text for e in train], y)
     predicted = [int(p) for p in model.predict([e.text for e in test])]
     report = classification_report([index[e.label] for e in test], predicted, len(classes), classes)
     return {**report, "n": len(test), "labels": classes, "class_weight": class_weight,
-            "predictions": [classes[p] for p in predicted]}
+            "features": len(model[0].vocabulary_), "predictions": [classes[p] for p in predicted]}
 
 
-def split_baseline(source: DataSource, *, seed: int, c: float = BASELINE_C, class_weight: str = "none"
-                   ) -> dict[str, Any]:
+def split_baseline(source: DataSource, *, seed: int, c: float = BASELINE_C, class_weight: str = "none",
+                   memory: int | None = None) -> dict[str, Any]:
     """The baseline on ``attnkit train``'s split of ``source`` with ``seed``: fit on train + validation,
-    score on test."""
+    score on test (``memory``: as :func:`baseline_scores`)."""
     train, val, test = load_splits(source, seed=seed)
     if not test:
         raise ValueError("the split has no test part (--test-ratio 0 and no --test): nothing to score")
-    return baseline_scores([*train, *val], test, c=c, class_weight=class_weight)
+    return baseline_scores([*train, *val], test, c=c, class_weight=class_weight, memory=memory)
 
 
 def fold_baselines(examples: Sequence[Example], *, folds: int, seed: int, max_folds: int | None = None,

@@ -13,8 +13,8 @@ from the batch's padded tokens and its longest document: the document model's
 attention maps grow with the square of it; the batches of long documents are
 capped in tokens, see :func:`attnkit.train.tasks.epoch_batches`): the fit lets
 go of its memory before the first step. It compares that plan with the limit
-(:func:`limit_and_source`): ``--max-memory``, or by default
-:data:`DEFAULT_FRACTION` of the memory budget, and never more than the budget
+(:func:`limit_and_source`): ``--max-memory``, or by default the smaller of
+:data:`DEFAULT_CAP` (4 GB) and :data:`DEFAULT_FRACTION` of the memory budget, and never more than the budget
 (:func:`attnkit._memory.memory_budget`: the least of ``MemAvailable``, the room
 ``RLIMIT_AS`` leaves beside the process's virtual size, and the room its memory
 cgroup leaves). Above it, the n-gram half's bigram rows shrink to what fits,
@@ -45,14 +45,25 @@ from typing import Any
 
 from attnkit._memory import MemoryBudget, available_memory, format_bytes, memory_budget, peak_rss_mib
 
-__all__ = ["DEFAULT_FRACTION", "MemoryLimitError", "MemoryEstimate", "MemoryBudget", "parse_memory_size",
+__all__ = ["DEFAULT_FRACTION", "DEFAULT_CAP", "DEFAULT_HELP", "MemoryLimitError", "MemoryEstimate", "MemoryBudget",
+           "parse_memory_size",
            "format_bytes", "available_memory", "memory_budget", "default_limit", "limit_and_source",
            "peak_rss_mib", "model_bytes", "module_bytes", "activation_bytes", "ACTIVATIONS",
            "estimate_classifier", "fit_to_memory", "ROW_FIELDS", "seq2seq_step_bytes", "estimate_translation",
            "check_translation"]
 
 DEFAULT_FRACTION = 0.8
-"""Share of the available memory a run may plan to use when ``--max-memory`` is not given."""
+"""Share of the memory budget a run may plan to use when ``--max-memory`` is not given (at most
+:data:`DEFAULT_CAP`)."""
+
+DEFAULT_CAP = 4 * 10**9
+"""The most a run plans to use when ``--max-memory`` is not given, however much memory the machine has: a
+default that a bigger machine changed silently would be no default (the same data would train a larger
+n-gram half on a larger machine). 4 GB: the default recipe's plans on the evaluated corpora (up to 100
+classes, 10,000 documents of 300-3,000 words) stay within it; ``--max-memory`` raises or lowers it."""
+
+DEFAULT_HELP = f"the smaller of {DEFAULT_CAP / 10**9:g} GB and {DEFAULT_FRACTION:.0%} of the memory available"
+"""The default in words, for ``--help`` and the messages."""
 
 ROW_FIELDS = ("ngram_rows",)
 """Model config fields that give an n-gram half's bigram rows (wide, han, bert)."""
@@ -86,7 +97,8 @@ def parse_memory_size(text: str | int, *, name: str = "--max-memory") -> int:
 
 
 def default_limit() -> int | None:
-    """:data:`DEFAULT_FRACTION` of :func:`attnkit._memory.memory_budget` (None: unknown, no limit)."""
+    """The smaller of :data:`DEFAULT_CAP` and :data:`DEFAULT_FRACTION` of :func:`attnkit._memory.memory_budget`
+    (None: the budget is unknown, no limit)."""
     return limit_and_source(None)[0]
 
 
@@ -286,14 +298,18 @@ def _most_rows(model_name: str, config: dict[str, Any], field: str, most: int, l
 def limit_and_source(limit: int | None = None, budget: MemoryBudget | None = None) -> tuple[int | None, str]:
     """The bytes a run may plan to allocate and what sets them: ``limit`` (``max_memory``) where given,
     lowered to the ``budget`` (:func:`attnkit._memory.memory_budget`: the least of the memory available,
-    the address-space limit's room and the cgroup's) when that is smaller; without ``limit``,
-    :data:`DEFAULT_FRACTION` of the budget. None: no limit known."""
+    the address-space limit's room and the cgroup's) when that is smaller; without ``limit``, the smaller
+    of :data:`DEFAULT_CAP` and :data:`DEFAULT_FRACTION` of the budget (the one place the default is
+    decided). None: no limit known."""
     budget = budget if budget is not None else memory_budget()
     if limit is None:
         if budget.bytes is None:
             return None, ""
-        return (int(budget.bytes * DEFAULT_FRACTION),
-                f"{DEFAULT_FRACTION:.0%} of the {format_bytes(budget.bytes)} {budget.source}")
+        share = int(budget.bytes * DEFAULT_FRACTION)
+        if share > DEFAULT_CAP:
+            return DEFAULT_CAP, (f"the default of {format_bytes(DEFAULT_CAP)}, below {DEFAULT_FRACTION:.0%} of "
+                                 f"the {format_bytes(budget.bytes)} {budget.source}")
+        return share, f"{DEFAULT_FRACTION:.0%} of the {format_bytes(budget.bytes)} {budget.source}"
     if budget.bytes is not None and budget.bytes < limit:
         return budget.bytes, f"the memory {budget.source}, below `max_memory` {format_bytes(limit)}"
     return limit, "`max_memory`"

@@ -82,7 +82,8 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
         tr, va, te = load_splits(data, seed=plan.train_config.seed)
         echo(f"{plan.model_name}: {len(tr)} train, {len(va)} validation, {len(te)} test examples"
              + (f", {info.world_size} processes ({info.backend})" if info.enabled else ""))
-        base = _baseline(tr, va, te, plan.train_config.class_weight) if plan.baseline and info.is_main else None
+        base = (_baseline(tr, va, te, plan.train_config.class_weight, plan.max_memory)
+                if plan.baseline and info.is_main else None)
         init_model = None
         extra: dict[str, Any] = {"data": data.record}
         if plan.init_from and plan.mode != "resume":
@@ -101,11 +102,13 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
 
 
 
-def _baseline(train: list[Any], val: list[Any], test: list[Any], class_weight: str = "none") -> dict[str, Any]:
-    """The baseline's measures and ``n`` on the test part (fit on train + validation, the run's class weighting)."""
+def _baseline(train: list[Any], val: list[Any], test: list[Any], class_weight: str = "none",
+              memory: int | None = None) -> dict[str, Any]:
+    """The baseline's measures and ``n`` on the test part (fit on train + validation, the run's class weighting
+    and memory limit)."""
     from attnkit.train.baseline import baseline_scores
 
     if not test:
         raise ValueError("the split has no test part (--test-ratio 0 and no --test): nothing to score")
-    scores = baseline_scores([*train, *val], test, class_weight=class_weight)
+    scores = baseline_scores([*train, *val], test, class_weight=class_weight, memory=memory)
     return {k: v for k, v in scores.items() if k not in ("predictions", "labels", "confusion_matrix")}
