@@ -255,11 +255,11 @@ def test_a_label_column_is_read_as_1d_with_scikit_learns_warning() -> None:
 
 
 def test_max_memory_bounds_the_fit_and_the_note_names_it(capsys: pytest.CaptureFixture[str]) -> None:
-    clf = attnkit.TextClassifier(epochs=1, max_memory="400MB").fit(X, Y)  # the default model, with its n-gram half
+    clf = attnkit.TextClassifier(epochs=1, max_memory="200MB").fit(X, Y)  # the default model, with its n-gram half
     note = capsys.readouterr().err
-    assert "over the limit of 400 MB (max_memory); using the" in note and "max_memory to change" in note
+    assert "over the limit of 200 MB (max_memory); using the" in note and "max_memory to change" in note
     assert 1000 <= clf.predictor_.config["model_config"]["ngram_rows"] < 200_000  # the recipe's 200,000 shrunk
-    assert clf.get_params()["max_memory"] == "400MB"
+    assert clf.get_params()["max_memory"] == "200MB"
     with pytest.raises(ValueError, match=r"^max_memory must be a size such as 4GB, 800MB or 1.5GiB, got '4 parsecs'"):
         attnkit.TextClassifier(**TINY, max_memory="4 parsecs").fit(X[:40], Y[:40])
 
