@@ -53,12 +53,10 @@ import torch
 
 
 def _status(field: str) -> int:
-    """A ``/proc/self/status`` size in bytes (VmHWM: the peak resident size, VmRSS: the current one)."""
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
+    """A ``/proc/self/status`` size in bytes (VmHWM: the peak resident size, VmRSS: the current one); 0 unread."""
+    from attnkit._memory import status_bytes
+
+    return status_bytes(field) or 0
 
 
 def _child(opts: argparse.Namespace) -> dict[str, float]:

@@ -122,15 +122,11 @@ def worker(impl: str, t: int, repeats: int) -> dict[str, object]:
 
 def _rss(field: str) -> float:
     """``VmRSS`` or ``VmHWM`` of this process in MiB (Linux), else the peak ``ru_maxrss``."""
+    from attnkit._memory import status_bytes
     from attnkit.bench.memory import peak_rss_mib
 
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return peak_rss_mib()
+    found = status_bytes(field)
+    return found / 2**20 if found is not None else peak_rss_mib()
 
 
 def timer(t: int, repeats: int) -> dict[str, object]:

@@ -63,7 +63,7 @@ def format_bytes(n: float) -> str:
     return f"{n / 10**3:.3g} kB"
 
 
-def _status_bytes(field: str, status: str = "/proc/self/status") -> int | None:
+def status_bytes(field: str, status: str = "/proc/self/status") -> int | None:
     """Bytes of a ``kB`` field of ``status`` (``VmRSS``, ``VmSize``, ``VmHWM``), or None where it cannot be read."""
     try:
         with open(status, encoding="ascii") as handle:
@@ -77,7 +77,7 @@ def _status_bytes(field: str, status: str = "/proc/self/status") -> int | None:
 
 def resident_bytes() -> int:
     """Bytes this process holds resident now (``VmRSS``; 0 where it cannot be read)."""
-    return _status_bytes("VmRSS") or 0
+    return status_bytes("VmRSS") or 0
 
 
 def address_space_room(status: str | Path = "/proc/self/status",
@@ -95,7 +95,7 @@ def address_space_room(status: str | Path = "/proc/self/status",
         return None
     if limit < 0 or limit == resource.RLIM_INFINITY or limit >= _NO_LIMIT:
         return None
-    return max(0, limit - (_status_bytes("VmSize", str(status)) or 0)), limit
+    return max(0, limit - (status_bytes("VmSize", str(status)) or 0)), limit
 
 
 def _read_int(path: Path) -> int | None:

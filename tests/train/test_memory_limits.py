@@ -160,7 +160,7 @@ def test_train_under_an_address_space_limit_is_refused_naming_it(tmp_path) -> No
 
 _STEP = r"""
 import json, sys, torch
-from attnkit._memory import resident_bytes, _status_bytes
+from attnkit._memory import resident_bytes, status_bytes
 from attnkit.models import build_model
 from attnkit.train.memory_budget import activation_bytes
 from attnkit.train.pipeline import model_config_dict
@@ -177,7 +177,7 @@ before = resident_bytes()
 logits = model(ids, lengths)
 torch.nn.functional.cross_entropy(logits[0] if isinstance(logits, tuple) else logits, torch.zeros(b).long()).backward()
 optimizer.step()
-print(json.dumps([_status_bytes("VmHWM") - before, activation_bytes(kind, config, b * t, t)]))
+print(json.dumps([status_bytes("VmHWM") - before, activation_bytes(kind, config, b * t, t)]))
 """
 
 
@@ -231,7 +231,7 @@ def test_train_translate_refuses_a_plan_over_the_limit_naming_it_and_the_plan(tm
 
 _SEQ2SEQ_STEP = r"""
 import json, sys, torch
-from attnkit._memory import resident_bytes, _status_bytes
+from attnkit._memory import resident_bytes, status_bytes
 from attnkit.models.seq2seq import Seq2SeqTransformer, Seq2SeqConfig
 from attnkit.train.memory_budget import estimate_translation
 torch.set_num_threads(1)
@@ -245,7 +245,7 @@ before = resident_bytes()
 model.loss(model(src, torch.full((b,), ts), tgt[:, :-1]), tgt[:, 1:]).backward()
 optimizer.step()
 planned = estimate_translation(config, [([5] * ts, [5] * (tt - 1))] * b, b * max(ts, tt)).activations
-print(json.dumps([_status_bytes("VmHWM") - before, planned]))
+print(json.dumps([status_bytes("VmHWM") - before, planned]))
 """
 
 
@@ -287,7 +287,7 @@ def test_train_caption_refuses_a_plan_over_the_limit_before_reading_an_image(tmp
 
 _CAPTION_STEP = r"""
 import json, sys, torch
-from attnkit._memory import resident_bytes, _status_bytes
+from attnkit._memory import resident_bytes, status_bytes
 from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
 from attnkit.train.caption_memory import caption_step_bytes
 torch.set_num_threads(1)
@@ -301,7 +301,7 @@ images = torch.rand(b, 3, size, size, generator=g)
 before = resident_bytes()
 model.loss(images, captions, lengths)[0].backward()
 optimizer.step()
-print(json.dumps([_status_bytes("VmHWM") - before, planned]))
+print(json.dumps([status_bytes("VmHWM") - before, planned]))
 """
 
 

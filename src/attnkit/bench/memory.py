@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from attnkit._memory import peak_rss_mib
+from attnkit._memory import peak_rss_mib, status_bytes
 from attnkit.bench.naive_relative import naive_relative_attention
 from attnkit.bench.workloads import relative_inputs
 
@@ -26,14 +26,8 @@ Call = Callable[[], object]
 
 
 def _status_mib(field: str) -> float | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) / 2**10  # kB -> MiB
-    except OSError:
-        return None
-    return None
+    found = status_bytes(field)
+    return None if found is None else found / 2**20
 
 
 def _reset_peak() -> bool:
