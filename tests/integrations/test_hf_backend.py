@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -153,16 +155,25 @@ def test_bfloat16_runs_without_nan(name):
     assert all(torch.isfinite(p.grad.float()).all() for p in model.parameters() if p.grad is not None)
 
 
-@pytest.mark.parametrize("name", ["bert", "roberta", "distilbert", "modernbert", "llama", "mistral", "gpt_oss"])
-def test_packed_rows_equal_each_example_alone(name):
+def packed_on_the_backend(name: str) -> tuple[Any, list[torch.Tensor], dict[str, torch.Tensor]] | None:
+    """Model ``name`` on the backend, three examples of 5, 9 and 7 tokens and their packed batch
+    (``DataCollatorWithFlattening``, labels included); None where the model does not call the interface."""
     model = _model(name)
     if not uses_the_interface(model):
-        return
+        return None
     model.set_attn_implementation("attnkit")
     torch.manual_seed(2)
     examples = [torch.randint(1, V, (n,)) for n in (5, 9, 7)]
     batch = transformers.DataCollatorWithFlattening()([{"input_ids": e.tolist(), "labels": e.tolist()}
                                                         for e in examples])
+    return model, examples, batch
+
+
+@pytest.mark.parametrize("name", ["bert", "roberta", "distilbert", "modernbert", "llama", "mistral", "gpt_oss"])
+def test_packed_rows_equal_each_example_alone(name):
+    if (packed := packed_on_the_backend(name)) is None:
+        return
+    model, examples, batch = packed
     assert batch["input_ids"].shape == (1, 21) and batch["position_ids"][0, 5] == 0
     model.zero_grad()
     packed = model(**batch)

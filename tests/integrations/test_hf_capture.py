@@ -9,7 +9,7 @@ transformers = pytest.importorskip("transformers")
 
 from attnkit.inspect import capture  # noqa: E402
 from attnkit.inspect.verify import TOLERANCE, tolerance  # noqa: E402
-from tests.integrations.test_hf_backend import T, V, _model, uses_the_interface  # noqa: E402
+from tests.integrations.test_hf_backend import T, V, _model, packed_on_the_backend  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["bert", "distilbert", "llama", "mistral", "qwen2", "gemma2", "gpt2", "gpt_oss"])
@@ -37,13 +37,9 @@ def test_capture_on_the_backend_reads_eagers_maps(name):
 
 @pytest.mark.parametrize("name", ["bert", "modernbert", "llama"])
 def test_capture_of_packed_rows_on_the_backend_keeps_each_document_alone(name):
-    model = _model(name)
-    if not uses_the_interface(model):
+    if (packed := packed_on_the_backend(name)) is None:
         return
-    model.set_attn_implementation("attnkit")
-    torch.manual_seed(2)
-    examples = [torch.randint(1, V, (n,)) for n in (5, 9, 7)]
-    batch = transformers.DataCollatorWithFlattening()([{"input_ids": e.tolist()} for e in examples])
+    model, examples, batch = packed
     with torch.no_grad(), capture(model, verify=True) as cap:
         model(input_ids=batch["input_ids"], position_ids=batch["position_ids"])
     assert not cap.missed and len(cap.weights) == 2
