@@ -21,7 +21,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from attnkit.cli import TRAIN_TASKS, cli
+from attnkit.cli import cli, train_tasks
 from attnkit.cli.options import LibraryDefaultOption, resolve_default
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
@@ -200,7 +200,7 @@ def documented_commands() -> dict[str, click.Command]:
         command = cli.get_command(ctx, name)
         assert command is not None
         out[f"attnkit {name}"] = command
-    for task in TRAIN_TASKS:
+    for task in train_tasks():
         _, command, _ = cli.resolve_command(ctx, ["train", "--task", task])
         assert command is not None
         out[f"attnkit train --task {task}"] = command

@@ -39,7 +39,7 @@ import click
 import pytest
 
 import attnkit
-from attnkit.cli import LAZY_COMMANDS, TRAIN_TASKS, cli
+from attnkit.cli import LAZY_COMMANDS, cli, train_tasks
 
 SRC = Path(attnkit.__file__).resolve().parent
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
@@ -114,7 +114,7 @@ def commands() -> dict[str, click.Command]:
     found = {name: cli.get_command(ctx, name) for name in cli.list_commands(ctx)}
     from attnkit.cli import _load
 
-    for task, target in TRAIN_TASKS.items():
+    for task, target in train_tasks().items():
         found[f"train --task {task}"] = _load(target)
     assert set(LAZY_COMMANDS) <= set(found)
     return {name: command for name, command in found.items() if command is not None}

@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = textwrap.dedent("""
     import contextlib, io, json, sys
 
-    from attnkit.cli import TRAIN_TASKS, cli
+    from attnkit.cli import cli, train_tasks
 
     ctx = cli.make_context("attnkit", ["--help"], resilient_parsing=True)
-    names = [[name] for name in cli.list_commands(ctx)] + [["train", "--task", task] for task in TRAIN_TASKS]
+    names = [[name] for name in cli.list_commands(ctx)] + [["train", "--task", task] for task in train_tasks()]
     lines = [["--help"], ["--no-such-flag"]]
     lines += [[*name, "--help"] for name in names] + [[*name, "--no-such-flag"] for name in names]
     report = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import pytest
 import torch
 from click.testing import CliRunner
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 import attnkit
 from attnkit.api import Predictor
 from attnkit.cli import cli
+from attnkit.cli.options import task_option
 from attnkit.data.shapes import shapes_vocab
 from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
 from attnkit.train import registry
@@ -72,6 +74,32 @@ def test_a_fifth_kind_is_one_registration(tmp_path: Path, monkeypatch: pytest.Mo
     assert attnkit.load_run(run) == ("tagger served", "tag-run")
     with pytest.raises(ValueError, match="registered already"):
         registry.register_run_kind(registry.RUN_KINDS["tagging"])
+
+
+@click.command("train-tagging")
+@task_option("tagging")
+@click.option("--sentences", type=int, required=True)
+@click.option("--out", required=True)
+def train_tagging(sentences: int, out: str) -> None:
+    click.echo(f"tagging trained on {sentences} sentences into {out}")
+
+
+def test_a_fifth_task_trains_through_its_registration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``attnkit train --task NAME`` runs the command the registry names: a new task needs no CLI edit."""
+    runner = CliRunner()
+    unknown = runner.invoke(cli, ["train", "--task", "tagging", "--sentences", "3", "--out", "runs/t"])
+    assert unknown.exit_code == 2 and "'tagging' is not a task; tasks: translate, caption, classify" \
+        in unknown.output, unknown.output
+    monkeypatch.setattr(registry, "RUN_KINDS", dict(registry.RUN_KINDS))
+    registry.register_run_kind(registry.RunKind(
+        "tagging", "token tagging", lambda config: config.get("model_name") == "tagger", lambda *a, **k: None,
+        task="tagging", train=f"{__name__}:train_tagging"))
+    result = runner.invoke(cli, ["train", "--out", "runs/t", "--task", "tagging", "--sentences", "3"])
+    assert result.exit_code == 0, result.output
+    assert result.output == "tagging trained on 3 sentences into runs/t\n"
+    helped = runner.invoke(cli, ["train", "--task", "tagging", "--help"])
+    assert "--sentences" in helped.output and "--data" not in helped.output
+    assert registry.train_commands()["translate"] == "attnkit.cli.translate:train_translate"
 
 
 @pytest.mark.parametrize("kind", ["translation", "captioning"])

@@ -23,7 +23,7 @@ from attnkit.cli import commands
 from attnkit.cli import demo as demo_module
 from attnkit.cli.messages import user_os_error
 
-__all__ = ["main", "cli", "AttnkitGroup", "DEBUG_HINT"]
+__all__ = ["main", "cli", "AttnkitGroup", "DEBUG_HINT", "train_tasks"]
 
 DEBUG_HINT = "run with --debug or ATTNKIT_DEBUG=1 for the traceback"
 
@@ -35,9 +35,15 @@ LAZY_COMMANDS = {
     "baseline": "attnkit.cli.baseline:baseline",
     "serve": "attnkit.cli.serve:serve",
 }
-# ``attnkit train --task NAME ...`` hands the remaining arguments to these training commands.
-TRAIN_TASKS = {"translate": "attnkit.cli.translate:train_translate",
-               "caption": "attnkit.cli.caption:train_caption"}
+
+
+def train_tasks() -> dict[str, str]:
+    """The tasks ``attnkit train --task NAME ...`` hands its arguments to, each with its command's
+    ``"module:attribute"``: every task of the registry of run kinds (:func:`attnkit.train.registry.train_commands`)
+    but the one ``train`` itself runs."""
+    from attnkit.train.registry import DEFAULT_TRAIN, train_commands
+
+    return {task: target for task, target in train_commands().items() if target != DEFAULT_TRAIN}
 
 
 def _load(target: str) -> click.Command:
@@ -51,7 +57,7 @@ def _task(ctx: click.Context, train: click.Command, args: list[str]) -> str | No
     """The value of ``--task`` in ``train``'s arguments ``args``, read by click's own parser over the options
     of every training command (so a value that happens to be spelt ``--task`` is a value, not the flag);
     the task's command reads it again and refuses another name."""
-    commands = [train, *(_load(target) for target in TRAIN_TASKS.values())]
+    commands = [train, *(_load(target) for target in train_tasks().values())]
     options: dict[str, click.Parameter] = {}
     for command in commands:
         for param in command.params:
@@ -80,9 +86,15 @@ class AttnkitGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name, command, rest = super().resolve_command(ctx, args)
         if name == "train" and command is not None:
+            from attnkit.train.registry import train_commands
+
+            tasks = train_tasks()
             task = _task(ctx, command, list(rest))
-            if task in TRAIN_TASKS:
-                return name, _load(TRAIN_TASKS[task]), rest
+            if task in tasks:
+                return name, _load(tasks[task]), rest
+            if task is not None and task not in train_commands():  # before the wrong command's flags are read
+                raise click.UsageError(f"Invalid value for '--task': {task!r} is not a task; tasks: "
+                                       f"{', '.join(train_commands())}", ctx)
         return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:

@@ -36,7 +36,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["SEED", "baseline_option", "memory_option", "refusing_memory_option", "MemorySize", "LibraryDefaultOption",
            "resolve_default",
-           "config_keys", "allow_unfinished_option", "load_run", "task_option", "TASKS", "config_option",
+           "config_keys", "allow_unfinished_option", "load_run", "task_option", "config_option",
            "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
            "reader_kwargs", "report_skipped_rows"]
@@ -457,21 +457,26 @@ def load_run(run: str, allow_unfinished: bool) -> tuple[Any, Any, Any, dict[str,
     return model, tokenizer, labels, meta
 
 
-TASKS = ("classify", "translate", "caption")
-
-
 def task_option(task: str) -> Callable[[F], F]:
     """``--task`` of an ``attnkit train`` command: the group routes ``train --task NAME`` to the task's
-    command, which reads the option back and refuses any other name (a routing mistake, never silent)."""
+    command (the registry of run kinds names them, :func:`attnkit.train.registry.train_commands`), which
+    reads the option back and refuses any other name: an unknown task is named with the known ones, a
+    routing mistake is never silent."""
+    from attnkit.train.registry import train_commands
+
     def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
+        known = list(train_commands())
+        if value not in known:
+            raise click.BadParameter(f"{value!r} is not a task; tasks: {', '.join(known)}", ctx, param)
         if value != task:
             raise click.BadParameter(f"this command trains the {task!r} task, not {value!r}", ctx, param)
         return value
 
     return click.option(
-        "--task", type=click.Choice(TASKS), default=task, show_default=True, expose_value=False, callback=check,
+        "--task", metavar="TASK", default=task, show_default=True, expose_value=False, callback=check,
         help="classify: text classification; translate / caption: the translation and captioning "
-             "trainers, whose options `attnkit train --task NAME --help` lists.")
+             "trainers, whose options `attnkit train --task NAME --help` lists (and any task registered "
+             "in attnkit.train.registry).")
 
 
 class MemorySize(click.ParamType):

@@ -10,12 +10,15 @@ run, so one call serves every kind::
     attnkit.load_run("runs/de-en")          # Translator: .translate(["ein haus"])
     attnkit.load_run("runs/captions")       # CaptionRun: .caption(images)
 
-A new task adds one kind and nothing else::
+A new task adds one kind and nothing else: its ``task`` name and ``train`` command make
+``attnkit train --task tagging ...`` run that command (:func:`train_commands`), its ``claims`` and
+``load`` make ``load_run`` (and so the server and ``predict``-style commands) serve what it wrote::
 
     from attnkit.train.registry import RunKind, register_run_kind
 
     register_run_kind(RunKind("tagging", "token tagging", lambda config: config.get("model_name") == "tagger",
-                              load_tagging_run))
+                              load_tagging_run, "attnkit tag", task="tagging",
+                              train="attnkit.tasks.tagging.cli:train_tagging"))
 
 Loaders import their task's modules when called, so reading the registry imports no torch.
 """
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunKind", "RUN_KINDS", "register_run_kind", "run_kind", "load_run", "CaptionRun"]
+__all__ = ["RunKind", "RUN_KINDS", "register_run_kind", "train_commands", "run_kind", "load_run", "CaptionRun"]
 
 
 @dataclass(frozen=True)
@@ -42,9 +45,16 @@ class RunKind:
     load: Callable[..., Any]
     command: str = ""
     """The command that serves such a run from the command line (``"attnkit translate"``), for messages."""
+    task: str = ""
+    """The name ``attnkit train --task NAME`` trains this kind under (``""``: trained under another kind's
+    task, as the NumPy backend's runs are under ``classify --backend numpy``)."""
+    train: str = ""
+    """``"module:attribute"`` of the click command that trains it (imported only when that task is asked for)."""
 
 
 RUN_KINDS: dict[str, RunKind] = {}
+DEFAULT_TRAIN = "attnkit.cli.commands:train"
+"""``attnkit train`` itself: the classifiers' command, which ``train`` runs when no other task is named."""
 
 
 def register_run_kind(kind: RunKind) -> RunKind:
@@ -53,6 +63,16 @@ def register_run_kind(kind: RunKind) -> RunKind:
         raise ValueError(f"a run kind named {kind.name!r} is registered already")
     RUN_KINDS[kind.name] = kind
     return kind
+
+
+def train_commands() -> dict[str, str]:
+    """Each ``attnkit train --task`` name and the ``"module:attribute"`` of the command that trains it, in
+    registration order (the first kind to name a task owns it)."""
+    commands: dict[str, str] = {}
+    for kind in RUN_KINDS.values():
+        if kind.task and kind.train:
+            commands.setdefault(kind.task, kind.train)
+    return commands
 
 
 def run_kind(path: str | os.PathLike[str]) -> RunKind:
@@ -144,8 +164,10 @@ def _load_captioning(path: Path, *, allow_unfinished: bool = False, device: str 
 for _kind in (
     RunKind("numpy", "text classification on the NumPy twin", _is_numpy, _load_classifier, "attnkit predict"),
     RunKind("translation", "sequence-to-sequence translation", _is_translation, _load_translation,
-            "attnkit translate"),
-    RunKind("captioning", "image captioning", _is_captioning, _load_captioning, "attnkit caption"),
-    RunKind("classification", "text classification", _is_classification, _load_classifier, "attnkit predict"),
+            "attnkit translate", task="translate", train="attnkit.cli.translate:train_translate"),
+    RunKind("captioning", "image captioning", _is_captioning, _load_captioning, "attnkit caption",
+            task="caption", train="attnkit.cli.caption:train_caption"),
+    RunKind("classification", "text classification", _is_classification, _load_classifier, "attnkit predict",
+            task="classify", train=DEFAULT_TRAIN),
 ):
     register_run_kind(_kind)
