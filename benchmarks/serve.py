@@ -12,7 +12,7 @@ clients send ``--requests`` single-text ``/v1/predict`` requests to each, over t
 both throughputs, their ratio (target >= 3 at 16 clients), the latency p50/p99 of each, and whether
 every answer of both servers equals the answer to the same text sent alone.
 
-Texts of the same number of tokens share a batch (see :func:`attnkit.train.inference.predict_texts`),
+Texts of the same number of tokens share a batch (see :func:`attnkit.train.tasks.classify.inference.predict_texts`),
 so the gain grows with how many concurrent texts have the same length: ``--words`` sets the range of
 words per text. Where a larger model's last bits still move with a text's row in the batch, the
 largest difference is printed.

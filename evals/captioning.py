@@ -53,14 +53,14 @@ import torch
 from attnkit.data.captions import encode_captions, images_to_tensor
 from attnkit.data.shapes import ShapeScene, generate_scenes, shapes_vocab
 from attnkit.models.captioning import ATTEND_WITH, CaptionerConfig, ImageCaptioner
-from attnkit.train.captioning import (
+from attnkit.train.metrics import bleu_scores
+from attnkit.train.tasks.caption.captioning import (
     corpus_bleu,
     fit_captioner,
     generate,
     load_caption_run,
     save_caption_run,
 )
-from attnkit.train.metrics import bleu_scores
 from attnkit.viz.explain import upsample
 
 # The config defaults: a light model, which the scenes need and the machine affords.

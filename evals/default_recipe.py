@@ -1,8 +1,8 @@
 """The default recipe against the TF-IDF baseline on the same folds, data set by data set.
 
 What ``attnkit cv --data FILE`` does with no tuning flags -- the default model
-(``attnkit.train.recipe.DEFAULT_MODEL``) with its default config, the recipe's
-``TrainConfig`` (:func:`attnkit.train.recipe.train_defaults`) and the default
+(``attnkit.train.tasks.classify.recipe.DEFAULT_MODEL``) with its default config, the recipe's
+``TrainConfig`` (:func:`attnkit.train.tasks.classify.recipe.train_defaults`) and the default
 ``DataSettings`` -- run by :func:`cross_validate` on each
 set, with the baseline (:func:`fold_baselines`, TF-IDF 1-2-grams + logistic
 regression) scored on exactly the same test folds in the same run. Prints one
@@ -45,11 +45,11 @@ import torch
 from attnkit.data.locations import DataNotFoundError, data_path
 from attnkit.data.readers import Example, read_examples
 from attnkit.data.sources import split_examples
-from attnkit.train.baseline import baseline_scores, fold_baselines, paired_test
-from attnkit.train.checkpoint import atomic_write_json
 from attnkit.train.config import TrainConfig
-from attnkit.train.pipeline import DataSettings, cross_validate, fit_classifier
-from attnkit.train.recipe import DEFAULT_MODEL, data_defaults, train_defaults
+from attnkit.train.runs.checkpoint import atomic_write_json
+from attnkit.train.tasks.classify.baseline import baseline_scores, fold_baselines, paired_test
+from attnkit.train.tasks.classify.pipeline import DataSettings, cross_validate, fit_classifier
+from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
 REPO = Path(__file__).resolve().parents[1]
 SETS = ("mr", "sms", "agnews", "imdb")

@@ -1,6 +1,6 @@
 """Is attention explanation? Faithfulness of every attribution method on MR, SMS and AG News.
 
-Trains the default recipe (``attnkit.train.recipe.DEFAULT_MODEL`` with its
+Trains the default recipe (``attnkit.train.tasks.classify.recipe.DEFAULT_MODEL`` with its
 defaults, as ``attnkit train --data FILE`` does: 80/10/10 stratified split,
 seed 0) on each set, or with ``--recipe accurate`` fine-tunes all-MiniLM-L6-v2
 (the ``pretrained`` extra; ``--epochs``, default 1, ``--lr``, ``--max-len``),
@@ -57,8 +57,8 @@ from attnkit.attribution.faithfulness import decisive_words, faithfulness, forma
 from attnkit.data.locations import DataNotFoundError
 from attnkit.data.sources import split_examples
 from attnkit.train.config import TrainConfig
-from attnkit.train.pipeline import DataSettings, fit_classifier
-from attnkit.train.recipe import DEFAULT_MODEL, data_defaults, train_defaults
+from attnkit.train.tasks.classify.pipeline import DataSettings, fit_classifier
+from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
 
 def _bar(result: dict[str, Any]) -> str:
@@ -78,8 +78,8 @@ def _fit(examples: list[Any], args: argparse.Namespace) -> tuple[Any, str]:
         train, val, test = split_examples(examples, val=0.1, test=0.1, seed=config.seed)
         return fit_classifier(train, val, test, model_name=DEFAULT_MODEL, train_config=config,
                               data=DataSettings(**data_defaults(DEFAULT_MODEL)), quiet=True), DEFAULT_MODEL
-    from attnkit.train.finetune import FINETUNE_DEFAULTS, finetune_bert
-    from attnkit.train.recipe import pretrained_folder
+    from attnkit.train.tasks.classify.finetune import FINETUNE_DEFAULTS, finetune_bert
+    from attnkit.train.tasks.classify.recipe import pretrained_folder
 
     config = TrainConfig.from_dict({**FINETUNE_DEFAULTS, "epochs": args.epochs, "lr": args.lr, "seed": 0,
                                     "device": "cpu"})

@@ -46,15 +46,15 @@ import torch
 
 from attnkit.data.flickr8k import load_flickr8k, read_rgb_image
 from attnkit.models.captioning.consensus import Consensus, NeighbourIndex
-from attnkit.train.caption_data import default_cache_dir, neighbour_index, split_inputs
-from attnkit.train.captioning import (
+from attnkit.train.metrics import bleu_scores
+from attnkit.train.runs.checkpoint import RunFileError
+from attnkit.train.runs.rundir import committed_dir
+from attnkit.train.tasks.caption.caption_data import default_cache_dir, neighbour_index, split_inputs
+from attnkit.train.tasks.caption.captioning import (
     generate,
     load_caption_ensemble,
     load_caption_neighbours,
 )
-from attnkit.train.checkpoint import RunFileError
-from attnkit.train.metrics import bleu_scores
-from attnkit.train.rundir import committed_dir
 
 PAPER = [  # Xu et al. (2015), Table 1, Flickr8k
     ("Show and Tell (Vinyals et al., 2015)", [63.0, 41.0, 27.0, None]),

@@ -44,12 +44,12 @@ from default_recipe import load_imdb, load_set  # noqa: E402
 
 from attnkit.data.readers import Example  # noqa: E402
 from attnkit.data.sources import split_examples  # noqa: E402
-from attnkit.train.baseline import baseline_scores  # noqa: E402
-from attnkit.train.checkpoint import atomic_write_json  # noqa: E402
 from attnkit.train.config import TrainConfig  # noqa: E402
 from attnkit.train.memory_budget import peak_rss_mib  # noqa: E402
-from attnkit.train.pipeline import DataSettings, fit_classifier  # noqa: E402
-from attnkit.train.recipe import DEFAULT_MODEL, data_defaults, train_defaults  # noqa: E402
+from attnkit.train.runs.checkpoint import atomic_write_json  # noqa: E402
+from attnkit.train.tasks.classify.baseline import baseline_scores  # noqa: E402
+from attnkit.train.tasks.classify.pipeline import DataSettings, fit_classifier  # noqa: E402
+from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults  # noqa: E402
 
 SETS = ("imdb", "agnews-long")
 ROWS: dict[str, dict[str, Any]] = {"cut": {"chunk_len": 0}, "chunked": {}}

@@ -10,10 +10,10 @@ whole-process peak, ``Maximum resident set size``):
   encoded documents, the n-gram half's fit (its peak resident memory too) and
   the network's training, weighing the halves on the validation part, the
   test score and the report (explanations and their faithfulness);
-* the baseline: :func:`attnkit.train.baseline.baseline_scores` on the same
+* the baseline: :func:`attnkit.train.tasks.classify.baseline.baseline_scores` on the same
   files (fit on the training file, as ``--baseline`` fits it on the training and
   validation parts), keeping the most frequent n-grams that fit the default
-  memory limit (:func:`attnkit.train.baseline.baseline_features`: 312,500 for
+  memory limit (:func:`attnkit.train.tasks.classify.baseline.baseline_features`: 312,500 for
   50 classes, 781,250 for 20); all of them would need 12 GB and more.
 
 Corpora (``--corpora``):
@@ -67,7 +67,8 @@ _DEFAULT = r"""
 import atexit, json, sys, time
 from attnkit._memory import peak_rss_mib
 from attnkit.models.ngram_half import NgramHalf
-from attnkit.train import pipeline, plan, trainer
+from attnkit.train.tasks.classify import pipeline, plan
+from attnkit.train.loop import trainer
 from attnkit.cli import baseline as reports, cli
 
 spent = {}
@@ -106,7 +107,7 @@ cli()
 _BASELINE = r"""
 import json, sys, time
 from attnkit.data.readers import read_examples
-from attnkit.train.baseline import baseline_scores
+from attnkit.train.tasks.classify.baseline import baseline_scores
 start = time.perf_counter()
 train = read_examples(sys.argv[1])  # as attnkit train reads them: the header is a header
 test = read_examples(sys.argv[2])

@@ -18,7 +18,7 @@ default ``--max-tokens``) on ``--pairs`` sentence pairs of ``--pair-words`` word
 
 ``caption`` trains the default captioner (``attnkit train --task caption``, one epoch) on ``--docs``
 generated shapes images of ``--image-size`` pixels a side (extra flags such as ``--batch-size`` go to the
-command); its plan is :func:`attnkit.train.caption_memory.check_captioning`'s.
+command); its plan is :func:`attnkit.train.tasks.caption.caption_memory.check_captioning`'s.
 
 ``bert`` fine-tunes a small randomly initialised BERT folder written here (:func:`write_bert_folder`: 2
 layers of 128, 4 heads, feed-forward 512, positions for 1,024 tokens, so ``--max-len`` is 1,024 at most).
@@ -41,7 +41,7 @@ from pathlib import Path
 _CHILD = r"""
 import atexit, json, sys
 from attnkit._memory import peak_rss_mib, resident_bytes
-from attnkit.train import pipeline
+from attnkit.train.tasks.classify import pipeline
 from attnkit.cli import cli
 
 plan = {}
@@ -58,7 +58,7 @@ def planned(model_name, config, **sizes):
 
 pipeline.fit_to_memory = planned
 
-from attnkit.train import translation
+from attnkit.train.tasks.translate import translation
 check_pairs = translation.check_translation
 
 def planned_pairs(config, pairs, max_tokens, **limits):
@@ -70,7 +70,7 @@ def planned_pairs(config, pairs, max_tokens, **limits):
 
 translation.check_translation = planned_pairs
 
-from attnkit.train import caption_memory
+from attnkit.train.tasks.caption import caption_memory
 check_images = caption_memory.check_captioning
 
 def planned_images(model, **sizes):

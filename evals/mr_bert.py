@@ -51,15 +51,15 @@ from attnkit.data.batching import LabelVocab, TextClassificationDataset, collate
 from attnkit.data.locations import DataNotFoundError, data_path
 from attnkit.data.readers import read_examples
 from attnkit.models.bert_classifier import BertClassifier
-from attnkit.train.baseline import BASELINE_NAME, baseline_scores
 from attnkit.train.config import TrainConfig
-from attnkit.train.finetune import (
+from attnkit.train.tasks.classify.baseline import BASELINE_NAME, baseline_scores
+from attnkit.train.tasks.classify.finetune import (
     FINETUNE_DEFAULTS,
     bert_model_options,
     finetune_bert,
     load_finetune_tokenizer,
 )
-from attnkit.train.pipeline import split_examples
+from attnkit.train.tasks.classify.pipeline import split_examples
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -25,9 +25,9 @@ import torch
 
 from attnkit.data.locations import DataNotFoundError, data_path
 from attnkit.data.readers import read_examples
-from attnkit.train.checkpoint import atomic_write_json
 from attnkit.train.config import TrainConfig
-from attnkit.train.pipeline import DataSettings, cross_validate
+from attnkit.train.runs.checkpoint import atomic_write_json
+from attnkit.train.tasks.classify.pipeline import DataSettings, cross_validate
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -41,10 +41,10 @@ from attnkit.data.readers import read_examples
 from attnkit.data.sources import split_examples
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.models import build_model
-from attnkit.train.baseline import BASELINE_NAME, baseline_scores
 from attnkit.train.config import TrainConfig
-from attnkit.train.tasks import ClassificationTask
-from attnkit.train.trainer import Trainer
+from attnkit.train.loop.task import ClassificationTask
+from attnkit.train.loop.trainer import Trainer
+from attnkit.train.tasks.classify.baseline import BASELINE_NAME, baseline_scores
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -36,7 +36,7 @@ import torch
 
 from attnkit.data.locations import DataNotFoundError, data_path
 from attnkit.data.parallel import read_parallel
-from attnkit.train.translation import (
+from attnkit.train.tasks.translate.translation import (
     TranslationTrainConfig,
     corpus_bleu,
     fit_translation,

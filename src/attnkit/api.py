@@ -12,8 +12,8 @@
 (:mod:`attnkit.train.registry`: classification, the NumPy backend, translation,
 captioning); :meth:`Predictor.from_pretrained` reads a classification
 run directory, written by ``attnkit train`` or ``attnkit demo``, through the
-same loader as the commands (:func:`attnkit.train.checkpoint.load_checkpoint`
-for torch runs, :func:`attnkit.train.numpy_backend.load_numpy_run` for
+same loader as the commands (:func:`attnkit.train.runs.checkpoint.load_checkpoint`
+for torch runs, :func:`attnkit.train.tasks.numpy.numpy_backend.load_numpy_run` for
 ``--backend numpy`` runs): every file is checked, the weights must be finite,
 labels and tokenizer must agree with the model, and a run whose training did
 not finish is refused unless ``allow_unfinished=True``. The run's own
@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from attnkit.train.predictor import Predictor
+from attnkit.train.tasks.classify.predictor import Predictor
 
 __all__ = ["Predictor", "load_run"]
 
@@ -34,12 +34,12 @@ __all__ = ["Predictor", "load_run"]
 def load_run(path: str | os.PathLike[str], *, allow_unfinished: bool = False, device: str = "cpu") -> Any:
     """The trained model in run directory ``path``, served by the kind of run that owns it
     (:mod:`attnkit.train.registry`): a :class:`Predictor` for a classification run (torch or numpy
-    backend), a :class:`~attnkit.train.translation_run.Translator` for a translation run, a
+    backend), a :class:`~attnkit.train.tasks.translate.translation_run.Translator` for a translation run, a
     :class:`~attnkit.train.registry.CaptionRun` for a captioning run.
 
-    Raises :class:`attnkit.train.checkpoint.RunFileError` naming the file when
+    Raises :class:`attnkit.train.runs.checkpoint.RunFileError` naming the file when
     the folder is not a complete, sound attnkit run, and
-    :class:`attnkit.train.rundir.UnfinishedRunError` for a run whose training
+    :class:`attnkit.train.runs.rundir.UnfinishedRunError` for a run whose training
     did not finish (unless ``allow_unfinished``: then ``notice`` says which
     weights are served).
     """

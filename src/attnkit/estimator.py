@@ -9,8 +9,8 @@
     clf.save("runs/reviews")                 # a run directory: attnkit predict runs/reviews "..."
 
 :class:`TextClassifier` trains with the recipe of ``attnkit train`` (the same
-:func:`attnkit.train.pipeline.fit_classifier`, the same defaults per model,
-see :mod:`attnkit.train.recipe`); each constructor argument is one of that
+:func:`attnkit.train.tasks.classify.pipeline.fit_classifier`, the same defaults per model,
+see :mod:`attnkit.train.tasks.classify.recipe`); each constructor argument is one of that
 command's flags and None leaves the recipe's value. The fitted model is a
 :class:`attnkit.Predictor`, so predictions are the ones ``attnkit predict``
 prints for the saved run. It follows scikit-learn's conventions
@@ -64,7 +64,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         init_from: a Hugging Face BERT folder to fine-tune (``--init-from``), with ``model`` None or
             ``"bert"``. Fine-tuning uses the folder's tokenizer: ``tokenizer``, ``vocab_size`` and
             ``min_frequency`` are refused beside it, and the other settings default to fine-tuning's
-            (:data:`attnkit.train.finetune.FINETUNE_DEFAULTS`, ``max_len`` 128).
+            (:data:`attnkit.train.tasks.classify.finetune.FINETUNE_DEFAULTS`, ``max_len`` 128).
         epochs: the most epochs to train (``--epochs``). Like every training argument below, None
             leaves the recipe's value.
         batch_size: texts per optimizer step (``--batch-size``).
@@ -148,7 +148,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         from attnkit.data.batching import LabelVocab
         from attnkit.data.readers import Example
         from attnkit.data.sources import split_examples
-        from attnkit.train.pipeline import fit_classifier
+        from attnkit.train.tasks.classify.pipeline import fit_classifier
 
         labels = _labels(y)
         texts = _texts(X)
@@ -194,8 +194,8 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     def _recipe(self) -> _Recipe:
         """What ``fit`` trains: ``attnkit train``'s recipe with this estimator's arguments over it, or
         fine-tuning's when a BERT folder is given (``preset='accurate'``, ``init_from``)."""
-        from attnkit.train.pipeline import DataSettings
-        from attnkit.train.recipe import DEFAULT_MODEL, data_defaults, train_defaults
+        from attnkit.train.tasks.classify.pipeline import DataSettings
+        from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
         train_given = {f: getattr(self, f) for f in _TRAIN_FIELDS}
         data_given = {f: getattr(self, f) for f in _DATA_FIELDS if getattr(self, f) is not None}
@@ -208,7 +208,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             return _Recipe(model_name, dict(self.model_options or {}),
                            _train_config(train_defaults(model_name), train_given),
                            DataSettings(**{**data_defaults(model_name), **data_given}))
-        from attnkit.train import finetune
+        from attnkit.train.tasks.classify import finetune
 
         tokenizer = finetune.load_finetune_tokenizer(folder)
         options = finetune.bert_model_options(folder, tokenizer, self.model_options)
@@ -222,7 +222,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         """The BERT folder to fine-tune (``init_from``, or ``preset='accurate'``'s MiniLM), None for none;
         arguments that cannot go with it are refused by name."""
         from attnkit._checks import one_of
-        from attnkit.train.recipe import PRESETS, pretrained_folder
+        from attnkit.train.tasks.classify.recipe import PRESETS, pretrained_folder
 
         if self.preset is not None:
             one_of("preset", self.preset, PRESETS)

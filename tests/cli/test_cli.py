@@ -11,8 +11,8 @@ import torch
 from click.testing import CliRunner
 
 from attnkit.cli import cli
-from attnkit.train.checkpoint import load_tensors
-from attnkit.train.rundir import committed_dir
+from attnkit.train.runs.checkpoint import load_tensors
+from attnkit.train.runs.rundir import committed_dir
 from tests.support.cli import TINY, write_keyword_csv
 
 
@@ -181,7 +181,7 @@ def test_interrupted_cli_run_resumes_to_identical_weights(tmp_path, data_csv, mo
     straight = tmp_path / "straight"
     assert _invoke("train", "--data", str(data_csv), "--out", str(straight), *TINY).exit_code == 0
 
-    from attnkit.train.trainer import Trainer
+    from attnkit.train.loop.trainer import Trainer
 
     original = Trainer._train_epoch
 

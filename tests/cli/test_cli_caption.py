@@ -15,14 +15,14 @@ from attnkit.cli.caption import caption, train_caption
 from attnkit.data.captions import encode_captions, images_to_tensor
 from attnkit.data.shapes import generate_scenes, shapes_vocab
 from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
-from attnkit.train.captioning import (
+from attnkit.train.runs.rundir import committed_dir
+from attnkit.train.tasks.caption.captioning import (
     corpus_bleu,
     fit_captioner,
     generate,
     load_caption_run,
     save_caption_run,
 )
-from attnkit.train.rundir import committed_dir
 
 SMALL = ["--train-size", "24", "--val-size", "4", "--epochs", "1", "--image-size", "32", "--batch-size", "12"]
 

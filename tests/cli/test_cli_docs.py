@@ -241,7 +241,7 @@ def test_flags_the_library_defaults_show_the_library_value() -> None:
 
 def test_help_shows_the_numpy_defaults_only_where_there_is_a_numpy_backend() -> None:
     from attnkit.train.config import TrainConfig
-    from attnkit.train.numpy_backend import NUMPY_KINDS, NumpyTrainSettings
+    from attnkit.train.tasks.numpy.numpy_backend import NUMPY_KINDS, NumpyTrainSettings
 
     train_help = CliRunner().invoke(cli, ["train", "--help"], terminal_width=400).output
     assert f"[default: {TrainConfig.lr:g}; numpy backend: {NumpyTrainSettings.lr:g}]" in train_help
@@ -260,7 +260,7 @@ def test_model_and_format_help_name_every_choice() -> None:
 
 
 def test_init_from_defaults_on_help_and_page_are_the_fine_tuning_ones() -> None:
-    from attnkit.train.finetune import FINETUNE_DEFAULTS, FINETUNE_MAX_LEN
+    from attnkit.train.tasks.classify.finetune import FINETUNE_DEFAULTS, FINETUNE_MAX_LEN
 
     help_text = " ".join(next(p.help for p in COMMANDS["attnkit train"].params if p.name == "init_from").split())
     page = " ".join(PAGE.read_text(encoding="utf-8").split())
@@ -279,7 +279,7 @@ def test_init_from_defaults_on_help_and_page_are_the_fine_tuning_ones() -> None:
 @click.option("--alpha", type=int, default=3)
 @click.option("--beta", "-b", is_flag=True)
 @click.option("--lr", type=float, cls=LibraryDefaultOption, default_from="attnkit.train.config:TrainConfig.lr",
-              numpy_default_from="attnkit.train.numpy_backend:NumpyTrainSettings.lr")
+              numpy_default_from="attnkit.train.tasks.numpy.numpy_backend:NumpyTrainSettings.lr")
 @click.option("--backend", type=click.Choice(["torch", "numpy"]), default="torch")
 def fake(**values: Any) -> None:
     """A command for the negative controls."""

@@ -25,8 +25,8 @@ from attnkit.data.parallel import (
     train_translation_tokenizers,
 )
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
-from attnkit.train.rundir import committed_dir
-from attnkit.train.translation import Translator, load_translation_run, save_translation_run
+from attnkit.train.runs.rundir import committed_dir
+from attnkit.train.tasks.translate.translation import Translator, load_translation_run, save_translation_run
 
 WORDS_DE = ["ein", "hund", "mann", "läuft", "rot", "blau", "haus", "kind", "spielt", "im"]
 WORDS_EN = ["a", "dog", "man", "runs", "red", "blue", "house", "child", "plays", "in"]
@@ -190,7 +190,7 @@ def test_command_errors(tmp_path: Path) -> None:
 
 def _fit(out: Path, epochs: int, *, resume: bool = False, average_last: int = 1, lr: float = 5e-3,
          dropout: float = 0.1) -> dict:
-    from attnkit.train.translation import TranslationTrainConfig, fit_translation
+    from attnkit.train.tasks.translate.translation import TranslationTrainConfig, fit_translation
 
     options = {"layer": {"d_model": 32, "num_heads": 4, "d_ff": 64, "dropout": dropout, "attention_dropout": 0.0},
                "encoder_layers": 1, "decoder_layers": 1, "label_smoothing": 0.1}
@@ -201,14 +201,14 @@ def _fit(out: Path, epochs: int, *, resume: bool = False, average_last: int = 1,
 
 
 def _weights(out: Path) -> dict[str, torch.Tensor]:
-    from attnkit.train.checkpoint import load_tensors
+    from attnkit.train.runs.checkpoint import load_tensors
 
     return load_tensors(committed_dir(out) / "model.safetensors")
 
 
 def interrupt_in_epoch(monkeypatch: pytest.MonkeyPatch, epoch: int, seed: int = 0) -> None:
     """Make the training batches of ``epoch`` raise KeyboardInterrupt, as a Ctrl-C would."""
-    import attnkit.train.translation as translation
+    import attnkit.train.tasks.translate.translation as translation
 
     batches = translation.batches_by_tokens
 
@@ -263,7 +263,7 @@ def test_resume_refuses_changed_settings_and_missing_runs(tmp_path: Path, monkey
 
 
 def test_weight_averaging_is_the_mean_of_the_last_epochs(tmp_path: Path) -> None:
-    from attnkit.train.checkpoint import load_tensors
+    from attnkit.train.runs.checkpoint import load_tensors
 
     summary = _fit(tmp_path / "avg", 3, average_last=3, dropout=0.0)
     folder = committed_dir(tmp_path / "avg")

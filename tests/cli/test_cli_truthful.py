@@ -96,7 +96,7 @@ def _interrupt(monkeypatch: pytest.MonkeyPatch, target: object, name: str) -> No
 
 def test_ctrl_c_before_the_first_commit_says_nothing_can_be_resumed(
         trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnkit.train.trainer import Trainer
+    from attnkit.train.loop.trainer import Trainer
 
     _interrupt(monkeypatch, Trainer, "_train_epoch")
     data = str(trained.parent / "reviews.csv")
@@ -134,7 +134,7 @@ def test_ctrl_c_while_the_reports_are_written_points_to_attnkit_report(
 
 def test_report_refuses_an_unfinished_run_unless_allowed(
         trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnkit.train.trainer import Trainer
+    from attnkit.train.loop.trainer import Trainer
 
     original, out = Trainer._train_epoch, tmp_path / "run"
 
@@ -159,7 +159,7 @@ def test_report_refuses_an_unfinished_run_unless_allowed(
 
 
 def test_an_early_stop_says_why(trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnkit.train.tasks import ClassificationTask
+    from attnkit.train.loop.task import ClassificationTask
 
     monkeypatch.setattr(ClassificationTask, "score", lambda self, metrics: (0.5,))  # never better after epoch 1
     loud = [a for a in TINY if a != "--quiet"]

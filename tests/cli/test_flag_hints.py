@@ -255,7 +255,7 @@ def wrong_flags(message: Message) -> list[str]:
 
 def test_messages_are_found() -> None:
     modules = {m.module for m in MESSAGES}
-    assert len(MESSAGES) > 60 and {"cli/commands.py", "data/readers.py", "train/rundir.py"} <= modules
+    assert len(MESSAGES) > 60 and {"cli/commands.py", "data/readers.py", "train/runs/rundir.py"} <= modules
     resume = [m for m in MESSAGES if m.module == "cli/commands.py" and "--resume --overwrite" not in m.text
               and "continue with: attnkit train --out {} --resume" in m.text]
     assert resume and resume[0].function == "_interrupted_advice"
@@ -297,10 +297,10 @@ def test_every_suggested_flag_exists_on_its_command(message: Message) -> None:
     ("or pass --on-nan skip-step", "_finite.py", "StepGuard",
      [f"--on-nan is no option of attnkit {c}, which reaches this message"
       for c in ("demo", "train --task caption", "train --task translate")]),
-    ("retrain with a lower --lr", "train/run_files.py", "refuse_non_finite_file",
+    ("retrain with a lower --lr", "train/runs/run_files.py", "refuse_non_finite_file",
      [f"--lr is no option of attnkit {c}, which reaches this message"
       for c in ("caption", "evaluate", "predict", "report", "serve", "visualize")]),
-    ("start it again with attnkit train --overwrite", "train/rundir.py", "committed_dir", []),
+    ("start it again with attnkit train --overwrite", "train/runs/rundir.py", "committed_dir", []),
 ])
 def test_the_rules_catch_a_wrong_flag(text: str, module: str, function: str | None, expected: list[str]) -> None:
     assert wrong_flags(Message(module, 1, function, text)) == expected

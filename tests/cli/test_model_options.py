@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from attnkit.cli import cli
 from attnkit.cli.options import parse_model_options
 from attnkit.models.document import DOCUMENT_LAYER
-from attnkit.train.rundir import committed_dir
+from attnkit.train.runs.rundir import committed_dir
 from tests.support.cli import TINY, write_keyword_csv
 
 

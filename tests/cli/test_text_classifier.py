@@ -165,7 +165,7 @@ def test_preset_accurate_and_init_from_fine_tune_a_bert_folder(tiny_bert: Path, 
 
 
 def test_preset_accurate_without_the_extra_names_it_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnkit.train.recipe import PRETRAINED_PACKAGE
+    from attnkit.train.tasks.classify.recipe import PRETRAINED_PACKAGE
 
     monkeypatch.setitem(sys.modules, PRETRAINED_PACKAGE, None)  # as if it were not installed
     with pytest.raises(MissingExtraError) as err:
@@ -212,7 +212,7 @@ def test_a_failed_fit_leaves_the_earlier_fit_whole(fault: str, monkeypatch: pyte
     classes, predictor, proba = clf.classes_, clf.predictor_, clf.predict_proba(TEXTS)
     three = [("ham", "spam", "eggs")[i % 3] for i in range(40)]  # another set of classes
     if fault == "injected":  # fails mid-fit: the labels read and the tokenizer built, the model training
-        from attnkit.train import pipeline
+        from attnkit.train.tasks.classify import pipeline
 
         def broken(self: object, **kwargs: object) -> None:
             raise RuntimeError("injected fault")

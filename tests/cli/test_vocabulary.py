@@ -18,11 +18,11 @@ from attnkit.models import MODELS
 from attnkit.models.captioning.config import CaptionerConfig
 from attnkit.models.seq2seq import Seq2SeqConfig
 from attnkit.reference.models import ClassifierConfig
-from attnkit.train.caption_settings import CaptionSettings
 from attnkit.train.config import TrainConfig
-from attnkit.train.numpy_backend import NumpyTrainSettings
-from attnkit.train.pipeline import DataSettings
-from attnkit.train.translation import TranslationTrainConfig
+from attnkit.train.tasks.caption.caption_settings import CaptionSettings
+from attnkit.train.tasks.classify.pipeline import DataSettings
+from attnkit.train.tasks.numpy.numpy_backend import NumpyTrainSettings
+from attnkit.train.tasks.translate.translation import TranslationTrainConfig
 from tests.cli.test_flag_hints import ALL_FLAGS
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "design.md"

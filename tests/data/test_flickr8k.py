@@ -12,7 +12,7 @@ import torch
 from attnkit.data.captions import CaptionFormatError, images_to_tensor
 from attnkit.data.flickr8k import load_flickr8k, read_flickr8k_captions, read_rgb_image
 from attnkit.models.captioning import CaptionerConfig, ImageCaptioner, load_backbone_weights
-from attnkit.train.feature_cache import (
+from attnkit.train.tasks.caption.feature_cache import (
     FeatureCache,
     FeatureCacheError,
     encode_to_cache,
@@ -208,7 +208,7 @@ def test_gate_is_an_option() -> None:
 
 
 def test_per_image_epochs_take_each_caption_in_turn_and_buckets_keep_every_row() -> None:
-    from attnkit.train.captioning import CaptionTask
+    from attnkit.train.tasks.caption.captioning import CaptionTask
 
     index = torch.tensor([0] * 5 + [1] * 5 + [2] * 3)
     lengths = torch.randint(2, 9, (13,), generator=torch.Generator().manual_seed(0))
@@ -228,8 +228,8 @@ def test_train_on_flickr8k_caches_features_and_resumes(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from attnkit.cli.caption import train_caption
-    from attnkit.train.captioning import load_caption_run
-    from attnkit.train.rundir import committed_dir
+    from attnkit.train.runs.rundir import committed_dir
+    from attnkit.train.tasks.caption.captioning import load_caption_run
 
     root = make_flickr8k(tmp_path / "f8k")
     weights = _weights_file(_lite(), tmp_path / "lite0.safetensors")
@@ -271,7 +271,7 @@ def test_train_on_flickr8k_caches_features_and_resumes(tmp_path: Path) -> None:
     assert reranked.exit_code == 0, reranked.output
     refused = CliRunner().invoke(caption, [str(out), str(photo), "--consensus", "4"])
     assert refused.exit_code == 2 and "--beam-size 2 or more" in refused.output
-    from attnkit.train.captioning import save_caption_run
+    from attnkit.train.tasks.caption.captioning import save_caption_run
 
     save_caption_run(tmp_path / "bare", model, vocab, run_id="bare")  # saved without an index
     missing = CliRunner().invoke(caption, [str(tmp_path / "bare"), str(photo), "--beam-size", "3", "--consensus", "4"])

@@ -17,9 +17,9 @@ from attnkit.data.synthetic import FILLER_WORDS, class_keywords, keyword_corpus
 from attnkit.models import build_model
 from attnkit.models.bert import BertConfig, BertModel
 from attnkit.models.bert_classifier import BertClassifier, BertClassifierConfig
-from attnkit.train.checkpoint import load_checkpoint
-from attnkit.train.finetune import check_bert_folder
-from attnkit.train.rundir import committed_dir
+from attnkit.train.runs.checkpoint import load_checkpoint
+from attnkit.train.runs.rundir import committed_dir
+from attnkit.train.tasks.classify.finetune import check_bert_folder
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TINY = BertConfig(vocab_size=0, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

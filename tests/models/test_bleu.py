@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from attnkit.train import captioning, translation
 from attnkit.train.metrics import bleu_scores, corpus_bleu
+from attnkit.train.tasks.caption import captioning
+from attnkit.train.tasks.translate import translation
 
 
 def test_every_reference_counts_not_only_the_first() -> None:

@@ -146,9 +146,9 @@ def test_captioners_rerank_their_n_best_by_consensus(members: int) -> None:
 
 
 def test_a_run_keeps_its_neighbour_index_across_commits(tmp_path: Path) -> None:
-    from attnkit.train.captioning import commit_caption_run, load_caption_neighbours
-    from attnkit.train.checkpoint import RunFileError
-    from attnkit.train.rundir import RunWriter, committed_dir
+    from attnkit.train.runs.checkpoint import RunFileError
+    from attnkit.train.runs.rundir import RunWriter, committed_dir
+    from attnkit.train.tasks.caption.captioning import commit_caption_run, load_caption_neighbours
 
     model = _tiny(0)
     index = NeighbourIndex.from_features(torch.randn(3, 4, 8), [[[5, 6]], [[7]], [[8, 9, 10]]])

@@ -18,8 +18,8 @@ from attnkit.models.wide import WideDeepClassifier
 from attnkit.reference.layers import Linear as NumpyLinear
 from attnkit.reference.models import NUMPY_LAYER, ClassifierConfig, TransformerClassifier
 from attnkit.reference.trainer import predict as numpy_predict
-from attnkit.train.tasks import ClassificationTask
-from attnkit.train.translation import TranslationTask
+from attnkit.train.loop.task import ClassificationTask
+from attnkit.train.tasks.translate.translation import TranslationTask
 
 V = 40
 SMALL = replace(NUMPY_LAYER, d_model=8, num_heads=2)

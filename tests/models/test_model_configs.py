@@ -24,8 +24,8 @@ from attnkit.models import (
 )
 from attnkit.models.bert import BertConfig, BertModel
 from attnkit.models.config import TextClassifierConfig
-from attnkit.train.finetune import bert_model_options
-from attnkit.train.pipeline import model_config_dict
+from attnkit.train.tasks.classify.finetune import bert_model_options
+from attnkit.train.tasks.classify.pipeline import model_config_dict
 
 # The "model_config" of a fine-tuned BERT run's config.json as written before the
 # classifier config derived from BertConfig: one flat mapping, num_classes first.

@@ -25,7 +25,7 @@ from attnkit.models.base import TextClassifier
 from attnkit.models.bert import BertConfig, BertModel
 from attnkit.models.bert_classifier import BertClassifier, BertClassifierConfig
 from attnkit.models.document import DocumentClassifier, DocumentClassifierConfig
-from attnkit.train.inference import pooling_weights
+from attnkit.train.tasks.classify.inference import pooling_weights
 
 V = 60
 

@@ -269,7 +269,7 @@ def test_input_errors() -> None:
 def test_training_a_han_reads_its_sentence_ends_off_the_tokenizer() -> None:
     from attnkit.data.readers import Example
     from attnkit.train.config import TrainConfig
-    from attnkit.train.pipeline import fit_classifier
+    from attnkit.train.tasks.classify.pipeline import fit_classifier
 
     train = [Example("good fine . great ! yes", "pos"), Example("bad awful ? poor . no", "neg")] * 4
     options = {"embed_dim": 4, "word_hidden": 3, "sentence_hidden": 3, "attention_dim": 4}

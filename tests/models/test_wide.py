@@ -226,7 +226,7 @@ def test_hashed_bigrams_are_asked_for_and_a_config_without_the_field_gets_exact_
 def test_fit_classifier_starts_the_wide_model_from_its_training_part() -> None:
     from attnkit.data.readers import Example
     from attnkit.train.config import TrainConfig
-    from attnkit.train.pipeline import fit_classifier
+    from attnkit.train.tasks.classify.pipeline import fit_classifier
 
     train = [Example("good fine great", "pos"), Example("bad awful poor", "neg")] * 6
     seen: list[int] = []
@@ -242,7 +242,7 @@ def test_fit_classifier_starts_the_wide_model_from_its_training_part() -> None:
 def test_an_explained_prediction_splits_the_margin_between_the_halves() -> None:
     from attnkit.data.batching import LabelVocab
     from attnkit.data.tokenization import encode_batch, train_tokenizer
-    from attnkit.train.inference import predict_texts
+    from attnkit.train.tasks.classify.inference import predict_texts
 
     texts = ["a great film", "a great cast", "a dull film", "a dull plot"]
     tok = train_tokenizer(texts, kind="word")

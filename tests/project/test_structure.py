@@ -219,7 +219,7 @@ def test_no_function_over_the_limit() -> None:
 
 
 @pytest.mark.parametrize("source, expected", [
-    ("from attnkit.train.rundir import committed_dir", {"train"}),
+    ("from attnkit.train.runs.rundir import committed_dir", {"train"}),
     ("def f():\n    import attnkit.models.bert as b\n", {"models"}),
     ("from attnkit import masks, functional", {"masks", "functional"}),
     ("from attnkit.core.kernels import tiles", {"core"}),
@@ -254,5 +254,5 @@ def test_lazy_re_exports_count_as_imports() -> None:
     # attnkit's __init__ imports attnkit.api when `attnkit.load_run` is read: a module that imports
     # `from attnkit import ...` would close a cycle through it, and the cycle check must see that.
     assert "attnkit.api" in import_graph()["attnkit"]
-    graph = {**import_graph(), "attnkit.train.checkpoint": {"attnkit"}}
+    graph = {**import_graph(), "attnkit.train.runs.checkpoint": {"attnkit"}}
     assert cycles(graph), "a module importing the package that lazily re-exports it is a cycle"

@@ -33,7 +33,7 @@ def write_tiny_bert(folder: Path, words: Iterable[str]) -> Path:
 
 def install_fake_pretrained(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
     """The 'pretrained' extra's module, installed for the test as a stand-in whose folder is ``folder``."""
-    from attnkit.train.recipe import PRETRAINED_PACKAGE
+    from attnkit.train.tasks.classify.recipe import PRETRAINED_PACKAGE
 
     module = types.ModuleType(PRETRAINED_PACKAGE)
     module.__spec__ = importlib.machinery.ModuleSpec(PRETRAINED_PACKAGE, None)  # found, as an installed one is

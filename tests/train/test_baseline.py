@@ -20,7 +20,7 @@ pytest.importorskip("sklearn")
 from attnkit.cli import cli  # noqa: E402
 from attnkit.data.readers import Example  # noqa: E402
 from attnkit.data.synthetic import keyword_corpus  # noqa: E402
-from attnkit.train import baseline as bl  # noqa: E402
+from attnkit.train.tasks.classify import baseline as bl  # noqa: E402
 
 
 def _corpus(n: int = 300, seed: int = 3) -> list[Example]:
@@ -55,8 +55,8 @@ def test_baseline_refuses_an_unknown_test_label() -> None:
 
 
 def test_fold_baselines_use_the_folds_of_cross_validate(monkeypatch) -> None:
-    from attnkit.train import pipeline
     from attnkit.train.config import TrainConfig
+    from attnkit.train.tasks.classify import pipeline
 
     examples = _corpus(90)
     model_tests: list[list[str]] = []
@@ -144,7 +144,7 @@ def test_train_baseline_and_report(tmp_path, data_csv) -> None:
     wrong = report.split("most confidently wrong test examples")[1]
     assert "1. true " in wrong and "predicted" in wrong and "attended:" in wrong
     # The committed figures are the printed ones: scored once, before training.
-    from attnkit.train.checkpoint import committed_dir, read_run_config
+    from attnkit.train.runs.checkpoint import committed_dir, read_run_config
 
     assert (committed_dir(out) / "config.json").is_file()
     stored = read_run_config(out)["metrics"]["baseline"]
@@ -159,7 +159,7 @@ def test_train_baseline_and_report(tmp_path, data_csv) -> None:
 
 
 def test_train_baseline_is_scored_before_training(tmp_path, data_csv, monkeypatch) -> None:
-    from attnkit.train import pipeline
+    from attnkit.train.tasks.classify import pipeline
 
     def no_training(*_args, **_kwargs):
         raise RuntimeError("training started")
@@ -215,7 +215,7 @@ def test_baseline_takes_more_than_two_classes() -> None:
 def test_the_baseline_keeps_the_features_that_fit_the_memory_limit() -> None:
     """Many classes: the most frequent n-grams that fit (BASELINE_BYTES a class and feature); few classes
     on small sets: every n-gram, as before."""
-    from attnkit.train.baseline import BASELINE_BYTES, baseline_features, baseline_scores
+    from attnkit.train.tasks.classify.baseline import BASELINE_BYTES, baseline_features, baseline_scores
 
     assert baseline_features(50, 4 * 10**9) == 4 * 10**9 // (BASELINE_BYTES * 50)  # 312,500 of them
     assert baseline_features(2, 4 * 10**9) > 5_000_000  # more than IMDB's 1-2-grams

@@ -21,8 +21,8 @@ import torch
 from click.testing import CliRunner
 
 from attnkit.cli import cli
-from attnkit.train import checkpoint as ckpt
-from attnkit.train import fileops, rundir
+from attnkit.train.runs import checkpoint as ckpt
+from attnkit.train.runs import fileops, rundir
 from tests.support.cli import TINY, write_keyword_csv
 
 EVIL = '''

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnkit.data.captions import CaptionFormatError, load_caption_set
-from attnkit.train.caption_data import prepare_caption_data
-from attnkit.train.caption_settings import CaptionSettings
+from attnkit.train.tasks.caption.caption_data import prepare_caption_data
+from attnkit.train.tasks.caption.caption_settings import CaptionSettings
 
 
 def _caption_set(tmp_path: Path, images: int = 10, per_image: int = 3) -> tuple[Path, Path]:

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from attnkit.cli import cli
-from attnkit.train.checkpoint import RunFileError, committed_dir, load_checkpoint
-from attnkit.train.run_files import check_labels
+from attnkit.train.runs.checkpoint import RunFileError, committed_dir, load_checkpoint
+from attnkit.train.runs.run_files import check_labels
 from tests.support.cli import TINY, write_keyword_csv
 
 
@@ -94,7 +94,7 @@ def test_config_fields_of_the_wrong_type_are_named_with_the_file(run_copy, edit,
 
 
 def test_a_numpy_runs_config_is_checked_by_the_same_table(tmp_path, data_csv) -> None:
-    from attnkit.train.numpy_backend import load_numpy_run
+    from attnkit.train.tasks.numpy.numpy_backend import load_numpy_run
 
     run = tmp_path / "np"
     result = _invoke("train", "--backend", "numpy", "--data", str(data_csv), "--out", str(run), "--epochs", "1",
@@ -164,7 +164,7 @@ def test_a_numpy_run_refuses_weights_of_another_dtype(tmp_path, data_csv) -> Non
     import numpy as np
     from safetensors.numpy import load_file, save_file
 
-    from attnkit.train.numpy_backend import load_numpy_run
+    from attnkit.train.tasks.numpy.numpy_backend import load_numpy_run
 
     run = tmp_path / "np"
     result = _invoke("train", "--backend", "numpy", "--data", str(data_csv), "--out", str(run), "--epochs", "1",
@@ -275,7 +275,7 @@ def test_init_from_a_folder_with_nan_weights_names_the_file(tmp_path, data_csv) 
 
 
 def test_a_translation_runs_train_config_is_checked_by_its_settings_class(tmp_path) -> None:
-    from attnkit.train.translation_run import load_translation_run, save_translation_run
+    from attnkit.train.tasks.translate.translation_run import load_translation_run, save_translation_run
     from tests.cli.test_cli_translate import tiny_translator
 
     translator = tiny_translator()

@@ -17,10 +17,10 @@ from safetensors.torch import load_file, save_file
 from attnkit._finite import MAX_SKIPS_IN_A_ROW, NonFiniteError, StepGuard
 from attnkit.cli import cli
 from attnkit.data.tokenization import save_tokenizer, train_tokenizer
-from attnkit.train.checkpoint import RunFileError, committed_dir, load_checkpoint
 from attnkit.train.config import TrainConfig
-from attnkit.train.numpy_backend import load_numpy_run
-from attnkit.train.trainer import Trainer
+from attnkit.train.loop.trainer import Trainer
+from attnkit.train.runs.checkpoint import RunFileError, committed_dir, load_checkpoint
+from attnkit.train.tasks.numpy.numpy_backend import load_numpy_run
 from tests.support.cli import TINY, write_keyword_csv
 from tests.train.test_train_helpers import TinyClassifier, TokenDataset, collate
 
@@ -339,7 +339,7 @@ def test_numpy_run_config_values_are_typed(numpy_run, tmp_path) -> None:
 
 def test_a_config_nested_too_deeply_is_named(tmp_path: Path) -> None:
     """JSON nested past Python's recursion limit is one error naming the file, not a RecursionError."""
-    from attnkit.train.fileops import read_json
+    from attnkit.train.runs.fileops import read_json
 
     path = tmp_path / "config.json"
     path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
@@ -350,7 +350,7 @@ def test_a_config_nested_too_deeply_is_named(tmp_path: Path) -> None:
 def test_a_model_over_the_address_space_limit_is_refused_naming_it(run_copy, monkeypatch) -> None:
     """The size check at load time reads the whole budget (here RLIMIT_AS), not only MemAvailable."""
     from attnkit._memory import MemoryBudget
-    from attnkit.train import checkpoint
+    from attnkit.train.runs import checkpoint
 
     limit = MemoryBudget(64 * 2**20, "left by the address-space limit RLIMIT_AS (ulimit -v) of 1 GB")
     monkeypatch.setattr(checkpoint, "memory_budget", lambda: limit)

@@ -8,8 +8,8 @@ from attnkit.data.batching import LabelVocab
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.models import build_model
-from attnkit.train.inference import evaluate_examples, predict_texts
-from attnkit.train.tasks import ordered_batches
+from attnkit.train.loop.task import ordered_batches
+from attnkit.train.tasks.classify.inference import evaluate_examples, predict_texts
 
 WORDS = [f"w{i}" for i in range(30)]
 
@@ -54,7 +54,7 @@ def test_predict_and_evaluate_cap_the_padded_tokens_of_a_batch() -> None:
 
 def test_the_halves_are_weighed_in_batches_capped_as_training_s() -> None:
     from attnkit.data.batching import TextClassificationDataset
-    from attnkit.train.objective import fit_decision
+    from attnkit.train.tasks.classify.objective import fit_decision
 
     examples = _texts()
     tok = train_tokenizer([e.text for e in examples], kind="word")

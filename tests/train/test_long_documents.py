@@ -10,8 +10,8 @@ import torch
 
 from attnkit.data.readers import Example
 from attnkit.train.config import TrainConfig
-from attnkit.train.pipeline import DataSettings, FitResult, fit_classifier
-from attnkit.train.rundir import committed_dir
+from attnkit.train.runs.rundir import committed_dir
+from attnkit.train.tasks.classify.pipeline import DataSettings, FitResult, fit_classifier
 
 FILLER = [f"w{i}" for i in range(12)]
 OPTIONS = {"embed_dim": 16, "attention_dim": 8, "ngram_rows": 64, "dropout": 0.0, "word_dropout": 0.0}
@@ -54,7 +54,7 @@ def test_a_word_past_max_len_is_learned_by_both_halves_and_the_chunked_documents
     assert cut.test is not None and cut.test["accuracy"] <= 0.75 and "chunked_documents" not in cut.test
 
     from attnkit.api import load_run
-    from attnkit.train.checkpoint import read_run_config
+    from attnkit.train.runs.checkpoint import read_run_config
 
     saved = read_run_config(tmp_path / "run")
     assert saved["model_config"]["chunk_len"] == 8 and saved["model_config"]["max_chunks"] == 8
@@ -73,7 +73,7 @@ def test_train_reports_the_chunked_documents_and_evaluate_counts_them(tmp_path: 
     from click.testing import CliRunner
 
     from attnkit.cli import cli
-    from attnkit.train.checkpoint import read_run_config
+    from attnkit.train.runs.checkpoint import read_run_config
 
     data = tmp_path / "long.csv"
     with open(data, "w", newline="", encoding="utf-8") as fh:

@@ -19,8 +19,8 @@ from attnkit.data.tokenization import train_tokenizer
 from attnkit.models import build_model
 from attnkit.models.ngram_half import COUNT_BYTES, NgramHalf, ngram_counts
 from attnkit.train import memory_budget as mb
-from attnkit.train.pipeline import model_config_dict
-from attnkit.train.rundir import committed_dir
+from attnkit.train.runs.rundir import committed_dir
+from attnkit.train.tasks.classify.pipeline import model_config_dict
 from tests.support.cli import write_keyword_csv
 
 WIDE = ["--epochs", "1", "--batch-size", "16", "--device", "cpu", "--quiet", "--model-opt", "embed_dim=8",

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from attnkit import _memory
 from attnkit.cli import cli
 from attnkit.train import memory_budget as mb
-from attnkit.train.pipeline import model_config_dict
+from attnkit.train.tasks.classify.pipeline import model_config_dict
 
 GB = 10**9
 
@@ -163,7 +163,7 @@ import json, sys, torch
 from attnkit._memory import resident_bytes, status_bytes
 from attnkit.models import build_model
 from attnkit.train.memory_budget import activation_bytes
-from attnkit.train.pipeline import model_config_dict
+from attnkit.train.tasks.classify.pipeline import model_config_dict
 torch.set_num_threads(1)
 kind, b, t = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 config = model_config_dict(kind, json.loads(sys.argv[4]), vocab_size=3000, num_classes=2, max_len=t)
@@ -289,7 +289,7 @@ _CAPTION_STEP = r"""
 import json, sys, torch
 from attnkit._memory import resident_bytes, status_bytes
 from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
-from attnkit.train.caption_memory import caption_step_bytes
+from attnkit.train.tasks.caption.caption_memory import caption_step_bytes
 torch.set_num_threads(1)
 b, size = int(sys.argv[1]), int(sys.argv[2])
 model = ImageCaptioner(CaptionerConfig(vocab_size=3000, image_size=size)).train()

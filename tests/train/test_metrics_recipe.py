@@ -18,12 +18,12 @@ pytest.importorskip("sklearn")
 from attnkit.cli import cli  # noqa: E402
 from attnkit.data.readers import Example  # noqa: E402
 from attnkit.data.synthetic import keyword_corpus  # noqa: E402
-from attnkit.train import baseline as bl  # noqa: E402
 from attnkit.train import metrics as M  # noqa: E402
-from attnkit.train import objective as O  # noqa: E402
-from attnkit.train.checkpoint import read_run_config  # noqa: E402
 from attnkit.train.config import TrainConfig  # noqa: E402
-from attnkit.train.tasks import ClassificationTask  # noqa: E402
+from attnkit.train.loop.task import ClassificationTask  # noqa: E402
+from attnkit.train.runs.checkpoint import read_run_config  # noqa: E402
+from attnkit.train.tasks.classify import baseline as bl  # noqa: E402
+from attnkit.train.tasks.classify import objective as O  # noqa: E402
 
 # --- the measures ---------------------------------------------------------------------------------
 
@@ -99,7 +99,7 @@ def test_tuned_offsets_raise_macro_f1_when_a_rare_class_is_under_predicted() -> 
 
 def test_halves_and_offsets_are_fitted_on_the_validation_part_only() -> None:
     """The test labels turned around change the test figures and nothing the run tuned."""
-    from attnkit.train.pipeline import DataSettings, fit_classifier
+    from attnkit.train.tasks.classify.pipeline import DataSettings, fit_classifier
 
     examples = _imbalanced(900, rare=0.2)
     train, val, test = examples[:300], examples[300:400], examples[400:500]
@@ -301,7 +301,7 @@ def fake_pretrained(tmp_path, monkeypatch, imbalanced_csv):
 
 
 def test_preset_accurate_without_the_extra_is_one_line_naming_it(tmp_path, imbalanced_csv, monkeypatch) -> None:
-    from attnkit.train.recipe import PRETRAINED_PACKAGE
+    from attnkit.train.tasks.classify.recipe import PRETRAINED_PACKAGE
 
     monkeypatch.setitem(__import__("sys").modules, PRETRAINED_PACKAGE, None)  # import fails as when absent
     for command in (["train", "--out", str(tmp_path / "r")], ["cv", "--folds", "3"]):

@@ -16,7 +16,8 @@ from attnkit.cli import cli
 from attnkit.data.readers import Example
 from attnkit.data.synthetic import keyword_corpus
 from attnkit.reference.models import NUMPY_LAYER
-from attnkit.train.numpy_backend import (
+from attnkit.train.runs.rundir import committed_dir
+from attnkit.train.tasks.numpy.numpy_backend import (
     NumpyTrainSettings,
     evaluate_numpy_run,
     is_numpy_run,
@@ -25,7 +26,6 @@ from attnkit.train.numpy_backend import (
     predict_numpy_run,
     train_numpy_run,
 )
-from attnkit.train.rundir import committed_dir
 
 FAST = ["--epochs", "6", "--batch-size", "32", "--lr", "0.005", "--model-opt", "layer.d_model=32",
         "--model-opt", "layer.d_ff=64", "--model-opt", "pooling=attention", "--model-opt", "layer.dropout=0.0"]

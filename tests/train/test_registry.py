@@ -17,9 +17,9 @@ from attnkit.cli.options import task_option
 from attnkit.data.shapes import shapes_vocab
 from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
 from attnkit.train import registry
-from attnkit.train.captioning import save_caption_run
-from attnkit.train.rundir import RunFileError, RunWriter, atomic_write_json
-from attnkit.train.translation_run import Translator
+from attnkit.train.runs.rundir import RunFileError, RunWriter, atomic_write_json
+from attnkit.train.tasks.caption.captioning import save_caption_run
+from attnkit.train.tasks.translate.translation_run import Translator
 from tests.support.cli import TINY, write_keyword_csv
 
 

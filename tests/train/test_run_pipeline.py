@@ -1,4 +1,4 @@
-"""One run pipeline: every task starts its run through attnkit.train.run, and the command line only
+"""One run pipeline: every task starts its run through attnkit.train.runs.run, and the command line only
 parses flags and calls the library."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.train.run import committed_run_id, new_run_id, save_run, start_run
-from attnkit.train.rundir import RunExistsError, RunFileError, RunWriter, read_manifest
+from attnkit.train.runs.run import committed_run_id, new_run_id, save_run, start_run
+from attnkit.train.runs.rundir import RunExistsError, RunFileError, RunWriter, read_manifest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "attnkit"
 
@@ -23,7 +23,7 @@ def _calls(source: str, name: str) -> int:
 def test_a_run_writer_is_built_in_one_place() -> None:
     built = {str(p.relative_to(SRC)): n for p in sorted(SRC.rglob("*.py"))
              if (n := _calls(p.read_text(encoding="utf-8"), "RunWriter"))}
-    assert built == {"train/run.py": 1}, f"RunWriter built outside attnkit.train.run: {built}"
+    assert built == {"train/runs/run.py": 1}, f"RunWriter built outside attnkit.train.runs.run: {built}"
 
 
 @pytest.mark.parametrize("name", ["RunWriter", "start_run", "save_run", "fit_captioner", "commit_caption_run",
@@ -40,7 +40,7 @@ def test_the_command_line_holds_no_run_pipeline(name: str) -> None:
 
 def test_the_counter_sees_a_call() -> None:
     assert _calls("w = rundir.RunWriter(out, 'x')\nRunWriter(out, 'y')\n", "RunWriter") == 2
-    assert _calls("from attnkit.train.rundir import RunWriter\n", "RunWriter") == 0
+    assert _calls("from attnkit.train.runs.rundir import RunWriter\n", "RunWriter") == 0
 
 
 def test_a_new_run_gets_a_new_id_and_refuses_another_run(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def _commit_one(out: Path, run_id: str) -> None:
 
 
 def _locked(out: Path) -> bool:
-    from attnkit.train.runlock import RunLockedError, check_unlocked
+    from attnkit.train.runs.runlock import RunLockedError, check_unlocked
 
     try:
         check_unlocked(out)

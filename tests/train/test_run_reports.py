@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.train import fileops
-from attnkit.train.run import add_to_run
-from attnkit.train.rundir import MANIFEST, RunWriter, committed_dir, read_manifest, reports_dir
+from attnkit.train.runs import fileops
+from attnkit.train.runs.run import add_to_run
+from attnkit.train.runs.rundir import MANIFEST, RunWriter, committed_dir, read_manifest, reports_dir
 from tests.train.test_run_safety import FaultyOps, _Crash
 
 

@@ -20,10 +20,10 @@ from click.testing import CliRunner
 from attnkit.cli import cli
 from attnkit.data.readers import Example
 from attnkit.data.synthetic import keyword_corpus
-from attnkit.train import checkpoint as ckpt
-from attnkit.train import fileops, rundir
 from attnkit.train.config import TrainConfig
-from attnkit.train.pipeline import DataSettings, fit_classifier
+from attnkit.train.runs import checkpoint as ckpt
+from attnkit.train.runs import fileops, rundir
+from attnkit.train.tasks.classify.pipeline import DataSettings, fit_classifier
 from tests.support.cli import TINY, write_keyword_csv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +137,7 @@ def test_a_crash_at_every_file_operation_resumes_bit_identically_or_says_unfinis
 SCRIPT = textwrap.dedent("""
     import sys
     import tests.train.test_run_safety as t
-    from attnkit.train import fileops, rundir
+    from attnkit.train.runs import fileops, rundir
     fileops.fs = t.FaultyOps(int(sys.argv[2]), kill=True)
     t._fit(t.Path(sys.argv[1]))
 """)
@@ -374,7 +374,7 @@ def test_config_without_a_required_key_is_named(tmp_path, finished, key) -> None
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from attnkit.train.rundir import RunLock
+    from attnkit.train.runs.rundir import RunLock
     RunLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(120)

@@ -13,8 +13,8 @@ import torch
 from click.testing import CliRunner
 
 from attnkit.data.parallel import ParallelCorpus
-from attnkit.train.checkpoint import load_tensors
-from attnkit.train.rundir import RunFileError, RunLock, RunLockedError, committed_dir
+from attnkit.train.runs.checkpoint import load_tensors
+from attnkit.train.runs.rundir import RunFileError, RunLock, RunLockedError, committed_dir
 
 # --- helpers ---------------------------------------------------------------------------------------
 
@@ -42,7 +42,7 @@ def corpus(n: int, seed: int = 0) -> ParallelCorpus:
 
 
 def fit(out: Path, epochs: int = 2, *, resume: bool = False, overwrite: bool = False, seed: int = 0) -> dict:
-    from attnkit.train.translation import TranslationTrainConfig, fit_translation
+    from attnkit.train.tasks.translate.translation import TranslationTrainConfig, fit_translation
 
     options = {"layer": {"d_model": 16, "num_heads": 2, "d_ff": 32, "dropout": 0.0}, "encoder_layers": 1,
                "decoder_layers": 1}
@@ -54,7 +54,7 @@ def fit(out: Path, epochs: int = 2, *, resume: bool = False, overwrite: bool = F
 
 def interrupt_translation(monkeypatch: pytest.MonkeyPatch, epoch: int, seed: int = 0) -> None:
     """The training batches of ``epoch`` raise, as a kill during that epoch would."""
-    import attnkit.train.translation as translation
+    import attnkit.train.tasks.translate.translation as translation
 
     batches = translation.batches_by_tokens
 
@@ -79,7 +79,7 @@ def unfinished_translation(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 def test_translation_overwrite_killed_before_its_first_commit_keeps_the_old_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnkit.train.translation import load_translation_run
+    from attnkit.train.tasks.translate.translation import load_translation_run
 
     out = tmp_path / "run"
     old = fit(out, 1)
@@ -161,7 +161,7 @@ def test_caption_overwrite_killed_keeps_the_old_run_and_unfinished_runs_say_so(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from attnkit.cli.caption import caption, train_caption
     from attnkit.data.shapes import generate_scenes
-    from attnkit.train.captioning import load_caption_run
+    from attnkit.train.tasks.caption.captioning import load_caption_run
 
     out = tmp_path / "run"
     assert CliRunner().invoke(train_caption, ["--out", str(out), *SMALL]).exit_code == 0
@@ -215,7 +215,7 @@ def numpy_data() -> list:
 
 
 def train_numpy(out: Path, log: list[str] | None = None):  # type: ignore[no-untyped-def]
-    from attnkit.train.numpy_backend import NumpyTrainSettings, train_numpy_run
+    from attnkit.train.tasks.numpy.numpy_backend import NumpyTrainSettings, train_numpy_run
 
     data = numpy_data()
     return train_numpy_run(data[:50], data[50:55], data[55:], model_options={"layer": {"d_model": 8, "d_ff": 16}},
@@ -224,8 +224,8 @@ def train_numpy(out: Path, log: list[str] | None = None):  # type: ignore[no-unt
 
 
 def test_numpy_run_is_one_committed_generation(tmp_path: Path) -> None:
-    from attnkit.train.numpy_backend import is_numpy_run, load_numpy_run
-    from attnkit.train.rundir import read_manifest
+    from attnkit.train.runs.rundir import read_manifest
+    from attnkit.train.tasks.numpy.numpy_backend import is_numpy_run, load_numpy_run
 
     out = tmp_path / "run"
     run, _ = train_numpy(out)
@@ -257,7 +257,7 @@ def test_numpy_training_is_refused_while_another_writer_holds_the_run(tmp_path: 
 
 
 def test_numpy_damaged_files_are_named(tmp_path: Path) -> None:
-    from attnkit.train.numpy_backend import load_numpy_run
+    from attnkit.train.tasks.numpy.numpy_backend import load_numpy_run
 
     out = tmp_path / "run"
     train_numpy(out)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from attnkit.train.schedules import cosine, inverse_sqrt
+from attnkit.train.loop.schedules import cosine, inverse_sqrt
 
 
 def vaswani_eq3(step_number: int, warmup: int, d_model: int = 512) -> float:

@@ -8,8 +8,8 @@ import torch
 from attnkit.data.batching import LabelVocab
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.models import build_model
-from attnkit.train import checkpoint as ckpt
-from attnkit.train.inference import attention_focus, predict_texts
+from attnkit.train.runs import checkpoint as ckpt
+from attnkit.train.tasks.classify.inference import attention_focus, predict_texts
 
 TEXTS = ["a quietly moving film", "dull and boring plot", "the best scene of the year", "worst movie"]
 

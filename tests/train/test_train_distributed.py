@@ -8,10 +8,10 @@ import socket
 import torch
 import torch.multiprocessing as mp
 
-from attnkit.train.checkpoint import load_tensors, save_tensors
 from attnkit.train.config import TrainConfig
-from attnkit.train.distributed import init_distributed, shutdown_distributed
-from attnkit.train.trainer import Trainer
+from attnkit.train.loop.distributed import init_distributed, shutdown_distributed
+from attnkit.train.loop.trainer import Trainer
+from attnkit.train.runs.checkpoint import load_tensors, save_tensors
 
 
 def _free_port() -> int:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from attnkit.train.checkpoint import committed_dir, load_tensors
 from attnkit.train.config import TrainConfig, warmup_linear_factor
+from attnkit.train.loop.trainer import Trainer, epoch_batches
 from attnkit.train.metrics import accuracy, confusion_matrix, macro_f1
-from attnkit.train.trainer import Trainer, epoch_batches
+from attnkit.train.runs.checkpoint import committed_dir, load_tensors
 from tests.train.test_train_helpers import TinyClassifier, TokenDataset, collate
 
 
@@ -175,7 +175,7 @@ def test_epoch_batches_cap_the_padded_tokens_of_long_documents() -> None:
 
 
 def test_predict_with_a_token_cap_reads_smaller_batches_and_gives_the_same_logits() -> None:
-    from attnkit.train.tasks import ClassificationTask
+    from attnkit.train.loop.task import ClassificationTask
 
     torch.manual_seed(0)
     model, data = TinyClassifier(), TokenDataset(40, seed=3)

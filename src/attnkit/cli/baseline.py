@@ -1,6 +1,6 @@
 """``attnkit baseline``, the baseline beside ``train`` and ``cv`` results, and a run's ``report.txt``.
 
-The baseline (:mod:`attnkit.train.baseline`: TF-IDF word 1–2-grams + logistic
+The baseline (:mod:`attnkit.train.tasks.classify.baseline`: TF-IDF word 1–2-grams + logistic
 regression) is scored on the same test examples as the model: the test part of
 ``train``'s seeded split, or each fold of ``cv``. ``--baseline`` prints it in
 one table with the model and the difference; for ``cv`` per fold, with the
@@ -13,9 +13,9 @@ its test part: per-class precision, recall and F1, the confusion matrix, the
 most attended words per class and the test examples the model gets most
 confidently wrong, with the words it attended to. It is derived from the
 committed model, like the demo's report, so it joins the run in a commit of its
-own (:func:`attnkit.train.run.add_to_run`): the finished generation again with
+own (:func:`attnkit.train.runs.run.add_to_run`): the finished generation again with
 the reports, linked at the run's root. The baseline is scored before training
-(:func:`attnkit.train.plan.run_plan`) and committed in config.json as
+(:func:`attnkit.train.tasks.classify.plan.run_plan`) and committed in config.json as
 ``metrics.baseline``; the table printed here is read from there.
 """
 
@@ -84,8 +84,8 @@ def headline_lines(test: dict[str, Any], metric: str) -> list[str]:
 
 def comparison_lines(model: dict[str, Any], base: dict[str, Any], metric: str = "accuracy") -> list[str]:
     """The model, the baseline and their difference (accuracy, macro-F1 and ``metric``) as table lines."""
-    from attnkit.train.baseline import BASELINE_NAME
     from attnkit.train.metrics import metric_title
+    from attnkit.train.tasks.classify.baseline import BASELINE_NAME
 
     columns = [m for m in _columns(metric) if measure(model, m) is not None and measure(base, m) is not None]
     width = max(10, *(len(metric_title(m)) + 2 for m in columns))
@@ -108,8 +108,8 @@ def _weighting(base: dict[str, Any]) -> str:
 def cv_comparison_lines(results: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
                         test: dict[str, Any], metric: str = "accuracy") -> list[str]:
     """Per fold the model's and the baseline's ``metric`` and the difference; the means; the paired test."""
-    from attnkit.train.baseline import BASELINE_NAME
     from attnkit.train.metrics import metric_title
+    from attnkit.train.tasks.classify.baseline import BASELINE_NAME
 
     model_values = [measure(r, metric) or 0.0 for r in results]
     base_values = [measure(b, metric) or 0.0 for b in base]
@@ -132,10 +132,10 @@ def cv_comparison_lines(results: Sequence[dict[str, Any]], base: Sequence[dict[s
 def after_training(plan: Any, result: Any, baseline: bool) -> None:
     """Print the baseline beside the test result (with ``--baseline``), write ``report.txt`` and ``report.html``.
 
-    The baseline is the one :func:`attnkit.train.plan.run_plan` scored before
+    The baseline is the one :func:`attnkit.train.tasks.classify.plan.run_plan` scored before
     training and committed as ``metrics.baseline`` in the run's config.json.
     """
-    from attnkit.train.checkpoint import read_run_config
+    from attnkit.train.runs.checkpoint import read_run_config
 
     out = Path(plan.out)
     base = read_run_config(out).get("metrics", {}).get("baseline") if baseline else None
@@ -147,9 +147,9 @@ def after_training(plan: Any, result: Any, baseline: bool) -> None:
 
 def write_reports(out: Path, result: Any, metric: str, base: dict[str, Any] | None) -> None:
     """Add ``report.txt``, ``report.html`` and the faithfulness record of ``result`` (a
-    :class:`attnkit.train.pipeline.FitResult` with a test part) to run ``out`` in one commit
-    (:func:`attnkit.train.run.add_to_run`), ``base`` the baseline's figures or None."""
-    from attnkit.train.run import add_to_run
+    :class:`attnkit.train.tasks.classify.pipeline.FitResult` with a test part) to run ``out`` in one commit
+    (:func:`attnkit.train.runs.run.add_to_run`), ``base`` the baseline's figures or None."""
+    from attnkit.train.runs.run import add_to_run
 
     analysis = results_analysis(result)
     analysis["metric"] = metric
@@ -168,7 +168,7 @@ def print_cv_baseline(examples: Sequence[Any], results: Sequence[dict[str, Any]]
                       max_folds: int | None, metric: str = "accuracy", class_weight: str = "none") -> dict[str, Any]:
     """Score the baseline (with the run's ``class_weight``) on ``cv``'s folds, print the comparison of
     ``metric``; the figures for ``--json``."""
-    from attnkit.train.baseline import fold_baselines, paired_test
+    from attnkit.train.tasks.classify.baseline import fold_baselines, paired_test
 
     base = fold_baselines(examples, folds=folds, seed=seed, max_folds=max_folds, class_weight=class_weight)
     test = paired_test([measure(r, metric) or 0.0 for r in results], [measure(b, metric) or 0.0 for b in base])
@@ -186,7 +186,7 @@ def _scores(model: Any, ds: Any) -> tuple[Any, Any]:
     import torch
 
     from attnkit.data.batching import collate
-    from attnkit.train.inference import pooling_weights
+    from attnkit.train.tasks.classify.inference import pooling_weights
 
     probs, weights, attends = [], [], True
     for start in range(0, len(ds), 128):
@@ -213,14 +213,14 @@ def results_analysis(result: Any, *, wrong: int = WRONG_SHOWN, words: int = WORD
     For a model with an n-gram half also ``top_ngrams``: per class the n-grams
     the half weighs most toward it (:meth:`attnkit.models.ngram_half.NgramHalf.top_ngrams`).
 
-    ``result`` is a :class:`attnkit.train.pipeline.FitResult` with a test part.
+    ``result`` is a :class:`attnkit.train.tasks.classify.pipeline.FitResult` with a test part.
     The words of a class are ranked by their mean pooling attention per test
     document of that (true) class; the confidently wrong examples are the
     misclassified test examples with the highest predicted probability.
     """
     from attnkit.cli.demo import most_attended_words
-    from attnkit.train.inference import ngram_text
     from attnkit.train.metrics import confusion_matrix, per_class_scores
+    from attnkit.train.tasks.classify.inference import ngram_text
 
     ds, labels = result.test_data, list(result.label_vocab.labels)
     probs, weights = _scores(result.model, ds)
@@ -309,7 +309,7 @@ def chunked_line(test: dict[str, Any], n: int) -> str:
 
 def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None) -> str:
     """``report.txt``: the test scores (beside the baseline, if given) and :func:`results_analysis`."""
-    from attnkit.train.inference import format_ngrams
+    from attnkit.train.tasks.classify.inference import format_ngrams
 
     labels = analysis["labels"]
     width = max(10, *(len(lb) + 2 for lb in labels))
@@ -363,7 +363,7 @@ def _short(text: str, limit: int = 300) -> str:
 def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None
                     ) -> list[dict[str, Any]]:
     """:func:`format_report`'s figures as summary sections of :func:`attnkit.viz.report.render_html`."""
-    from attnkit.train.inference import format_ngrams
+    from attnkit.train.tasks.classify.inference import format_ngrams
 
     labels = analysis["labels"]
     from attnkit.train.metrics import METRICS, metric_title
@@ -374,7 +374,7 @@ def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[s
     scores = [["model", *(f"{measure(test, m):.4f}" for m in columns)]]
     text = [f"test part: n={analysis['n']}", headline_lines(test, metric)[0]]
     if base is not None:
-        from attnkit.train.baseline import BASELINE_NAME
+        from attnkit.train.tasks.classify.baseline import BASELINE_NAME
 
         scores += [["baseline", *(f"{measure(base, m):.4f}" for m in columns)],
                    ["difference", *(_signed(measure(test, m) - measure(base, m)) for m in columns)]]  # type: ignore[operator]
@@ -433,7 +433,7 @@ def report_sections(test: dict[str, Any], analysis: dict[str, Any], base: dict[s
 def write_html_report(path: Path, test: dict[str, Any], analysis: dict[str, Any],
                       base: dict[str, Any] | None) -> Path:
     """:func:`html_report` written atomically to ``path``."""
-    from attnkit.train.fileops import atomic_write_text
+    from attnkit.train.runs.fileops import atomic_write_text
 
     atomic_write_text(path, html_report(test, analysis, base))
     return path
@@ -493,7 +493,7 @@ def baseline(**values: Any) -> None:
       attnkit baseline --data path/to/mr --encoding latin-1 --folds 10
     """
     require_extra("attnkit baseline", "sklearn")
-    from attnkit.train.baseline import BASELINE_NAME, fold_baselines, split_baseline
+    from attnkit.train.tasks.classify.baseline import BASELINE_NAME, fold_baselines, split_baseline
 
     seed = values["seed"] if values["seed"] is not None else resolve_default(SEED_DEFAULT)
     if values["folds"] is None:

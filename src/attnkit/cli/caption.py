@@ -1,8 +1,8 @@
 """Image captioning from the command line: ``train --task caption`` and ``caption``.
 
 ``train_caption`` reads its flags into a
-:class:`~attnkit.train.captioning.CaptionSettings` and calls
-:func:`~attnkit.train.captioning.train_caption_run`, which trains an
+:class:`~attnkit.train.tasks.caption.captioning.CaptionSettings` and calls
+:func:`~attnkit.train.tasks.caption.captioning.train_caption_run`, which trains an
 :class:`~attnkit.models.captioning.ImageCaptioner` on the generated shapes set
 (:mod:`attnkit.data.shapes`), a real caption set (``--images`` folder plus
 ``--captions`` file) or a Flickr8k folder (``--data``) and writes a run
@@ -19,7 +19,7 @@ and only at the first commit. ``caption`` loads a finished run (an unfinished
 one with ``--allow-unfinished``) and describes an image, optionally saving
 the per-word attention figure.
 
-The library half lives in :mod:`attnkit.train.captioning`.
+The library half lives in :mod:`attnkit.train.tasks.caption.captioning`.
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ def train_caption(**values: Any) -> None:
       attnkit train --task caption --data flickr8k --backbone efficientnet-lite0 --out runs/f8k
     """
     from attnkit.cli.rundata import RUN_FLAGS
-    from attnkit.train.captioning import CaptionSettings, train_caption_run
-    from attnkit.train.rundir import RunLockedError
+    from attnkit.train.runs.rundir import RunLockedError
+    from attnkit.train.tasks.caption.captioning import CaptionSettings, train_caption_run
 
     if bool(values["images"]) != bool(values["captions"]):
         raise click.UsageError("--images and --captions go together (a folder and its caption file)")
@@ -176,7 +176,7 @@ def caption(checkpoint: str, image: str, beam_size: int, length_penalty: float, 
     """
     from attnkit.data.captions import images_to_tensor, load_image
     from attnkit.models.captioning.consensus import Consensus
-    from attnkit.train.captioning import generate, load_caption_ensemble, load_caption_neighbours
+    from attnkit.train.tasks.caption.captioning import generate, load_caption_ensemble, load_caption_neighbours
 
     if consensus and beam_size < 2:
         raise click.BadParameter("consensus re-ranking chooses among the beam's captions: give --beam-size 2 or more",

@@ -34,12 +34,12 @@ from attnkit.cli.options import (
     train_options,
 )
 from attnkit.cli.rundata import RUN_FLAGS, data_changes, data_source, flat_config, resumed_data_source
-from attnkit.train.recipe import DEFAULT_MODEL, data_defaults, train_defaults
+from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
 
 def _numpy_backend() -> ModuleType:
-    """``attnkit.train.numpy_backend``, imported only when a numpy run needs it (it loads no torch)."""
-    return importlib.import_module("attnkit.train.numpy_backend")
+    """``attnkit.train.tasks.numpy.numpy_backend``, imported only when a numpy run needs it (it loads no torch)."""
+    return importlib.import_module("attnkit.train.tasks.numpy.numpy_backend")
 
 
 def _is_numpy_run(run: str) -> bool:
@@ -78,7 +78,7 @@ def _pretrained_folder(values: dict[str, Any]) -> str | None:
         if values["model"] not in (None, "bert"):
             raise click.UsageError(f"--preset accurate fine-tunes all-MiniLM-L6-v2 (--model bert), "
                                    f"got --model {values['model']}: drop --model or use --preset fast")
-        from attnkit.train.recipe import pretrained_folder
+        from attnkit.train.tasks.classify.recipe import pretrained_folder
 
         return pretrained_folder()
     if values.get("init_from") and values["model"] not in (None, "bert"):
@@ -86,7 +86,7 @@ def _pretrained_folder(values: dict[str, Any]) -> str | None:
                                f"got --model {values['model']}")
     if not values.get("init_from"):
         return None
-    from attnkit.train.finetune import check_bert_folder
+    from attnkit.train.tasks.classify.finetune import check_bert_folder
 
     return str(check_bert_folder(values["init_from"], what="--init-from "))
 
@@ -94,8 +94,8 @@ def _pretrained_folder(values: dict[str, Any]) -> str | None:
 def _finetune_settings(ctx: click.Context, values: dict[str, Any], folder: str, **config: Any
                        ) -> tuple[Any, dict[str, Any], Any, Any]:
     """Tokenizer, model options, TrainConfig and DataSettings of fine-tuning BERT ``folder`` (flags over
-    :data:`attnkit.train.finetune.FINETUNE_DEFAULTS`; ``config``: more TrainConfig defaults)."""
-    from attnkit.train import finetune
+    :data:`attnkit.train.tasks.classify.finetune.FINETUNE_DEFAULTS`; ``config``: more TrainConfig defaults)."""
+    from attnkit.train.tasks.classify import finetune
 
     tokenizer = finetune.load_finetune_tokenizer(folder)
     options = finetune.bert_model_options(folder, tokenizer, parse_model_options(ctx, values["model_opt"]))
@@ -106,11 +106,11 @@ def _finetune_settings(ctx: click.Context, values: dict[str, Any], folder: str, 
 
 def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
     """The plan of a new run (or an overwrite) from the flags: from scratch, or fine-tuning ``--init-from``."""
-    from attnkit.train.plan import ClassifierPlan
+    from attnkit.train.tasks.classify.plan import ClassifierPlan
 
     if not values["data"]:
         raise click.UsageError("missing --data (the training data); see attnkit train --help")
-    from attnkit.train.run import new_run_id
+    from attnkit.train.runs.run import new_run_id
 
     common = {"out": out, "data": _data_plan(values, out), "quiet": values["quiet"], "run_id": new_run_id(),
               "mode": "overwrite" if values["overwrite"] else "new", "baseline": bool(values.get("baseline")),
@@ -140,9 +140,9 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
 
     Everything is read and checked here, before anything is written.
     """
-    from attnkit.train import checkpoint as ckpt
-    from attnkit.train.pipeline import DataSettings
-    from attnkit.train.plan import ClassifierPlan
+    from attnkit.train.runs import checkpoint as ckpt
+    from attnkit.train.tasks.classify.pipeline import DataSettings
+    from attnkit.train.tasks.classify.plan import ClassifierPlan
 
     saved = ckpt.read_run_config(out)
     if ckpt.run_status(saved) == "done":
@@ -173,8 +173,8 @@ def _refuse_existing_run(plan: Any) -> None:
     model, options and data: trained already, or interrupted) or which option or data differs.
 
     The folder's other refusals (a lock, files attnkit did not write) stay with :func:`run_plan`."""
-    from attnkit.train import checkpoint as ckpt
-    from attnkit.train.run import committed_run_id
+    from attnkit.train.runs import checkpoint as ckpt
+    from attnkit.train.runs.run import committed_run_id
 
     run_id = committed_run_id(plan.out)
     if run_id is None:
@@ -211,7 +211,7 @@ def _changes(saved: dict[str, Any], plan: Any) -> list[str]:
     if saved.get("model_name") != plan.model_name:
         changes.append(f"`model` {saved.get('model_name')} there, {plan.model_name} now")
     else:
-        from attnkit.train.pipeline import model_config_dict
+        from attnkit.train.tasks.classify.pipeline import model_config_dict
 
         before = saved.get("model_config") or {}
         try:
@@ -306,7 +306,7 @@ def train(ctx: click.Context, **values: Any) -> None:
         train_numpy(values, parse_model_options(ctx, values["model_opt"]), _data_plan(values, Path(values["out"])),
                     echo=echo, report=print_metrics)
         return
-    from attnkit.train.plan import run_plan
+    from attnkit.train.tasks.classify.plan import run_plan
 
     if values["resume"] and values["overwrite"]:
         raise click.UsageError("--resume and --overwrite exclude each other")
@@ -338,8 +338,8 @@ def train(ctx: click.Context, **values: Any) -> None:
 def _interrupted_advice(out: Path, run_id: str | None) -> str:
     """What to do after Ctrl-C stopped run ``run_id`` in ``out``, from what it had committed: nothing (start
     again), some epochs (``--resume``), or all of its training but not the reports (``attnkit report``)."""
-    from attnkit.train import checkpoint as ckpt
-    from attnkit.train.run import committed_run_id
+    from attnkit.train.runs import checkpoint as ckpt
+    from attnkit.train.runs.run import committed_run_id
 
     if os.environ.get("RANK", "0") != "0":  # another process of a torchrun run: the first one advises
         return "see the first process for what to do"
@@ -386,7 +386,7 @@ def report(run: str, allow_unfinished: bool, **values: Any) -> None:
     from attnkit.data.batching import TextClassificationDataset
     from attnkit.data.sources import load_splits
     from attnkit.models.wide import reading_length
-    from attnkit.train.pipeline import FitResult
+    from attnkit.train.tasks.classify.pipeline import FitResult
 
     if _is_numpy_run(run):
         raise click.ClickException(f"{run} is a NumPy run (attnkit train --backend numpy), which has no reports")
@@ -401,7 +401,7 @@ def report(run: str, allow_unfinished: bool, **values: Any) -> None:
     val_ds, test_ds = (TextClassificationDataset(list(part), tokenizer, labels, read_len) for part in (val, test))
     metrics = meta.get("metrics") or {}
     if metrics.get("test") is None:  # an unfinished run: its test part is scored now, with the weights served
-        from attnkit.train.inference import evaluate_examples
+        from attnkit.train.tasks.classify.inference import evaluate_examples
 
         metrics["test"] = evaluate_examples(model, tokenizer, labels, test, max_len=meta["data_settings"]["max_len"])
     result = FitResult(model, tokenizer, labels, meta["model_config"], [], metrics["test"], test_ds,
@@ -447,7 +447,7 @@ def evaluate(run: str, data: str, as_json: bool, faithfulness: bool, allow_unfin
         else:
             print_metrics(f"{run} on {data}", metrics, numpy_run.labels)
         return
-    from attnkit.train.inference import evaluate_examples
+    from attnkit.train.tasks.classify.inference import evaluate_examples
 
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
     examples = read_data(data, values)
@@ -513,8 +513,8 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
         return
     from attnkit.attribution.report import default_method, explanation_line
     from attnkit.models.wide import reading_length
-    from attnkit.train.inference import format_ngrams, predict_texts
-    from attnkit.train.rundir import reports_dir
+    from attnkit.train.runs.rundir import reports_dir
+    from attnkit.train.tasks.classify.inference import format_ngrams, predict_texts
 
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
     warn_truncated(tokenizer, items, reading_length(model, meta["data_settings"]["max_len"]))
@@ -567,15 +567,15 @@ def cv(ctx: click.Context, **values: Any) -> None:
     Example:
       attnkit cv --data path/to/mr --encoding latin-1 --folds 10
     """
-    from attnkit.train.checkpoint import atomic_write_json
-    from attnkit.train.pipeline import cross_validate
+    from attnkit.train.runs.checkpoint import atomic_write_json
+    from attnkit.train.tasks.classify.pipeline import cross_validate
 
     values.setdefault("init_from", None)
     _check_model(values)
     folder = _pretrained_folder(values)
     examples = read_data(values["data"], values)
     if folder:  # --preset accurate: every fold fine-tunes the same pretrained folder
-        from attnkit.train.finetune import pretrained_initializer
+        from attnkit.train.tasks.classify.finetune import pretrained_initializer
 
         model_name = "bert"
         tokenizer, model_options, train_config, data_settings = _finetune_settings(ctx, values, folder, device="auto")

@@ -98,11 +98,11 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
 
     from attnkit.data.readers import Example
     from attnkit.data.synthetic import keyword_corpus
-    from attnkit.train import checkpoint as ckpt
     from attnkit.train.config import TrainConfig
-    from attnkit.train.inference import attention_focus, pooling_weights
-    from attnkit.train.pipeline import DataSettings, fit_classifier
-    from attnkit.train.run import new_run_id
+    from attnkit.train.runs import checkpoint as ckpt
+    from attnkit.train.runs.run import new_run_id
+    from attnkit.train.tasks.classify.inference import attention_focus, pooling_weights
+    from attnkit.train.tasks.classify.pipeline import DataSettings, fit_classifier
 
     start = time.perf_counter()
     # A model this small gains nothing from intra-op threads and loses much to their
@@ -147,7 +147,7 @@ def run_demo(out: Path | None, *, quick: bool = False, seed: int = 0, overwrite:
     if out is not None:  # the reports join the run in one commit
         import tempfile
 
-        from attnkit.train.run import add_to_run
+        from attnkit.train.runs.run import add_to_run
 
         with tempfile.TemporaryDirectory() as folder:
             write_demo_figures(Path(folder), tokens, rows, result.model, batch, result.label_vocab)
@@ -167,7 +167,7 @@ DEMO_SOURCE = "keyword_corpus"  # config.json's data.source in a run the demo wr
 def is_demo_run(out: Path) -> bool:
     """Whether ``out`` holds a committed run that ``attnkit demo`` wrote (any other run, a user's
     trained one included, is replaced only with ``--overwrite``)."""
-    from attnkit.train.rundir import read_run_config
+    from attnkit.train.runs.rundir import read_run_config
 
     if not (out / "current.json").is_file():
         return False
@@ -184,7 +184,7 @@ DEMO_FIGURES = ("report.html", "explanation.png")  # what write_demo_figures wri
 
 def _baseline(train: list[Any], test: list[Any]) -> dict[str, Any] | None:
     """The TF-IDF baseline on the demo's split (train + validation, test), or None without scikit-learn."""
-    from attnkit.train.baseline import baseline_scores
+    from attnkit.train.tasks.classify.baseline import baseline_scores
 
     try:
         scores = baseline_scores(train, test)
@@ -235,7 +235,7 @@ def demo(out: str, quick: bool, seed: int, overwrite: bool, quiet: bool) -> None
     """
     require_extra("attnkit demo", "matplotlib")  # its explanation.png, written after training
     summary = run_demo(Path(out), quick=quick, seed=seed, overwrite=overwrite, quiet=quiet)
-    from attnkit.train.baseline import BASELINE_NAME
+    from attnkit.train.tasks.classify.baseline import BASELINE_NAME
 
     base = summary["baseline"]
     beside = (f"  ({BASELINE_NAME} on the same split: {base['accuracy']:.4f})" if base
@@ -246,7 +246,7 @@ def demo(out: str, quick: bool, seed: int, overwrite: bool, quiet: bool) -> None
         click.echo(f"words that moved the decision most ({c}): " + ", ".join(t for t, _ in rows[:5]))
     for c, rows in summary["table"].items():
         click.echo(f"raw attention, most attended ({c}): " + ", ".join(t for t, _ in rows[:5]))
-    from attnkit.train.rundir import committed_dir
+    from attnkit.train.runs.rundir import committed_dir
 
     checkpoint = committed_dir(out).relative_to(Path(out))
     click.echo(f"wrote {out}/ (report.txt, report.html, explanation.png; the checkpoint in {checkpoint}/) "

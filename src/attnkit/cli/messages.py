@@ -83,7 +83,7 @@ def friendly_errors(f: F) -> F:
 
 def user_os_error(err: OSError) -> str:
     """One line for an OSError: attnkit's own messages as they are, a raw one as ``PATH: reason (CODE)``."""
-    from attnkit.train.fileops import os_error_message
+    from attnkit.train.runs.fileops import os_error_message
 
     return str(err) if err.errno is None or err.filename is None and err.strerror is None else os_error_message(err)
 

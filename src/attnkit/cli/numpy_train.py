@@ -23,7 +23,7 @@ def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: A
     """Train the NumPy classifier on ``source`` (a :class:`attnkit.data.sources.DataSource`) with the
     settings in the option ``values``; print the test metrics and save the run to ``--out``."""
     from attnkit.data.sources import load_splits
-    from attnkit.train.numpy_backend import NumpyTrainSettings, train_numpy_run
+    from attnkit.train.tasks.numpy.numpy_backend import NumpyTrainSettings, train_numpy_run
 
     given = [flag for key, flag in UNSUPPORTED.items() if values.get(key)]
     if values.get("device") not in (None, "auto", "cpu"):
@@ -55,9 +55,9 @@ def _refuse_existing_run(out: Any, kind: str, model_options: dict[str, Any], set
     import json
 
     from attnkit.cli.rundata import RUN_FLAGS, data_changes, flat_config
-    from attnkit.train.numpy_backend import BACKEND
-    from attnkit.train.run import committed_run_id
-    from attnkit.train.rundir import check_run_dir, read_run_config
+    from attnkit.train.runs.run import committed_run_id
+    from attnkit.train.runs.rundir import check_run_dir, read_run_config
+    from attnkit.train.tasks.numpy.numpy_backend import BACKEND
 
     run_id = committed_run_id(out)
     if run_id is None:

@@ -218,7 +218,7 @@ def _settings_flag(flag: str, type: Any, help: str, default_from: str, numpy: bo
     """A flag whose default is field ``default_from`` ("Class.field" of attnkit.train.config);
     ``numpy``: the NumPy trainer reads it too, from the same field of its settings."""
     field = default_from.rpartition(".")[2]
-    numpy_ref = f"attnkit.train.numpy_backend:NumpyTrainSettings.{field}" if numpy else None
+    numpy_ref = f"attnkit.train.tasks.numpy.numpy_backend:NumpyTrainSettings.{field}" if numpy else None
     return click.option(flag, type=type, help=help, cls=LibraryDefaultOption,
                         default_from=f"attnkit.train.config:{default_from}", numpy_default_from=numpy_ref, **kwargs)
 
@@ -269,14 +269,15 @@ def _data_flag(flag: str, type: Any, help: str, field: str, shown: Any, numpy: b
                **kwargs: Any) -> Callable[[F], F]:
     # DataSettings lives beside the torch training code; its defaults are written here
     # (``shown``) so that help loads no torch, and tests/cli/test_cli_docs.py holds them equal.
-    numpy_ref = f"attnkit.train.numpy_backend:NumpyTrainSettings.{field}" if numpy else None
+    numpy_ref = f"attnkit.train.tasks.numpy.numpy_backend:NumpyTrainSettings.{field}" if numpy else None
     return click.option(flag, type=type, help=help, cls=LibraryDefaultOption, shown=shown,
-                        default_from=f"attnkit.train.pipeline:DataSettings.{field}", numpy_default_from=numpy_ref,
+                        default_from=f"attnkit.train.tasks.classify.pipeline:DataSettings.{field}",
+                        numpy_default_from=numpy_ref,
                         **kwargs)
 
 
 def data_options(f: F) -> F:
-    """Flags of :class:`attnkit.train.pipeline.DataSettings`."""
+    """Flags of :class:`attnkit.train.tasks.classify.pipeline.DataSettings`."""
     return _stack(
         _data_flag("--tokenizer", click.Choice(["word", "wordpiece", "bpe"]), "Tokenizer kind.", "tokenizer",
                    "word", numpy=False, numpy_help="--backend numpy splits on whitespace and refuses this flag."),
@@ -325,8 +326,9 @@ def reader_options(f: F) -> F:
 
 def model_options(f: F) -> F:
     return _stack(
-        click.option("--model", type=str, cls=LibraryDefaultOption, default_from="attnkit.train.recipe:DEFAULT_MODEL",
-                     numpy_default_from="attnkit.train.numpy_backend:train_numpy_run.kind",
+        click.option("--model", type=str, cls=LibraryDefaultOption,
+                     default_from="attnkit.train.tasks.classify.recipe:DEFAULT_MODEL",
+                     numpy_default_from="attnkit.train.tasks.numpy.numpy_backend:train_numpy_run.kind",
                      help="Model name: wide, document, sentiment or han; bert fine-tunes a pretrained folder "
                           "(attnkit train --init-from).",
                      numpy_help="--backend numpy: transformer or document."),
@@ -337,8 +339,8 @@ def model_options(f: F) -> F:
 
 
 def preset_option(f: F) -> F:
-    """``--preset fast|accurate`` of ``train`` and ``cv`` (:data:`attnkit.train.recipe.PRESETS`)."""
-    from attnkit.train.recipe import PRESET_HELP, PRESETS
+    """``--preset fast|accurate`` of ``train`` and ``cv`` (:data:`attnkit.train.tasks.classify.recipe.PRESETS`)."""
+    from attnkit.train.tasks.classify.recipe import PRESET_HELP, PRESETS
 
     return click.option("--preset", type=click.Choice(PRESETS), default="fast", show_default=True,
                         help=PRESET_HELP)(f)
@@ -397,7 +399,7 @@ def collect_train_config(values: dict[str, Any], **defaults: Any) -> Any:
 
 
 def collect_data_settings(values: dict[str, Any], **defaults: Any) -> Any:
-    from attnkit.train.pipeline import DataSettings
+    from attnkit.train.tasks.classify.pipeline import DataSettings
 
     given = {k: values[k] for k in _DATA_KEYS if values.get(k) is not None}
     return DataSettings(**{**defaults, **given})
@@ -440,9 +442,9 @@ def allow_unfinished_option(f: F) -> F:
 def load_run(run: str, allow_unfinished: bool) -> tuple[Any, Any, Any, dict[str, Any]]:
     """``load_checkpoint`` for a command: an unfinished run is refused, or served with a warning line; a run
     of another kind (:mod:`attnkit.train.registry`) is named with the command that serves it."""
-    from attnkit.train.checkpoint import load_checkpoint
     from attnkit.train.registry import run_kind
-    from attnkit.train.rundir import RunFileError
+    from attnkit.train.runs.checkpoint import load_checkpoint
+    from attnkit.train.runs.rundir import RunFileError
 
     try:
         kind = run_kind(run)
@@ -514,7 +516,8 @@ def refusing_memory_option(f: F) -> F:
 
 
 def baseline_option(f: F) -> F:
-    """``--baseline``: score TF-IDF + logistic regression on the same split or folds (:mod:`attnkit.train.baseline`)."""
+    """``--baseline``: score TF-IDF + logistic regression on the same split or folds
+    (:mod:`attnkit.train.tasks.classify.baseline`)."""
     def check(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
         if value:  # before any work: the data is not read, nothing is trained
             require_extra("--baseline", "sklearn")

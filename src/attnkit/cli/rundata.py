@@ -15,13 +15,13 @@ from typing import Any
 
 import click
 
-from attnkit.train.rundir import check_output_path, data_fingerprint
+from attnkit.train.runs.rundir import check_output_path, data_fingerprint
 
 __all__ = ["data_source", "resumed_data_source", "data_changes", "flat_config", "DATA_PATHS", "RUN_FLAGS"]
 
 # option name -> flag, for the paths a classification run reads
 DATA_PATHS = {"data": "--data", "val_path": "--val", "test_path": "--test"}
-# setting -> flag, for the run directory's refusals (attnkit.train.rundir.check_run_dir) of a command
+# setting -> flag, for the run directory's refusals (attnkit.train.runs.rundir.check_run_dir) of a command
 # that trains into --out and has --overwrite and --resume
 RUN_FLAGS = {"out": "--out", "overwrite": "--overwrite", "resume": "--resume"}
 READER_KEYS = ("val_ratio", "test_ratio", "data_format", "encoding", "text_field", "label_field",

@@ -1,6 +1,6 @@
 """Translation from the command line: ``train --task translate`` and ``translate``.
 
-Both commands are thin layers over :mod:`attnkit.train.translation`::
+Both commands are thin layers over :mod:`attnkit.train.tasks.translate.translation`::
 
     train_translate --src train.de.gz --tgt train.en.gz --val-src val.de.gz --val-tgt val.en.gz --out runs/de-en
     translate runs/de-en "Ein Mann fährt Fahrrad." --beam-size 4 --alignment align.png
@@ -77,8 +77,8 @@ def train_translate(**v: Any) -> None:
     """
     from attnkit.cli.rundata import RUN_FLAGS
     from attnkit.data.parallel import read_parallel
-    from attnkit.train.rundir import RunLockedError
-    from attnkit.train.translation import TranslationTrainConfig, fit_translation
+    from attnkit.train.runs.rundir import RunLockedError
+    from attnkit.train.tasks.translate.translation import TranslationTrainConfig, fit_translation
 
     if (v["val_src"] is None) != (v["val_tgt"] is None):
         raise click.UsageError("give both --val-src and --val-tgt, or neither")
@@ -142,7 +142,7 @@ def warmup_notice(sources: list[str], targets: list[str], max_tokens: int, epoch
 
 def _finished(out: str) -> bool:
     """Whether ``out`` holds a finished run (False for anything else: fit_translation then says what is wrong)."""
-    from attnkit.train.rundir import read_run_config, run_status
+    from attnkit.train.runs.rundir import read_run_config, run_status
 
     try:
         return run_status(read_run_config(out)) == "done"
@@ -171,7 +171,7 @@ def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, be
       attnkit translate runs/de-en "Ein Hund läuft im Schnee." --beam-size 4 --alignment align.png
     """
     from attnkit.data.parallel import read_lines
-    from attnkit.train.translation import load_translation_run
+    from attnkit.train.tasks.translate.translation import load_translation_run
 
     items = list(texts)
     if text_file:

@@ -62,7 +62,7 @@ class AttentionView:
 
 def _is_run(folder: Path) -> bool:
     """Whether ``folder`` is an attnkit run; a damaged config.json raises a ValueError naming it."""
-    from attnkit.train.rundir import read_run_config
+    from attnkit.train.runs.rundir import read_run_config
 
     if not any((folder / name).exists() for name in ("current.json", "checkpoints")):
         return False
@@ -104,8 +104,8 @@ def run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = Fa
 def numpy_run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = False) -> list[AttentionView]:
     """The attention of a ``--backend numpy`` run (the NumPy twin's classifier) on ``texts``: every
     self-attention layer and the pooling weights per text, without torch."""
-    from attnkit.train.numpy_backend import load_numpy_run
-    from attnkit.train.rundir import require_finished
+    from attnkit.train.runs.rundir import require_finished
+    from attnkit.train.tasks.numpy.numpy_backend import load_numpy_run
 
     run = load_numpy_run(folder)
     notice = require_finished(folder, run.meta, allow_unfinished=allow_unfinished)
@@ -269,7 +269,7 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
     captured: list[Any] = []
     try:
         if timm_name is None and source.is_dir() and _is_run(source):
-            from attnkit.train.numpy_backend import is_numpy_run
+            from attnkit.train.tasks.numpy.numpy_backend import is_numpy_run
 
             read = numpy_run_attention if is_numpy_run(source) else run_attention
             views = read(source, items, allow_unfinished=allow_unfinished)
@@ -285,7 +285,7 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
             limit = "--max-len or the model's position limit"
         else:
             if (source / "config.json").is_file():  # name a config.json that is not JSON at all
-                from attnkit.train.fileops import read_json
+                from attnkit.train.runs.fileops import read_json
 
                 read_json(source / "config.json")
             raise click.ClickException(

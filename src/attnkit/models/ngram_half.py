@@ -21,7 +21,7 @@ default recipe) and :class:`~attnkit.models.bert_classifier.BertClassifier`
 (the pretrained recipe) use it.
 
 * **Fitted once, before training** (:meth:`NgramHalf.init_from_training_data`,
-  called by :func:`attnkit.train.pipeline.fit_classifier` with the training
+  called by :func:`attnkit.train.tasks.classify.pipeline.fit_classifier` with the training
   part only), into buffers saved with the weights: each training bigram gets
   a row after the vocabulary (the ``rows`` found in the most documents when
   there are more); ``R`` holds the centred, smoothed naive Bayes
@@ -298,7 +298,7 @@ def fit_nb_regression(counts: Tensor, labels: Sequence[int], ratios: Tensor,
     the bias minimise ``mean CE(x (ratios * U) + bias) + |U|^2 / (2 WIDE_C N)``
     (full batch, L-BFGS), so an n-gram never seen keeps weight zero. With
     ``class_weights`` (one per class) the cross-entropy is their weighted mean
-    (:func:`attnkit.train.objective.class_weights`). The gradient is written
+    (:func:`attnkit.train.tasks.classify.objective.class_weights`). The gradient is written
     out (``x^T`` times the logits' gradient: the count matrix and its transpose,
     :func:`_transposed`, each read in blocks, :func:`_blocks`), so nothing beside
     the two matrices grows with the entries; the tables are :data:`FIT_DTYPE`. Only the rows with a ratio
@@ -429,7 +429,7 @@ def fit_stacking_weights(deep: Tensor, wide: Tensor, labels: Sequence[int],
     one document's worth of evidence: it keeps them finite when the held-out
     documents are separable), each then held within :data:`STACKING_BOUNDS`.
     With ``class_weights`` (one per class) the cross-entropy is their weighted
-    mean (:func:`attnkit.train.objective.stacking_weights`).
+    mean (:func:`attnkit.train.tasks.classify.objective.stacking_weights`).
 
     Shape:
         deep, wide ``(N, C)`` logits of the two halves; labels ``N`` class indices; returns ``(a, b)``.
@@ -598,11 +598,11 @@ class NgramHalf:
 
         ``a`` and ``b`` are :func:`~attnkit.models.ngram_half.fit_stacking_weights`'s
         (least cross-entropy on the documents, weighed by ``class_weights`` when
-        given: :func:`attnkit.train.objective.stacking_weights`); ``a`` is folded into the
+        given: :func:`attnkit.train.tasks.classify.objective.stacking_weights`); ``a`` is folded into the
         ``classifier`` layer (its weight and bias times ``a``) and ``b``
         becomes ``wide_scale``, so the saved weights predict with both and runs
         saved before this rule load unchanged. Called by
-        :func:`attnkit.train.pipeline.fit_classifier` after training, with the
+        :func:`attnkit.train.tasks.classify.pipeline.fit_classifier` after training, with the
         validation part; returns ``(a, b)``. The training mode is left as it was.
         ``batches``: as :meth:`each_half` reads the documents.
 
@@ -628,7 +628,7 @@ class NgramHalf:
         """The model's own logits and the half's, each alone, in eval mode (the mode is left as it was).
 
         The documents are read ``chunk`` at a time, or in ``batches``: consecutive spans that cover them in
-        order (:func:`attnkit.train.tasks.ordered_batches`, capped in tokens as training's batches are).
+        order (:func:`attnkit.train.loop.task.ordered_batches`, capped in tokens as training's batches are).
 
         Shape:
             documents: token-id lists; returns two ``(N, C)`` float32 CPU tensors.
@@ -658,7 +658,7 @@ class NgramHalf:
         :func:`~attnkit.models.ngram_half.fit_nb_regression` fits on the features
         scaled by :meth:`naive_bayes_table` (NB-LR; Wang and Manning, 2012).
         With hashed rows (wide-model runs saved before) it is the naive Bayes
-        table itself. Called by :func:`attnkit.train.pipeline.fit_classifier`
+        table itself. Called by :func:`attnkit.train.tasks.classify.pipeline.fit_classifier`
         on a new model, with the training part only. ``class_weights`` (one
         per class) weigh the regression's cross-entropy (``--class-weight balanced``).
 
@@ -703,7 +703,7 @@ class NgramHalf:
         """What each n-gram of each document adds to each class's logit in eval mode (``wide_scale`` included).
 
         The half's logits are the sum of these over the real features plus
-        ``wide_scale * wide_bias``; :func:`attnkit.train.inference.predict_texts`
+        ``wide_scale * wide_bias``; :func:`attnkit.train.tasks.classify.inference.predict_texts`
         ranks them to explain a prediction.
 
         Shape:

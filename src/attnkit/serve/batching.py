@@ -6,7 +6,7 @@ batch, the requests that come wait in a queue; the next batch takes them all, up
 texts (and, with ``wait_ms``, those that come that many milliseconds after its first), runs once, and
 each request gets its own rows back. With ``max_batch=1`` every request runs alone, one at a time
 (the baseline of ``benchmarks/serve.py``). Texts of one length run together and no text runs alone
-(:func:`attnkit.train.inference.predict_texts`), so a small model gives every text the same numbers
+(:func:`attnkit.train.tasks.classify.inference.predict_texts`), so a small model gives every text the same numbers
 whatever texts share its batch; a larger one can differ in the last bits (docs/serve.md).
 
 :class:`Admission` bounds the requests admitted and not yet answered; past the bound a request is

@@ -2,7 +2,7 @@
 and, with ``--data``, the dataset view.
 
 Every answer comes from the code the command line uses: predictions from
-:func:`attnkit.train.inference.predict_texts` (``attnkit predict --json``'s numbers; to the last digit
+:func:`attnkit.train.tasks.classify.inference.predict_texts` (``attnkit predict --json``'s numbers; to the last digit
 with ``--max-batch 1``, and batched too for a small model, see docs/serve.md), the default explanation
 method from
 :func:`attnkit.attribution.report.default_method` (the run's most faithful method, recorded at
@@ -48,7 +48,7 @@ class ServedModel:
     """One classification run behind the API (``predictor``: what :func:`attnkit.load_run` returned)."""
 
     def __init__(self, name: str, path: Path, predictor: Any) -> None:
-        from attnkit.train.predictor import Predictor
+        from attnkit.train.tasks.classify.predictor import Predictor
 
         if not isinstance(predictor, Predictor):
             raise ValueError(f"{path}: a {type(predictor).__name__} run; attnkit serve answers text "
@@ -64,7 +64,7 @@ class ServedModel:
         if self.torch:
             from attnkit.attribution.methods import applicable_methods
             from attnkit.attribution.report import default_method, read_record
-            from attnkit.train.rundir import reports_dir
+            from attnkit.train.runs.rundir import reports_dir
 
             model, reports = predictor.model, reports_dir(path)
             self._record = read_record(reports)
@@ -101,7 +101,7 @@ class ServedModel:
     def predict(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         """What ``attnkit predict --json`` prints for each text (one dict per text)."""
         if not self.torch:
-            from attnkit.train.numpy_backend import predict_numpy_run
+            from attnkit.train.tasks.numpy.numpy_backend import predict_numpy_run
 
             return [{**p, "top_tokens": [list(t) for t in p["top_tokens"]]}
                     for p in predict_numpy_run(self.predictor._numpy, list(texts), top_k=0)]
@@ -115,7 +115,7 @@ class ServedModel:
         if chosen not in self._methods:
             raise RequestError(f"method: {chosen!r} does not apply to this model; it takes "
                                f"{', '.join(self._methods) or 'none'}", "method")
-        from attnkit.train.inference import predict_texts
+        from attnkit.train.tasks.classify.inference import predict_texts
 
         model, tokenizer, labels = self.predictor._parts()
         p = predict_texts(model, tokenizer, labels, [text], max_len=self.predictor.max_len, top_k=TOP_TOKENS,

@@ -4,7 +4,7 @@
 ``translation`` and ``captioning`` train and run the sequence-to-sequence and
 image-captioning models; ``checkpoint`` saves and loads runs, ``distributed``
 joins a torchrun process group. Names load on first
-use, so ``attnkit.train.numpy_backend`` runs without torch.
+use, so ``attnkit.train.tasks.numpy.numpy_backend`` runs without torch.
 """
 
 from typing import TYPE_CHECKING
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from attnkit._lazy import lazy_exports
 
 _EXPORTS = {
-    "Trainer": "attnkit.train.trainer",
+    "Trainer": "attnkit.train.loop.trainer",
     "TrainConfig": "attnkit.train.config",
     "accuracy": "attnkit.train.metrics",
     "macro_f1": "attnkit.train.metrics",
@@ -23,5 +23,5 @@ __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 if TYPE_CHECKING:
     from attnkit.train.config import TrainConfig
+    from attnkit.train.loop.trainer import Trainer
     from attnkit.train.metrics import accuracy, confusion_matrix, macro_f1
-    from attnkit.train.trainer import Trainer

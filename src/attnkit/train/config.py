@@ -15,7 +15,7 @@ from attnkit._checks import dataclass_kwargs, non_negative_int, one_of, positive
 from attnkit._finite import check_on_nan
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 from attnkit.train.metrics import check_metric
-from attnkit.train.objective import CLASS_WEIGHTS
+from attnkit.train.tasks.classify.objective import CLASS_WEIGHTS
 
 __all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "DataSettings", "TranslationTrainConfig",
            "warmup_linear_factor"]
@@ -44,9 +44,9 @@ class TrainSettings:
     """What every training run of attnkit is told, whatever it trains; saved with the run.
 
     The classifiers' :class:`TrainConfig` and the NumPy twin's
-    :class:`~attnkit.train.numpy_backend.NumpyTrainSettings` (through
+    :class:`~attnkit.train.tasks.numpy.numpy_backend.NumpyTrainSettings` (through
     :class:`ClassifierTrainSettings`), and translation's
-    :class:`~attnkit.train.translation.TranslationTrainConfig` extend it;
+    :class:`~attnkit.train.tasks.translate.translation.TranslationTrainConfig` extend it;
     a subclass may give a field another default, never another meaning.
 
     Args:
@@ -128,7 +128,7 @@ class TrainConfig(ClassifierTrainSettings):
         device: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
         metric: the measure the run is trained for (:data:`attnkit.train.metrics.METRICS` or
             ``f1:<class>``): early stopping, the best epoch, the weighing of an n-gram half and the
-            tuned class offsets follow it (:mod:`attnkit.train.objective`).
+            tuned class offsets follow it (:mod:`attnkit.train.tasks.classify.objective`).
         class_weight: ``"none"`` or ``"balanced"`` (each class weighs alike in the losses).
         tune_thresholds: tune per-class offsets on the validation part for ``metric``
             (None: when ``metric`` is not accuracy and ``class_weight`` is none).

@@ -11,7 +11,7 @@ reading long documents in chunks reads up to its ``reading_length``, not
 (:func:`activation_bytes`, one estimate per model kind in :data:`ACTIVATIONS`,
 from the batch's padded tokens and its longest document: the document model's
 attention maps grow with the square of it; the batches of long documents are
-capped in tokens, see :func:`attnkit.train.tasks.epoch_batches`): the fit lets
+capped in tokens, see :func:`attnkit.train.loop.task.epoch_batches`): the fit lets
 go of its memory before the first step. It compares that plan with the limit
 (:func:`limit_and_source`): ``--max-memory``, or by default the smaller of
 :data:`DEFAULT_CAP` (4 GB) and :data:`DEFAULT_FRACTION` of the memory budget, and never more than the budget
@@ -31,9 +31,9 @@ The limit covers what the run allocates, not the interpreter and libraries
 the plan plus that resident size against each kind's measured peak.
 :func:`peak_rss_mib` is the peak a run reports in its metrics.
 
-A translation run (:func:`attnkit.train.translation.fit_translation`) cannot shrink: :func:`check_translation`
-plans it (:func:`estimate_translation`: the model with Adam, the encoded pairs and the largest token-budget
-batch's step, :func:`seq2seq_step_bytes`) against the same limit and refuses it above.
+A translation run (:func:`attnkit.train.tasks.translate.translation.fit_translation`) cannot shrink:
+:func:`check_translation` plans it (:func:`estimate_translation`: the model with Adam, the encoded pairs and
+the largest token-budget batch's step, :func:`seq2seq_step_bytes`) against the same limit and refuses it above.
 """
 
 from __future__ import annotations

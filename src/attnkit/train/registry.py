@@ -1,6 +1,6 @@
 """One registry of the kinds of run: which committed runs a task owns, and how it serves them.
 
-Every run folder holds a committed ``config.json`` (:mod:`attnkit.train.rundir`). Each task registers
+Every run folder holds a committed ``config.json`` (:mod:`attnkit.train.runs.rundir`). Each task registers
 one :class:`RunKind`: a name, a ``claims(config)`` test on that file and a ``load(path, *,
 allow_unfinished, device)`` that returns what serves the run. :func:`load_run` (the Python API's
 ``attnkit.load_run``) asks the kinds in registration order and loads with the first that claims the
@@ -77,7 +77,7 @@ def train_commands() -> dict[str, str]:
 
 def run_kind(path: str | os.PathLike[str]) -> RunKind:
     """The registered kind that claims run ``path`` (RunFileError naming the file when none does)."""
-    from attnkit.train.rundir import RunFileError, committed_dir, read_run_config
+    from attnkit.train.runs.rundir import RunFileError, committed_dir, read_run_config
 
     config = read_run_config(path)
     for kind in RUN_KINDS.values():
@@ -96,19 +96,19 @@ def load_run(path: str | os.PathLike[str], *, allow_unfinished: bool = False, de
 
 
 def _is_numpy(config: dict[str, Any]) -> bool:
-    from attnkit.train.numpy_backend import BACKEND
+    from attnkit.train.tasks.numpy.numpy_backend import BACKEND
 
     return config.get("backend") == BACKEND
 
 
 def _is_translation(config: dict[str, Any]) -> bool:
-    from attnkit.train.translation_run import MODEL_NAME
+    from attnkit.train.tasks.translate.translation_run import MODEL_NAME
 
     return config.get("model_name") == MODEL_NAME
 
 
 def _is_captioning(config: dict[str, Any]) -> bool:
-    from attnkit.train.captioning import MODEL_NAME
+    from attnkit.train.tasks.caption.captioning import MODEL_NAME
 
     return config.get("model_name") == MODEL_NAME
 
@@ -120,13 +120,13 @@ def _is_classification(config: dict[str, Any]) -> bool:
 
 
 def _load_classifier(path: Path, *, allow_unfinished: bool = False, device: str = "cpu") -> Any:
-    from attnkit.train.predictor import Predictor
+    from attnkit.train.tasks.classify.predictor import Predictor
 
     return Predictor.from_pretrained(path, allow_unfinished=allow_unfinished, device=device)
 
 
 def _load_translation(path: Path, *, allow_unfinished: bool = False, device: str = "cpu") -> Any:
-    from attnkit.train.translation_run import load_translation_run
+    from attnkit.train.tasks.translate.translation_run import load_translation_run
 
     return load_translation_run(path, allow_unfinished=allow_unfinished, device=device)
 
@@ -147,14 +147,14 @@ class CaptionRun:
 
     def caption(self, images: Any, *, beam_size: int = 1) -> list[str]:
         """One caption per image of ``images`` ``(N, 3, S, S)`` (floats in [0, 1], the run's image size)."""
-        from attnkit.train.captioning import generate
+        from attnkit.train.tasks.caption.captioning import generate
 
         return [" ".join(self.vocab.decode(result.ids)) for result in generate(self.model, images,
                                                                                 beam_size=beam_size)]
 
 
 def _load_captioning(path: Path, *, allow_unfinished: bool = False, device: str = "cpu") -> CaptionRun:
-    from attnkit.train.captioning import load_caption_run
+    from attnkit.train.tasks.caption.captioning import load_caption_run
 
     model, vocab, config = load_caption_run(path, allow_unfinished=allow_unfinished)
     return CaptionRun(path, model.to(device), vocab, config)

@@ -54,7 +54,7 @@ class CaptionerConfig(ModelConfig):
         fine_tune_blocks: EfficientNet-Lite backbones only: how many of the
             encoder's last blocks (with its head convolution) are trained;
             0 keeps the pretrained encoder frozen (then region features can be
-            cached, :mod:`attnkit.train.feature_cache`).
+            cached, :mod:`attnkit.train.tasks.caption.feature_cache`).
         pad_id: the id of ``<pad>``.
         bos_id: the id of ``<bos>``.
         eos_id: the id of ``<eos>``.

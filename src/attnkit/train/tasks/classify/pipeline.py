@@ -27,15 +27,15 @@ from attnkit.data.readers import Example
 from attnkit.data.sources import split_examples
 from attnkit.data.splits import kfold
 from attnkit.data.tokenization import train_tokenizer
-from attnkit.train import checkpoint as ckpt
-from attnkit.train.checkpoint import unwrap
 from attnkit.train.config import DataSettings, TrainConfig
-from attnkit.train.distributed import DistInfo
+from attnkit.train.loop.distributed import DistInfo
+from attnkit.train.loop.task import ordered_batches
+from attnkit.train.loop.trainer import Trainer
 from attnkit.train.memory_budget import fit_to_memory, peak_rss_mib
-from attnkit.train.objective import check_objective, fit_decision
-from attnkit.train.run import new_run_id, start_run
-from attnkit.train.tasks import ordered_batches
-from attnkit.train.trainer import Trainer
+from attnkit.train.runs import checkpoint as ckpt
+from attnkit.train.runs.checkpoint import unwrap
+from attnkit.train.runs.run import new_run_id, start_run
+from attnkit.train.tasks.classify.objective import check_objective, fit_decision
 
 __all__ = ["DataSettings", "FitResult", "model_config_dict", "fit_classifier", "cross_validate"]
 
@@ -114,7 +114,7 @@ def fit_classifier(
     ``training``, the best weights so far) and once more when it is done, so an
     interrupted run can be resumed with ``resume=True`` (pass the saved
     tokenizer and labels). A directory holding another run is replaced only with ``overwrite``, and only at
-    the first commit (``flags``: as in :class:`~attnkit.train.plan.ClassifierPlan`). ``tokenizer`` /
+    the first commit (``flags``: as in :class:`~attnkit.train.tasks.classify.plan.ClassifierPlan`). ``tokenizer`` /
     ``label_vocab`` may be given to skip building them. ``init_model`` is called on the freshly built model
     before training (e.g. to load pretrained weights). ``baseline`` (figures
     scored beforehand) is committed with the test result as ``metrics.baseline``. ``max_memory`` (bytes;
@@ -222,7 +222,7 @@ def _long_batches(model_name: str, config: dict[str, Any], lengths: Sequence[int
     Chunks let a document hold up to the model's ``reading_length`` tokens; a batch of such documents
     is capped at ``batch_size * max_len`` tokens (what a batch of documents cut at ``max_len`` holds),
     so its activations stay those of a batch read without chunks (on one process: several need the
-    same batch count each, :func:`attnkit.train.tasks.epoch_batches`).
+    same batch count each, :func:`attnkit.train.loop.task.epoch_batches`).
     """
     from attnkit.models import config_from_dict
     from attnkit.models.wide import chunked_documents, reading_length
@@ -300,7 +300,7 @@ def cross_validate(
     ``only`` runs just the listed folds (1-based). ``max_memory`` as in :func:`fit_classifier`.
     ``log`` gets one line per
     fold (and per epoch with ``epoch_log``). ``tokenizer`` and ``init_model`` (a pretrained model's
-    tokenizer and weights, as :func:`attnkit.train.finetune.finetune_bert` passes them) serve every fold
+    tokenizer and weights, as :func:`attnkit.train.tasks.classify.finetune.finetune_bert` passes them) serve every fold
     instead of a tokenizer trained on the fold and fresh weights.
     """
     labels = [e.label for e in examples]

@@ -5,7 +5,7 @@ and renamed over the old one (``os.replace``), so an interruption leaves the
 old or the new file, never half of one. Every operation goes through
 :data:`fs`, one small object, so that the fault-injection tests can make the
 n-th operation fail (or kill the process) and prove the run-directory promise
-for every point of a commit (:mod:`attnkit.train.rundir`).
+for every point of a commit (:mod:`attnkit.train.runs.rundir`).
 """
 
 from __future__ import annotations

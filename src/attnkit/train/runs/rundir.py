@@ -42,10 +42,10 @@ else is judged. An operating-system error while writing (a full disk, a
 read-only folder) names the path and says what stays intact: the last commit,
 from which the run resumes.
 
-Every file operation goes through :data:`attnkit.train.fileops.fs`, one small
+Every file operation goes through :data:`attnkit.train.runs.fileops.fs`, one small
 object, so that the fault-injection tests can make the n-th operation fail and
 prove the promise for every point of a commit. The lock is
-:class:`attnkit.train.runlock.RunLock`.
+:class:`attnkit.train.runs.runlock.RunLock`.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnkit.train import fileops
-from attnkit.train.fileops import (
+from attnkit.train.runs import fileops
+from attnkit.train.runs.fileops import (
     FileOps,
     RunFileError,
     RunWriteError,
@@ -71,8 +71,8 @@ from attnkit.train.fileops import (
     os_error_message,
     read_json,
 )
-from attnkit.train.run_files import check_run_config
-from attnkit.train.runlock import LOCK, RunLock, RunLockedError, check_unlocked
+from attnkit.train.runs.run_files import check_run_config
+from attnkit.train.runs.runlock import LOCK, RunLock, RunLockedError, check_unlocked
 
 __all__ = [
     "RunExistsError", "RunLockedError", "RunFileError", "RunWriteError", "UnfinishedRunError", "FileOps",
@@ -214,7 +214,7 @@ def reports_dir(directory: str | os.PathLike[str]) -> Path:
 
 def read_run_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The committed ``config.json`` of a run directory, each field it holds of the type and range it was
-    written with (:func:`attnkit.train.run_files.check_run_config`); else a RunFileError naming the file
+    written with (:func:`attnkit.train.runs.run_files.check_run_config`); else a RunFileError naming the file
     and the field."""
     path = committed_dir(directory) / "config.json"
     if not path.is_file():

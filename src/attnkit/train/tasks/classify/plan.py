@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from attnkit.data.sources import DataSource, load_splits
 from attnkit.train.config import TrainConfig
-from attnkit.train.pipeline import DataSettings, FitResult, fit_classifier
-from attnkit.train.run import new_run_id
+from attnkit.train.runs.run import new_run_id
+from attnkit.train.tasks.classify.pipeline import DataSettings, FitResult, fit_classifier
 
 __all__ = ["DataSource", "ClassifierPlan", "run_plan"]
 
@@ -32,11 +32,11 @@ class ClassifierPlan:
     ``"overwrite"`` (replace it at the first commit) or ``"resume"`` (continue
     the committed state; ``run_id``, ``tokenizer`` and ``label_vocab`` come
     from the run). ``init_from`` is a pretrained BERT folder to start from.
-    ``baseline`` scores :mod:`attnkit.train.baseline` on the run's test part
+    ``baseline`` scores :mod:`attnkit.train.tasks.classify.baseline` on the run's test part
     before training; its figures go into config.json as ``metrics.baseline``. ``max_memory`` bounds
     what the run plans to allocate, in bytes (None: a share of the available memory; see
     :mod:`attnkit.train.memory_budget`). ``flags`` spells the settings that the run directory's
-    refusals name as the calling command's flags (:func:`attnkit.train.rundir.check_run_dir`).
+    refusals name as the calling command's flags (:func:`attnkit.train.runs.rundir.check_run_dir`).
     """
 
     out: Path
@@ -68,8 +68,8 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
     ``log`` gets the one-line summary of the data and, unless the plan is
     quiet, one line per epoch (main process only).
     """
-    from attnkit.train import checkpoint as ckpt
-    from attnkit.train.distributed import broadcast_object, init_distributed, shutdown_distributed
+    from attnkit.train.loop.distributed import broadcast_object, init_distributed, shutdown_distributed
+    from attnkit.train.runs import checkpoint as ckpt
 
     info = init_distributed(plan.train_config.device)
     echo = log if (log is not None and info.is_main) else (lambda _line: None)
@@ -87,7 +87,7 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
         init_model = None
         extra: dict[str, Any] = {"data": data.record}
         if plan.init_from and plan.mode != "resume":
-            from attnkit.train import finetune
+            from attnkit.train.tasks.classify import finetune
 
             init_model = finetune.pretrained_initializer(plan.init_from)
             extra["init_from"] = str(Path(plan.init_from).resolve())
@@ -106,7 +106,7 @@ def _baseline(train: list[Any], val: list[Any], test: list[Any], class_weight: s
               memory: int | None = None) -> dict[str, Any]:
     """The baseline's measures and ``n`` on the test part (fit on train + validation, the run's class weighting
     and memory limit)."""
-    from attnkit.train.baseline import baseline_scores
+    from attnkit.train.tasks.classify.baseline import baseline_scores
 
     if not test:
         raise ValueError("the split has no test part (--test-ratio 0 and no --test): nothing to score")

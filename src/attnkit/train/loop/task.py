@@ -17,7 +17,7 @@ checkpoints, exact resume, data-parallel processes). A task provides:
 
 and two attributes: ``keep_best`` (restore the best validation weights at the
 end) and ``weights_kind``. :class:`ClassificationTask` is the text classifiers'
-task; :mod:`attnkit.train.translation` and :mod:`attnkit.train.captioning`
+task; :mod:`attnkit.train.tasks.translate.translation` and :mod:`attnkit.train.tasks.caption.captioning`
 define theirs.
 """
 
@@ -155,7 +155,7 @@ class ClassificationTask:
         metric: the measure the best epoch is chosen by (:data:`attnkit.train.metrics.METRICS`
             or ``f1:<class>``, the class named as in ``train_data.label_vocab``).
         class_weight: ``"none"`` or ``"balanced"``: the cross-entropy weighs each class by
-            :func:`attnkit.train.objective.class_weights` of ``train_data.labels``.
+            :func:`attnkit.train.tasks.classify.objective.class_weights` of ``train_data.labels``.
         max_tokens: most padded tokens in a training batch, with ``lengths`` (:func:`epoch_batches`;
             None: ``batch_size`` documents whatever their length), and in a batch :meth:`predict` reads.
 
@@ -199,7 +199,7 @@ class ClassificationTask:
         self.label_names: list[str] | None = list(vocab.labels) if vocab is not None else None
         self.loss_weights: Tensor | None = None
         if class_weight != "none":
-            from attnkit.train.objective import class_weights
+            from attnkit.train.tasks.classify.objective import class_weights
 
             if self.label_names is None or not hasattr(train_data, "labels"):
                 raise ValueError("class_weight 'balanced' needs a training dataset with labels and label_vocab "

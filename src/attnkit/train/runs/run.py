@@ -1,9 +1,9 @@
 """One run pipeline: the run folder, its run id, resume, overwrite and the commits, for every task.
 
-Classification (:func:`~attnkit.train.pipeline.fit_classifier` and the
-:class:`~attnkit.train.trainer.Trainer`), translation, captioning and the
+Classification (:func:`~attnkit.train.tasks.classify.pipeline.fit_classifier` and the
+:class:`~attnkit.train.loop.trainer.Trainer`), translation, captioning and the
 NumPy backend write their runs through this module; none builds a
-:class:`~attnkit.train.rundir.RunWriter` itself. A task
+:class:`~attnkit.train.runs.rundir.RunWriter` itself. A task
 
 1. calls :func:`start_run` once its flags are read: an occupied folder is
    refused now, with nothing touched; the run id is the continued run's
@@ -17,7 +17,7 @@ NumPy backend write their runs through this module; none builds a
 
 :func:`save_run` is the same in one step: a finished model saved as one
 generation. The transaction itself (generations, the atomic commit, the
-lock) is :mod:`attnkit.train.rundir`. Nothing here imports torch.
+lock) is :mod:`attnkit.train.runs.rundir`. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from attnkit.train.rundir import RunFileError, RunWriter, read_manifest
+from attnkit.train.runs.rundir import RunFileError, RunWriter, read_manifest
 
 __all__ = ["new_run_id", "committed_run_id", "start_run", "save_run", "add_to_run"]
 
@@ -60,13 +60,13 @@ def start_run(directory: str | os.PathLike[str], *, run_id: str | None = None, r
         resumable: whether this kind of run can be resumed (a refusal then
             suggests ``resume``).
         flags: the calling command's flags for the messages (``{"overwrite": "--overwrite", ...}``,
-            :func:`~attnkit.train.rundir.check_run_dir`).
+            :func:`~attnkit.train.runs.rundir.check_run_dir`).
 
     Raises:
         ValueError: ``resume`` and ``overwrite`` both.
         RunFileError: ``resume`` with nothing committed in ``directory``.
         RunExistsError, RunLockedError: the folder holds something else, or
-            another process writes it (:func:`~attnkit.train.rundir.check_run_dir`).
+            another process writes it (:func:`~attnkit.train.runs.rundir.check_run_dir`).
     """
     if resume and overwrite:
         raise ValueError(f"resume continues the run in {directory} and overwrite replaces it; give one")
@@ -91,7 +91,7 @@ def save_run(directory: str | os.PathLike[str], commit: Callable[[RunWriter], Pa
 
 def add_to_run(directory: str | os.PathLike[str], files: Mapping[str, str | bytes]) -> Path:
     """Add ``files`` (name -> text or bytes: a finished model's reports) to the run committed in
-    ``directory``, in one commit under the run's lock (:meth:`~attnkit.train.rundir.RunWriter.amend`), and
+    ``directory``, in one commit under the run's lock (:meth:`~attnkit.train.runs.rundir.RunWriter.amend`), and
     link them at the run's root. Returns the new generation folder."""
     run_id = committed_run_id(directory)
     if run_id is None:

@@ -43,11 +43,11 @@ class Predictor:
     def from_pretrained(cls, path: str | os.PathLike[str], *, allow_unfinished: bool = False,
                         device: str = "cpu") -> Predictor:
         """Read the classification run in ``path`` (see :func:`load_run`)."""
-        from attnkit.train.numpy_backend import is_numpy_run, load_numpy_run
+        from attnkit.train.tasks.numpy.numpy_backend import is_numpy_run, load_numpy_run
 
         folder = Path(path)
         if is_numpy_run(folder):
-            from attnkit.train.rundir import require_finished
+            from attnkit.train.runs.rundir import require_finished
 
             numpy_run = load_numpy_run(folder)
             meta = dict(numpy_run.meta)
@@ -55,7 +55,7 @@ class Predictor:
             if notice:
                 meta["notice"] = notice
             return cls(folder, meta, numpy_run=numpy_run)
-        from attnkit.train.checkpoint import load_checkpoint
+        from attnkit.train.runs.checkpoint import load_checkpoint
 
         model, tokenizer, labels, meta = load_checkpoint(folder, device=device, allow_unfinished=allow_unfinished)
         return cls(folder, meta, torch_parts=(model, tokenizer, labels))
@@ -68,7 +68,7 @@ class Predictor:
         must be missing, empty or an attnkit run; another run is replaced only with ``overwrite``.
         Returns ``path``, which becomes :attr:`path`.
         """
-        from attnkit.train.run import new_run_id
+        from attnkit.train.runs.run import new_run_id
 
         out = Path(path)
         meta = {k: v for k, v in self.config.items()
@@ -76,12 +76,12 @@ class Predictor:
         if self._numpy is not None:
             from dataclasses import replace
 
-            from attnkit.train.numpy_backend import save_numpy_run
+            from attnkit.train.tasks.numpy.numpy_backend import save_numpy_run
 
             save_numpy_run(replace(self._numpy, meta=meta), out, run_id=new_run_id(), overwrite=overwrite)
             self.path = out
             return out
-        from attnkit.train.checkpoint import save_checkpoint
+        from attnkit.train.runs.checkpoint import save_checkpoint
 
         model, tokenizer, labels = self._parts()
         save_checkpoint(out, model, self.config["model_name"], self.config["model_config"], tokenizer, labels,
@@ -117,14 +117,14 @@ class Predictor:
     # --- using it -------------------------------------------------------------------------------
 
     def explain(self, texts: Sequence[str], *, top: int = 5) -> list[Any]:
-        """One :class:`attnkit.train.inference.Prediction` per text, with its ``top`` most attended
+        """One :class:`attnkit.train.tasks.classify.inference.Prediction` per text, with its ``top`` most attended
         tokens (``top=0``: none). For a numpy run, the same fields as a dict."""
         _check_texts(texts)
         if self._numpy is not None:
-            from attnkit.train.numpy_backend import predict_numpy_run
+            from attnkit.train.tasks.numpy.numpy_backend import predict_numpy_run
 
             return predict_numpy_run(self._numpy, list(texts), top_k=top)
-        from attnkit.train.inference import predict_texts
+        from attnkit.train.tasks.classify.inference import predict_texts
 
         model, tokenizer, labels = self._parts()
         return predict_texts(model, tokenizer, labels, list(texts), max_len=self.max_len, top_k=top)
@@ -150,10 +150,10 @@ class Predictor:
             raise ValueError(f"texts and labels must be as long, got {len(texts)} texts and {len(labels)} labels")
         examples = [Example(str(t), str(y)) for t, y in zip(texts, labels, strict=True)]
         if self._numpy is not None:
-            from attnkit.train.numpy_backend import evaluate_numpy_run
+            from attnkit.train.tasks.numpy.numpy_backend import evaluate_numpy_run
 
             return dict(evaluate_numpy_run(self._numpy, examples))
-        from attnkit.train.inference import evaluate_examples
+        from attnkit.train.tasks.classify.inference import evaluate_examples
 
         model, tokenizer, vocab = self._parts()
         return evaluate_examples(model, tokenizer, vocab, examples, max_len=self.max_len)

@@ -24,7 +24,7 @@ from attnkit._hf_folder import check_model_folder
 from attnkit.data.readers import Example
 from attnkit.models.bert import BertConfig, BertModel, load_bert_tokenizer
 from attnkit.train.config import TrainConfig
-from attnkit.train.pipeline import DataSettings, FitResult, fit_classifier
+from attnkit.train.tasks.classify.pipeline import DataSettings, FitResult, fit_classifier
 
 __all__ = ["FINETUNE_DEFAULTS", "FINETUNE_MAX_LEN", "check_bert_folder", "bert_model_options",
            "pretrained_initializer", "load_finetune_tokenizer", "finetune_bert"]
@@ -102,7 +102,7 @@ def finetune_bert(
 ) -> FitResult:
     """Fine-tune the BERT folder ``init_from`` on ``train`` and measure it on ``test``.
 
-    ``fit_kwargs`` go to :func:`attnkit.train.pipeline.fit_classifier`
+    ``fit_kwargs`` go to :func:`attnkit.train.tasks.classify.pipeline.fit_classifier`
     (``out_dir``, ``run_id``, ``quiet``, ``log``, ...).
     """
     tokenizer = fit_kwargs.pop("tokenizer", None) or load_finetune_tokenizer(init_from)

@@ -1,8 +1,8 @@
 """The one training loop, for every task: classification, translation, captioning.
 
-Each optimizer step: the task's loss of one batch (:mod:`attnkit.train.tasks`),
+Each optimizer step: the task's loss of one batch (:mod:`attnkit.train.loop.task`),
 backward, global gradient-norm clipping, an optimizer step at the rate of a
-schedule (:mod:`attnkit.train.schedules`). After each epoch: the task's
+schedule (:mod:`attnkit.train.loop.schedules`). After each epoch: the task's
 validation, one history record, the best weights and early stopping, and —
 through the ``checkpoint`` callback or ``out_dir`` — a commit of the complete
 resumable state, so that a run interrupted at any moment and resumed with
@@ -33,11 +33,11 @@ from torch.utils.data import Dataset
 
 from attnkit._finite import StepGuard, refuse_non_finite, refuse_non_finite_metrics
 from attnkit._progress import progress
-from attnkit.train import checkpoint as ckpt
-from attnkit.train import schedules
 from attnkit.train.config import TrainConfig
-from attnkit.train.distributed import DistInfo, all_reduce_sum, resolve_device
-from attnkit.train.tasks import ClassificationTask, StepOutput, TrainTask, epoch_batches
+from attnkit.train.loop import schedules
+from attnkit.train.loop.distributed import DistInfo, all_reduce_sum, resolve_device
+from attnkit.train.loop.task import ClassificationTask, StepOutput, TrainTask, epoch_batches
+from attnkit.train.runs import checkpoint as ckpt
 
 __all__ = ["Trainer", "epoch_batches", "StepOutput", "TrainTask"]
 
@@ -76,17 +76,17 @@ class Trainer:
             items ``collate_fn`` turns into batches with ``ids``, ``lengths``
             and ``labels`` (``model(ids, lengths) -> logits``).
         val_data: the validation dataset, in the same form.
-        task: any :class:`~attnkit.train.tasks.TrainTask` instead of the data.
+        task: any :class:`~attnkit.train.loop.task.TrainTask` instead of the data.
         collate_fn: default :func:`attnkit.data.batching.collate`.
         lengths: token counts of ``train_data``'s items, for length bucketing.
         batch_tokens: with bucketing, the most padded tokens in a training batch
-            (:func:`attnkit.train.tasks.epoch_batches`; None: ``batch_size`` items whatever their length).
+            (:func:`attnkit.train.loop.task.epoch_batches`; None: ``batch_size`` items whatever their length).
         out_dir: the run directory: ``fit(resume=True)`` continues from its
             committed train state, and without ``checkpoint`` each epoch is
             committed there (``history.jsonl`` and ``train_state/`` only).
         checkpoint: called on the main process after each epoch with the
             resumable state (``model``, ``best``, ``optimizer``, ``progress``,
-            ``summary``); :meth:`attnkit.train.checkpoint.RunCheckpointer.epoch_hook`
+            ``summary``); :meth:`attnkit.train.runs.checkpoint.RunCheckpointer.epoch_hook`
             commits a whole generation with it.
         optimizer: builds the optimizer from the model (default: AdamW, weight
             decay on parameters with two or more dimensions).
@@ -257,7 +257,7 @@ class Trainer:
 
     def _bare_run(self) -> Any:
         """Without a ``checkpoint`` callback: commit history and train state to ``out_dir`` each epoch."""
-        from attnkit.train.run import committed_run_id, start_run
+        from attnkit.train.runs.run import committed_run_id, start_run
 
         assert self.out_dir is not None
         writer = start_run(self.out_dir, run_id=committed_run_id(self.out_dir))  # the run there, or a new one

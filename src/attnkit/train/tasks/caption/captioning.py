@@ -2,15 +2,15 @@
 save and load runs.
 
 :func:`train_caption_run` is a whole run (:class:`CaptionSettings` in, a committed run
-directory out: the data of :mod:`attnkit.train.caption_data`, resumable, one
+directory out: the data of :mod:`attnkit.train.tasks.caption.caption_data`, resumable, one
 generation per epoch), :func:`fit_captioner` the training loop (teacher forcing, the doubly
 stochastic attention regulariser when the config asks for it),
 :func:`generate` decodes many images, :func:`corpus_bleu` (that of
 :mod:`attnkit.train.metrics`) scores captions against one or more references,
 :func:`commit_caption_run` (through an open
-:class:`~attnkit.train.rundir.RunWriter`), :func:`save_caption_run` and
+:class:`~attnkit.train.runs.rundir.RunWriter`), :func:`save_caption_run` and
 :func:`load_caption_run` write and read a run directory. It is a transaction
-(:mod:`attnkit.train.rundir`) whose committed generation ``RUN/checkpoints/NNNNNN/`` holds::
+(:mod:`attnkit.train.runs.rundir`) whose committed generation ``RUN/checkpoints/NNNNNN/`` holds::
 
     config.json        run id, model config, vocabulary, training settings, status, progress, metrics
     model.safetensors  the weights (after the last finished epoch while training)
@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnkit.train.caption_settings import GENERATE_BATCH, CaptionSettings
 from attnkit.train.metrics import corpus_bleu
+from attnkit.train.tasks.caption.caption_settings import GENERATE_BATCH, CaptionSettings
 
 if TYPE_CHECKING:  # torch loads inside the functions, so that importing this module stays quick
     from torch import Tensor
@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # torch loads inside the functions, so that importing this mo
     from attnkit.data.captions import CaptionVocab
     from attnkit.models.captioning import CaptionEnsemble, ImageCaptioner
     from attnkit.models.captioning.consensus import Consensus, NeighbourIndex
-    from attnkit.train.rundir import RunWriter
-    from attnkit.train.tasks import StepOutput
+    from attnkit.train.loop.task import StepOutput
+    from attnkit.train.runs.rundir import RunWriter
 
 __all__ = ["MODEL_NAME", "CaptionSettings", "train_caption_run", "fit_captioner", "generate", "corpus_bleu",
            "commit_caption_run", "save_caption_run", "load_caption_run", "load_caption_ensemble",
@@ -55,7 +55,7 @@ MODEL_NAME = "captioner"
 
 def _data_record(source: dict[str, Any]) -> dict[str, Any]:
     """``source`` with each data path resolved and the SHA-256 of its content."""
-    from attnkit.train.rundir import data_fingerprint
+    from attnkit.train.runs.rundir import data_fingerprint
 
     record = dict(source)
     for key in ("images", "captions", "pretrained"):
@@ -68,7 +68,7 @@ def _data_record(source: dict[str, Any]) -> dict[str, Any]:
 def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], CaptionSettings] | None:
     """The committed config of the unfinished run ``out`` and the settings it was trained with (None when
     it is finished); its data is checked against the recorded content hashes."""
-    from attnkit.train.rundir import RunFileError, data_fingerprint, read_run_config, run_status
+    from attnkit.train.runs.rundir import RunFileError, data_fingerprint, read_run_config, run_status
 
     saved = read_run_config(out)
     if saved.get("model_name") != MODEL_NAME or "options" not in saved:
@@ -92,10 +92,10 @@ def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], Capt
 
 
 def _memory_check(batch_size: int, max_memory: int | None, log: Callable[[str], None]) -> Callable[..., None]:
-    """The run's memory check (:data:`attnkit.train.caption_data.MemoryCheck`): the plan of
-    :func:`attnkit.train.caption_memory.check_captioning` against ``max_memory``, logged in one line."""
+    """The run's memory check (:data:`attnkit.train.tasks.caption.caption_data.MemoryCheck`): the plan of
+    :func:`attnkit.train.tasks.caption.caption_memory.check_captioning` against ``max_memory``, logged in one line."""
     def check(model: Any, images: int, captions: int, held_out: int, features: bool) -> None:
-        from attnkit.train.caption_memory import check_captioning
+        from attnkit.train.tasks.caption.caption_memory import check_captioning
 
         need = check_captioning(model, images=images, captions=captions, held_out=held_out,
                                 batch_size=batch_size, features=features, limit=max_memory)
@@ -118,14 +118,14 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
     ``overwrite`` and only at the first commit; the lock is taken once every
     input has been read and checked. ``log`` gets the summary lines,
     ``epoch_log`` one line per epoch; ``flags`` are the calling command's flags, for the run
-    directory's refusals (:func:`attnkit.train.rundir.check_run_dir`). Before any image is read the
-    run's memory plan (:func:`attnkit.train.caption_memory.check_captioning`) is checked against
+    directory's refusals (:func:`attnkit.train.runs.rundir.check_run_dir`). Before any image is read the
+    run's memory plan (:func:`attnkit.train.tasks.caption.caption_memory.check_captioning`) is checked against
     ``max_memory`` (None: a share of the memory available) and logged; above it the run is refused.
     """
     import torch
 
-    from attnkit.train.caption_data import prepare_caption_data
-    from attnkit.train.run import start_run
+    from attnkit.train.runs.run import start_run
+    from attnkit.train.tasks.caption.caption_data import prepare_caption_data
 
     path = Path(out)
     if resume and overwrite:
@@ -257,7 +257,7 @@ class CaptionTask:
         return keep
 
     def step(self, net: Any, idx: Tensor) -> StepOutput:
-        from attnkit.train.tasks import StepOutput
+        from attnkit.train.loop.task import StepOutput
 
         t = int(self.lengths[idx].max())
         rows = self.image_index[idx] if self.image_index is not None else idx
@@ -310,9 +310,9 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
     import torch
 
     from attnkit._checks import positive_int
-    from attnkit.train import schedules
     from attnkit.train.config import TrainConfig
-    from attnkit.train.trainer import Trainer
+    from attnkit.train.loop import schedules
+    from attnkit.train.loop.trainer import Trainer
 
     positive_int("epochs", epochs)
     task = CaptionTask(images, captions, lengths, batch_size=batch_size, seed=seed, image_index=image_index,
@@ -366,7 +366,7 @@ def commit_caption_run(writer: RunWriter, model: ImageCaptioner, vocab: CaptionV
     when given, the trainer's resumable ``train_state`` (else the previous generation's) and the
     ``neighbours`` index of the training images (else the previous generation's, if any)."""
     from attnkit.models.captioning.consensus import NEIGHBOURS_FILE
-    from attnkit.train import checkpoint as ckpt
+    from attnkit.train.runs import checkpoint as ckpt
 
     carry = [] if train_state is not None else [f"{ckpt.STATE_DIR}/{n}" for n in ckpt.STATE_FILES]
     staging = writer.stage(carry=carry + ([] if neighbours is not None else [NEIGHBOURS_FILE]))
@@ -392,7 +392,7 @@ def commit_caption_run(writer: RunWriter, model: ImageCaptioner, vocab: CaptionV
 def save_caption_run(directory: str | Path, model: ImageCaptioner, vocab: CaptionVocab, *, run_id: str,
                      overwrite: bool = False, extra: dict[str, Any] | None = None) -> Path:
     """Commit ``model``, its vocabulary and ``extra`` (``status``: ``"done"`` unless given) as one generation."""
-    from attnkit.train.run import save_run
+    from attnkit.train.runs.run import save_run
 
     meta = dict(extra or {})
     status = str(meta.pop("status", "done"))
@@ -404,13 +404,13 @@ def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False
                      ) -> tuple[ImageCaptioner, CaptionVocab, dict[str, Any]]:
     """Rebuild ``(model in eval mode, vocabulary, config.json contents)`` from a run's committed generation.
 
-    A run whose training did not finish raises :class:`~attnkit.train.rundir.UnfinishedRunError`
+    A run whose training did not finish raises :class:`~attnkit.train.runs.rundir.UnfinishedRunError`
     unless ``allow_unfinished`` (then ``meta["notice"]`` says which weights are served); a
-    missing, damaged or foreign file raises :class:`~attnkit.train.rundir.RunFileError` naming it.
+    missing, damaged or foreign file raises :class:`~attnkit.train.runs.rundir.RunFileError` naming it.
     """
     from attnkit.data.captions import CaptionVocab
     from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
-    from attnkit.train import checkpoint as ckpt
+    from attnkit.train.runs import checkpoint as ckpt
 
     path = Path(directory)
     folder, meta = ckpt.committed_dir(path), ckpt.read_run_config(path)
@@ -434,7 +434,7 @@ def load_caption_neighbours(directory: str | Path) -> NeighbourIndex:
     """The neighbour index a captioning run keeps for consensus re-ranking (runs trained with ``--data``
     on a frozen encoder have one); a run without one is a RunFileError that says so."""
     from attnkit.models.captioning.consensus import NEIGHBOURS_FILE, NeighbourIndex
-    from attnkit.train import checkpoint as ckpt
+    from attnkit.train.runs import checkpoint as ckpt
 
     path = ckpt.committed_dir(Path(directory)) / NEIGHBOURS_FILE
     if not path.is_file():

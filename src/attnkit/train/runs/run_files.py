@@ -11,10 +11,10 @@ A committed run is served only when
 * its vocabulary (``tokenizer.json``, ``vocab.json``) has as many entries as
   the embedding has rows (``vocab_size``), and every id it gives is in range.
 
-Each refusal is a :class:`~attnkit.train.rundir.RunFileError` naming the file
+Each refusal is a :class:`~attnkit.train.runs.rundir.RunFileError` naming the file
 that disagrees, what it holds and what the config or the weights say. The
-classification loader (:func:`attnkit.train.checkpoint.load_checkpoint`) and
-the NumPy twin's (:func:`attnkit.train.numpy_backend.load_numpy_run`) share
+classification loader (:func:`attnkit.train.runs.checkpoint.load_checkpoint`) and
+the NumPy twin's (:func:`attnkit.train.tasks.numpy.numpy_backend.load_numpy_run`) share
 these checks; this module loads no torch.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from attnkit._checks import dataclass_kwargs, non_negative_int, one_of
 from attnkit._finite import non_finite_message
-from attnkit.train.fileops import RunFileError
+from attnkit.train.runs.fileops import RunFileError
 
 __all__ = ["CONFIG_FIELDS", "check_run_config", "settings_check", "check_labels", "check_vocab_size",
            "check_tokenizer_fits",

@@ -21,7 +21,7 @@ from attnkit.data.batching import LabelVocab
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import encode_batch
 from attnkit.models.wide import chunked_documents, reading_length
-from attnkit.train.tasks import ordered_batches
+from attnkit.train.loop.task import ordered_batches
 
 __all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus", "evaluate_examples",
            "ngram_text", "format_ngrams"]

@@ -3,10 +3,10 @@
 :func:`fit_translation` trains the tokenizers and the model (resumable, with
 weight averaging), :func:`save_translation_run` and :func:`load_translation_run`
 write and read a run directory, :class:`Translator` turns text into text (these
-three live in :mod:`attnkit.train.translation_run`), and :func:`corpus_bleu` (that of
+three live in :mod:`attnkit.train.tasks.translate.translation_run`), and :func:`corpus_bleu` (that of
 :mod:`attnkit.train.metrics`) scores it. The commands in :mod:`attnkit.cli.translate`
 are built on these. A translation run directory is a transaction
-(:mod:`attnkit.train.rundir`); its committed generation ``RUN/checkpoints/NNNNNN/`` holds::
+(:mod:`attnkit.train.runs.rundir`); its committed generation ``RUN/checkpoints/NNNNNN/`` holds::
 
     config.json          run id, model config, training settings, history, status, progress, metrics
     model.safetensors    the weights (tied tensors stored once): after the last finished epoch while
@@ -41,15 +41,15 @@ from attnkit.data.parallel import (
     train_translation_tokenizers,
 )
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
-from attnkit.train import checkpoint as ckpt
-from attnkit.train import schedules
 from attnkit.train.config import TranslationTrainConfig
+from attnkit.train.loop import schedules
+from attnkit.train.loop.task import StepOutput
 from attnkit.train.memory_budget import check_translation
 from attnkit.train.metrics import corpus_bleu
-from attnkit.train.run import start_run
-from attnkit.train.rundir import RunFileError
-from attnkit.train.tasks import StepOutput
-from attnkit.train.translation_run import (
+from attnkit.train.runs import checkpoint as ckpt
+from attnkit.train.runs.run import start_run
+from attnkit.train.runs.rundir import RunFileError
+from attnkit.train.tasks.translate.translation_run import (
     MODEL_NAME,
     Translation,
     Translator,
@@ -204,7 +204,7 @@ def fit_translation(
     equals an uninterrupted run; ``model_options`` and ``shared_vocab`` are then
     taken from the run, and ``epochs`` may grow. Every input is checked before
     the directory is touched: a refused resume leaves the run as it was, and ``overwrite`` replaces the old
-    run only at the first commit (``flags``: the caller's, for :func:`~attnkit.train.rundir.check_run_dir`).
+    run only at the first commit (``flags``: the caller's, for :func:`~attnkit.train.runs.rundir.check_run_dir`).
     Before the folder is touched the run's memory plan (:func:`attnkit.train.memory_budget.check_translation`:
     the model with Adam, the pairs and the largest batch's step) is checked against ``max_memory`` (bytes;
     None: a share of the memory available) and the memory budget; a
@@ -269,7 +269,7 @@ def _trainer(model: Any, task: TranslationTask, train_config: TranslationTrainCo
     """The :class:`~attnkit.train.Trainer` of a translation run: Adam (0.9, 0.98) at the inverse square-root
     schedule, ``commit_epoch`` after every epoch, the time budget."""
     from attnkit.train.config import TrainConfig
-    from attnkit.train.trainer import Trainer
+    from attnkit.train.loop.trainer import Trainer
 
     lr, warmup_steps = train_config.lr, train_config.warmup_steps
     return Trainer(

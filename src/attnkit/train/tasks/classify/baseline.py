@@ -13,14 +13,14 @@ model on MR beside 79.4% for NB-SVM). The baseline here is
   two classes; liblinear would be quicker on two classes but takes no
   multinomial loss), with the run's class weighting (``class_weight``:
   ``"none"``, or ``"balanced"``, scikit-learn's ``N / (C n_c)``, the rule of
-  :func:`attnkit.train.objective.class_weights`), so that the comparison stays fair.
+  :func:`attnkit.train.tasks.classify.objective.class_weights`), so that the comparison stays fair.
 
 It is scored on exactly the examples a model is scored on:
 :func:`split_baseline` on the test part of ``attnkit train``'s split
 (:func:`attnkit.data.sources.load_splits` with the run's seed),
 :func:`fold_baselines` on the test part of every fold of ``attnkit cv``
 (:func:`attnkit.data.splits.kfold` with the same seed and labels as
-:func:`attnkit.train.pipeline.cross_validate`). The baseline has nothing to
+:func:`attnkit.train.tasks.classify.pipeline.cross_validate`). The baseline has nothing to
 tune, so it learns from everything the model saw: the training part *and*
 the validation part the model uses for early stopping.
 
@@ -100,7 +100,7 @@ def baseline_scores(train: Sequence[Example], test: Sequence[Example], *, c: flo
         example).
     """
     from attnkit.train.metrics import classification_report
-    from attnkit.train.objective import class_weights
+    from attnkit.train.tasks.classify.objective import class_weights
 
     if not train or not test:
         raise ValueError(f"the baseline needs training and test examples, got {len(train)} and {len(test)}")

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attnkit.train import fileops
+from attnkit.train.runs import fileops
 
 __all__ = ["LOCK", "RunLockedError", "RunLock", "check_unlocked"]
 

@@ -181,7 +181,7 @@ def fit_decision(model: nn.Module, predict: Callable[[Any], tuple[Any, Any]], va
     was fitted, for the run's metrics: ``halves`` ``[a, b]`` and
     ``offsets`` with the validation measure ``before`` and ``after`` them. ``batches``: the spans of
     ``val_data`` the halves' weighing reads at a time (capped in tokens as training's batches;
-    :func:`attnkit.train.tasks.ordered_batches`), None: 256 documents at a time.
+    :func:`attnkit.train.loop.task.ordered_batches`), None: 256 documents at a time.
     """
     out: dict[str, Any] = {"metric": metric}
     if not len(val_data):

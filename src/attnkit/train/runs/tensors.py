@@ -11,7 +11,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 from torch import nn
 
-from attnkit.train.fileops import RunFileError, atomic_write_bytes
+from attnkit.train.runs.fileops import RunFileError, atomic_write_bytes
 
 __all__ = ["save_tensors", "load_tensors", "load_weights_into", "check_tensors_fit", "unwrap"]
 

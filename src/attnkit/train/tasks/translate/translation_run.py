@@ -3,9 +3,9 @@
 :func:`save_translation_run` commits a model and its tokenizers as one
 generation, :func:`load_translation_run` reads the committed one back (an
 unfinished run only when asked) as a :class:`Translator`, which turns text
-into text. Training (:func:`attnkit.train.translation.fit_translation`)
+into text. Training (:func:`attnkit.train.tasks.translate.translation.fit_translation`)
 commits each generation through :func:`commit_translation_run`. The layout
-is described in :mod:`attnkit.train.translation`.
+is described in :mod:`attnkit.train.tasks.translate.translation`.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from attnkit._modes import eval_mode
 from attnkit.data.parallel import TranslationTokenizers, collate_pairs
 from attnkit.decoding import beam_search, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
-from attnkit.train import checkpoint as ckpt
-from attnkit.train import fileops
 from attnkit.train.config import TranslationTrainConfig
-from attnkit.train.run import save_run
-from attnkit.train.run_files import check_run_config, check_tokenizer_fits, settings_check
-from attnkit.train.rundir import RunFileError, RunWriter
-from attnkit.train.tensors import check_tensors_fit
+from attnkit.train.runs import checkpoint as ckpt
+from attnkit.train.runs import fileops
+from attnkit.train.runs.run import save_run
+from attnkit.train.runs.run_files import check_run_config, check_tokenizer_fits, settings_check
+from attnkit.train.runs.rundir import RunFileError, RunWriter
+from attnkit.train.runs.tensors import check_tensors_fit
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
            "commit_translation_run", "snapshot_name"]
@@ -44,7 +44,7 @@ def save_translation_run(directory: str | os.PathLike[str], model: Seq2SeqTransf
     """Commit model weights, tokenizers and config.json to ``directory`` as one generation.
 
     ``extra`` adds entries to config.json (``status``: ``"done"`` unless given).
-    Raises :class:`attnkit.train.checkpoint.RunExistsError` when the directory
+    Raises :class:`attnkit.train.runs.checkpoint.RunExistsError` when the directory
     holds a different run and ``overwrite`` is false. Returns the generation folder.
     """
     meta = dict(extra or {})

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnkit.train.fileops import RunFileError, atomic_write_json, read_json
-from attnkit.train.rundir import committed_dir
-from attnkit.train.tensors import load_tensors, save_tensors
+from attnkit.train.runs.fileops import RunFileError, atomic_write_json, read_json
+from attnkit.train.runs.rundir import committed_dir
+from attnkit.train.runs.tensors import load_tensors, save_tensors
 
 __all__ = ["STATE_DIR", "STATE_FILES", "optimizer_to_tensors", "optimizer_from_tensors", "capture_rng",
            "restore_rng", "save_train_state", "load_train_state"]

@@ -9,7 +9,7 @@ user's data, split it, train with early stopping, print test metrics, save a
 run directory that ``attnkit evaluate`` and ``attnkit predict`` read -- and
 never imports torch, so it runs where torch is not installed.
 
-A numpy run directory is a transaction (:mod:`attnkit.train.rundir`, which
+A numpy run directory is a transaction (:mod:`attnkit.train.runs.rundir`, which
 loads no torch) committed once, when training is done; ``RUN/checkpoints/NNNNNN/`` holds::
 
     config.json        "backend": "numpy", model kind and ClassifierConfig (its layer a nested dict), training
@@ -50,9 +50,9 @@ from attnkit.reference.optim import AdamW
 from attnkit.reference.text import Vocabulary, pad_batch
 from attnkit.reference.trainer import Trainer
 from attnkit.train.config import ClassifierTrainSettings
-from attnkit.train.run import save_run, start_run
-from attnkit.train.run_files import check_labels, check_vocab_size, refuse_non_finite_file
-from attnkit.train.rundir import (
+from attnkit.train.runs.run import save_run, start_run
+from attnkit.train.runs.run_files import check_labels, check_vocab_size, refuse_non_finite_file
+from attnkit.train.runs.rundir import (
     RunFileError,
     RunWriter,
     atomic_write_bytes,
@@ -221,7 +221,7 @@ def is_numpy_run(directory: str | Path) -> bool:
 
 def load_numpy_run(directory: str | Path) -> NumpyRun:
     """Rebuild the numpy run committed in ``directory``; a missing, damaged or foreign file
-    raises :class:`~attnkit.train.rundir.RunFileError` naming it."""
+    raises :class:`~attnkit.train.runs.rundir.RunFileError` naming it."""
     from safetensors import SafetensorError
 
     folder, meta = committed_dir(directory), read_run_config(directory)

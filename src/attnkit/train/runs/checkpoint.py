@@ -1,6 +1,6 @@
 """Checkpoints and resumable training state, committed as generations and never pickled.
 
-A run directory (see :mod:`attnkit.train.rundir` for the transaction) holds,
+A run directory (see :mod:`attnkit.train.runs.rundir` for the transaction) holds,
 in its committed generation ``RUN/checkpoints/NNNNNN/``::
 
     config.json        model name and config, train config, data settings, run id, status,
@@ -36,9 +36,9 @@ from torch import nn
 from attnkit._finite import non_finite_names
 from attnkit._memory import memory_budget
 from attnkit._version import __version__
-from attnkit.train.run import save_run
-from attnkit.train.run_files import check_labels, check_tokenizer_fits, refuse_non_finite_file
-from attnkit.train.rundir import (
+from attnkit.train.runs.run import save_run
+from attnkit.train.runs.run_files import check_labels, check_tokenizer_fits, refuse_non_finite_file
+from attnkit.train.runs.rundir import (
     RunExistsError,
     RunFileError,
     RunWriter,
@@ -55,8 +55,8 @@ from attnkit.train.rundir import (
     require_finished,
     run_status,
 )
-from attnkit.train.tensors import load_tensors, load_weights_into, save_tensors, unwrap
-from attnkit.train.train_state import (
+from attnkit.train.runs.tensors import load_tensors, load_weights_into, save_tensors, unwrap
+from attnkit.train.runs.train_state import (
     STATE_DIR,
     STATE_FILES,
     capture_rng,
@@ -165,7 +165,7 @@ class RunCheckpointer:
         return self.writer.commit(staging, status=status, epoch=epoch)
 
     def epoch_hook(self) -> Callable[[dict[str, Any]], None]:
-        """The :class:`~attnkit.train.trainer.Trainer` ``checkpoint`` callback: one generation per epoch,
+        """The :class:`~attnkit.train.loop.trainer.Trainer` ``checkpoint`` callback: one generation per epoch,
         serving the best weights so far (the last ones without validation)."""
         def save_epoch(state: dict[str, Any]) -> None:
             weights = state["best"] if state.get("best") is not None else state["model"]
