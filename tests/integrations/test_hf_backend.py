@@ -273,12 +273,13 @@ def test_register_is_idempotent_and_names_both_interfaces():
     hf.register()
     hf.register()
     assert AttentionInterface._global_mapping["attnkit"] is hf.attnkit_attention_forward
-    assert AttentionMaskInterface._global_mapping["attnkit"] is hf.attnkit_mask
+    want = hf.attnkit_mask if hf._version() >= hf.Q_LENGTH_SINCE else hf.attnkit_mask_from_cache_position
+    assert AttentionMaskInterface._global_mapping["attnkit"] is want
 
 
-@pytest.mark.parametrize("version", [(5, 3), (5, 26), (6, 0), (4, 57)])
+@pytest.mark.parametrize("version", [(5, 1), (4, 57), (5, 26), (6, 0)])
 def test_a_transformers_version_outside_the_range_is_refused(version):
-    with pytest.raises(hf.HFBackendError, match=r"transformers >= 5\.4, < 5\.26.*attnkit\[hf\]"):
+    with pytest.raises(hf.HFBackendError, match=r"transformers >= 5\.2, < 5\.26.*attnkit\[hf\]"):
         hf.check_version(version)
     hf.check_version()  # the installed one is inside
 
@@ -317,14 +318,59 @@ def test_an_unknown_keyword_or_mask_shape_is_refused_by_name():
         hf.attnkit_attention_forward(module, q, q, q, None, s_aux=torch.zeros(3))
 
 
+def sdpa_reference(batch_size, q_length, kv_length, q_offset=0, **kwargs):
+    """transformers' own ``sdpa_mask`` for queries ``q_offset .. q_offset + q_length - 1``, in this release's signature.
+
+    Before 5.4 it takes the queries' ``cache_position``; from 5.4 ``q_length`` and ``q_offset``.
+    """
+    from transformers.masking_utils import sdpa_mask
+
+    if hf._version() >= hf.Q_LENGTH_SINCE:
+        return sdpa_mask(batch_size, q_length, kv_length, q_offset=q_offset, **kwargs)
+    return sdpa_mask(batch_size, cache_position=torch.arange(q_offset, q_offset + q_length), kv_length=kv_length,
+                     **kwargs)
+
+
+@pytest.mark.parametrize(("q_length", "q_offset", "kv_offset"), [(6, 0, 0), (6, 5, 0), (4, 9, 3), (1, 10, 0)])
+def test_the_cache_position_entry_gives_the_q_length_entrys_mask(q_length, q_offset, kv_offset, monkeypatch):
+    """transformers < 5.4 hands the builder cache_position; the queries it names give the same mask, any release."""
+    from collections import OrderedDict
+
+    from transformers.masking_utils import and_masks, packed_sequence_mask_function, sliding_window_causal_mask_function
+
+    kv_length = q_offset + q_length - kv_offset
+    padding = torch.ones(2, q_offset + q_length, dtype=torch.bool)
+    padding[0, :2] = False  # left padding
+    docs = torch.zeros(2, q_offset + q_length, dtype=torch.long)
+    docs[1, 3:] = 1
+    fn = and_masks(sliding_window_causal_mask_function(3), packed_sequence_mask_function(docs))
+    monkeypatch.setattr(hf, "_MASKS", OrderedDict())  # each built anew, never the other's cached mask
+    got = hf.attnkit_mask_from_cache_position(batch_size=2, cache_position=torch.arange(q_offset, q_offset + q_length),
+                                             kv_length=kv_length, kv_offset=kv_offset, mask_function=fn,
+                                             attention_mask=padding, allow_is_causal_skip=False)
+    hf._MASKS.clear()
+    want = hf.attnkit_mask(2, q_length, kv_length, q_offset=q_offset, kv_offset=kv_offset, mask_function=fn,
+                           attention_mask=padding)
+    dense = (lambda m: m) if q_length == 1 else (lambda m: m.to_dense())
+    assert torch.equal(dense(got), dense(want))
+    reference = sdpa_reference(2, q_length, kv_length, q_offset=q_offset, kv_offset=kv_offset, mask_function=fn,
+                               attention_mask=padding, allow_is_causal_skip=False)
+    assert torch.equal(dense(got), reference.expand(2, 1, q_length, kv_length))
+
+
+def test_the_cache_position_entry_refuses_positions_that_are_not_one_row():
+    with pytest.raises(hf.HFBackendError, match=r"cache_position of shape \(Tq,\), got \(1, 4\)"):
+        hf.attnkit_mask_from_cache_position(1, torch.arange(4)[None], 4)
+
+
 def test_the_mask_builder_folds_padding_offsets_and_chunks():
-    from transformers.masking_utils import chunked_causal_mask_function, sdpa_mask
+    from transformers.masking_utils import chunked_causal_mask_function
 
     padding = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
     fn = chunked_causal_mask_function(3, torch.tensor([1]))
     got = hf.attnkit_mask(1, 4, 10, q_offset=6, kv_offset=0, mask_function=fn, attention_mask=padding)
-    want = sdpa_mask(1, 4, 10, q_offset=6, kv_offset=0, mask_function=fn, attention_mask=padding,
-                     allow_is_causal_skip=False)
+    want = sdpa_reference(1, 4, 10, q_offset=6, kv_offset=0, mask_function=fn, attention_mask=padding,
+                          allow_is_causal_skip=False)
     assert torch.equal(got.to_dense(), want)
 
 
@@ -405,15 +451,17 @@ def _transformers_mask_functions(seed):
     for row in range(2):
         for cut in rng.sample(range(1, t), rng.randint(0, 4)):
             docs[row, cut:] += 1
+    window, window_both_sides = rng.randint(1, 30), rng.randint(1, 30)
     fns = [
         mu.causal_mask_function,
         mu.bidirectional_mask_function,
-        mu.sliding_window_causal_mask_function(rng.randint(1, 30)),
-        mu.sliding_window_bidirectional_mask_function(rng.randint(1, 30)),
+        mu.sliding_window_causal_mask_function(window),
         mu.chunked_causal_mask_function(rng.randint(1, 20), torch.tensor([rng.randint(0, 5), 0])),
         mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(docs)),
         mu.or_masks(mu.sliding_window_overlay(rng.randint(1, 9)), mu.packed_sequence_mask_function(docs)),
     ]
+    if hasattr(mu, "sliding_window_bidirectional_mask_function"):  # transformers >= 5.3
+        fns.append(mu.sliding_window_bidirectional_mask_function(window_both_sides))
     padding = torch.ones(2, t, dtype=torch.bool)
     padding[0, : rng.randint(0, t // 2)] = False  # left padding
     padding[1, t - rng.randint(0, t // 2):] = False  # right padding
@@ -423,8 +471,6 @@ def _transformers_mask_functions(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_block_rules_of_transformers_mask_functions_give_the_exhaustive_mask(seed, monkeypatch):
-    from transformers.masking_utils import sdpa_mask
-
     from attnkit.core import block_mask as bmod
 
     t, fns, padding, q_offset, cache = _transformers_mask_functions(seed)
@@ -434,8 +480,8 @@ def test_block_rules_of_transformers_mask_functions_give_the_exhaustive_mask(see
         assert hf._rule_of(fn) is not None, fn
         tq = t - q_offset
         got = hf.attnkit_mask(2, tq, t, q_offset=q_offset, mask_function=fn, attention_mask=padding)
-        want = sdpa_mask(2, tq, t, q_offset=q_offset, mask_function=fn, attention_mask=padding,
-                         allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
+        want = sdpa_reference(2, tq, t, q_offset=q_offset, mask_function=fn, attention_mask=padding,
+                              allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
         assert torch.equal(got.to_dense(), want.expand(2, 1, tq, t))
         cache.clear()
         with monkeypatch.context() as m:

@@ -92,14 +92,20 @@ from attnkit.core.types import MaskMod, ScoreMod
 from attnkit.parallel.hf import context_parallel  # one sequence across processes (docs/context-parallel.md)
 
 __all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "check_model", "attnkit_mask",
-           "attnkit_attention_forward", "document_ids", "watch_positions", "context_parallel"]
+           "attnkit_mask_from_cache_position", "attnkit_attention_forward", "document_ids", "watch_positions",
+           "context_parallel"]
 
 NAME = "attnkit"
 """The name to pass as ``attn_implementation``."""
-SUPPORTED = ((5, 4), (5, 26))
-"""transformers versions this backend supports: ``>= 5.4, < 5.26`` (the ``hf`` extra). 5.4 is the first whose
-mask interface takes ``q_length``/``q_offset``; 5.25 the newest release tested. T5 calls the attention
-interface from 5.15 on (before, it is refused by name)."""
+SUPPORTED = ((5, 2), (5, 26))
+"""transformers versions this backend supports: ``>= 5.2, < 5.26`` (the ``hf`` extra); 5.25 the newest release
+tested. 5.0 is the first whose encoders (BERT, RoBERTa, DistilBERT) call the attention interface with the mask
+builder's masks (4.5x has the interfaces, 4.53 on, but builds encoder masks itself), 5.2 the first whose SigLIP2
+builds its masks through the mask interface (5.0 and 5.1 hand a float mask). Before 5.4 the mask interface hands
+``cache_position`` (:func:`attnkit_mask_from_cache_position`). T5 calls the attention interface from 5.15 on,
+ModernBERT from 5.10 (before, they are refused by name)."""
+Q_LENGTH_SINCE = (5, 4)
+"""The first transformers release whose mask interface passes ``q_length``/``q_offset``, not ``cache_position``."""
 
 BLOCK_SIZE = 128
 """Block size of the masks the builder makes (attnkit's default)."""
@@ -137,7 +143,8 @@ def check_version(version: tuple[int, int] | None = None) -> None:
     if not low <= got < high:
         raise HFBackendError(
             f"attn_implementation='attnkit' supports transformers >= {low[0]}.{low[1]}, "
-            f"< {high[0]}.{high[1]} (the masking interface it builds on), got {got[0]}.{got[1]}; "
+            f"< {high[0]}.{high[1]} (the attention and mask interfaces it builds on, with every model family it "
+            f"claims), got transformers {got[0]}.{got[1]}; "
             "install the range with pip install 'attnkit[hf]'"
         )
 
@@ -149,7 +156,8 @@ def register() -> None:
     from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(NAME, attnkit_attention_forward)
-    AttentionMaskInterface.register(NAME, attnkit_mask)
+    builder = attnkit_mask if _version() >= Q_LENGTH_SINCE else attnkit_mask_from_cache_position
+    AttentionMaskInterface.register(NAME, builder)
     _guard_model_classes()
 
 
@@ -290,11 +298,10 @@ def _codes() -> dict[Any, str]:
     from transformers import masking_utils as mu
 
     ones, ids = torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, 1, dtype=torch.long)
-    return {
+    codes = {
         mu.causal_mask_function.__code__: "causal",
         mu.bidirectional_mask_function.__code__: "all",
         mu.sliding_window_overlay(1).__code__: "window-after",
-        mu.sliding_window_bidirectional_overlay(1).__code__: "window",
         mu.chunked_overlay(1, ids[0]).__code__: "chunk",
         mu.padding_mask_function(ones).__code__: "padding",
         mu.packed_sequence_mask_function(ids).__code__: "same-id",
@@ -302,6 +309,9 @@ def _codes() -> dict[Any, str]:
         mu.or_masks(mu.causal_mask_function).__code__: "or",
         mu.add_offsets_to_mask_function(mu.causal_mask_function, 0, 0).__code__: "offsets",
     }
+    if hasattr(mu, "sliding_window_bidirectional_overlay"):  # transformers >= 5.3
+        codes[mu.sliding_window_bidirectional_overlay(1).__code__] = "window"
+    return codes
 
 
 def _rule_of(fn: Any, depth: int = 0) -> BlockRule | None:
@@ -470,6 +480,18 @@ def _offset(value: int | Tensor, what: str) -> int | Tensor:
     return _as_int(value, what)
 
 
+def _q_span(cache_position: Tensor) -> tuple[int, int | Tensor]:
+    """``q_length`` and ``q_offset`` of the queries at ``cache_position``, the contiguous positions ``q_offset + i``.
+
+    As transformers' own ``flex_attention_mask`` before 5.4 reads them: the first position is the offset (a
+    one-element tensor, which the builder reads as an int, or keeps a tensor under ``torch.compile``).
+    """
+    if not isinstance(cache_position, Tensor) or cache_position.dim() != 1:
+        shape = tuple(cache_position.shape) if isinstance(cache_position, Tensor) else type(cache_position)
+        raise HFBackendError(f"the attnkit mask builder takes cache_position of shape (Tq,), got {shape}")
+    return cache_position.shape[0], cache_position[0]
+
+
 def _compiled_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | Tensor, kv_offset: int | Tensor,
                    mask_function: Callable[..., Tensor] | None, attention_mask: Tensor | None,
                    device: torch.device | str) -> Tensor:
@@ -572,6 +594,20 @@ def attnkit_mask(
         while len(_MASKS) > _KEEP_MASKS:
             _MASKS.popitem(last=False)
     return block_mask
+
+
+def attnkit_mask_from_cache_position(
+    batch_size: int, cache_position: Tensor, kv_length: int, kv_offset: int | Tensor = 0, **kwargs: Any,
+) -> BlockMask | Tensor:
+    """The ``AttentionMaskInterface`` entry of transformers < 5.4, which hands ``cache_position`` (Tq,).
+
+    The queries' positions are ``q_offset .. q_offset + Tq - 1``: ``q_length`` is its length and ``q_offset``
+    its first entry (:func:`_q_span`), and :func:`attnkit_mask` builds the mask (the device is the positions').
+    :func:`register` picks this entry or :func:`attnkit_mask` by the transformers version (:data:`Q_LENGTH_SINCE`).
+    """
+    q_length, q_offset = _q_span(cache_position)
+    kwargs.setdefault("device", cache_position.device)
+    return attnkit_mask(batch_size, q_length, kv_length, q_offset=q_offset, kv_offset=kv_offset, **kwargs)
 
 
 def _sink_mask(mask: BlockMask | Tensor | None, b: int, tq: int, tk: int, causal: bool,
