@@ -78,8 +78,7 @@ __all__ = [
     "RunExistsError", "RunLockedError", "RunFileError", "RunWriteError", "UnfinishedRunError", "FileOps",
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json", "read_run_config",
     "read_manifest", "committed_dir", "check_output_path", "check_run_dir", "RunLock", "RunWriter", "run_status",
-    "require_finished", "open_run", "data_fingerprint", "clear_run", "check_unlocked", "MANIFEST", "GENERATIONS",
-    "reports_dir",
+    "require_finished", "data_fingerprint", "clear_run", "check_unlocked", "MANIFEST", "GENERATIONS", "reports_dir",
 ]
 
 MANIFEST = "current.json"
@@ -248,23 +247,6 @@ def require_finished(directory: str | os.PathLike[str], meta: dict[str, Any], *,
             f"{hint or f'continue it with attnkit train --out {directory} --resume'}, or pass "
             f"--allow-unfinished to use {weights}")
     return f"warning: {directory} is unfinished (epoch {epoch} of {epochs}); using {weights}"
-
-
-def open_run(directory: str | os.PathLike[str], model_name: str, kind: str, *, allow_unfinished: bool = False,
-             hint: str | None = None) -> tuple[Path, dict[str, Any]]:
-    """The committed generation of run ``directory`` and its config, for a loader of one kind of run.
-
-    Refuses (:class:`RunFileError`) a run whose ``config.json`` names another model than ``model_name``
-    (``kind`` says what was expected: ``"an image captioner"``), and an unfinished run unless
-    ``allow_unfinished`` (:func:`require_finished`, whose notice then lands in the config as ``"notice"``).
-    """
-    folder, meta = committed_dir(directory), read_run_config(directory)
-    if meta.get("model_name") != model_name:
-        raise RunFileError(f"{directory} holds a {meta.get('model_name')!r} run, not {kind}")
-    notice = require_finished(directory, meta, allow_unfinished=allow_unfinished, hint=hint)
-    if notice:
-        meta["notice"] = notice
-    return folder, meta
 
 
 def named(setting: str, flags: Mapping[str, str] | None, otherwise: str | None = None) -> str:

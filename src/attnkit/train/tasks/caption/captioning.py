@@ -411,11 +411,15 @@ def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False
     from attnkit.data.captions import CaptionVocab
     from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
     from attnkit.train.runs import checkpoint as ckpt
-    from attnkit.train.runs.rundir import open_run
 
     path = Path(directory)
-    folder, meta = open_run(path, MODEL_NAME, "an image captioner", allow_unfinished=allow_unfinished,
-                            hint=f"continue it with attnkit train --task caption --out {path} --resume")
+    folder, meta = ckpt.committed_dir(path), ckpt.read_run_config(path)
+    if meta.get("model_name") != MODEL_NAME:
+        raise ckpt.RunFileError(f"{path} holds a {meta.get('model_name')!r} run, not an image captioner")
+    notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished, hint=(
+        f"continue it with attnkit train --task caption --out {path} --resume"))
+    if notice:
+        meta["notice"] = notice
     weights = folder / "model.safetensors"
     try:
         model = ImageCaptioner(CaptionerConfig.from_dict(meta["model_config"]))
