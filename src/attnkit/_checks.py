@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 __all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of", "dataclass_kwargs",
-           "nested_paths_hint", "spell_settings"]
+           "nested_paths_hint", "spell_settings", "setting", "check_settings", "is_type", "parse_duration"]
 
 T = TypeVar("T")
 
@@ -117,6 +117,90 @@ def spell_settings(text: str, flags: Mapping[str, str] | None = None) -> str:
     ``flags[name]`` (a command's ``--on-nan``) where ``flags`` has it, else as the bare name."""
     flags = flags or {}
     return _SETTING.sub(lambda m: flags.get(m.group(1), m.group(1)), text)
+
+
+def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
+            low_open: bool = False, high_open: bool = False, choices: Sequence[Any] | None = None,
+            flag: str | None = None, path: str | None = None, duration: bool = False) -> Any:
+    """A settings field that says everything about itself once: its default, its help, its range.
+
+    :func:`check_settings` checks a value against it, and the command line builds its flag from it
+    (:func:`attnkit.cli.options.settings_options`: ``--name-with-dashes`` unless ``flag``, the help, the
+    default, the range), so a field and its flag cannot disagree. ``low``/``high`` bound a number
+    (``*_open``: the bound itself is refused); ``choices`` lists the values a string may take; ``path`` is
+    ``"dir"``, ``"file"`` (each must exist) or ``"new-dir"`` (a folder that may not exist yet) for the
+    command line; ``duration`` marks seconds, which the command line reads as ``90s``, ``30m``, ``1.5h``
+    (:func:`parse_duration`).
+    """
+    meta = {"help": help, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
+            "choices": tuple(choices) if choices is not None else None, "flag": flag, "path": path,
+            "duration": duration}
+    return dataclasses.field(default=default, metadata={"attnkit": meta})
+
+
+def _range_text(meta: Mapping[str, Any]) -> str:
+    low, high = meta["low"], meta["high"]
+    parts = ([f"{'>' if meta['low_open'] else '>='} {low:g}"] if low is not None else []) + \
+        ([f"{'<' if meta['high_open'] else '<='} {high:g}"] if high is not None else [])
+    return " and ".join(parts)
+
+
+def check_settings(obj: Any) -> None:
+    """Each :func:`setting` field of dataclass instance ``obj`` within its range and choices, else a
+    ValueError naming the field, the range and the value (``None`` passes where the default is ``None``)."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        meta = f.metadata.get("attnkit")
+        if meta is None:
+            continue
+        value = getattr(obj, f.name)
+        if value is None and f.default is None:
+            continue
+        if meta["choices"] is not None:
+            one_of(f.name, value, meta["choices"])
+        hint = hints[f.name]
+        kind = bool if is_type(hint, bool) else int if is_type(hint, int) and not is_type(hint, float) else \
+            float if is_type(hint, float) else None
+        if kind is None:
+            continue
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{f.name} must be true or false, got {value!r}")
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            (kind is float or isinstance(value, int)) and math.isfinite(value)
+        low, high = meta["low"], meta["high"]
+        inside = number and (low is None or (value > low if meta["low_open"] else value >= low)) and \
+            (high is None or (value < high if meta["high_open"] else value <= high))
+        if not inside:
+            bounds = _range_text(meta)
+            raise ValueError(f"{f.name} must be {'an int' if kind is int else 'a number'}"
+                             f"{' ' + bounds if bounds else ''}, got {value!r}")
+
+
+def is_type(hint: Any, kind: type) -> bool:
+    """Whether type hint ``hint`` is ``kind`` or ``kind | None``."""
+    return hint is kind or kind in typing.get_args(hint) and type(None) in typing.get_args(hint) and \
+        len(typing.get_args(hint)) == 2
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | float, *, name: str = "duration") -> float:
+    """Seconds of a duration written ``90s``, ``30m``, ``1.5h`` or a bare number of minutes (``30``: the unit
+    the time budgets' flags always took); a bad one is a ValueError naming ``name``."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = 60.0 * float(text)
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", str(text).lower())
+        if match is None or match.group(2) not in ("", *_DURATION_UNITS):
+            raise ValueError(f"{name} must be a duration such as 90s, 30m or 1.5h (a bare number is minutes), "
+                             f"got {text!r}")
+        value = float(match.group(1)) * _DURATION_UNITS.get(match.group(2), 60.0)
+    if not value > 0 or not math.isfinite(value):
+        raise ValueError(f"{name} must be above zero, got {text!r}")
+    return value
 
 
 def _kwargs(cls: type, data: object, name: str, prefix: str) -> dict[str, Any]:

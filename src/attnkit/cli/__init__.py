@@ -58,12 +58,14 @@ def _task(ctx: click.Context, train: click.Command, args: list[str]) -> str | No
     of every training command (so a value that happens to be spelt ``--task`` is a value, not the flag);
     the task's command reads it again and refuses another name."""
     commands = [train, *(_load(target) for target in train_tasks().values())]
-    options: dict[str, click.Parameter] = {}
+    options: list[click.Parameter] = []
+    seen: set[str] = set()
     for command in commands:
         for param in command.params:
-            if isinstance(param, click.Option):
-                options.setdefault(param.name or "", param)
-    union = click.Command("train", params=list(options.values()))
+            if isinstance(param, click.Option) and not seen & {*param.opts, *param.secondary_opts}:
+                options.append(param)
+                seen |= {*param.opts, *param.secondary_opts}
+    union = click.Command("train", params=options)
     scratch = click.Context(union, parent=ctx, ignore_unknown_options=True, resilient_parsing=True)
     values, _, _ = union.make_parser(scratch).parse_args(list(args))
     task = values.get("task")

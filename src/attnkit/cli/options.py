@@ -34,8 +34,8 @@ import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["SEED", "baseline_option", "memory_option", "refusing_memory_option", "MemorySize", "LibraryDefaultOption",
-           "resolve_default",
+__all__ = ["SEED", "settings_options", "Duration", "baseline_option", "memory_option", "refusing_memory_option",
+           "MemorySize", "LibraryDefaultOption", "resolve_default",
            "config_keys", "allow_unfinished_option", "load_run", "task_option", "config_option",
            "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
@@ -479,6 +479,67 @@ def task_option(task: str) -> Callable[[F], F]:
         help="classify: text classification; translate / caption: the translation and captioning "
              "trainers, whose options `attnkit train --task NAME --help` lists (and any task registered "
              "in attnkit.train.registry).")
+
+
+class Duration(click.ParamType):
+    """A duration such as ``90s``, ``30m`` or ``1.5h`` (a bare number is minutes), as seconds
+    (:func:`attnkit._checks.parse_duration`)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from attnkit._checks import parse_duration
+
+        if isinstance(value, float) and param is not None and value == param.default:
+            return value  # a default (or a config file's value) that is seconds already
+        try:
+            return parse_duration(value, name=param.opts[0] if param is not None else "duration")
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+def _flag_type(hint: Any, meta: dict[str, Any]) -> Any:
+    """The click type of a :func:`attnkit._checks.setting` field of type hint ``hint``."""
+    from attnkit._checks import is_type
+
+    if meta["duration"]:
+        return Duration()
+    if meta["choices"] is not None:
+        return click.Choice([str(c) for c in meta["choices"]])
+    if meta["path"] is not None:
+        return click.Path(exists=meta["path"] != "new-dir", file_okay=meta["path"] == "file",
+                          dir_okay=meta["path"] != "file")
+    bounds = {"min": meta["low"], "max": meta["high"], "min_open": meta["low_open"], "max_open": meta["high_open"]}
+    if is_type(hint, int):
+        return click.IntRange(**bounds) if meta["low"] is not None or meta["high"] is not None else int
+    if is_type(hint, float):
+        return click.FloatRange(**bounds) if meta["low"] is not None or meta["high"] is not None else float
+    return str
+
+
+def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Callable[[F], F]:
+    """One flag per :func:`attnkit._checks.setting` field of settings dataclass ``cls`` (or of ``only``):
+    ``--name-with-dashes`` (or the field's ``flag``), its help, its default, its range or choices, its
+    path kind; a bool field is a flag (``--x/--no-x`` when it defaults to true). The value arrives under
+    the field's own name, so ``cls(**{field: values[field]})`` builds the settings: a field and its flag
+    cannot disagree."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    decorators = []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata.get("attnkit")
+        if meta is None or (only is not None and f.name not in only):
+            continue
+        flag = meta["flag"] or "--" + f.name.replace("_", "-")
+        if hints[f.name] is bool:
+            decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, f.name]
+            decorators.append(click.option(*decls, is_flag=True, default=f.default, help=meta["help"]))
+            continue
+        decorators.append(click.option(flag, f.name, type=_flag_type(hints[f.name], meta), default=f.default,
+                                       show_default=f.default is not None, help=meta["help"]))
+    return _stack(*decorators)
 
 
 class MemorySize(click.ParamType):

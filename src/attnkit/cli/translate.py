@@ -14,7 +14,12 @@ from typing import Any
 import click
 
 from attnkit.cli.messages import echo, friendly_errors
-from attnkit.cli.options import SEED, allow_unfinished_option, refusing_memory_option, task_option
+from attnkit.cli.options import allow_unfinished_option, refusing_memory_option, settings_options, task_option
+from attnkit.train.config import TranslationTrainConfig
+
+# The training settings the command sets, each a flag built from its field (the others keep their defaults).
+TRAINING_FLAGS = ("vocab_size", "epochs", "max_tokens", "lr", "warmup_steps", "max_len", "time_budget_s",
+                  "average_last", "seed")
 
 __all__ = ["train_translate", "translate"]
 
@@ -31,8 +36,6 @@ __all__ = ["train_translate", "translate"]
 @click.option("--val-src", type=click.Path(exists=True, dir_okay=False), help="Validation source sentences.")
 @click.option("--val-tgt", type=click.Path(exists=True, dir_okay=False), help="Validation target sentences.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
-@click.option("--vocab-size", type=click.IntRange(min=8), default=8000, show_default=True,
-              help="BPE vocabulary size (joint, or per side with --separate-vocab).")
 @click.option("--separate-vocab", is_flag=True, help="One vocabulary per language instead of a joint one.")
 @click.option("--d-model", type=click.IntRange(min=1), default=256, show_default=True, help="Model width.")
 @click.option("--num-heads", type=click.IntRange(min=1), default=8, show_default=True, help="Attention heads.")
@@ -47,20 +50,9 @@ __all__ = ["train_translate", "translate"]
 @click.option("--activation-dropout", type=click.FloatRange(0, 1, max_open=True),
               help="Dropout on the feed-forward hidden activations (default: --dropout).")
 @click.option("--post-norm", is_flag=True, help="Post-norm layers (the original Transformer) instead of pre-norm.")
-@click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True, help="Maximum epochs.")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
-              help="Padded tokens per batch and side.")
-@click.option("--lr", type=click.FloatRange(0, min_open=True), default=5e-4, show_default=True,
-              help="Peak learning rate.")
-@click.option("--warmup-steps", type=click.IntRange(min=0), default=1000, show_default=True, help="Warm-up steps.")
 @click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
               help="Cross-entropy label smoothing.")
-@click.option("--max-len", type=click.IntRange(min=1), default=100, show_default=True,
-              help="Longest sentence in subword tokens (longer ones are truncated).")
-@click.option("--time-budget", type=click.FloatRange(0, min_open=True), help="Stop training after this many minutes.")
-@click.option("--average-last", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Average the weights of the last N epochs at the end (kept when validation agrees).")
-@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed for weights, dropout and batch order.")
+@settings_options(TranslationTrainConfig, only=TRAINING_FLAGS)
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @click.option("--resume", is_flag=True,
               help="Go on with the interrupted run in --out after its last finished epoch (same settings).")
@@ -78,7 +70,7 @@ def train_translate(**v: Any) -> None:
     from attnkit.cli.rundata import RUN_FLAGS
     from attnkit.data.parallel import read_parallel
     from attnkit.train.runs.rundir import RunLockedError
-    from attnkit.train.tasks.translate.translation import TranslationTrainConfig, fit_translation
+    from attnkit.train.tasks.translate.translation import fit_translation
 
     if (v["val_src"] is None) != (v["val_tgt"] is None):
         raise click.UsageError("give both --val-src and --val-tgt, or neither")
@@ -94,14 +86,11 @@ def train_translate(**v: Any) -> None:
              "norm_first": not v["post_norm"]}
     model_options = {"layer": layer, "encoder_layers": v["encoder_layers"], "decoder_layers": v["decoder_layers"],
                      "label_smoothing": v["label_smoothing"], "tie_embeddings": True}
-    budget = None if v["time_budget"] is None else 60.0 * v["time_budget"]
     if not v["resume"]:
         notice = warmup_notice(train.sources, train.targets, v["max_tokens"], v["epochs"], v["warmup_steps"])
         if notice is not None:
             click.echo(notice, err=True)
-    config = TranslationTrainConfig(epochs=v["epochs"], max_tokens=v["max_tokens"], lr=v["lr"],
-                                    warmup_steps=v["warmup_steps"], seed=v["seed"], max_len=v["max_len"],
-                                    vocab_size=v["vocab_size"], time_budget_s=budget, average_last=v["average_last"])
+    config = TranslationTrainConfig(**{name: v[name] for name in TRAINING_FLAGS})
     try:
         summary = fit_translation(train, val, model_options=model_options, train_config=config,
                                   out_dir=v["out"], overwrite=v["overwrite"], shared_vocab=not v["separate_vocab"],

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from attnkit._checks import dataclass_kwargs, non_negative_int, one_of, positive_float, positive_int
+from attnkit._checks import check_settings, dataclass_kwargs, one_of, positive_int, setting
 from attnkit._finite import check_on_nan
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 from attnkit.train.metrics import check_metric
@@ -56,15 +56,13 @@ class TrainSettings:
         seed: seeds the weights' initialisation (by the caller), dropout and the batch order.
     """
 
-    epochs: int = 10
-    lr: float = 1e-3
-    clip_norm: float = 1.0
-    seed: int = 0
+    epochs: int = setting(10, "Maximum epochs.", low=1)
+    lr: float = setting(1e-3, "Peak learning rate.", low=0, low_open=True)
+    clip_norm: float = setting(1.0, "Gradient-norm clipping, 0 = off.", low=0)
+    seed: int = setting(0, "Seed for weights, dropout and batch order.", low=0, high=2**32 - 1)
 
     def __post_init__(self) -> None:
-        positive_int("epochs", self.epochs)
-        _check_counts(self, ("seed",))
-        _check_numbers(self, {"lr": (lambda v: v > 0, "> 0"), "clip_norm": (lambda v: v >= 0, ">= 0")})
+        check_settings(self)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -198,24 +196,16 @@ class TranslationTrainConfig(TrainSettings):
             when its validation loss is no worse than the last epoch's.
     """
 
-    lr: float = 5e-4
-    max_tokens: int = 4096
-    warmup_steps: int = 1000
-    max_len: int = 100
-    vocab_size: int = 8000
-    lowercase: bool = False
-    time_budget_s: float | None = None
-    eval_beam_size: int = 1
-    eval_sentences: int | None = None
-    log_every: int = 100
-    average_last: int = 1
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("max_tokens", "max_len", "vocab_size", "eval_beam_size", "log_every", "average_last"):
-            positive_int(name, getattr(self, name))
-        non_negative_int("warmup_steps", self.warmup_steps)
-        if self.eval_sentences is not None:
-            non_negative_int("eval_sentences", self.eval_sentences)
-        if self.time_budget_s is not None:
-            positive_float("time_budget_s", self.time_budget_s)
+    lr: float = setting(5e-4, "Peak learning rate.", low=0, low_open=True)
+    max_tokens: int = setting(4096, "Padded tokens per batch and side.", low=1)
+    warmup_steps: int = setting(1000, "Warm-up steps.", low=0)
+    max_len: int = setting(100, "Longest sentence in subword tokens (longer ones are truncated).", low=1)
+    vocab_size: int = setting(8000, "BPE vocabulary size (joint, or per side with --separate-vocab).", low=8)
+    lowercase: bool = setting(False, "Lowercase the corpus before the tokenizers are trained.")
+    time_budget_s: float | None = setting(None, "Stop training after this long.", low=0, low_open=True,
+                                          flag="--time-budget", duration=True)
+    eval_beam_size: int = setting(1, "Beam width of the validation BLEU.", low=1)
+    eval_sentences: int | None = setting(None, "Sentences of the validation BLEU (default: all).", low=0)
+    log_every: int = setting(100, "Steps between progress lines.", low=1)
+    average_last: int = setting(1, "Average the weights of the last N epochs at the end (kept when validation "
+                                "agrees).", low=1)

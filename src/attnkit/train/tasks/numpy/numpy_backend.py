@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from attnkit._checks import dataclass_kwargs, nested_paths_hint, positive_int
+from attnkit._checks import dataclass_kwargs, nested_paths_hint, positive_int, setting
 from attnkit._finite import NonFiniteError, non_finite_message
 from attnkit.data.readers import read_examples
 from attnkit.data.sources import split_examples
@@ -87,7 +87,7 @@ class NumpyTrainSettings(ClassifierTrainSettings):
         vocab_size: keep at most this many words (plus ``<pad>`` and ``<unk>``).
     """
 
-    lr: float = 3e-3
+    lr: float = setting(3e-3, "Peak learning rate.", low=0, low_open=True)
     warmup_ratio: float | None = None
     max_len: int = 256
     lowercase: bool = True

@@ -1,0 +1,87 @@
+"""Settings fields that say everything once: their range is checked by the dataclass, and the training
+commands' flags are built from them, so a field and its flag cannot disagree."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from attnkit._checks import parse_duration
+from attnkit.cli import cli
+from attnkit.cli.caption import train_caption
+from attnkit.cli.translate import TRAINING_FLAGS, train_translate
+from attnkit.train.config import TranslationTrainConfig
+from attnkit.train.tasks.caption.caption_settings import CaptionSettings
+
+
+def _options(command: click.Command) -> dict[str, click.Option]:
+    return {p.name: p for p in command.params if isinstance(p, click.Option) and p.name}
+
+
+@pytest.mark.parametrize(("command", "cls", "names"), [
+    (train_caption, CaptionSettings, None), (train_translate, TranslationTrainConfig, TRAINING_FLAGS)])
+def test_each_settings_field_is_a_flag_with_its_default_help_and_range(command: click.Command, cls: type,
+                                                                      names: tuple[str, ...] | None) -> None:
+    options = _options(command)
+    fields = [f for f in dataclasses.fields(cls) if names is None or f.name in names]
+    assert fields and len(fields) == (len(names) if names else len(dataclasses.fields(cls)))
+    for f in fields:
+        meta = f.metadata["attnkit"]
+        option = options[f.name]
+        assert option.default == f.default, f.name
+        assert option.help == meta["help"], f.name
+        if meta["low"] is not None and not meta["duration"]:
+            below = meta["low"] - (0 if meta["low_open"] else 1)
+            with pytest.raises(ValueError, match=f.name):
+                cls(**{f.name: type(f.default)(below) if f.default is not None else below})
+            with pytest.raises(click.BadParameter):
+                option.type.convert(below, option, None)
+
+
+def test_the_dataclass_refuses_what_its_flag_refuses_naming_the_field_and_range() -> None:
+    with pytest.raises(ValueError, match=r"epochs must be an int >= 1, got 0"):
+        CaptionSettings(epochs=0)
+    with pytest.raises(ValueError, match=r"dropout must be a number >= 0 and < 1, got 1.0"):
+        CaptionSettings(dropout=1.0)
+    with pytest.raises(ValueError, match=r"attend_with must be one of \['current_state', 'previous_state'\]"):
+        CaptionSettings(attend_with="next_state")
+    with pytest.raises(ValueError, match=r"vocab_size must be an int >= 8, got 4"):
+        TranslationTrainConfig(vocab_size=4)
+    with pytest.raises(ValueError, match=r"lr must be a number > 0, got 0.0"):
+        TranslationTrainConfig(lr=0.0)
+    with pytest.raises(ValueError, match=r"time_budget_s must be a number > 0, got -1"):
+        TranslationTrainConfig(time_budget_s=-1)
+    assert TranslationTrainConfig(time_budget_s=None).time_budget_s is None
+
+
+@pytest.mark.parametrize(("given", "seconds"), [("90s", 90.0), ("30m", 1800.0), ("1.5h", 5400.0), ("2", 120.0),
+                                                ("0.5", 30.0)])
+def test_a_time_budget_is_one_duration_in_seconds_everywhere(given: str, seconds: float,
+                                                             monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    assert parse_duration(given) == seconds
+    seen: dict[str, Any] = {}
+
+    def fake_run(settings: CaptionSettings, out: str, **kwargs: Any) -> None:
+        seen["settings"] = settings
+
+    monkeypatch.setattr("attnkit.train.tasks.caption.captioning.train_caption_run", fake_run)
+    result = CliRunner().invoke(cli, ["train", "--task", "caption", "--out", str(tmp_path / "run"),
+                                      "--time-budget", given, "--epochs", "3"])
+    assert result.exit_code == 0, result.output
+    assert seen["settings"].time_budget_s == seconds and seen["settings"].epochs == 3
+
+
+@pytest.mark.parametrize("task", ["caption", "translate"])
+def test_a_bad_duration_or_range_is_refused_by_its_flag(task: str, tmp_path: Any) -> None:
+    (tmp_path / "src.txt").write_text("ein haus\n")
+    (tmp_path / "tgt.txt").write_text("a house\n")
+    command = ["train", "--task", task] + (["--src", str(tmp_path / "src.txt"), "--tgt", str(tmp_path / "tgt.txt")]
+                                           if task == "translate" else [])
+    for flag, value in (("--time-budget", "5 weeks"), ("--time-budget", "0"), ("--epochs", "0")):
+        result = CliRunner().invoke(cli, [*command, "--out", str(tmp_path / "run"), flag, value])
+        assert result.exit_code == 2 and flag in result.output, result.output
+    assert not (tmp_path / "run").exists()
