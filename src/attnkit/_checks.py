@@ -121,7 +121,8 @@ def spell_settings(text: str, flags: Mapping[str, str] | None = None) -> str:
 
 def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
             low_open: bool = False, high_open: bool = False, choices: Sequence[Any] | None = None,
-            flag: str | None = None, path: str | None = None, duration: bool = False) -> Any:
+            flag: str | None = None, path: str | None = None, duration: bool = False, metavar: str | None = None
+            ) -> Any:
     """A settings field that says everything about itself once: its default, its help, its range.
 
     :func:`check_settings` checks a value against it, and the command line builds its flag from it
@@ -130,11 +131,11 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
     (``*_open``: the bound itself is refused); ``choices`` lists the values a string may take; ``path`` is
     ``"dir"``, ``"file"`` (each must exist) or ``"new-dir"`` (a folder that may not exist yet) for the
     command line; ``duration`` marks seconds, which the command line reads as ``90s``, ``30m``, ``1.5h``
-    (:func:`parse_duration`).
+    (:func:`parse_duration`); ``metavar`` names the flag's value in its help (``TOKENS``).
     """
     meta = {"help": help, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
             "choices": tuple(choices) if choices is not None else None, "flag": flag, "path": path,
-            "duration": duration}
+            "duration": duration, "metavar": metavar}
     return dataclasses.field(default=default, metadata={"attnkit": meta})
 
 
@@ -143,6 +144,14 @@ def _range_text(meta: Mapping[str, Any]) -> str:
     parts = ([f"{'>' if meta['low_open'] else '>='} {low:g}"] if low is not None else []) + \
         ([f"{'<' if meta['high_open'] else '<='} {high:g}"] if high is not None else [])
     return " and ".join(parts)
+
+
+def _kind_text(kind: type, meta: Mapping[str, Any]) -> str:
+    """What a number field must be, in the words of the validators above where they apply."""
+    if kind is int and meta["high"] is None and not meta["low_open"] and meta["low"] in (0, 1):
+        return "a positive int" if meta["low"] == 1 else "a non-negative int"
+    bounds = _range_text(meta)
+    return f"{'an int' if kind is int else 'a number'}{' ' + bounds if bounds else ''}"
 
 
 def check_settings(obj: Any) -> None:
@@ -173,9 +182,7 @@ def check_settings(obj: Any) -> None:
         inside = number and (low is None or (value > low if meta["low_open"] else value >= low)) and \
             (high is None or (value < high if meta["high_open"] else value <= high))
         if not inside:
-            bounds = _range_text(meta)
-            raise ValueError(f"{f.name} must be {'an int' if kind is int else 'a number'}"
-                             f"{' ' + bounds if bounds else ''}, got {value!r}")
+            raise ValueError(f"{f.name} must be {_kind_text(kind, meta)}, got {value!r}")
 
 
 def is_type(hint: Any, kind: type) -> bool:

@@ -244,8 +244,8 @@ def test_help_shows_the_numpy_defaults_only_where_there_is_a_numpy_backend() -> 
     from attnkit.train.tasks.numpy.numpy_backend import NUMPY_KINDS, NumpyTrainSettings
 
     train_help = CliRunner().invoke(cli, ["train", "--help"], terminal_width=400).output
-    assert f"[default: {TrainConfig.lr:g}; numpy backend: {NumpyTrainSettings.lr:g}]" in train_help
-    assert f"[default: {TrainConfig.warmup_ratio:g}; numpy backend: none]" in train_help
+    assert f"[default: {TrainConfig.lr:g}; numpy backend: {NumpyTrainSettings.lr:g}; x>0]" in train_help
+    assert f"[default: {TrainConfig.warmup_ratio:g}; numpy backend: none; 0<=x<1]" in train_help
     assert all(kind in train_help.split("--model TEXT")[1].split("--model-opt")[0] for kind in NUMPY_KINDS)
     assert "numpy backend" not in CliRunner().invoke(cli, ["cv", "--help"], terminal_width=400).output
 

@@ -43,7 +43,7 @@ def test_each_settings_field_is_a_flag_with_its_default_help_and_range(command: 
 
 
 def test_the_dataclass_refuses_what_its_flag_refuses_naming_the_field_and_range() -> None:
-    with pytest.raises(ValueError, match=r"epochs must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"epochs must be a positive int, got 0"):
         CaptionSettings(epochs=0)
     with pytest.raises(ValueError, match=r"dropout must be a number >= 0 and < 1, got 1.0"):
         CaptionSettings(dropout=1.0)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -213,80 +213,63 @@ class LibraryDefaultOption(click.Option):
             self.default, self.show_default = saved
 
 
-def _settings_flag(flag: str, type: Any, help: str, default_from: str, numpy: bool = True,
-                   **kwargs: Any) -> Callable[[F], F]:
-    """A flag whose default is field ``default_from`` ("Class.field" of attnkit.train.config);
-    ``numpy``: the NumPy trainer reads it too, from the same field of its settings."""
-    field = default_from.rpartition(".")[2]
-    numpy_ref = f"attnkit.train.tasks.numpy.numpy_backend:NumpyTrainSettings.{field}" if numpy else None
-    return click.option(flag, type=type, help=help, cls=LibraryDefaultOption,
-                        default_from=f"attnkit.train.config:{default_from}", numpy_default_from=numpy_ref, **kwargs)
+_NUMPY_SETTINGS = "attnkit.train.tasks.numpy.numpy_backend:NumpyTrainSettings"
+_TORCH_ONLY = "Not with --backend numpy."
+
+
+def library_options(cls: type, names: tuple[str, ...], *, torch_only: tuple[str, ...] = (),
+                    notes: Mapping[str, str] | None = None, numpy_help: Mapping[str, str] | None = None
+                    ) -> Callable[[F], F]:
+    """:func:`settings_options` for flags whose default the library decides (:class:`LibraryDefaultOption`:
+    ``None`` on the command line, so a recipe's or a task's own default applies): the fields ``names`` of
+    ``cls``, in that order, each with its field's help (plus ``notes[name]`` in brackets: what a recipe sets),
+    range and default shown. The NumPy backend reads the same field of its settings
+    (:class:`~attnkit.train.tasks.numpy.numpy_backend.NumpyTrainSettings`) except the ``torch_only`` ones."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    decorators = []
+    for name in names:
+        f = fields[name]
+        meta = f.metadata["attnkit"]
+        note = (notes or {}).get(name)
+        torch = name in torch_only
+        decorators.append(click.option(
+            meta["flag"] or "--" + name.replace("_", "-"), name, type=_flag_type(hints[name], meta),
+            help=f"{meta['help'].rstrip('.')} ({note})." if note else meta["help"], cls=LibraryDefaultOption, shown=f.default,
+            default_from=f"{cls.__module__}:{cls.__qualname__}.{name}", metavar=meta["metavar"],
+            numpy_default_from=None if torch else f"{_NUMPY_SETTINGS}.{name}",
+            numpy_help=(numpy_help or {}).get(name, _TORCH_ONLY if torch else None)))
+    return _stack(*decorators)
 
 
 def train_options(f: F) -> F:
     """Flags of :class:`attnkit.train.TrainConfig` (unset flags keep its defaults)."""
+    from attnkit.train.config import TrainConfig
+
     return _stack(
-        _settings_flag("--epochs", click.IntRange(min=1), "Maximum epochs.", "TrainConfig.epochs"),
-        _settings_flag("--batch-size", click.IntRange(min=1), "Examples per step and process (wide's recipe: 64).",
-                       "TrainConfig.batch_size"),
-        _settings_flag("--lr", float, "Peak AdamW learning rate (the default model wide's recipe: 5e-3).",
-                       "TrainConfig.lr"),
-        _settings_flag("--weight-decay", float, "Decoupled weight decay.", "TrainConfig.weight_decay"),
-        _settings_flag("--warmup-ratio", float,
-                       "Share of steps with linear warm-up, then linear decay (none: a constant rate).",
-                       "TrainConfig.warmup_ratio"),
-        _settings_flag("--clip-norm", float, "Gradient-norm clipping, 0 = off.", "TrainConfig.clip_norm"),
-        _settings_flag("--patience", click.IntRange(min=0), "Early-stopping patience in epochs, 0 = off.",
-                       "TrainConfig.patience"),
-        _settings_flag("--label-smoothing", float, "Cross-entropy label smoothing.", "TrainConfig.label_smoothing",
-                       numpy=False, numpy_help="Not with --backend numpy."),
-        _settings_flag("--seed", SEED, "Seed for weights, dropout and batch order.",
-                       "TrainConfig.seed"),
-        _settings_flag("--pack", click.IntRange(min=0),
-                       "Pack each batch's documents into rows of this many tokens (0 = padded batches); "
-                       "at least --max-len.", "TrainConfig.pack", numpy=False,
-                       numpy_help="Not with --backend numpy.", metavar="TOKENS"),
-        _settings_flag("--device", str, "auto, cpu, cuda or cuda:N.", "TrainConfig.device", numpy=False,
-                       numpy_help="--backend numpy runs on the CPU (auto or cpu)."),
-        _settings_flag("--on-nan", click.Choice(["stop", "skip-step"]),
-                       "A step with a non-finite loss or gradient norm: stop with an error (nothing of the epoch is "
-                       "committed), or skip it (counted as skipped_steps; 10 in a row stop).", "TrainConfig.on_nan"),
-        _settings_flag("--metric", str,
-                       "The measure to train for: accuracy, macro_f1, weighted_f1, macro_recall or f1:CLASS; "
-                       "early stopping, the best epoch, the weighing of the n-gram half, the tuned class offsets "
-                       "and the report's headline follow it.", "TrainConfig.metric", numpy=False,
-                       numpy_help="Not with --backend numpy.", metavar="METRIC"),
-        _settings_flag("--class-weight", click.Choice(["none", "balanced"]),
-                       "Weigh each class alike in the losses (network, n-gram half, baseline): balanced, "
-                       "or none.", "TrainConfig.class_weight", numpy=False, numpy_help="Not with --backend numpy."),
+        library_options(
+            TrainConfig, ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
+                          "label_smoothing", "seed", "pack", "device", "on_nan", "metric", "class_weight"),
+            torch_only=("label_smoothing", "pack", "device", "metric", "class_weight"),
+            notes={"batch_size": "wide's recipe: 64", "lr": "AdamW; the default model wide's recipe: 5e-3"},
+            numpy_help={"device": "--backend numpy runs on the CPU (auto or cpu)."}),
         click.option("--tune-thresholds/--no-tune-thresholds", default=None,
                      help="Tune per-class offsets (priors, thresholds) on the validation part for --metric "
                           "[default: on when --metric is not accuracy and --class-weight is none]."),
     )(f)
 
 
-def _data_flag(flag: str, type: Any, help: str, field: str, shown: Any, numpy: bool = True,
-               **kwargs: Any) -> Callable[[F], F]:
-    # DataSettings lives beside the torch training code; its defaults are written here
-    # (``shown``) so that help loads no torch, and tests/cli/test_cli_docs.py holds them equal.
-    numpy_ref = f"attnkit.train.tasks.numpy.numpy_backend:NumpyTrainSettings.{field}" if numpy else None
-    return click.option(flag, type=type, help=help, cls=LibraryDefaultOption, shown=shown,
-                        default_from=f"attnkit.train.tasks.classify.pipeline:DataSettings.{field}",
-                        numpy_default_from=numpy_ref,
-                        **kwargs)
-
-
 def data_options(f: F) -> F:
-    """Flags of :class:`attnkit.train.tasks.classify.pipeline.DataSettings`."""
-    return _stack(
-        _data_flag("--tokenizer", click.Choice(["word", "wordpiece", "bpe"]), "Tokenizer kind.", "tokenizer",
-                   "word", numpy=False, numpy_help="--backend numpy splits on whitespace and refuses this flag."),
-        _data_flag("--vocab-size", click.IntRange(min=1), "Tokenizer vocabulary size (wide's recipe: 100000).",
-                   "vocab_size", 20000),
-        _data_flag("--min-frequency", click.IntRange(min=1), "Minimum token count.", "min_frequency", 1),
-        _data_flag("--max-len", click.IntRange(min=1), "Truncate documents to this many tokens (wide's recipe: 1024).",
-                   "max_len", 256),
-    )(f)
+    """Flags of :class:`attnkit.train.config.DataSettings`."""
+    from attnkit.train.config import DataSettings
+
+    return library_options(
+        DataSettings, ("tokenizer", "vocab_size", "min_frequency", "max_len"), torch_only=("tokenizer",),
+        notes={"vocab_size": "wide's recipe: 100000", "max_len": "wide's recipe: 1024"},
+        numpy_help={"tokenizer": "--backend numpy splits on whitespace and refuses this flag."})(f)
 
 
 _READER = "attnkit.data.readers:read_examples"

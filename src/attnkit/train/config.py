@@ -6,13 +6,12 @@ twin's and translation's (:class:`TranslationTrainConfig`) settings; and how a c
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from attnkit._checks import check_settings, dataclass_kwargs, one_of, positive_int, setting
-from attnkit._finite import check_on_nan
+from attnkit._checks import check_settings, dataclass_kwargs, setting
+from attnkit._finite import ON_NAN
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 from attnkit.train.metrics import check_metric
 from attnkit.train.tasks.classify.objective import CLASS_WEIGHTS
@@ -21,22 +20,6 @@ __all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "DataSetti
            "warmup_linear_factor"]
 
 S = TypeVar("S", bound="TrainSettings")
-
-
-def _check_numbers(config: object, ranges: dict[str, tuple[Callable[[float], bool], str]]) -> None:
-    """Each field named in ``ranges`` a finite number passing its test, else ValueError naming the range."""
-    for name, (ok, text) in ranges.items():
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or not ok(value):
-            raise ValueError(f"{name} must be a number {text}, got {value!r}")
-
-
-def _check_counts(config: object, names: tuple[str, ...]) -> None:
-    for name in names:
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -93,20 +76,14 @@ class ClassifierTrainSettings(TrainSettings):
             stop after too many in a row); see :mod:`attnkit._finite`.
     """
 
-    batch_size: int = 32
-    weight_decay: float = 0.01
-    warmup_ratio: float | None = 0.1
-    patience: int = 3
-    on_nan: str = "stop"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        positive_int("batch_size", self.batch_size)
-        _check_counts(self, ("patience",))
-        _check_numbers(self, {"weight_decay": (lambda v: v >= 0, ">= 0")})
-        if self.warmup_ratio is not None:
-            _check_numbers(self, {"warmup_ratio": (lambda v: 0 <= v < 1, "in [0, 1)")})
-        check_on_nan(self.on_nan)
+    batch_size: int = setting(32, "Examples per step and process.", low=1)
+    weight_decay: float = setting(0.01, "Decoupled weight decay.", low=0)
+    warmup_ratio: float | None = setting(0.1, "Share of steps with linear warm-up, then linear decay (none: a "
+                                         "constant rate).", low=0, high=1, high_open=True)
+    patience: int = setting(3, "Early-stopping patience in epochs, 0 = off.", low=0)
+    on_nan: str = setting("stop", "A step with a non-finite loss or gradient norm: stop with an error (nothing of "
+                          "the epoch is committed), or skip it (counted as skipped_steps; 10 in a row stop).",
+                          choices=ON_NAN)
 
 
 @dataclass(frozen=True)
@@ -132,14 +109,19 @@ class TrainConfig(ClassifierTrainSettings):
             (None: when ``metric`` is not accuracy and ``class_weight`` is none).
     """
 
-    warmup_ratio: float = 0.1
-    min_lr_ratio: float = 0.0
+    warmup_ratio: float = setting(0.1, "Share of steps with linear warm-up, then linear decay.", low=0, high=1,
+                                  high_open=True)
+    min_lr_ratio: float = setting(0.0, "The final learning rate as a share of the peak.", low=0, high=1)
     bucket: bool = True
-    label_smoothing: float = 0.0
-    device: str = "auto"
-    pack: int = 0
-    metric: str = "accuracy"
-    class_weight: str = "none"
+    label_smoothing: float = setting(0.0, "Cross-entropy label smoothing.", low=0, high=1, high_open=True)
+    device: str = setting("auto", "auto, cpu, cuda or cuda:N.")
+    pack: int = setting(0, "Pack each batch's documents into rows of this many tokens (0 = padded batches); at "
+                        "least the longest document (max_len).", low=0, metavar="TOKENS")
+    metric: str = setting("accuracy", "The measure to train for: accuracy, macro_f1, weighted_f1, macro_recall or "
+                          "f1:CLASS; early stopping, the best epoch, the weighing of the n-gram half, the tuned "
+                          "class offsets and the report's headline follow it.", metavar="METRIC")
+    class_weight: str = setting("none", "Weigh each class alike in the losses (network, n-gram half, baseline): "
+                                "balanced, or none.", choices=CLASS_WEIGHTS)
     tune_thresholds: bool | None = None
 
     def __post_init__(self) -> None:
@@ -147,12 +129,7 @@ class TrainConfig(ClassifierTrainSettings):
             raise ValueError("warmup_ratio must be a number in [0, 1), got None (a constant rate is the NumPy "
                              "trainer's alone)")
         super().__post_init__()
-        _check_counts(self, ("pack",))
-        _check_numbers(self, {"min_lr_ratio": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-                              "label_smoothing": (lambda v: 0 <= v < 1, "in [0, 1)")})
         check_metric(self.metric)
-        if self.class_weight not in CLASS_WEIGHTS:
-            raise ValueError(f"class_weight must be one of {list(CLASS_WEIGHTS)}, got {self.class_weight!r}")
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 
@@ -161,16 +138,14 @@ class TrainConfig(ClassifierTrainSettings):
 class DataSettings:
     """How text becomes token ids: tokenizer kind and size, truncation length."""
 
-    tokenizer: str = "word"
-    vocab_size: int = 20000
-    min_frequency: int = 1
+    tokenizer: str = setting("word", "Tokenizer kind.", choices=("word", "wordpiece", "bpe"))
+    vocab_size: int = setting(20000, "Tokenizer vocabulary size.", low=1)
+    min_frequency: int = setting(1, "Minimum token count.", low=1)
     lowercase: bool = True
-    max_len: int = 256
+    max_len: int = setting(256, "Truncate documents to this many tokens.", low=1)
 
     def __post_init__(self) -> None:
-        one_of("tokenizer", self.tokenizer, ("word", "wordpiece", "bpe"))
-        for name in ("vocab_size", "min_frequency", "max_len"):
-            positive_int(name, getattr(self, name))
+        check_settings(self)
 
 
 @dataclass(frozen=True)
@@ -200,7 +175,7 @@ class TranslationTrainConfig(TrainSettings):
     max_tokens: int = setting(4096, "Padded tokens per batch and side.", low=1)
     warmup_steps: int = setting(1000, "Warm-up steps.", low=0)
     max_len: int = setting(100, "Longest sentence in subword tokens (longer ones are truncated).", low=1)
-    vocab_size: int = setting(8000, "BPE vocabulary size (joint, or per side with --separate-vocab).", low=8)
+    vocab_size: int = setting(8000, "BPE vocabulary size (joint, or per side when each language has its own).", low=8)
     lowercase: bool = setting(False, "Lowercase the corpus before the tokenizers are trained.")
     time_budget_s: float | None = setting(None, "Stop training after this long.", low=0, low_open=True,
                                           flag="--time-budget", duration=True)

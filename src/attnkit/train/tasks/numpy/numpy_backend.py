@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from attnkit._checks import dataclass_kwargs, nested_paths_hint, positive_int, setting
+from attnkit._checks import dataclass_kwargs, nested_paths_hint, setting
 from attnkit._finite import NonFiniteError, non_finite_message
 from attnkit.data.readers import read_examples
 from attnkit.data.sources import split_examples
@@ -88,16 +88,12 @@ class NumpyTrainSettings(ClassifierTrainSettings):
     """
 
     lr: float = setting(3e-3, "Peak learning rate.", low=0, low_open=True)
-    warmup_ratio: float | None = None
-    max_len: int = 256
+    warmup_ratio: float | None = setting(None, "Share of steps with linear warm-up, then linear decay (none: a "
+                                         "constant rate).", low=0, high=1, high_open=True)
+    max_len: int = setting(256, "Truncate documents to this many words.", low=1)
     lowercase: bool = True
-    min_frequency: int = 1
-    vocab_size: int = 20000
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("max_len", "min_frequency", "vocab_size"):
-            positive_int(name, getattr(self, name))
+    min_frequency: int = setting(1, "Keep training words seen at least this often.", low=1)
+    vocab_size: int = setting(20000, "Keep at most this many words (plus <pad> and <unk>).", low=1)
 
 
 @dataclass
