@@ -21,7 +21,9 @@ Both sides run in the same invocation and every line prints both and their ratio
   <= 0.5x sdpa's. The speed ratio is measured again at T=4096 (window 256;
   target >= 2.5x). A third side with a stand-in attention that costs nothing
   measures the rest of the model, so attention alone is compared too, and the
-  bound the rest sets on the whole model's ratios is printed.
+  bound the rest sets on the whole model's ratios is printed. A fourth, which
+  costs nothing but keeps its query, key and value for the backward pass (as a
+  flash kernel, attnkit's included, must), gives exact attention's memory floor.
   ``flex_attention`` is tried beside them: its forward+backward (on CPU it
   raises, and the line says so), then its forward alone against attnkit's;
 * all-MiniLM-L6-v2 (the ``pretrained`` extra, with a mean-pooled 4-way head)
@@ -76,6 +78,21 @@ def _mistral(t: int):
 
 NO_ATTENTION = "no-attention"
 """A stand-in attention that costs nothing (the output is the query): the rest of the model alone."""
+KEEPS_INPUTS = "keeps-inputs"
+"""A stand-in that costs nothing but keeps its query, key and value for the backward pass, as every exact
+attention with a memory-efficient backward (flash kernels, attnkit's) must: the memory floor of exact attention."""
+
+
+class _KeepsInputs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(q, k, v)
+        return q * 1.0
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        _, k, v = ctx.saved_tensors
+        return grad, torch.zeros_like(k), torch.zeros_like(v)
 
 
 def _register_no_attention() -> None:
@@ -85,7 +102,11 @@ def _register_no_attention() -> None:
         touch = key.mean() + value.mean()  # gradients still reach every projection
         return (query + 0.0 * touch).transpose(1, 2).contiguous(), None
 
+    def keeps_inputs(module, query, key, value, attention_mask, **kwargs):
+        return _KeepsInputs.apply(query, key, value).transpose(1, 2).contiguous(), None
+
     AttentionInterface.register(NO_ATTENTION, no_attention)
+    AttentionInterface.register(KEEPS_INPUTS, keeps_inputs)
 
 
 def _steps(impl: str, t: int) -> Any:
@@ -240,23 +261,28 @@ def mistral(t: int, repeats: int, flex: bool) -> None:
               f"{NO_ATTENTION} peak, {r_mem:.0f} MiB): sdpa {s_mem - r_mem:.0f} MiB, attnkit {o_mem - r_mem:.0f} MiB "
               f"({(o_mem - r_mem) / (s_mem - r_mem):.2f}x); at least {r_mem / s_mem:.2f}x for the whole model "
               "even if attnkit's attention held nothing")
-    _process_memory(sdpa, ours, rest)
+    _process_memory(sdpa, ours, rest, _side(KEEPS_INPUTS, t, repeats))
     _shorter(t // 2, repeats)
     if flex:
         _flex(t)
     print(f"  after: {_load()}")
 
 
-def _process_memory(sdpa: dict[str, Any], ours: dict[str, Any], rest: dict[str, Any]) -> None:
-    """The whole process's peak resident memory of each side (its own process), and the ratio (target <= 0.5x)."""
-    if not all("process_peak_mib" in r for r in (sdpa, ours, rest)):
+def _process_memory(sdpa: dict[str, Any], ours: dict[str, Any], rest: dict[str, Any], keeps: dict[str, Any]
+                    ) -> None:
+    """The whole process's peak resident memory of each side (its own process), and the ratio (target <= 0.5x),
+    beside the two floors: attention that holds nothing, and exact attention that keeps only its inputs."""
+    if not all("process_peak_mib" in r for r in (sdpa, ours, rest, keeps)):
         return
-    s_p, o_p, r_p = (float(x["process_peak_mib"]) for x in (sdpa, ours, rest))
+    s_p, o_p, r_p, k_p = (float(x["process_peak_mib"]) for x in (sdpa, ours, rest, keeps))
     base = float(sdpa["import_mib"])
     print(f"  whole process peak RSS (each side in its own process): sdpa {s_p:.0f} MiB, attnkit {o_p:.0f} MiB, "
           f"{NO_ATTENTION} {r_p:.0f} MiB: attnkit {o_p / s_p:.3f}x sdpa's (target <= 0.5x); above the "
           f"{base:.0f} MiB the imports hold: {(o_p - base) / (s_p - base):.3f}x; at least {r_p / s_p:.3f}x "
           f"({(r_p - base) / (s_p - base):.3f}x above the imports) even if attnkit's attention held nothing")
+    print(f"  exact attention's floor ({KEEPS_INPUTS}: costs nothing, keeps query, key and value for the backward "
+          f"pass, as a flash kernel must): {k_p:.0f} MiB, {k_p / s_p:.3f}x sdpa's; attnkit holds {o_p - k_p:.0f} MiB "
+          "above it")
 
 
 def _shorter(t: int, repeats: int) -> None:

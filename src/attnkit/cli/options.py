@@ -238,7 +238,8 @@ def library_options(cls: type, names: tuple[str, ...], *, torch_only: tuple[str,
         torch = name in torch_only
         decorators.append(click.option(
             meta["flag"] or "--" + name.replace("_", "-"), name, type=_flag_type(hints[name], meta),
-            help=f"{meta['help'].rstrip('.')} ({note})." if note else meta["help"], cls=LibraryDefaultOption, shown=f.default,
+            help=f"{meta['help'].rstrip('.')} ({note})." if note else meta["help"],
+            cls=LibraryDefaultOption, shown=f.default,
             default_from=f"{cls.__module__}:{cls.__qualname__}.{name}", metavar=meta["metavar"],
             numpy_default_from=None if torch else f"{_NUMPY_SETTINGS}.{name}",
             numpy_help=(numpy_help or {}).get(name, _TORCH_ONLY if torch else None)))
