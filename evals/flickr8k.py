@@ -50,6 +50,7 @@ from attnkit.train.metrics import bleu_scores
 from attnkit.train.runs.checkpoint import RunFileError
 from attnkit.train.runs.rundir import committed_dir
 from attnkit.train.tasks.caption.caption_data import default_cache_dir, neighbour_index, split_inputs
+from attnkit.train.tasks.caption.caption_settings import CaptionSettings
 from attnkit.train.tasks.caption.captioning import (
     generate,
     load_caption_ensemble,
@@ -164,8 +165,8 @@ def main() -> None:
     model, vocab, metas = load_caption_ensemble(args.run)
     meta = metas[0]
     data = load_flickr8k(args.data)
-    cache_dir = Path(meta["options"].get("feature_cache") or default_cache_dir(args.data, model.config.backbone,
-                                                                               model.config.image_size))
+    recorded = CaptionSettings.from_saved(meta["options"]).data.feature_cache
+    cache_dir = Path(recorded or default_cache_dir(args.data, model.config.backbone, model.config.image_size))
     inputs, features = split_inputs(model, data, args.split, cache_dir=cache_dir)
     inputs = inputs if features else inputs.float() / 255.0
     refs = data.references(args.split)

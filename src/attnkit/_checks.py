@@ -37,7 +37,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 __all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of", "dataclass_kwargs",
-           "nested_paths_hint", "spell_settings", "setting", "check_settings", "is_type", "parse_duration"]
+           "nested_paths_hint", "spell_settings", "setting", "setting_fields", "check_settings", "is_type",
+           "parse_duration"]
 
 T = TypeVar("T")
 
@@ -137,6 +138,19 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
             "choices": tuple(choices) if choices is not None else None, "flag": flag, "path": path,
             "duration": duration, "metavar": metavar}
     return dataclasses.field(default=default, metadata={"attnkit": meta})
+
+
+def setting_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
+    """Every :func:`setting` field of settings dataclass ``cls`` with its type hint, in order, those of its
+    nested settings groups (a field whose type is a dataclass) included: the leaves of a settings tree."""
+    hints = typing.get_type_hints(cls)
+    leaves: list[tuple[dataclasses.Field[Any], Any]] = []
+    for f in dataclasses.fields(cls):
+        if "attnkit" in f.metadata:
+            leaves.append((f, hints[f.name]))
+        elif (nested := _nested_dataclass(hints[f.name])) is not None:
+            leaves += setting_fields(nested)
+    return leaves
 
 
 def _range_text(meta: Mapping[str, Any]) -> str:

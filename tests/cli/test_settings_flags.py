@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from attnkit._checks import parse_duration
+from attnkit._checks import parse_duration, setting_fields
 from attnkit.cli import cli
 from attnkit.cli.caption import train_caption
 from attnkit.cli.translate import TRAINING_FLAGS, train_translate
@@ -27,9 +27,10 @@ def _options(command: click.Command) -> dict[str, click.Option]:
 def test_each_settings_field_is_a_flag_with_its_default_help_and_range(command: click.Command, cls: type,
                                                                       names: tuple[str, ...] | None) -> None:
     options = _options(command)
-    fields = [f for f in dataclasses.fields(cls) if names is None or f.name in names]
-    assert fields and len(fields) == (len(names) if names else len(dataclasses.fields(cls)))
-    for f in fields:
+    leaves = [(f, hint) for f, hint in setting_fields(cls) if names is None or f.name in names]
+    assert leaves and len(leaves) == (len(names) if names else 27)
+    build = getattr(cls, "from_flat", lambda values: cls(**values))
+    for f, _ in leaves:
         meta = f.metadata["attnkit"]
         option = options[f.name]
         assert option.default == f.default, f.name
@@ -37,18 +38,18 @@ def test_each_settings_field_is_a_flag_with_its_default_help_and_range(command: 
         if meta["low"] is not None and not meta["duration"]:
             below = meta["low"] - (0 if meta["low_open"] else 1)
             with pytest.raises(ValueError, match=f.name):
-                cls(**{f.name: type(f.default)(below) if f.default is not None else below})
+                build({f.name: type(f.default)(below) if f.default is not None else below})
             with pytest.raises(click.BadParameter):
                 option.type.convert(below, option, None)
 
 
 def test_the_dataclass_refuses_what_its_flag_refuses_naming_the_field_and_range() -> None:
     with pytest.raises(ValueError, match=r"epochs must be a positive int, got 0"):
-        CaptionSettings(epochs=0)
+        CaptionSettings.from_flat({"epochs": 0})
     with pytest.raises(ValueError, match=r"dropout must be a number >= 0 and < 1, got 1.0"):
-        CaptionSettings(dropout=1.0)
+        CaptionSettings.from_flat({"dropout": 1.0})
     with pytest.raises(ValueError, match=r"attend_with must be one of \['current_state', 'previous_state'\]"):
-        CaptionSettings(attend_with="next_state")
+        CaptionSettings.from_flat({"attend_with": "next_state"})
     with pytest.raises(ValueError, match=r"vocab_size must be an int >= 8, got 4"):
         TranslationTrainConfig(vocab_size=4)
     with pytest.raises(ValueError, match=r"lr must be a number > 0, got 0.0"):
@@ -72,7 +73,7 @@ def test_a_time_budget_is_one_duration_in_seconds_everywhere(given: str, seconds
     result = CliRunner().invoke(cli, ["train", "--task", "caption", "--out", str(tmp_path / "run"),
                                       "--time-budget", given, "--epochs", "3"])
     assert result.exit_code == 0, result.output
-    assert seen["settings"].time_budget_s == seconds and seen["settings"].epochs == 3
+    assert seen["settings"].training.time_budget_s == seconds and seen["settings"].training.epochs == 3
 
 
 @pytest.mark.parametrize("task", ["caption", "translate"])
@@ -85,3 +86,18 @@ def test_a_bad_duration_or_range_is_refused_by_its_flag(task: str, tmp_path: Any
         result = CliRunner().invoke(cli, [*command, "--out", str(tmp_path / "run"), flag, value])
         assert result.exit_code == 2 and flag in result.output, result.output
     assert not (tmp_path / "run").exists()
+
+
+def test_a_caption_run_records_its_settings_as_a_tree_and_reads_the_older_flat_form() -> None:
+    settings = CaptionSettings.from_flat({"epochs": 3, "backbone": "resnet18", "min_frequency": 2, "images": "im",
+                                          "captions": "c.txt"})
+    tree = dataclasses.asdict(settings)
+    assert set(tree) == {"data", "tokenizer", "model", "training"}
+    assert (tree["training"]["epochs"], tree["model"]["backbone"], tree["tokenizer"]["min_frequency"],
+            tree["data"]["images"]) == (3, "resnet18", 2, "im")
+    assert CaptionSettings.from_saved(tree) == settings
+    flat = {k: v for group in tree.values() for k, v in group.items() if k != "time_budget_s"}
+    assert CaptionSettings.from_saved({**flat, "time_budget": 2}) == dataclasses.replace(
+        settings, training=dataclasses.replace(settings.training, time_budget_s=120.0))
+    with pytest.raises(TypeError, match="options.training field epochs must be an int"):
+        CaptionSettings.from_saved({**tree, "training": {**tree["training"], "epochs": "3"}})

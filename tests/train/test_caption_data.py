@@ -28,7 +28,8 @@ def _caption_set(tmp_path: Path, images: int = 10, per_image: int = 3) -> tuple[
 
 def test_a_caption_set_holds_each_image_once_as_uint8_pixels(tmp_path: Path) -> None:
     folder, captions = _caption_set(tmp_path)
-    settings = CaptionSettings(images=str(folder), captions=str(captions), image_size=32).resolved()
+    settings = CaptionSettings.from_flat(
+        {"images": str(folder), "captions": str(captions), "image_size": 32}).resolved()
     seen: list[tuple[int, int, int, bool]] = []
     data = prepare_caption_data(settings, check=lambda model, *sizes: seen.append(sizes))
     assert seen == [(9, 27, 1, False)]  # a tenth of the 10 images held out, 3 captions each
@@ -46,7 +47,8 @@ def test_the_check_sees_the_sizes_before_any_image_is_read(tmp_path: Path, monke
     from attnkit.data import captions as caption_module
 
     folder, captions = _caption_set(tmp_path, images=4, per_image=2)
-    settings = CaptionSettings(images=str(folder), captions=str(captions), image_size=32).resolved()
+    settings = CaptionSettings.from_flat(
+        {"images": str(folder), "captions": str(captions), "image_size": 32}).resolved()
     monkeypatch.setattr(caption_module, "load_image", lambda *a: pytest.fail("an image was read"))
 
     def refuse(model, images, rows, held_out, features):

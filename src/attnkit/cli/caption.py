@@ -24,7 +24,6 @@ The library half lives in :mod:`attnkit.train.tasks.caption.captioning`.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import click
@@ -69,7 +68,7 @@ def train_caption(**values: Any) -> None:
         raise click.UsageError("--data (a Flickr8k folder) and --images/--captions exclude each other")
     if values["resume"] and values["overwrite"]:
         raise click.UsageError("--resume and --overwrite exclude each other")
-    settings = CaptionSettings(**{f.name: values[f.name] for f in dataclasses.fields(CaptionSettings)})
+    settings = CaptionSettings.from_flat(values)
     try:
         done = train_caption_run(settings, values["out"], resume=values["resume"], overwrite=values["overwrite"],
                                  log=echo, epoch_log=None if values["quiet"] else echo, flags=RUN_FLAGS,

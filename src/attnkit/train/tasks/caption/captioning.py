@@ -75,20 +75,16 @@ def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], Capt
         raise RunFileError(f"{out} holds no resumable captioning run")
     if run_status(saved) == "done":
         return None
-    fields = {f.name for f in dataclasses.fields(CaptionSettings)}
-    options = dict(saved["options"])
-    if options.get("time_budget") is not None:  # runs written before the budget was in seconds: minutes
-        options["time_budget_s"] = 60.0 * options["time_budget"]
-    changes = {k: v for k, v in options.items() if k in fields}
-    data = saved.get("data", {})
+    recorded = CaptionSettings.from_saved(saved["options"])
+    data, paths = saved.get("data", {}), {}
     for key in ("images", "captions", "pretrained"):
         path, digest = data.get(key), data.get(f"{key}_sha256")
         if path and (not Path(path).exists() or (digest and data_fingerprint(path) != digest)):
             raise ValueError(f"--{key} {path} is missing or changed since run {out} was trained on it; "
                              "resuming needs the same data")
-        if path and key != "pretrained" and not changes.get("data", settings.data):
-            changes[key] = path
-    return saved, dataclasses.replace(settings, **changes)
+        if path and key != "pretrained" and not recorded.data.data:
+            paths[key] = path
+    return saved, dataclasses.replace(recorded, data=dataclasses.replace(recorded.data, **paths))
 
 
 def _memory_check(batch_size: int, max_memory: int | None, log: Callable[[str], None]) -> Callable[..., None]:
@@ -137,10 +133,10 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
     saved, settings = resumed if resumed is not None else (None, settings)
     writer = start_run(path, run_id=saved["run_id"] if saved else None, overwrite=overwrite,
                        flags=flags)  # refuses now
-    torch.manual_seed(settings.seed)
+    torch.manual_seed(settings.training.seed)
     settings = settings.resolved()
     prep = prepare_caption_data(settings, saved_config=saved["model_config"] if saved else None,
-                                check=_memory_check(settings.batch_size, max_memory, log))
+                                check=_memory_check(settings.training.batch_size, max_memory, log))
     model, vocab = prep.model, prep.vocab
     if saved is not None and saved["vocab"] != vocab.to_dict():
         raise ValueError(f"the data no longer gives the vocabulary run {path} was trained with; "
@@ -149,8 +145,8 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
     log(f"{MODEL_NAME}: {len(prep.ids)} training pairs, {len(val_refs)} held-out images, "
         f"{len(vocab)} words, grid {model.grid}" + (" (cached features)" if prep.features else ""))
     meta = {"data": _data_record(prep.source), "options": dataclasses.asdict(settings),
-            "train": {k: getattr(settings, k) for k in ("epochs", "seed", "batch_size", "lr", "pretrained",
-                                                         "patience")}}
+            "train": {**{k: getattr(settings.training, k) for k in ("epochs", "seed", "batch_size", "lr", "patience")},
+                      "pretrained": settings.model.pretrained}}
     unwritten = [prep.neighbours]  # the index goes into this process's first commit; later ones carry it
 
     def neighbours() -> Any:
@@ -160,15 +156,16 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
         commit_caption_run(writer, model, vocab, status="training", meta=meta, history=state["progress"]["history"],
                            progress=state["summary"], train_state=state, neighbours=neighbours())
 
-    flickr = bool(settings.data)
+    flickr = bool(settings.data.data)
     with writer:  # the lock, from here to the last commit
-        history = fit_captioner(model, prep.inputs, prep.ids, prep.lengths, epochs=settings.epochs,
-                                batch_size=settings.batch_size, lr=settings.lr, seed=settings.seed, echo=epoch_log,
+        training = settings.training
+        history = fit_captioner(model, prep.inputs, prep.ids, prep.lengths, epochs=training.epochs,
+                                batch_size=training.batch_size, lr=training.lr, seed=training.seed, echo=epoch_log,
                                 checkpoint=commit_epoch, out_dir=path, resume=saved is not None,
                                 image_index=prep.image_index, features=prep.features,
-                                validation=prep.validation if flickr else None, patience=settings.patience,
-                                bucket=flickr, per_image=settings.captions_per_image if flickr else 0,
-                                time_budget_s=settings.time_budget_s)
+                                validation=prep.validation if flickr else None, patience=training.patience,
+                                bucket=flickr, per_image=settings.data.captions_per_image if flickr else 0,
+                                time_budget_s=training.time_budget_s)
         metrics: dict[str, Any] = {"train_loss": history[-1]["train_loss"]}
         if val_refs:
             hyps = [" ".join(vocab.decode(g.ids)) for g in generate(model, val_inputs, features=prep.features)]
@@ -177,7 +174,7 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
                                        list(zip(val_refs, hyps, strict=True))[:5]]
             log(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val_refs)})")
         commit_caption_run(writer, model, vocab, status="done", meta=meta, history=history, metrics=metrics,
-                           progress={"epoch": len(history), "epochs": settings.epochs}, neighbours=neighbours())
+                           progress={"epoch": len(history), "epochs": training.epochs}, neighbours=neighbours())
     return metrics
 
 
