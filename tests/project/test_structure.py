@@ -256,3 +256,32 @@ def test_lazy_re_exports_count_as_imports() -> None:
     assert "attnkit.api" in import_graph()["attnkit"]
     graph = {**import_graph(), "attnkit.train.runs.checkpoint": {"attnkit"}}
     assert cycles(graph), "a module importing the package that lazily re-exports it is a cycle"
+
+
+# Inside train/: the run folder knows no loop and no task; a task knows no other task (the classifiers
+# serve their NumPy backend's runs, which is one task on two backends).
+TRAIN_LAYERS = {
+    "attnkit.train.runs": ("attnkit.train.loop", "attnkit.train.tasks"),
+    "attnkit.train.tasks.translate": ("attnkit.train.tasks.classify", "attnkit.train.tasks.caption",
+                                      "attnkit.train.tasks.numpy"),
+    "attnkit.train.tasks.caption": ("attnkit.train.tasks.classify", "attnkit.train.tasks.translate",
+                                    "attnkit.train.tasks.numpy"),
+    "attnkit.train.tasks.numpy": ("attnkit.train.tasks.classify", "attnkit.train.tasks.translate",
+                                  "attnkit.train.tasks.caption"),
+}
+
+
+def train_layer_breaks(graph: dict[str, set[str]]) -> list[str]:
+    """``"module -> import"`` for each import across :data:`TRAIN_LAYERS`' lines (imports in functions count)."""
+    return sorted(f"{name} -> {dep}" for name, deps in graph.items() for folder, banned in TRAIN_LAYERS.items()
+                  if name == folder or name.startswith(folder + ".")
+                  for dep in deps if any(dep == b or dep.startswith(b + ".") for b in banned))
+
+
+def test_train_folders_keep_their_layers() -> None:
+    assert not train_layer_breaks(import_graph())
+    planted = {"attnkit.train.runs.rundir": {"attnkit.train.loop.trainer"},
+               "attnkit.train.tasks.caption.captioning": {"attnkit.train.tasks.translate.translation"}}
+    assert train_layer_breaks(planted) == ["attnkit.train.runs.rundir -> attnkit.train.loop.trainer",
+                                           "attnkit.train.tasks.caption.captioning -> "
+                                           "attnkit.train.tasks.translate.translation"]
