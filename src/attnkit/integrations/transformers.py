@@ -298,19 +298,26 @@ def _codes() -> dict[Any, str]:
     from transformers import masking_utils as mu
 
     ones, ids = torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, 1, dtype=torch.long)
-    codes = {
-        mu.causal_mask_function.__code__: "causal",
-        mu.bidirectional_mask_function.__code__: "all",
-        mu.sliding_window_overlay(1).__code__: "window-after",
-        mu.chunked_overlay(1, ids[0]).__code__: "chunk",
-        mu.padding_mask_function(ones).__code__: "padding",
-        mu.packed_sequence_mask_function(ids).__code__: "same-id",
-        mu.and_masks(mu.causal_mask_function).__code__: "and",
-        mu.or_masks(mu.causal_mask_function).__code__: "or",
-        mu.add_offsets_to_mask_function(mu.causal_mask_function, 0, 0).__code__: "offsets",
-    }
-    if hasattr(mu, "sliding_window_bidirectional_overlay"):  # transformers >= 5.3
-        codes[mu.sliding_window_bidirectional_overlay(1).__code__] = "window"
+    makers: list[tuple[str, Callable[[], Any]]] = [
+        ("causal", lambda: mu.causal_mask_function),
+        ("all", lambda: mu.bidirectional_mask_function),  # transformers >= 5.0
+        ("window-after", lambda: mu.sliding_window_overlay(1)),
+        ("chunk", lambda: mu.chunked_overlay(1, ids[0])),  # 4.57 on: the left padding too
+        ("chunk", lambda: mu.chunked_overlay(1)),  # 4.54: the chunk size only
+        ("chunk", lambda: mu._legacy_chunked_overlay(1)),  # 4.57 (torch < 2.6)
+        ("padding", lambda: mu.padding_mask_function(ones)),
+        ("same-id", lambda: mu.packed_sequence_mask_function(ids)),
+        ("and", lambda: mu.and_masks(mu.causal_mask_function)),
+        ("or", lambda: mu.or_masks(mu.causal_mask_function)),
+        ("offsets", lambda: mu.add_offsets_to_mask_function(mu.causal_mask_function, 0, 0)),
+        ("window", lambda: mu.sliding_window_bidirectional_overlay(1)),  # transformers >= 5.3
+    ]
+    codes: dict[Any, str] = {}
+    for kind, make in makers:
+        try:  # a function this release lacks, or builds with other arguments, is evaluated entry by entry
+            codes[make().__code__] = kind
+        except (AttributeError, TypeError):
+            continue
     return codes
 
 
@@ -354,12 +361,12 @@ def _rule_of(fn: Any, depth: int = 0) -> BlockRule | None:
         return block_rule(sliding_window_mod(w))
     if kind == "window-after":  # kv_idx > q_idx - w
         return lambda x: (x.kz <= x.qa - w, x.ka > x.qz - w)
-    left = cells["left_padding"]  # chunk: (kv - left[b]) // w == (q - left[b]) // w
-    if not isinstance(left, Tensor) or left.dim() != 1:
+    left = cells.get("left_padding")  # chunk: (kv - left[b]) // w == (q - left[b]) // w; 4.54: none
+    if left is not None and (not isinstance(left, Tensor) or left.dim() != 1):
         return None
 
     def chunk(x: BlockBounds) -> tuple[Tensor, Tensor]:
-        lp = left.to(x.b.device)[x.b]
+        lp = left.to(x.b.device)[x.b] if left is not None else 0
         qlo, qhi, klo, khi = ((x.qa - lp) // w, (x.qz - lp) // w, (x.ka - lp) // w, (x.kz - lp) // w)
         return (qhi < klo) | (khi < qlo), (qlo == qhi) & (klo == khi) & (qlo == klo)
 
@@ -452,7 +459,6 @@ def _composed(mask_function: Callable[..., Tensor] | None, attention_mask: Tenso
         and_masks,
         causal_mask_function,
         padding_mask_function,
-        prepare_padding_mask,
     )
 
     mod = causal_mask_function if mask_function is None else mask_function
@@ -464,11 +470,19 @@ def _composed(mask_function: Callable[..., Tensor] | None, attention_mask: Tenso
             )
         # compiled: the padding is folded in whatever its values (reading them would break the graph)
         if torch.compiler.is_compiling() or not bool(attention_mask.all()):
-            padding = prepare_padding_mask(attention_mask.bool(), kv_length, _as_int(kv_offset, "kv_offset"))
-            assert padding is not None
+            padding = _padding(attention_mask.bool(), kv_length, _as_int(kv_offset, "kv_offset"))
             mod = and_masks(mod, padding_mask_function(padding))
     q_shift: Any = _offset(q_offset, "q_offset")  # a one-element tensor adds as an int does
     return add_offsets_to_mask_function(mod, q_shift, _as_int(kv_offset, "kv_offset"))
+
+
+def _padding(attention_mask: Tensor, kv_length: int, kv_offset: int) -> Tensor:
+    """The 2-D padding mask padded with False to ``kv_offset + kv_length`` keys, never sliced: the mask function
+    reads it at the keys' absolute positions (``add_offsets_to_mask_function``), as transformers' own
+    ``flex_attention_mask`` does (its ``prepare_padding_mask`` slices by default before 5.0)."""
+    if (missing := kv_length + kv_offset - attention_mask.shape[-1]) > 0:
+        return torch.nn.functional.pad(attention_mask, (0, missing))
+    return attention_mask
 
 
 def _offset(value: int | Tensor, what: str) -> int | Tensor:
