@@ -33,7 +33,8 @@ score mod). ``output_attentions=True`` takes attnkit's weights path and returns
 the probabilities (before dropout). What it cannot honour (a float or foreign
 mask, a keyword it does not know) raises :class:`HFBackendError` at the first
 call; a transformers version outside :data:`SUPPORTED` is refused at import; a
-model whose attention layers do not call the interface is refused when
+model whose attention layers do not call the interface, or whose family runs on
+the backend only from a later release (:data:`FAMILY_SINCE`), is refused when
 ``"attnkit"`` is asked for (:func:`check_model`).
 
 **Documents.** Where the position ids restart (the next id not greater than
@@ -97,13 +98,22 @@ __all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "check_model", "at
 
 NAME = "attnkit"
 """The name to pass as ``attn_implementation``."""
-SUPPORTED = ((5, 2), (5, 26))
-"""transformers versions this backend supports: ``>= 5.2, < 5.26`` (the ``hf`` extra); 5.25 the newest release
-tested. 5.0 is the first whose encoders (BERT, RoBERTa, DistilBERT) call the attention interface with the mask
-builder's masks (4.5x has the interfaces, 4.53 on, but builds encoder masks itself), 5.2 the first whose SigLIP2
-builds its masks through the mask interface (5.0 and 5.1 hand a float mask). Before 5.4 the mask interface hands
-``cache_position`` (:func:`attnkit_mask_from_cache_position`). T5 calls the attention interface from 5.15 on,
-ModernBERT from 5.10 (before, they are refused by name)."""
+SUPPORTED = ((4, 54), (5, 26))
+"""transformers versions this backend supports: ``>= 4.54, < 5.26`` (the ``hf`` extra); 5.25 the newest release
+tested. 4.54 is the first with both interfaces and the model hooks the backend needs (4.53 has the attention and
+mask interfaces but not ``set_attn_implementation`` nor ``_can_set_attn_implementation``). Families whose layers
+do not go through the interfaces in a release are refused by name there (:data:`FAMILY_SINCE`). Before 5.4 the
+mask interface hands ``cache_position`` (:func:`attnkit_mask_from_cache_position`)."""
+FAMILY_SINCE: dict[str, tuple[int, int]] = {
+    "bert": (5, 0), "roberta": (5, 0), "distilbert": (5, 0),  # 4.5x: own attention, own float masks
+    "bart": (5, 0),  # 4.5x: calls the attention interface with its own float masks
+    "siglip2": (5, 2),  # 4.5x, 5.0, 5.1: its own float masks
+    "modernbert": (5, 10), "t5": (5, 15),  # before: their own attention
+}
+"""The first transformers release in which a model family (the folder of ``transformers.models``) runs on the
+backend: its attention layers call the attention interface with the mask builder's masks. :func:`check_model`
+refuses the family by name before it. A family not named here that builds its own float masks in some release is
+refused at the first call (:class:`HFBackendError` naming the mask)."""
 Q_LENGTH_SINCE = (5, 4)
 """The first transformers release whose mask interface passes ``q_length``/``q_offset``, not ``cache_position``."""
 
@@ -178,12 +188,28 @@ def check_model(model: Any) -> None:
     modules = model.modules() if isinstance(model, torch.nn.Module) else [model]
     for m in modules:
         cls = m if isinstance(m, type) else type(m)
-        if issubclass(cls, PreTrainedModel) and not cls._can_set_attn_implementation():
+        if not issubclass(cls, PreTrainedModel):
+            continue
+        since = FAMILY_SINCE.get(_family(cls))
+        if since is not None and _version() < since:
+            raise HFBackendError(
+                f"{cls.__name__} cannot use attn_implementation='attnkit' in transformers "
+                f"{'.'.join(map(str, _version()))}: its attention layers call transformers' attention interface "
+                f"with the mask builder's masks from transformers {since[0]}.{since[1]} on; upgrade transformers, "
+                "or use attn_implementation='eager' or 'sdpa' for this model"
+            )
+        if not cls._can_set_attn_implementation():
             raise HFBackendError(
                 f"{cls.__name__} cannot use attn_implementation='attnkit': its attention layers do not call "
                 "transformers' attention interface (AttentionInterface), so they would keep their own attention; "
                 "use attn_implementation='eager' or 'sdpa' for this model"
             )
+
+
+def _family(cls: type) -> str:
+    """The model family of a transformers model class: its folder under ``transformers.models`` (``"bert"``)."""
+    found = re.match(r"transformers\.models\.([^.]+)\.", cls.__module__)
+    return found.group(1) if found else ""
 
 
 def _guard_model_classes() -> None:
@@ -303,8 +329,8 @@ def _codes() -> dict[Any, str]:
         ("all", lambda: mu.bidirectional_mask_function),  # transformers >= 5.0
         ("window-after", lambda: mu.sliding_window_overlay(1)),
         ("chunk", lambda: mu.chunked_overlay(1, ids[0])),  # 4.57 on: the left padding too
-        ("chunk", lambda: mu.chunked_overlay(1)),  # 4.54: the chunk size only
-        ("chunk", lambda: mu._legacy_chunked_overlay(1)),  # 4.57 (torch < 2.6)
+        ("chunk", lambda: mu.chunked_overlay(1)),  # type: ignore[call-arg]  # 4.54: the chunk size only
+        ("chunk", lambda: mu._legacy_chunked_overlay(1)),  # type: ignore[attr-defined]  # 4.57, torch < 2.6
         ("padding", lambda: mu.padding_mask_function(ones)),
         ("same-id", lambda: mu.packed_sequence_mask_function(ids)),
         ("and", lambda: mu.and_masks(mu.causal_mask_function)),
