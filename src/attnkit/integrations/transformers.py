@@ -92,7 +92,7 @@ from attnkit.core.score_mods import bias_mod, soft_cap_mod
 from attnkit.core.types import MaskMod, ScoreMod
 from attnkit.parallel.hf import context_parallel  # one sequence across processes (docs/context-parallel.md)
 
-__all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "check_model", "attnkit_mask",
+__all__ = ["NAME", "SUPPORTED", "FAMILY_SINCE", "HFBackendError", "register", "check_model", "attnkit_mask",
            "attnkit_mask_from_cache_position", "attnkit_attention_forward", "document_ids", "watch_positions",
            "context_parallel"]
 
