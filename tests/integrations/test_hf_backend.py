@@ -77,6 +77,8 @@ def _gpt2():
 
 
 def _gpt_oss():  # attention sinks (s_aux), alternating sliding and full layers
+    if not hasattr(transformers, "GptOssForCausalLM"):
+        pytest.skip(f"GPT-OSS arrives in transformers 4.55, not in {transformers.__version__}")
     return transformers.GptOssForCausalLM(transformers.GptOssConfig(
         vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
@@ -112,8 +114,7 @@ def _run(model, impl: str, **inputs):
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_logits_and_gradients_equal_eager_with_padding(name):
     model = _model(name)
-    if not uses_the_interface(model):  # ModernBERT before transformers 5.10, T5 before 5.15: refused by name
-        return
+    on_the_interface(model)  # BERT before transformers 5.0, ModernBERT before 5.10, T5 before 5.15: refused by name
     ids = torch.randint(1, V, (3, T))
     mask = torch.ones(3, T, dtype=torch.long)
     if name in ENCODERS:
@@ -155,12 +156,11 @@ def test_bfloat16_runs_without_nan(name):
     assert all(torch.isfinite(p.grad.float()).all() for p in model.parameters() if p.grad is not None)
 
 
-def packed_on_the_backend(name: str) -> tuple[Any, list[torch.Tensor], dict[str, torch.Tensor]] | None:
+def packed_on_the_backend(name: str) -> tuple[Any, list[torch.Tensor], dict[str, torch.Tensor]]:
     """Model ``name`` on the backend, three examples of 5, 9 and 7 tokens and their packed batch
-    (``DataCollatorWithFlattening``, labels included); None where the model does not call the interface."""
+    (``DataCollatorWithFlattening``, labels included); the test skipped where the family is refused by name."""
     model = _model(name)
-    if not uses_the_interface(model):
-        return None
+    on_the_interface(model)
     model.set_attn_implementation("attnkit")
     torch.manual_seed(2)
     examples = [torch.randint(1, V, (n,)) for n in (5, 9, 7)]
@@ -171,9 +171,7 @@ def packed_on_the_backend(name: str) -> tuple[Any, list[torch.Tensor], dict[str,
 
 @pytest.mark.parametrize("name", ["bert", "roberta", "distilbert", "modernbert", "llama", "mistral", "gpt_oss"])
 def test_packed_rows_equal_each_example_alone(name):
-    if (packed := packed_on_the_backend(name)) is None:
-        return
-    model, examples, batch = packed
+    model, examples, batch = packed_on_the_backend(name)
     assert batch["input_ids"].shape == (1, 21) and batch["position_ids"][0, 5] == 0
     model.zero_grad()
     packed = model(**batch)
@@ -199,8 +197,7 @@ def test_a_model_built_on_the_backend_keeps_packed_rows_apart_without_positions_
     """ModernBERT's layers never see position ids: the model forward's are handed to them."""
     torch.manual_seed(0)
     config = _modernbert().config
-    if not uses_the_interface(transformers.ModernBertForMaskedLM(config)):
-        return
+    on_the_interface(transformers.ModernBertForMaskedLM(config))
     model = transformers.ModernBertForMaskedLM._from_config(config, attn_implementation="attnkit").eval()
     ids = torch.randint(1, V, (1, 14))
     with torch.no_grad():
@@ -212,6 +209,7 @@ def test_a_model_built_on_the_backend_keeps_packed_rows_apart_without_positions_
 def test_packed_rows_differ_from_one_long_document():
     """The document mask is what makes the packed row equal: without restarting positions it differs."""
     model = _model("bert")
+    on_the_interface(model)
     model.set_attn_implementation("attnkit")
     ids = torch.randint(1, V, (1, 14))
     with torch.no_grad():
@@ -256,6 +254,7 @@ def test_output_attentions_returns_the_weights_of_eager():
 
 def test_training_mode_with_dropout_runs_and_differs_between_calls():
     model = _model("bert")
+    on_the_interface(model)
     model.config.attention_probs_dropout_prob = 0.5
     for layer in model.bert.encoder.layer:
         layer.attention.self.dropout.p = 0.5
@@ -277,9 +276,9 @@ def test_register_is_idempotent_and_names_both_interfaces():
     assert AttentionMaskInterface._global_mapping["attnkit"] is want
 
 
-@pytest.mark.parametrize("version", [(5, 1), (4, 57), (5, 26), (6, 0)])
+@pytest.mark.parametrize("version", [(4, 53), (4, 0), (5, 26), (6, 0)])
 def test_a_transformers_version_outside_the_range_is_refused(version):
-    with pytest.raises(hf.HFBackendError, match=r"transformers >= 5\.2, < 5\.26.*attnkit\[hf\]"):
+    with pytest.raises(hf.HFBackendError, match=r"transformers >= 4\.54, < 5\.26.*attnkit\[hf\]"):
         hf.check_version(version)
     hf.check_version()  # the installed one is inside
 
@@ -364,10 +363,8 @@ def test_the_cache_position_entry_refuses_positions_that_are_not_one_row():
 
 
 def test_the_mask_builder_folds_padding_offsets_and_chunks():
-    from transformers.masking_utils import chunked_causal_mask_function
-
     padding = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
-    fn = chunked_causal_mask_function(3, torch.tensor([1]))
+    fn = chunked_causal(3, torch.tensor([1]))
     got = hf.attnkit_mask(1, 4, 10, q_offset=6, kv_offset=0, mask_function=fn, attention_mask=padding)
     want = sdpa_reference(1, 4, 10, q_offset=6, kv_offset=0, mask_function=fn, attention_mask=padding,
                           allow_is_causal_skip=False)
@@ -375,12 +372,38 @@ def test_the_mask_builder_folds_padding_offsets_and_chunks():
 
 
 def uses_the_interface(model) -> bool:
-    """Whether ``model`` can run on the backend; if not (T5 before transformers 5.15), it must be refused by name."""
-    if type(model)._can_set_attn_implementation():
+    """Whether ``model`` can run on the backend in this transformers release; if not (BERT before 5.0, T5 before
+    5.15: ``hf.FAMILY_SINCE``), it must be refused by name."""
+    try:
+        hf.check_model(model)
         return True
+    except hf.HFBackendError:
+        pass
     with pytest.raises(hf.HFBackendError, match=f"{type(model).__name__} cannot use attn_implementation='attnkit'"):
         model.set_attn_implementation("attnkit")
     return False
+
+
+def on_the_interface(model) -> None:
+    """Skip the test, naming the release, where ``model``'s family is refused by name (after checking it is)."""
+    if uses_the_interface(model):
+        return
+    name, got = type(model).__name__, ".".join(map(str, hf._version()))
+    since = hf.FAMILY_SINCE.get(hf._family(type(model)))
+    if since is None:
+        pytest.skip(f"{name} does not call the attention interface in transformers {got}: refused by name")
+    pytest.skip(f"{name} runs on the backend from transformers {since[0]}.{since[1]} on; refused by name in {got}")
+
+
+def chunked_causal(chunk_size: int, left_padding: torch.Tensor):
+    """transformers' chunked causal mask function; 4.54's takes the chunk size only (no left padding)."""
+    import inspect
+
+    from transformers.masking_utils import chunked_causal_mask_function
+
+    if len(inspect.signature(chunked_causal_mask_function).parameters) == 1:
+        return chunked_causal_mask_function(chunk_size)
+    return chunked_causal_mask_function(chunk_size, left_padding)
 
 
 def _t5():  # a learned relative position bias (position_bias, a score mod) and cross-attention
@@ -400,8 +423,7 @@ def _bart():  # cross-attention over a padded source
 def test_encoder_decoder_logits_and_gradients_equal_eager(build):
     torch.manual_seed(0)
     model = build().eval()
-    if not uses_the_interface(model):
-        return
+    on_the_interface(model)
     src, tgt = torch.randint(1, V, (2, T)), torch.randint(1, V, (2, 7))
     mask = torch.ones(2, T, dtype=torch.long)
     mask[1, 7:] = 0
@@ -438,6 +460,16 @@ def test_a_layout_seen_again_reuses_its_block_mask_and_another_does_not():
     assert not torch.equal(other_padding.to_dense(), a.to_dense())
 
 
+def bidirectional():
+    """transformers' bidirectional mask function (5.0 on); before, a function that allows every entry."""
+    from transformers import masking_utils as mu
+
+    def allow_all(batch_idx, head_idx, q_idx, kv_idx):
+        return q_idx >= 0
+
+    return getattr(mu, "bidirectional_mask_function", allow_all)
+
+
 def _transformers_mask_functions(seed):
     """transformers' own mask functions, with random windows, chunks, packed documents and padding."""
     import random
@@ -454,12 +486,13 @@ def _transformers_mask_functions(seed):
     window, window_both_sides = rng.randint(1, 30), rng.randint(1, 30)
     fns = [
         mu.causal_mask_function,
-        mu.bidirectional_mask_function,
         mu.sliding_window_causal_mask_function(window),
-        mu.chunked_causal_mask_function(rng.randint(1, 20), torch.tensor([rng.randint(0, 5), 0])),
+        chunked_causal(rng.randint(1, 20), torch.tensor([rng.randint(0, 5), 0])),
         mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(docs)),
         mu.or_masks(mu.sliding_window_overlay(rng.randint(1, 9)), mu.packed_sequence_mask_function(docs)),
     ]
+    if hasattr(mu, "bidirectional_mask_function"):  # transformers >= 5.0
+        fns.append(mu.bidirectional_mask_function)
     if hasattr(mu, "sliding_window_bidirectional_mask_function"):  # transformers >= 5.3
         fns.append(mu.sliding_window_bidirectional_mask_function(window_both_sides))
     padding = torch.ones(2, t, dtype=torch.bool)
@@ -519,6 +552,7 @@ def test_packed_rows_of_short_documents_take_small_blocks(monkeypatch):
     real = hf.create_block_mask
     monkeypatch.setattr(hf, "create_block_mask", lambda *a, **kw: made.append(kw["block_size"]) or real(*a, **kw))
     model = _model("bert")
+    on_the_interface(model)
     model.set_attn_implementation("attnkit")
     collate = transformers.DataCollatorWithFlattening()
     batch = collate([{"input_ids": list(range(1, 1 + n))} for n in (40, 44, 38)])
@@ -554,7 +588,9 @@ def test_a_model_without_the_attention_interface_is_refused_by_name_on_load(tmp_
 def test_check_model_passes_the_families_that_use_the_interface():
     hf.register()  # the guards are installed once
     assert getattr(transformers.PreTrainedModel._check_and_adjust_attn_implementation, "_attnkit_guard", False)
-    for build in (*FAMILIES.values(), _t5, _bart):  # T5 and BART leave _supports_attention_backend False
+    for name, build in (*FAMILIES.items(), ("t5", _t5), ("bart", _bart)):  # T5, BART: _supports_attention_backend
+        if name == "gpt_oss" and not hasattr(transformers, "GptOssForCausalLM"):  # False, though they use it
+            continue
         model = build()
         if uses_the_interface(model):
             hf.check_model(model)
@@ -570,13 +606,12 @@ def _exhaustive(fn, b, t, q_offset=0):
 
 def test_a_recognised_mask_function_that_behaves_otherwise_is_evaluated_everywhere(monkeypatch):
     """A release whose function keeps a known code but computes something else: the probe drops the rule."""
-    from transformers import masking_utils as mu
-
     monkeypatch.setattr(hf, "BLOCK_SIZE", 8)
     real = hf._codes()
-    monkeypatch.setattr(hf, "_codes", lambda: {**real, mu.bidirectional_mask_function.__code__: "causal"})
-    got = hf.attnkit_mask(2, 40, 40, mask_function=mu.bidirectional_mask_function)
-    assert torch.equal(got.to_dense(), _exhaustive(mu.bidirectional_mask_function, 2, 40))
+    everything = bidirectional()
+    monkeypatch.setattr(hf, "_codes", lambda: {**real, everything.__code__: "causal"})
+    got = hf.attnkit_mask(2, 40, 40, mask_function=everything)
+    assert torch.equal(got.to_dense(), _exhaustive(everything, 2, 40))
     assert got.counts["empty"] == 0  # nothing skipped: every entry is allowed
 
 
@@ -591,5 +626,24 @@ def test_a_mask_function_whose_closure_cannot_be_read_is_evaluated_everywhere(mo
     real = hf._codes()
     monkeypatch.setattr(hf, "_codes", lambda: {**real, fn.__code__: "same-id"})  # reads a name it lacks
     assert hf._probed(fn) is None
-    got = hf.attnkit_mask(2, 40, 40, mask_function=mu.and_masks(mu.bidirectional_mask_function, fn))
+    got = hf.attnkit_mask(2, 40, 40, mask_function=mu.and_masks(bidirectional(), fn))
     assert torch.equal(got.to_dense(), _exhaustive(fn, 2, 40))
+
+
+def test_a_family_is_refused_by_name_before_the_release_it_runs_from(monkeypatch):
+    """BERT's layers keep their own attention before transformers 5.0, BART hands them its own float masks (both
+    refused by name there, on set and on load, naming 5.0); from that release on they pass."""
+    monkeypatch.setattr(hf, "_version", lambda: (4, 57))
+    for build in (_bert, _bart):
+        model = build()
+        name = type(model).__name__
+        want = rf"{name} cannot use attn_implementation='attnkit' in transformers 4\.57: .* from transformers 5\.0 on"
+        with pytest.raises(hf.HFBackendError, match=want):
+            hf.check_model(model)
+        with pytest.raises(hf.HFBackendError, match=want):
+            model.set_attn_implementation("attnkit")
+        with pytest.raises(hf.HFBackendError, match=want):
+            type(model)._from_config(model.config, attn_implementation="attnkit")
+    assert hf._family(transformers.Siglip2VisionModel) == "siglip2" and hf.FAMILY_SINCE["siglip2"] == (5, 2)
+    monkeypatch.setattr(hf, "_version", lambda: (5, 0))
+    hf.check_model(_bart())

@@ -9,7 +9,7 @@ transformers = pytest.importorskip("transformers")
 
 from attnkit.core.block_mask import BlockMask  # noqa: E402
 from attnkit.integrations import transformers as hf  # noqa: E402
-from tests.integrations.test_hf_backend import V, _bart, _model, _t5, uses_the_interface  # noqa: E402
+from tests.integrations.test_hf_backend import V, _bart, _model, _t5, on_the_interface  # noqa: E402
 
 NEW = 10  # prompt 6 + 10 new tokens: Mistral's window of 5 (and Gemma-2's of 4) is shorter
 
@@ -48,8 +48,7 @@ CASES = [(name, cache) for name in ("llama", "mistral", "qwen2", "gemma2", "gemm
 @pytest.mark.parametrize(("name", "cache"), CASES)
 def test_generate_with_each_cache_equals_sdpa(name, cache):
     model = _family(name)
-    if not uses_the_interface(model):
-        return
+    on_the_interface(model)
     want = _generate(model, "eager" if name in ("gemma2", "gemma3", "gpt_oss") else "sdpa", cache_implementation=cache)
     got = _generate(model, "attnkit", cache_implementation=cache)
     assert got.shape == want.shape and torch.equal(got, want)
@@ -58,8 +57,7 @@ def test_generate_with_each_cache_equals_sdpa(name, cache):
 @pytest.mark.parametrize("name", ["llama", "mistral", "gpt_oss", "t5"])
 def test_beam_search_with_a_static_cache_equals_sdpa(name):
     model = _family(name)
-    if not uses_the_interface(model):
-        return
+    on_the_interface(model)
     want = _generate(model, "eager" if name == "gpt_oss" else "sdpa", cache_implementation="static", num_beams=3)
     assert torch.equal(_generate(model, "attnkit", cache_implementation="static", num_beams=3), want)
 

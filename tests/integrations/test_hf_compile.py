@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
 from attnkit.integrations import transformers as hf  # noqa: E402  registers "attnkit"
-from tests.integrations.test_hf_backend import FAMILIES, _bart, _model, _t5, uses_the_interface  # noqa: E402
+from tests.integrations.test_hf_backend import (  # noqa: E402
+    FAMILIES,
+    _bart,
+    _model,
+    _t5,
+    chunked_causal,
+    on_the_interface,
+)
 
 V, T = 97, 12
 PACKED = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 0, 1, 2]])
@@ -28,6 +37,7 @@ def _bert():
     model = transformers.BertForMaskedLM(transformers.BertConfig(
         vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
         max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    on_the_interface(model)  # before transformers 5.0: refused by name
     model.set_attn_implementation("attnkit")
     return model.eval()
 
@@ -110,13 +120,12 @@ def test_every_family_compiles_without_a_break_on_a_padded_batch(name):
         pytest.skip("transformers < 5.3 cannot compile GPT-OSS's float32 experts (torch._grouped_mm wants bfloat16) "
                     "with any attention, eager's too; 5.3 added their fallback")
     model = _family(name)
-    if not uses_the_interface(model):
-        return
+    on_the_interface(model)
     model.set_attn_implementation("attnkit")
     inputs = _inputs("padding")
     if name in ("t5", "bart"):
         inputs["decoder_input_ids"] = inputs["input_ids"][:, :6]
-    elif "use_cache" in type(model).forward.__code__.co_varnames:
+    elif "use_cache" in inspect.signature(type(model).forward).parameters:  # 4.5x wraps the forward
         inputs["use_cache"] = False
     torch._dynamo.reset()
     explained = torch._dynamo.explain(model)(**inputs)
@@ -130,10 +139,8 @@ def test_every_family_compiles_without_a_break_on_a_padded_batch(name):
 
 @pytest.mark.parametrize("q_offset", [6, torch.tensor(6)], ids=["int", "tensor"])
 def test_the_compiled_builder_gives_the_eager_builders_mask_dense(q_offset):
-    from transformers.masking_utils import chunked_causal_mask_function
-
     padding = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
-    fn = chunked_causal_mask_function(3, torch.tensor([1]))
+    fn = chunked_causal(3, torch.tensor([1]))
 
     def build(offset):
         return hf.attnkit_mask(1, 4, 10, q_offset=offset, kv_offset=0, mask_function=fn, attention_mask=padding)
@@ -147,10 +154,8 @@ def test_the_compiled_builder_gives_the_eager_builders_mask_dense(q_offset):
 
 def test_the_compiled_cache_position_entry_gives_the_eager_builders_mask_dense():
     """transformers < 5.4 hands cache_position; under compile its first entry stays a tensor (no graph break)."""
-    from transformers.masking_utils import chunked_causal_mask_function
-
     padding = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
-    fn = chunked_causal_mask_function(3, torch.tensor([1]))
+    fn = chunked_causal(3, torch.tensor([1]))
 
     def build(cache_position):
         return hf.attnkit_mask_from_cache_position(1, cache_position, 10, mask_function=fn, attention_mask=padding)

@@ -8,7 +8,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from attnkit.integrations import transformers as hf  # noqa: E402
-from tests.integrations.test_hf_backend import V, _model  # noqa: E402
+from tests.integrations.test_hf_backend import V, _model, on_the_interface  # noqa: E402
 
 JUMPING = torch.tensor([[0, 1, 2, 3, 4, 10, 11, 12, 13, 14]])  # a prompt with a gap: one document
 
@@ -23,6 +23,7 @@ def test_document_ids_start_a_document_at_a_restart_only():
 @pytest.mark.parametrize("name", ["llama", "gpt2", "bert"])
 def test_jumping_position_ids_give_eagers_logits(name):
     model = _model(name)
+    on_the_interface(model)
     ids = torch.randint(1, V, (2, JUMPING.shape[1]))
     kwargs = {"use_cache": True} if name != "bert" else {}
     logits = {}

@@ -33,7 +33,8 @@ score mod). ``output_attentions=True`` takes attnkit's weights path and returns
 the probabilities (before dropout). What it cannot honour (a float or foreign
 mask, a keyword it does not know) raises :class:`HFBackendError` at the first
 call; a transformers version outside :data:`SUPPORTED` is refused at import; a
-model whose attention layers do not call the interface is refused when
+model whose attention layers do not call the interface, or whose family runs on
+the backend only from a later release (:data:`FAMILY_SINCE`), is refused when
 ``"attnkit"`` is asked for (:func:`check_model`).
 
 **Documents.** Where the position ids restart (the next id not greater than
@@ -91,19 +92,28 @@ from attnkit.core.score_mods import bias_mod, soft_cap_mod
 from attnkit.core.types import MaskMod, ScoreMod
 from attnkit.parallel.hf import context_parallel  # one sequence across processes (docs/context-parallel.md)
 
-__all__ = ["NAME", "SUPPORTED", "HFBackendError", "register", "check_model", "attnkit_mask",
+__all__ = ["NAME", "SUPPORTED", "FAMILY_SINCE", "HFBackendError", "register", "check_model", "attnkit_mask",
            "attnkit_mask_from_cache_position", "attnkit_attention_forward", "document_ids", "watch_positions",
            "context_parallel"]
 
 NAME = "attnkit"
 """The name to pass as ``attn_implementation``."""
-SUPPORTED = ((5, 2), (5, 26))
-"""transformers versions this backend supports: ``>= 5.2, < 5.26`` (the ``hf`` extra); 5.25 the newest release
-tested. 5.0 is the first whose encoders (BERT, RoBERTa, DistilBERT) call the attention interface with the mask
-builder's masks (4.5x has the interfaces, 4.53 on, but builds encoder masks itself), 5.2 the first whose SigLIP2
-builds its masks through the mask interface (5.0 and 5.1 hand a float mask). Before 5.4 the mask interface hands
-``cache_position`` (:func:`attnkit_mask_from_cache_position`). T5 calls the attention interface from 5.15 on,
-ModernBERT from 5.10 (before, they are refused by name)."""
+SUPPORTED = ((4, 54), (5, 26))
+"""transformers versions this backend supports: ``>= 4.54, < 5.26`` (the ``hf`` extra); 5.25 the newest release
+tested. 4.54 is the first with both interfaces and the model hooks the backend needs (4.53 has the attention and
+mask interfaces but not ``set_attn_implementation`` nor ``_can_set_attn_implementation``). Families whose layers
+do not go through the interfaces in a release are refused by name there (:data:`FAMILY_SINCE`). Before 5.4 the
+mask interface hands ``cache_position`` (:func:`attnkit_mask_from_cache_position`)."""
+FAMILY_SINCE: dict[str, tuple[int, int]] = {
+    "bert": (5, 0), "roberta": (5, 0), "distilbert": (5, 0),  # 4.5x: own attention, own float masks
+    "bart": (5, 0),  # 4.5x: calls the attention interface with its own float masks
+    "siglip2": (5, 2),  # 4.5x, 5.0, 5.1: its own float masks
+    "modernbert": (5, 10), "t5": (5, 15),  # before: their own attention
+}
+"""The first transformers release in which a model family (the folder of ``transformers.models``) runs on the
+backend: its attention layers call the attention interface with the mask builder's masks. :func:`check_model`
+refuses the family by name before it. A family not named here that builds its own float masks in some release is
+refused at the first call (:class:`HFBackendError` naming the mask)."""
 Q_LENGTH_SINCE = (5, 4)
 """The first transformers release whose mask interface passes ``q_length``/``q_offset``, not ``cache_position``."""
 
@@ -178,12 +188,28 @@ def check_model(model: Any) -> None:
     modules = model.modules() if isinstance(model, torch.nn.Module) else [model]
     for m in modules:
         cls = m if isinstance(m, type) else type(m)
-        if issubclass(cls, PreTrainedModel) and not cls._can_set_attn_implementation():
+        if not issubclass(cls, PreTrainedModel):
+            continue
+        since = FAMILY_SINCE.get(_family(cls))
+        if since is not None and _version() < since:
+            raise HFBackendError(
+                f"{cls.__name__} cannot use attn_implementation='attnkit' in transformers "
+                f"{'.'.join(map(str, _version()))}: its attention layers call transformers' attention interface "
+                f"with the mask builder's masks from transformers {since[0]}.{since[1]} on; upgrade transformers, "
+                "or use attn_implementation='eager' or 'sdpa' for this model"
+            )
+        if not cls._can_set_attn_implementation():
             raise HFBackendError(
                 f"{cls.__name__} cannot use attn_implementation='attnkit': its attention layers do not call "
                 "transformers' attention interface (AttentionInterface), so they would keep their own attention; "
                 "use attn_implementation='eager' or 'sdpa' for this model"
             )
+
+
+def _family(cls: type) -> str:
+    """The model family of a transformers model class: its folder under ``transformers.models`` (``"bert"``)."""
+    found = re.match(r"transformers\.models\.([^.]+)\.", cls.__module__)
+    return found.group(1) if found else ""
 
 
 def _guard_model_classes() -> None:
@@ -298,19 +324,26 @@ def _codes() -> dict[Any, str]:
     from transformers import masking_utils as mu
 
     ones, ids = torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, 1, dtype=torch.long)
-    codes = {
-        mu.causal_mask_function.__code__: "causal",
-        mu.bidirectional_mask_function.__code__: "all",
-        mu.sliding_window_overlay(1).__code__: "window-after",
-        mu.chunked_overlay(1, ids[0]).__code__: "chunk",
-        mu.padding_mask_function(ones).__code__: "padding",
-        mu.packed_sequence_mask_function(ids).__code__: "same-id",
-        mu.and_masks(mu.causal_mask_function).__code__: "and",
-        mu.or_masks(mu.causal_mask_function).__code__: "or",
-        mu.add_offsets_to_mask_function(mu.causal_mask_function, 0, 0).__code__: "offsets",
-    }
-    if hasattr(mu, "sliding_window_bidirectional_overlay"):  # transformers >= 5.3
-        codes[mu.sliding_window_bidirectional_overlay(1).__code__] = "window"
+    makers: list[tuple[str, Callable[[], Any]]] = [
+        ("causal", lambda: mu.causal_mask_function),
+        ("all", lambda: mu.bidirectional_mask_function),  # transformers >= 5.0
+        ("window-after", lambda: mu.sliding_window_overlay(1)),
+        ("chunk", lambda: mu.chunked_overlay(1, ids[0])),  # 4.57 on: the left padding too
+        ("chunk", lambda: mu.chunked_overlay(1)),  # type: ignore[call-arg]  # 4.54: the chunk size only
+        ("chunk", lambda: mu._legacy_chunked_overlay(1)),  # type: ignore[attr-defined]  # 4.57, torch < 2.6
+        ("padding", lambda: mu.padding_mask_function(ones)),
+        ("same-id", lambda: mu.packed_sequence_mask_function(ids)),
+        ("and", lambda: mu.and_masks(mu.causal_mask_function)),
+        ("or", lambda: mu.or_masks(mu.causal_mask_function)),
+        ("offsets", lambda: mu.add_offsets_to_mask_function(mu.causal_mask_function, 0, 0)),
+        ("window", lambda: mu.sliding_window_bidirectional_overlay(1)),  # transformers >= 5.3
+    ]
+    codes: dict[Any, str] = {}
+    for kind, make in makers:
+        try:  # a function this release lacks, or builds with other arguments, is evaluated entry by entry
+            codes[make().__code__] = kind
+        except (AttributeError, TypeError):
+            continue
     return codes
 
 
@@ -354,12 +387,12 @@ def _rule_of(fn: Any, depth: int = 0) -> BlockRule | None:
         return block_rule(sliding_window_mod(w))
     if kind == "window-after":  # kv_idx > q_idx - w
         return lambda x: (x.kz <= x.qa - w, x.ka > x.qz - w)
-    left = cells["left_padding"]  # chunk: (kv - left[b]) // w == (q - left[b]) // w
-    if not isinstance(left, Tensor) or left.dim() != 1:
+    left = cells.get("left_padding")  # chunk: (kv - left[b]) // w == (q - left[b]) // w; 4.54: none
+    if left is not None and (not isinstance(left, Tensor) or left.dim() != 1):
         return None
 
     def chunk(x: BlockBounds) -> tuple[Tensor, Tensor]:
-        lp = left.to(x.b.device)[x.b]
+        lp = left.to(x.b.device)[x.b] if left is not None else 0
         qlo, qhi, klo, khi = ((x.qa - lp) // w, (x.qz - lp) // w, (x.ka - lp) // w, (x.kz - lp) // w)
         return (qhi < klo) | (khi < qlo), (qlo == qhi) & (klo == khi) & (qlo == klo)
 
@@ -452,7 +485,6 @@ def _composed(mask_function: Callable[..., Tensor] | None, attention_mask: Tenso
         and_masks,
         causal_mask_function,
         padding_mask_function,
-        prepare_padding_mask,
     )
 
     mod = causal_mask_function if mask_function is None else mask_function
@@ -464,11 +496,19 @@ def _composed(mask_function: Callable[..., Tensor] | None, attention_mask: Tenso
             )
         # compiled: the padding is folded in whatever its values (reading them would break the graph)
         if torch.compiler.is_compiling() or not bool(attention_mask.all()):
-            padding = prepare_padding_mask(attention_mask.bool(), kv_length, _as_int(kv_offset, "kv_offset"))
-            assert padding is not None
+            padding = _padding(attention_mask.bool(), kv_length, _as_int(kv_offset, "kv_offset"))
             mod = and_masks(mod, padding_mask_function(padding))
     q_shift: Any = _offset(q_offset, "q_offset")  # a one-element tensor adds as an int does
     return add_offsets_to_mask_function(mod, q_shift, _as_int(kv_offset, "kv_offset"))
+
+
+def _padding(attention_mask: Tensor, kv_length: int, kv_offset: int) -> Tensor:
+    """The 2-D padding mask padded with False to ``kv_offset + kv_length`` keys, never sliced: the mask function
+    reads it at the keys' absolute positions (``add_offsets_to_mask_function``), as transformers' own
+    ``flex_attention_mask`` does (its ``prepare_padding_mask`` slices by default before 5.0)."""
+    if (missing := kv_length + kv_offset - attention_mask.shape[-1]) > 0:
+        return torch.nn.functional.pad(attention_mask, (0, missing))
+    return attention_mask
 
 
 def _offset(value: int | Tensor, what: str) -> int | Tensor:
