@@ -13,17 +13,21 @@ from click.testing import CliRunner
 from attnkit._checks import parse_duration, setting_fields
 from attnkit.cli import cli
 from attnkit.cli.caption import train_caption
-from attnkit.cli.translate import TRAINING_FLAGS, train_translate
+from attnkit.cli.translate import train_translate
 from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.tasks.caption.caption_settings import CaptionSettings
+from attnkit.train.tasks.translate.settings import TRAINING_FLAGS, TranslationModelSettings, TranslationSettings
 
 
 def _options(command: click.Command) -> dict[str, click.Option]:
     return {p.name: p for p in command.params if isinstance(p, click.Option) and p.name}
 
 
+TRANSLATE_FLAGS = (*(f.name for f in dataclasses.fields(TranslationModelSettings)), "separate_vocab", *TRAINING_FLAGS)
+
+
 @pytest.mark.parametrize(("command", "cls", "names"), [
-    (train_caption, CaptionSettings, None), (train_translate, TranslationTrainConfig, TRAINING_FLAGS)])
+    (train_caption, CaptionSettings, None), (train_translate, TranslationSettings, TRANSLATE_FLAGS)])
 def test_each_settings_field_is_a_flag_with_its_default_help_and_range(command: click.Command, cls: type,
                                                                       names: tuple[str, ...] | None) -> None:
     options = _options(command)
@@ -101,3 +105,14 @@ def test_a_caption_run_records_its_settings_as_a_tree_and_reads_the_older_flat_f
         settings, training=dataclasses.replace(settings.training, time_budget_s=120.0))
     with pytest.raises(TypeError, match="options.training field epochs must be an int"):
         CaptionSettings.from_saved({**tree, "training": {**tree["training"], "epochs": "3"}})
+
+
+def test_the_translation_flags_build_one_tree_and_the_model_options_it_trains() -> None:
+    settings = TranslationSettings.from_flat({"d_model": 64, "post_norm": True, "separate_vocab": True, "lr": 1e-3,
+                                              "vocab_size": 900, "warmup_steps": 4})
+    assert settings.tokenizer.separate_vocab and settings.training.vocab_size == 900
+    options = settings.model.model_options()
+    assert options["layer"]["d_model"] == 64 and options["layer"]["norm_first"] is False
+    assert settings.training == TranslationTrainConfig(lr=1e-3, vocab_size=900, warmup_steps=4)
+    with pytest.raises(ValueError, match=r"attention_dropout must be a number >= 0 and < 1, got 1.5"):
+        TranslationModelSettings(attention_dropout=1.5)

@@ -16,10 +16,12 @@ import click
 from attnkit.cli.messages import echo, friendly_errors
 from attnkit.cli.options import allow_unfinished_option, refusing_memory_option, settings_options, task_option
 from attnkit.train.config import TranslationTrainConfig
-
-# The training settings the command sets, each a flag built from its field (the others keep their defaults).
-TRAINING_FLAGS = ("vocab_size", "epochs", "max_tokens", "lr", "warmup_steps", "max_len", "time_budget_s",
-                  "average_last", "seed")
+from attnkit.train.tasks.translate.settings import (
+    TRAINING_FLAGS,
+    TranslationModelSettings,
+    TranslationSettings,
+    TranslationTokenizerSettings,
+)
 
 __all__ = ["train_translate", "translate"]
 
@@ -36,22 +38,8 @@ __all__ = ["train_translate", "translate"]
 @click.option("--val-src", type=click.Path(exists=True, dir_okay=False), help="Validation source sentences.")
 @click.option("--val-tgt", type=click.Path(exists=True, dir_okay=False), help="Validation target sentences.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
-@click.option("--separate-vocab", is_flag=True, help="One vocabulary per language instead of a joint one.")
-@click.option("--d-model", type=click.IntRange(min=1), default=256, show_default=True, help="Model width.")
-@click.option("--num-heads", type=click.IntRange(min=1), default=8, show_default=True, help="Attention heads.")
-@click.option("--d-ff", type=click.IntRange(min=1), default=1024, show_default=True,
-              help="Feed-forward hidden width.")
-@click.option("--encoder-layers", type=click.IntRange(min=1), default=3, show_default=True, help="Encoder layers.")
-@click.option("--decoder-layers", type=click.IntRange(min=1), default=3, show_default=True, help="Decoder layers.")
-@click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
-              help="Dropout rate (0 trains faster on a CPU).")
-@click.option("--attention-dropout", type=click.FloatRange(0, 1, max_open=True),
-              help="Dropout on attention weights (default: --dropout).")
-@click.option("--activation-dropout", type=click.FloatRange(0, 1, max_open=True),
-              help="Dropout on the feed-forward hidden activations (default: --dropout).")
-@click.option("--post-norm", is_flag=True, help="Post-norm layers (the original Transformer) instead of pre-norm.")
-@click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
-              help="Cross-entropy label smoothing.")
+@settings_options(TranslationTokenizerSettings)
+@settings_options(TranslationModelSettings)
 @settings_options(TranslationTrainConfig, only=TRAINING_FLAGS)
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @click.option("--resume", is_flag=True,
@@ -81,19 +69,15 @@ def train_translate(**v: Any) -> None:
         return
     train = read_parallel(v["src_path"], v["tgt_path"])
     val = read_parallel(v["val_src"], v["val_tgt"]) if v["val_src"] else None
-    layer = {"d_model": v["d_model"], "num_heads": v["num_heads"], "d_ff": v["d_ff"], "dropout": v["dropout"],
-             "attention_dropout": v["attention_dropout"], "activation_dropout": v["activation_dropout"],
-             "norm_first": not v["post_norm"]}
-    model_options = {"layer": layer, "encoder_layers": v["encoder_layers"], "decoder_layers": v["decoder_layers"],
-                     "label_smoothing": v["label_smoothing"], "tie_embeddings": True}
+    settings = TranslationSettings.from_flat(v)
     if not v["resume"]:
         notice = warmup_notice(train.sources, train.targets, v["max_tokens"], v["epochs"], v["warmup_steps"])
         if notice is not None:
             click.echo(notice, err=True)
-    config = TranslationTrainConfig(**{name: v[name] for name in TRAINING_FLAGS})
     try:
-        summary = fit_translation(train, val, model_options=model_options, train_config=config,
-                                  out_dir=v["out"], overwrite=v["overwrite"], shared_vocab=not v["separate_vocab"],
+        summary = fit_translation(train, val, model_options=settings.model.model_options(),
+                                  train_config=settings.training, out_dir=v["out"], overwrite=v["overwrite"],
+                                  shared_vocab=not settings.tokenizer.separate_vocab,
                                   log=None if v["quiet"] else echo, resume=v["resume"], flags=RUN_FLAGS,
                                   max_memory=v["max_memory"])
     except KeyboardInterrupt:
