@@ -35,7 +35,7 @@ from transformers import (
     TrainingArguments,
 )
 
-import attnkit.integrations.transformers  # noqa: F401  registers "attnkit"
+from attnkit.integrations.transformers import check_model  # importing it registers "attnkit"
 
 OUTPUTS = ["hf_packed_trainer.txt"]
 VOCAB = 32
@@ -54,7 +54,7 @@ def tiny_llama() -> LlamaForCausalLM:
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                          attn_implementation="attnkit")
-    return LlamaForCausalLM(config)
+    return check_model(LlamaForCausalLM(config))  # refusals by name; the forward's position ids for any layer
 
 
 def train(model: LlamaForCausalLM, out: str, steps: int) -> list[float]:

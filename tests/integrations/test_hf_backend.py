@@ -194,11 +194,13 @@ def test_packed_rows_equal_each_example_alone(name):
 
 
 def test_a_model_built_on_the_backend_keeps_packed_rows_apart_without_positions_in_its_layers():
-    """ModernBERT's layers never see position ids: the model forward's are handed to them."""
+    """ModernBERT's layers never see position ids: check_model, the recipe's second line, hands them the model
+    forward's."""
     torch.manual_seed(0)
     config = _modernbert().config
     on_the_interface(transformers.ModernBertForMaskedLM(config))
     model = transformers.ModernBertForMaskedLM._from_config(config, attn_implementation="attnkit").eval()
+    model = hf.check_model(model)
     ids = torch.randint(1, V, (1, 14))
     with torch.no_grad():
         packed = model(input_ids=ids, position_ids=torch.tensor([list(range(5)) + list(range(9))])).logits
@@ -372,15 +374,14 @@ def test_the_mask_builder_folds_padding_offsets_and_chunks():
 
 
 def uses_the_interface(model) -> bool:
-    """Whether ``model`` can run on the backend in this transformers release; if not (BERT before 5.0, T5 before
-    5.15: ``hf.FAMILY_SINCE``), it must be refused by name."""
+    """Whether ``model`` can run on the backend in this transformers release (``hf.check_model``, called as the
+    recipe says, passes: the forward's position ids are then watched); if not (BERT before 5.0, T5 before 5.15:
+    ``hf.FAMILY_SINCE``), it must be refused by name."""
     try:
         hf.check_model(model)
         return True
-    except hf.HFBackendError:
-        pass
-    with pytest.raises(hf.HFBackendError, match=f"{type(model).__name__} cannot use attn_implementation='attnkit'"):
-        model.set_attn_implementation("attnkit")
+    except hf.HFBackendError as e:
+        assert f"{type(model).__name__} cannot use attn_implementation='attnkit'" in str(e)
     return False
 
 
@@ -569,25 +570,120 @@ def _deberta_v2():  # its attention layers do not call transformers' attention i
 UNSUPPORTED = r"DebertaV2ForMaskedLM cannot use attn_implementation='attnkit': .* attention interface"
 
 
-def test_a_model_without_the_attention_interface_is_refused_by_name_on_set():
+def test_a_model_without_the_attention_interface_is_refused_by_name_by_check_model():
     model = _deberta_v2()
     with pytest.raises(hf.HFBackendError, match=UNSUPPORTED):
-        model.set_attn_implementation("attnkit")  # transformers itself only warns and keeps eager
-    assert model.config._attn_implementation == "eager"
+        hf.check_model(model)  # transformers itself only warns on set_attn_implementation and keeps eager
+    with pytest.raises(hf.HFBackendError, match=UNSUPPORTED.replace("ForMaskedLM", "Model")):
+        hf.check_model(transformers.DebertaV2Model)  # a class too
     model.set_attn_implementation("sdpa")  # other backends are left to transformers
 
 
-def test_a_model_without_the_attention_interface_is_refused_by_name_on_load(tmp_path):
+def test_a_model_without_the_attention_interface_loaded_on_the_backend_is_refused_by_check_model(tmp_path):
     _deberta_v2().save_pretrained(tmp_path)
     for loader in (transformers.DebertaV2ForMaskedLM, transformers.AutoModelForMaskedLM):
-        with pytest.raises(hf.HFBackendError, match=UNSUPPORTED):  # transformers would load it silently
-            loader.from_pretrained(tmp_path, attn_implementation="attnkit")
+        with pytest.raises(hf.HFBackendError, match=UNSUPPORTED):  # transformers loads it silently
+            hf.check_model(loader.from_pretrained(tmp_path, attn_implementation="attnkit"))
     assert loader.from_pretrained(tmp_path, attn_implementation="eager").config._attn_implementation == "eager"
 
 
+def test_registering_patches_no_transformers_method():
+    """``import attnkit.integrations.transformers`` registers with the interfaces and replaces nothing: the model
+    methods are transformers' own function objects, the very ones a fresh interpreter had before the import."""
+    import subprocess
+    import sys
+
+    names = ("set_attn_implementation", "_check_and_adjust_attn_implementation", "_can_set_attn_implementation",
+             "from_pretrained", "_from_config", "__init__", "forward", "__call__")
+    code = f"""
+import transformers
+from transformers import PreTrainedModel
+names = {names!r}
+before = {{n: PreTrainedModel.__dict__.get(n) for n in names}}
+import attnkit.integrations.transformers as hf
+hf.register(); hf.register()
+after = {{n: PreTrainedModel.__dict__.get(n) for n in names}}
+changed = [n for n in names if after[n] is not before[n]]
+assert not changed, changed
+for n in ("set_attn_implementation", "_check_and_adjust_attn_implementation"):
+    fn = PreTrainedModel.__dict__[n]
+    assert fn.__module__ == "transformers.modeling_utils" and fn.__qualname__ == "PreTrainedModel." + n, fn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface
+assert AttentionInterface._global_mapping["attnkit"] is hf.attnkit_attention_forward
+assert "attnkit" in AttentionMaskInterface._global_mapping
+print("unpatched")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "unpatched" in out.stdout, out.stderr[-2000:]
+    for n in ("set_attn_implementation", "_check_and_adjust_attn_implementation"):  # and in this process
+        fn = transformers.PreTrainedModel.__dict__[n]
+        assert fn.__module__ == "transformers.modeling_utils" and fn.__qualname__ == f"PreTrainedModel.{n}"
+        assert not hasattr(fn, "__wrapped__")
+
+
+@pytest.mark.parametrize("name", sorted(hf.POSITIONS_UNSEEN))
+def test_a_model_whose_layers_never_see_positions_is_refused_at_forward_without_check_model(name):
+    """DistilBERT, ModernBERT on the backend without ``check_model``: their layers cannot tell packed rows apart,
+    so the first attention call is refused by name (naming the family and check_model), packed input or not; once
+    ``check_model`` ran, the packed row equals each example alone."""
+    if not uses_the_interface(_model(name)):
+        pytest.skip(f"{name} is refused by name by check_model in transformers {transformers.__version__}")
+    model = FAMILIES[name]().eval()  # a fresh model: nothing watched
+    model.set_attn_implementation("attnkit")
+    ids = torch.randint(1, V, (1, 14))
+    positions = torch.tensor([list(range(5)) + list(range(9))])
+    want = rf"\(model family '{name}'\) never receives the position ids.* call .*check_model\(model\) once"
+    for inputs in ({"input_ids": ids, "position_ids": positions}, {"input_ids": ids}):
+        with torch.no_grad(), pytest.raises(hf.HFBackendError, match=want):
+            model(**inputs)
+    assert hf.check_model(model) is model
+    assert hf.check_model(model) is model  # idempotent: one pair of hooks per model
+    assert len(model._forward_pre_hooks) == 1
+    with torch.no_grad():
+        packed = model(input_ids=ids, position_ids=positions).logits
+        alone = model(input_ids=ids[:, 5:]).logits
+    assert torch.allclose(packed[:, 5:], alone, atol=1e-5)
+    assert not hf._watching()  # the watch ends with the forward
+
+
+def test_the_layer_check_refuses_a_family_before_its_release_and_an_unwatched_call_only(monkeypatch):
+    """The check at the first attention call (``hf._check_layer``): a family too early for the release gets the
+    error ``check_model`` gives; a family whose layers see the position ids runs unwatched."""
+    bert, distil = _model("bert"), _model("distilbert")
+    bert_layer = bert.bert.encoder.layer[0].attention.self
+    distil_layer = distil.distilbert.transformer.layer[0].attention
+    monkeypatch.setattr(hf, "_version", lambda: (4, 57))
+    with pytest.raises(hf.HFBackendError, match=r"\(model family 'bert'\) cannot use attn_implementation='attnkit' "
+                                                 r"in transformers 4\.57: .* from transformers 5\.0 on"):
+        hf._check_layer(bert_layer)
+    monkeypatch.setattr(hf, "_version", lambda: (5, 0))
+    hf._check_layer(bert_layer)
+    with pytest.raises(hf.HFBackendError, match="model family 'distilbert'"):
+        hf._check_layer(distil_layer)
+    token = hf._WATCHED.set(True)
+    try:
+        hf._check_layer(distil_layer)
+    finally:
+        hf._WATCHED.reset(token)
+
+
+def test_a_family_before_its_release_is_refused_at_its_first_attention_call_without_check_model():
+    """In a release where BART's (4.5x) or SigLIP2's (before 5.2) layers call the attention interface with their
+    own float masks, a model switched to the backend without check_model is refused at the first call, naming
+    the release it runs from (not only the mask)."""
+    got = hf._version()
+    if got >= hf.FAMILY_SINCE["bart"]:
+        pytest.skip(f"BART runs on the backend in transformers {transformers.__version__}: nothing to refuse")
+    bart = _bart().eval()
+    bart.set_attn_implementation("attnkit")  # transformers accepts it: BART's layers call the interface
+    want = (rf"Bart\w*Attention \(model family 'bart'\) cannot use attn_implementation='attnkit' in transformers "
+            rf"{got[0]}\.{got[1]}: .* from transformers 5\.0 on")
+    with torch.no_grad(), pytest.raises(hf.HFBackendError, match=want):
+        bart(input_ids=torch.randint(1, V, (1, 6)), decoder_input_ids=torch.randint(1, V, (1, 4)))
+
+
 def test_check_model_passes_the_families_that_use_the_interface():
-    hf.register()  # the guards are installed once
-    assert getattr(transformers.PreTrainedModel._check_and_adjust_attn_implementation, "_attnkit_guard", False)
     for name, build in (*FAMILIES.items(), ("t5", _t5), ("bart", _bart)):  # T5, BART: _supports_attention_backend
         if name == "gpt_oss" and not hasattr(transformers, "GptOssForCausalLM"):  # False, though they use it
             continue
@@ -632,7 +728,8 @@ def test_a_mask_function_whose_closure_cannot_be_read_is_evaluated_everywhere(mo
 
 def test_a_family_is_refused_by_name_before_the_release_it_runs_from(monkeypatch):
     """BERT's layers keep their own attention before transformers 5.0, BART hands them its own float masks (both
-    refused by name there, on set and on load, naming 5.0); from that release on they pass."""
+    refused by name there by check_model, naming 5.0, and BART at its first attention call without it); from that
+    release on they pass."""
     monkeypatch.setattr(hf, "_version", lambda: (4, 57))
     for build in (_bert, _bart):
         model = build()
@@ -641,9 +738,12 @@ def test_a_family_is_refused_by_name_before_the_release_it_runs_from(monkeypatch
         with pytest.raises(hf.HFBackendError, match=want):
             hf.check_model(model)
         with pytest.raises(hf.HFBackendError, match=want):
-            model.set_attn_implementation("attnkit")
-        with pytest.raises(hf.HFBackendError, match=want):
-            type(model)._from_config(model.config, attn_implementation="attnkit")
+            hf.check_model(type(model))
+    bart = _bart().eval()
+    bart.set_attn_implementation("attnkit")  # the release's own layers: they call the interface (5.x here)
+    with torch.no_grad(), pytest.raises(hf.HFBackendError, match=r"Bart\w*Attention \(model family 'bart'\) cannot use "
+                                        r"attn_implementation='attnkit' in transformers 4\.57: .* 5\.0 on"):
+        bart(input_ids=torch.randint(1, V, (1, 6)), decoder_input_ids=torch.randint(1, V, (1, 4)))
     assert hf._family(transformers.Siglip2VisionModel) == "siglip2" and hf.FAMILY_SINCE["siglip2"] == (5, 2)
     monkeypatch.setattr(hf, "_version", lambda: (5, 0))
     hf.check_model(_bart())

@@ -102,6 +102,10 @@ class HFClassifier(nn.Module):
         super().__init__()
         if not is_hf_classifier(model):
             raise TypeError(f"model must be a transformers model, got {type(model).__name__}")
+        if getattr(getattr(model, "config", None), "_attn_implementation", None) == "attnkit":
+            from attnkit.integrations.transformers import check_model
+
+            check_model(model)  # on attnkit's backend: refused by name, or its forward's position ids handed over
         self.model = model
         self.cls_token_id = cls_token_id if cls_token_id is not None else getattr(tokenizer, "cls_token_id", None)
         self.sep_token_id = sep_token_id if sep_token_id is not None else getattr(tokenizer, "sep_token_id", None)

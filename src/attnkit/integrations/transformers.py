@@ -5,9 +5,12 @@ Importing this module (or calling :func:`register`, which is idempotent) adds
 and ``AttentionMaskInterface`` (the mask builder), so that::
 
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="attnkit")
-    model.set_attn_implementation("attnkit")
+    check_model(model)  # once after loading: refusals by name, the forward's position ids
 
-run every attention layer through :func:`attnkit.attention`.
+(or ``model.set_attn_implementation("attnkit")`` on a loaded model, then
+``check_model(model)``) run every attention layer through
+:func:`attnkit.attention`. Registration is all the backend does to
+transformers: it replaces and wraps none of its methods.
 
 **The mask builder** (:func:`attnkit_mask`) receives what transformers hands
 every backend: the mask function of the layer type (causal, bidirectional,
@@ -34,15 +37,22 @@ the probabilities (before dropout). What it cannot honour (a float or foreign
 mask, a keyword it does not know) raises :class:`HFBackendError` at the first
 call; a transformers version outside :data:`SUPPORTED` is refused at import; a
 model whose attention layers do not call the interface, or whose family runs on
-the backend only from a later release (:data:`FAMILY_SINCE`), is refused when
-``"attnkit"`` is asked for (:func:`check_model`).
+the backend only from a later release (:data:`FAMILY_SINCE`), is refused by
+:func:`check_model`, the check the user calls after loading. Without it, a
+family too early for its release is refused at its first attention call, and
+so is a family whose layers never see the position ids
+(:data:`POSITIONS_UNSEEN`) outside a watched forward; a model whose layers never
+call the interface (DeBERTa-v2, BLOOM, Falcon, GPT-Neo in 5.24) can only be
+refused by :func:`check_model` (transformers itself warns on
+``set_attn_implementation`` and keeps the model's own attention).
 
 **Documents.** Where the position ids restart (the next id not greater than
 the one before: :func:`document_ids`), a query attends only its own document,
 in every layer (packed rows, ``DataCollatorWithFlattening``); a forward jump
 (``[0..4, 10..14]``) keeps attending, as eager does. Models whose layers never
-see the position ids (DistilBERT, ModernBERT) get the model forward's
-(:func:`watch_positions`).
+see the position ids (:data:`POSITIONS_UNSEEN`: DistilBERT, ModernBERT) get the
+model forward's (:func:`watch_positions`, which :func:`check_model` installs);
+without it they are refused at the first call, never run with packed rows mixed.
 
 **Caches.** A single query row gets a dense ``(B, 1, 1, Tk)`` mask; the
 BlockMasks ``generate()`` prepares for static caches pass through the builder
@@ -67,7 +77,7 @@ import hashlib
 import re
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -92,7 +102,8 @@ from attnkit.core.score_mods import bias_mod, soft_cap_mod
 from attnkit.core.types import MaskMod, ScoreMod
 from attnkit.parallel.hf import context_parallel  # one sequence across processes (docs/context-parallel.md)
 
-__all__ = ["NAME", "SUPPORTED", "FAMILY_SINCE", "HFBackendError", "register", "check_model", "attnkit_mask",
+__all__ = ["NAME", "SUPPORTED", "FAMILY_SINCE", "POSITIONS_UNSEEN", "HFBackendError", "register", "check_model",
+           "attnkit_mask",
            "attnkit_mask_from_cache_position", "attnkit_attention_forward", "document_ids", "watch_positions",
            "context_parallel"]
 
@@ -114,6 +125,11 @@ FAMILY_SINCE: dict[str, tuple[int, int]] = {
 backend: its attention layers call the attention interface with the mask builder's masks. :func:`check_model`
 refuses the family by name before it. A family not named here that builds its own float masks in some release is
 refused at the first call (:class:`HFBackendError` naming the mask)."""
+POSITIONS_UNSEEN = frozenset({"distilbert", "modernbert"})
+"""Model families whose attention layers never receive the position ids (DistilBERT reads them in its embeddings
+only, ModernBERT turns them into rotary angles): packed rows stay apart only with the model forward's
+(:func:`watch_positions`, installed by :func:`check_model`); outside a watched forward their first attention call
+is refused by name."""
 Q_LENGTH_SINCE = (5, 4)
 """The first transformers release whose mask interface passes ``q_length``/``q_offset``, not ``cache_position``."""
 
@@ -131,6 +147,9 @@ _IGNORED = frozenset({
     "num_items_in_batch", "return_dict", "sliding_window", "layer_idx", "past_key_values", "cache",
     "max_length_q", "max_length_k", "token_type_ids", "position_embeddings", "head_dim",
 })
+
+
+_M = TypeVar("_M")
 
 
 class HFBackendError(ValueError):
@@ -168,79 +187,84 @@ def register() -> None:
     AttentionInterface.register(NAME, attnkit_attention_forward)
     builder = attnkit_mask if _version() >= Q_LENGTH_SINCE else attnkit_mask_from_cache_position
     AttentionMaskInterface.register(NAME, builder)
-    _guard_model_classes()
 
 
-def check_model(model: Any) -> None:
-    """Raise :class:`HFBackendError` unless every attention layer of ``model`` can run through attnkit.
+def check_model(model: _M) -> _M:
+    """Raise :class:`HFBackendError` unless every attention layer of ``model`` can run through attnkit; prepare it.
 
-    ``model`` is a transformers ``PreTrainedModel`` (instance or class). A
-    model whose attention layers do not call transformers' attention interface
-    (DeBERTa-v2, BLOOM, Falcon, GPT-Neo in transformers 5.24) would keep its own
-    attention: transformers only warns on ``set_attn_implementation`` and says
-    nothing on ``from_pretrained``. :func:`register` makes both call this check
-    when ``"attnkit"`` is asked for. transformers' own test of the source
-    (``_can_set_attn_implementation``) decides, not ``_supports_attention_backend``,
-    which T5 and BART leave False although they use the interface.
+    Call it once after loading (``model = AutoModelForX.from_pretrained(...,
+    attn_implementation="attnkit"); check_model(model)``); it returns ``model``.
+    ``model`` is a transformers ``PreTrainedModel`` (instance or class). Refused
+    by name: a family before the release it runs on the backend from
+    (:data:`FAMILY_SINCE`), and a model whose attention layers do not call
+    transformers' attention interface (DeBERTa-v2, BLOOM, Falcon, GPT-Neo in
+    transformers 5.24), which would keep its own attention: transformers only
+    warns on ``set_attn_implementation`` and says nothing on ``from_pretrained``.
+    transformers' own test of the source (``_can_set_attn_implementation``)
+    decides, not ``_supports_attention_backend``, which T5 and BART leave False
+    although they use the interface.
+
+    For a model instance it then installs :func:`watch_positions` on every
+    ``PreTrainedModel`` inside it (idempotent), so that layers that never see the
+    position ids (:data:`POSITIONS_UNSEEN`) keep packed rows apart; without it
+    their first attention call on the backend is refused.
     """
     from transformers import PreTrainedModel
 
-    modules = model.modules() if isinstance(model, torch.nn.Module) else [model]
+    modules: list[Any] = list(model.modules()) if isinstance(model, torch.nn.Module) else [model]
     for m in modules:
         cls = m if isinstance(m, type) else type(m)
         if not issubclass(cls, PreTrainedModel):
             continue
-        since = FAMILY_SINCE.get(_family(cls))
-        if since is not None and _version() < since:
-            raise HFBackendError(
-                f"{cls.__name__} cannot use attn_implementation='attnkit' in transformers "
-                f"{'.'.join(map(str, _version()))}: its attention layers call transformers' attention interface "
-                f"with the mask builder's masks from transformers {since[0]}.{since[1]} on; upgrade transformers, "
-                "or use attn_implementation='eager' or 'sdpa' for this model"
-            )
+        _refuse_too_early(cls.__name__, _family(cls))
         if not cls._can_set_attn_implementation():
             raise HFBackendError(
                 f"{cls.__name__} cannot use attn_implementation='attnkit': its attention layers do not call "
                 "transformers' attention interface (AttentionInterface), so they would keep their own attention; "
                 "use attn_implementation='eager' or 'sdpa' for this model"
             )
+    for m in modules:
+        if isinstance(m, PreTrainedModel):
+            watch_positions(m)
+    return model
+
+
+def _refuse_too_early(name: str, family: str) -> None:
+    """Raise :class:`HFBackendError` naming ``name`` if ``family`` runs on the backend only from a later release."""
+    since = FAMILY_SINCE.get(family)
+    if since is not None and _version() < since:
+        raise HFBackendError(
+            f"{name} cannot use attn_implementation='attnkit' in transformers "
+            f"{'.'.join(map(str, _version()))}: its attention layers call transformers' attention interface "
+            f"with the mask builder's masks from transformers {since[0]}.{since[1]} on; upgrade transformers, "
+            "or use attn_implementation='eager' or 'sdpa' for this model"
+        )
 
 
 def _family(cls: type) -> str:
-    """The model family of a transformers model class: its folder under ``transformers.models`` (``"bert"``)."""
-    found = re.match(r"transformers\.models\.([^.]+)\.", cls.__module__)
-    return found.group(1) if found else ""
+    """The model family of a transformers class: its folder under ``transformers.models`` (``"bert"``)."""
+    parts = cls.__module__.split(".")  # string methods only: read inside compiled code too
+    return parts[2] if len(parts) > 3 and parts[0] == "transformers" and parts[1] == "models" else ""
 
 
-def _guard_model_classes() -> None:
-    """Make ``PreTrainedModel`` refuse ``"attnkit"`` by name where its layers would ignore it (idempotent)."""
-    from transformers import PreTrainedModel
+def _check_layer(module: torch.nn.Module) -> None:
+    """Refuse, at its call, an attention layer the backend cannot run as things stand (named, never silent).
 
-    init_check = PreTrainedModel._check_and_adjust_attn_implementation
-    if getattr(init_check, "_attnkit_guard", False):
-        return
-    setter = PreTrainedModel.set_attn_implementation
-
-    @functools.wraps(init_check)
-    def checked_init(self: Any, attn_implementation: Any, *args: Any, **kwargs: Any) -> Any:
-        if attn_implementation == NAME:  # each model's __init__, from_pretrained's included
-            check_model(type(self))
-            watch_positions(self)
-        return init_check(self, attn_implementation, *args, **kwargs)
-
-    @functools.wraps(setter)
-    def checked_set(self: Any, attn_implementation: Any, *args: Any, **kwargs: Any) -> Any:
-        asked = attn_implementation.get("") if isinstance(attn_implementation, dict) else attn_implementation
-        if asked == NAME:  # transformers would only warn and keep the current attention
-            check_model(self)
-            for m in self.modules():
-                if isinstance(m, PreTrainedModel):
-                    watch_positions(m)
-        return setter(self, attn_implementation, *args, **kwargs)
-
-    checked_init._attnkit_guard = True  # type: ignore[attr-defined]
-    PreTrainedModel._check_and_adjust_attn_implementation = checked_init  # type: ignore[method-assign]
-    PreTrainedModel.set_attn_implementation = checked_set  # type: ignore[method-assign]
+    A family before the release it runs from (:data:`FAMILY_SINCE`; the error
+    :func:`check_model` gives), checked outside compiled code; and a family whose
+    layers never see the position ids (:data:`POSITIONS_UNSEEN`) called outside a
+    forward :func:`watch_positions` watches, where packed rows would mix.
+    """
+    family = _family(type(module))
+    if not torch.compiler.is_compiling():
+        _refuse_too_early(f"{type(module).__name__} (model family {family!r})", family)
+    if family in POSITIONS_UNSEEN and not _watching():
+        raise HFBackendError(
+            f"{type(module).__name__} (model family {family!r}) never receives the position ids, so "
+            "attn_implementation='attnkit' cannot keep packed rows (DataCollatorWithFlattening) apart in it "
+            "unless the model forward's are handed over: call attnkit.integrations.transformers.check_model(model) "
+            "once after loading the model"
+        )
 
 
 def watch_positions(model: torch.nn.Module) -> None:
@@ -256,19 +280,22 @@ def watch_positions(model: torch.nn.Module) -> None:
     """
     if getattr(model, "_attnkit_positions", False) or not hasattr(model, "_forward_pre_hooks"):
         return
-    tokens: list[contextvars.Token[Tensor | None]] = []
+    tokens: list[tuple[contextvars.Token[Tensor | None], contextvars.Token[bool]]] = []
 
     def enter(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         found = kwargs.get("position_ids")
         _COMPILED_POSITIONS.append(found if isinstance(found, Tensor) else None)
         if not torch.compiler.is_compiling():  # torch.compile cannot trace a ContextVar
-            tokens.append(FORWARD_POSITION_IDS.set(found if isinstance(found, Tensor) else None))
+            tokens.append((FORWARD_POSITION_IDS.set(found if isinstance(found, Tensor) else None),
+                           _WATCHED.set(True)))
 
     def leave(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         if _COMPILED_POSITIONS:
             _COMPILED_POSITIONS.pop()
         if tokens and not torch.compiler.is_compiling():
-            FORWARD_POSITION_IDS.reset(tokens.pop())
+            positions, watched = tokens.pop()
+            _WATCHED.reset(watched)
+            FORWARD_POSITION_IDS.reset(positions)
 
     model.register_forward_pre_hook(enter, with_kwargs=True)
     model.register_forward_hook(leave, with_kwargs=True, always_call=True)
@@ -276,7 +303,18 @@ def watch_positions(model: torch.nn.Module) -> None:
 
 
 _COMPILED_POSITIONS: list[Tensor | None] = []
-"""The model forwards' position ids, innermost last, for compiled code (which cannot read a ContextVar)."""
+"""The model forwards' position ids, innermost last, for compiled code (which cannot read a ContextVar); empty
+outside a watched forward."""
+_WATCHED: contextvars.ContextVar[bool] = contextvars.ContextVar("attnkit_watched_forward", default=False)
+"""Whether a forward :func:`watch_positions` watches is running (this thread or task): it tells "no position ids
+given" (``FORWARD_POSITION_IDS`` None) from "nobody handed them over"."""
+
+
+def _watching() -> bool:
+    """Whether the running forward is one :func:`watch_positions` watches (then its position ids are known)."""
+    if torch.compiler.is_compiling():
+        return bool(_COMPILED_POSITIONS)
+    return _WATCHED.get()
 
 
 def _forward_positions() -> Tensor | None:
@@ -841,6 +879,7 @@ def attnkit_attention_forward(
         ``(B, Tq, H, Dv)`` and the weights ``(B, H, Tq, Tk)`` or ``None``.
     """
     _check_kwargs(kwargs)
+    _check_layer(module)
     b, h, tq, _ = query.shape
     tk = key.shape[2]
     if output_attentions is None:
