@@ -35,7 +35,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "models": BASE | {"blocks", "layers", "core", "positional", "decoding"},
     "reference": BASE,
     "data": BASE,
-    "attribution": BASE | {"models", "layers", "core", "data", "viz", "inspect"},
+    # integrations: HFClassifier prepares a model on attnkit's Hugging Face backend (check_model)
+    "attribution": BASE | {"models", "layers", "core", "data", "viz", "inspect", "integrations"},
     "train": BASE | {"models", "blocks", "layers", "core", "positional", "decoding", "data",
                      "reference", "attribution"},
     "viz": BASE,
