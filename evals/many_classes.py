@@ -47,7 +47,7 @@ classes, the report's faithfulness within 100,000 tokens):
   baseline 83.85% (83.84) in 88 s, peak 5,151 MiB. The default's time: n-gram
   fit 173 s, network 1,347 s (10 epochs), report 40 s, the rest 37 s.
 * topics100: default 91.95% (91.94) in 1,101 s, peak 2,052 MiB (3,784 MiB
-  for the fit alone before the blocks); baseline 41.95% (42.21) in 138 s,
+  measured for the fit alone before the blocks); baseline 41.95% (42.21) in 138 s,
   peak 5,087 MiB. n-gram fit 180 s, network 699 s, report 170 s.
 
 The network's epochs are most of the time: on long documents an epoch reads
