@@ -179,6 +179,36 @@ def test_fit_bytes_is_the_fit_s_allocation_for_many_classes(classes: int) -> Non
     grew, bound = (int(x) for x in out.stdout.split())
     assert 0.7 * bound <= grew <= 1.3 * bound, (grew, bound)
     assert nh.fit_bytes(10_000, classes, 0, 0) - nh.fit_bytes(10_000, 1, 0, 0) <= 130 * 10_000 * (classes - 1)
+    # past a block of classes, a class costs the tables held over all of them: 16 bytes a row, not 124
+    assert nh.fit_bytes(10_000, 200, 0, 0) - nh.fit_bytes(10_000, 100, 0, 0) == 16 * 10_000 * 100
+
+
+@pytest.mark.parametrize("class_weights", [None, [0.5, 1.0, 2.0, 1.0, 0.7]])
+def test_classes_fitted_a_block_at_a_time_reach_the_joint_fit(class_weights: list[float] | None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of two classes (three blocks for five classes), swept until the objective settles, reach the
+    minimum that all classes fitted together reach: the same table to float32's precision, the same bias
+    (but for a shift of all classes')."""
+    model = _model(classes=5)
+    docs, _ = _docs(n=200)
+    labels = [i % 5 for i in range(len(docs))]
+    model.bigram_keys.copy_(nh.frequent_bigrams(model, docs, 64))  # type: ignore[union-attr]
+    counts = nh.ngram_counts(model, docs, 64)
+    ratios = nh.naive_bayes_ratios(counts, labels, 5, 1.0)
+    joint, joint_bias = nh.fit_nb_regression(counts, labels, ratios, class_weights)
+    blocks = []
+    monkeypatch.setattr(nh, "_fit_blocks", lambda *a: blocks.append(a) or _fit_blocks(*a))
+    monkeypatch.setattr(nh, "CLASS_BLOCK", 2)
+    monkeypatch.setattr(nh, "SWEEP_TOLERANCE", 1e-9)  # swept to the end: the minimum, not nearly it
+    monkeypatch.setattr(nh, "MAX_SWEEPS", 50)
+    got, got_bias = nh.fit_nb_regression(counts, labels, ratios, class_weights)
+    assert blocks, "five classes in blocks of two were fitted all at once"
+    assert float((got - joint).abs().max()) <= 2e-3 * float(joint.abs().max())
+    # the bias is not penalised: the softmax leaves a shift of all classes' free, so it is compared centred
+    assert torch.allclose(got_bias - got_bias.mean(), joint_bias - joint_bias.mean(), rtol=2e-3, atol=2e-3)
+
+
+_fit_blocks = nh._fit_blocks
 
 
 def test_the_transpose_built_in_blocks_is_the_transpose(monkeypatch: pytest.MonkeyPatch) -> None:

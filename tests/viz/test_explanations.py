@@ -353,3 +353,23 @@ def test_faithfulness_of_a_numpy_run_is_refused_by_name(wide_run, tmp_path) -> N
     result = CliRunner().invoke(cli, ["evaluate", str(out), "--data", str(data), "--faithfulness"])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "--faithfulness needs a torch run" in result.output and "--backend numpy" in result.output
+
+
+def test_faithfulness_in_a_report_reads_a_bounded_number_of_tokens() -> None:
+    """Long documents: the report's faithfulness reads the first documents within ``tokens`` (but never fewer
+    than MIN_DOCUMENTS); short ones: up to ``documents`` of them, as before."""
+    from attnkit.attribution import report
+
+    model = _linear().eval()
+    gen = torch.Generator().manual_seed(0)
+    long = [torch.randint(4, V, (50,), generator=gen).tolist() for _ in range(40)]
+    short = [torch.randint(4, V, (5,), generator=gen).tolist() for _ in range(40)]
+    assert len(report.faithfulness_documents(long, 30, 1000)) == report.MIN_DOCUMENTS
+    assert len(report.faithfulness_documents(long, 30, 1100)) == 22  # 22 x 50 tokens
+    assert len(report.faithfulness_documents(short, 30, 1000)) == 30
+    assert len(report.faithfulness_documents(short[:3], 30, 1)) == 3  # fewer documents than the minimum: all
+    tokenizer = type("T", (), {"id_to_token": staticmethod(lambda i: f"w{i}")})()
+    found = report.explanation_analysis(model, tokenizer, ["a", "b"], long, long, documents=30, tokens=1100)
+    assert found is not None
+    assert found["validation"]["n"] == found["test"]["n"] == 22
+    assert sum(len(rows) for rows in found["words"].values()) > 0  # the words: over all test documents

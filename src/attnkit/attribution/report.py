@@ -2,7 +2,8 @@
 
 After training, :func:`explanation_analysis` scores every applicable method's
 faithfulness (:func:`attnkit.attribution.faithfulness.faithfulness`) on up
-to :data:`REPORT_DOCUMENTS` documents of the validation part and picks the
+to :data:`REPORT_DOCUMENTS` documents of the validation part, and no more than
+:data:`REPORT_TOKENS` tokens of them (:func:`faithfulness_documents`), and picks the
 best (largest comprehensiveness minus sufficiency); the chosen method and raw
 attention are then scored on the test part, beside the random control, and
 the words that moved the decision most per class are ranked from the exact
@@ -24,13 +25,23 @@ from torch import nn
 from attnkit.attribution.faithfulness import decisive_words, faithfulness, token_label
 from attnkit.attribution.methods import METHOD_NAMES, MethodNotApplicable, applicable_methods
 
-__all__ = ["FAITHFULNESS_FILE", "PREFERRED", "REPORT_DOCUMENTS", "default_method", "explanation_analysis",
-           "record_text", "read_record", "explanation_line"]
+__all__ = ["FAITHFULNESS_FILE", "PREFERRED", "REPORT_DOCUMENTS", "REPORT_TOKENS", "MIN_DOCUMENTS",
+           "default_method", "explanation_analysis", "faithfulness_documents", "record_text", "read_record",
+           "explanation_line"]
 
 FAITHFULNESS_FILE = "faithfulness.json"
 PREFERRED = ("contributions", "integrated_gradients", "chefer", "grad_input", "attention")
 """The method shown when a run has no faithfulness record: the first that applies."""
 REPORT_DOCUMENTS = 200
+"""Most documents of each part the faithfulness of the explanations is scored on."""
+REPORT_TOKENS = 100_000
+"""Most tokens of those documents: faithfulness reads each document about ten times a method (the erasure
+curves), so its time grows with the tokens, not the documents. Sentences, news articles and reviews (MR,
+AG News, IMDB: 20 to 300 tokens) keep their 200 documents; on documents of 300-3,000 words it is about 60
+and a fifth of the time (a run on 20 topics spent 230 s on it, more than the n-gram fit and the weighing
+together)."""
+MIN_DOCUMENTS = 20
+"""Fewest documents faithfulness is scored on when the part has them, however long they are."""
 
 
 def read_record(run: str | Path) -> dict[str, Any] | None:
@@ -58,8 +69,12 @@ def default_method(model: nn.Module, run: str | Path | None = None) -> str:
 
 def explanation_analysis(model: nn.Module, tokenizer: Any, labels: Sequence[str],
                          validation: Sequence[Sequence[int]] | None, test: Sequence[Sequence[int]], *,
-                         documents: int = REPORT_DOCUMENTS, words: int = 8) -> dict[str, Any] | None:
+                         documents: int = REPORT_DOCUMENTS, tokens: int = REPORT_TOKENS, words: int = 8
+                         ) -> dict[str, Any] | None:
     """The explanation a report shows first, chosen on ``validation``, scored on ``test``; None if no method applies.
+
+    Faithfulness is scored on the first documents of each part, ``documents`` at most and within ``tokens``
+    (:func:`faithfulness_documents`); the words per class are ranked over all of ``test``.
 
     Returns ``{"shown_first", "title", "chosen_on", "validation" (every method's
     figures there, or None), "test" (the chosen method's and raw attention's,
@@ -69,10 +84,10 @@ def explanation_analysis(model: nn.Module, tokenizer: Any, labels: Sequence[str]
     valid = applicable_methods(model)
     if not valid or not test:
         return None
-    chosen = faithfulness(model, validation[:documents]) if validation else None
+    chosen = faithfulness(model, faithfulness_documents(validation, documents, tokens)) if validation else None
     best = chosen["shown_first"] if chosen is not None else default_method(model)
     shown = [best] + (["attention"] if best != "attention" and "attention" in valid else [])
-    scored = faithfulness(model, test[:documents], methods=shown)
+    scored = faithfulness(model, faithfulness_documents(test, documents, tokens), methods=shown)
     scored["shown_first"] = best
     words_method = "contributions" if "contributions" in valid else best
     per_class = decisive_words(model, test, method=words_method, top=words)
@@ -80,6 +95,19 @@ def explanation_analysis(model: nn.Module, tokenizer: Any, labels: Sequence[str]
              for c, rows in enumerate(per_class) if c < len(labels)}
     return {"shown_first": best, "title": METHOD_NAMES[best], "chosen_on": "validation" if chosen else None,
             "validation": chosen, "test": scored, "words_method": words_method, "words": named}
+
+
+def faithfulness_documents(part: Sequence[Sequence[int]], documents: int = REPORT_DOCUMENTS,
+                           tokens: int = REPORT_TOKENS) -> Sequence[Sequence[int]]:
+    """The first documents of ``part`` that faithfulness is scored on: at most ``documents``, and no more
+    than fit within ``tokens`` tokens, but :data:`MIN_DOCUMENTS` (or all there are) whatever their length."""
+    count, total = 0, 0
+    for doc in part[:documents]:
+        total += len(doc)
+        if total > tokens and count >= MIN_DOCUMENTS:
+            break
+        count += 1
+    return part[:count]
 
 
 def record_text(analysis: dict[str, Any]) -> str:
