@@ -21,10 +21,19 @@ def _gemma3():  # sliding and full layers (a hybrid cache), a window of 4
         layer_types=["sliding_attention", "full_attention"]))
 
 
+def _qwen3():  # q/k norms, one sliding layer (window 4) and one full layer
+    if not hasattr(transformers, "Qwen3ForCausalLM"):
+        pytest.skip(f"Qwen3 is not in transformers {transformers.__version__}")
+    return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, use_sliding_window=True, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"]))
+
+
 def _family(name: str):
-    if name == "gemma3":
+    if name in ("gemma3", "qwen3"):
         torch.manual_seed(0)
-        return _gemma3().eval()
+        return {"gemma3": _gemma3, "qwen3": _qwen3}[name]().eval()
     if name in ("t5", "bart"):
         torch.manual_seed(0)
         return {"t5": _t5, "bart": _bart}[name]().eval()
@@ -41,7 +50,8 @@ def _generate(model, impl: str, **kwargs):
                           **kwargs)
 
 
-CASES = [(name, cache) for name in ("llama", "mistral", "qwen2", "gemma2", "gemma3", "gpt2", "gpt_oss", "t5", "bart")
+CASES = [(name, cache) for name in ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt2", "gpt_oss", "t5",
+                                    "bart")
          for cache in ("dynamic", "static")]  # offloaded caches need CUDA
 
 
@@ -54,7 +64,7 @@ def test_generate_with_each_cache_equals_sdpa(name, cache):
     assert got.shape == want.shape and torch.equal(got, want)
 
 
-@pytest.mark.parametrize("name", ["llama", "mistral", "gpt_oss", "t5"])
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gpt_oss", "t5"])
 def test_beam_search_with_a_static_cache_equals_sdpa(name):
     model = _family(name)
     on_the_interface(model)
