@@ -391,22 +391,10 @@ def _lbfgs(params: list[Tensor], max_iter: int = 300) -> torch.optim.LBFGS:
 
 def _fit_joint(problem: _Problem, ratios: Tensor) -> tuple[Tensor, Tensor]:
     """``U`` ``(S, C)`` and the bias ``(C,)``, fitted together by one L-BFGS (:data:`CLASS_BLOCK` classes or
-    fewer)."""
-    u = torch.zeros(ratios.shape, dtype=FIT_DTYPE, requires_grad=True)  # (S, C)
-    bias = torch.zeros(ratios.shape[1], dtype=FIT_DTYPE, requires_grad=True)
-    opt = _lbfgs([u, bias])
-    every = slice(None)
-
-    def loss() -> Tensor:
-        logits = problem.logits(ratios, u.detach(), bias.detach())  # (N, C)
-        # the value in float64: L-BFGS's line search compares values that differ in their last float32 digits
-        value = problem.value(logits, (u.detach() * u.detach()).sum(dtype=torch.float64))
-        u.grad, bias.grad = problem.gradients(logits, ratios, u.detach(), every)
-        return value
-
-    with torch.no_grad():
-        opt.step(loss)  # type: ignore[arg-type]
-    return u.detach(), bias.detach()
+    fewer): :func:`_fit_block` with every class in the block."""
+    logits = torch.zeros(problem.counts.shape[0], ratios.shape[1], dtype=FIT_DTYPE)  # (N, C): written by the fit
+    zeros = torch.zeros(ratios.shape, dtype=FIT_DTYPE)
+    return _fit_block(problem, ratios, zeros, zeros[0], logits, slice(None), 0.0, 300)
 
 
 def _fit_blocks(problem: _Problem, ratios: Tensor) -> tuple[Tensor, Tensor]:
