@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 __all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of", "dataclass_kwargs",
-           "nested_paths_hint", "spell_settings", "setting", "setting_fields", "check_settings", "is_type",
-           "parse_duration"]
+           "nested_paths_hint", "spell_settings", "setting", "setting_fields", "tree_from_flat", "check_settings",
+           "is_type", "parse_duration"]
 
 T = TypeVar("T")
 
@@ -153,6 +153,16 @@ def setting_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
     return leaves
 
 
+def tree_from_flat(cls: type, values: Mapping[str, Any]) -> Any:
+    """Settings tree ``cls`` (a dataclass whose fields are settings groups, each a dataclass) from leaf
+    values by name, as a command's flags give them: each group takes the values of its fields that
+    ``values`` holds and keeps its defaults for the rest; other keys are ignored."""
+    hints = typing.get_type_hints(cls)
+    groups = {f.name: _nested_dataclass(hints[f.name]) for f in dataclasses.fields(cls)}
+    return cls(**{name: group(**{f.name: values[f.name] for f in dataclasses.fields(group) if f.name in values})
+                  for name, group in groups.items() if group is not None})
+
+
 def _range_text(meta: Mapping[str, Any]) -> str:
     low, high = meta["low"], meta["high"]
     parts = ([f"{'>' if meta['low_open'] else '>='} {low:g}"] if low is not None else []) + \
@@ -182,8 +192,7 @@ def check_settings(obj: Any) -> None:
         if meta["choices"] is not None:
             one_of(f.name, value, meta["choices"])
         hint = hints[f.name]
-        kind = bool if is_type(hint, bool) else int if is_type(hint, int) and not is_type(hint, float) else \
-            float if is_type(hint, float) else None
+        kind = next((k for k in (bool, int, float) if is_type(hint, k)), None)
         if kind is None:
             continue
         if kind is bool:

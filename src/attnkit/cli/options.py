@@ -237,7 +237,7 @@ def library_options(cls: type, names: tuple[str, ...], *, torch_only: tuple[str,
         note = (notes or {}).get(name)
         torch = name in torch_only
         decorators.append(click.option(
-            meta["flag"] or "--" + name.replace("_", "-"), name, type=_flag_type(hints[name], meta),
+            _flag_name(name, meta), name, type=_flag_type(hints[name], meta),
             help=f"{meta['help'].rstrip('.')} ({note})." if note else meta["help"],
             cls=LibraryDefaultOption, shown=f.default,
             default_from=f"{cls.__module__}:{cls.__qualname__}.{name}", metavar=meta["metavar"],
@@ -474,12 +474,15 @@ class Duration(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         from attnkit._checks import parse_duration
 
-        if isinstance(value, float) and param is not None and value == param.default:
-            return value  # a default (or a config file's value) that is seconds already
         try:
             return parse_duration(value, name=param.opts[0] if param is not None else "duration")
         except ValueError as err:
             self.fail(str(err), param, ctx)
+
+
+def _flag_name(name: str, meta: Mapping[str, Any]) -> str:
+    """The flag of settings field ``name``: its own ``flag``, else ``--name-with-dashes``."""
+    return meta["flag"] or "--" + name.replace("_", "-")
 
 
 def _flag_type(hint: Any, meta: dict[str, Any]) -> Any:
@@ -515,7 +518,7 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Calla
         meta = f.metadata["attnkit"]
         if only is not None and f.name not in only:
             continue
-        flag = meta["flag"] or "--" + f.name.replace("_", "-")
+        flag = _flag_name(f.name, meta)
         if hint is bool:
             decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, f.name]
             decorators.append(click.option(*decls, is_flag=True, default=f.default, help=meta["help"]))

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnkit._checks import check_settings, dataclass_kwargs, setting
+from attnkit._checks import check_settings, dataclass_kwargs, setting, tree_from_flat
 
 if TYPE_CHECKING:
     from attnkit.models.captioning import CaptionerConfig
@@ -133,8 +133,8 @@ class CaptionSettings:
     @classmethod
     def from_flat(cls, values: Mapping[str, Any]) -> CaptionSettings:
         """The tree from leaf values by name (a command's flags, a flat saved run); other keys are ignored."""
-        return cls(**{name: group(**{f.name: values[f.name] for f in dataclasses.fields(group) if f.name in values})
-                      for name, group in _GROUPS.items()})
+        settings: CaptionSettings = tree_from_flat(cls, values)
+        return settings
 
     @classmethod
     def from_saved(cls, options: Mapping[str, Any]) -> CaptionSettings:

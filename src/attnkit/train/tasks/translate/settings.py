@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit._checks import check_settings, setting
+from attnkit._checks import check_settings, setting, tree_from_flat
 from attnkit.train.config import TranslationTrainConfig
 
 __all__ = ["TranslationSettings", "TranslationTokenizerSettings", "TranslationModelSettings"]
@@ -74,10 +74,5 @@ class TranslationSettings:
     @classmethod
     def from_flat(cls, values: Mapping[str, Any]) -> TranslationSettings:
         """The tree from leaf values by name (a command's flags); other keys are ignored."""
-        def pick(group: type, names: tuple[str, ...] | None = None) -> dict[str, Any]:
-            return {f.name: values[f.name] for f in dataclasses.fields(group)
-                    if f.name in values and (names is None or f.name in names)}
-
-        return cls(TranslationTokenizerSettings(**pick(TranslationTokenizerSettings)),
-                   TranslationModelSettings(**pick(TranslationModelSettings)),
-                   TranslationTrainConfig(**pick(TranslationTrainConfig, TRAINING_FLAGS)))
+        settings: TranslationSettings = tree_from_flat(cls, values)
+        return settings
