@@ -45,7 +45,8 @@ __all__ = ["TextClassifier"]
 
 # constructor argument -> the TrainConfig / DataSettings field it sets (None: the recipe's value)
 _TRAIN_FIELDS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
-                 "label_smoothing", "seed", "device", "pack", "on_nan", "metric", "class_weight", "tune_thresholds")
+                 "label_smoothing", "seed", "device", "pack", "on_nan", "metric", "class_weight", "tune_thresholds",
+                 "token_budget")
 _DATA_FIELDS = ("tokenizer", "vocab_size", "min_frequency", "max_len")
 # what a pretrained BERT folder fixes: its own WordPiece tokenizer and vocabulary
 _FOLDER_FIXED = ("tokenizer", "vocab_size", "min_frequency")
@@ -81,6 +82,8 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         class_weight: ``"balanced"`` weighs each class by its inverse frequency (``--class-weight``).
         tune_thresholds: tune per-class offsets on the validation part for ``metric``
             (``--tune-thresholds``).
+        token_budget: train at most the whole epochs that read this many tokens, 0 off
+            (``--token-budget``).
         device: where to train (``"cpu"``, ``"cuda"``, ``"auto"``); the fitted model is kept on the CPU.
         tokenizer: how text becomes token ids (``--tokenizer``). Like the three below, None leaves the
             recipe's value.
@@ -110,7 +113,8 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                  clip_norm: float | None = None, patience: int | None = None, label_smoothing: float | None = None,
                  seed: int = 0, device: str = "cpu", pack: int | None = None, on_nan: str | None = None,
                  metric: str | None = None, class_weight: str | None = None, tune_thresholds: bool | None = None,
-                 tokenizer: str | None = None, vocab_size: int | None = None, min_frequency: int | None = None,
+                 token_budget: int | None = None, tokenizer: str | None = None, vocab_size: int | None = None,
+                 min_frequency: int | None = None,
                  max_len: int | None = None, val_ratio: float = 0.1, max_memory: int | str | None = None) -> None:
         self.model = model
         self.model_options = model_options
@@ -131,6 +135,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self.metric = metric
         self.class_weight = class_weight
         self.tune_thresholds = tune_thresholds
+        self.token_budget = token_budget
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.min_frequency = min_frequency

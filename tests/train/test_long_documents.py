@@ -114,3 +114,52 @@ def test_packed_rows_must_hold_the_whole_span_a_chunked_model_reads() -> None:
     with pytest.raises(ValueError, match=r"`pack` 32 .* 50 tokens \(`max_len` 8 read in up to 8 chunks\).*max_chunks"):
         fit_classifier(docs[:30], docs[30:], [], model_name="wide", model_options=OPTIONS,
                        data=DataSettings(max_len=8), train_config=TrainConfig(epochs=1, pack=32, device="cpu"))
+
+
+def test_a_token_budget_trains_the_whole_epochs_that_fit_it_and_says_so(tmp_path: Path) -> None:
+    from attnkit.train.runs.checkpoint import read_run_config
+
+    config = TrainConfig(epochs=8, token_budget=10_000)
+    assert [config.epochs_within_budget(n) for n in (4_800, 10_000, 10_001, 1_000, 0)] == [2, 1, 1, 8, 8]
+    assert TrainConfig(epochs=8).epochs_within_budget(10**12) == 8  # 0: no budget
+
+    docs = _late_keyword_documents(220, seed=0)
+    lines: list[str] = []
+    # 160 training documents of 30 tokens: 4,800 tokens an epoch, two of them within 10,000
+    result = fit_classifier(docs[:160], docs[160:190], docs[190:], model_name="wide", model_options=OPTIONS,
+                            data=DataSettings(max_len=8), out_dir=tmp_path / "run", quiet=True, log=lines.append,
+                            train_config=TrainConfig(epochs=8, lr=0.02, batch_size=16, patience=0, device="cpu",
+                                                     token_budget=10_000))
+    assert len(result.history) == 2
+    assert "token budget: 2 epoch(s) of 4,800 training tokens fit `token_budget` 10,000 (`epochs` 8)" in lines
+    saved = read_run_config(tmp_path / "run")
+    assert saved["train_config"]["epochs"] == 8 and saved["train_config"]["token_budget"] == 10_000  # as given
+    assert saved["progress"]["epochs"] == 2 and saved["epochs_run"] == 2
+
+
+def test_train_plans_within_the_recipes_token_budget_and_the_flag_changes_it(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from attnkit.cli import cli
+    from attnkit.train.runs.checkpoint import read_run_config
+    from attnkit.train.tasks.classify.recipe import train_defaults
+
+    data = tmp_path / "docs.tsv"
+    data.write_text("label\ttext\n" + "".join(f"{e.label}\t{e.text}\n" for e in _late_keyword_documents(100, 2)),
+                    encoding="utf-8")
+    options = [arg for key, value in OPTIONS.items() for arg in ("--model-opt", f"{key}={value}")]
+    common = ["train", "--data", str(data), "--max-len", "8", "--epochs", "3", "--patience", "0",
+              "--device", "cpu", "-q", *options]
+    default = CliRunner().invoke(cli, [*common, "--out", str(tmp_path / "default")])
+    assert default.exit_code == 0, default.output
+    recipe = train_defaults("wide")["token_budget"]
+    assert recipe > 0 and read_run_config(tmp_path / "default")["train_config"]["token_budget"] == recipe
+    assert "token budget" not in default.output and read_run_config(tmp_path / "default")["epochs_run"] == 3
+    small = CliRunner().invoke(cli, [*common, "--out", str(tmp_path / "small"), "--token-budget", "100"])
+    assert small.exit_code == 0, small.output
+    line = next(x for x in small.output.splitlines() if x.startswith("token budget:"))
+    assert line.endswith("training tokens fit token_budget 100 (epochs 3)") and line.startswith("token budget: 1 ")
+    saved = read_run_config(tmp_path / "small")
+    assert saved["train_config"]["token_budget"] == 100 and saved["epochs_run"] == 1
+    refused = CliRunner().invoke(cli, [*common, "--out", str(tmp_path / "bad"), "--token-budget", "-1"])
+    assert refused.exit_code == 2 and "--token-budget" in refused.output and not (tmp_path / "bad").exists()

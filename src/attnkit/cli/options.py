@@ -253,9 +253,11 @@ def train_options(f: F) -> F:
     return _stack(
         library_options(
             TrainConfig, ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
-                          "label_smoothing", "seed", "pack", "device", "on_nan", "metric", "class_weight"),
-            torch_only=("label_smoothing", "pack", "device", "metric", "class_weight"),
-            notes={"batch_size": "wide's recipe: 64", "lr": "AdamW; the default model wide's recipe: 5e-3"},
+                          "label_smoothing", "seed", "pack", "device", "on_nan", "metric", "class_weight",
+                          "token_budget"),
+            torch_only=("label_smoothing", "pack", "device", "metric", "class_weight", "token_budget"),
+            notes={"batch_size": "wide's recipe: 64", "lr": "AdamW; the default model wide's recipe: 5e-3",
+                   "token_budget": "wide's recipe: 40,000,000"},
             numpy_help={"device": "--backend numpy runs on the CPU (auto or cpu)."}),
         click.option("--tune-thresholds/--no-tune-thresholds", default=None,
                      help="Tune per-class offsets (priors, thresholds) on the validation part for --metric "
@@ -370,7 +372,8 @@ def _set_option(options: dict[str, Any], key: str, value: Any, flag: str) -> Non
 
 
 _TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
-               "label_smoothing", "seed", "device", "pack", "on_nan", "metric", "class_weight", "tune_thresholds")
+               "label_smoothing", "seed", "device", "pack", "on_nan", "metric", "class_weight", "tune_thresholds",
+               "token_budget")
 _DATA_KEYS = ("tokenizer", "vocab_size", "min_frequency", "max_len")
 
 

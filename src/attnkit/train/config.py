@@ -107,6 +107,9 @@ class TrainConfig(ClassifierTrainSettings):
         class_weight: ``"none"`` or ``"balanced"`` (each class weighs alike in the losses).
         tune_thresholds: tune per-class offsets on the validation part for ``metric``
             (None: when ``metric`` is not accuracy and ``class_weight`` is none).
+        token_budget: ``0`` (off) or the most training tokens a run reads: ``epochs`` is lowered to the
+            whole epochs that fit (at least one) before the schedule is planned, so a corpus of long
+            documents costs what a budget of tokens costs, not ``epochs`` passes over all of it.
     """
 
     warmup_ratio: float = setting(0.1, "Share of steps with linear warm-up, then linear decay.", low=0, high=1,
@@ -123,6 +126,15 @@ class TrainConfig(ClassifierTrainSettings):
     class_weight: str = setting("none", "Weigh each class alike in the losses (network, n-gram half, baseline): "
                                 "balanced, or none.", choices=CLASS_WEIGHTS)
     tune_thresholds: bool | None = None
+    token_budget: int = setting(0, "Train at most the whole epochs that read this many tokens, at least one (0 = "
+                                "off).", low=0, metavar="TOKENS")
+
+    def epochs_within_budget(self, tokens_per_epoch: int) -> int:
+        """The epochs a run trains whose every epoch reads ``tokens_per_epoch`` training tokens: ``epochs``,
+        or fewer, the whole epochs within ``token_budget`` (at least one)."""
+        if not self.token_budget or tokens_per_epoch <= 0:
+            return self.epochs
+        return max(1, min(self.epochs, self.token_budget // tokens_per_epoch))
 
     def __post_init__(self) -> None:
         if self.warmup_ratio is None:

@@ -138,7 +138,7 @@ def fit_classifier(
     train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, read_len, train, val, test)
     loss_weights = check_objective(train_config.metric, train_config.class_weight, train_ds.labels,
                                    label_vocab.labels)
-    config, cap = _budgeted(model_name, config, (train_ds, val_ds, test_ds), train_config, data.max_len,
+    config, cap, budgeted = _budgeted(model_name, config, (train_ds, val_ds, test_ds), train_config, data.max_len,
                             limit=max_memory, can_shrink=not resume and init_model is None,
                             note=_memory_note(log, dist), processes=dist.world_size)
     torch.manual_seed(train_config.seed)
@@ -159,7 +159,7 @@ def fit_classifier(
         if writer is not None:
             stack.enter_context(writer)
             run = ckpt.RunCheckpointer(writer, model_name, config, tokenizer, label_vocab, meta)
-        trainer = Trainer(model, train_config, train_ds, val_ds if len(val_ds) else None,
+        trainer = Trainer(model, budgeted, train_ds, val_ds if len(val_ds) else None,
                           lengths=train_ds.lengths, out_dir=out_dir, quiet=quiet, dist=dist, log=log,
                           checkpoint=run.epoch_hook() if run is not None else None, batch_tokens=cap)
         history = trainer.fit(resume=resume)
@@ -199,9 +199,11 @@ def _reading_length(model_name: str, config: dict[str, Any], max_len: int, pack:
 
 def _budgeted(model_name: str, config: dict[str, Any], parts: Sequence[TextClassificationDataset],
               train_config: TrainConfig, max_len: int, *, limit: int | None, can_shrink: bool,
-              note: Callable[[str], None] | None, processes: int) -> tuple[dict[str, Any], int | None]:
+              note: Callable[[str], None] | None, processes: int
+              ) -> tuple[dict[str, Any], int | None, TrainConfig]:
     """``config`` fitted to the memory limit (:func:`attnkit.train.memory_budget.fit_to_memory`) for the
-    encoded ``parts`` (train, validation, test) and the training batches, and the batches' token cap."""
+    encoded ``parts`` (train, validation, test) and the training batches, the batches' token cap, and
+    ``train_config`` with the epochs its token budget allows (:func:`_within_token_budget`)."""
     train_ds = parts[0]
     cap, batch_tokens = _long_batches(model_name, config, train_ds.lengths, train_config, max_len, note,
                                       processes=processes)
@@ -209,7 +211,7 @@ def _budgeted(model_name: str, config: dict[str, Any], parts: Sequence[TextClass
                            documents=sum(d.ids.nbytes for d in parts), batch_tokens=batch_tokens,
                            train_documents=len(train_ds), longest=max(train_ds.lengths, default=0),
                            limit=limit, can_shrink=can_shrink, log=note)
-    return config, cap
+    return config, cap, _within_token_budget(train_config, train_ds.lengths, note)
 
 
 def _long_batches(model_name: str, config: dict[str, Any], lengths: Sequence[int], train_config: TrainConfig,
@@ -239,6 +241,20 @@ def _long_batches(model_name: str, config: dict[str, Any], lengths: Sequence[int
              f"{max_len}, read in overlapping chunks of {max_len} tokens up to {read_len} tokens each "
              f"(the model's max_chunks={config['max_chunks']}); a batch of them holds at most {cap} tokens")
     return cap, max(longest, min(cap, size * longest))
+
+
+def _within_token_budget(train_config: TrainConfig, lengths: Sequence[int],
+                         note: Callable[[str], None] | None) -> TrainConfig:
+    """``train_config`` with the epochs its ``token_budget`` allows for training documents of ``lengths``
+    tokens (:meth:`~attnkit.train.config.TrainConfig.epochs_within_budget`), said in one line when fewer."""
+    per_epoch = int(sum(lengths))
+    epochs = train_config.epochs_within_budget(per_epoch)
+    if epochs == train_config.epochs:
+        return train_config
+    if note is not None:
+        note(f"token budget: {epochs} epoch(s) of {per_epoch:,} training tokens fit `token_budget` "
+             f"{train_config.token_budget:,} (`epochs` {train_config.epochs})")
+    return dataclasses.replace(train_config, epochs=epochs)
 
 
 def _chunked(model: nn.Module, test_metrics: dict[str, Any] | None, **parts: TextClassificationDataset
