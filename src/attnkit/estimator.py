@@ -43,10 +43,7 @@ from attnkit.api import Predictor  # noqa: E402
 
 __all__ = ["TextClassifier"]
 
-# constructor argument -> the TrainConfig / DataSettings field it sets (None: the recipe's value)
-_TRAIN_FIELDS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
-                 "label_smoothing", "seed", "device", "pack", "on_nan", "metric", "class_weight", "tune_thresholds",
-                 "token_budget")
+# constructor argument -> the DataSettings field it sets (None: the recipe's value); TrainConfig's: USER_TRAIN_FIELDS
 _DATA_FIELDS = ("tokenizer", "vocab_size", "min_frequency", "max_len")
 # what a pretrained BERT folder fixes: its own WordPiece tokenizer and vocabulary
 _FOLDER_FIXED = ("tokenizer", "vocab_size", "min_frequency")
@@ -199,10 +196,11 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     def _recipe(self) -> _Recipe:
         """What ``fit`` trains: ``attnkit train``'s recipe with this estimator's arguments over it, or
         fine-tuning's when a BERT folder is given (``preset='accurate'``, ``init_from``)."""
+        from attnkit.train.config import USER_TRAIN_FIELDS
         from attnkit.train.tasks.classify.pipeline import DataSettings
         from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
-        train_given = {f: getattr(self, f) for f in _TRAIN_FIELDS}
+        train_given = {f: getattr(self, f) for f in USER_TRAIN_FIELDS}
         data_given = {f: getattr(self, f) for f in _DATA_FIELDS if getattr(self, f) is not None}
         folder = self._pretrained_folder()
         if folder is None:

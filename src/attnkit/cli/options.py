@@ -371,17 +371,14 @@ def _set_option(options: dict[str, Any], key: str, value: Any, flag: str) -> Non
     node[name] = value
 
 
-_TRAIN_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
-               "label_smoothing", "seed", "device", "pack", "on_nan", "metric", "class_weight", "tune_thresholds",
-               "token_budget")
 _DATA_KEYS = ("tokenizer", "vocab_size", "min_frequency", "max_len")
 
 
 def collect_train_config(values: dict[str, Any], **defaults: Any) -> Any:
     """A TrainConfig from the given (non-None) option values over ``defaults``."""
-    from attnkit.train.config import TrainConfig
+    from attnkit.train.config import USER_TRAIN_FIELDS, TrainConfig
 
-    given = {k: values[k] for k in _TRAIN_KEYS if values.get(k) is not None}
+    given = {k: values[k] for k in USER_TRAIN_FIELDS if values.get(k) is not None}
     return TrainConfig.from_dict({**defaults, **given})
 
 

@@ -17,7 +17,7 @@ from attnkit.train.metrics import check_metric
 from attnkit.train.tasks.classify.objective import CLASS_WEIGHTS
 
 __all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "DataSettings", "TranslationTrainConfig",
-           "warmup_linear_factor"]
+           "warmup_linear_factor", "USER_TRAIN_FIELDS"]
 
 S = TypeVar("S", bound="TrainSettings")
 
@@ -144,6 +144,13 @@ class TrainConfig(ClassifierTrainSettings):
         check_metric(self.metric)
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+
+USER_TRAIN_FIELDS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
+                     "label_smoothing", "seed", "device", "pack", "on_nan", "metric", "class_weight",
+                     "tune_thresholds", "token_budget")
+"""The :class:`TrainConfig` fields a user sets (``train``'s and ``cv``'s flags, :class:`attnkit.TextClassifier`'s
+arguments); ``min_lr_ratio`` and ``bucket`` are the library's."""
 
 
 @dataclass(frozen=True)
