@@ -231,14 +231,15 @@ def run_default(train: Path, test: Path, out: Path, extra: list[str]) -> dict[st
     found: dict[str, Any] = {"seconds": wall, "peak_mib": peak}
     line = next((x for x in done.stderr.splitlines() if x.startswith("PHASES ")), None)
     found["phases"] = json.loads(line[7:]) if line else {}
-    found["notes"] = [x for x in (done.stdout + done.stderr).splitlines() if x.startswith("memory:")]
+    found["notes"] = [x for x in (done.stdout + done.stderr).splitlines()
+                      if x.startswith(("memory:", "token budget:"))]
     if done.returncode != 0:
         found["failed"] = [x for x in done.stderr.splitlines() if x.strip() and not x.startswith(("PHASES", "\t"))
                            ][-1:]
         return found
     config = json.loads(sorted(out.glob("checkpoints/*/config.json"))[-1].read_text())  # the last commit
     found.update(accuracy=config["metrics"]["test"]["accuracy"], macro_f1=config["metrics"]["test"]["macro_f1"],
-                 rows=config["model_config"].get("ngram_rows"))
+                 rows=config["model_config"].get("ngram_rows"), epochs=config["epochs_run"])
     return found
 
 
@@ -260,8 +261,9 @@ def _line(name: str, size: str, ours: dict[str, Any], base: dict[str, Any]) -> s
         return f"{name} ({size}): default FAILED {ours['failed']} after {ours['seconds']:.0f} s, peak " \
                f"{ours['peak_mib']:.0f} MiB"
     return (f"{name} ({size}): default {ours['accuracy'] * 100:.2f}% (macro-F1 {ours['macro_f1'] * 100:.2f}) "
-            f"in {ours['seconds']:.0f} s, peak {ours['peak_mib']:.0f} MiB, {ours['rows']} bigram rows | baseline "
-            f"{base.get('accuracy', nan) * 100:.2f}% (macro-F1 {base.get('macro_f1', nan) * 100:.2f}) "
+            f"in {ours['seconds']:.0f} s, peak {ours['peak_mib']:.0f} MiB, {ours['rows']} bigram rows, "
+            f"{ours['epochs']} epochs | baseline {base.get('accuracy', nan) * 100:.2f}% "
+            f"(macro-F1 {base.get('macro_f1', nan) * 100:.2f}) "
             f"in {base['seconds']:.0f} s, peak {base['peak_mib']:.0f} MiB | difference "
             f"{(ours['accuracy'] - base.get('accuracy', nan)) * 100:+.2f} points, time x"
             f"{ours['seconds'] / base['seconds']:.1f} | default's time: {where}{fit_peak}")

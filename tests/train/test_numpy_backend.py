@@ -214,3 +214,23 @@ def test_a_numpy_run_opens_in_visualize(numpy_run: tuple[Path, str], tmp_path: P
         assert result.exit_code == 0, result.output
         assert (tmp_path / name).stat().st_size > 1000
     assert is_attnkit_report(tmp_path / "report.html")
+
+
+def test_every_flag_its_help_calls_torch_only_is_refused_by_the_numpy_backend(corpus: Path, tmp_path: Path) -> None:
+    """A flag whose help says "Not with --backend numpy" is an error naming it there, never silently dropped."""
+    import click
+
+    from attnkit.cli.options import _TORCH_ONLY
+
+    train = cli.commands["train"]
+    torch_only = [p for p in train.params if getattr(p, "numpy_help", None) == _TORCH_ONLY]
+    assert {p.name for p in torch_only} >= {"label_smoothing", "pack", "metric", "class_weight", "token_budget"}
+    for param in torch_only:
+        kind = param.type
+        value = kind.choices[-1] if isinstance(kind, click.Choice) else {
+            "float": "0.1", "integer": "1", "integer range": "1", "float range": "0.1"}.get(kind.name, "macro_f1")
+        flag = param.opts[0]
+        result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text",
+                                          "--backend", "numpy", "--out", str(tmp_path / "run"), flag, value])
+        assert result.exit_code != 0 and f"does not support {flag}" in result.output, (flag, result.output)
+        assert not (tmp_path / "run").exists()

@@ -15,7 +15,7 @@ SETTING_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip_norm", "pati
                 "min_frequency", "vocab_size", "warmup_ratio", "on_nan")
 UNSUPPORTED = {"label_smoothing": "--label-smoothing", "resume": "--resume", "init_from": "--init-from",
                "tokenizer": "--tokenizer", "pack": "--pack", "metric": "--metric", "class_weight": "--class-weight",
-               "tune_thresholds": "--tune-thresholds"}
+               "tune_thresholds": "--tune-thresholds", "token_budget": "--token-budget"}
 
 
 def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: Any, *,
@@ -30,7 +30,8 @@ def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: A
         given.append("--device")
     if given:
         raise ValueError(f"--backend numpy does not support {', '.join(given)}; "
-                         "the NumPy trainer runs on the CPU without label smoothing, packing or resume")
+                         "the NumPy trainer runs on the CPU for --epochs, without label smoothing, packing, "
+                         "resume or a measure other than accuracy")
     kind = values.get("model") or "transformer"
     settings = NumpyTrainSettings(**{k: values[k] for k in SETTING_KEYS if values.get(k) is not None})
     if not values.get("overwrite"):
