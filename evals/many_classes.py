@@ -5,7 +5,7 @@ two separate processes run on them, each under ``/usr/bin/time -v`` (the
 whole-process peak, ``Maximum resident set size``):
 
 * the default: ``attnkit train --data TRAIN --test TEST`` and nothing else that
-  changes the recipe (``--quiet``, ``--out``; ``--max-memory`` only when given
+  changes the recipe (``--quiet``, ``--out``; ``--max-memory``, ``--token-budget`` only when given
   here), with the time each step took: reading the files, the tokenizer and the
   encoded documents, the n-gram half's fit (its peak resident memory too) and
   the network's training, weighing the halves on the validation part, the
@@ -40,22 +40,25 @@ Prints one line per corpus: accuracy and macro-F1 of both, their times and
 peaks, and where the default's time went.
 
 Last run (10,000 training documents of 300-3,000 words, 2,000 to test; a
-shared 2-core machine; the n-gram fit a block of 20 classes at a time above 20
-classes, the report's faithfulness within 100,000 tokens):
+shared 2-core machine; the recipe's token budget of 40 million tokens, the
+n-gram fit a block of 20 classes at a time above 20 classes):
 
-* topics2: default 93.60% (macro-F1 93.60) in 618 s, peak 1,536 MiB; baseline
-  87.20% (87.20) in 54 s, peak 1,479 MiB. n-gram fit 21 s, network 545 s,
-  report 22 s.
-* topics20: default 97.00% (macro-F1 97.00) in 1,601 s, peak 1,756 MiB;
-  baseline 83.85% (83.84) in 88 s, peak 5,151 MiB. The default's time: n-gram
-  fit 173 s, network 1,347 s (10 epochs), report 40 s, the rest 37 s.
-* topics100: default 91.95% (91.94) in 1,101 s, peak 2,052 MiB (3,784 MiB
-  measured for the fit alone before the blocks); baseline 41.95% (42.21) in 138 s,
-  peak 5,087 MiB. n-gram fit 180 s, network 699 s, report 170 s.
+* topics2: default 93.85% (macro-F1 93.85) in 239 s, peak 1,541 MiB; baseline
+  87.20% (87.20) in 42 s, peak 1,475 MiB.
+* topics20: default 95.25% (macro-F1 95.25) in 284 s, peak 1,740 MiB;
+  baseline 83.85% (83.84) in 75 s, peak 5,150 MiB: x3.8 the baseline's time.
+  The default's time: reading 2 s, encoding 29 s, n-gram fit 65 s, network
+  123 s (2 epochs of 16 million tokens), weighing and scoring 8 s, report 54 s.
+* topics100: default 88.25% (88.38) in 200 s, peak 2,041 MiB; baseline 41.95%
+  (42.21) in 110 s, peak 5,082 MiB.
+* issue42: default 91.50% (91.45) in 60 s, peak 1,484 MiB; baseline 59.00%
+  (59.34) in 31 s, peak 4,119 MiB.
+* mixed32 (``--docs 6000``): default 32.80% (31.43) in 468 s, peak 2,069 MiB;
+  baseline 32.20% (29.90) in 154 s, peak 4,837 MiB.
 
-The network's epochs are most of the time: on long documents an epoch reads
-about 16 million tokens (IMDB: 7 million), so the default is 18 times the
-baseline's time on topics20 (11 on topics2, 8 on topics100), not 5.
+Without the token budget (``--token-budget 0``, passed on to ``attnkit
+train``), 10 epochs: topics20 97.00% in 1,601 s (x18 the baseline's time),
+topics100 91.95% in 1,101 s, topics2 93.60% in 618 s.
 """
 
 from __future__ import annotations
