@@ -138,9 +138,9 @@ def fit_classifier(
     train_ds, val_ds, test_ds = _datasets(tokenizer, label_vocab, read_len, train, val, test)
     loss_weights = check_objective(train_config.metric, train_config.class_weight, train_ds.labels,
                                    label_vocab.labels)
-    config, cap, budgeted = _budgeted(model_name, config, (train_ds, val_ds, test_ds), train_config, data.max_len,
-                            limit=max_memory, can_shrink=not resume and init_model is None,
-                            note=_memory_note(log, dist), processes=dist.world_size)
+    config, cap, budgeted = _budgeted(model_name, config, (train_ds, val_ds, test_ds), train_config,
+                                      data.max_len, limit=max_memory, can_shrink=not resume and init_model is None,
+                                      note=_memory_note(log, dist), processes=dist.world_size)
     torch.manual_seed(train_config.seed)
     model = build_model(model_name, config)
     if init_model is not None:
