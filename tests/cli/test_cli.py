@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 
 from attnkit.cli import cli
-from attnkit.train.runs.checkpoint import load_tensors
+from attnkit.train.runs.checkpoint import load_tensors, read_run_config
 from attnkit.train.runs.rundir import committed_dir
 from tests.support.cli import TINY, write_keyword_csv
 
@@ -179,9 +179,21 @@ def test_malformed_data_names_the_file(tmp_path) -> None:
     assert result.exit_code == 1 and "bad.csv" in result.output and "Traceback" not in result.output
 
 
-def test_interrupted_cli_run_resumes_to_identical_weights(tmp_path, data_csv, monkeypatch) -> None:
+def _budget_of_epochs(data_csv, tmp_path, epochs: int) -> list[str]:
+    """Flags whose token budget allows ``epochs`` of 6 epochs on ``data_csv`` (read off a one-epoch run's line)."""
+    probe = _invoke("train", "--data", str(data_csv), "--out", str(tmp_path / "probe"), *TINY, "--epochs", "6",
+                    "--token-budget", "1")
+    per_epoch = int(probe.output.split("1 epoch(s) of ")[1].split(" training tokens")[0].replace(",", ""))
+    return ["--epochs", "6", "--token-budget", str(epochs * per_epoch)]
+
+
+@pytest.mark.parametrize("budgeted", [False, True], ids=["epochs", "token-budget"])
+def test_interrupted_cli_run_resumes_to_identical_weights(tmp_path, data_csv, monkeypatch, budgeted) -> None:
+    """Also under a token budget that lowers the epochs: the resumed run plans the same 3 of its 6."""
+    budget = _budget_of_epochs(data_csv, tmp_path, 3) if budgeted else []
     straight = tmp_path / "straight"
-    assert _invoke("train", "--data", str(data_csv), "--out", str(straight), *TINY).exit_code == 0
+    assert _invoke("train", "--data", str(data_csv), "--out", str(straight), *TINY, *budget).exit_code == 0
+    assert read_run_config(straight)["epochs_run"] == 3
 
     from attnkit.train.loop.trainer import Trainer
 
@@ -194,7 +206,7 @@ def test_interrupted_cli_run_resumes_to_identical_weights(tmp_path, data_csv, mo
 
     run = tmp_path / "run"
     monkeypatch.setattr(Trainer, "_train_epoch", interrupt_in_epoch_two)
-    stopped = CliRunner().invoke(cli, ["train", "--data", str(data_csv), "--out", str(run), *TINY])
+    stopped = CliRunner().invoke(cli, ["train", "--data", str(data_csv), "--out", str(run), *TINY, *budget])
     assert stopped.exit_code == 130 and "--resume" in stopped.output
     monkeypatch.setattr(Trainer, "_train_epoch", original)
     resumed = _invoke("train", "--out", str(run), "--resume", "--quiet")
