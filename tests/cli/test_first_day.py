@@ -14,6 +14,7 @@ import attnkit
 from attnkit.cli import cli
 from attnkit.train.runs.rundir import RunFileError, committed_dir
 from tests.support.cli import TINY, write_keyword_csv
+from tests.support.runs import recorded
 
 
 def _invoke(*args: str):
@@ -72,6 +73,7 @@ def test_load_run_keeps_the_loader_checks(trained: Path, tmp_path: Path) -> None
     config = json.loads(config_path.read_text())
     config["status"], config["progress"] = "training", {"epoch": 1, "epochs": 3}
     config_path.write_text(json.dumps(config))
+    recorded(config_path)
     with pytest.raises(ValueError, match="did not finish training.*--allow-unfinished"):
         attnkit.load_run(copy)
     served = attnkit.load_run(copy, allow_unfinished=True)

@@ -16,6 +16,7 @@ from attnkit.cli import cli
 from attnkit.train.runs.checkpoint import RunFileError, committed_dir, load_checkpoint
 from attnkit.train.runs.run_files import check_labels
 from tests.support.cli import TINY, write_keyword_csv
+from tests.support.runs import recorded
 
 
 def _invoke(*args: str):
@@ -25,6 +26,7 @@ def _invoke(*args: str):
 def _replace(path: Path, text: str) -> None:
     path.unlink()  # committed files may be linked between generations: never write through one
     path.write_text(text, encoding="utf-8")
+    recorded(path)
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +135,7 @@ def _rewrite_weights(run: Path, change) -> Path:
     tensors = {k: change(v) if v.is_floating_point() else v for k, v in tensors.items()}
     path.unlink()
     save_file({k: v.contiguous() for k, v in tensors.items()}, path, metadata={"format": "pt"})
+    recorded(path)
     return path
 
 
@@ -174,6 +177,7 @@ def test_a_numpy_run_refuses_weights_of_another_dtype(tmp_path, data_csv) -> Non
     arrays = {k: (v * 100).astype(np.int64) for k, v in load_file(path).items()}
     path.unlink()
     save_file(arrays, path)
+    recorded(path)
     with pytest.raises(RunFileError, match=r"model\.safetensors is not readable as this run's weights .*weight "
                                            r"'\S+' is int64 in .*model holds float32"):
         load_numpy_run(run)

@@ -22,6 +22,7 @@ from attnkit.train.loop.trainer import Trainer
 from attnkit.train.runs.checkpoint import RunFileError, committed_dir, load_checkpoint
 from attnkit.train.tasks.numpy.numpy_backend import load_numpy_run
 from tests.support.cli import TINY, write_keyword_csv
+from tests.support.runs import recorded
 from tests.train.test_train_helpers import TinyClassifier, TokenDataset, collate
 
 
@@ -173,6 +174,7 @@ def run_copy(good_run, tmp_path) -> Path:
 def _replace(path: Path, text: str) -> None:
     path.unlink()  # committed files may be linked between generations: never write through one
     path.write_text(text, encoding="utf-8")
+    recorded(path)
 
 
 def _refused(run: Path, data_csv: Path, *needles: str) -> None:
@@ -214,6 +216,7 @@ def test_a_tokenizer_of_another_vocabulary_size_is_refused(run_copy, data_csv) -
     assert other.get_vocab_size() != rows
     path.unlink()
     save_tokenizer(other, path)
+    recorded(path)
     _refused(run_copy, data_csv, "tokenizer.json", f"vocabulary of {other.get_vocab_size()} tokens",
              f"{rows} rows")
 
@@ -224,6 +227,7 @@ def test_nan_weights_are_refused(run_copy, data_csv) -> None:
     tensors = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in tensors.items()}
     path.unlink()
     save_file(tensors, path, metadata={"format": "pt"})
+    recorded(path)
     _refused(run_copy, data_csv, "model.safetensors", "NaN or infinite")
 
 
@@ -260,6 +264,7 @@ def test_numpy_run_refuses_bad_labels_vocab_and_nan_weights(numpy_run, tmp_path)
     arrays = {k: np.full_like(v, np.nan) for k, v in load_np(path).items()}
     path.unlink()
     save_np(arrays, path)
+    recorded(path)
     with pytest.raises(RunFileError, match="model.safetensors holds NaN or infinite"):
         load_numpy_run(run)
     result = _invoke("predict", str(run), "a fine film")
@@ -343,6 +348,7 @@ def test_a_config_nested_too_deeply_is_named(tmp_path: Path) -> None:
 
     path = tmp_path / "config.json"
     path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    recorded(path)
     with pytest.raises(RunFileError, match=r"config\.json.*nested too deeply"):
         read_json(path)
 

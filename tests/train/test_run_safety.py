@@ -25,6 +25,7 @@ from attnkit.train.runs import checkpoint as ckpt
 from attnkit.train.runs import fileops, rundir
 from attnkit.train.tasks.classify.pipeline import DataSettings, fit_classifier
 from tests.support.cli import TINY, write_keyword_csv
+from tests.support.runs import recorded
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -228,14 +229,17 @@ def test_failed_resume_leaves_the_run_byte_identical(tmp_path, data_csv, monkeyp
     state = ckpt.committed_dir(run) / "train_state" / "state.json"
     good = state.read_bytes()
     state.write_text("{ damaged")
+    recorded(state)
     before = _snapshot(run)
     result = _invoke("train", "--out", str(run), "--resume")
     assert result.exit_code == 1 and "state.json is not valid JSON" in result.output
     assert "Traceback" not in result.output
     assert _snapshot(run) == before
     state.write_bytes(good)
+    recorded(state)
     last = ckpt.committed_dir(run) / "train_state" / "last.safetensors"
     last.write_bytes(last.read_bytes()[:100])
+    recorded(last)
     before = _snapshot(run)
     result = _invoke("train", "--out", str(run), "--resume")
     assert result.exit_code == 1 and "last.safetensors is not a readable safetensors file" in result.output
@@ -365,9 +369,11 @@ def test_config_without_a_required_key_is_named(tmp_path, finished, key) -> None
     meta = json.loads(config.read_text())
     del meta[key]
     config.write_text(json.dumps(meta))
+    recorded(config)
     result = _invoke("predict", str(run), "a film")
     assert result.exit_code == 1 and "config.json" in result.output and key in result.output
     config.write_text('{"run_id": "x",\n "model_name": "document" "oops"}')
+    recorded(config)
     result = _invoke("predict", str(run), "a film")
     assert result.exit_code == 1 and "config.json is not valid JSON" in result.output
 

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from attnkit.data.parallel import ParallelCorpus
 from attnkit.train.runs.checkpoint import load_tensors
 from attnkit.train.runs.rundir import RunFileError, RunLock, RunLockedError, committed_dir
+from tests.support.runs import recorded
 
 # --- helpers ---------------------------------------------------------------------------------------
 
@@ -101,6 +102,7 @@ def test_translation_failed_resume_leaves_the_run_byte_identical(unfinished_tran
     assert status(out) == "training"
     state = committed_dir(out) / "train_state" / "state.json"
     state.write_text('{"epoch": 1, "step":', encoding="utf-8")
+    recorded(state)
     before = tree(out)
     with pytest.raises(RunFileError, match=r"state\.json is not valid JSON"):
         fit(out, resume=True)
@@ -263,10 +265,12 @@ def test_numpy_damaged_files_are_named(tmp_path: Path) -> None:
     train_numpy(out)
     weights = committed_dir(out) / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
+    recorded(weights)
     with pytest.raises(RunFileError, match=r"model\.safetensors is not readable") as err:
         load_numpy_run(out)
     assert str(weights) in str(err.value)
     vocab = committed_dir(out) / "vocab.json"
     vocab.write_text('{"itos": [', encoding="utf-8")
+    recorded(vocab)
     with pytest.raises(RunFileError, match=r"vocab\.json is not valid JSON"):
         load_numpy_run(out)

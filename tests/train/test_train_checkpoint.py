@@ -10,6 +10,7 @@ from attnkit.data.tokenization import train_tokenizer
 from attnkit.models import build_model
 from attnkit.train.runs import checkpoint as ckpt
 from attnkit.train.tasks.classify.inference import attention_focus, predict_texts
+from tests.support.runs import recorded
 
 TEXTS = ["a quietly moving film", "dull and boring plot", "the best scene of the year", "worst movie"]
 
@@ -60,6 +61,7 @@ def test_load_rejects_mismatched_weights(tmp_path) -> None:
     weights = ckpt.load_tensors(folder / "model.safetensors")
     weights.pop("classifier.weight")
     ckpt.save_tensors(folder / "model.safetensors", weights)
+    recorded(folder / "model.safetensors")
     with pytest.raises(ValueError, match="classifier.weight"):
         ckpt.load_checkpoint(tmp_path)
 

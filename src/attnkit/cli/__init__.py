@@ -34,6 +34,7 @@ LAZY_COMMANDS = {
     "visualize": "attnkit.cli.visualize:visualize",
     "baseline": "attnkit.cli.baseline:baseline",
     "serve": "attnkit.cli.serve:serve",
+    "verify": "attnkit.cli.verify:verify",
 }
 
 

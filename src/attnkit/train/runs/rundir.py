@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
+import logging
 import os
 import re
 import tempfile
@@ -61,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.train.runs import fileops
+from attnkit.train.runs.digests import check_record, generation_files, record_files, verify_files
 from attnkit.train.runs.fileops import (
     FileOps,
     RunFileError,
@@ -79,6 +82,7 @@ __all__ = [
     "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "read_json", "read_run_config",
     "read_manifest", "committed_dir", "check_output_path", "check_run_dir", "RunLock", "RunWriter", "run_status",
     "require_finished", "data_fingerprint", "clear_run", "check_unlocked", "MANIFEST", "GENERATIONS", "reports_dir",
+    "verify_committed", "verify_run", "record_digests", "RESUME_ONLY",
 ]
 
 MANIFEST = "current.json"
@@ -86,7 +90,10 @@ GENERATIONS = "checkpoints"
 STAGING_PREFIX = ".staging-"
 GENERATION_MARK = ".attnkit-generation"
 FORMAT = 1
+RESUME_ONLY = "train_state/"  # the files of a generation that only resuming reads (verified by it)
 _GENERATION_NAME = re.compile(r"[0-9]{6}")
+_log = logging.getLogger("attnkit")
+_UNRECORDED_NOTED: set[tuple[str, int]] = set()
 
 
 class RunExistsError(FileExistsError):
@@ -156,9 +163,44 @@ def _generations(directory: Path, manifest: dict[str, Any] | None) -> tuple[list
                      or (int(entry.name) <= committed and (entry / "config.json").is_file())))
         if ours:
             owned.append(int(entry.name))
+            foreign += [f"{GENERATIONS}/{entry.name}/{name}" for name in _unlisted(entry)]
         else:
             foreign.append(f"{GENERATIONS}/{entry.name}")
     return sorted(owned), sorted(foreign)
+
+
+def _mark_record(generation: Path) -> dict[str, Any] | None:
+    """The files the writer of ``generation`` made, as its mark records them (None for a generation whose
+    mark records none: one written before the record, or a mark that is not the writer's JSON)."""
+    try:
+        mark = json.loads((generation / GENERATION_MARK).read_text("utf-8"))
+        return check_record(mark["files"], str(generation / GENERATION_MARK))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _unlisted(generation: Path) -> list[str]:
+    """The files in ``generation`` that its writer did not make (none known for a generation without a record)."""
+    record = _mark_record(generation)
+    return [] if record is None else [n for n in generation_files(generation, GENERATION_MARK) if n not in record]
+
+
+def _remove_generation(generation: Path) -> None:
+    """Remove what the writer of ``generation`` made: the files its mark records, the mark, then the folders
+    left empty; a file a user put there stays, with its folder. A generation without a record (written
+    before it) is removed whole."""
+    record = _mark_record(generation)
+    if record is None:
+        fileops.fs.remove_tree(generation)
+        return
+    for name in record:
+        fileops.fs.remove(generation / name)
+    fileops.fs.remove(generation / GENERATION_MARK)
+    for folder in sorted((p for p in generation.rglob("*") if p.is_dir() and not p.is_symlink()), reverse=True):
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    if not any(generation.iterdir()):
+        generation.rmdir()
 
 
 def clear_run(directory: str | os.PathLike[str]) -> None:
@@ -171,7 +213,7 @@ def clear_run(directory: str | os.PathLike[str]) -> None:
         raise RunExistsError(f"{path} holds files attnkit did not write: {_listing(strays or [MANIFEST])}; "
                              "nothing was removed")
     for number in owned:
-        fileops.fs.remove_tree(_generation_dir(path, number))
+        _remove_generation(_generation_dir(path, number))
     fileops.fs.remove(path / MANIFEST)
     if (path / GENERATIONS).is_dir() and not any((path / GENERATIONS).iterdir()):
         (path / GENERATIONS).rmdir()
@@ -187,6 +229,13 @@ def committed_dir(directory: str | os.PathLike[str]) -> Path:
     ``current.json``. A :class:`RunFileError` says what is wrong when there is none.
     """
     path = Path(directory)
+    folder, manifest = _committed(path)
+    _verify(path, manifest, folder, skip=RESUME_ONLY)
+    return folder
+
+
+def _committed(path: Path) -> tuple[Path, dict[str, Any]]:
+    """The committed generation folder of run ``path`` and its manifest, unverified."""
     manifest = read_manifest(path)
     if manifest is None:
         leftovers = (path / GENERATIONS).is_dir() or any(path.glob(f"{STAGING_PREFIX}*")) or (path / LOCK).is_file()
@@ -198,7 +247,65 @@ def committed_dir(directory: str | os.PathLike[str]) -> Path:
     folder = _generation_dir(path, manifest["generation"])
     if not folder.is_dir():
         raise RunFileError(f"{path / MANIFEST} names checkpoint {folder}, which is missing")
+    return folder, manifest
+
+
+def _verify(path: Path, manifest: dict[str, Any], folder: Path, *, under: str = "", skip: str | None = None,
+            notice: bool = True) -> int:
+    """Check ``folder``'s files against ``manifest``'s record (:mod:`attnkit.train.runs.digests`); returns the
+    bytes checked. A run committed before the record is read as it is, with a one-line notice (once)."""
+    if "files" not in manifest:
+        if notice and (str(path), manifest["generation"]) not in _UNRECORDED_NOTED:
+            _UNRECORDED_NOTED.add((str(path), manifest["generation"]))
+            _log.warning(f"notice: {path} was committed without the digests of its files, so its bytes are not "
+                         f"verified; attnkit verify --record {path} adds them")
+        return 0
+    return verify_files(folder, check_record(manifest["files"], str(path / MANIFEST)), under=under, skip=skip)
+
+
+def verify_committed(directory: str | os.PathLike[str], *, under: str = "") -> Path:
+    """The committed generation of run ``directory`` once the files whose names start with ``under`` match
+    their record (:func:`committed_dir` checks all but :data:`RESUME_ONLY`); else a
+    :class:`~attnkit.train.runs.digests.RunIntegrityError` naming the first file that does not."""
+    folder, manifest = _committed(Path(directory))
+    _verify(Path(directory), manifest, folder, under=under)
     return folder
+
+
+def verify_run(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """Check every file of run ``directory``'s committed generation against its record, loading nothing.
+
+    Returns ``{"run", "generation", "files", "bytes", "recorded"}``; ``recorded`` is False for a run
+    committed before the record (nothing could be checked). A file that differs raises
+    :class:`~attnkit.train.runs.digests.RunIntegrityError`; a folder that is no run, :class:`RunFileError`."""
+    path = Path(directory)
+    folder, manifest = _committed(path)
+    checked = _verify(path, manifest, folder, notice=False)
+    files = manifest.get("files")
+    return {"run": str(path), "generation": manifest["generation"], "files": len(files or {}), "bytes": checked,
+            "recorded": files is not None}
+
+
+def record_digests(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """Add the record of its files to run ``directory``'s committed generation when it has none (a run
+    committed before the record), under the run's lock: the generation's mark first, then the manifest, in
+    one atomic replace. A run that has a record is verified instead, never recorded again (that would
+    bless damaged bytes). Returns what :func:`verify_run` returns."""
+    path = Path(directory)
+    if _writers_manifest(path) is None:
+        _committed(path)  # names what is wrong
+        raise RunFileError(f"{path / MANIFEST} was not written by an attnkit run writer")
+    with RunLock(path):
+        manifest = _writers_manifest(path)
+        assert manifest is not None
+        if "files" in manifest:
+            return verify_run(path)
+        folder = _committed(path)[0]
+        files = record_files(folder, skip=GENERATION_MARK)
+        atomic_write_json(folder / GENERATION_MARK, {"run_id": manifest["run_id"], "files": files})
+        atomic_write_json(path / MANIFEST, {**manifest, "files": files})
+        fileops.fs.sync_dir(path)
+    return verify_run(path)
 
 
 def reports_dir(directory: str | os.PathLike[str]) -> Path:
@@ -440,6 +547,10 @@ class RunWriter:
         previous = manifest["generation"] if manifest else 0
         number = max([previous, *self._generation_numbers()]) + 1
         target = _generation_dir(self.directory, number)
+        current = self.current()
+        files = record_files(staging, skip=GENERATION_MARK, carried_from=current,
+                             carried=(manifest or {}).get("files") if current is not None else None)
+        atomic_write_json(staging / GENERATION_MARK, {"run_id": self.run_id, "files": files})
         fileops.fs.mkdir(target.parent)
         fileops.fs.sync_dir(staging)
         fileops.fs.replace(staging, target)
@@ -449,7 +560,7 @@ class RunWriter:
         self._withdraw(manifest, keep=publish)
         atomic_write_json(self.directory / MANIFEST, {
             "format": FORMAT, "generation": number, "run_id": self.run_id, "status": status, "epoch": epoch,
-            "committed": time.strftime("%Y-%m-%d %H:%M:%S"), **(info or {}),
+            "committed": time.strftime("%Y-%m-%d %H:%M:%S"), **(info or {}), "files": files,
             **({"published": publish} if publish else {})})
         fileops.fs.sync_dir(self.directory)
         self._publish(target, publish)
@@ -458,7 +569,7 @@ class RunWriter:
         keep = {number} if replacing else {number, previous}
         for old in self._generation_numbers():
             if old not in keep:
-                fileops.fs.remove_tree(_generation_dir(self.directory, old))
+                _remove_generation(_generation_dir(self.directory, old))
         return target
 
     def amend(self, files: Mapping[str, str | bytes], *, publish: bool = True) -> Path:
@@ -481,7 +592,7 @@ class RunWriter:
             else:
                 atomic_write_text(staging / name, content)
         info = {k: v for k, v in manifest.items()
-                if k not in ("format", "generation", "run_id", "status", "epoch", "committed", "published")}
+                if k not in ("format", "generation", "run_id", "status", "epoch", "committed", "published", "files")}
         names = [*manifest.get("published", []), *files] if publish else manifest.get("published", [])
         return self.commit(staging, status=manifest["status"], epoch=manifest.get("epoch"), info=info,
                            publish=names)
@@ -535,7 +646,7 @@ class RunWriter:
         newest = manifest["generation"]
         for number in self._generation_numbers():
             if number > newest:  # renamed into place, never committed
-                fileops.fs.remove_tree(_generation_dir(self.directory, number))
+                _remove_generation(_generation_dir(self.directory, number))
 
 
 # --- what a run was trained on --------------------------------------------------------------------

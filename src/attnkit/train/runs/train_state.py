@@ -15,14 +15,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnkit.train.runs.digests import RunIntegrityError
 from attnkit.train.runs.fileops import RunFileError, atomic_write_json, read_json
-from attnkit.train.runs.rundir import committed_dir
+from attnkit.train.runs.rundir import RESUME_ONLY, committed_dir, verify_committed
 from attnkit.train.runs.tensors import load_tensors, save_tensors
 
 __all__ = ["STATE_DIR", "STATE_FILES", "optimizer_to_tensors", "optimizer_from_tensors", "capture_rng",
            "restore_rng", "save_train_state", "load_train_state"]
 
-STATE_DIR = "train_state"
+STATE_DIR = RESUME_ONLY.rstrip("/")  # the part of a generation that only resuming reads (and verifies)
 STATE_FILES = ("state.json", "last.safetensors", "best.safetensors", "optimizer.safetensors",
                "rng.safetensors")
 
@@ -110,8 +111,11 @@ def load_train_state(directory: str | os.PathLike[str]) -> dict[str, Any] | None
     """
     try:
         folder = committed_dir(directory)
+    except RunIntegrityError:
+        raise
     except RunFileError:
         return None
+    verify_committed(directory, under=RESUME_ONLY)
     path = folder / STATE_DIR
     if not (path / "state.json").is_file():
         return None
