@@ -169,6 +169,19 @@ def test_train_and_translate_commands(tmp_path: Path) -> None:
     expected = load_translation_run(out).translate(["ein hund läuft.", "ein kind spielt."], beam_size=2)
     assert lines == [t.text for t in expected]
     assert plot.is_file() and plot.stat().st_size > 0
+    # one decoding default: the command, load_run(...).translate() and the library's beam search
+    import inspect
+
+    import attnkit
+    from attnkit.decoding import beam_search
+
+    texts = ["ein hund läuft.", "ein kind spielt.", "ein rotes haus steht."]
+    by_command = CliRunner().invoke(translate, [str(out), *texts]).stdout.strip().split("\n")
+    assert by_command == [t.text for t in attnkit.load_run(out).translate(texts)]
+    defaults = {name: p.default for name, p in inspect.signature(beam_search).parameters.items()}
+    served = inspect.signature(attnkit.load_run(out).translate).parameters
+    assert (served["beam_size"].default, served["length_penalty"].default) \
+        == (defaults["beam_size"], defaults["length_penalty"])
 
 
 def test_command_errors(tmp_path: Path) -> None:

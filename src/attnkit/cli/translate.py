@@ -17,6 +17,8 @@ from attnkit.cli.messages import echo, friendly_errors
 from attnkit.cli.options import allow_unfinished_option, refusing_memory_option, settings_options, task_option
 from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.tasks.translate.settings import (
+    BEAM_SIZE,
+    LENGTH_PENALTY,
     TRAINING_FLAGS,
     TranslationModelSettings,
     TranslationSettings,
@@ -128,8 +130,9 @@ def _finished(out: str) -> bool:
 @click.argument("texts", nargs=-1)
 @click.option("--file", "text_file", type=click.Path(exists=True, dir_okay=False),
               help="Translate every non-blank line of this file (plain or .gz) as well.")
-@click.option("--beam-size", type=click.IntRange(min=1), default=4, show_default=True, help="Beam size (1: greedy).")
-@click.option("--length-penalty", type=click.FloatRange(0), default=0.6, show_default=True,
+@click.option("--beam-size", type=click.IntRange(min=1), default=BEAM_SIZE, show_default=True,
+              help="Beam size (1: greedy).")
+@click.option("--length-penalty", type=click.FloatRange(0), default=LENGTH_PENALTY, show_default=True,
               help="GNMT length-penalty exponent alpha (0: raw log-probability).")
 @click.option("--alignment", "alignment_path", type=click.Path(dir_okay=False),
               help="Plot the cross-attention alignment of the first text to this image file.")

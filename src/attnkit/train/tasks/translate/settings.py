@@ -17,7 +17,13 @@ from typing import Any
 from attnkit._checks import check_settings, setting, tree_from_flat
 from attnkit.train.config import TranslationTrainConfig
 
-__all__ = ["TranslationSettings", "TranslationTokenizerSettings", "TranslationModelSettings"]
+__all__ = ["TranslationSettings", "TranslationTokenizerSettings", "TranslationModelSettings", "BEAM_SIZE",
+           "LENGTH_PENALTY"]
+
+# How a translation run decodes unless told otherwise, once: ``attnkit translate`` and ``Translator.translate``
+# (``load_run(RUN).translate``), as :func:`attnkit.decoding.beam_search`'s own defaults.
+BEAM_SIZE = 4
+LENGTH_PENALTY = 0.6
 
 
 @dataclass(frozen=True)

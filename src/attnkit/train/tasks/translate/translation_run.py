@@ -30,6 +30,7 @@ from attnkit.train.runs.run import save_run
 from attnkit.train.runs.run_files import check_run_config, check_tokenizer_fits, settings_check
 from attnkit.train.runs.rundir import RunFileError, RunWriter
 from attnkit.train.runs.tensors import check_tensors_fit
+from attnkit.train.tasks.translate.settings import BEAM_SIZE, LENGTH_PENALTY
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
            "commit_translation_run", "snapshot_name"]
@@ -126,9 +127,11 @@ class Translator:
         self.model, self.tokenizers, self.max_src_len = model, tokenizers, max_src_len
         self.meta = meta or {}
 
-    def translate(self, texts: Sequence[str], *, beam_size: int = 1, length_penalty: float = 0.6, batch_size: int = 64,
-                  return_alignment: bool = False) -> list[Translation]:
-        """Translate ``texts`` (greedy for ``beam_size=1``); output length is at most ``1.5 * Ts + 10``."""
+    def translate(self, texts: Sequence[str], *, beam_size: int = BEAM_SIZE, length_penalty: float = LENGTH_PENALTY,
+                  batch_size: int = 64, return_alignment: bool = False) -> list[Translation]:
+        """Translate ``texts``, by default as ``attnkit translate`` does (beam search of
+        :data:`~attnkit.train.tasks.translate.settings.BEAM_SIZE`; greedy for ``beam_size=1``); output length is at most
+        ``1.5 * Ts + 10``."""
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, got a single str")
         ids = self.tokenizers.encode_source(texts, self.max_src_len)
