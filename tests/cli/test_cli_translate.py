@@ -303,6 +303,19 @@ def test_train_translate_resume_flag(tmp_path: Path, monkeypatch: pytest.MonkeyP
         interrupt_in_epoch(patch, 2)
         stopped = CliRunner().invoke(train_translate, base)
     assert stopped.exit_code == 130 and "--resume" in stopped.output
+    # the run records what it read, and resuming checks it by the rule every task keeps
+    from attnkit.train.runs.rundir import data_fingerprint
+
+    data = json.loads((committed_dir(out) / "config.json").read_text())["data"]
+    assert data["src"] == str(src.resolve()) and data["val_src"] is None
+    assert data["tgt_sha256"] == data_fingerprint(tgt) and data["src_sha256"] == data_fingerprint(src)
+    assert data["src_bytes"] == src.stat().st_size
+    other = tmp_path / "other.en"
+    other.write_text(tgt.read_text(encoding="utf-8").replace("a", "b", 1), encoding="utf-8")
+    before = (committed_dir(out) / "config.json").read_bytes()
+    changed = CliRunner().invoke(train_translate, [*[str(other) if a == str(tgt) else a for a in base], "--resume"])
+    assert changed.exit_code == 1 and f"--tgt {other.resolve()} is not the data run" in changed.output, changed.output
+    assert (committed_dir(out) / "config.json").read_bytes() == before
     both = CliRunner().invoke(train_translate, [*base, "--resume", "--overwrite"])
     assert both.exit_code == 2 and "give one" in both.output
     result = CliRunner().invoke(train_translate, [*base, "--resume"])

@@ -69,6 +69,7 @@ def train_translate(**v: Any) -> None:
     if v["resume"] and _finished(v["out"]):
         click.echo(f"{v['out']} finished training already; nothing to resume (it was left as it is)")
         return
+    data = _data_record(v)
     train = read_parallel(v["src_path"], v["tgt_path"])
     val = read_parallel(v["val_src"], v["val_tgt"]) if v["val_src"] else None
     settings = TranslationSettings.from_flat(v)
@@ -81,13 +82,30 @@ def train_translate(**v: Any) -> None:
                                   train_config=settings.training, out_dir=v["out"], overwrite=v["overwrite"],
                                   shared_vocab=not settings.tokenizer.separate_vocab,
                                   log=None if v["quiet"] else echo, resume=v["resume"], flags=RUN_FLAGS,
-                                  max_memory=v["max_memory"])
+                                  max_memory=v["max_memory"], data=data)
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted; {v['out']} holds the last finished epoch, if any (go on with --resume)", err=True)
         sys.exit(130)
     except RunLockedError as err:
         raise click.ClickException(str(err)) from None
     click.echo(f"saved run to {v['out']} ({summary['steps']} steps, {summary['seconds']:.0f} s)")
+
+
+DATA_FLAGS = {"src": "--src", "tgt": "--tgt", "val_src": "--val-src", "val_tgt": "--val-tgt"}
+
+
+def _data_record(v: dict[str, Any]) -> dict[str, Any]:
+    """The record of the files this command reads (:mod:`attnkit.train.runs.data_record`); resuming, each
+    must hold the bytes the run recorded (a run committed before its data was recorded is recorded now)."""
+    from attnkit.train.runs.data_record import locate_data, record_data
+    from attnkit.train.runs.rundir import read_run_config
+
+    given = {"src": v["src_path"], "tgt": v["tgt_path"], "val_src": v["val_src"], "val_tgt": v["val_tgt"]}
+    if v["resume"]:
+        saved = read_run_config(v["out"]).get("data") or {}
+        if saved:
+            return record_data(given, v["out"], known=locate_data(saved, given, v["out"], DATA_FLAGS))
+    return record_data(given, v["out"])
 
 
 WARMUP_SHARE = 0.5  # of all steps: a longer warm-up leaves the rate rising for most of the run

@@ -53,22 +53,22 @@ __all__ = ["MODEL_NAME", "CaptionSettings", "train_caption_run", "fit_captioner"
 MODEL_NAME = "captioner"
 
 
-def _data_record(source: dict[str, Any]) -> dict[str, Any]:
-    """``source`` with each data path resolved and the SHA-256 of its content."""
-    from attnkit.train.runs.rundir import data_fingerprint
+DATA_FLAGS = {"images": "--images", "captions": "--captions", "pretrained": "--pretrained"}  # the files a run reads
 
-    record = dict(source)
-    for key in ("images", "captions", "pretrained"):
-        if record.get(key):
-            record[key] = str(Path(record[key]).resolve())
-            record[f"{key}_sha256"] = data_fingerprint(record[key])
-    return record
+
+def _data_record(source: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``source`` with its data files recorded (:func:`attnkit.train.runs.data_record.record_data`)."""
+    from attnkit.train.runs.data_record import record_data
+
+    return {**source, **record_data({key: source.get(key) for key in DATA_FLAGS}, out)}
 
 
 def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], CaptionSettings] | None:
     """The committed config of the unfinished run ``out`` and the settings it was trained with (None when
-    it is finished); its data is checked against the recorded content hashes."""
-    from attnkit.train.runs.rundir import RunFileError, data_fingerprint, read_run_config, run_status
+    it is finished); its data is found and checked by every task's rule
+    (:func:`~attnkit.train.runs.data_record.locate_data`)."""
+    from attnkit.train.runs.data_record import locate_data
+    from attnkit.train.runs.rundir import RunFileError, read_run_config, run_status
 
     saved = read_run_config(out)
     if saved.get("model_name") != MODEL_NAME or "options" not in saved:
@@ -76,14 +76,8 @@ def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], Capt
     if run_status(saved) == "done":
         return None
     recorded = CaptionSettings.from_saved(saved["options"])
-    data, paths = saved.get("data", {}), {}
-    for key in ("images", "captions", "pretrained"):
-        path, digest = data.get(key), data.get(f"{key}_sha256")
-        if path and (not Path(path).exists() or (digest and data_fingerprint(path) != digest)):
-            raise ValueError(f"--{key} {path} is missing or changed since run {out} was trained on it; "
-                             "resuming needs the same data")
-        if path and key != "pretrained" and not recorded.data.data:
-            paths[key] = path
+    located = locate_data(saved.get("data", {}), {}, out, DATA_FLAGS)
+    paths = {key: located[key] for key in ("images", "captions") if located.get(key) and not recorded.data.data}
     return saved, dataclasses.replace(recorded, data=dataclasses.replace(recorded.data, **paths))
 
 
@@ -144,7 +138,7 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
     val_inputs, val_refs, _ = prep.validation
     log(f"{MODEL_NAME}: {len(prep.ids)} training pairs, {len(val_refs)} held-out images, "
         f"{len(vocab)} words, grid {model.grid}" + (" (cached features)" if prep.features else ""))
-    meta = {"data": _data_record(prep.source), "options": dataclasses.asdict(settings),
+    meta = {"data": _data_record(prep.source, path), "options": dataclasses.asdict(settings),
             "train": {**{k: getattr(settings.training, k) for k in ("epochs", "seed", "batch_size", "lr", "patience")},
                       "pretrained": settings.model.pretrained}}
     unwritten = [prep.neighbours]  # the index goes into this process's first commit; later ones carry it

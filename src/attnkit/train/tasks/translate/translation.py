@@ -190,7 +190,8 @@ def fit_translation(
     train: ParallelCorpus, val: ParallelCorpus | None, *, model_options: dict[str, Any],
     train_config: TranslationTrainConfig, out_dir: str | os.PathLike[str], overwrite: bool = False,
     shared_vocab: bool = True, log: Callable[[str], None] | None = None, resume: bool = False,
-    flags: Mapping[str, str] | None = None, max_memory: int | None = None) -> dict[str, Any]:
+    flags: Mapping[str, str] | None = None, max_memory: int | None = None,
+    data: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Train tokenizers (on ``train`` only) and a Seq2SeqTransformer, save the run, return its summary.
 
     The loop is :class:`~attnkit.train.Trainer`'s with :class:`TranslationTask`:
@@ -209,6 +210,8 @@ def fit_translation(
     the model with Adam, the pairs and the largest batch's step) is checked against ``max_memory`` (bytes;
     None: a share of the memory available) and the memory budget; a
     :class:`~attnkit.train.memory_budget.MemoryLimitError` refuses a run over it.
+    ``data``: the record of the files ``train`` and ``val`` were read from
+    (:func:`attnkit.train.runs.data_record.record_data`), stored in the run's config as every task's is.
     Returns ``{"run_id", "history", "val_bleu" (when val is given), "steps", "seconds"}``.
     """
     say = log or (lambda _line: None)
@@ -238,6 +241,8 @@ def fit_translation(
     snapshots: collections.deque[dict[str, torch.Tensor]] = collections.deque(start.snapshots, maxlen=keep)
     meta: dict[str, Any] = {"train_config": dataclasses.asdict(train_config), "history": start.history,
                             "progress": {"epoch": start.epoch, "epochs": epochs}}
+    if data:
+        meta["data"] = dict(data)
 
     def commit_epoch(state: dict[str, Any]) -> None:
         epoch = int(state["progress"]["epoch"])
