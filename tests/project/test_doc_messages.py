@@ -4,7 +4,9 @@ A quoted message is, on README.md and any page under docs/:
 
 - the first code span of each row of a ``| message | what it means |`` table;
 - any other code span, and any line of a fenced block without a language, that starts with ``Error: ``,
-  ``warning: ``, ``note: `` or an exception's name (``KeyError: ``, ``torch._dynamo.exc.Unsupported: ``).
+  ``warning: ``, ``note: ``, ``skipped N bad row`` or an exception's name (``KeyError: ``, ``torch._dynamo.exc.Unsupported: ``);
+  a block after a line ``prints`` is a python block's output, which tests/project/test_doc_snippets.py
+  compares whole.
 
 ``...`` in a quote stands for any text (a pid, a time, a long list); the rest must be, character for
 character, a whole line of what the command printed. Each recipe below runs one command in a temporary
@@ -34,12 +36,13 @@ import torch
 from click.testing import CliRunner
 
 from attnkit.cli import cli
+from tests.project.test_doc_snippets import PRINTS, doc_pages
 from tests.support.cli import TINY, write_keyword_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})(.*)$")
 SPAN = re.compile(r"(?<!`)`([^`]+)`(?!`)")
-MESSAGE_START = re.compile(r"^(Error: |warning: |note: |[A-Za-z_][\w.]*(Error|Exception|Unsupported): )")
+MESSAGE_START = re.compile(r"^(Error: |warning: |note: |skipped \d+ bad row|[A-Za-z_][\w.]*(Error|Exception|Unsupported): )")
 TABLE_HEADER = re.compile(r"^\|\s*message\s*\|\s*what it means\s*\|\s*$")
 TEMPLATES = {"Error: ...", "warning: ..."}  # the form of a message, not a message
 
@@ -66,6 +69,7 @@ def extract_quotes(markdown: str, page: str) -> list[Quote]:
     fence: str | None = None
     plain = False
     in_table = False
+    previous = ""  # the last line of prose that is not blank
     for number, line in enumerate(markdown.split("\n"), start=1):
         opening = FENCE.match(line)
         if fence is not None:
@@ -76,7 +80,8 @@ def extract_quotes(markdown: str, page: str) -> list[Quote]:
                 quotes.append(Quote(page, number, _squash(line)))
             continue
         if opening:
-            fence, plain = opening.group(1), not opening.group(2).strip()
+            fence = opening.group(1)
+            plain = not opening.group(2).strip() and not PRINTS.match(previous)
             prose.append((number, ""))
             continue
         if TABLE_HEADER.match(line.strip()):
@@ -92,6 +97,7 @@ def extract_quotes(markdown: str, page: str) -> list[Quote]:
         else:
             in_table = False
         prose.append((number, line))
+        previous = line.strip() or previous
     text = "\n".join(line for _, line in prose)
     starts = [0]
     for _, line in prose:
@@ -105,8 +111,6 @@ def extract_quotes(markdown: str, page: str) -> list[Quote]:
 
 
 def page_quotes() -> list[Quote]:
-    from tests.project.test_doc_snippets import doc_pages
-
     return [quote for path in doc_pages()
             for quote in extract_quotes(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix())]
 
@@ -215,7 +219,7 @@ def without_click(kit: Kit) -> str:
     """)
 
 
-@produces("this command needs the 'viz' extra", "attnkit demo needs the 'viz' extra")
+@produces("attnkit demo needs the 'viz' extra")
 def without_matplotlib(kit: Kit) -> str:
     kit.monkeypatch.setitem(sys.modules, "matplotlib", None)
     return attnkit("demo", "--quick", "--quiet", "--out", "demo")
@@ -556,6 +560,103 @@ def numpy_on_cuda(kit: Kit) -> str:
     return attnkit("train", "--data", "reviews.csv", "--out", "runs/np", "--backend", "numpy", "--device", "cuda")
 
 
+
+@produces("warning: --warmup-steps 1000")
+def translate_a_small_corpus(kit: Kit) -> str:
+    from attnkit.train.tasks.translate import translation
+
+    def stop(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt  # the warning comes before training; the test needs no training
+
+    kit.monkeypatch.setattr(translation, "fit_translation", stop)
+    Path("train.de").write_text("ein kleines haus\n" * 200, encoding="utf-8")
+    Path("train.en").write_text("a small house\n" * 200, encoding="utf-8")
+    return attnkit("train", "--task", "translate", "--src", "train.de", "--tgt", "train.en", "--out", "runs/de-en")
+
+
+@produces("--port 8000: port 8000 on 127.0.0.1 is taken")
+def port_taken(kit: Kit) -> str:
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    run = kit.run()
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        try:
+            holder.bind(("127.0.0.1", 8000))
+            holder.listen()
+        except OSError:
+            pass  # another program holds it: taken all the same
+        return attnkit("serve", str(run), "--port", "8000")
+    finally:
+        holder.close()
+
+
+@produces("KeyError: 'attnkit'")
+def falcon_with_attnkit(kit: Kit) -> str:
+    transformers = pytest.importorskip("transformers")
+    import attnkit.integrations.transformers  # noqa: F401 - registers "attnkit"
+
+    config = transformers.FalconConfig(hidden_size=16, num_attention_heads=2, num_hidden_layers=1, vocab_size=50,
+                                       bos_token_id=0, eos_token_id=0)
+    transformers.FalconForCausalLM(config).save_pretrained("falcon")
+    return _error(lambda: transformers.FalconForCausalLM.from_pretrained("falcon", attn_implementation="attnkit"))
+
+
+@produces("AssertionError: Torch not compiled with CUDA enabled")
+def cuda_stream_on_a_cpu_build(kit: Kit) -> str:
+    if torch.backends.cuda.is_built():
+        pytest.skip("this torch is built with CUDA")
+    return _error(torch.cuda.default_stream)
+
+
+@produces("NotImplementedError: FlexAttention does not support backward on CPU")
+def flex_backward_on_cpu(kit: Kit) -> str:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    q = torch.randn(1, 1, 16, 8, requires_grad=True)
+    return _error(lambda: flex_attention(q, q, q).sum().backward())
+
+
+@produces("ContextParallelError: context parallelism lost rank 1")
+def a_peer_dies_mid_ring(kit: Kit) -> str:
+    from tests.parallel import spawn
+    from tests.parallel.test_refusals import _lost_in_backward
+
+    return str(spawn.run_rank0(_lost_in_backward, 2, kit.cwd)["message"])
+
+
+@produces("torch._dynamo.exc.Unsupported: Observed exception")
+def compiled_with_a_wrong_block_mask(kit: Kit) -> str:
+    import attnkit
+    from attnkit import masks
+
+    q = torch.randn(1, 2, 24, 8)
+    other = masks.create_block_mask(masks.causal_mod, None, None, 48, 48, block_size=16)
+    compiled = torch.compile(attnkit.attention, backend="aot_eager", fullgraph=True)
+    return _squashed(lambda: compiled(q, q, q, mask=other))
+
+
+def _squashed(call: Callable[[], object]) -> str:
+    """The error of ``call`` as :func:`_error` gives it, and its whole text on one line."""
+    said = _error(call)
+    return said + "\n" + _squash(said.split("\n", 1)[0] + " " + said)
+
+
+@produces("AssertionError: Guard failed")
+def exported_program_outside_its_shapes(kit: Kit) -> str:
+    from torch.export import Dim
+
+    from attnkit import MultiHeadAttention, masks
+
+    attn = MultiHeadAttention(64, 4).eval()
+    x = torch.randn(3, 12, 64)
+    batch, time = Dim("B", max=256), Dim("T", max=512)
+    program = torch.export.export(attn, (x,), kwargs={"mask": masks.from_lengths(torch.tensor([12, 7, 1]), 12)},
+                                  dynamic_shapes={"query": {0: batch, 1: time}, "mask": {0: batch, 3: time}})
+    too_long = torch.randn(1, 513, 64)
+    return _error(lambda: program.module()(too_long, mask=masks.from_lengths(torch.tensor([513]), 513))) + "\n" + \
+        _error(lambda: program.module()(x, mask=masks.from_lengths(torch.tensor([12, 7, 1]), 13)))
+
 # Quotes no test here produces, by key, with the reason: one skipped test each, listed by pytest -rs.
 NOT_PRODUCED: dict[str, str] = {}
 
@@ -641,13 +742,19 @@ plain output
 ```python
 print("Error: in code")
 ```
+
+prints
+
+```
+Error: in code
+```
 """
 
 
 def test_the_extractor_finds_table_cells_spans_and_plain_lines() -> None:
     found = [(q.line, q.text) for q in extract_quotes(SAMPLE, "p.md")]
     assert found == [(3, "Error: disk full; free some"), (7, "runs/x finished training already"),
-                     (7, "warning: twice"), (11, "Error: one line")]
+                     (7, "warning: twice"), (10, "Error: one line")]
 
 
 @pytest.mark.parametrize("quote, output, expected", [
