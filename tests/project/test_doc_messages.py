@@ -4,7 +4,8 @@ A quoted message is, on README.md and any page under docs/:
 
 - the first code span of each row of a ``| message | what it means |`` table;
 - any other code span, and any line of a fenced block without a language, that starts with ``Error: ``,
-  ``warning: ``, ``note: ``, ``skipped N bad row`` or an exception's name (``KeyError: ``, ``torch._dynamo.exc.Unsupported: ``);
+  ``warning: ``, ``note: ``, ``skipped N bad row`` or an exception's name (``KeyError: ``,
+  ``torch._dynamo.exc.Unsupported: ``);
   a block after a line ``prints`` is a python block's output, which tests/project/test_doc_snippets.py
   compares whole.
 
@@ -42,7 +43,8 @@ from tests.support.cli import TINY, write_keyword_csv
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})(.*)$")
 SPAN = re.compile(r"(?<!`)`([^`]+)`(?!`)")
-MESSAGE_START = re.compile(r"^(Error: |warning: |note: |skipped \d+ bad row|[A-Za-z_][\w.]*(Error|Exception|Unsupported): )")
+MESSAGE_START = re.compile(
+    r"^(Error: |warning: |note: |skipped \d+ bad row|[A-Za-z_][\w.]*(Error|Exception|Unsupported): )")
 TABLE_HEADER = re.compile(r"^\|\s*message\s*\|\s*what it means\s*\|\s*$")
 TEMPLATES = {"Error: ...", "warning: ..."}  # the form of a message, not a message
 
