@@ -4,8 +4,8 @@ A quoted message is, on README.md and any page under docs/:
 
 - the first code span of each row of a ``| message | what it means |`` table;
 - any other code span, and any line of a fenced block without a language, that starts with ``Error: ``,
-  ``warning: ``, ``note: ``, ``skipped N bad row`` or an exception's name (``KeyError: ``,
-  ``torch._dynamo.exc.Unsupported: ``);
+  ``warning: ``, ``note: ``, ``skipped N bad row``, ``attnkit's command line needs`` (the one message
+  printed before click is there) or an exception's name (``KeyError: ``, ``torch._dynamo.exc.Unsupported: ``);
   a block after a line ``prints`` is a python block's output, which tests/project/test_doc_snippets.py
   compares whole.
 
@@ -43,8 +43,8 @@ from tests.support.cli import TINY, write_keyword_csv
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})(.*)$")
 SPAN = re.compile(r"(?<!`)`([^`]+)`(?!`)")
-MESSAGE_START = re.compile(
-    r"^(Error: |warning: |note: |skipped \d+ bad row|[A-Za-z_][\w.]*(Error|Exception|Unsupported): )")
+MESSAGE_START = re.compile(r"^(Error: |warning: |note: |skipped \d+ bad row|attnkit's command line needs "
+                           r"|[A-Za-z_][\w.]*(Error|Exception|Unsupported): )")
 TABLE_HEADER = re.compile(r"^\|\s*message\s*\|\s*what it means\s*\|\s*$")
 TEMPLATES = {"Error: ...", "warning: ..."}  # the form of a message, not a message
 
@@ -658,6 +658,17 @@ def exported_program_outside_its_shapes(kit: Kit) -> str:
     too_long = torch.randn(1, 513, 64)
     return _error(lambda: program.module()(too_long, mask=masks.from_lengths(torch.tensor([513]), 513))) + "\n" + \
         _error(lambda: program.module()(x, mask=masks.from_lengths(torch.tensor([12, 7, 1]), 13)))
+
+
+@produces("needs about 2 TB at most at once")
+def a_plan_over_the_memory(kit: Kit) -> str:
+    with open("long.csv", "w", encoding="utf-8") as fh:  # 300 documents of 2,000 of 3,000 words
+        fh.write("text,label\n")
+        for doc in range(300):
+            words = " ".join(f"w{(doc * 397 + k * 7) % 3000}" for k in range(2000))
+            fh.write(f"{words},{'pos' if doc % 2 else 'neg'}\n")
+    return attnkit("train", "--data", "long.csv", "--out", "runs/long", "--model", "document", "--model-opt",
+                   "layer.num_heads=64", "--max-len", "2000", "--batch-size", "256", "--max-memory", "1TB", "--quiet")
 
 # Quotes no test here produces, by key, with the reason: one skipped test each, listed by pytest -rs.
 NOT_PRODUCED: dict[str, str] = {}
