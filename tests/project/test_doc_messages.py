@@ -594,14 +594,23 @@ def port_taken(kit: Kit) -> str:
 
 
 @produces("KeyError: 'attnkit'")
-def falcon_with_attnkit(kit: Kit) -> str:
+def falcon_and_gpt_neo_with_attnkit(kit: Kit) -> str:
+    """Both families the page names fail inside transformers' loader; the quote must be each one's error."""
     transformers = pytest.importorskip("transformers")
     import attnkit.integrations.transformers  # noqa: F401 - registers "attnkit"
 
-    config = transformers.FalconConfig(hidden_size=16, num_attention_heads=2, num_hidden_layers=1, vocab_size=50,
-                                       bos_token_id=0, eos_token_id=0)
-    transformers.FalconForCausalLM(config).save_pretrained("falcon")
-    return _error(lambda: transformers.FalconForCausalLM.from_pretrained("falcon", attn_implementation="attnkit"))
+    small = {"vocab_size": 50, "bos_token_id": 0, "eos_token_id": 0}
+    families = [(transformers.FalconForCausalLM, transformers.FalconConfig(
+                    hidden_size=16, num_attention_heads=2, num_hidden_layers=1, **small)),
+                (transformers.GPTNeoForCausalLM, transformers.GPTNeoConfig(
+                    hidden_size=16, num_heads=2, num_layers=1, attention_types=[[["global"], 1]],
+                    max_position_embeddings=32, **small))]
+    said = []
+    for model_class, config in families:
+        model_class(config).save_pretrained(model_class.__name__)
+        said.append(_error(lambda m=model_class: m.from_pretrained(m.__name__, attn_implementation="attnkit")))
+    assert said[0] == said[1], said
+    return said[0]
 
 
 @produces("AssertionError: Torch not compiled with CUDA enabled")
