@@ -1,6 +1,6 @@
 """``attnkit serve``: dynamic batching against the same server answering one request at a time.
 
-Usage::
+Usage (``pip install '.[serve,bench]'``: FastAPI and uvicorn for the servers, httpx for the clients)::
 
     python benchmarks/serve.py [--run RUN] [--clients 16] [--requests 800] [--words 8 12]
 

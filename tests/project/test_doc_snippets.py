@@ -10,10 +10,17 @@ Each block not run is its own skipped test whose reason names the page, the
 line and the marker's reason, so the count shows in pytest's summary and
 ``-rs`` lists why. A marker anywhere but the first line, or without a reason,
 is an error: nothing is left out silently. Shell blocks are not run here.
+
+A block followed by a line ``prints`` and a fenced block without a language states its output: what
+the block writes to stdout must be that text, line for line, or the test fails showing both.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import difflib
+import io
 import logging
 import os
 import re
@@ -38,6 +45,7 @@ class Block:
     line: int
     code: str
     not_run: str | None  # the marker's reason, None when the block runs
+    prints: str | None = None  # the output the page states for the block, None when it states none
 
     @property
     def where(self) -> str:
@@ -72,8 +80,29 @@ def extract_blocks(text: str, page: str) -> list[Block]:
         first_line = i - len(body) + 1  # 1-based line of the block's first code line
         i += 1
         if language in PYTHON_INFO:
-            blocks.append(_block(page, first_line, textwrap.dedent("\n".join(body))))
+            block = _block(page, first_line, textwrap.dedent("\n".join(body)))
+            blocks.append(dataclasses.replace(block, prints=stated_output(lines, i)))
     return blocks
+
+
+PRINTS = re.compile(r"^prints:?$")
+
+
+def stated_output(lines: list[str], after: int) -> str | None:
+    """The text of the fenced block without a language that follows line ``after`` past a line ``prints``
+    (blank lines around it allowed); None when the page states no output there."""
+    rest = [(n, line.strip()) for n, line in enumerate(lines[after:], start=after) if line.strip()]
+    if len(rest) < 2 or not PRINTS.match(rest[0][1]):
+        return None
+    opening = FENCE.match(lines[rest[1][0]])
+    if opening is None or opening["info"].strip():
+        return None
+    body = []
+    for line in lines[rest[1][0] + 1:]:
+        if line.strip() == opening["fence"]:
+            return "\n".join(body)
+        body.append(line[len(opening["indent"]):])
+    return None
 
 
 def _block(page: str, line: int, code: str) -> Block:
@@ -118,11 +147,19 @@ def run_blocks(blocks: list[Block], namespace: dict[str, object]) -> int:
         if block.not_run is not None:
             continue
         code = compile("\n" * (block.line - 1) + block.code, str(ROOT / block.page), "exec")
+        output = io.StringIO()
         try:
-            exec(code, namespace)
+            with contextlib.redirect_stdout(output) if block.prints is not None else contextlib.nullcontext():
+                exec(code, namespace)
         except BaseException as err:
             err.add_note(f"in the python block at {block.where}")
             raise
+        if block.prints is not None and output.getvalue().rstrip("\n") != block.prints.rstrip("\n"):
+            diff = difflib.unified_diff(block.prints.rstrip("\n").split("\n"),
+                                        output.getvalue().rstrip("\n").split("\n"),
+                                        "the page says it prints", "it printed", lineterm="")
+            raise AssertionError(f"the python block at {block.where} printed other text than the page "
+                                 "states:\n" + "\n".join(diff))
         ran += 1
     return ran
 
@@ -240,3 +277,28 @@ def test_failing_block_names_page_and_line() -> None:
 def test_bad_markers_are_errors(text: str, message: str) -> None:
     with pytest.raises(SnippetMarkerError, match=re.escape(message)):
         extract_blocks(text, "page.md")
+
+
+PRINTING = """Text.
+
+```python
+print("one")
+print("two")
+```
+
+prints
+
+```
+one
+two
+```
+"""
+
+
+def test_a_stated_output_is_read_and_compared() -> None:
+    blocks = extract_blocks(PRINTING, "p.md")
+    assert [b.prints for b in blocks] == ["one\ntwo"]
+    assert run_blocks(blocks, {}) == 1
+    with pytest.raises(AssertionError, match=r"printed other text than the page states(.|\n)*\+three"):
+        run_blocks(extract_blocks(PRINTING.replace('print("two")', 'print("three")'), "p.md"), {})
+    assert extract_blocks(PRINTING.replace("prints", "and then"), "p.md")[0].prints is None
