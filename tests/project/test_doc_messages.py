@@ -39,6 +39,7 @@ from click.testing import CliRunner
 from attnkit.cli import cli
 from tests.project.test_doc_snippets import PRINTS, doc_pages
 from tests.support.cli import TINY, write_keyword_csv
+from tests.support.runs import recorded
 
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})(.*)$")
@@ -186,9 +187,12 @@ def _committed(run: Path) -> Path:
 
 
 def _edit_json(path: Path, edit: Callable[[dict], object]) -> None:
+    """Edit a JSON file of a run's generation, its new bytes recorded (:func:`tests.support.runs.recorded`)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     edit(data)
+    path.unlink()
     path.write_text(json.dumps(data), encoding="utf-8")
+    recorded(path)
 
 
 @produces("Error: TypeError: ...")
@@ -479,6 +483,7 @@ def truncated_weights(kit: Kit) -> str:
     run = kit.run("runs/broken")
     weights = _committed(run) / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
+    recorded(weights)
     return attnkit("predict", str(run), "a film")
 
 
@@ -487,6 +492,33 @@ def damaged_manifest(kit: Kit) -> str:
     run = kit.run("runs/broken")
     (run / "current.json").write_text('{"a":\n}', encoding="utf-8")  # line 2 column 1 (char 6)
     return attnkit("predict", str(run), "a film")
+
+
+@produces("is not the file its commit recorded")
+def a_flipped_byte(kit: Kit) -> str:
+    said = ""
+    for name in ("runs/reviews", "runs/x"):
+        weights = _committed(kit.run(name)) / "model.safetensors"
+        raw = bytearray(weights.read_bytes())
+        raw[len(raw) // 2] ^= 1
+        weights.write_bytes(bytes(raw))
+        said += attnkit("predict", name, "a film")
+    return said
+
+
+@produces("was committed without the digests of its files")
+def a_run_committed_before_the_record(kit: Kit) -> str:
+    run = kit.run("runs/old")
+    _edit_json(run / "current.json", lambda m: m.pop("files"))
+    return attnkit("predict", "runs/old", "a film")
+
+
+@produces("also holds files attnkit did not write")
+def a_user_file_inside_a_generation(kit: Kit) -> str:
+    run = kit.run("runs/x")
+    (_committed(run) / "mynotes.txt").write_text("mine", encoding="utf-8")
+    return attnkit("train", "--data", str(kit.trained.parent / "reviews.csv"), "--out", "runs/x", *TINY,
+                   "--overwrite")
 
 
 @produces("training diverged at epoch")
@@ -505,6 +537,7 @@ def run_weights_not_finite(kit: Kit) -> str:
     name = next(k for k, v in tensors.items() if v.is_floating_point() and v.numel() >= 5)
     tensors[name].view(-1)[:1] = float("nan")
     save_file(tensors, str(weights))
+    recorded(weights)
     return attnkit("predict", str(run), "a film")
 
 
@@ -545,6 +578,7 @@ def weights_of_another_dtype(kit: Kit) -> str:
     tensors = load_file(str(weights))
     tensors["embedding.weight"] = tensors["embedding.weight"].long()
     save_file(tensors, str(weights))
+    recorded(weights)
     return attnkit("predict", str(run), "a film")
 
 

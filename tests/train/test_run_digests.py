@@ -234,23 +234,29 @@ def test_verify_checks_several_runs_one_line_each_and_json(classification: Path,
 
 def _unrecord(run: Path) -> None:
     """Make ``run`` as a writer before the record left it: no ``files`` in the manifest or the mark."""
+    mark = committed_dir(run) / GENERATION_MARK
     manifest = json.loads((run / MANIFEST).read_text())
     del manifest["files"]
     (run / MANIFEST).write_text(json.dumps(manifest))
-    mark = committed_dir(run) / GENERATION_MARK
     mark.unlink()
     mark.write_text(manifest["run_id"] + "\n")
 
 
 def test_a_run_committed_before_the_record_loads_with_a_notice_and_verify_record_adds_it(
-        classification: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        classification: Path, tmp_path: Path) -> None:
     run = tmp_path / "old"
     shutil.copytree(classification, run)
     _unrecord(run)
-    with caplog.at_level(logging.WARNING, logger="attnkit"):
+    seen: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("attnkit").addHandler(handler)
+    try:
         attnkit.load_run(run)
         attnkit.load_run(run)
-    notices = [r.getMessage() for r in caplog.records if "without the digests" in r.getMessage()]
+    finally:
+        logging.getLogger("attnkit").removeHandler(handler)
+    notices = [line for line in seen if "without the digests" in line]
     assert notices == [f"notice: {run} was committed without the digests of its files, so its bytes are not "
                        f"verified; attnkit verify --record {run} adds them"]
     unverified = _invoke("verify", str(run))

@@ -12,6 +12,7 @@ exception ends the same way, naming its type, unless ``--debug`` (or
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from typing import Any
@@ -147,10 +148,25 @@ def cli(threads: int | None, debug: bool) -> None:
       attnkit train --task caption --out runs/shapes
       torchrun --nproc_per_node=2 -m attnkit train --data reviews.csv --out runs/ddp
     """
+    _show_library_notices()
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+class _Notices(logging.Handler):
+    """The library's notices (the ``attnkit`` logger, warning and above) as lines on standard error."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(record.getMessage(), err=True)
+
+
+def _show_library_notices() -> None:
+    logger = logging.getLogger("attnkit")
+    if not any(isinstance(h, _Notices) for h in logger.handlers):
+        logger.addHandler(_Notices(logging.WARNING))
+        logger.propagate = False
 
 
 @cli.command()
