@@ -12,7 +12,7 @@ import pytest
 
 from attnkit.train.runs import fileops
 from attnkit.train.runs.run import add_to_run
-from attnkit.train.runs.rundir import MANIFEST, RunWriter, committed_dir, read_manifest, reports_dir
+from attnkit.train.runs.rundir import MANIFEST, RunWriter, committed_dir, read_manifest, reports_dir, verify_run
 from tests.train.test_run_safety import FaultyOps, _Crash
 
 
@@ -24,7 +24,7 @@ def _commit(out: Path, run_id: str = "a" * 32, *, overwrite: bool = False, weigh
         writer.commit(staging, status="done", epoch=3)
 
 
-def test_reports_join_the_run_in_one_commit_and_are_linked_at_the_root(tmp_path: Path) -> None:
+def test_reports_join_the_run_in_one_commit_and_are_copied_at_the_root(tmp_path: Path) -> None:
     out = tmp_path / "run"
     _commit(out)
     first = committed_dir(out)
@@ -34,7 +34,12 @@ def test_reports_join_the_run_in_one_commit_and_are_linked_at_the_root(tmp_path:
     assert (manifest["status"], manifest["epoch"], manifest["published"]) == ("done", 3, ["figure.png", "report.txt"])
     assert (folder / "model.safetensors").read_bytes() == b"w1"
     assert (folder / "report.txt").read_text() == "accuracy 0.9\n"
-    assert os.path.samefile(out / "report.txt", folder / "report.txt")
+    assert (out / "report.txt").read_bytes() == (folder / "report.txt").read_bytes()
+    assert not os.path.samefile(out / "report.txt", folder / "report.txt")  # a copy: editing it keeps the run whole
+    with open(out / "report.txt", "a", encoding="utf-8") as fh:
+        fh.write("my notes\n")
+    assert verify_run(out)["recorded"]
+    (out / "report.txt").write_text("accuracy 0.9\n", encoding="utf-8")
     assert (out / "figure.png").read_bytes() == b"\x89PNG" and reports_dir(out) == folder
     add_to_run(out, {"report.txt": "accuracy 0.95\n"})  # again: the newer report, the figure kept
     assert (out / "report.txt").read_text() == "accuracy 0.95\n" and (out / "figure.png").is_file()

@@ -92,7 +92,7 @@ def save_run(directory: str | os.PathLike[str], commit: Callable[[RunWriter], Pa
 def add_to_run(directory: str | os.PathLike[str], files: Mapping[str, str | bytes]) -> Path:
     """Add ``files`` (name -> text or bytes: a finished model's reports) to the run committed in
     ``directory``, in one commit under the run's lock (:meth:`~attnkit.train.runs.rundir.RunWriter.amend`), and
-    link them at the run's root. Returns the new generation folder."""
+    copy them at the run's root. Returns the new generation folder."""
     run_id = committed_run_id(directory)
     if run_id is None:
         raise RunFileError(f"{directory} holds no committed run to add {', '.join(sorted(files))} to")

@@ -7,12 +7,12 @@ A run directory moves from one complete state to the next in one atomic step::
       checkpoints/000007/   the committed generation: config.json, model.safetensors,
                             tokenizer.json, labels.json, history.jsonl, train_state/ ...
       checkpoints/000006/   the previous generation, kept so a reader that opened it still finishes
-      report.txt ...        the committed generation's reports, linked at the root (``published``)
+      report.txt ...        the committed generation's reports, copied at the root (``published``)
       .lock                 held (``flock``) by the one process that writes the run
 
 What is derived from a committed model (its reports) joins the run in a commit of
 its own, :meth:`RunWriter.amend`: the generation again with those files added. The
-files it publishes are also linked at the root for the user to open; the manifest
+files it publishes are also copied at the root for the user to open; the manifest
 names them (``published``), and the next commit that does not publish them again
 removes them first, so the root never shows the reports of a model the run no
 longer serves; a root file of that name that the writer did not put there is
@@ -539,7 +539,7 @@ class RunWriter:
         ``checkpoints/NNNNNN``; the root copies of the previous generation's
         files that this one does not ``publish`` again are removed; ``current.json``
         is replaced (the commit); the generation's files named in ``publish``
-        are linked at the run's root (:meth:`_publish`); then generations older
+        are copied at the run's root (:meth:`_publish`); then generations older
         than the previous one (on an overwrite's first commit: all the replaced
         run's generations) are removed.
         """
@@ -575,7 +575,7 @@ class RunWriter:
     def amend(self, files: Mapping[str, str | bytes], *, publish: bool = True) -> Path:
         """Commit the run's current generation again with ``files`` (name -> text or bytes) added or
         replaced, its status, epoch and other files kept: what is derived from a committed model (its
-        reports) joins the run in one commit. With ``publish`` each of ``files`` is also linked at the run's
+        reports) joins the run in one commit. With ``publish`` each of ``files`` is also copied at the run's
         root, beside those published before. Returns the new generation folder."""
         manifest = _writers_manifest(self.directory)
         if manifest is None or manifest["run_id"] != self.run_id or (self.overwrite and self.commits == 0):
@@ -619,8 +619,9 @@ class RunWriter:
                 fileops.fs.remove(self.directory / name)
 
     def _publish(self, generation: Path, names: Sequence[str]) -> None:
-        """Link each of ``names`` of ``generation`` at the run's root (through a temporary name and one
-        rename each), where the root holds nothing of that name or a copy this writer published."""
+        """Copy each of ``names`` of ``generation`` to the run's root (through a temporary name and one
+        rename each), where the root holds nothing of that name or a copy this writer published. A copy, not
+        a link: the root's file is the user's to open and edit, the generation's stays as recorded."""
         older = [_generation_dir(self.directory, n) for n in self._generation_numbers()]
         for name in names:
             root = self.directory / name
@@ -628,7 +629,7 @@ class RunWriter:
                 continue  # the user's file of that name stays; the generation holds the run's own
             temporary = self.directory / f"{STAGING_PREFIX}{name}"
             fileops.fs.remove(temporary)
-            fileops.fs.link(generation / name, temporary)
+            fileops.fs.write(temporary, (generation / name).read_bytes())
             fileops.fs.replace(temporary, root)
 
     def _generation_numbers(self) -> list[int]:
