@@ -36,7 +36,7 @@ def fake_run(tmp_path: Path) -> Path:
     """A folder that passes for a run directory (a manifest naming generation 1); tests replace run_attention."""
     folder = tmp_path / "run"
     (folder / "checkpoints" / "000001").mkdir(parents=True)
-    (folder / "current.json").write_text(json.dumps({"generation": 1}), encoding="utf-8")
+    (folder / "current.json").write_text(json.dumps({"generation": 1, "files": {}}), encoding="utf-8")
     (folder / "checkpoints" / "000001" / "config.json").write_text(json.dumps({"model_name": "sentiment"}),
                                                                     encoding="utf-8")
     return folder

@@ -240,9 +240,7 @@ def fit_translation(
     epochs = train_config.epochs
     snapshots: collections.deque[dict[str, torch.Tensor]] = collections.deque(start.snapshots, maxlen=keep)
     meta: dict[str, Any] = {"train_config": dataclasses.asdict(train_config), "history": start.history,
-                            "progress": {"epoch": start.epoch, "epochs": epochs}}
-    if data:
-        meta["data"] = dict(data)
+                            "progress": {"epoch": start.epoch, "epochs": epochs}, "data": dict(data or {})}
 
     def commit_epoch(state: dict[str, Any]) -> None:
         epoch = int(state["progress"]["epoch"])
