@@ -25,17 +25,25 @@ _NO_LIMIT = 2**60
 
 def available_memory(meminfo: str | Path = "/proc/meminfo") -> int | None:
     """Bytes of memory available to a new allocation (``MemAvailable`` on Linux, else physical memory), or None."""
+    found = _available(meminfo)
+    return None if found is None else found[0]
+
+
+def _available(meminfo: str | Path) -> tuple[int, str] | None:
+    """:func:`available_memory` and what it is, in :class:`MemoryBudget`'s words: ``MemAvailable`` of
+    ``meminfo``, or physical memory where that file cannot be read (absent, unreadable, garbled)."""
     try:
         with open(meminfo, encoding="ascii") as handle:
             for line in handle:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    return int(line.split()[1]) * 1024, f"available (MemAvailable of {meminfo})"
     except (OSError, ValueError, IndexError):
         pass
     try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        physical = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (AttributeError, OSError, ValueError):
         return None
+    return physical, f"of physical memory (no MemAvailable could be read from {meminfo})"
 
 
 def peak_rss_mib() -> float:
@@ -151,7 +159,8 @@ def cgroup_room(cgroup: str | Path = "/proc/self/cgroup", root: str | Path = "/s
 @dataclass(frozen=True)
 class MemoryBudget:
     """What this process may still allocate (``bytes``; None: unknown) and which limit says so (``source``,
-    a phrase: ``"available (MemAvailable of /proc/meminfo)"``, ``"left by the address-space limit
+    a phrase: ``"available (MemAvailable of /proc/meminfo)"``, ``"of physical memory (no MemAvailable could be
+    read from /proc/meminfo)"``, ``"left by the address-space limit
     RLIMIT_AS (ulimit -v) of 6 GB"``, ``"left by the cgroup's /sys/fs/cgroup/.../memory.max"``)."""
 
     bytes: int | None
@@ -166,9 +175,9 @@ def memory_budget(*, meminfo: str | Path = "/proc/meminfo", status: str | Path =
     :func:`cgroup_room` (``cgroup``, ``cgroup_root``). The paths are arguments so that tests can point them
     at files of their own."""
     options: list[tuple[int, str]] = []
-    free = available_memory(meminfo)
+    free = _available(meminfo)
     if free is not None:
-        options.append((free, f"available (MemAvailable of {meminfo})"))
+        options.append(free)
     space = address_space_room(status, rlimit)
     if space is not None:
         options.append((space[0], f"left by the address-space limit RLIMIT_AS (ulimit -v) of "
