@@ -313,3 +313,40 @@ def test_the_captioning_estimate_bounds_a_training_step() -> None:
     measured, planned = json.loads(out.stdout)
     assert measured > 100 * 10**6, measured
     assert 0.7 < planned / measured < 1.3, (planned, measured)
+
+
+_SIZING = r"""
+import json, sys
+import torch
+from attnkit._memory import status_bytes
+from attnkit.models import build_model
+from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from attnkit.train.memory_budget import model_bytes, module_bytes
+from attnkit.train.tasks.classify.pipeline import model_config_dict
+before = status_bytes("VmSize")
+sized, built = {}, {}
+for kind in ("wide", "document", "sentiment", "han", "bert"):
+    config = model_config_dict(kind, {}, vocab_size=3000, num_classes=3, max_len=500)
+    sized[kind] = model_bytes(kind, config)
+seq2seq = Seq2SeqConfig.from_dict({"src_vocab_size": 3000, "tgt_vocab_size": 3000})
+sized["seq2seq"] = module_bytes(lambda: Seq2SeqTransformer(seq2seq))
+grown, loaded = status_bytes("VmSize") - before, "torch._dynamo" in sys.modules
+for kind in ("wide", "document", "sentiment", "han", "bert"):
+    model = build_model(kind, model_config_dict(kind, {}, vocab_size=3000, num_classes=3, max_len=500))
+    built[kind] = [sum(t.numel() * t.element_size() for t in ts) for ts in (model.parameters(), model.buffers())]
+model = Seq2SeqTransformer(seq2seq)
+built["seq2seq"] = [sum(t.numel() * t.element_size() for t in ts) for ts in (model.parameters(), model.buffers())]
+print(json.dumps({"sized": sized, "built": built, "grown": grown, "dynamo": loaded}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_models_are_sized_without_allocating_them() -> None:
+    """Each kind's model is sized on the meta device to its built bytes, without loading torch._dynamo (75 MB of
+    address space and 2 s: what failed under a tight RLIMIT_AS) and without growing the address space by the
+    size of bert's weights (0.35 GB)."""
+    out = subprocess.run([sys.executable, "-c", _SIZING], capture_output=True, text=True, check=True, timeout=300)
+    found = json.loads(out.stdout)
+    assert found["sized"] == {kind: list(pair) for kind, pair in found["built"].items()}
+    assert found["built"]["bert"][0] > 300 * 10**6  # large beside what sizing may grow by
+    assert not found["dynamo"] and found["grown"] < 60 * 10**6, found["grown"]
