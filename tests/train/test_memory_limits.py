@@ -3,6 +3,7 @@ and each model kind's activation estimate is near what a training step takes."""
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
@@ -350,3 +351,114 @@ def test_models_are_sized_without_allocating_them() -> None:
     assert found["sized"] == {kind: list(pair) for kind, pair in found["built"].items()}
     assert found["built"]["bert"][0] > 300 * 10**6  # large beside what sizing may grow by
     assert not found["dynamo"] and found["grown"] < 60 * 10**6, found["grown"]
+
+
+@pytest.mark.parametrize(("err", "named"), [
+    (MemoryError(), "MemoryError"),
+    (ImportError("libtorch_cpu.so: failed to map segment from shared object"),
+     "ImportError: libtorch_cpu.so: failed to map segment from shared object"),
+    (OSError(errno.ENOMEM, "Cannot allocate memory", "torch/utils/data"),
+     "OSError: [Errno 12] Cannot allocate memory: 'torch/utils/data'"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to "
+                  "allocate 4000000000 bytes"), "RuntimeError: [enforce fail"),
+    (SystemError("<built-in method> returned NULL without setting an exception: out of memory"), "SystemError"),
+    (ValueError("bad"), None), (OSError(errno.ENOENT, "No such file or directory"), None),
+    (ImportError("No module named 'foo'"), None),
+])
+def test_an_allocation_that_fails_under_rlimit_as_is_named_by_the_limit(err: BaseException, named: str | None) -> None:
+    line = _memory.address_space_failure(err, rlimit=lambda: 3 * GB)
+    if named is None:
+        assert line is None
+    else:
+        assert line is not None and line.startswith("out of memory under the address-space limit RLIMIT_AS "
+                                                    f"(ulimit -v) of 3 GB ({named}")
+        assert line.endswith("); raise that limit (ulimit -v, prlimit --as)") and "\n" not in line
+    assert _memory.address_space_failure(err, rlimit=lambda: -1) is None  # no limit: not the limit's doing
+    try:
+        raise RuntimeError("loading failed") from err  # a wrapped failure is found by its cause
+    except RuntimeError as wrapped:
+        assert _memory.address_space_failure(wrapped, rlimit=lambda: 3 * GB) == line
+
+
+def test_loading_torch_is_refused_when_the_limit_leaves_less_than_it_takes(tmp_path) -> None:
+    """The room (the limit less VmSize) against torch's libraries times TORCH_MAP_FACTOR plus START_MARGIN:
+    exactly that much is enough, a byte less is refused, naming the limit and the room."""
+    files = _files(tmp_path, vm_size=GB)
+    libraries = 500 * 10**6
+    need = int(libraries * _memory.TORCH_MAP_FACTOR) + _memory.START_MARGIN
+    vm_size = GB // 1024 * 1024
+    assert _memory.torch_room_failure(files["status"], lambda: vm_size + need, libraries) is None
+    short = _memory.torch_room_failure(files["status"], lambda: vm_size + need - 1, libraries)
+    assert short == (f"the address-space limit RLIMIT_AS (ulimit -v) of {_memory.format_bytes(vm_size + need - 1)} "
+                     f"leaves {_memory.format_bytes(need - 1)} beside what is loaded already, less than the about "
+                     f"{_memory.format_bytes(need)} loading torch and starting take; raise that limit (ulimit -v, "
+                     f"prlimit --as)")
+    assert _memory.torch_room_failure(files["status"], lambda: -1, libraries) is None
+
+
+@pytest.mark.parametrize("failure", [
+    MemoryError(), ImportError("libtorch_cpu.so: failed to map segment from shared object"),
+    OSError(errno.ENOMEM, "Cannot allocate memory", "/venv/torch/utils/data/datapipes/map")])
+def test_train_names_the_limit_when_memory_runs_out_under_it(tmp_path, monkeypatch, failure) -> None:
+    """Wherever the room runs out (here: the plan), one line naming RLIMIT_AS, not the bare error."""
+    import resource
+
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(f"w{i} w{i + 1},{'ab'[i % 2]}\n" for i in range(20)))
+
+    def fail() -> None:
+        raise failure
+
+    monkeypatch.setattr(mb, "memory_budget", fail)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (3 * GB, resource.RLIM_INFINITY))
+    result = CliRunner().invoke(cli, ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--quiet"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines[-1].startswith("Error: out of memory under the address-space limit RLIMIT_AS (ulimit -v) of 3 GB "
+                                f"({type(failure).__name__}")
+    assert len(lines) == 2 and lines[0].startswith("wide: 16 train") and "Traceback" not in result.output
+    if isinstance(failure, MemoryError):  # as docs/cli.md quotes it
+        assert lines[-1] == ("Error: out of memory under the address-space limit RLIMIT_AS (ulimit -v) of 3 GB "
+                             "(MemoryError); raise that limit (ulimit -v, prlimit --as)")
+    assert not (tmp_path / "run").exists()
+
+
+_FLOOR = r"""
+import importlib.util, json
+from pathlib import Path
+import attnkit.cli, attnkit.cli.commands
+from attnkit._memory import START_MARGIN, TORCH_MAP_FACTOR, status_bytes
+folder = Path(importlib.util.find_spec("torch").origin).parent
+libraries = sum(f.stat().st_size for f in [*folder.glob("*.so"), *(folder / "lib").glob("*.so*")])
+print(json.dumps(status_bytes("VmSize") + int(libraries * TORCH_MAP_FACTOR) + START_MARGIN))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/status")
+def test_train_answers_one_line_naming_the_limit_on_either_side_of_loading_torch(tmp_path) -> None:
+    """``prlimit --as`` just below what loading torch takes (where ``import torch`` failed with a bare
+    ImportError, MemoryError, OSError or C++'s std::bad_alloc) and just above it (where the tokenizer's
+    threads could abort the process): one line naming RLIMIT_AS each, or a finished run; never a traceback."""
+    import os
+    import resource
+
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    floor = json.loads(subprocess.run([sys.executable, "-c", _FLOOR], capture_output=True, text=True, check=True,
+                                      env=env, timeout=120).stdout)
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(f"w{i % 50} w{i % 7} w{i % 3},{'ab'[i % 2]}\n" for i in range(60)))
+    for limit, refused in ((floor - 30 * 10**6, "loading torch and starting take"), (floor + 30 * 10**6, None)):
+        def limited(limit: int = limit) -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+
+        out = tmp_path / f"run{limit}"
+        done = subprocess.run([sys.executable, "-m", "attnkit", "train", "--data", str(data), "--out", str(out),
+                               "--epochs", "1", "--quiet", "--device", "cpu"], capture_output=True, text=True,
+                              preexec_fn=limited, timeout=300, env=env)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+        assert "Traceback" not in done.stderr and done.returncode in (0, 1), (limit, done.returncode, done.stderr)
+        if refused is not None or done.returncode:
+            assert done.returncode == 1 and len(errors) == 1, (limit, done.stderr)
+            assert "address-space limit RLIMIT_AS (ulimit -v) of " in errors[0], (limit, done.stderr)
+            assert refused is None or refused in errors[0], (limit, done.stderr)
+            assert not out.exists()
