@@ -167,17 +167,19 @@ def address_space_failure(err: BaseException, rlimit: Callable[[], int] | None =
     limit = _rlimit_as(rlimit)  # no file read: memory may have run out
     if limit is None:
         return None
+    found, seen = "", 0
     cause: BaseException | None = err
-    while cause is not None:
+    while cause is not None and seen < 20:  # the innermost failure says it best (numpy's wraps a page of advice)
         text = " ".join(str(cause).split())
         if isinstance(cause, MemoryError) or (isinstance(cause, OSError) and cause.errno == errno.ENOMEM) or (
                 isinstance(cause, ImportError | OSError | RuntimeError | SystemError)
                 and any(mark in text.lower() for mark in _OUT_OF_MEMORY)):
-            what = type(cause).__name__ + (f": {text}" if text else "")
-            return (f"out of memory under the address-space limit RLIMIT_AS (ulimit -v) of "
-                    f"{format_bytes(limit)} ({what}); raise that limit (ulimit -v, prlimit --as)")
-        cause = cause.__cause__ or cause.__context__
-    return None
+            found = type(cause).__name__ + (f": {text[:200]}" if text else "")
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    if not found:
+        return None
+    return (f"out of memory under the address-space limit RLIMIT_AS (ulimit -v) of {format_bytes(limit)} "
+            f"({found}); raise that limit (ulimit -v, prlimit --as)")
 
 
 def _read_int(path: Path) -> int | None:

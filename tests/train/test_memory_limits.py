@@ -380,6 +380,18 @@ def test_an_allocation_that_fails_under_rlimit_as_is_named_by_the_limit(err: Bas
         assert _memory.address_space_failure(wrapped, rlimit=lambda: 3 * GB) == line
 
 
+def test_the_innermost_allocation_failure_is_the_one_named() -> None:
+    """numpy's ImportError repeats its cause inside a page of advice: the cause is named, not the page."""
+    inner = ImportError("libscipy_openblas64_.so: failed to map segment from shared object")
+    outer = ImportError("IMPORTANT: PLEASE READ THIS FOR ADVICE ON HOW TO SOLVE THIS ISSUE! " + "advice " * 200
+                        + str(inner))
+    outer.__cause__ = inner
+    assert _memory.address_space_failure(outer, rlimit=lambda: GB) == (
+        "out of memory under the address-space limit RLIMIT_AS (ulimit -v) of 1 GB (ImportError: "
+        "libscipy_openblas64_.so: failed to map segment from shared object); raise that limit (ulimit -v, "
+        "prlimit --as)")
+
+
 def test_loading_torch_is_refused_when_the_limit_leaves_less_than_it_takes(tmp_path) -> None:
     """The room (the limit less VmSize) against torch's libraries times TORCH_MAP_FACTOR plus START_MARGIN:
     exactly that much is enough, a byte less is refused, naming the limit and the room."""
