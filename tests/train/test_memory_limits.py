@@ -474,3 +474,31 @@ def test_train_answers_one_line_naming_the_limit_on_either_side_of_loading_torch
             assert "address-space limit RLIMIT_AS (ulimit -v) of " in errors[0], (limit, done.stderr)
             assert refused is None or refused in errors[0], (limit, done.stderr)
             assert not out.exists()
+
+
+@pytest.mark.parametrize("failure", [MemoryError(), ImportError("libtorch_cpu.so: failed to map segment from "
+                                                                "shared object")])
+def test_the_console_script_names_the_limit_when_the_command_line_cannot_load(monkeypatch, capsys,
+                                                                             failure) -> None:
+    """``attnkit`` starts in :mod:`attnkit._console`; a limit too small to load the command line's modules is
+    named there, in one line, as the commands name it."""
+    import builtins
+    import resource
+
+    from attnkit import _console
+
+    real_import = builtins.__import__
+
+    def failing_import(name: str, *args: object, **kwargs: object) -> object:
+        if name == "attnkit.cli":
+            raise failure
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", failing_import)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (GB, resource.RLIM_INFINITY))
+    with pytest.raises(SystemExit) as done:
+        _console.main()
+    assert done.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: out of memory under the address-space limit RLIMIT_AS (ulimit -v) of 1 GB "
+                          f"({type(failure).__name__}") and err.count("\n") == 1
