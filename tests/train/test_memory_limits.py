@@ -459,6 +459,9 @@ def test_train_answers_one_line_naming_the_limit_on_either_side_of_loading_torch
                                       env=env, timeout=120).stdout)
     data = tmp_path / "d.csv"
     data.write_text("text,label\n" + "".join(f"w{i % 50} w{i % 7} w{i % 3},{'ab'[i % 2]}\n" for i in range(60)))
+    def limited_below() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (floor - 30 * 10**6, resource.RLIM_INFINITY))
+
     for limit, refused in ((floor - 30 * 10**6, "loading torch and starting take"), (floor + 30 * 10**6, None)):
         def limited(limit: int = limit) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
@@ -474,6 +477,13 @@ def test_train_answers_one_line_naming_the_limit_on_either_side_of_loading_torch
             assert "address-space limit RLIMIT_AS (ulimit -v) of " in errors[0], (limit, done.stderr)
             assert refused is None or refused in errors[0], (limit, done.stderr)
             assert not out.exists()
+    (tmp_path / "t.de").write_text("ein haus\n", encoding="utf-8")
+    for task in (["--task", "translate", "--src", str(tmp_path / "t.de"), "--tgt", str(tmp_path / "t.de")],
+                 ["--task", "caption"]):  # the other training commands check before torch too
+        done = subprocess.run([sys.executable, "-m", "attnkit", "train", *task, "--out", str(tmp_path / "task")],
+                              capture_output=True, text=True, preexec_fn=limited_below, timeout=300, env=env)
+        assert done.returncode == 1 and done.stderr.startswith("Error: the address-space limit RLIMIT_AS"), done.stderr
+        assert "loading torch and starting take" in done.stderr and done.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize("failure", [MemoryError(), ImportError("libtorch_cpu.so: failed to map segment from "
