@@ -9,6 +9,7 @@ benchmarks report.
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import sys
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["available_memory", "MemoryBudget", "memory_budget", "address_space_room", "cgroup_room",
-           "format_bytes", "peak_rss_mib", "resident_bytes"]
+           "format_bytes", "peak_rss_mib", "resident_bytes", "address_space_failure", "torch_room_failure",
+           "TORCH_MAP_FACTOR", "START_MARGIN"]
 
 _NO_LIMIT = 2**60
 """A cgroup v1 limit at or above this is the kernel's "no limit" (``9223372036854771712``)."""
@@ -25,17 +27,25 @@ _NO_LIMIT = 2**60
 
 def available_memory(meminfo: str | Path = "/proc/meminfo") -> int | None:
     """Bytes of memory available to a new allocation (``MemAvailable`` on Linux, else physical memory), or None."""
+    found = _available(meminfo)
+    return None if found is None else found[0]
+
+
+def _available(meminfo: str | Path) -> tuple[int, str] | None:
+    """:func:`available_memory` and what it is, in :class:`MemoryBudget`'s words: ``MemAvailable`` of
+    ``meminfo``, or physical memory where that file cannot be read (absent, unreadable, garbled)."""
     try:
         with open(meminfo, encoding="ascii") as handle:
             for line in handle:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    return int(line.split()[1]) * 1024, f"available (MemAvailable of {meminfo})"
     except (OSError, ValueError, IndexError):
         pass
     try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        physical = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (AttributeError, OSError, ValueError):
         return None
+    return physical, f"of physical memory (no MemAvailable could be read from {meminfo})"
 
 
 def peak_rss_mib() -> float:
@@ -89,13 +99,87 @@ def address_space_room(status: str | Path = "/proc/self/status",
     reserved arenas), so the room is the limit less the process's current virtual size, not less its
     resident size. ``rlimit`` returns the soft limit (default: :func:`resource.getrlimit`).
     """
+    limit = _rlimit_as(rlimit)
+    if limit is None:
+        return None
+    return max(0, limit - (status_bytes("VmSize", str(status)) or 0)), limit
+
+
+def _rlimit_as(rlimit: Callable[[], int] | None = None) -> int | None:
+    """The soft ``RLIMIT_AS`` in bytes (``rlimit``: a stand-in for :func:`resource.getrlimit`'s), None: none."""
     try:
         limit = rlimit() if rlimit is not None else resource.getrlimit(resource.RLIMIT_AS)[0]
     except (AttributeError, OSError, ValueError):
         return None
-    if limit < 0 or limit == resource.RLIM_INFINITY or limit >= _NO_LIMIT:
+    return None if limit < 0 or limit == resource.RLIM_INFINITY or limit >= _NO_LIMIT else limit
+
+
+TORCH_MAP_FACTOR = 1.1
+"""Address space ``import torch`` takes, as a multiple of the size of torch's shared libraries on disk (their
+code, data and relocations: 510 MB for 468 MB of CPU torch 2.13 on Linux)."""
+
+START_MARGIN = 64 * 2**20
+"""Address space a command needs beside torch before it plans its memory: one malloc arena (64 MiB on 64-bit
+glibc) for the threads that start first (the tokenizer's). With less, an allocation in native code fails, and
+native code ends the process without an error Python can name."""
+
+
+def torch_room_failure(status: str | Path = "/proc/self/status", rlimit: Callable[[], int] | None = None,
+                       libraries: int | None = None) -> str | None:
+    """One line, before torch is imported, when the address-space limit leaves less room than loading it
+    and starting a command take (:data:`TORCH_MAP_FACTOR` times its shared libraries, ``libraries`` bytes:
+    None, measured on disk; and :data:`START_MARGIN`); None: no limit, or the room is enough. Failing inside
+    ``import torch`` can end the process in C++'s ``std::bad_alloc`` instead of an error Python can name."""
+    space = address_space_room(status, rlimit)
+    if space is None:
         return None
-    return max(0, limit - (status_bytes("VmSize", str(status)) or 0)), limit
+    if libraries is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.origin is None:
+            return None
+        folder = Path(spec.origin).parent
+        libraries = sum(f.stat().st_size for f in [*folder.glob("*.so"), *(folder / "lib").glob("*.so*")])
+    need = int(libraries * TORCH_MAP_FACTOR) + START_MARGIN
+    if space[0] >= need:
+        return None
+    return (f"the address-space limit RLIMIT_AS (ulimit -v) of {format_bytes(space[1])} leaves "
+            f"{format_bytes(space[0])} beside what is loaded already, less than the about {format_bytes(need)} "
+            f"loading torch and starting take; raise that limit (ulimit -v, prlimit --as)")
+
+
+_OUT_OF_MEMORY = ("failed to map segment", "cannot allocate memory", "can't allocate memory", "out of memory",
+                  "bad_alloc", "failed to allocate")
+"""How a failed allocation reads in the messages of the errors that are not :class:`MemoryError`: a shared
+library that cannot be mapped (``ImportError``), torch's allocator (``RuntimeError``), ``SystemError``."""
+
+
+def address_space_failure(err: BaseException, rlimit: Callable[[], int] | None = None) -> str | None:
+    """One line for ``err`` when it is an allocation that failed under an address-space limit (``RLIMIT_AS``,
+    ``ulimit -v``, ``prlimit --as``; ``rlimit`` as in :func:`address_space_room`): a :class:`MemoryError`, an
+    ``ENOMEM`` :class:`OSError`, or an error whose message (or cause's) says that memory could not be had,
+    such as ``import torch`` failing to map its libraries. None: no such limit, or another error.
+
+    The error alone says nothing of the limit; the line names it, so that whatever was being loaded or
+    allocated when the room ran out (torch, the data, a model) the answer is the same.
+    """
+    limit = _rlimit_as(rlimit)  # no file read: memory may have run out
+    if limit is None:
+        return None
+    found, seen = "", 0
+    cause: BaseException | None = err
+    while cause is not None and seen < 20:  # the innermost failure says it best (numpy's wraps a page of advice)
+        text = " ".join(str(cause).split())
+        if isinstance(cause, MemoryError) or (isinstance(cause, OSError) and cause.errno == errno.ENOMEM) or (
+                isinstance(cause, ImportError | OSError | RuntimeError | SystemError)
+                and any(mark in text.lower() for mark in _OUT_OF_MEMORY)):
+            found = type(cause).__name__ + (f": {text[:200]}" if text else "")
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    if not found:
+        return None
+    return (f"out of memory under the address-space limit RLIMIT_AS (ulimit -v) of {format_bytes(limit)} "
+            f"({found}); raise that limit (ulimit -v, prlimit --as)")
 
 
 def _read_int(path: Path) -> int | None:
@@ -151,7 +235,8 @@ def cgroup_room(cgroup: str | Path = "/proc/self/cgroup", root: str | Path = "/s
 @dataclass(frozen=True)
 class MemoryBudget:
     """What this process may still allocate (``bytes``; None: unknown) and which limit says so (``source``,
-    a phrase: ``"available (MemAvailable of /proc/meminfo)"``, ``"left by the address-space limit
+    a phrase: ``"available (MemAvailable of /proc/meminfo)"``, ``"of physical memory (no MemAvailable could be
+    read from /proc/meminfo)"``, ``"left by the address-space limit
     RLIMIT_AS (ulimit -v) of 6 GB"``, ``"left by the cgroup's /sys/fs/cgroup/.../memory.max"``)."""
 
     bytes: int | None
@@ -166,9 +251,9 @@ def memory_budget(*, meminfo: str | Path = "/proc/meminfo", status: str | Path =
     :func:`cgroup_room` (``cgroup``, ``cgroup_root``). The paths are arguments so that tests can point them
     at files of their own."""
     options: list[tuple[int, str]] = []
-    free = available_memory(meminfo)
+    free = _available(meminfo)
     if free is not None:
-        options.append((free, f"available (MemAvailable of {meminfo})"))
+        options.append(free)
     space = address_space_room(status, rlimit)
     if space is not None:
         options.append((space[0], f"left by the address-space limit RLIMIT_AS (ulimit -v) of "

@@ -298,18 +298,30 @@ def _cap_tokenizer_threads() -> None:
 def _labels(y: Any) -> np.ndarray:
     """``y`` as a 1-D array of class labels, checked by scikit-learn's rules for classifiers (binary or
     multiclass; a one-column ``y`` is read as 1-D with scikit-learn's DataConversionWarning). A missing label
-    (None or NaN) is named with its index first, in scikit-learn's words (``Input y contains NaN``)."""
+    (None, NaN, pandas' NA) is named with its index first, in scikit-learn's words (``Input y contains NaN``), read
+    from ``y`` as given: a list of strings and NaN would otherwise make the class ``'nan'``."""
     if y is None:
         raise ValueError("TextClassifier requires y to be passed, but the target y is None: give one label "
                          "per text")
+    given = np.asarray(y, dtype=object)  # as given: a list of str and NaN would become the str 'nan'
+    if given.ndim == 1 or (given.ndim == 2 and given.shape[1] == 1):
+        values = given.ravel().tolist()
+        missing = [i for i, v in enumerate(values) if _missing(v)]
+        if missing:
+            raise ValueError(f"Input y contains {_missing(values[missing[0]])} at item {missing[0]} "
+                             f"({len(missing)} labels missing in all): every text needs a class label")
     labels = column_or_1d(y, warn=True)
-    values = labels.tolist()
-    missing = [i for i, v in enumerate(values) if v is None or (isinstance(v, float) and math.isnan(v))]
-    if missing:
-        raise ValueError(f"Input y contains {'None' if values[missing[0]] is None else 'NaN'} at item {missing[0]} "
-                         f"({len(missing)} labels missing in all): every text needs a class label")
     check_classification_targets(labels)
     return labels
+
+
+def _missing(value: Any) -> str:
+    """What missing value ``value`` is (``None``, ``NaN``, ``NA``: pandas' ``pd.NA`` and ``NaT``), or ``""``."""
+    if value is None:
+        return "None"
+    if type(value).__name__ in ("NAType", "NaTType"):
+        return "NA"
+    return "NaN" if isinstance(value, float | np.floating) and math.isnan(value) else ""
 
 
 def _train_config(defaults: dict[str, Any], given: dict[str, Any]) -> Any:

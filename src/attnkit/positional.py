@@ -85,7 +85,8 @@ def sinusoidal_table(
     Each feature pair is a clock at its own frequency, from ``1`` down to
     ``1 / base`` radians per step, so ``PE[pos + k]`` is a fixed linear (rotation)
     function of ``PE[pos]``. An odd ``D`` drops the last cosine column.
-    Computed in float64 and cast, so large positions stay accurate.
+    Computed in float64 and cast, so large positions stay accurate. On the ``meta`` device (a model sized
+    without storage) the table is its shape alone: computing it there would load ``torch._dynamo``.
 
     Shape:
         returns ``(length, d_model)``.
@@ -93,6 +94,8 @@ def sinusoidal_table(
     non_negative_int("length", length)
     positive_int("d_model", d_model)
     non_negative_int("offset", offset)
+    if torch.empty(0, device=device).is_meta:
+        return torch.empty(length, d_model, dtype=dtype, device=device)
     pos = torch.arange(offset, offset + length, dtype=torch.float64, device=device)  # (T,)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (ceil(D/2),)
     angle = pos[:, None] / base ** (two_i / d_model)  # (T, ceil(D/2))

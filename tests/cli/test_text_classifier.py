@@ -248,6 +248,29 @@ def test_targets_follow_scikit_learns_rules(labels: object, message: str) -> Non
     assert str(err.value).startswith(message)
 
 
+class NAType:
+    """pandas' ``pd.NA`` as the estimator meets it (pandas is no dependency): its truth is undefined."""
+
+    def __bool__(self) -> bool:
+        raise TypeError("boolean value of NA is ambiguous")
+
+
+@pytest.mark.parametrize("missing, name", [
+    (float("nan"), "NaN"), (np.float64("nan"), "NaN"), (np.float32("nan"), "NaN"), (None, "None"),
+    (NAType(), "NA")])
+@pytest.mark.parametrize("shape", ["list", "column"])
+def test_a_missing_label_among_strings_is_refused_by_position(missing: object, name: str, shape: str) -> None:
+    """A list of strings and NaN is a str array to numpy, NaN the class 'nan': refused, read as given."""
+    labels: list[object] = ["spam", "ham"] * 18 + ["spam", missing, "ham", missing]
+    y = labels if shape == "list" else np.array(labels, dtype=object)[:, None]
+    clf = attnkit.TextClassifier(**TINY)
+    with pytest.raises(ValueError) as err:
+        clf.fit(X[:40], y)  # type: ignore[arg-type]
+    assert str(err.value) == (f"Input y contains {name} at item 37 (2 labels missing in all): every text needs "
+                              "a class label")
+    assert not hasattr(clf, "classes_")
+
+
 def test_a_label_column_is_read_as_1d_with_scikit_learns_warning() -> None:
     with pytest.warns(sklearn.exceptions.DataConversionWarning):
         clf = attnkit.TextClassifier(**{**TINY, "epochs": 1}).fit(X[:40], np.array(Y[:40])[:, None])

@@ -3,6 +3,7 @@ and each model kind's activation estimate is near what a training step takes."""
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
@@ -313,3 +314,201 @@ def test_the_captioning_estimate_bounds_a_training_step() -> None:
     measured, planned = json.loads(out.stdout)
     assert measured > 100 * 10**6, measured
     assert 0.7 < planned / measured < 1.3, (planned, measured)
+
+
+_SIZING = r"""
+import json, sys
+import torch
+from attnkit._memory import status_bytes
+from attnkit.models import build_model
+from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
+from attnkit.train.memory_budget import model_bytes, module_bytes
+from attnkit.train.tasks.classify.pipeline import model_config_dict
+before = status_bytes("VmSize")
+sized, built = {}, {}
+for kind in ("wide", "document", "sentiment", "han", "bert"):
+    config = model_config_dict(kind, {}, vocab_size=3000, num_classes=3, max_len=500)
+    sized[kind] = model_bytes(kind, config)
+seq2seq = Seq2SeqConfig.from_dict({"src_vocab_size": 3000, "tgt_vocab_size": 3000})
+sized["seq2seq"] = module_bytes(lambda: Seq2SeqTransformer(seq2seq))
+grown, loaded = status_bytes("VmSize") - before, "torch._dynamo" in sys.modules
+for kind in ("wide", "document", "sentiment", "han", "bert"):
+    model = build_model(kind, model_config_dict(kind, {}, vocab_size=3000, num_classes=3, max_len=500))
+    built[kind] = [sum(t.numel() * t.element_size() for t in ts) for ts in (model.parameters(), model.buffers())]
+model = Seq2SeqTransformer(seq2seq)
+built["seq2seq"] = [sum(t.numel() * t.element_size() for t in ts) for ts in (model.parameters(), model.buffers())]
+print(json.dumps({"sized": sized, "built": built, "grown": grown, "dynamo": loaded}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_models_are_sized_without_allocating_them() -> None:
+    """Each kind's model is sized on the meta device to its built bytes, without loading torch._dynamo (75 MB of
+    address space and 2 s: what failed under a tight RLIMIT_AS) and without growing the address space by the
+    size of bert's weights (0.35 GB)."""
+    out = subprocess.run([sys.executable, "-c", _SIZING], capture_output=True, text=True, check=True, timeout=300)
+    found = json.loads(out.stdout)
+    assert found["sized"] == {kind: list(pair) for kind, pair in found["built"].items()}
+    assert found["built"]["bert"][0] > 300 * 10**6  # large beside what sizing may grow by
+    assert not found["dynamo"] and found["grown"] < 60 * 10**6, found["grown"]
+
+
+@pytest.mark.parametrize(("err", "named"), [
+    (MemoryError(), "MemoryError"),
+    (ImportError("libtorch_cpu.so: failed to map segment from shared object"),
+     "ImportError: libtorch_cpu.so: failed to map segment from shared object"),
+    (OSError(errno.ENOMEM, "Cannot allocate memory", "torch/utils/data"),
+     "OSError: [Errno 12] Cannot allocate memory: 'torch/utils/data'"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to "
+                  "allocate 4000000000 bytes"), "RuntimeError: [enforce fail"),
+    (SystemError("<built-in method> returned NULL without setting an exception: out of memory"), "SystemError"),
+    (ValueError("bad"), None), (OSError(errno.ENOENT, "No such file or directory"), None),
+    (ImportError("No module named 'foo'"), None),
+])
+def test_an_allocation_that_fails_under_rlimit_as_is_named_by_the_limit(err: BaseException, named: str | None) -> None:
+    line = _memory.address_space_failure(err, rlimit=lambda: 3 * GB)
+    if named is None:
+        assert line is None
+    else:
+        assert line is not None and line.startswith("out of memory under the address-space limit RLIMIT_AS "
+                                                    f"(ulimit -v) of 3 GB ({named}")
+        assert line.endswith("); raise that limit (ulimit -v, prlimit --as)") and "\n" not in line
+    assert _memory.address_space_failure(err, rlimit=lambda: -1) is None  # no limit: not the limit's doing
+    try:
+        raise RuntimeError("loading failed") from err  # a wrapped failure is found by its cause
+    except RuntimeError as wrapped:
+        assert _memory.address_space_failure(wrapped, rlimit=lambda: 3 * GB) == line
+
+
+def test_the_innermost_allocation_failure_is_the_one_named() -> None:
+    """numpy's ImportError repeats its cause inside a page of advice: the cause is named, not the page."""
+    inner = ImportError("libscipy_openblas64_.so: failed to map segment from shared object")
+    outer = ImportError("IMPORTANT: PLEASE READ THIS FOR ADVICE ON HOW TO SOLVE THIS ISSUE! " + "advice " * 200
+                        + str(inner))
+    outer.__cause__ = inner
+    assert _memory.address_space_failure(outer, rlimit=lambda: GB) == (
+        "out of memory under the address-space limit RLIMIT_AS (ulimit -v) of 1 GB (ImportError: "
+        "libscipy_openblas64_.so: failed to map segment from shared object); raise that limit (ulimit -v, "
+        "prlimit --as)")
+
+
+def test_loading_torch_is_refused_when_the_limit_leaves_less_than_it_takes(tmp_path) -> None:
+    """The room (the limit less VmSize) against torch's libraries times TORCH_MAP_FACTOR plus START_MARGIN:
+    exactly that much is enough, a byte less is refused, naming the limit and the room."""
+    files = _files(tmp_path, vm_size=GB)
+    libraries = 500 * 10**6
+    need = int(libraries * _memory.TORCH_MAP_FACTOR) + _memory.START_MARGIN
+    vm_size = GB // 1024 * 1024
+    assert _memory.torch_room_failure(files["status"], lambda: vm_size + need, libraries) is None
+    short = _memory.torch_room_failure(files["status"], lambda: vm_size + need - 1, libraries)
+    assert short == (f"the address-space limit RLIMIT_AS (ulimit -v) of {_memory.format_bytes(vm_size + need - 1)} "
+                     f"leaves {_memory.format_bytes(need - 1)} beside what is loaded already, less than the about "
+                     f"{_memory.format_bytes(need)} loading torch and starting take; raise that limit (ulimit -v, "
+                     f"prlimit --as)")
+    assert _memory.torch_room_failure(files["status"], lambda: -1, libraries) is None
+
+
+@pytest.mark.parametrize("failure", [
+    MemoryError(), ImportError("libtorch_cpu.so: failed to map segment from shared object"),
+    OSError(errno.ENOMEM, "Cannot allocate memory", "/venv/torch/utils/data/datapipes/map")])
+def test_train_names_the_limit_when_memory_runs_out_under_it(tmp_path, monkeypatch, failure) -> None:
+    """Wherever the room runs out (here: the plan), one line naming RLIMIT_AS, not the bare error."""
+    import resource
+
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(f"w{i} w{i + 1},{'ab'[i % 2]}\n" for i in range(20)))
+
+    def fail() -> None:
+        raise failure
+
+    monkeypatch.setattr(mb, "memory_budget", fail)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (3 * GB, resource.RLIM_INFINITY))
+    result = CliRunner().invoke(cli, ["train", "--data", str(data), "--out", str(tmp_path / "run"), "--quiet"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines[-1].startswith("Error: out of memory under the address-space limit RLIMIT_AS (ulimit -v) of 3 GB "
+                                f"({type(failure).__name__}")
+    assert len(lines) == 2 and lines[0].startswith("wide: 16 train") and "Traceback" not in result.output
+    if isinstance(failure, MemoryError):  # as docs/cli.md quotes it
+        assert lines[-1] == ("Error: out of memory under the address-space limit RLIMIT_AS (ulimit -v) of 3 GB "
+                             "(MemoryError); raise that limit (ulimit -v, prlimit --as)")
+    assert not (tmp_path / "run").exists()
+
+
+_FLOOR = r"""
+import importlib.util, json
+from pathlib import Path
+import attnkit.cli, attnkit.cli.commands
+from attnkit._memory import START_MARGIN, TORCH_MAP_FACTOR, status_bytes
+folder = Path(importlib.util.find_spec("torch").origin).parent
+libraries = sum(f.stat().st_size for f in [*folder.glob("*.so"), *(folder / "lib").glob("*.so*")])
+print(json.dumps(status_bytes("VmSize") + int(libraries * TORCH_MAP_FACTOR) + START_MARGIN))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/status")
+def test_train_answers_one_line_naming_the_limit_on_either_side_of_loading_torch(tmp_path) -> None:
+    """``prlimit --as`` just below what loading torch takes (where ``import torch`` failed with a bare
+    ImportError, MemoryError, OSError or C++'s std::bad_alloc) and just above it (where the tokenizer's
+    threads could abort the process): one line naming RLIMIT_AS each, or a finished run; never a traceback."""
+    import os
+    import resource
+
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    floor = json.loads(subprocess.run([sys.executable, "-c", _FLOOR], capture_output=True, text=True, check=True,
+                                      env=env, timeout=120).stdout)
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(f"w{i % 50} w{i % 7} w{i % 3},{'ab'[i % 2]}\n" for i in range(60)))
+    def limited_below() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (floor - 30 * 10**6, resource.RLIM_INFINITY))
+
+    for limit, refused in ((floor - 30 * 10**6, "loading torch and starting take"), (floor + 30 * 10**6, None)):
+        def limited(limit: int = limit) -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+
+        out = tmp_path / f"run{limit}"
+        done = subprocess.run([sys.executable, "-m", "attnkit", "train", "--data", str(data), "--out", str(out),
+                               "--epochs", "1", "--quiet", "--device", "cpu"], capture_output=True, text=True,
+                              preexec_fn=limited, timeout=300, env=env)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+        assert "Traceback" not in done.stderr and done.returncode in (0, 1), (limit, done.returncode, done.stderr)
+        if refused is not None or done.returncode:
+            assert done.returncode == 1 and len(errors) == 1, (limit, done.stderr)
+            assert "address-space limit RLIMIT_AS (ulimit -v) of " in errors[0], (limit, done.stderr)
+            assert refused is None or refused in errors[0], (limit, done.stderr)
+            assert not out.exists()
+    (tmp_path / "t.de").write_text("ein haus\n", encoding="utf-8")
+    for task in (["--task", "translate", "--src", str(tmp_path / "t.de"), "--tgt", str(tmp_path / "t.de")],
+                 ["--task", "caption"]):  # the other training commands check before torch too
+        done = subprocess.run([sys.executable, "-m", "attnkit", "train", *task, "--out", str(tmp_path / "task")],
+                              capture_output=True, text=True, preexec_fn=limited_below, timeout=300, env=env)
+        assert done.returncode == 1 and done.stderr.startswith("Error: the address-space limit RLIMIT_AS"), done.stderr
+        assert "loading torch and starting take" in done.stderr and done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("failure", [MemoryError(), ImportError("libtorch_cpu.so: failed to map segment from "
+                                                                "shared object")])
+def test_the_console_script_names_the_limit_when_the_command_line_cannot_load(monkeypatch, capsys,
+                                                                             failure) -> None:
+    """``attnkit`` starts in :mod:`attnkit._console`; a limit too small to load the command line's modules is
+    named there, in one line, as the commands name it."""
+    import builtins
+    import resource
+
+    from attnkit import _console
+
+    real_import = builtins.__import__
+
+    def failing_import(name: str, *args: object, **kwargs: object) -> object:
+        if name == "attnkit.cli":
+            raise failure
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", failing_import)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (GB, resource.RLIM_INFINITY))
+    with pytest.raises(SystemExit) as done:
+        _console.main()
+    assert done.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: out of memory under the address-space limit RLIMIT_AS (ulimit -v) of 1 GB "
+                          f"({type(failure).__name__}") and err.count("\n") == 1

@@ -102,6 +102,22 @@ def test_a_fifth_task_trains_through_its_registration(monkeypatch: pytest.Monkey
     assert registry.train_commands()["translate"] == "attnkit.cli.translate:train_translate"
 
 
+@pytest.mark.parametrize("task", ["translate", "classify"])
+def test_a_second_kind_naming_a_task_does_not_take_it_over(monkeypatch: pytest.MonkeyPatch, task: str) -> None:
+    monkeypatch.setattr(registry, "RUN_KINDS", dict(registry.RUN_KINDS))
+    before = (dict(registry.RUN_KINDS), registry.train_commands())
+    owner = {"translate": "translation", "classify": "classification"}[task]
+    with pytest.raises(ValueError) as err:
+        registry.register_run_kind(registry.RunKind(
+            "tagging", "token tagging", lambda config: config.get("model_name") == "tagger", lambda *a, **k: None,
+            task=task, train=f"{__name__}:train_tagging"))
+    assert str(err.value) == (f"run kind 'tagging' names task {task!r}, which run kind {owner!r} trains already "
+                              f"({registry.RUN_KINDS[owner].train}): give it a task name of its own")
+    assert (registry.RUN_KINDS, registry.train_commands()) == before
+    result = CliRunner().invoke(cli, ["train", "--task", task, "--sentences", "3", "--out", "runs/t"])
+    assert result.exit_code == 2 and "No such option '--sentences'" in result.output, result.output
+
+
 @pytest.mark.parametrize("kind", ["translation", "captioning"])
 def test_the_classifier_commands_name_a_run_of_another_kind_and_its_command(runs: dict[str, Path], kind: str,
                                                                            tmp_path: Path) -> None:

@@ -119,8 +119,13 @@ class AttnkitGroup(click.Group):
 
 
 def unexpected_error_message(err: BaseException) -> str:
-    """One line for an exception nobody expected: its type, its message and how to see more."""
-    hint = missing_extra_message(err) if isinstance(err, ImportError) else None
+    """One line for an exception nobody expected: its type, its message and how to see more; out of memory
+    under an address-space limit, the limit (:func:`attnkit._memory.address_space_failure`)."""
+    from attnkit._memory import address_space_failure
+
+    hint = address_space_failure(err)
+    if hint is None and isinstance(err, ImportError):
+        hint = missing_extra_message(err)
     if hint is not None:
         return hint
     text = " ".join(str(err).split()) or "(no message)"

@@ -29,7 +29,7 @@ from typing import Any
 import click
 
 from attnkit._lazy import missing_extra_message
-from attnkit.cli.messages import echo, friendly_errors
+from attnkit.cli.messages import echo, friendly_errors, require_room_for_torch
 from attnkit.cli.options import allow_unfinished_option, refusing_memory_option, settings_options, task_option
 from attnkit.train.tasks.caption.caption_settings import CaptionSettings
 
@@ -58,6 +58,7 @@ def train_caption(**values: Any) -> None:
       attnkit train --task caption --images photos/ --captions captions.txt --out runs/photos
       attnkit train --task caption --data flickr8k --backbone efficientnet-lite0 --out runs/f8k
     """
+    require_room_for_torch()
     from attnkit.cli.rundata import RUN_FLAGS
     from attnkit.train.runs.rundir import RunLockedError
     from attnkit.train.tasks.caption.captioning import train_caption_run

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from attnkit.cli.inputs import read_data, read_texts_to_classify, warn_truncated
-from attnkit.cli.messages import echo, friendly_errors, in_flags, print_metrics, shown
+from attnkit.cli.messages import echo, friendly_errors, in_flags, print_metrics, require_room_for_torch, shown
 from attnkit.cli.options import (
     allow_unfinished_option,
     baseline_option,
@@ -306,6 +306,7 @@ def train(ctx: click.Context, **values: Any) -> None:
         train_numpy(values, parse_model_options(ctx, values["model_opt"]), _data_plan(values, Path(values["out"])),
                     echo=echo, report=print_metrics)
         return
+    require_room_for_torch()
     from attnkit.train.tasks.classify.plan import run_plan
 
     if values["resume"] and values["overwrite"]:

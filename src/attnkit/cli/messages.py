@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -81,10 +82,25 @@ def friendly_errors(f: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def require_room_for_torch() -> None:
+    """Refuse in one line, before torch is imported, a command whose address-space limit cannot hold it
+    (:func:`attnkit._memory.torch_room_failure`)."""
+    from attnkit._memory import torch_room_failure
+
+    short = None if "torch" in sys.modules else torch_room_failure()
+    if short is not None:
+        raise click.ClickException(short)
+
+
 def user_os_error(err: OSError) -> str:
-    """One line for an OSError: attnkit's own messages as they are, a raw one as ``PATH: reason (CODE)``."""
+    """One line for an OSError: attnkit's own messages as they are, a raw one as ``PATH: reason (CODE)``; out of
+    memory under an address-space limit, the limit (:func:`attnkit._memory.address_space_failure`)."""
+    from attnkit._memory import address_space_failure
     from attnkit.train.runs.fileops import os_error_message
 
+    limit = address_space_failure(err)
+    if limit is not None:
+        return limit
     return str(err) if err.errno is None or err.filename is None and err.strerror is None else os_error_message(err)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from attnkit.cli.messages import echo, friendly_errors
+from attnkit.cli.messages import echo, friendly_errors, require_room_for_torch
 from attnkit.cli.options import allow_unfinished_option, refusing_memory_option, settings_options, task_option
 from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.tasks.translate.settings import (
@@ -57,6 +57,7 @@ def train_translate(**v: Any) -> None:
       attnkit train --task translate --src train.de.gz --tgt train.en.gz \\
           --val-src val.de.gz --val-tgt val.en.gz --out runs/de-en --time-budget 60
     """
+    require_room_for_torch()
     from attnkit.cli.rundata import RUN_FLAGS
     from attnkit.data.parallel import read_parallel
     from attnkit.train.runs.rundir import RunLockedError

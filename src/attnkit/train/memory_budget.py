@@ -110,11 +110,30 @@ def model_bytes(model_name: str, config: dict[str, Any]) -> tuple[int, int]:
     return module_bytes(lambda: build_model(model_name, config))
 
 
-def module_bytes(build: Callable[[], Any]) -> tuple[int, int]:
-    """Bytes of the parameters and buffers of the module ``build()`` makes, built without allocating them."""
-    import torch
+_RANDOM_FILLS = frozenset({"normal_", "uniform_", "bernoulli_", "random_", "exponential_", "cauchy_",
+                           "log_normal_", "geometric_"})
+"""The in-place random fills that initialise parameters; on the ``meta`` device torch runs them through
+Python references that import ``torch._dynamo`` (about 75 MB of address space and 2 s, enough to fail under
+a tight ``RLIMIT_AS``), so :func:`module_bytes` skips them: a meta tensor holds no values to fill."""
 
-    with torch.device("meta"):
+
+def module_bytes(build: Callable[[], Any]) -> tuple[int, int]:
+    """Bytes of the parameters and buffers of the module ``build()`` makes, built without allocating them:
+    on torch's ``meta`` device (shapes without storage), its random initialisation skipped."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class SkipRandomFills(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            if name in _RANDOM_FILLS:  # torch.nn.init's take the tensor by name
+                target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+                if isinstance(target, torch.Tensor):
+                    return target
+            return func(*args, **kwargs)
+
+    with torch.device("meta"), SkipRandomFills():
         model = build()
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())

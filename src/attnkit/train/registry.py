@@ -58,16 +58,21 @@ DEFAULT_TRAIN = "attnkit.cli.commands:train"
 
 
 def register_run_kind(kind: RunKind) -> RunKind:
-    """Add ``kind`` to the registry (a name registered twice is an error: one owner per kind)."""
+    """Add ``kind`` to the registry. A name registered twice is an error (one owner per kind), and so is a
+    ``train`` command for a task another kind trains already (one owner per task: the second would never run)."""
     if kind.name in RUN_KINDS:
         raise ValueError(f"a run kind named {kind.name!r} is registered already")
+    owner = next((k for k in RUN_KINDS.values() if k.task == kind.task and k.train), None)
+    if kind.task and kind.train and owner is not None:
+        raise ValueError(f"run kind {kind.name!r} names task {kind.task!r}, which run kind {owner.name!r} trains "
+                         f"already ({owner.train}): give it a task name of its own")
     RUN_KINDS[kind.name] = kind
     return kind
 
 
 def train_commands() -> dict[str, str]:
     """Each ``attnkit train --task`` name and the ``"module:attribute"`` of the command that trains it, in
-    registration order (the first kind to name a task owns it)."""
+    registration order (one kind trains each task: :func:`register_run_kind`)."""
     commands: dict[str, str] = {}
     for kind in RUN_KINDS.values():
         if kind.task and kind.train:

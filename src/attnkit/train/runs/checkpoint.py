@@ -279,11 +279,10 @@ def check_model_size(model_name: str, config: dict[str, Any], source: Path) -> N
     count its bytes; the refusal names the config's largest sizes.
     """
     from attnkit.models import build_model
+    from attnkit.train.memory_budget import module_bytes
 
     try:
-        with torch.device("meta"):
-            shapes = build_model(model_name, config)
-        nbytes = sum(t.numel() * t.element_size() for t in [*shapes.parameters(), *shapes.buffers()])
+        nbytes = sum(module_bytes(lambda: build_model(model_name, config)))
     except RuntimeError as err:  # e.g. "Storage size calculation overflowed": sizes beyond any memory
         raise RunFileError(f"{source} holds a model config whose weights cannot be sized "
                            f"({_largest_sizes(config)}): {' '.join(str(err).split())[:200]}") from None
