@@ -521,6 +521,21 @@ def a_user_file_inside_a_generation(kit: Kit) -> str:
                    "--overwrite")
 
 
+@produces("out of memory under the address-space limit RLIMIT_AS")
+def memory_runs_out_under_the_limit(kit: Kit) -> str:
+    import resource
+
+    import attnkit.train.memory_budget as mb
+
+    def fail() -> None:
+        raise MemoryError
+
+    write_keyword_csv(Path("reviews.csv"), 60)
+    kit.monkeypatch.setattr(mb, "memory_budget", fail)
+    kit.monkeypatch.setattr(resource, "getrlimit", lambda which: (3 * 10**9, resource.RLIM_INFINITY))
+    return attnkit("train", "--data", "reviews.csv", "--out", "runs/x", "--quiet")
+
+
 @produces("training diverged at epoch")
 def diverged(kit: Kit) -> str:
     write_keyword_csv(Path("reviews.csv"), 60)
