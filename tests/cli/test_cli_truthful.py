@@ -215,7 +215,7 @@ def test_a_numpy_run_says_what_is_there_as_the_torch_run_does(tmp_path: Path) ->
     assert _invoke(*args).exit_code == 0
     before = (out / "current.json").read_bytes()
     again = _invoke(*args)
-    assert again.exit_code == 1 and (f"{out} already holds this run, trained with the same data and settings; "
+    assert again.exit_code == 1 and (f"{out} already holds this run, trained with the same data and options; "
                                      "pass --overwrite to train it again") in again.output, again.output
     other = _invoke(*base, "--epochs", "2", "--model-opt", "layer.d_model=16")
     assert other.exit_code == 1, other.output

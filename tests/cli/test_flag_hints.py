@@ -46,7 +46,7 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 # "attnkit CMD" or "attnkit train --task TASK", then the rest of the message
 NAMED = re.compile(r"\battnkit (train --task (?:translate|caption)|[a-z]+)\b([^;:()]*)")
 # Flags of other programs that messages may name, with the program.
-FOREIGN = {"--force-reinstall": "pip"}
+FOREIGN = {"--force-reinstall": "pip", "--as": "prlimit"}
 # cli modules shared by several commands: rule 3 does not apply (rules 1 and 2 do)
 SHARED_CLI = {"cli/options.py", "cli/inputs.py", "cli/messages.py", "cli/rundata.py", "cli/__init__.py"}
 # commands that read a run's own data again, checked by its SHA-256, with the run's reader settings

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from attnkit.cli.inputs import read_data, read_texts_to_classify, warn_truncated
-from attnkit.cli.messages import echo, friendly_errors, in_flags, print_metrics, require_room_for_torch, shown
+from attnkit.cli.messages import echo, friendly_errors, print_metrics, require_room_for_torch, shown
 from attnkit.cli.options import (
     allow_unfinished_option,
     baseline_option,
@@ -168,33 +168,6 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
         baseline=bool(values.get("baseline")), max_memory=values.get("max_memory"), flags=RUN_FLAGS)
 
 
-def _refuse_existing_run(plan: Any) -> None:
-    """A new run into an ``--out`` that holds a committed run: say whether it is this very run (the same
-    model, options and data: trained already, or interrupted) or which option or data differs.
-
-    The folder's other refusals (a lock, files attnkit did not write) stay with :func:`run_plan`."""
-    from attnkit.train.runs import checkpoint as ckpt
-    from attnkit.train.runs.run import committed_run_id
-
-    run_id = committed_run_id(plan.out)
-    if run_id is None:
-        return
-    ckpt.check_run_dir(plan.out, run_id, flags=RUN_FLAGS)  # a lock or foreign files are named as they are
-    saved = ckpt.read_run_config(plan.out)
-    changes = _changes(saved, plan)
-    done = ckpt.run_status(saved) == "done"
-    if not changes:
-        if done:
-            raise click.ClickException(f"{plan.out} already holds this run, trained with the same data and "
-                                       "options; pass --overwrite to train it again")
-        raise click.ClickException(f"{plan.out} holds this run, interrupted before it finished; continue it with "
-                                   f"attnkit train --out {plan.out} --resume, or pass --overwrite to start again")
-    shown_changes = "; ".join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else "")
-    raise click.ClickException(in_flags(
-        f"{plan.out} already holds a different run ({shown_changes}); replace it with --overwrite"
-        + ("" if done else " or continue it with --resume") + ", or choose another --out"))
-
-
 def _changes(saved: dict[str, Any], plan: Any) -> list[str]:
     """What differs between the run committed as ``saved`` (its config.json) and ``plan``: each setting
     named as `` `setting` `` with its value there and now; a data file by its path and content."""
@@ -321,7 +294,10 @@ def train(ctx: click.Context, **values: Any) -> None:
     else:
         plan = _new_plan(ctx, out, values)
         if plan.mode == "new":
-            _refuse_existing_run(plan)
+            from attnkit.train.runs.run import refuse_existing_run
+
+            refuse_existing_run(plan.out, lambda saved: _changes(saved, plan), flags=RUN_FLAGS,
+                                resume=f"attnkit train --out {plan.out} --resume")
     try:
         result = run_plan(plan, log=echo)
         if result.is_main:

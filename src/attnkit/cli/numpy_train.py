@@ -35,7 +35,11 @@ def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: A
     kind = values.get("model") or "transformer"
     settings = NumpyTrainSettings(**{k: values[k] for k in SETTING_KEYS if values.get(k) is not None})
     if not values.get("overwrite"):
-        _refuse_existing_run(values["out"], kind, model_options, settings, source.record)
+        from attnkit.cli.rundata import RUN_FLAGS
+        from attnkit.train.runs.run import refuse_existing_run
+
+        refuse_existing_run(values["out"], lambda saved: _changes(saved, kind, model_options, settings, source.record),
+                            flags=RUN_FLAGS)
     tr, va, te = load_splits(source, seed=settings.seed)
     echo(f"numpy {kind}: {len(tr)} train, {len(va)} validation, {len(te)} test examples")
     run, test_metrics = train_numpy_run(
@@ -48,23 +52,15 @@ def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: A
     return run
 
 
-def _refuse_existing_run(out: Any, kind: str, model_options: dict[str, Any], settings: Any,
-                         data: dict[str, Any]) -> None:
-    """A new numpy run into an ``--out`` that holds a committed run: say whether it is this very run (the same
-    model, settings and data: trained already) or which setting or data differs. Other refusals (a lock,
-    files attnkit did not write) stay with the run writer."""
+def _changes(saved: dict[str, Any], kind: str, model_options: dict[str, Any], settings: Any,
+             data: dict[str, Any]) -> list[str]:
+    """What differs between the numpy run committed as ``saved`` and this command: backend, model, each
+    setting and ``--model-opt``, the data."""
     import json
 
-    from attnkit.cli.rundata import RUN_FLAGS, data_changes, flat_config
-    from attnkit.train.runs.run import committed_run_id
-    from attnkit.train.runs.rundir import check_run_dir, read_run_config
+    from attnkit.cli.rundata import data_changes, flat_config
     from attnkit.train.tasks.numpy.numpy_backend import BACKEND
 
-    run_id = committed_run_id(out)
-    if run_id is None:
-        return
-    check_run_dir(out, run_id, flags=RUN_FLAGS)  # a lock or foreign files are named as they are
-    saved = read_run_config(out)
     changes = [] if saved.get("backend") == BACKEND else [f"`backend` torch there, {BACKEND} now"]
     if saved.get("model_name") != kind:
         changes.append(f"`model` {saved.get('model_name')} there, {kind} now")
@@ -77,11 +73,5 @@ def _refuse_existing_run(out: Any, kind: str, model_options: dict[str, Any], set
         there = flat_config(config).get(key)
         if there != value:
             changes.append(f"`model_opt` {key}={there!r} there, {value!r} now")
-    changes += data_changes(saved.get("data") or {}, data)
-    if not changes:
-        raise ValueError(f"{out} already holds this run, trained with the same data and settings; pass "
-                         "--overwrite to train it again")
-    shown = "; ".join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else "")
-    raise ValueError(f"{out} already holds a different run ({shown}); replace it with --overwrite, or choose "
-                     "another --out")
+    return changes + data_changes(saved.get("data") or {}, data)
 

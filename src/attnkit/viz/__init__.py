@@ -12,8 +12,9 @@ does not load matplotlib.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from attnkit._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "most_attended": "attnkit.viz.measures",
@@ -77,13 +78,4 @@ if TYPE_CHECKING:
     from attnkit.viz.report import report_data, write_report
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'attnkit.viz' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -26,8 +26,9 @@ import os
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from attnkit.train.runs.rundir import RunFileError, RunWriter, read_manifest
+from attnkit.train.runs.rundir import RunExistsError, RunFileError, RunWriter, read_manifest
 
 __all__ = ["new_run_id", "committed_run_id", "start_run", "save_run", "add_to_run"]
 
@@ -98,3 +99,30 @@ def add_to_run(directory: str | os.PathLike[str], files: Mapping[str, str | byte
         raise RunFileError(f"{directory} holds no committed run to add {', '.join(sorted(files))} to")
     with start_run(directory, run_id=run_id, resume=True) as writer:
         return writer.amend(files)
+
+
+def refuse_existing_run(out: str | os.PathLike[str], changes: Callable[[dict[str, Any]], list[str]], *,
+                        flags: Mapping[str, str] | None = None, resume: str | None = None) -> None:
+    """A new run into ``out`` that holds a committed run, for every kind: say whether it is this very run
+    (``changes`` of its saved config finds nothing: trained already, or interrupted) or what differs
+    (``changes``: one line per setting, ``` `setting` there, now```; the first five shown). ``resume``: how
+    to continue an unfinished run (None: the kind cannot resume). A lock or files attnkit did not write are
+    named by :func:`~attnkit.train.runs.rundir.check_run_dir` first. Raises :class:`RunExistsError`."""
+    from attnkit.train.runs.rundir import check_run_dir, read_run_config, run_status
+
+    run_id = committed_run_id(out)
+    if run_id is None:
+        return
+    check_run_dir(out, run_id, flags=flags)
+    saved = read_run_config(out)
+    found, done = changes(saved), run_status(saved) == "done"
+    if not found:
+        if done or resume is None:
+            raise RunExistsError(f"{out} already holds this run, trained with the same data and options; pass "
+                                 "--overwrite to train it again")
+        raise RunExistsError(f"{out} holds this run, interrupted before it finished; continue it with {resume}, "
+                             "or pass --overwrite to start again")
+    shown = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
+    raise RunExistsError(f"{out} already holds a different run ({shown}); replace it with --overwrite"
+                         + ("" if done or resume is None else " or continue it with --resume")
+                         + ", or choose another --out")
