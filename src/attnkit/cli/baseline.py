@@ -35,6 +35,7 @@ from attnkit.cli.options import (
     SEED,
     LibraryDefaultOption,
     config_option,
+    ratio_option,
     reader_kwargs,
     reader_options,
     resolve_default,
@@ -474,10 +475,8 @@ def html_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, 
 @click.option("--folds", type=click.IntRange(min=2),
               help="Cross-validate on the folds of attnkit cv --folds K instead of train's split.")
 @click.option("--max-folds", type=click.IntRange(min=1), help="With --folds: only the first N folds.")
-@click.option("--val-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
-              help="Share of --data that attnkit train holds out for validation (the baseline trains on it).")
-@click.option("--test-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
-              help="Share of --data held out for testing when --test is absent.")
+@ratio_option("val", help="Share of --data that attnkit train holds out for validation (the baseline trains on it).")
+@ratio_option("test", help="Share of --data held out for testing when --test is absent.")
 @click.option("--seed", type=SEED, cls=LibraryDefaultOption, default_from=SEED_DEFAULT,
               help="The split or fold seed (train's and cv's --seed).")
 @click.option("--class-weight", type=click.Choice(["none", "balanced"]), default="none", show_default=True,

@@ -28,6 +28,7 @@ from attnkit.cli.options import (
     model_options,
     parse_model_options,
     preset_option,
+    ratio_option,
     reader_kwargs,
     reader_options,
     task_option,
@@ -232,10 +233,8 @@ def _refuse_ignored_flags(ctx: click.Context, out: Path) -> None:
 @click.option("--data", type=click.Path(exists=True), help="Labelled training data (file or folder).")
 @click.option("--val", "val_path", type=click.Path(exists=True), help="Validation data (default: split from --data).")
 @click.option("--test", "test_path", type=click.Path(exists=True), help="Test data (default: split from --data).")
-@click.option("--val-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
-              help="Share of --data held out for validation when --val is absent.")
-@click.option("--test-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
-              help="Share of --data held out for testing when --test is absent.")
+@ratio_option("val", help="Share of --data held out for validation when --val is absent.")
+@ratio_option("test", help="Share of --data held out for testing when --test is absent.")
 @reader_options
 @model_options
 @preset_option
@@ -524,8 +523,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
 @click.option("--data", required=True, type=click.Path(exists=True), help="Labelled data (file or folder).")
 @click.option("--folds", type=click.IntRange(min=2), default=10, show_default=True, help="Number of folds k.")
 @click.option("--max-folds", type=click.IntRange(min=1), help="Run only the first N folds.")
-@click.option("--val-ratio", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
-              help="Share of each fold's training part held out for early stopping.")
+@ratio_option("val", help="Share of each fold's training part held out for early stopping.")
 @reader_options
 @model_options
 @preset_option

@@ -35,7 +35,7 @@ import tomllib
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["SEED", "settings_options", "Duration", "baseline_option", "memory_option", "refusing_memory_option",
-           "MemorySize", "LibraryDefaultOption", "resolve_default",
+           "MemorySize", "LibraryDefaultOption", "resolve_default", "ratio_option",
            "config_keys", "allow_unfinished_option", "load_run", "task_option", "config_option",
            "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
@@ -276,6 +276,14 @@ def data_options(f: F) -> F:
 
 
 _READER = "attnkit.data.readers:read_examples"
+
+
+def ratio_option(part: str, help: str) -> Callable[[F], F]:
+    """``--{part}-ratio``: the share of the data held out for ``part`` (validation or test), below 1, with
+    :class:`attnkit.data.sources.DataSource`'s default."""
+    default = resolve_default(f"attnkit.data.sources:DataSource.{part}_ratio")
+    return click.option(f"--{part}-ratio", type=click.FloatRange(0, 1, max_open=True), default=default,
+                        show_default=True, help=help)
 
 
 def _delimiter_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
