@@ -93,7 +93,7 @@ class HFServedModel(ServedModel):
                                  return_offsets_mapping=True)["offset_mapping"]
         return {"model": self.name, **{k: p[k] for k in ("text", "label", "probability", "probabilities")},
                 "method": chosen, "tokens": [str(t) for t in self.tokenizer.convert_ids_to_tokens(raw)],
-                "scores": [float(s) for s in scores.tolist()], "spans": spans(offsets, len(raw)),
+                "scores": [float(s) for s in scores.tolist()], "spans": spans(text, offsets, len(raw)),
                 "title": method_title(chosen),
                 "faithfulness": None,
                 "default_method": self._default, "top_tokens": []}

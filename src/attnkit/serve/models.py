@@ -13,6 +13,7 @@ thread (:mod:`attnkit.serve.batching`).
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -125,7 +126,7 @@ class ServedModel:
         offsets = tokenizer.encode(tokenizable([text])[0], add_special_tokens=False).offsets
         return {"model": self.name, "text": text, "label": p.label, "probability": p.probability,
                 "probabilities": p.probabilities, **p.explanation,
-                "spans": spans(offsets, len(cast(list, p.explanation["tokens"]))), "title": method_title(chosen),
+                "spans": spans(text, offsets, len(cast(list, p.explanation["tokens"]))), "title": method_title(chosen),
                 "faithfulness": self.faithfulness(chosen), "default_method": self._default,
                 "top_tokens": [list(t) for t in p.top_tokens]}
 
@@ -179,10 +180,22 @@ def rounded(weights: Any) -> list[Any]:
     return list(np.round(weights.detach().double().cpu().numpy(), MAP_DIGITS).tolist())
 
 
-def spans(offsets: Sequence[tuple[int, int]], n: int) -> list[list[int] | None]:
-    """Where each of the ``n`` tokens explained lies in the text: ``[start, end)`` in characters (code points),
-    or None for a token of no text (the ``[UNK]`` that stands for a text without tokens)."""
-    return [list(offsets[i]) if i < len(offsets) else None for i in range(n)]
+def spans(text: str, offsets: Sequence[tuple[int, int]], n: int) -> list[list[int] | None]:
+    """Where each of the ``n`` tokens explained lies in ``text``: ``[start, end)`` in characters (code points),
+    or None for a token of no text (the ``[UNK]`` that stands for a text without tokens). A token's span
+    takes the combining marks after it that no other token starts at (``a`` + U+0301, which NFKC reads as
+    one ``á``, is offset as its first character alone)."""
+    out: list[list[int] | None] = []
+    for i in range(n):
+        if i >= len(offsets):
+            out.append(None)
+            continue
+        start, end = offsets[i]
+        limit = offsets[i + 1][0] if i + 1 < len(offsets) else len(text)
+        while end < limit and unicodedata.combining(text[end]):
+            end += 1
+        out.append([start, end])
+    return out
 
 
 def method_title(method: str) -> str:
