@@ -178,12 +178,18 @@ def test_sigterm_with_64_explanations_in_flight_answers_each_in_json_within_the_
         waiting = httpx.get(proc.url + "/healthz").json()["waiting"]
         time.sleep(0.02)
     assert waiting >= 60
+    slow = socket.create_connection(("127.0.0.1", proc.port), timeout=10)  # a body still being sent
+    slow.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+                 b"content-length: 50\r\n\r\n{\"te")
+    time.sleep(0.2)
     start = time.monotonic()
     assert proc.stop() == 0
     took = time.monotonic() - start
     for t in threads:
         t.join(30)
     assert took < 3, took
+    assert _status_and_json(slow.recv(65536))[0] == 408  # answered within the grace, not cut off
+    slow.close()
     assert len(replies) == 64 and all(r.headers["content-type"] == "application/json" for r in replies)
     statuses = sorted(r.status_code for r in replies)
     assert set(statuses) == {200, 503}, statuses  # some answered in the grace, the rest told why

@@ -160,7 +160,10 @@ def _server_class() -> type:
 
         async def shutdown(self, sockets: Any = None) -> None:
             spent = time.monotonic() - (self.signalled or time.monotonic())
-            self.app_server.stop(self.grace - min(1.0, self.grace / 2) - spent)
+            left = self.grace - min(1.0, self.grace / 2) - spent
+            self.app_server.stop(left)
+            for connection in list(self.server_state.connections):  # requests still being sent: 408 in time
+                getattr(connection, "hurry", lambda _: None)(left)
             await super().shutdown(sockets)
 
     return Uvicorn

@@ -71,10 +71,16 @@ class _Connection(H11Protocol):
             self._unset_keepalive_if_required()
             self.transport.close()
 
-    def _arm(self) -> None:
+    def hurry(self, within: float) -> None:
+        """The server stops: a request still being read has at most ``within`` more seconds."""
+        if self.reading is not None and self.reading.when() - self.loop.time() > within:
+            self._arm(within)
+
+    def _arm(self, wait: float | None = None) -> None:
         self._disarm()
-        wait = min(self.read_timeout, STOPPING_READ) if self.stopping() else self.read_timeout
-        self.reading = self.loop.call_later(wait, self._timed_out)
+        if wait is None:
+            wait = min(self.read_timeout, STOPPING_READ) if self.stopping() else self.read_timeout
+        self.reading = self.loop.call_later(max(0.0, wait), self._timed_out)
 
     def _disarm(self) -> None:
         if self.reading is not None:
