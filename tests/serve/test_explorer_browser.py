@@ -107,10 +107,57 @@ def test_type_explain_click_a_word_and_open_an_error(server: ServerProcess, brow
     browser.js("var s=document.getElementById('slice'); s.value='all'; s.dispatchEvent(new Event('change'))")
     cells = browser.js("Array.prototype.map.call(document.querySelectorAll('#rows td.text'),"
                        " function(c){return c.textContent;})")
-    assert all(h in cells for h in HOSTILE)
+    assert HOSTILE[:2] == [c for c in cells if c in HOSTILE[:2]]
+    assert "abc\\u202Edlrow\\u202C olleh superb" in cells  # bidi overrides shown, never acting
+    assert browser.js("document.querySelectorAll('#rows td.text .esc').length") == 2
     assert browser.js("document.querySelectorAll('img, iframe').length") == 0
     assert browser.js("document.scripts.length") == 1  # the page's own script only
     browser.screenshot(tmp_path / "explorer.png")
     problems = browser.problems(server.url)
     assert problems == {"exceptions": [], "console": [], "dialogs": [], "requests": []}, problems
     assert browser.js("window.__alerts.length") == 0
+
+
+def _type_and_run(browser: Browser, text: str) -> None:
+    seen = browser.js("window.attnkitExplorer.explanations")
+    browser.js(f"document.getElementById('text').value = {json.dumps(text)}")
+    browser.js("document.getElementById('go').click()")
+    _settle(browser, "explanations", seen)
+
+
+def _click_token(browser: Browser, index: int) -> None:
+    seen = browser.js("window.attnkitExplorer.explanations")
+    browser.js(f"document.querySelectorAll('#panel-0 .tok')[{index}].click()")
+    _settle(browser, "explanations", seen)
+
+
+@pytest.mark.parametrize(("text", "index", "shorter"), [
+    ("good - but , bad", 3, "good - but bad"),  # the comma, not the dash (both [UNK] to this model)
+    ("good - but , bad", 1, "good but , bad"),
+    ("superb film superb", 2, "superb film"),  # the repeat clicked, not the first
+    ("superb a\u0301 film", 1, "superb film"),  # an [UNK] with its combining accent
+])
+def test_clicking_a_token_removes_exactly_its_span(server: ServerProcess, browser: Browser, text: str, index: int,
+                                                  shorter: str) -> None:
+    browser.open(server.url + "/", ready=READY, timeout=30)
+    _type_and_run(browser, text)
+    _click_token(browser, index)
+    assert browser.js("document.getElementById('text').value") == shorter
+    assert "changes no token" not in browser.js("document.querySelector('#panel-0 .delta').textContent")
+
+
+def test_a_removal_the_model_does_not_see_is_said_and_an_empty_text_refused(server: ServerProcess,
+                                                                           browser: Browser) -> None:
+    browser.open(server.url + "/", ready=READY, timeout=30)
+    _type_and_run(browser, " ".join(["superb"] * 300))  # past the 256 tokens the model reads
+    _click_token(browser, 0)
+    assert browser.js("document.getElementById('text').value") == " ".join(["superb"] * 299)
+    delta = browser.js("document.querySelector('#panel-0 .delta').textContent")
+    assert delta == "removing \u201csuperb\u201d changes no token the model sees, so the prediction cannot move"
+    assert browser.js("document.querySelectorAll('#panel-0 .change').length") == 0
+    seen = browser.js("window.attnkitExplorer.predictions")
+    for text, said in (("", "empty"), ("  ", "only white space")):
+        browser.js(f"document.getElementById('text').value = {json.dumps(text)}")
+        browser.js("document.getElementById('go').click()")
+        assert browser.js("document.getElementById('status').textContent") == f"text: {said}; give a text to classify"
+    assert browser.js("window.attnkitExplorer.predictions") == seen  # refused before any request

@@ -59,6 +59,7 @@ def test_a_hugging_face_folder_predicts_explains_and_shows_its_attention(server:
     explained = httpx.post(server.url + "/v1/explain", json={"text": text, "model": "hf"}).json()
     assert explained["method"] == models["hf"]["default_method"] and explained["faithfulness"] is None
     assert len(explained["tokens"]) == len(explained["scores"]) == 2
+    assert explained["spans"] == [[0, 6], [7, 11]]  # where each token lies in the text, for the page's removal
     maps = httpx.post(server.url + "/v1/attention", json={"text": text, "model": "hf"}).json()
     assert len(maps["tokens"]) == 4 and maps["maps"][0]["shape"] == [2, 4, 4]  # [CLS] text [SEP], 2 heads
 

@@ -1,15 +1,21 @@
 """``attnkit serve``: trained runs behind a JSON API with dynamic batching, and the explorer page.
 
-The server itself is :mod:`attnkit.serve`; this command loads the runs, reads ``--data``, binds the
-port (a taken one is named) and runs uvicorn until Ctrl-C or SIGTERM, which let the requests in
-flight finish and end with status 0.
+The server itself is :mod:`attnkit.serve`; this command binds the port (a taken one is named before
+anything loads), loads the runs and reads ``--data``, then listens (so no connection waits on a
+loading server: it is refused at once) and runs uvicorn until Ctrl-C or SIGTERM. Those let the requests
+in flight finish for up to ``--grace`` seconds less one (half of it when shorter), answer the rest 503,
+and end with status 0 within ``--grace`` seconds; a SIGTERM while the models load ends at once with 0.
 """
 
 from __future__ import annotations
 
 import errno
+import ipaddress
+import os
 import signal
 import socket
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +28,10 @@ LIMITS = Limits()  # the flags' defaults are the Python API's
 
 __all__ = ["serve"]
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class _Stopped(BaseException):
+    """SIGTERM came while the models loaded (a BaseException, as KeyboardInterrupt: no `except Exception` keeps it)."""
 
 
 @click.command()
@@ -53,10 +62,16 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
               help="Seconds a request may take before it is answered 504.")
 @click.option("--queue", type=click.IntRange(min=1), default=LIMITS.queue, show_default=True,
               help="Requests admitted at once; past it, 503 with Retry-After.")
+@click.option("--read-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="Seconds a client has to send a whole request (headers and body) from when it connects or "
+                   "starts it; one that sends nothing is closed, one that sent part of it gets 408.")
+@click.option("--grace", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="Seconds from Ctrl-C or SIGTERM to the exit: requests in flight finish until a second before "
+                   "(half of it when shorter), the rest are answered 503.")
 @allow_unfinished_option
 def serve(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, host: str, port: int, max_batch: int,
           batch_wait_ms: float, max_texts: int, max_chars: int, max_body: int, timeout: float, queue: int,
-          allow_unfinished: bool,
+          read_timeout: float, grace: float, allow_unfinished: bool,
           **reader: Any) -> None:
     """Serve trained runs: a JSON API (/v1/predict, /v1/explain, /v1/attention) and an explorer page.
 
@@ -70,17 +85,53 @@ def serve(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, host: st
     require_extra("attnkit serve", "fastapi", "uvicorn")
     import uvicorn
 
-    from attnkit.serve import build_app, load_models
+    from attnkit.serve import build_app
+    from attnkit.serve.protocol import protocol
 
-    if host not in LOOPBACK:
+    sock = _bind(host, port)  # first: a taken port or a bad address is said before the models load
+    if not _loopback(host):
         click.echo(f"Warning: --host {host} makes the API reachable from other machines, and it has no "
                    "authentication: anyone who reaches the port can use the models", err=True)
-    sock = _bind(host, port)  # first: a taken port is said before the models load
+    limits = Limits(max_body=max_body, max_chars=max_chars, max_texts=max_texts, timeout=timeout, queue=queue,
+                    max_batch=max_batch, batch_wait_ms=batch_wait_ms)
+    bound = sock.getsockname()[1]
+    signal.signal(signal.SIGTERM, _stop_loading)
     try:
-        models = load_models([Path(r) for r in runs], hf=[Path(f) for f in hf], allow_unfinished=allow_unfinished)
+        click.echo(f"loading {', '.join([*runs, *hf])} (SIGTERM stops)", err=True)
+        models = _load(runs, hf, data, reader, allow_unfinished)
+        app = build_app(models, limits, host=host, port=bound)
+        state = app.fastapi.state.server
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                http=protocol(read_timeout, lambda: state.stopping),
+                                timeout_graceful_shutdown=max(1, int(grace)))  # a backstop
+        server = _server_class()(config, state, grace)
+        signal.signal(signal.SIGTERM, server.handle_exit)  # from here a SIGTERM stops the server gracefully
+    except _Stopped:
+        sock.close()
+        click.echo("stopped while loading the models (SIGTERM)", err=True)
+        return
     except ValueError as err:  # a run of another kind, or a damaged one: named in one line
         sock.close()
         raise click.ClickException(str(err)) from None
+    sock.listen(2048)
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"serving {', '.join(m.name for m in models)} on http://{shown}:{bound} "
+               "(Ctrl-C or SIGTERM stops)")
+    server.run(sockets=[sock])
+    click.echo("stopped")
+    # Nothing is left to save; the interpreter's teardown of torch (about a second) and a model call still
+    # running would only make the exit later than --grace.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _load(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, reader: dict[str, Any],
+          allow_unfinished: bool) -> list[Any]:
+    """The runs and folders loaded, with the ``--data`` view computed."""
+    from attnkit.serve import load_models
+
+    models = load_models([Path(r) for r in runs], hf=[Path(f) for f in hf], allow_unfinished=allow_unfinished)
     for m in models:
         if getattr(m.predictor, "notice", None):
             click.echo(m.predictor.notice, err=True)
@@ -90,22 +141,46 @@ def serve(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, host: st
         examples = read_data(data, reader)
         for m in models:
             m.load_data([e.text for e in examples], [e.label for e in examples])
-    limits = Limits(max_body=max_body, max_chars=max_chars, max_texts=max_texts, timeout=timeout, queue=queue,
-                    max_batch=max_batch, batch_wait_ms=batch_wait_ms)
-    bound = sock.getsockname()[1]
-    app = build_app(models, limits, host=host, port=bound)
-    shown = f"[{host}]" if ":" in host else host
-    click.echo(f"serving {', '.join(m.name for m in models)} on http://{shown}:{bound} "
-               "(Ctrl-C or SIGTERM stops)")
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=10)
-    signal.signal(signal.SIGTERM, _stopped)  # uvicorn stops on it, then raises it again: end with status 0
-    uvicorn.Server(config).run(sockets=[sock])
-    click.echo("stopped")
+    return models
 
 
-def _stopped(_signum: int, _frame: Any) -> None:
-    """SIGTERM after uvicorn's graceful stop: nothing left to do but return."""
+def _server_class() -> type:
+    import uvicorn
+
+    class Uvicorn(uvicorn.Server):
+        """uvicorn's server, telling the app when the stop began, so that it answers in time."""
+
+        def __init__(self, config: Any, app_server: Any, grace: float) -> None:
+            super().__init__(config)
+            self.app_server, self.grace, self.signalled = app_server, grace, 0.0
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.signalled = self.signalled or time.monotonic()
+            super().handle_exit(sig, frame)
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            spent = time.monotonic() - (self.signalled or time.monotonic())
+            left = self.grace - min(1.0, self.grace / 2) - spent
+            self.app_server.stop(left)
+            for connection in list(self.server_state.connections):  # requests still being sent: 408 in time
+                getattr(connection, "hurry", lambda _: None)(left)
+            await super().shutdown(sockets)
+
+    return Uvicorn
+
+
+def _stop_loading(_signum: int, _frame: Any) -> None:
+    raise _Stopped
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -126,5 +201,4 @@ def _bind(host: str, port: int) -> socket.socket:
     except socket.gaierror as err:
         sock.close()
         raise click.ClickException(f"--host {host}: not an address of this machine ({err})") from None
-    sock.listen(2048)
     return sock

@@ -85,6 +85,8 @@ class _Server:
         self.admission = Admission(limits.queue)
         self.batchers = {m.name: Batcher(m.predict, self.thread, max_batch=limits.max_batch,
                                          wait_ms=limits.batch_wait_ms) for m in models}
+        self.stopping = False
+        self.stopped = asyncio.Event()
 
     def pick(self, name: str | None) -> ServedModel:
         if name is None:
@@ -98,8 +100,13 @@ class _Server:
         if why:
             raise _Refused(422, why, field)
 
+    def stop(self, after: float) -> None:
+        """The server is stopping: every request still waiting ``after`` seconds from now is answered 503."""
+        self.stopping = True
+        asyncio.get_running_loop().call_later(max(0.0, after), self.stopped.set)
+
     async def answer(self, work: Any) -> Any:
-        """Run ``work`` (a coroutine) under the queue bound and the time limit."""
+        """Run ``work`` (a coroutine) under the queue bound, the time limit and the stop."""
         limits = self.limits
         try:
             self.admission.enter()
@@ -107,14 +114,22 @@ class _Server:
             work.close()
             raise _Refused(503, f"the server is busy: {limits.queue} requests are waiting (--queue); "
                                 "try again shortly") from None
+        job = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(self.stopped.wait())
         try:
-            return await asyncio.wait_for(work, limits.timeout)
-        except TimeoutError:
+            done, _ = await asyncio.wait({job, stop}, timeout=limits.timeout, return_when=asyncio.FIRST_COMPLETED)
+            if job in done:
+                return job.result()
+            job.cancel()  # a model call not yet started is not run
+            if stop in done:
+                raise _Refused(503, "the server is shutting down (SIGTERM or Ctrl-C) and did not answer this "
+                                    "request in time; try again when it is back")
             raise _Refused(504, f"the request took longer than the time limit of {limits.timeout:g} s "
-                                "(--timeout)") from None
+                                "(--timeout)")
         except RequestError as err:
             raise _Refused(422, str(err), err.field) from None
         finally:
+            stop.cancel()
             self.admission.leave()
 
 

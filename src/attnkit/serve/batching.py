@@ -37,7 +37,8 @@ class ModelThread:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        """Cancel the calls not started; the one running is not waited for."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 class QueueFull(Exception):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attnkit.serve.models import MAP_DIGITS, RequestError, ServedModel, method_title
+from attnkit.serve.models import RequestError, ServedModel, method_title, rounded, spans
 
 __all__ = ["HFServedModel"]
 
@@ -89,9 +89,12 @@ class HFServedModel(ServedModel):
         p = self.predict([text])[0]
         target = ids.new_tensor([self.labels.index(p["label"])])
         scores = attribute(self.classifier, ids, lengths, chosen, target=target)[0]  # (T,)
+        offsets = self.tokenizer(text, add_special_tokens=False, truncation=True, max_length=self.max_len,
+                                 return_offsets_mapping=True)["offset_mapping"]
         return {"model": self.name, **{k: p[k] for k in ("text", "label", "probability", "probabilities")},
                 "method": chosen, "tokens": [str(t) for t in self.tokenizer.convert_ids_to_tokens(raw)],
-                "scores": [float(s) for s in scores.tolist()], "title": method_title(chosen),
+                "scores": [float(s) for s in scores.tolist()], "spans": spans(text, offsets, len(raw)),
+                "title": method_title(chosen),
                 "faithfulness": None,
                 "default_method": self._default, "top_tokens": []}
 
@@ -105,7 +108,7 @@ class HFServedModel(ServedModel):
         with torch.no_grad(), capture(self.classifier.model) as cap:
             self.classifier(ids, lengths)
         maps = [{"name": name, "role": cap.roles[name], "shape": list(w.shape[1:]),
-                 "weights": torch.round(w[0].float(), decimals=MAP_DIGITS).tolist()}
+                 "weights": rounded(w[0])}
                 for name, w in cap.weights.items()]
         return {"model": self.name, "text": text,
                 "tokens": [str(t) for t in self.tokenizer.convert_ids_to_tokens(seq)], "maps": maps}

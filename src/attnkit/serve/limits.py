@@ -2,8 +2,11 @@
 
 :class:`Limits` holds the numbers (each one a flag of ``attnkit serve``). :class:`Guard` is a plain
 ASGI middleware that checks, before a route runs, that the ``Host`` header names this server (a page
-on another site cannot reach it through DNS rebinding) and that the body is no larger than
-``--max-body`` (413, counted as it arrives, so a body without ``Content-Length`` is cut off too).
+on another site cannot reach it through DNS rebinding; none or an empty one is 421 too), that the body
+is no larger than ``--max-body`` (413, counted as it arrives, so a body without ``Content-Length`` is
+cut off too; the rest of a refused body, up to :data:`DISCARD` bytes, is read and dropped first, so
+that a client still sending gets the answer instead of a reset connection) and that a POST body is
+JSON: ``Content-Type: application/json`` (415), UTF-8, parseable and not nested past the parser (422).
 Every response gets the headers of :data:`SECURITY_HEADERS`: a strict Content-Security-Policy (the
 page's own scripts and styles only, requests to its own origin only), no framing, no sniffing.
 Errors are JSON: ``{"error": message, "status": code}`` and, when one field is to blame, ``"field"``.
@@ -16,7 +19,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Limits", "Guard", "SECURITY_HEADERS", "CSP", "error_body", "allowed_hosts", "check_text"]
+__all__ = ["Limits", "Guard", "SECURITY_HEADERS", "CSP", "DISCARD", "error_body", "allowed_hosts", "check_text",
+           "check_body"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -48,6 +52,9 @@ class Limits:
     batch_wait_ms: float = 0.0
 
 
+DISCARD = 16 * 1024 * 1024
+"""Bytes of a body over ``--max-body`` read and dropped before the 413; past them the connection closes."""
+
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 SECURITY_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
@@ -72,7 +79,10 @@ def allowed_hosts(host: str, port: int) -> set[str]:
 
 
 def check_text(text: str, field: str, limit: int) -> str | None:
-    """Why ``text`` (request field ``field``) is refused, or None: too long, or not encodable (a lone surrogate)."""
+    """Why ``text`` (request field ``field``) is refused, or None: empty, too long, or not encodable (a lone
+    surrogate)."""
+    if not text.strip():
+        return f"{field}: {'empty' if not text else 'only white space'}; give a text to classify"
     if len(text) > limit:
         return f"{field}: {len(text):,} characters, more than the limit of {limit:,} (--max-chars)"
     try:
@@ -83,7 +93,8 @@ def check_text(text: str, field: str, limit: int) -> str | None:
 
 
 class Guard:
-    """ASGI middleware: the ``Host`` check, the body limit and the security headers (see the module)."""
+    """ASGI middleware: the ``Host`` check, the body limit, the body's checks and the security headers
+    (see the module)."""
 
     def __init__(self, app: Callable[..., Awaitable[None]], *, hosts: set[str], max_body: int) -> None:
         self.app = app
@@ -95,49 +106,89 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        host = headers.get("host", "")
-        if self.hosts and host.lower() not in self.hosts:
-            await _reply(send, 421, error_body(421, f"Host header {host!r} is not this server's "
-                                                    "(only requests to its own address are answered)"))
+        host = headers.get("host", "").strip()
+        if not host or (self.hosts and host.lower() not in self.hosts):
+            said = f"Host header {host!r} is not this server's" if host else "no Host header"
+            await _reply(send, 421, error_body(421, f"{said} (only requests to its own address are answered)"),
+                         close=True)
             return
-        declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            await _reply(send, 413, error_body(413, _too_large(self.max_body)))
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body:
+            if "100-continue" not in headers.get("expect", "").lower() and int(declared) <= self.max_body + DISCARD:
+                await _drain(receive, DISCARD)  # read, so that a client still sending sees the answer
+            await _reply(send, 413, error_body(413, _too_large(self.max_body), "body"), close=True)
             return
-        state = {"received": 0, "refused": False}
-
-        async def limited_receive() -> Message:
-            if state["refused"]:
-                return {"type": "http.disconnect"}
+        body = bytearray()
+        more = True
+        while more:
             message = await receive()
-            if message["type"] == "http.request":
-                state["received"] += len(message.get("body", b""))
-                if state["received"] > self.max_body:  # answered here; the app sees the client leave
-                    state["refused"] = True
-                    await _reply(send, 413, error_body(413, _too_large(self.max_body)))
-                    return {"type": "http.disconnect"}
-            return message
+            if message["type"] != "http.request":
+                return  # the client left
+            body += message.get("body", b"")
+            more = bool(message.get("more_body", False))
+            if len(body) > self.max_body:  # counted as it arrives: no Content-Length needed
+                if more:
+                    await _drain(receive, DISCARD)
+                await _reply(send, 413, error_body(413, _too_large(self.max_body), "body"), close=True)
+                return
+        if scope["method"] == "POST":
+            why = check_body(headers.get("content-type"), bytes(body))
+            if why:
+                await _reply(send, why[0], error_body(why[0], why[1], "body"))
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()  # after the body: the client leaving
 
         async def secured_send(message: Message) -> None:
-            if state["refused"]:
-                return
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
             await send(message)
 
-        try:
-            await self.app(scope, limited_receive, secured_send)
-        except Exception:
-            if not state["refused"]:
-                raise
+        await self.app(scope, replay, secured_send)
+
+
+def check_body(content_type: str | None, body: bytes) -> tuple[int, str] | None:
+    """Why a POST body is refused, as (status, message), or None: not JSON by its ``Content-Type`` (415), not
+    UTF-8, not JSON, or nested deeper than JSON's parser goes (422)."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "application/json":
+        said = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+        return 415, f"body: {said}; the API takes JSON sent as 'Content-Type: application/json'"
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return 422, f"body: not UTF-8 (byte 0x{body[err.start]:02x} at byte {err.start:,})"
+    try:
+        json.loads(text)
+    except RecursionError:
+        return 422, "body: JSON nested too deeply (arrays and objects inside each other more than about 1,000 deep)"
+    except ValueError:
+        return 422, "body: the body is not valid JSON"
+    return None
+
+
+async def _drain(receive: Receive, limit: int) -> None:
+    """Read and discard the rest of a refused body, up to ``limit`` bytes."""
+    seen = 0
+    while seen <= limit:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+        seen += len(message.get("body", b""))
 
 
 def _too_large(limit: int) -> str:
     return f"the request body is larger than the limit of {limit:,} bytes (--max-body)"
 
 
-async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _reply(send: Send, status: int, body: bytes, *, close: bool = False) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *SECURITY_HEADERS, *(headers or [])]})
+                            *SECURITY_HEADERS, *([(b"connection", b"close")] if close else [])]})
     await send({"type": "http.response.body", "body": body})

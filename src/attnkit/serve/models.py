@@ -13,11 +13,12 @@ thread (:mod:`attnkit.serve.batching`).
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-__all__ = ["ServedModel", "RequestError", "unique_names", "method_title"]
+__all__ = ["ServedModel", "RequestError", "unique_names", "method_title", "spans", "rounded"]
 
 MAP_DIGITS = 4  # attention weights are sent rounded to this many decimals
 TOP_TOKENS = 5
@@ -120,8 +121,12 @@ class ServedModel:
         model, tokenizer, labels = self.predictor._parts()
         p = predict_texts(model, tokenizer, labels, [text], max_len=self.predictor.max_len, top_k=TOP_TOKENS,
                           method=chosen)[0]
+        from attnkit.data.tokenization import tokenizable
+
+        offsets = tokenizer.encode(tokenizable([text])[0], add_special_tokens=False).offsets
         return {"model": self.name, "text": text, "label": p.label, "probability": p.probability,
-                "probabilities": p.probabilities, **p.explanation, "title": method_title(chosen),
+                "probabilities": p.probabilities, **p.explanation,
+                "spans": spans(text, offsets, len(cast(list, p.explanation["tokens"]))), "title": method_title(chosen),
                 "faithfulness": self.faithfulness(chosen), "default_method": self._default,
                 "top_tokens": [list(t) for t in p.top_tokens]}
 
@@ -139,7 +144,7 @@ class ServedModel:
         with torch.no_grad(), capture(model) as cap:
             model(torch.tensor([ids]), torch.tensor([len(ids)]))
         maps = [{"name": name, "role": cap.roles[name], "shape": list(w.shape[1:]),
-                 "weights": torch.round(w[0].float(), decimals=MAP_DIGITS).tolist()}
+                 "weights": rounded(w[0])}
                 for name, w in cap.weights.items()]
         return {"model": self.name, "text": text, "tokens": [str(tokenizer.id_to_token(i)) for i in ids],
                 "maps": maps}
@@ -164,6 +169,33 @@ class ServedModel:
     def _need_torch(self, what: str) -> None:
         if not self.torch:
             raise RequestError(f"model: {self.name} is a numpy-backend run; {what} need a torch run", "model")
+
+
+def rounded(weights: Any) -> list[Any]:
+    """A tensor of attention weights as nested lists of numbers of :data:`MAP_DIGITS` decimals (each one the
+    float nearest its decimal, so JSON writes at most 6 characters for it: ``0.1234``, not
+    ``0.12340000271797180``)."""
+    import numpy as np
+
+    return list(np.round(weights.detach().double().cpu().numpy(), MAP_DIGITS).tolist())
+
+
+def spans(text: str, offsets: Sequence[tuple[int, int]], n: int) -> list[list[int] | None]:
+    """Where each of the ``n`` tokens explained lies in ``text``: ``[start, end)`` in characters (code points),
+    or None for a token of no text (the ``[UNK]`` that stands for a text without tokens). A token's span
+    takes the combining marks after it that no other token starts at (``a`` + U+0301, which NFKC reads as
+    one ``á``, is offset as its first character alone)."""
+    out: list[list[int] | None] = []
+    for i in range(n):
+        if i >= len(offsets):
+            out.append(None)
+            continue
+        start, end = offsets[i]
+        limit = offsets[i + 1][0] if i + 1 < len(offsets) else len(text)
+        while end < limit and unicodedata.combining(text[end]):
+            end += 1
+        out.append([start, end])
+    return out
 
 
 def method_title(method: str) -> str:

@@ -3,7 +3,7 @@
 "use strict";
 (function () {
   var $ = function (id) { return document.getElementById(id); };
-  var state = { models: [], last: {}, method: {}, data: null, rows: [] };
+  var state = { models: [], last: {}, method: {}, tokens: {}, removed: null, data: null, rows: [] };
   window.attnkitExplorer = { ready: false, busy: 0, predictions: 0, explanations: 0, errors: [] };
 
   function el(tag, cls, text) {
@@ -65,21 +65,42 @@
       " (higher comprehensiveness, lower sufficiency: more faithful)";
   }
 
-  function removeWord(text, token) {
-    var words = text.split(/(\s+)/);
-    var bare = function (w) { return w.toLowerCase().replace(/^[^\p{L}\p{N}]+|[^\p{L}\p{N}]+$/gu, ""); };
-    for (var i = 0; i < words.length; i++) {
-      if (words[i].trim() && (words[i] === token || bare(words[i]) === bare(token))) {
-        words.splice(i, 2);
-        return words.join("").trim();
+  // The text without the characters [start, end) of a token's span (code points, as the API counts
+  // them); where the cut leaves two spaces side by side (or one at an end), one goes with it.
+  function removeSpan(text, span) {
+    var chars = Array.from(text);
+    chars.splice(span[0], span[1] - span[0]);
+    var at = span[0], blank = function (c) { return c !== undefined && /^\s$/u.test(c); };
+    if (blank(chars[at]) && (at === 0 || blank(chars[at - 1]))) { chars.splice(at, 1); }
+    else if (blank(chars[at - 1]) && at === chars.length) { chars.splice(at - 1, 1); }
+    return chars.join("");
+  }
+
+  function sameTokens(a, b) {
+    return !!a && !!b && a.length === b.length && a.every(function (t, i) { return t === b[i]; });
+  }
+
+  // Bidi controls and control characters as visible escapes (\u202E), never acting on the page.
+  var INVISIBLE = /[\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/u;
+  function visible(node, text) {
+    Array.from(text).forEach(function (c) {
+      if (INVISIBLE.test(c)) {
+        node.appendChild(el("span", "esc", "\\u" + c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")));
+      } else if (node.lastChild && node.lastChild.nodeType === 3) {
+        node.lastChild.appendData(c);
+      } else {
+        node.appendChild(document.createTextNode(c));
       }
-    }
-    var at = text.toLowerCase().indexOf(token.toLowerCase());
-    return at < 0 ? text : (text.slice(0, at) + text.slice(at + token.length)).replace(/\s+/g, " ").trim();
+    });
+    return node;
+  }
+
+  function emptyText(text) {
+    return text.trim() ? null : "text: " + (text ? "only white space" : "empty") + "; give a text to classify";
   }
 
   function panel(index, model, text, before) {
-    var node = $("panel-" + index);
+    var node = $("panel-" + index), seen = state.tokens[model.name], removed = state.removed;
     node.hidden = false;
     clear(node);
     node.appendChild(el("div", "model-name", "model " + model.name));
@@ -95,17 +116,26 @@
       var b = el("div", "bars");
       bars(b, p.probabilities, before);
       info.appendChild(b);
+      var delta = null;
       if (before) {
-        info.appendChild(el("div", "delta", "change in each label's probability since the last text (shown beside " +
+        delta = el("div", "delta", "change in each label's probability since the last text (shown beside " +
           "each bar); the label " + (before.__label === p.label ? "stays " + p.label : "moves from " +
-          before.__label + " to " + p.label)));
+          before.__label + " to " + p.label));
+        info.appendChild(delta);
       }
       state.last[model.name] = Object.assign({ __label: p.label }, p.probabilities);
       if (model.backend !== "torch") {
         expl.appendChild(el("p", "hint", "explanations need a torch run"));
         return null;
       }
-      return explain(expl, model, text);
+      return explain(expl, model, text).then(function (e) {
+        if (delta && removed && sameTokens(seen, e.tokens)) {  // the model reads the same tokens: nothing to compare
+          Array.prototype.forEach.call(info.querySelectorAll(".change"), function (c) { c.remove(); });
+          delta.className = "delta unchanged";
+          delta.textContent = "removing \u201c" + removed + "\u201d changes no token the model sees, so the " +
+            "prediction cannot move";
+        }
+      });
     });
   }
 
@@ -113,6 +143,7 @@
     var method = state.method[model.name] || model.default_method;
     return api("/v1/explain", { text: text, model: model.name, method: method }).then(function (e) {
       window.attnkitExplorer.explanations += 1;
+      state.tokens[model.name] = e.tokens;
       clear(node);
       var head = el("div", "method" + (e.method === "attention" ? " raw" : ""));
       head.appendChild(el("span", "method-name", "explanation: " + e.title +
@@ -142,8 +173,13 @@
         span.title = t + ": " + e.scores[i].toFixed(4) + " (click to remove it)";
         span.dataset.score = String(e.scores[i]);
         span.addEventListener("click", function () {
-          $("text").value = removeWord($("text").value, t);
-          run(true);
+          var shorter = e.spans && e.spans[i] ? removeSpan(e.text, e.spans[i]) : e.text;
+          if (shorter === e.text) {
+            status("\u201c" + t + "\u201d stands for no character of the text: removing it changes nothing", true);
+            return;
+          }
+          $("text").value = shorter;
+          run(true, t);
         });
         tokens.appendChild(span);
         tokens.appendChild(document.createTextNode(" "));
@@ -152,6 +188,7 @@
       if (typeof e.bias === "number") {
         node.appendChild(el("div", "figures", "bias " + fmt(e.bias) + " + the scores = logit " + fmt(e.logit)));
       }
+      return e;
     });
   }
 
@@ -272,7 +309,7 @@
       var tr = el("tr", r.label !== r.predicted ? "error" : "");
       tr.dataset.i = String(r.i);
       tr.appendChild(el("td", null, r.i));
-      tr.appendChild(el("td", "text", r.text));
+      tr.appendChild(visible(el("td", "text"), r.text));
       tr.appendChild(el("td", null, r.label));
       tr.appendChild(el("td", "pred", r.predicted));
       tr.appendChild(el("td", null, fmt(r.probability)));
@@ -292,10 +329,13 @@
     return state.models.filter(function (m) { return m.name === name; })[0];
   }
 
-  function run(counterfactual) {
+  function run(counterfactual, removed) {
     var text = $("text").value;
     var first = chosen("model"), second = chosen("compare");
     if (!first) { return Promise.resolve(); }
+    var refused = emptyText(text);
+    if (refused) { status(refused, true); return Promise.resolve(); }
+    state.removed = counterfactual ? removed || null : null;
     status("working…");
     var jobs = [panel(0, first, text, counterfactual ? state.last[first.name] : null), attention(first, text)];
     if (second) { jobs.push(panel(1, second, text, counterfactual ? state.last[second.name] : null)); }
