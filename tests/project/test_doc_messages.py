@@ -642,6 +642,13 @@ def port_taken(kit: Kit) -> str:
         holder.close()
 
 
+@produces("cannot listen there")
+def a_host_that_cannot_be_listened_on(kit: Kit) -> str:
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    return attnkit("serve", str(kit.run()), "--host", "256.1.1.1", "--port", "0")
+
+
 @produces("KeyError: 'attnkit'")
 def falcon_and_gpt_neo_with_attnkit(kit: Kit) -> str:
     """Both families the page names fail inside transformers' loader; the quote must be each one's error."""
