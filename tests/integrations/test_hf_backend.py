@@ -285,6 +285,11 @@ def test_a_transformers_version_outside_the_range_is_refused(version):
     hf.check_version()  # the installed one is inside
 
 
+@pytest.mark.parametrize("version", [(4, 54), (5, 25)])
+def test_the_lowest_and_newest_supported_releases_pass(version):
+    hf.check_version(version)  # the range's two ends, each one step inside the refused (4, 53) and (5, 26)
+
+
 def test_a_float_mask_is_refused_by_name():
     model = _model("llama")
     model.set_attn_implementation("attnkit")
