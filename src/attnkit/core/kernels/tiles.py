@@ -300,9 +300,10 @@ def _bias_tile(bm: BlockMask | None, t: _Tile, bias_fn: BiasFn, b: int, h: int, 
     return bias, row_ok
 
 
-def _flash_cpu(q: Tensor, k: Tensor) -> bool:
-    """Whether torch's CPU flash kernel can be called with its log-sum-exp (no recompute in backward)."""
-    return q.device.type == "cpu" and q.shape[1] == k.shape[1] and hasattr(
+def _flash_cpu(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether torch's CPU flash kernel can be called with its log-sum-exp (no recompute in backward): as many
+    key/value heads as query heads, and values as wide as queries."""
+    return q.device.type == "cpu" and q.shape[1] == k.shape[1] and q.shape[-1] == v.shape[-1] and hasattr(
         torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
 
 
@@ -312,7 +313,7 @@ class _FusedBias(torch.autograd.Function):
                 bias_fn: BiasFn, tiles: list[_Tile]) -> Tensor:
         b, h, tq, _ = q.shape
         out = torch.zeros(b, h, tq, v.shape[-1], dtype=q.dtype, device=q.device)
-        flash = _flash_cpu(q, k)
+        flash = _flash_cpu(q, k, v)
         wide = torch.promote_types(q.dtype, torch.float32)  # the log-sum-exp: float64 for float64 inputs
         lse = torch.zeros(b, h, tq, dtype=wide, device=q.device) if flash else None
         for t in tiles:
