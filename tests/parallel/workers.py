@@ -46,6 +46,13 @@ def refusals(rank: int, world: int) -> dict[str, Any]:
     alone = [dist.new_group([r]) for r in range(world)][rank]
     out = ring_attention(q, k, v, causal=True, group=alone)
     found["group of one"] = bool(torch.equal(out, attention(q, k, v, causal=True)))
+    # a BlockMask with causal=True: the rule of two or more processes (the pairs both allow) and of attention
+    from attnkit.core.block_mask import create_block_mask, sliding_window_mod
+
+    window = create_block_mask(sliding_window_mod(3), None, None, 8, 8, block_size=4)
+    out = ring_attention(q, k, v, mask=window, causal=True, group=alone)
+    both = attention(q, k, v, mask=window.to_dense() & torch.ones(8, 8, dtype=torch.bool).tril(), backend="math")
+    found["group of one, BlockMask and causal"] = bool(torch.allclose(out, both, atol=1e-6))
     return found
 
 

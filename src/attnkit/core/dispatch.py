@@ -133,11 +133,8 @@ def plan(
         raise TypeError(f"score_mod must be callable, got {type(score_mod).__name__}")
     if isinstance(mask, BlockMask):
         mask.check(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.device)
-        if bias is not None or causal:
-            raise ValueError(
-                "a BlockMask takes neither bias= nor causal=True: build causality into the mask "
-                "(masks.and_mods(masks.causal_mod, ...)) and a bias into score_mod"
-            )
+        if bias is not None:
+            raise ValueError("a BlockMask takes no bias=: put the bias into score_mod (score_mods.bias_mod)")
         if backend == "math":
             return BackendChoice("math", "requested with backend='math'", route="score-mod-math")
         why = f"{100 * mask.sparsity():.0f}% of blocks skipped ({mask.counts['partial']} partial)"
