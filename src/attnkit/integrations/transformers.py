@@ -42,9 +42,12 @@ the backend only from a later release (:data:`FAMILY_SINCE`), is refused by
 family too early for its release is refused at its first attention call, and
 so is a family whose layers never see the position ids
 (:data:`POSITIONS_UNSEEN`) outside a watched forward; a model whose layers never
-call the interface (DeBERTa-v2, BLOOM, Falcon, GPT-Neo in 5.24) can only be
-refused by :func:`check_model` (transformers itself warns on
-``set_attn_implementation`` and keeps the model's own attention).
+call the interface (DeBERTa-v2, BLOOM, Falcon, GPT-Neo in 5.24) is refused by
+:func:`check_model`, and, built with ``attn_implementation="attnkit"``, as it is
+built (:func:`_on_child`, a torch module-registration hook, with a family too
+early for its release); switched with ``set_attn_implementation`` only
+:func:`check_model` can refuse it (transformers itself warns and keeps the
+model's own attention).
 
 **Documents.** Where the position ids restart (the next id not greater than
 the one before: :func:`document_ids`), a query attends only its own document,
