@@ -515,6 +515,18 @@ class BlockMask:
             )
 
 
+def block_kinds(bm: BlockMask) -> Tensor:
+    """Every (query block, key block) pair's kind: 0 empty, 1 full, ``2 + i`` partial block ``i``.
+
+    Shape:
+        returns ``(Bm, Hm, nQ, nK)`` long.
+    """
+    bmb, hm, nq, _ = bm.kv_indices.shape
+    nk = -(-bm.shape[3] // bm.block_size)
+    kinds = torch.zeros(bmb, hm, nq, nk, dtype=torch.long, device=bm.device)
+    return kinds.scatter_reduce(3, bm.kv_indices, bm.elem_index, reduce="amax")  # padding adds 0
+
+
 def with_causal(mask: BlockMask) -> BlockMask:
     """The pairs of ``mask`` that causal attention also allows: what ``mask`` with ``causal=True`` means.
 
@@ -527,8 +539,6 @@ def with_causal(mask: BlockMask) -> BlockMask:
         returns a BlockMask of the same shape and block size.
     """
     def make() -> BlockMask:
-        from attnkit.core.kernels.tiles import block_kinds
-
         kinds, bs = block_kinds(mask), mask.block_size  # (Bm, Hm, nQ, nK)
         b, h, tq, tk = mask.shape
         shift = tk - tq

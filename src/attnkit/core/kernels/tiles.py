@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.core.block_mask import BlockMask
+from attnkit.core.block_mask import BlockMask, block_kinds
 from attnkit.core.rows import rows_with_keys
 from attnkit.core.score_mods import apply_score_mod, bias_of, refuse_non_finite
 from attnkit.core.types import BiasFn, ScoreMod
@@ -56,18 +56,6 @@ class _Tile:
     c0: int = 0  # the columns [c0, c1) of the span hold its blocks that are not full
     c1: int = 0
     kinds: Tensor | None = None  # (Bm, Hm, nb, nj) kinds of those blocks; None when every block is full
-
-
-def block_kinds(bm: BlockMask) -> Tensor:
-    """Every (query block, key block) pair's kind: 0 empty, 1 full, ``2 + i`` partial block ``i``.
-
-    Shape:
-        returns ``(Bm, Hm, nQ, nK)`` long.
-    """
-    bmb, hm, nq, _ = bm.kv_indices.shape
-    nk = -(-bm.shape[3] // bm.block_size)
-    kinds = torch.zeros(bmb, hm, nq, nk, dtype=torch.long, device=bm.device)
-    return kinds.scatter_reduce(3, bm.kv_indices, bm.elem_index, reduce="amax")  # padding adds 0
 
 
 def tile_plan(bm: BlockMask | None, b: int, h: int, tq: int, tk: int, elements: int | None = None
