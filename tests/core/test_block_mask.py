@@ -227,6 +227,7 @@ def test_causal_with_a_block_mask_keeps_the_pairs_both_allow(tq: int) -> None:
     bm = masks.create_block_mask(_random_mod(B, H, T), B, H, tq, T, block_size=BS)
     allowed = bm.to_dense() & masks.causal(tq, T)
     out = attention(q, k, v, mask=bm, causal=True)
+    assert attnkit.choose_backend(q, k, v, mask=bm, causal=True) == last_backend()  # the same path, told
     ref = attention(q, k, v, mask=allowed, backend="math")
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     grads = torch.autograd.grad(out.sum(), (q, k, v))

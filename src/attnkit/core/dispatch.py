@@ -33,7 +33,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnkit.core.block_mask import BlockMask
+from attnkit.core.block_mask import BlockMask, with_causal
 from attnkit.core.kernels import dense, gather, runs, tiles
 from attnkit.core.types import ScoreMod
 
@@ -216,5 +216,7 @@ def choose_backend(
     a BlockMask or a ``score_mod`` takes one of the block-sparse kernels.
     ``probe_kernel`` asks torch which fused kernel it would pick.
     """
+    if causal and isinstance(mask, BlockMask):  # as attention folds it: the pairs both allow
+        mask, causal = with_causal(mask), False
     return plan(q, k, v, mask=mask, bias=bias, causal=causal, dropout=dropout, score_mod=score_mod,
                 return_weights=return_weights, backend=backend, probe_kernel=probe_kernel)
