@@ -213,8 +213,31 @@ def test_block_mask_for_other_shapes_or_device() -> None:
     bm = masks.create_block_mask(masks.causal_mod, None, None, T, T).to("meta")
     with pytest.raises(ValueError, match="BlockMask is on meta but q is on cpu"):
         attention(q, k, v, mask=bm)
-    with pytest.raises(ValueError, match="neither bias= nor causal=True"):
-        attention(q, k, v, mask=masks.create_block_mask(masks.causal_mod, None, None, T, T), causal=True)
+    with pytest.raises(ValueError, match=r"a BlockMask takes no bias=: put the bias into score_mod"):
+        attention(q, k, v, mask=masks.create_block_mask(masks.causal_mod, None, None, T, T),
+                  bias=torch.zeros(1, 1, T, T))
+
+
+@pytest.mark.parametrize("tq", [T, 48])
+def test_causal_with_a_block_mask_keeps_the_pairs_both_allow(tq: int) -> None:
+    """causal=True with a BlockMask (the ring's rule too): the mask's pairs that are also causal, bottom-right
+    aligned when Tq < Tk; only the blocks that cross the diagonal are partial, and the mask is kept on the mask."""
+    q, k, v = _qkv()
+    q = q[:, :, :tq].detach().requires_grad_()
+    bm = masks.create_block_mask(_random_mod(B, H, T), B, H, tq, T, block_size=BS)
+    allowed = bm.to_dense() & masks.causal(tq, T)
+    out = attention(q, k, v, mask=bm, causal=True)
+    assert attnkit.choose_backend(q, k, v, mask=bm, causal=True) == last_backend()  # the same path, told
+    ref = attention(q, k, v, mask=allowed, backend="math")
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    for g, g_ref in zip(grads, torch.autograd.grad(ref.sum(), (q, k, v)), strict=True):
+        torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-5)
+    folded = masks.with_causal(bm)
+    assert torch.equal(folded.to_dense(), allowed) and masks.with_causal(bm) is folded
+    window = masks.create_block_mask(masks.sliding_window_mod(200), None, None, T, T, block_size=BS)
+    assert masks.with_causal(window).counts == masks.create_block_mask(masks.causal_mod, None, None, T, T,
+                                                                       block_size=BS).counts
 
 
 def test_segment_ids_of_the_wrong_length() -> None:

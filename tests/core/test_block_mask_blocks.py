@@ -96,8 +96,10 @@ def test_encoder_block_mask_for_other_shapes_is_refused_by_name() -> None:
     bm, _ = _block_and_dense(t=T + 1)
     with pytest.raises(ValueError, match=r"BlockMask built for \(B, H, Tq, Tk\)"):
         stack(_x(), mask=bm)
-    with pytest.raises(ValueError, match="a BlockMask takes neither bias= nor causal=True"):
-        stack(_x(), mask=_block_and_dense()[0], causal=True)
+    band = masks.create_block_mask(masks.sliding_window_mod(9), None, None, T, T, block_size=BS)  # both ways
+    causal_band = stack(_x(), mask=band, causal=True)  # the pairs the band and causality both allow
+    torch.testing.assert_close(causal_band, stack(_x(), mask=band.to_dense(), causal=True))
+    assert not torch.allclose(causal_band, stack(_x(), mask=band))
 
 
 def test_padded_documents_go_into_the_block_mask() -> None:

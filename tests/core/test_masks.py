@@ -69,6 +69,11 @@ def test_read_mask_tells_the_forms_apart_and_names_the_ambiguous_ones() -> None:
     assert masks.read_mask(three, (5, 2, 3, 4)).shape == (1, 2, 3, 4)  # (H, Tq, Tk)
     with pytest.raises(ValueError, match=r"mask of shape \(2, 3, 4\) is ambiguous here \(B = H = 2\).*mask\[:, None\]"):
         masks.read_mask(three, (2, 2, 3, 4))
+    # H=None (a caller that does not know the heads): a 3-D mask whose first axis is B could still mean (H, Tq, Tk)
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 3, 4\) is ambiguous here \(B = 2 and any head count "
+                                         r"is taken\).*mask\[:, None\] for \(B, 1, Tq, Tk\)"):
+        masks.read_mask(three, (2, None, 3, 4))
+    assert masks.read_mask(three[:1], (2, None, 3, 4)).shape == (1, 1, 3, 4)  # a first axis of 1 is both
     with pytest.raises(ValueError, match=r"integer lengths must be \(B,\) = \(3,\), got shape \(2,\)"):
         masks.read_mask(torch.tensor([4, 1]), (3, 1, 3, 4))
     with pytest.raises(TypeError, match="masks.from_hf_attention_mask"):

@@ -24,9 +24,9 @@ def small_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tiled_attention, "FUSED_TILE_ELEMENTS", B * H * 2 * BS * 3 * BS)
 
 
-def _qkv(hkv: int = H, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+def _qkv(hkv: int = H, dtype: torch.dtype = torch.float32, dv: int = DH) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    shapes = [(B, H, T, DH), (B, hkv, T, DH), (B, hkv, T, DH)]
+    shapes = [(B, H, T, DH), (B, hkv, T, DH), (B, hkv, T, dv)]
     return [torch.randn(*s, generator=g).to(dtype).requires_grad_() for s in shapes]
 
 
@@ -95,6 +95,22 @@ def test_grouped_query_attention(kind: str) -> None:
     xs = _qkv(hkv=2)
     out = attention(*xs, mask=bm, score_mod=mod)
     ref = attention(*xs, mask=bm.to_dense(), score_mod=mod, backend="math")
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    for g, g_ref in zip(_grads(out, xs), _grads(ref, xs), strict=True):
+        torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mask", [False, True])
+@pytest.mark.parametrize("hkv", [H, 2])
+def test_a_value_width_other_than_the_query_width(hkv: int, mask: bool) -> None:
+    """Dv = 24 with Dh = 16, as many key/value heads as query heads or grouped: the fused bias tiles too."""
+    bm = masks.create_block_mask(masks.causal_mod, None, None, T, T, block_size=BS) if mask else None
+    xs = _qkv(hkv=hkv, dv=DH + 8)
+    mod = score_mods.alibi_mod(H)
+    out = attention(*xs, mask=bm, score_mod=mod)
+    choice = last_backend()
+    assert out.shape == (B, H, T, DH + 8) and choice is not None and "query tiles" in choice.reason
+    ref = attention(*xs, mask=None if bm is None else bm.to_dense(), score_mod=mod, backend="math")
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     for g, g_ref in zip(_grads(out, xs), _grads(ref, xs), strict=True):
         torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-5)

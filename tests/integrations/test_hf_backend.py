@@ -285,6 +285,11 @@ def test_a_transformers_version_outside_the_range_is_refused(version):
     hf.check_version()  # the installed one is inside
 
 
+@pytest.mark.parametrize("version", [(4, 54), (5, 25)])
+def test_the_lowest_and_newest_supported_releases_pass(version):
+    hf.check_version(version)  # the range's two ends, each one step inside the refused (4, 53) and (5, 26)
+
+
 def test_a_float_mask_is_refused_by_name():
     model = _model("llama")
     model.set_attn_implementation("attnkit")
@@ -381,7 +386,7 @@ def uses_the_interface(model) -> bool:
         hf.check_model(model)
         return True
     except hf.HFBackendError as e:
-        assert f"{type(model).__name__} cannot use attn_implementation='attnkit'" in str(e)
+        assert f"{type(model).__name__} (model family '{hf._family(type(model))}') cannot use " in str(e)
     return False
 
 
@@ -567,7 +572,8 @@ def _deberta_v2():  # its attention layers do not call transformers' attention i
         vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64))
 
 
-UNSUPPORTED = r"DebertaV2ForMaskedLM cannot use attn_implementation='attnkit': .* attention interface"
+UNSUPPORTED = (r"DebertaV2ForMaskedLM \(model family 'deberta_v2'\) cannot use attn_implementation='attnkit': "
+               r".* attention interface.*check_model")
 
 
 def test_a_model_without_the_attention_interface_is_refused_by_name_by_check_model():
@@ -579,12 +585,59 @@ def test_a_model_without_the_attention_interface_is_refused_by_name_by_check_mod
     model.set_attn_implementation("sdpa")  # other backends are left to transformers
 
 
-def test_a_model_without_the_attention_interface_loaded_on_the_backend_is_refused_by_check_model(tmp_path):
+def test_a_model_without_the_attention_interface_loaded_on_the_backend_is_refused_as_it_is_built(tmp_path):
     _deberta_v2().save_pretrained(tmp_path)
     for loader in (transformers.DebertaV2ForMaskedLM, transformers.AutoModelForMaskedLM):
-        with pytest.raises(hf.HFBackendError, match=UNSUPPORTED):  # transformers loads it silently
-            hf.check_model(loader.from_pretrained(tmp_path, attn_implementation="attnkit"))
+        with pytest.raises(hf.HFBackendError, match=UNSUPPORTED.replace("ForMaskedLM", "Model")):
+            loader.from_pretrained(tmp_path, attn_implementation="attnkit")  # transformers would load it silently
     assert loader.from_pretrained(tmp_path, attn_implementation="eager").config._attn_implementation == "eager"
+
+
+def _bloom():
+    return transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=V, hidden_size=32, n_layer=1, n_head=4))
+
+
+def _gpt_neo():
+    return transformers.GPTNeoForCausalLM(transformers.GPTNeoConfig(
+        vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
+        max_position_embeddings=64))
+
+
+def _falcon():
+    return transformers.FalconForCausalLM(transformers.FalconConfig(
+        vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=4))
+
+
+BYPASS = {"bloom": _bloom, "gpt_neo": _gpt_neo, "falcon": _falcon, "deberta_v2": _deberta_v2}
+"""Families whose layers keep their own attention (Falcon up to 5.24)."""
+TOO_EARLY = {"bert": _bert, "distilbert": _distilbert, "modernbert": _modernbert, "t5": _t5}
+
+
+@pytest.mark.parametrize("family", [*BYPASS, *TOO_EARLY])
+def test_a_model_loaded_on_the_backend_that_cannot_run_on_it_is_refused_by_name(family, tmp_path, monkeypatch):
+    """Built with attn_implementation="attnkit" and no check_model: a family whose layers bypass the interface
+    (BLOOM: a TypeError on the BlockMask at the first forward; GPT-Neo, Falcon: KeyError 'attnkit' from inside
+    transformers) or that runs from a later release (BERT, DistilBERT, ModernBERT in 4.57: KeyError; T5 in 5.12:
+    'BlockMask' object is not subscriptable) is refused as it is built, before any forward, naming the family
+    and check_model."""
+    build = {**BYPASS, **TOO_EARLY}[family]
+    model = build()
+    model.save_pretrained(tmp_path)
+    if family in BYPASS and type(model)._can_set_attn_implementation():  # Falcon from 5.25: its layers call it
+        loaded = type(model).from_pretrained(tmp_path, attn_implementation="attnkit")
+        assert loaded.config._attn_implementation == hf.NAME
+        return
+    if family in TOO_EARLY:
+        monkeypatch.setattr(hf, "_version", lambda: (4, 57))  # before each of them runs on the backend
+        why = r" in transformers 4\.57: .* from transformers \d+\.\d+ on"
+    else:
+        why = r": its attention layers do not call transformers' attention interface"
+    want = rf"\w+ \(model family '{family}'\) cannot use attn_implementation='attnkit'{why}.*check_model"
+    with pytest.raises(hf.HFBackendError, match=want):
+        type(model).from_pretrained(tmp_path, attn_implementation="attnkit")
+    with pytest.raises(hf.HFBackendError, match=want):
+        type(model)._from_config(model.config, attn_implementation="attnkit")
+    assert type(model).from_pretrained(tmp_path, attn_implementation="eager") is not None
 
 
 def test_registering_patches_no_transformers_method():
@@ -690,7 +743,7 @@ def test_check_model_passes_the_families_that_use_the_interface():
         model = build()
         if uses_the_interface(model):
             hf.check_model(model)
-    with pytest.raises(hf.HFBackendError, match="DebertaV2Model cannot"):
+    with pytest.raises(hf.HFBackendError, match=r"DebertaV2Model \(model family 'deberta_v2'\) cannot"):
         hf.check_model(transformers.DebertaV2Model)
 
 
@@ -734,7 +787,9 @@ def test_a_family_is_refused_by_name_before_the_release_it_runs_from(monkeypatch
     for build in (_bert, _bart):
         model = build()
         name = type(model).__name__
-        want = rf"{name} cannot use attn_implementation='attnkit' in transformers 4\.57: .* from transformers 5\.0 on"
+        family = hf._family(type(model))
+        want = (rf"{name} \(model family '{family}'\) cannot use attn_implementation='attnkit' in transformers "
+                r"4\.57: .* from transformers 5\.0 on.*check_model")
         with pytest.raises(hf.HFBackendError, match=want):
             hf.check_model(model)
         with pytest.raises(hf.HFBackendError, match=want):

@@ -36,6 +36,49 @@ def test_capture_on_the_backend_reads_eagers_maps(name):
     assert all(d <= TOLERANCE for d in cap.verified.values()) and len(cap.verified) == 2
 
 
+@pytest.mark.parametrize("impl", ["eager", "sdpa", "attnkit"])
+def test_verify_passes_on_a_left_padded_gpt2_comparing_its_real_queries(impl):
+    """Left padding: a padding query's row is zero or uniform in the capture and, in some releases' eager (4.54,
+    5.0: GPT-2 applies its own causal mask after the padding mask), its causal keys; only real queries count."""
+    model = _model("gpt2")
+    ids = torch.randint(1, V, (2, T))
+    mask = torch.ones(2, T, dtype=torch.long)
+    mask[1, :4] = 0  # left padding
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    model.set_attn_implementation(impl)
+    with torch.no_grad(), capture(model, verify=True) as cap:
+        model(input_ids=ids, attention_mask=mask)
+    assert len(cap.verified) == 2 and all(d <= TOLERANCE for d in cap.verified.values())
+    real = mask.bool()[:, None, :, None]
+    for got, ref in zip(cap.weights.values(), want, strict=True):
+        assert float(((got - ref).abs() * real).max()) < 1e-5
+
+
+def test_only_real_queries_are_compared_and_a_wrong_real_row_still_counts():
+    """real_queries reads the call's mask (boolean or additive); map_difference skips the other rows only."""
+    from attnkit.inspect.hf import real_queries
+    from attnkit.inspect.verify import map_difference
+
+    keep = torch.ones(1, 1, 4, 4, dtype=torch.bool).tril()
+    keep[..., :2, :] = False  # two padding queries
+    keep[..., :, :2] = False
+    additive = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+    module = torch.nn.Module()
+    for m in (keep, additive, additive.masked_fill(~keep, float("-inf"))):
+        assert real_queries(module, m, {}, 4, 4).flatten().tolist() == [False, False, True, True]
+    assert real_queries(module, None, {}, 4, 4) is None
+    ours = torch.zeros(1, 1, 4, 4)
+    ours[..., 2, 2], ours[..., 3, 2:] = 1.0, 0.5
+    ref = ours.clone()
+    ref[..., 0, 0], ref[..., 1, :2] = 1.0, 0.5  # eager's causal keys in the padding rows
+    queries = real_queries(module, keep, {}, 4, 4)
+    assert map_difference(ours, ref) == 1.0 and map_difference(ours, ref, queries) == 0.0
+    ref[..., 3, 2:] = torch.tensor([0.25, 0.75])
+    assert map_difference(ours, ref, queries) == 0.25
+
+
 @pytest.mark.parametrize("name", ["bert", "modernbert", "llama"])
 def test_capture_of_packed_rows_on_the_backend_keeps_each_document_alone(name):
     model, examples, batch = packed_on_the_backend(name)

@@ -56,6 +56,7 @@ CASES: dict[str, Callable[[int], tuple[int, int, int, dict[str, Any]]]] = {
     "dense": lambda t: (2, 2, 2, {"mask": _dense(t)}),
     "window": lambda t: (2, 2, 2, {"mask": create_block_mask(sliding_window_mod(3), None, None, t, t,
                                                               block_size=4)}),
+    "window_causal": lambda t: (2, 2, 2, {**CASES["window"](t)[3], "causal": True}),  # the pairs both allow
     "documents": lambda t: (2, 2, 2, {"mask": create_block_mask(and_mods(causal_mod, document_mod(_docs(t))),
                                                                  None, None, t, t, block_size=4)}),
     "alibi": lambda t: (2, 4, 4, {"causal": True, "score_mod": alibi_mod(4)}),

@@ -31,6 +31,9 @@ def test_bad_calls_are_refused_by_name(two: list[dict[str, Any]]) -> None:
         assert "timeout must be a positive number" in found["timeout"]
         assert "needs a gradient" in found["learned score_mod"]
         assert found["group of one"]
+        assert found["group of one, BlockMask and causal"]
+        if found["hf group of one, BlockMask"] is not None:  # a decoder adds causality to the documents' mask
+            assert found["hf group of one, BlockMask"] <= 1e-12
 
 
 def _lost_in_backward(rank: int, world: int) -> dict[str, Any]:

@@ -46,7 +46,43 @@ def refusals(rank: int, world: int) -> dict[str, Any]:
     alone = [dist.new_group([r]) for r in range(world)][rank]
     out = ring_attention(q, k, v, causal=True, group=alone)
     found["group of one"] = bool(torch.equal(out, attention(q, k, v, causal=True)))
+    # a BlockMask with causal=True: the rule of two or more processes (the pairs both allow) and of attention
+    from attnkit.core.block_mask import create_block_mask, sliding_window_mod
+
+    window = create_block_mask(sliding_window_mod(3), None, None, 8, 8, block_size=4)
+    out = ring_attention(q, k, v, mask=window, causal=True, group=alone)
+    both = attention(q, k, v, mask=window.to_dense() & torch.ones(8, 8, dtype=torch.bool).tril(), backend="math")
+    found["group of one, BlockMask and causal"] = bool(torch.allclose(out, both, atol=1e-6))
+    try:
+        import transformers  # noqa: F401
+        found["hf group of one, BlockMask"] = llama_alone_with_documents(alone)
+    except ImportError:  # the hf extra is not installed
+        found["hf group of one, BlockMask"] = None
     return found
+
+
+def llama_alone_with_documents(alone: Any) -> float:
+    """A tiny LLaMA under context_parallel in a group of one, mask=BlockMask of two documents (no causality: the
+    decoder adds it): the largest difference of its logits to each document run alone (float64)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from attnkit.core.block_mask import create_block_mask, document_mod
+    from attnkit.parallel.hf import context_parallel
+
+    t, cut = 16, 6
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                         attn_implementation="sdpa")).double().eval()
+    ids = torch.randint(0, 64, (1, t), generator=torch.Generator().manual_seed(2))
+    positions = torch.arange(t)[None]
+    docs = create_block_mask(document_mod(torch.tensor([0] * cut + [1] * (t - cut))), None, None, t, t, block_size=4)
+    with torch.no_grad():
+        with context_parallel(model, group=alone, mask=docs, timeout=30):
+            packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits
+        alone_logits = [model(input_ids=ids[:, a:b], position_ids=positions[:, a:b], use_cache=False).logits
+                        for a, b in ((0, cut), (cut, t))]
+    return float((packed - torch.cat(alone_logits, 1)).abs().max())
 
 
 table = torch.zeros(2, requires_grad=True)

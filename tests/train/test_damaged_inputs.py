@@ -150,6 +150,21 @@ def test_weights_of_another_dtype_are_refused_not_converted(run_copy, data_csv) 
     assert result.exit_code == 1 and f"{path} does not fit" in result.output, result.output
 
 
+def test_int64_weights_relabelled_float64_are_named_by_dtype_not_as_nan(run_copy, data_csv) -> None:
+    """int64 values under a float64 label read as NaN (-1's bits) or tiny numbers: a wrong dtype, named so."""
+    import torch
+
+    path = _rewrite_weights(run_copy, lambda v: torch.full_like(v, -1, dtype=torch.int64))
+    data = path.read_bytes()
+    path.unlink()
+    path.write_bytes(data.replace(b'"dtype":"I64"', b'"dtype":"F64"'))  # same length: the offsets hold
+    with pytest.raises(RunFileError, match=r"model\.safetensors does not fit model 'document': wrong dtype for "
+                                           r"\S+ float64 \(expected float32\)"):
+        load_checkpoint(run_copy)
+    result = _invoke("predict", str(run_copy), "a fine film")
+    assert result.exit_code == 1 and "wrong dtype" in result.output and "NaN" not in result.output, result.output
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_nan_weights_in_half_precision_are_refused(run_copy, dtype) -> None:
     import torch

@@ -120,8 +120,8 @@ class TransformerEncoderLayer(nn.Module):
                 ``(B, H, T, T)``; a PyTorch ``src_key_padding_mask`` goes through
                 :func:`attnkit.masks.from_key_padding_mask` first. A
                 :class:`~attnkit.core.masks.BlockMask` for ``(B, H, T, T)`` is passed to
-                the attention as it is (block-sparse path); it takes neither
-                ``bias`` nor ``causal=True`` (build causality into the mask), and
+                the attention as it is (block-sparse path); ``causal=True`` keeps the pairs
+                both allow, a ``bias`` is refused (use a ``score_mod``), and
                 padding goes into it too (``masks.and_mods(..., masks.document_mod(ids))``).
                 The :class:`~attnkit.core.masks.AttentionMask` a model builds once
                 is passed to every layer as it is.

@@ -36,6 +36,7 @@ from attnkit.core.types import MaskMod
 
 __all__ = [
     "BlockMask",
+    "with_causal",
     "MaskMod",
     "create_block_mask",
     "causal_mod",
@@ -512,6 +513,47 @@ class BlockMask:
             raise ValueError(
                 f"BlockMask is on {self.device} but q is on {device}; move it with mask.to({str(device)!r})"
             )
+
+
+def block_kinds(bm: BlockMask) -> Tensor:
+    """Every (query block, key block) pair's kind: 0 empty, 1 full, ``2 + i`` partial block ``i``.
+
+    Shape:
+        returns ``(Bm, Hm, nQ, nK)`` long.
+    """
+    bmb, hm, nq, _ = bm.kv_indices.shape
+    nk = -(-bm.shape[3] // bm.block_size)
+    kinds = torch.zeros(bmb, hm, nq, nk, dtype=torch.long, device=bm.device)
+    return kinds.scatter_reduce(3, bm.kv_indices, bm.elem_index, reduce="amax")  # padding adds 0
+
+
+def with_causal(mask: BlockMask) -> BlockMask:
+    """The pairs of ``mask`` that causal attention also allows: what ``mask`` with ``causal=True`` means.
+
+    Causality is aligned bottom-right, as :func:`attnkit.attention`'s ``causal``
+    (key ``j`` for query ``i`` when ``j <= i + Tk - Tq``). Built on the mask's
+    own blocks (empty stays empty, only blocks that cross the diagonal are read
+    entry by entry) and kept on it (:meth:`BlockMask.cached`).
+
+    Shape:
+        returns a BlockMask of the same shape and block size.
+    """
+    def make() -> BlockMask:
+        kinds, bs = block_kinds(mask), mask.block_size  # (Bm, Hm, nQ, nK)
+        b, h, tq, tk = mask.shape
+        shift = tk - tq
+
+        def mod(b_: Tensor, h_: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            kind = kinds[b_, h_, q_idx // bs, kv_idx // bs]
+            return mask.elements[kind, q_idx % bs, kv_idx % bs] & (kv_idx <= q_idx + shift)
+
+        def rule(x: BlockBounds) -> tuple[Tensor, Tensor]:
+            kind = kinds[x.b, x.h, x.qa // bs, x.ka // bs]
+            return (kind == 0) | (x.ka > x.qz + shift), (kind == 1) & (x.kz <= x.qa + shift)
+
+        return create_block_mask(with_block_rule(mod, rule), b, h, tq, tk, block_size=bs, device=mask.device)
+
+    return mask.cached(("block_mask", "causal"), make)
 
 
 def _chunk_rows(b: int, h: int, nk: int, bs: int) -> int:

@@ -33,7 +33,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from attnkit.core.block_mask import BlockMask
+from attnkit.core.block_mask import BlockMask, with_causal
 from attnkit.core.kernels import dense, gather, runs, tiles
 from attnkit.core.types import ScoreMod
 
@@ -133,11 +133,8 @@ def plan(
         raise TypeError(f"score_mod must be callable, got {type(score_mod).__name__}")
     if isinstance(mask, BlockMask):
         mask.check(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.device)
-        if bias is not None or causal:
-            raise ValueError(
-                "a BlockMask takes neither bias= nor causal=True: build causality into the mask "
-                "(masks.and_mods(masks.causal_mod, ...)) and a bias into score_mod"
-            )
+        if bias is not None:
+            raise ValueError("a BlockMask takes no bias=: put the bias into score_mod (score_mods.bias_mod)")
         if backend == "math":
             return BackendChoice("math", "requested with backend='math'", route="score-mod-math")
         why = f"{100 * mask.sparsity():.0f}% of blocks skipped ({mask.counts['partial']} partial)"
@@ -219,5 +216,7 @@ def choose_backend(
     a BlockMask or a ``score_mod`` takes one of the block-sparse kernels.
     ``probe_kernel`` asks torch which fused kernel it would pick.
     """
+    if causal and isinstance(mask, BlockMask):  # as attention folds it: the pairs both allow
+        mask, causal = with_causal(mask), False
     return plan(q, k, v, mask=mask, bias=bias, causal=causal, dropout=dropout, score_mod=score_mod,
                 return_weights=return_weights, backend=backend, probe_kernel=probe_kernel)

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from attnkit.core import masks as _masks
+from attnkit.core.block_mask import BlockMask, with_causal
 from attnkit.core.dispatch import (
     Backend,
     BackendChoice,
@@ -161,6 +162,9 @@ def attention(
     target = (b, h, tq, tk)
     # the kernels read the pairs, by the one rule of every layer (an AttentionMask's rows come from it too)
     mask = _masks.read_mask(mask, target)
+    if causal and isinstance(mask, BlockMask):  # the mask's pairs that are causal too, as a BlockMask
+        mask.check(b, h, tq, tk, q.device)
+        mask, causal = with_causal(mask), False
     if bias is not None:
         _masks.check_bias(bias, target)
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:

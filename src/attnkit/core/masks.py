@@ -49,6 +49,7 @@ from attnkit.core.block_mask import (
     or_mods,
     prefix_lm_mod,
     sliding_window_mod,
+    with_causal,
 )
 from attnkit.core.rows import rows_with_keys
 from attnkit.core.types import MaskMod
@@ -84,6 +85,7 @@ __all__ = [
     "prefix_lm_mod",
     "and_mods",
     "or_mods",
+    "with_causal",
 ]
 
 Align = Literal["bottom_right", "top_left"]

@@ -51,6 +51,7 @@ from attnkit.inspect.hf import (
     eager_reference,
     hf_weights,
     is_hf_attention,
+    real_queries,
 )
 from attnkit.inspect.hf_returns import RepeatRefused, is_hf_returning, returned_weights
 from attnkit.inspect.own_layers import OWN_LAYERS, CacheCall, own_layer_weights
@@ -250,7 +251,7 @@ class Capture(CaptureViews):
 
     def _record(self, name: str, w: Tensor, q: Tensor | None = None, k: Tensor | None = None,
                 reference: Any = None, role: str | None = None, layout: WindowLayout | None = None,
-                live: bool = False) -> None:
+                live: bool = False, queries: Any = None) -> None:
         n = self._calls.get(name, 0)
         self._calls[name] = n + 1
         key = name if n == 0 else f"{name}#{n}"
@@ -265,7 +266,7 @@ class Capture(CaptureViews):
         if self._verify and n == 0 and reference is not None:
             try:
                 with torch.no_grad():
-                    self.verified[name] = map_difference(w, reference())
+                    self.verified[name] = map_difference(w, reference(), None if queries is None else queries())
                     self._dtypes[name] = w.dtype
             except Exception as exc:  # reported when the capture closes, by module name
                 self._unverifiable[name] = f"{type(exc).__name__}: {exc}"
@@ -481,7 +482,9 @@ def _hf_callback(cap: Capture, names: dict[int, str], pending: set[int]) -> Any:
         except Exception as exc:  # the model's own call must go on: report, do not raise
             cap.missed[name] = f"{type(exc).__name__}: {exc}"
             return
-        cap._record(name, w, query, key, lambda: eager_reference(module, query, key, value, mask, kwargs))
+        tq, tk = query.shape[-2], key.shape[-2]
+        cap._record(name, w, query, key, lambda: eager_reference(module, query, key, value, mask, kwargs),
+                    queries=lambda: real_queries(module, mask, kwargs, tq, tk))
     return callback
 
 

@@ -43,7 +43,7 @@ from attnkit.core.dispatch import weights_kept_for_gradients
 from attnkit.core.functional import attention_weights, safe_softmax
 
 __all__ = ["is_hf_attention", "hf_weights", "check_keywords", "HFPatches", "UnreadableCall", "INERT", "TERMS",
-           "eager_reference", "eager_call", "dense_mask", "BACKEND"]
+           "eager_reference", "eager_call", "dense_mask", "real_queries", "BACKEND"]
 
 Callback = Callable[..., None]
 """Called after each captured call: module, query, key, value, mask, keywords, and a seventh argument, the
@@ -137,6 +137,25 @@ def dense_mask(module: nn.Module, attention_mask: Any, kwargs: dict[str, Any], t
             same = same & masks.causal(tq, tk, device=same.device)
         return same
     return dense & same
+
+
+def real_queries(module: nn.Module, attention_mask: Any, kwargs: dict[str, Any], tq: int, tk: int
+                 ) -> Tensor | None:
+    """True for each query row the call's mask lets attend some key: the real queries, not padding.
+
+    Read from the 4-D mask the call attends with (:func:`dense_mask`: boolean,
+    or additive with the dtype's minimum or ``-inf`` where a key is excluded);
+    ``None`` where the call has no such mask (every row is a real query).
+
+    Shape:
+        returns ``(B|1, H|1, Tq, 1)`` bool or ``None``.
+    """
+    mask = dense_mask(module, attention_mask, kwargs, tq, tk)
+    if not (isinstance(mask, Tensor) and mask.dim() == 4):
+        return None
+    mask = mask[..., :tk]
+    allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    return allowed.any(dim=-1, keepdim=True)
 
 
 def _sink_softmax(scores: Tensor, keep: Tensor | None, sinks: Tensor) -> Tensor:

@@ -21,7 +21,11 @@ attnkit layers, BLOOM, Falcon...     their own weights (``return_weights=True``,
 
 Rows compared: those where the reference is finite and either map holds
 weight (a query that attends to nothing is zero here and uniform or NaN in an
-eager softmax over a fully masked row).
+eager softmax over a fully masked row). A Hugging Face call compares only its
+real queries, the rows its mask lets attend some key (:func:`~attnkit.inspect.hf.real_queries`):
+a padding query's row (left padding) is zero here and, in eager, whatever the
+release makes of a fully masked row (uniform, NaN, or the causal keys of a
+model that applies its own causal mask after the padding mask).
 """
 
 from __future__ import annotations
@@ -58,11 +62,14 @@ class CaptureMismatch(ValueError):
     """A recorded map differs from the plain computation of the same call (the modules are named)."""
 
 
-def map_difference(ours: Tensor, ref: Tensor) -> float:
+def map_difference(ours: Tensor, ref: Tensor, queries: Tensor | None = None) -> float:
     """Largest ``|ours - ref|`` over the rows both can be compared on (see the module docstring).
 
+    ``queries`` marks the real query rows (``None``: every row may be one); the others are not compared.
+
     Shape:
-        both ``(B, H, Tq, Tk)``; a shape mismatch is infinitely different.
+        both ``(B, H, Tq, Tk)``, queries broadcasting to ``(B, H, Tq, 1)``; a shape mismatch is
+        infinitely different.
     """
     if ours.shape != ref.shape:
         return float("inf")
@@ -70,6 +77,8 @@ def map_difference(ours: Tensor, ref: Tensor) -> float:
     finite = torch.isfinite(b).all(dim=-1, keepdim=True)
     spread = (b.amax(dim=-1, keepdim=True) - b.amin(dim=-1, keepdim=True)) > 1e-7
     rows = finite & ((a.sum(dim=-1, keepdim=True) > 0.5) | spread)
+    if queries is not None:
+        rows = rows & queries.to(rows.device)
     if not bool(rows.any()):
         return 0.0
     return float((a - torch.nan_to_num(b)).abs().masked_select(rows.expand_as(a)).max())

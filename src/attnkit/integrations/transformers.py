@@ -42,9 +42,12 @@ the backend only from a later release (:data:`FAMILY_SINCE`), is refused by
 family too early for its release is refused at its first attention call, and
 so is a family whose layers never see the position ids
 (:data:`POSITIONS_UNSEEN`) outside a watched forward; a model whose layers never
-call the interface (DeBERTa-v2, BLOOM, Falcon, GPT-Neo in 5.24) can only be
-refused by :func:`check_model` (transformers itself warns on
-``set_attn_implementation`` and keeps the model's own attention).
+call the interface (DeBERTa-v2, BLOOM, Falcon, GPT-Neo in 5.24) is refused by
+:func:`check_model`, and, built with ``attn_implementation="attnkit"``, as it is
+built (:func:`_on_child`, a torch module-registration hook, with a family too
+early for its release); switched with ``set_attn_implementation`` only
+:func:`check_model` can refuse it (transformers itself warns and keeps the
+model's own attention).
 
 **Documents.** Where the position ids restart (the next id not greater than
 the one before: :func:`document_ids`), a query attends only its own document,
@@ -187,6 +190,13 @@ def register() -> None:
     AttentionInterface.register(NAME, attnkit_attention_forward)
     builder = attnkit_mask if _version() >= Q_LENGTH_SINCE else attnkit_mask_from_cache_position
     AttentionMaskInterface.register(NAME, builder)
+    global _BUILT_HOOK
+    if _BUILT_HOOK is None:
+        _BUILT_HOOK = torch.nn.modules.module.register_module_module_registration_hook(_on_child)
+
+
+_BUILT_HOOK: Any = None
+"""The handle of :func:`_on_child`, registered once with torch."""
 
 
 def check_model(model: _M) -> _M:
@@ -214,31 +224,60 @@ def check_model(model: _M) -> _M:
     modules: list[Any] = list(model.modules()) if isinstance(model, torch.nn.Module) else [model]
     for m in modules:
         cls = m if isinstance(m, type) else type(m)
-        if not issubclass(cls, PreTrainedModel):
-            continue
-        _refuse_too_early(cls.__name__, _family(cls))
-        if not cls._can_set_attn_implementation():
-            raise HFBackendError(
-                f"{cls.__name__} cannot use attn_implementation='attnkit': its attention layers do not call "
-                "transformers' attention interface (AttentionInterface), so they would keep their own attention; "
-                "use attn_implementation='eager' or 'sdpa' for this model"
-            )
+        if issubclass(cls, PreTrainedModel):
+            _refuse_class(cls)
     for m in modules:
         if isinstance(m, PreTrainedModel):
             watch_positions(m)
     return model
 
 
+_CHECK_MODEL = "attnkit.integrations.transformers.check_model(model) names every model the backend refuses"
+
+
+def _refuse_class(cls: type) -> None:
+    """Raise :class:`HFBackendError` naming ``cls``, its family and ``check_model`` unless its layers run on the
+    backend: the family runs from this release (:data:`FAMILY_SINCE`) and its attention layers call the interface."""
+    _refuse_too_early(cls.__name__, _family(cls))
+    if not cls._can_set_attn_implementation():  # type: ignore[attr-defined]
+        raise HFBackendError(
+            f"{cls.__name__} (model family {_family(cls)!r}) cannot use attn_implementation='attnkit': its attention "
+            "layers do not call transformers' attention interface (AttentionInterface), so they would keep their "
+            f"own attention; use attn_implementation='eager' or 'sdpa' for this model ({_CHECK_MODEL})"
+        )
+
+
 def _refuse_too_early(name: str, family: str) -> None:
-    """Raise :class:`HFBackendError` naming ``name`` if ``family`` runs on the backend only from a later release."""
+    """Raise :class:`HFBackendError` naming ``name`` and ``family`` if the family runs on the backend only from a
+    later release."""
     since = FAMILY_SINCE.get(family)
     if since is not None and _version() < since:
         raise HFBackendError(
-            f"{name} cannot use attn_implementation='attnkit' in transformers "
+            f"{name} (model family {family!r}) cannot use attn_implementation='attnkit' in transformers "
             f"{'.'.join(map(str, _version()))}: its attention layers call transformers' attention interface "
             f"with the mask builder's masks from transformers {since[0]}.{since[1]} on; upgrade transformers, "
-            "or use attn_implementation='eager' or 'sdpa' for this model"
+            f"or use attn_implementation='eager' or 'sdpa' for this model ({_CHECK_MODEL})"
         )
+
+
+def _on_child(module: torch.nn.Module, name: str, child: Any) -> None:
+    """torch's module-registration hook: a ``PreTrainedModel`` built with ``attn_implementation="attnkit"`` is
+    checked (:func:`_refuse_class`) as its first submodule is set, before its layers are built.
+
+    Families whose layers keep their own attention pick an attention class by the implementation's name while
+    they are built (GPT-Neo, Falcon; BERT, DistilBERT, ModernBERT before 5.0) and would fail with
+    ``KeyError: 'attnkit'`` from inside transformers; others (BLOOM, T5 before 5.15) would load and then
+    fail at their first forward on the mask builder's BlockMask, or run their own attention. All are refused
+    here by name, as :func:`check_model` refuses them.
+    """
+    state = module.__dict__
+    if state.get("_attnkit_built") or getattr(state.get("config"), "_attn_implementation", None) != NAME:
+        return
+    from transformers import PreTrainedModel
+
+    if isinstance(module, PreTrainedModel):
+        state["_attnkit_built"] = True
+        _refuse_class(type(module))
 
 
 def _family(cls: type) -> str:
@@ -257,7 +296,7 @@ def _check_layer(module: torch.nn.Module) -> None:
     """
     family = _family(type(module))
     if not torch.compiler.is_compiling():
-        _refuse_too_early(f"{type(module).__name__} (model family {family!r})", family)
+        _refuse_too_early(type(module).__name__, family)
     if family in POSITIONS_UNSEEN and not _watching():
         raise HFBackendError(
             f"{type(module).__name__} (model family {family!r}) never receives the position ids, so "

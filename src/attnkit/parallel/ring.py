@@ -310,7 +310,8 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: MaskLike = None, ca
         mask: what :func:`attnkit.attention` takes for the **full** sequence ``(B, H, T, T)``:
             a boolean mask (True = may attend), lengths, a ``BlockMask`` (windows,
             documents), an ``AttentionMask``.
-        causal: forbid attention to later positions (global positions).
+        causal: forbid attention to later positions (global positions); beside a mask (a BlockMask
+            too, with one process or many) the pairs both allow.
         scale: logit scale, default ``1 / sqrt(Dh)``.
         score_mod: ``score_mod(score, b, h, q_idx, kv_idx)`` with global positions
             (ALiBi, soft-capping); gradients reach q, k and v.

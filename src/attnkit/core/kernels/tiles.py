@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.core.block_mask import BlockMask
+from attnkit.core.block_mask import BlockMask, block_kinds
 from attnkit.core.rows import rows_with_keys
 from attnkit.core.score_mods import apply_score_mod, bias_of, refuse_non_finite
 from attnkit.core.types import BiasFn, ScoreMod
@@ -56,18 +56,6 @@ class _Tile:
     c0: int = 0  # the columns [c0, c1) of the span hold its blocks that are not full
     c1: int = 0
     kinds: Tensor | None = None  # (Bm, Hm, nb, nj) kinds of those blocks; None when every block is full
-
-
-def block_kinds(bm: BlockMask) -> Tensor:
-    """Every (query block, key block) pair's kind: 0 empty, 1 full, ``2 + i`` partial block ``i``.
-
-    Shape:
-        returns ``(Bm, Hm, nQ, nK)`` long.
-    """
-    bmb, hm, nq, _ = bm.kv_indices.shape
-    nk = -(-bm.shape[3] // bm.block_size)
-    kinds = torch.zeros(bmb, hm, nq, nk, dtype=torch.long, device=bm.device)
-    return kinds.scatter_reduce(3, bm.kv_indices, bm.elem_index, reduce="amax")  # padding adds 0
 
 
 def tile_plan(bm: BlockMask | None, b: int, h: int, tq: int, tk: int, elements: int | None = None
@@ -300,9 +288,10 @@ def _bias_tile(bm: BlockMask | None, t: _Tile, bias_fn: BiasFn, b: int, h: int, 
     return bias, row_ok
 
 
-def _flash_cpu(q: Tensor, k: Tensor) -> bool:
-    """Whether torch's CPU flash kernel can be called with its log-sum-exp (no recompute in backward)."""
-    return q.device.type == "cpu" and q.shape[1] == k.shape[1] and hasattr(
+def _flash_cpu(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether torch's CPU flash kernel can be called with its log-sum-exp (no recompute in backward): as many
+    key/value heads as query heads, and values as wide as queries."""
+    return q.device.type == "cpu" and q.shape[1] == k.shape[1] and q.shape[-1] == v.shape[-1] and hasattr(
         torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
 
 
@@ -312,7 +301,7 @@ class _FusedBias(torch.autograd.Function):
                 bias_fn: BiasFn, tiles: list[_Tile]) -> Tensor:
         b, h, tq, _ = q.shape
         out = torch.zeros(b, h, tq, v.shape[-1], dtype=q.dtype, device=q.device)
-        flash = _flash_cpu(q, k)
+        flash = _flash_cpu(q, k, v)
         wide = torch.promote_types(q.dtype, torch.float32)  # the log-sum-exp: float64 for float64 inputs
         lse = torch.zeros(b, h, tq, dtype=wide, device=q.device) if flash else None
         for t in tiles:

@@ -55,7 +55,7 @@ from attnkit.train.runs.rundir import (
     require_finished,
     run_status,
 )
-from attnkit.train.runs.tensors import load_tensors, load_weights_into, save_tensors, unwrap
+from attnkit.train.runs.tensors import check_tensors_fit, load_tensors, load_weights_into, save_tensors, unwrap
 from attnkit.train.runs.train_state import (
     STATE_DIR,
     STATE_FILES,
@@ -251,7 +251,8 @@ def load_checkpoint(
             raise
         raise RunFileError(f"{folder / 'config.json'} holds a model config that does not build: {err}") from None
     weights = folder / "model.safetensors"
-    load_weights_into(model, load_finite_tensors(weights), weights, f"model {meta['model_name']!r}")
+    what = f"model {meta['model_name']!r}"
+    load_weights_into(model, load_finite_tensors(weights, model.state_dict(), what), weights, what)
     model.to(device).eval()
     tokenizer, label_vocab = load_run_vocabularies(directory, meta)
     return model, tokenizer, label_vocab, meta
@@ -307,9 +308,16 @@ def _int_fields(config: dict[str, Any], prefix: str = "") -> list[tuple[int, str
     return found
 
 
-def load_finite_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of the weights file ``path`` (:func:`load_tensors`), refused when one holds NaN or infinity."""
+def load_finite_tensors(path: Path, own: dict[str, torch.Tensor] | None = None,
+                        what: str = "the model") -> dict[str, torch.Tensor]:
+    """The tensors of the weights file ``path`` (:func:`load_tensors`), refused when one holds NaN or infinity.
+
+    With ``own`` (the state dict of the model they are for) a tensor of another shape or dtype is refused
+    first (:func:`check_tensors_fit`): int64 values relabelled float64 read as NaN, and are a damaged file,
+    not a diverged training."""
     tensors = load_tensors(path)
+    if own is not None:
+        check_tensors_fit(own, tensors, path, what)
     refuse_non_finite_file(path, non_finite_names(tensors))
     return tensors
 

@@ -417,7 +417,8 @@ def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False
         vocab = CaptionVocab.from_dict(meta["vocab"])
     except (KeyError, TypeError, ValueError) as err:
         raise ckpt.RunFileError(f"{folder / 'config.json'} holds a config that does not build: {err}") from None
-    ckpt.load_weights_into(model, ckpt.load_finite_tensors(weights), weights, "the captioner of its config.json")
+    what = "the captioner of its config.json"
+    ckpt.load_weights_into(model, ckpt.load_finite_tensors(weights, model.state_dict(), what), weights, what)
     return model.eval(), vocab, meta
 
 

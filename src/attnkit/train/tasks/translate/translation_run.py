@@ -29,7 +29,6 @@ from attnkit.train.runs import fileops
 from attnkit.train.runs.run import save_run
 from attnkit.train.runs.run_files import check_run_config, check_tokenizer_fits, settings_check
 from attnkit.train.runs.rundir import RunFileError, RunWriter
-from attnkit.train.runs.tensors import check_tensors_fit
 from attnkit.train.tasks.translate.settings import BEAM_SIZE, LENGTH_PENALTY
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
@@ -186,8 +185,7 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     except (KeyError, TypeError, ValueError) as err:
         raise RunFileError(f"{folder / 'config.json'} holds a model config that does not build: {err}") from None
     try:
-        tensors = ckpt.load_finite_tensors(weights)
-        check_tensors_fit(model.state_dict(), tensors, weights, f"the model of {folder / 'config.json'}")
+        tensors = ckpt.load_finite_tensors(weights, model.state_dict(), f"the model of {folder / 'config.json'}")
         model.load_saved_tensors(tensors)
     except (RuntimeError, ValueError) as err:
         if isinstance(err, RunFileError):
