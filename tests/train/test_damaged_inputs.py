@@ -166,6 +166,26 @@ def test_int64_weights_relabelled_float64_are_named_by_dtype_not_as_nan(run_copy
     assert result.exit_code == 1 and "wrong dtype" in result.output and "NaN" not in result.output, result.output
 
 
+@pytest.mark.parametrize("kind", ["translation", "captioning"])
+def test_the_translation_and_caption_loaders_name_a_wrong_dtype_not_nan(tmp_path, kind) -> None:
+    """int64 weights relabelled float64 in a translation or captioning run: named as a wrong dtype."""
+    import torch
+
+    import attnkit
+    from tests.train.test_run_digests import KINDS
+
+    run = KINDS[kind](tmp_path / "run")
+    path = _rewrite_weights(run, lambda v: torch.full_like(v, -1, dtype=torch.int64))
+    data = path.read_bytes()
+    path.unlink()
+    path.write_bytes(data.replace(b'"dtype":"I64"', b'"dtype":"F64"'))
+    recorded(path)
+    with pytest.raises(RunFileError, match=r"model\.safetensors does not fit .*wrong dtype for \S+ float64 "
+                                           r"\(expected float32\)") as err:
+        attnkit.load_run(run)
+    assert "NaN" not in str(err.value)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_nan_weights_in_half_precision_are_refused(run_copy, dtype) -> None:
     import torch
