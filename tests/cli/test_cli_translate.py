@@ -313,16 +313,21 @@ def test_train_translate_resume_flag(tmp_path: Path, monkeypatch: pytest.MonkeyP
     other = tmp_path / "other.en"
     other.write_text(tgt.read_text(encoding="utf-8").replace("a", "b", 1), encoding="utf-8")
     before = (committed_dir(out) / "config.json").read_bytes()
-    changed = CliRunner().invoke(train_translate, [*[str(other) if a == str(tgt) else a for a in base], "--resume"])
+    data = ["--src", str(src), "--tgt", str(tgt), "--out", str(out)]
+    changed = CliRunner().invoke(train_translate, ["--src", str(src), "--tgt", str(other), "--out", str(out), "--resume"])
     assert changed.exit_code == 1 and f"--tgt {other.resolve()} is not the data run" in changed.output, changed.output
     assert (committed_dir(out) / "config.json").read_bytes() == before
     both = CliRunner().invoke(train_translate, [*base, "--resume", "--overwrite"])
     assert both.exit_code == 2 and "give one" in both.output
-    result = CliRunner().invoke(train_translate, [*base, "--resume"])
+    # the one resume rule: a setting flag is refused by name, never ignored; --epochs may grow, and says so
+    flags = CliRunner().invoke(train_translate, [*base, "--resume"])
+    assert flags.exit_code == 2 and "does not take --d-model, --num-heads" in flags.output, flags.output
+    assert (committed_dir(out) / "config.json").read_bytes() == before
+    result = CliRunner().invoke(train_translate, [*data, "--resume", "--epochs", "3"])
     assert result.exit_code == 0, result.output
-    assert "resuming" in result.output
+    assert f"--epochs 3: {out} planned 2 epochs and now trains 3" in result.output and "resuming" in result.output
     meta = json.loads((committed_dir(out) / "config.json").read_text())
-    assert [h["epoch"] for h in meta["history"]] == [1, 2] and meta["status"] == "done"
+    assert [h["epoch"] for h in meta["history"]] == [1, 2, 3] and meta["status"] == "done"
     assert meta["model_config"]["layer"]["attention_dropout"] == 0.0
-    again = CliRunner().invoke(train_translate, [*base, "--resume"])
+    again = CliRunner().invoke(train_translate, [*data, "--resume"])
     assert again.exit_code == 0 and "finished training already" in again.output

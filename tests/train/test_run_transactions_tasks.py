@@ -194,7 +194,9 @@ def test_caption_overwrite_killed_keeps_the_old_run_and_unfinished_runs_say_so(
     assert "unfinished (epoch 1 of 2)" in served.stderr and served.stdout.strip()
 
     # --resume finishes it with the weights of an uninterrupted run of the same settings
-    resumed = CliRunner().invoke(train_caption, ["--out", str(out), "--resume", "--epochs", "9"])
+    ignored = CliRunner().invoke(train_caption, ["--out", str(out), "--resume", "--epochs", "9"])
+    assert ignored.exit_code == 2 and "does not take --epochs" in ignored.output  # refused, never ignored
+    resumed = CliRunner().invoke(train_caption, ["--out", str(out), "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert status(out) == "done"
     straight = tmp_path / "straight"

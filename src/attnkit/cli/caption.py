@@ -30,7 +30,13 @@ import click
 
 from attnkit._lazy import missing_extra_message
 from attnkit.cli.messages import echo, friendly_errors, require_room_for_torch
-from attnkit.cli.options import allow_unfinished_option, refusing_memory_option, settings_options, task_option
+from attnkit.cli.options import (
+    allow_unfinished_option,
+    refuse_resume_flags,
+    refusing_memory_option,
+    settings_options,
+    task_option,
+)
 from attnkit.train.tasks.caption.caption_settings import CaptionSettings
 
 __all__ = ["train_caption", "caption"]
@@ -45,7 +51,8 @@ __all__ = ["train_caption", "caption"]
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @settings_options(CaptionSettings)
 @click.option("--resume", is_flag=True,
-              help="Continue the unfinished run in --out with its saved settings (other flags ignored).")
+              help="Continue the unfinished run in --out with its saved settings (other setting flags are "
+                   "refused).")
 @click.option("--quiet", "-q", is_flag=True, help="No per-epoch lines.")
 @refusing_memory_option
 @friendly_errors
@@ -69,6 +76,8 @@ def train_caption(**values: Any) -> None:
         raise click.UsageError("--data (a Flickr8k folder) and --images/--captions exclude each other")
     if values["resume"] and values["overwrite"]:
         raise click.UsageError("--resume and --overwrite exclude each other")
+    if values["resume"]:
+        refuse_resume_flags(click.get_current_context(), values["out"], {"out", "resume", "quiet", "max_memory"})
     settings = CaptionSettings.from_flat(values)
     try:
         done = train_caption_run(settings, values["out"], resume=values["resume"], overwrite=values["overwrite"],

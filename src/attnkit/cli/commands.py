@@ -31,6 +31,7 @@ from attnkit.cli.options import (
     ratio_option,
     reader_kwargs,
     reader_options,
+    refuse_resume_flags,
     task_option,
     train_options,
 )
@@ -206,24 +207,6 @@ def _changes(saved: dict[str, Any], plan: Any) -> list[str]:
 RESUME_FLAGS = {"out", "resume", "quiet", "data", "val_path", "test_path", "max_memory", "baseline"}
 
 
-def _refuse_ignored_flags(ctx: click.Context, out: Path) -> None:
-    """``--resume`` trains with the run's saved settings: a flag it would ignore (``--epochs 20``) is an
-    error naming it, never silently dropped. (A ``--config`` file's values are left alone: the file the run
-    was started with may be given again.)"""
-    from click.core import ParameterSource
-
-    given = [p for p in ctx.command.params
-             if isinstance(p, click.Option) and p.name not in RESUME_FLAGS and p.expose_value
-             and ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE,  # type: ignore[arg-type]
-                                                      ParameterSource.ENVIRONMENT)]
-    if given:
-        flags = ", ".join(max(p.opts, key=len) for p in given)
-        raise click.UsageError(
-            f"--resume continues {out} with its saved settings and does not take {flags}; leave "
-            f"{'it' if len(given) == 1 else 'them'} out to resume, or start a new run (another --out, or "
-            "--overwrite) with the new settings")
-
-
 # --- train ---------------------------------------------------------------------------------------
 
 
@@ -285,7 +268,7 @@ def train(ctx: click.Context, **values: Any) -> None:
         raise click.UsageError("--resume and --overwrite exclude each other")
     out = Path(values["out"])
     if values["resume"]:
-        _refuse_ignored_flags(ctx, out)
+        refuse_resume_flags(ctx, out, RESUME_FLAGS)
         plan = _resume_plan(out, values)
         if plan is None:
             click.echo(f"{out} finished training already; nothing to resume (it was left as it is)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,7 +36,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["SEED", "settings_options", "Duration", "baseline_option", "memory_option", "refusing_memory_option",
            "MemorySize", "LibraryDefaultOption", "resolve_default", "ratio_option",
-           "config_keys", "allow_unfinished_option", "load_run", "task_option", "config_option",
+           "config_keys", "allow_unfinished_option", "load_run", "task_option", "config_option", "refuse_resume_flags",
            "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
            "reader_kwargs", "report_skipped_rows"]
@@ -449,6 +449,27 @@ def load_run(run: str, allow_unfinished: bool) -> tuple[Any, Any, Any, dict[str,
     if meta.get("notice"):
         click.echo(meta["notice"], err=True)
     return model, tokenizer, labels, meta
+
+
+def refuse_resume_flags(ctx: click.Context, run: Any, keep: Collection[str]) -> list[str]:
+    """The one rule of ``--resume`` for every task: the run goes on with its saved settings, so a flag it
+    would not use is an error naming it, never silently dropped; ``keep`` names the options a resume reads
+    (where the run and its data are, how to report, and a setting the task lets grow, such as ``epochs``).
+    Returns the names of the ``keep`` options the command was given. (A ``--config`` file's values are left
+    alone: the file the run was started with may be given again.)"""
+    from click.core import ParameterSource
+
+    given = [p for p in ctx.command.params
+             if isinstance(p, click.Option) and p.expose_value and p.name is not None
+             and ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
+    refused = [p for p in given if p.name not in keep]
+    if refused:
+        flags = ", ".join(max(p.opts, key=len) for p in refused)
+        raise click.UsageError(
+            f"--resume continues {run} with its saved settings and does not take {flags}; leave "
+            f"{'it' if len(refused) == 1 else 'them'} out to resume, or start a new run (another --out, or "
+            "--overwrite) with the new settings")
+    return [str(p.name) for p in given]
 
 
 def task_option(task: str) -> Callable[[F], F]:

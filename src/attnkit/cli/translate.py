@@ -8,13 +8,20 @@ Both commands are thin layers over :mod:`attnkit.train.tasks.translate.translati
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
 import click
 
 from attnkit.cli.messages import echo, friendly_errors, require_room_for_torch
-from attnkit.cli.options import allow_unfinished_option, refusing_memory_option, settings_options, task_option
+from attnkit.cli.options import (
+    allow_unfinished_option,
+    refuse_resume_flags,
+    refusing_memory_option,
+    settings_options,
+    task_option,
+)
 from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.tasks.translate.settings import (
     BEAM_SIZE,
@@ -45,7 +52,8 @@ __all__ = ["train_translate", "translate"]
 @settings_options(TranslationTrainConfig, only=TRAINING_FLAGS)
 @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
 @click.option("--resume", is_flag=True,
-              help="Go on with the interrupted run in --out after its last finished epoch (same settings).")
+              help="Go on with the interrupted run in --out after its last finished epoch, with its saved settings "
+                   "(other setting flags are refused; --epochs may grow).")
 @refusing_memory_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 @friendly_errors
@@ -60,21 +68,30 @@ def train_translate(**v: Any) -> None:
     require_room_for_torch()
     from attnkit.cli.rundata import RUN_FLAGS
     from attnkit.data.parallel import read_parallel
-    from attnkit.train.runs.rundir import RunLockedError
+    from attnkit.train.runs.rundir import RunLockedError, read_run_config
     from attnkit.train.tasks.translate.translation import fit_translation
 
     if (v["val_src"] is None) != (v["val_tgt"] is None):
         raise click.UsageError("give both --val-src and --val-tgt, or neither")
     if v["resume"] and v["overwrite"]:
         raise click.UsageError("--resume continues the run in --out and --overwrite replaces it; give one")
-    if v["resume"] and _finished(v["out"]):
-        click.echo(f"{v['out']} finished training already; nothing to resume (it was left as it is)")
-        return
+    given: list[str] = []
+    if v["resume"]:
+        given = refuse_resume_flags(click.get_current_context(), v["out"], RESUME_READS)
+        if _finished(v["out"]):
+            click.echo(f"{v['out']} finished training already; nothing to resume (it was left as it is)")
+            return
+        if "epochs" in given:
+            _say_more_epochs(v["out"], v["epochs"])
     data = _data_record(v)
     train = read_parallel(v["src_path"], v["tgt_path"])
     val = read_parallel(v["val_src"], v["val_tgt"]) if v["val_src"] else None
     settings = TranslationSettings.from_flat(v)
-    if not v["resume"]:
+    if v["resume"]:  # the run's own training settings, with --epochs if given (the model's come from the run)
+        saved = TranslationTrainConfig.from_dict(read_run_config(v["out"])["train_config"])
+        training = dataclasses.replace(saved, epochs=v["epochs"]) if "epochs" in given else saved
+        settings = dataclasses.replace(settings, training=training)
+    else:
         notice = warmup_notice(train.sources, train.targets, v["max_tokens"], v["epochs"], v["warmup_steps"])
         if notice is not None:
             click.echo(notice, err=True)
@@ -93,6 +110,18 @@ def train_translate(**v: Any) -> None:
 
 
 DATA_FLAGS = {"src": "--src", "tgt": "--tgt", "val_src": "--val-src", "val_tgt": "--val-tgt"}
+# What ``--resume`` reads besides the saved settings (refuse_resume_flags): the run, its data, how to report,
+# and --epochs, which may grow.
+RESUME_READS = {"out", "resume", "quiet", "max_memory", "src_path", "tgt_path", "val_src", "val_tgt", "epochs"}
+
+
+def _say_more_epochs(out: str, epochs: int) -> None:
+    """A resumed run told ``--epochs``: applied and said in one line (the run's plan when it is the same)."""
+    from attnkit.train.runs.rundir import read_run_config
+
+    planned = (read_run_config(out).get("progress") or {}).get("epochs")
+    if planned != epochs:
+        click.echo(f"--epochs {epochs}: {out} planned {planned} epochs and now trains {epochs}")
 
 
 def _data_record(v: dict[str, Any]) -> dict[str, Any]:
