@@ -136,7 +136,11 @@ def _own(x: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 def score_index(b: int, h: int, span: tuple[int, int, int, int], device: torch.device
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """A score_mod's ``(b, h, q_idx, kv_idx)`` for queries ``[qa, qb)`` and keys ``[ka, kb)`` of ``span``."""
+    """A score_mod's ``(b, h, q_idx, kv_idx)`` for queries ``[qa, qb)`` and keys ``[ka, kb)`` of ``span``.
+
+    Shape:
+        returns ``(B, 1, 1, 1)``, ``(1, H, 1, 1)``, ``(1, 1, qb - qa, 1)``, ``(1, 1, 1, kb - ka)`` int64.
+    """
     qa, qb, ka, kb = span
     return (torch.arange(b, device=device).view(b, 1, 1, 1), torch.arange(h, device=device).view(1, h, 1, 1),
             torch.arange(qa, qb, device=device).view(1, 1, -1, 1),
