@@ -40,7 +40,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "train": BASE | {"models", "blocks", "layers", "core", "positional", "decoding", "data",
                      "reference", "attribution"},
     "viz": BASE,
-    "inspect": BASE | {"layers", "core", "viz"},
+    # integrations: the Hugging Face forward's position ids (integrations.positions, torch only)
+    "inspect": BASE | {"layers", "core", "viz", "integrations"},
     "bench": BASE | {"core", "layers", "positional"},
     # context parallelism: the core's masks and score mods over torch.distributed, and the
     # layers it runs through the ring (context_parallel); nothing below imports it

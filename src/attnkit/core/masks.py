@@ -33,7 +33,6 @@ Shape legend: B batch, H heads, Tq query length, Tk key length.
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Sequence
 from typing import Literal
 
@@ -59,7 +58,6 @@ __all__ = [
     "causal",
     "from_lengths",
     "restart_documents",
-    "FORWARD_POSITION_IDS",
     "sliding_window",
     "combine",
     "to_additive",
@@ -182,12 +180,6 @@ def from_lengths(lengths: Tensor | Sequence[int], max_len: int | None = None) ->
     j = torch.arange(max_len, device=lengths_t.device)  # (Tk,)
     valid = j.unsqueeze(0) < lengths_t.unsqueeze(1)  # (B, Tk)
     return valid[:, None, None, :]  # (B, 1, 1, Tk)
-
-
-FORWARD_POSITION_IDS: contextvars.ContextVar[Tensor | None] = contextvars.ContextVar(
-    "attnkit_forward_position_ids", default=None)
-"""The ``position_ids`` of the Hugging Face model forward running on the attnkit backend (this thread or task):
-set by :func:`attnkit.integrations.transformers.watch_positions`, read where a layer passes none."""
 
 
 def restart_documents(position_ids: Tensor) -> Tensor | None:

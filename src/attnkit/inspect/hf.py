@@ -41,6 +41,7 @@ from attnkit.core import masks
 from attnkit.core.block_mask import BlockMask
 from attnkit.core.dispatch import weights_kept_for_gradients
 from attnkit.core.functional import attention_weights, safe_softmax
+from attnkit.integrations.positions import FORWARD_POSITION_IDS
 
 __all__ = ["is_hf_attention", "hf_weights", "check_keywords", "HFPatches", "UnreadableCall", "INERT", "TERMS",
            "eager_reference", "eager_call", "dense_mask", "real_queries", "BACKEND"]
@@ -122,7 +123,7 @@ def dense_mask(module: nn.Module, attention_mask: Any, kwargs: dict[str, Any], t
     dense = attention_mask.to_dense() if isinstance(attention_mask, BlockMask) else attention_mask
     position_ids = kwargs.get("position_ids")
     if position_ids is None:  # a model that keeps them from its layers (ModernBERT): its forward's
-        position_ids = masks.FORWARD_POSITION_IDS.get()
+        position_ids = FORWARD_POSITION_IDS.get()
     on_backend = getattr(getattr(module, "config", None), "_attn_implementation", None) == BACKEND
     if (not on_backend or not isinstance(position_ids, Tensor) or position_ids.dim() != 2 or tq != tk
             or position_ids.shape[-1] != tq or not (attention_mask is None or isinstance(attention_mask, BlockMask))):

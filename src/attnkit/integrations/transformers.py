@@ -100,9 +100,10 @@ from attnkit.core.block_mask import (
     with_block_rule,
 )
 from attnkit.core.functional import attention
-from attnkit.core.masks import FORWARD_POSITION_IDS, restart_documents
+from attnkit.core.masks import restart_documents
 from attnkit.core.score_mods import bias_mod, soft_cap_mod
 from attnkit.core.types import MaskMod, ScoreMod
+from attnkit.integrations.positions import FORWARD_POSITION_IDS
 from attnkit.parallel.hf import context_parallel  # one sequence across processes (docs/context-parallel.md)
 
 __all__ = ["NAME", "SUPPORTED", "FAMILY_SINCE", "POSITIONS_UNSEEN", "HFBackendError", "register", "check_model",

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnkit.core.kernels.tiles import score_index
 from attnkit.core.score_mods import apply_score_mod, bias_of, refuse_non_finite
 from attnkit.core.types import ScoreMod
 from attnkit.parallel.pairs import Allowed, GlobalPairs
@@ -73,14 +74,6 @@ def fusable(q: Tensor, v: Tensor, score_mod: ScoreMod | None) -> bool:
             and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"))
 
 
-def _index(b: int, h: int, span: tuple[int, int, int, int], device: torch.device) -> tuple[Tensor, ...]:
-    """A score_mod's ``(b, h, q_idx, kv_idx)`` for queries ``[qa, qb)`` and keys ``[ka, kb)`` (global positions)."""
-    qa, qb, ka, kb = span
-    return (torch.arange(b, device=device).view(b, 1, 1, 1), torch.arange(h, device=device).view(1, h, 1, 1),
-            torch.arange(qa, qb, device=device).view(1, 1, -1, 1),
-            torch.arange(ka, kb, device=device).view(1, 1, 1, -1))
-
-
 def _additive(allowed: Allowed, m: BlockMath, span: tuple[int, int, int, int], b: int, h: int,
               device: torch.device) -> Tensor | None:
     """A tile's additive mask for the fused kernel: the bias_mod's term, ``-inf`` where not allowed.
@@ -93,7 +86,7 @@ def _additive(allowed: Allowed, m: BlockMath, span: tuple[int, int, int, int], b
         bias_fn = bias_of(m.score_mod)
         assert bias_fn is not None
         qa, qb, ka, kb = span
-        idx = _index(b, h, span, device)
+        idx = score_index(b, h, span, device)
         bias = torch.broadcast_to(bias_fn(*idx), (b, h, qb - qa, kb - ka)).to(m.dtype)
         refuse_non_finite("score_mod", bias, None, idx)
     if isinstance(allowed, Tensor):
@@ -157,7 +150,7 @@ def _scores(qt: Tensor, k: Tensor, span: tuple[int, int, int, int], m: BlockMath
     raw = (qg @ k.to(m.dtype).unsqueeze(2).transpose(-1, -2)).reshape(b, h, tq, tk) * m.scale
     s, src = raw, None
     if m.score_mod is not None:
-        idx = _index(b, h, span, qt.device)
+        idx = score_index(b, h, span, qt.device)
         if grad and bias_of(m.score_mod) is None:  # backward needs the score_mod's vector-Jacobian product
             src = raw.requires_grad_()
         with torch.enable_grad() if src is not None else contextlib.nullcontext():

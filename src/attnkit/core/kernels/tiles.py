@@ -37,7 +37,8 @@ from attnkit.core.rows import rows_with_keys
 from attnkit.core.score_mods import apply_score_mod, bias_of, refuse_non_finite
 from attnkit.core.types import BiasFn, ScoreMod
 
-__all__ = ["tiled_attention", "tile_plan", "block_kinds", "TILE_ELEMENTS", "FUSED_TILE_ELEMENTS", "captures_gradients"]
+__all__ = ["tiled_attention", "tile_plan", "block_kinds", "TILE_ELEMENTS", "FUSED_TILE_ELEMENTS", "captures_gradients",
+           "score_index"]
 
 TILE_ELEMENTS = 1 << 22
 """Scores computed at once (B * H * tq * S) on the step-by-step path, 16 MiB in float32 (at least one block)."""
@@ -133,10 +134,21 @@ def _own(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     return x.expand(shape).clone()
 
 
-def _index(b: int, h: int, tile: _Tile, device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def score_index(b: int, h: int, span: tuple[int, int, int, int], device: torch.device
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """A score_mod's ``(b, h, q_idx, kv_idx)`` for queries ``[qa, qb)`` and keys ``[ka, kb)`` of ``span``.
+
+    Shape:
+        returns ``(B, 1, 1, 1)``, ``(1, H, 1, 1)``, ``(1, 1, qb - qa, 1)``, ``(1, 1, 1, kb - ka)`` int64.
+    """
+    qa, qb, ka, kb = span
     return (torch.arange(b, device=device).view(b, 1, 1, 1), torch.arange(h, device=device).view(1, h, 1, 1),
-            torch.arange(tile.q0, tile.q1, device=device).view(1, 1, -1, 1),
-            torch.arange(tile.k0, tile.k1, device=device).view(1, 1, 1, -1))
+            torch.arange(qa, qb, device=device).view(1, 1, -1, 1),
+            torch.arange(ka, kb, device=device).view(1, 1, 1, -1))
+
+
+def _index(b: int, h: int, tile: _Tile, device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return score_index(b, h, (tile.q0, tile.q1, tile.k0, tile.k1), device)
 
 
 def _grouped(x: Tensor, hkv: int) -> Tensor:
