@@ -12,8 +12,8 @@ run, so one call serves every kind::
 
 A new task adds one kind and nothing else: its ``task`` name and ``train`` command make
 ``attnkit train --task tagging ...`` run that command (:func:`train_commands`; the tasks attnkit ships
-leave ``train`` empty, and the command line keeps their commands, so this module names nothing above it), its ``claims`` and
-``load`` make ``load_run`` (and so the server and ``predict``-style commands) serve what it wrote::
+leave ``train`` empty and the command line keeps their commands, so this module names nothing above it),
+its ``claims`` and ``load`` make ``load_run`` (and so the server and ``predict``-style commands) serve what it wrote::
 
     from attnkit.train.registry import RunKind, register_run_kind
 
