@@ -129,3 +129,12 @@ def test_the_classifier_commands_name_a_run_of_another_kind_and_its_command(runs
         assert result.exit_code == 1, result.output
         assert f"{runs[kind]} is a {registry.RUN_KINDS[kind].description} run, not a text classifier: use " \
                f"{command} {runs[kind]}" in result.output, result.output
+
+
+def test_a_task_without_a_command_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "RUN_KINDS", dict(registry.RUN_KINDS))
+    registry.register_run_kind(registry.RunKind("tagging", "token tagging", lambda config: False,
+                                                lambda *a, **k: None, task="tagging"))
+    result = CliRunner().invoke(cli, ["train", "--task", "tagging", "--out", "runs/t"])
+    assert result.exit_code == 1, result.output
+    assert "Error: task 'tagging' has no train command: give its RunKind train='module:attribute'" in result.output

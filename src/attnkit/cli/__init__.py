@@ -52,7 +52,10 @@ def train_tasks() -> dict[str, str]:
     but the one ``train`` itself runs."""
     from attnkit.train.registry import train_commands
 
-    commands = {task: target or TASK_COMMANDS[task] for task, target in train_commands().items()}
+    commands = {task: target or TASK_COMMANDS.get(task, "") for task, target in train_commands().items()}
+    if missing := [task for task, target in commands.items() if not target]:
+        raise click.ClickException(f"task {missing[0]!r} has no train command: give its RunKind "
+                                   "train='module:attribute'")
     return {task: target for task, target in commands.items() if target != TRAIN}
 
 
