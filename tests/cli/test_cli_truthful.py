@@ -159,7 +159,7 @@ def test_report_refuses_an_unfinished_run_unless_allowed(
 
 
 def test_an_early_stop_says_why(trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnkit.train.loop.task import ClassificationTask
+    from attnkit.train.tasks.classify.task import ClassificationTask
 
     monkeypatch.setattr(ClassificationTask, "score", lambda self, metrics: (0.5,))  # never better after epoch 1
     loud = [a for a in TINY if a != "--quiet"]

@@ -17,8 +17,8 @@ from attnkit.positional import (
     SinusoidalPositionalEncoding,
 )
 from attnkit.train.config import TrainConfig
-from attnkit.train.loop.task import ClassificationTask
 from attnkit.train.loop.trainer import Trainer
+from attnkit.train.tasks.classify.task import ClassificationTask
 from tests.support.cli import TINY, write_keyword_csv
 
 VOCAB = 60

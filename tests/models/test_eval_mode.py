@@ -18,7 +18,7 @@ from attnkit.models.wide import WideDeepClassifier
 from attnkit.reference.layers import Linear as NumpyLinear
 from attnkit.reference.models import NUMPY_LAYER, ClassifierConfig, TransformerClassifier
 from attnkit.reference.trainer import predict as numpy_predict
-from attnkit.train.loop.task import ClassificationTask
+from attnkit.train.tasks.classify.task import ClassificationTask
 from attnkit.train.tasks.translate.translation import TranslationTask
 
 V = 40

@@ -48,6 +48,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "parallel": BASE | {"core", "positional", "layers"},
     # the server sits at the top, beside cli: it answers with what training left behind
     "serve": BASE | {"train", "attribution", "inspect", "data", "models"},
+    # Hugging Face models on attnkit's attention: the core's functions, and its context parallelism
+    "integrations": BASE | {"core", "parallel"},
+    # the Python API (attnkit.load_run, Predictor) and the scikit-learn style estimator over it
+    "api": BASE | {"train"},
+    "estimator": BASE | {"api", "train", "data"},
 }
 
 
@@ -287,3 +292,48 @@ def test_train_folders_keep_their_layers() -> None:
     assert train_layer_breaks(planted) == ["attnkit.train.runs.rundir -> attnkit.train.loop.trainer",
                                            "attnkit.train.tasks.caption.captioning -> "
                                            "attnkit.train.tasks.translate.translation"]
+
+
+def _cli_strings(source: str) -> set[str]:
+    """Strings of ``source`` that name a module of the command line (``"attnkit.cli.translate:train"``):
+    an import written as text, which the import reader cannot see."""
+    return {node.value for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and (node.value == "attnkit.cli" or node.value.startswith(("attnkit.cli.", "attnkit.cli:")))}
+
+
+def test_no_lower_layer_names_the_command_line_in_a_string() -> None:
+    found = {str(p.relative_to(SRC)): sorted(names) for p in FILES
+             if _part(p) in MAY_IMPORT and (names := _cli_strings(p.read_text(encoding="utf-8")))}
+    assert not found, f"modules below the command line naming it in strings: {found}"
+    assert _cli_strings('TRAIN = "attnkit.cli.commands:train"\n"""Docs of :mod:`attnkit.cli.translate`."""\n') \
+        == {"attnkit.cli.commands:train"}
+
+
+TASKS = "attnkit.train.tasks"
+REGISTRY = "attnkit.train.registry"
+"""The one module outside the tasks' folders that names them: it holds the tasks (and loads them when asked)."""
+
+
+def shared_task_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``"module -> task module"`` for each module of ``train/`` outside ``train/tasks/`` (the registry
+    aside) that imports a task: the shared modules (config, the loop, the memory checks) serve every task
+    and name none."""
+    return sorted(f"{name} -> {dep}" for name, deps in graph.items()
+                  if name.startswith("attnkit.train.") and not name.startswith(TASKS + ".") and name != REGISTRY
+                  and name not in ("attnkit.train", TASKS)
+                  for dep in deps if dep.startswith(TASKS + "."))
+
+
+def test_no_shared_module_imports_a_task() -> None:
+    assert not shared_task_imports(import_graph())
+    planted = {"attnkit.train.config": {"attnkit.train.tasks.classify.objective"},
+               REGISTRY: {"attnkit.train.tasks.caption.captioning"}}
+    assert shared_task_imports(planted) == ["attnkit.train.config -> attnkit.train.tasks.classify.objective"]
+
+
+def test_the_new_parts_are_covered() -> None:
+    """integrations, api and estimator have their rules: an upward import from each is caught."""
+    assert imported_parts("from attnkit.train.registry import load_run") - MAY_IMPORT["integrations"] == {"train"}
+    assert imported_parts("from attnkit.cli import cli") - MAY_IMPORT["api"] == {"cli"}
+    assert imported_parts("from attnkit.serve.app import app") - MAY_IMPORT["estimator"] == {"serve"}

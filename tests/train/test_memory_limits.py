@@ -234,7 +234,7 @@ _SEQ2SEQ_STEP = r"""
 import json, sys, torch
 from attnkit._memory import resident_bytes, status_bytes
 from attnkit.models.seq2seq import Seq2SeqTransformer, Seq2SeqConfig
-from attnkit.train.memory_budget import estimate_translation
+from attnkit.train.tasks.translate.translation_memory import estimate_translation
 torch.set_num_threads(1)
 b, ts, tt = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 config = Seq2SeqConfig.from_dict({"src_vocab_size": 4000, "tgt_vocab_size": 4000, "shared_vocab": True})

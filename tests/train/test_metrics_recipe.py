@@ -20,10 +20,10 @@ from attnkit.data.readers import Example  # noqa: E402
 from attnkit.data.synthetic import keyword_corpus  # noqa: E402
 from attnkit.train import metrics as M  # noqa: E402
 from attnkit.train.config import TrainConfig  # noqa: E402
-from attnkit.train.loop.task import ClassificationTask  # noqa: E402
 from attnkit.train.runs.checkpoint import read_run_config  # noqa: E402
 from attnkit.train.tasks.classify import baseline as bl  # noqa: E402
 from attnkit.train.tasks.classify import objective as O  # noqa: E402
+from attnkit.train.tasks.classify.task import ClassificationTask  # noqa: E402
 
 # --- the measures ---------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import attnkit
 from attnkit.api import Predictor
-from attnkit.cli import cli
+from attnkit.cli import cli, train_tasks
 from attnkit.cli.options import task_option
 from attnkit.data.shapes import shapes_vocab
 from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
@@ -99,7 +99,8 @@ def test_a_fifth_task_trains_through_its_registration(monkeypatch: pytest.Monkey
     assert result.output == "tagging trained on 3 sentences into runs/t\n"
     helped = runner.invoke(cli, ["train", "--task", "tagging", "--help"])
     assert "--sentences" in helped.output and "--data" not in helped.output
-    assert registry.train_commands()["translate"] == "attnkit.cli.translate:train_translate"
+    assert registry.train_commands()["translate"] == ""  # train/ names nothing in cli/: the command line does
+    assert train_tasks()["translate"] == "attnkit.cli.translate:train_translate" and "classify" not in train_tasks()
 
 
 @pytest.mark.parametrize("task", ["translate", "classify"])
@@ -111,8 +112,8 @@ def test_a_second_kind_naming_a_task_does_not_take_it_over(monkeypatch: pytest.M
         registry.register_run_kind(registry.RunKind(
             "tagging", "token tagging", lambda config: config.get("model_name") == "tagger", lambda *a, **k: None,
             task=task, train=f"{__name__}:train_tagging"))
-    assert str(err.value) == (f"run kind 'tagging' names task {task!r}, which run kind {owner!r} trains already "
-                              f"({registry.RUN_KINDS[owner].train}): give it a task name of its own")
+    assert str(err.value) == (f"run kind 'tagging' names task {task!r}, which run kind {owner!r} trains already: "
+                              "give it a task name of its own")
     assert (registry.RUN_KINDS, registry.train_commands()) == before
     result = CliRunner().invoke(cli, ["train", "--task", task, "--sentences", "3", "--out", "runs/t"])
     assert result.exit_code == 2 and "No such option '--sentences'" in result.output, result.output
@@ -128,3 +129,12 @@ def test_the_classifier_commands_name_a_run_of_another_kind_and_its_command(runs
         assert result.exit_code == 1, result.output
         assert f"{runs[kind]} is a {registry.RUN_KINDS[kind].description} run, not a text classifier: use " \
                f"{command} {runs[kind]}" in result.output, result.output
+
+
+def test_a_task_without_a_command_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "RUN_KINDS", dict(registry.RUN_KINDS))
+    registry.register_run_kind(registry.RunKind("tagging", "token tagging", lambda config: False,
+                                                lambda *a, **k: None, task="tagging"))
+    result = CliRunner().invoke(cli, ["train", "--task", "tagging", "--out", "runs/t"])
+    assert result.exit_code == 1, result.output
+    assert "Error: task 'tagging' has no train command: give its RunKind train='module:attribute'" in result.output

@@ -175,7 +175,7 @@ def test_epoch_batches_cap_the_padded_tokens_of_long_documents() -> None:
 
 
 def test_predict_with_a_token_cap_reads_smaller_batches_and_gives_the_same_logits() -> None:
-    from attnkit.train.loop.task import ClassificationTask
+    from attnkit.train.tasks.classify.task import ClassificationTask
 
     torch.manual_seed(0)
     model, data = TinyClassifier(), TokenDataset(40, seed=3)

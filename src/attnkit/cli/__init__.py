@@ -39,13 +39,24 @@ LAZY_COMMANDS = {
 }
 
 
+TRAIN = "attnkit.cli.commands:train"
+"""``attnkit train`` itself: the classifiers' command, which ``train`` runs when no other task is named."""
+TASK_COMMANDS = {"classify": TRAIN, "translate": "attnkit.cli.translate:train_translate",
+                 "caption": "attnkit.cli.caption:train_caption"}
+"""The command that trains each task attnkit ships (its run kind leaves ``train`` empty)."""
+
+
 def train_tasks() -> dict[str, str]:
     """The tasks ``attnkit train --task NAME ...`` hands its arguments to, each with its command's
     ``"module:attribute"``: every task of the registry of run kinds (:func:`attnkit.train.registry.train_commands`)
     but the one ``train`` itself runs."""
-    from attnkit.train.registry import DEFAULT_TRAIN, train_commands
+    from attnkit.train.registry import train_commands
 
-    return {task: target for task, target in train_commands().items() if target != DEFAULT_TRAIN}
+    commands = {task: target or TASK_COMMANDS.get(task, "") for task, target in train_commands().items()}
+    if missing := [task for task, target in commands.items() if not target]:
+        raise click.ClickException(f"task {missing[0]!r} has no train command: give its RunKind "
+                                   "train='module:attribute'")
+    return {task: target for task, target in commands.items() if target != TRAIN}
 
 
 def _load(target: str) -> click.Command:

@@ -13,8 +13,7 @@ from typing import Any, TypeVar
 from attnkit._checks import check_settings, dataclass_kwargs, setting
 from attnkit._finite import ON_NAN
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
-from attnkit.train.metrics import check_metric
-from attnkit.train.tasks.classify.objective import CLASS_WEIGHTS
+from attnkit.train.metrics import CLASS_WEIGHTS, check_metric
 
 __all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "DataSettings", "TranslationTrainConfig",
            "warmup_linear_factor", "USER_TRAIN_FIELDS"]

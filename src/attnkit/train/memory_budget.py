@@ -31,15 +31,15 @@ The limit covers what the run allocates, not the interpreter and libraries
 the plan plus that resident size against each kind's measured peak.
 :func:`peak_rss_mib` is the peak a run reports in its metrics.
 
-A translation run (:func:`attnkit.train.tasks.translate.translation.fit_translation`) cannot shrink:
-:func:`check_translation` plans it (:func:`estimate_translation`: the model with Adam, the encoded pairs and
-the largest token-budget batch's step, :func:`seq2seq_step_bytes`) against the same limit and refuses it above.
+The runs that cannot shrink (translation, captioning) plan themselves in their task's folder
+(``train/tasks/translate/translation_memory.py``, ``train/tasks/caption/caption_memory.py``) with
+:class:`MemoryEstimate` against :func:`limit_and_source`'s limit.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,8 +49,7 @@ __all__ = ["DEFAULT_FRACTION", "DEFAULT_CAP", "DEFAULT_HELP", "MemoryLimitError"
            "parse_memory_size",
            "format_bytes", "available_memory", "memory_budget", "default_limit", "limit_and_source",
            "peak_rss_mib", "model_bytes", "module_bytes", "activation_bytes", "ACTIVATIONS",
-           "estimate_classifier", "fit_to_memory", "ROW_FIELDS", "seq2seq_step_bytes", "estimate_translation",
-           "check_translation"]
+           "estimate_classifier", "fit_to_memory", "ROW_FIELDS"]
 
 DEFAULT_FRACTION = 0.8
 """Share of the memory budget a run may plan to use when ``--max-memory`` is not given (at most
@@ -241,27 +240,6 @@ Measured as the rise of a fresh process's peak over one forward, backward and Ad
 (``evals/memory_plan.py`` checks the whole run)."""
 
 
-def seq2seq_step_bytes(c: Any, batch: int, source: int, target: int) -> int:
-    """A :class:`~attnkit.models.Seq2SeqTransformer` training step on ``batch`` pairs padded to ``source``
-    and ``target`` tokens: per source token, the embeddings and each encoder layer's floats as a
-    :class:`~attnkit.models.DocumentClassifier` layer's (:func:`_document_bytes`); per target token, each
-    decoder layer's 20 D + 3 d_ff floats (self- and cross-attention, feed-forward) and the logits, 4 V
-    floats (the logits, their log-softmax, its gradient and the smoothed loss's); with attention dropout,
-    the maps read in full (``B H`` times ``Ts^2`` a encoder layer, ``Tt^2 + Tt Ts`` a decoder layer: the
-    self- and cross-attention), 3.4 a layer held and 1.3 in flight."""
-    from attnkit.blocks.config import resolve_dropouts
-
-    layer, enc, dec = c.layer, c.encoder_layers, c.decoder_layers
-    d, d_ff = layer.d_model, layer.d_ff
-    src_tokens, tgt_tokens = batch * source, batch * target
-    acts = 4 * (src_tokens * (4 * d + enc * (14 * d + 3 * d_ff))
-                + tgt_tokens * (4 * d + dec * (20 * d + 3 * d_ff) + 4 * c.tgt_vocab_size))
-    if resolve_dropouts(layer.dropout, layer.attention_dropout, layer.activation_dropout)[1] > 0:
-        squares = enc * source * source + dec * (target * target + target * source)
-        acts += (34 * squares + 13 * max(source, target) ** 2) * layer.num_heads * batch * 4 // 10
-    return acts
-
-
 def activation_bytes(model_name: str, config: dict[str, Any], tokens: int, longest: int = 0) -> int:
     """Bytes a training step of ``model_name`` holds for a batch of ``tokens`` padded tokens whose longest
     document has ``longest`` tokens (0: unknown, taken as ``tokens``: one document); 0 for a kind without
@@ -340,43 +318,6 @@ def _raise_what(required: int, source: str, budget: MemoryBudget) -> str:
     over = source != "`max_memory`" and (source.startswith("the memory") or (
         budget.bytes is not None and required > budget.bytes))
     return "that limit" if over else "`max_memory`"
-
-
-def estimate_translation(config: Any, pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
-                         max_tokens: int) -> MemoryEstimate:
-    """:class:`MemoryEstimate` of training a :class:`~attnkit.models.Seq2SeqTransformer` of ``config``
-    (a :class:`~attnkit.models.seq2seq.Seq2SeqConfig`) with Adam on the encoded ``pairs`` in batches of
-    ``max_tokens`` (:func:`attnkit.data.parallel.token_groups`): the model four times (parameters,
-    gradients, two moments), the encoded pairs (Python lists of ints: about 32 bytes a token) and the
-    largest batch's step (:func:`seq2seq_step_bytes`)."""
-    from attnkit.data.parallel import token_groups
-    from attnkit.models.seq2seq import Seq2SeqTransformer
-
-    params, buffers = module_bytes(lambda: Seq2SeqTransformer(config))
-    step = 0
-    for group in token_groups(pairs, max_tokens, shuffle=False):
-        source = max(len(pairs[i][0]) for i in group)
-        target = max(len(pairs[i][1]) for i in group) + 1  # [BOS] y, y [EOS]
-        step = max(step, seq2seq_step_bytes(config, len(group), source, target))
-    held = 32 * sum(len(s) + len(t) for s, t in pairs)
-    return MemoryEstimate(params, buffers, 0, held, step, data_name="training pairs")
-
-
-def check_translation(config: Any, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int, *,
-                      limit: int | None = None, budget: MemoryBudget | None = None) -> MemoryEstimate:
-    """:func:`estimate_translation` of a translation run, checked against :func:`limit_and_source` of
-    ``limit`` (``max_memory``) and ``budget`` (None: :func:`attnkit._memory.memory_budget` now); above it a
-    :class:`MemoryLimitError` names the plan, the limit that bound and the settings that lower it."""
-    budget = budget if budget is not None else memory_budget()
-    bound, source = limit_and_source(limit, budget)
-    need = estimate_translation(config, pairs, max_tokens)
-    if bound is None or need.total <= bound:
-        return need
-    raise MemoryLimitError(
-        f"translation with {config.src_vocab_size}/{config.tgt_vocab_size} words and "
-        f"{len(pairs)} training pairs needs {need.describe()}, over the limit of {format_bytes(bound)} "
-        f"({source}); raise {_raise_what(need.total, source, budget)}, or lower `max_tokens` or `max_len` "
-        f"(one batch's activations: about {format_bytes(need.activations)}), `vocab_size` or the model's size")
 
 
 def fit_to_memory(model_name: str, config: dict[str, Any], *, tokens: int, documents: int = 0,

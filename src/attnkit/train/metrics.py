@@ -46,9 +46,13 @@ import numpy as np
 if TYPE_CHECKING:  # torch is not imported here: the captioning commands import BLEU and start quickly
     import torch
 
-__all__ = ["accuracy", "macro_f1", "weighted_f1", "macro_recall", "confusion_matrix", "per_class_scores",
-           "classification_report", "METRICS", "check_metric", "metric_class", "metric_score", "metric_title",
-           "corpus_bleu", "bleu_scores"]
+__all__ = ["CLASS_WEIGHTS", "accuracy", "macro_f1", "weighted_f1", "macro_recall", "confusion_matrix",
+           "per_class_scores", "classification_report", "METRICS", "check_metric", "metric_class", "metric_score",
+           "metric_title", "corpus_bleu", "bleu_scores"]
+
+CLASS_WEIGHTS = ("none", "balanced")
+"""The choices of ``--class-weight`` (the loss weights of
+:func:`attnkit.train.tasks.classify.objective.class_weights`)."""
 
 METRICS = ("accuracy", "macro_f1", "weighted_f1", "macro_recall")
 """The measures a classifier can be trained for, besides ``f1:<class>`` (the F1 of one named class)."""

@@ -11,8 +11,9 @@ run, so one call serves every kind::
     attnkit.load_run("runs/captions")       # CaptionRun: .caption(images)
 
 A new task adds one kind and nothing else: its ``task`` name and ``train`` command make
-``attnkit train --task tagging ...`` run that command (:func:`train_commands`), its ``claims`` and
-``load`` make ``load_run`` (and so the server and ``predict``-style commands) serve what it wrote::
+``attnkit train --task tagging ...`` run that command (:func:`train_commands`; the tasks attnkit ships
+leave ``train`` empty and the command line keeps their commands, so this module names nothing above it),
+its ``claims`` and ``load`` make ``load_run`` (and so the server and ``predict``-style commands) serve what it wrote::
 
     from attnkit.train.registry import RunKind, register_run_kind
 
@@ -49,12 +50,11 @@ class RunKind:
     """The name ``attnkit train --task NAME`` trains this kind under (``""``: trained under another kind's
     task, as the NumPy backend's runs are under ``classify --backend numpy``)."""
     train: str = ""
-    """``"module:attribute"`` of the click command that trains it (imported only when that task is asked for)."""
+    """``"module:attribute"`` of the click command that trains it (imported only when that task is asked for);
+    ``""`` for the tasks attnkit ships, whose commands :mod:`attnkit.cli` finds by the task's name."""
 
 
 RUN_KINDS: dict[str, RunKind] = {}
-DEFAULT_TRAIN = "attnkit.cli.commands:train"
-"""``attnkit train`` itself: the classifiers' command, which ``train`` runs when no other task is named."""
 
 
 def register_run_kind(kind: RunKind) -> RunKind:
@@ -62,22 +62,20 @@ def register_run_kind(kind: RunKind) -> RunKind:
     ``train`` command for a task another kind trains already (one owner per task: the second would never run)."""
     if kind.name in RUN_KINDS:
         raise ValueError(f"a run kind named {kind.name!r} is registered already")
-    owner = next((k for k in RUN_KINDS.values() if k.task == kind.task and k.train), None)
-    if kind.task and kind.train and owner is not None:
+    owner = next((k for k in RUN_KINDS.values() if k.task == kind.task), None)
+    if kind.task and owner is not None:
+        command = f" ({owner.train})" if owner.train else ""
         raise ValueError(f"run kind {kind.name!r} names task {kind.task!r}, which run kind {owner.name!r} trains "
-                         f"already ({owner.train}): give it a task name of its own")
+                         f"already{command}: give it a task name of its own")
     RUN_KINDS[kind.name] = kind
     return kind
 
 
 def train_commands() -> dict[str, str]:
-    """Each ``attnkit train --task`` name and the ``"module:attribute"`` of the command that trains it, in
-    registration order (one kind trains each task: :func:`register_run_kind`)."""
-    commands: dict[str, str] = {}
-    for kind in RUN_KINDS.values():
-        if kind.task and kind.train:
-            commands.setdefault(kind.task, kind.train)
-    return commands
+    """Each ``attnkit train --task`` name and the ``"module:attribute"`` of the command that trains it
+    (``""``: a task attnkit ships, whose command the command line keeps), in registration order (one kind
+    trains each task: :func:`register_run_kind`)."""
+    return {kind.task: kind.train for kind in RUN_KINDS.values() if kind.task}
 
 
 def run_kind(path: str | os.PathLike[str]) -> RunKind:
@@ -169,10 +167,10 @@ def _load_captioning(path: Path, *, allow_unfinished: bool = False, device: str 
 for _kind in (
     RunKind("numpy", "text classification on the NumPy twin", _is_numpy, _load_classifier, "attnkit predict"),
     RunKind("translation", "sequence-to-sequence translation", _is_translation, _load_translation,
-            "attnkit translate", task="translate", train="attnkit.cli.translate:train_translate"),
+            "attnkit translate", task="translate"),
     RunKind("captioning", "image captioning", _is_captioning, _load_captioning, "attnkit caption",
-            task="caption", train="attnkit.cli.caption:train_caption"),
+            task="caption"),
     RunKind("classification", "text classification", _is_classification, _load_classifier, "attnkit predict",
-            task="classify", train=DEFAULT_TRAIN),
+            task="classify"),
 ):
     register_run_kind(_kind)

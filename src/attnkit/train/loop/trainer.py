@@ -36,7 +36,7 @@ from attnkit._progress import progress
 from attnkit.train.config import TrainConfig
 from attnkit.train.loop import schedules
 from attnkit.train.loop.distributed import DistInfo, all_reduce_sum, resolve_device
-from attnkit.train.loop.task import ClassificationTask, StepOutput, TrainTask, epoch_batches
+from attnkit.train.loop.task import StepOutput, TrainTask, epoch_batches
 from attnkit.train.runs import checkpoint as ckpt
 
 __all__ = ["Trainer", "epoch_batches", "StepOutput", "TrainTask"]
@@ -128,12 +128,14 @@ class Trainer:
         if task is None:
             if train_data is None:
                 raise ValueError("give train_data (classification) or a task")
-            task = ClassificationTask(train_data, val_data, collate=collate_fn,
-                                      lengths=lengths if config.bucket else None, batch_size=config.batch_size,
-                                      seed=config.seed, label_smoothing=config.label_smoothing,
-                                      device=self.device, pack=config.pack or None, metric=config.metric,
-                                      class_weight=config.class_weight,
-                                      max_tokens=batch_tokens if config.bucket else None)
+            from attnkit.train.tasks import default_task
+
+            task = default_task(train_data, val_data, collate=collate_fn,
+                                lengths=lengths if config.bucket else None, batch_size=config.batch_size,
+                                seed=config.seed, label_smoothing=config.label_smoothing,
+                                device=self.device, pack=config.pack or None, metric=config.metric,
+                                class_weight=config.class_weight,
+                                max_tokens=batch_tokens if config.bucket else None)
         self.task = task
         self.train_data, self.val_data = train_data, val_data
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -184,8 +186,8 @@ class Trainer:
         """Loss, accuracy, macro-F1 and confusion matrix on ``data`` (classification task)."""
         return self._classification().evaluate(self.model, data)
 
-    def _classification(self) -> ClassificationTask:
-        if not isinstance(self.task, ClassificationTask):
+    def _classification(self) -> Any:
+        if not (callable(getattr(self.task, "predict", None)) and callable(getattr(self.task, "evaluate", None))):
             raise TypeError(f"predict/evaluate belong to the classification task, not {type(self.task).__name__}")
         return self.task
 

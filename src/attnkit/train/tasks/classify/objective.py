@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnkit.train.metrics import check_metric, metric_class, metric_score
+from attnkit.train.metrics import CLASS_WEIGHTS, check_metric, metric_class, metric_score
 
 if TYPE_CHECKING:
     import torch
@@ -41,9 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CLASS_WEIGHTS", "OFFSET_GRID", "MIN_GAIN", "class_weights", "stacking_weights", "tunes_offsets",
            "tune_offsets", "fold_offsets", "check_objective", "fit_decision"]
-
-CLASS_WEIGHTS = ("none", "balanced")
-"""The choices of ``--class-weight``."""
 
 OFFSET_GRID = tuple(float(x) for x in np.round(np.arange(-3.0, 3.01, 0.25), 2))
 """The offsets (in logits) each class's offset is chosen among."""

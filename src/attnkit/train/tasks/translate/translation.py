@@ -44,11 +44,11 @@ from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.loop import schedules
 from attnkit.train.loop.task import StepOutput
-from attnkit.train.memory_budget import check_translation
 from attnkit.train.metrics import corpus_bleu
 from attnkit.train.runs import checkpoint as ckpt
 from attnkit.train.runs.run import start_run
 from attnkit.train.runs.rundir import RunFileError
+from attnkit.train.tasks.translate.translation_memory import check_translation
 from attnkit.train.tasks.translate.translation_run import (
     MODEL_NAME,
     Translation,
@@ -206,7 +206,8 @@ def fit_translation(
     taken from the run, and ``epochs`` may grow. Every input is checked before
     the directory is touched: a refused resume leaves the run as it was, and ``overwrite`` replaces the old
     run only at the first commit (``flags``: the caller's, for :func:`~attnkit.train.runs.rundir.check_run_dir`).
-    Before the folder is touched the run's memory plan (:func:`attnkit.train.memory_budget.check_translation`:
+    Before the folder is touched the run's memory plan
+    (:func:`~attnkit.train.tasks.translate.translation_memory.check_translation`:
     the model with Adam, the pairs and the largest batch's step) is checked against ``max_memory`` (bytes;
     None: a share of the memory available) and the memory budget; a
     :class:`~attnkit.train.memory_budget.MemoryLimitError` refuses a run over it.
