@@ -314,7 +314,8 @@ def test_train_translate_resume_flag(tmp_path: Path, monkeypatch: pytest.MonkeyP
     other.write_text(tgt.read_text(encoding="utf-8").replace("a", "b", 1), encoding="utf-8")
     before = (committed_dir(out) / "config.json").read_bytes()
     data = ["--src", str(src), "--tgt", str(tgt), "--out", str(out)]
-    changed = CliRunner().invoke(train_translate, ["--src", str(src), "--tgt", str(other), "--out", str(out), "--resume"])
+    changed = CliRunner().invoke(train_translate, ["--src", str(src), "--tgt", str(other), "--out", str(out),
+                                                   "--resume"])
     assert changed.exit_code == 1 and f"--tgt {other.resolve()} is not the data run" in changed.output, changed.output
     assert (committed_dir(out) / "config.json").read_bytes() == before
     both = CliRunner().invoke(train_translate, [*base, "--resume", "--overwrite"])
