@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attnkit.train import memory_budget as plans
-from attnkit.train.memory_budget import MemoryBudget, MemoryEstimate, MemoryLimitError, format_bytes, memory_budget
+from attnkit.train.memory_budget import MemoryBudget, MemoryEstimate, MemoryLimitError, format_bytes
 
 __all__ = ["seq2seq_step_bytes", "estimate_translation", "check_translation"]
 
@@ -62,7 +62,7 @@ def check_translation(config: Any, pairs: Sequence[tuple[Sequence[int], Sequence
     :func:`~attnkit.train.memory_budget.limit_and_source` of ``limit`` (``max_memory``) and ``budget`` (None:
     :func:`attnkit._memory.memory_budget` now); above it a :class:`~attnkit.train.memory_budget.MemoryLimitError`
     names the plan, the limit that bound and the settings that lower it."""
-    budget = budget if budget is not None else memory_budget()
+    budget = budget if budget is not None else plans.memory_budget()  # looked up when called
     bound, source = plans.limit_and_source(limit, budget)
     need = estimate_translation(config, pairs, max_tokens)
     if bound is None or need.total <= bound:
