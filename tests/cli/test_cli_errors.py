@@ -133,8 +133,8 @@ def test_main_catches_what_escapes_click(monkeypatch: pytest.MonkeyPatch,
 # --- 2. the console script says which extra to install ------------------------------------------------
 
 
-def test_entry_point_without_click_names_the_extra() -> None:
-    result = _python("""
+# ``attnkit --help`` in a process where importing click fails, as without the 'cli' extra.
+WITHOUT_CLICK = """
         import sys
 
         class RefuseClick:
@@ -147,7 +147,11 @@ def test_entry_point_without_click_names_the_extra() -> None:
         sys.argv = ["attnkit", "--help"]
         from attnkit._console import main
         main()
-    """)
+"""
+
+
+def test_entry_point_without_click_names_the_extra() -> None:
+    result = _python(WITHOUT_CLICK)
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip() == ("attnkit's command line needs the 'cli' extra (module 'click' is "
                                      "missing): pip install 'attnkit[cli]'")

@@ -209,20 +209,9 @@ def unexpected_error(kit: Kit) -> str:
 
 @produces("needs the 'cli' extra")
 def without_click(kit: Kit) -> str:
-    return _python("""
-        import sys
+    from tests.cli.test_cli_errors import WITHOUT_CLICK
 
-        class RefuseClick:
-            def find_spec(self, name, path=None, target=None):
-                if name == "click" or name.startswith("click."):
-                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-                return None
-
-        sys.meta_path.insert(0, RefuseClick())
-        sys.argv = ["attnkit", "--help"]
-        from attnkit._console import main
-        main()
-    """)
+    return _python(WITHOUT_CLICK)
 
 
 @produces("attnkit demo needs the 'viz' extra")
