@@ -122,8 +122,8 @@ def spell_settings(text: str, flags: Mapping[str, str] | None = None) -> str:
 
 def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
             low_open: bool = False, high_open: bool = False, choices: Sequence[Any] | None = None,
-            flag: str | None = None, path: str | None = None, duration: bool = False, metavar: str | None = None
-            ) -> Any:
+            flag: str | None = None, path: str | None = None, duration: bool = False, metavar: str | None = None,
+            required: bool = False) -> Any:
     """A settings field that says everything about itself once: its default, its help, its range.
 
     :func:`check_settings` checks a value against it, and the command line builds its flag from it
@@ -132,12 +132,18 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
     (``*_open``: the bound itself is refused); ``choices`` lists the values a string may take; ``path`` is
     ``"dir"``, ``"file"`` (each must exist) or ``"new-dir"`` (a folder that may not exist yet) for the
     command line; ``duration`` marks seconds, which the command line reads as ``90s``, ``30m``, ``1.5h``
-    (:func:`parse_duration`); ``metavar`` names the flag's value in its help (``TOKENS``).
+    (:func:`parse_duration`); ``metavar`` names the flag's value in its help (``TOKENS``); ``required``: the
+    command line refuses to run without the flag (the dataclass keeps its default, for code that fills it later).
     """
     meta = {"help": help, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
             "choices": tuple(choices) if choices is not None else None, "flag": flag, "path": path,
-            "duration": duration, "metavar": metavar}
+            "duration": duration, "metavar": metavar, "required": required}
     return dataclasses.field(default=default, metadata={"attnkit": meta})
+
+
+def flag_name(name: str, meta: Mapping[str, Any]) -> str:
+    """The command-line flag of :func:`setting` field ``name``: its own ``flag``, else ``--name-with-dashes``."""
+    return meta["flag"] or "--" + name.replace("_", "-")
 
 
 def setting_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:

@@ -35,7 +35,7 @@ def load_run(path: str | os.PathLike[str], *, allow_unfinished: bool = False, de
     """The trained model in run directory ``path``, served by the kind of run that owns it
     (:mod:`attnkit.train.registry`): a :class:`Predictor` for a classification run (torch or numpy
     backend), a :class:`~attnkit.train.tasks.translate.translation_run.Translator` for a translation run, a
-    :class:`~attnkit.train.registry.CaptionRun` for a captioning run.
+    :class:`~attnkit.train.tasks.caption.captioning.CaptionRun` for a captioning run.
 
     Raises :class:`attnkit.train.runs.checkpoint.RunFileError` naming the file when
     the folder is not a complete, sound attnkit run, and

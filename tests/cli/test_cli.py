@@ -264,7 +264,7 @@ def test_train_task_routes_to_the_translation_and_caption_trainers() -> None:
 
 
 def test_every_train_command_reads_its_task_back() -> None:
-    from attnkit.cli.caption import train_caption
+    from tests.support.cli import train_caption
 
     routed = _invoke("train", "--task", "caption", "--help")
     assert routed.exit_code == 0 and "--images" in routed.output and "[default: caption]" in routed.output

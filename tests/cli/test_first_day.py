@@ -256,7 +256,8 @@ def test_resume_refuses_the_flags_it_would_ignore(trained: Path) -> None:
 
 
 def test_translation_warns_when_the_warm_up_outlasts_the_run(tmp_path: Path) -> None:
-    from attnkit.cli.translate import train_translate, warmup_notice
+    from attnkit.train.tasks.translate.translation import warmup_notice
+    from tests.support.cli import train_translate
 
     sources = ["ein kleines haus"] * 300
     targets = ["a small house"] * 300

@@ -112,10 +112,8 @@ def commands() -> dict[str, click.Command]:
     """Every command by the name a user types: ``train``, ``visualize``, ``train --task translate``..."""
     ctx = click.Context(cli)
     found = {name: cli.get_command(ctx, name) for name in cli.list_commands(ctx)}
-    from attnkit.cli import _load
-
-    for task, target in train_tasks().items():
-        found[f"train --task {task}"] = _load(target)
+    for task, command in train_tasks().items():
+        found[f"train --task {task}"] = command
     assert set(LAZY_COMMANDS) <= set(found)
     return {name: command for name, command in found.items() if command is not None}
 
@@ -205,7 +203,19 @@ def _reached(start: str) -> set[str]:
     return seen
 
 
-REACHED = {name: _reached(f"{c.callback.__module__}.{c.callback.__name__}")
+def _starts(name: str, command: click.Command) -> list[str]:
+    """Where a command's code starts: its callback, and for a generated ``train --task NAME`` the task's
+    ``train`` function, which it reaches through the registry (``Task.run``)."""
+    from attnkit.train.registry import tasks
+
+    starts = [f"{command.callback.__module__}.{command.callback.__name__}"] if command.callback else []
+    task = tasks().get(name.removeprefix("train --task ")) if name.startswith("train --task ") else None
+    if task is not None and isinstance(task.train, str):
+        starts.append(task.train.replace(":", "."))
+    return starts
+
+
+REACHED = {name: set().union(*(_reached(start) for start in _starts(name, c)))
            for name, c in COMMANDS.items() if c.callback is not None}
 
 

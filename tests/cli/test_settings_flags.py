@@ -10,30 +10,27 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from attnkit._checks import parse_duration, setting_fields
+from attnkit._checks import parse_duration, setting_fields, tree_from_flat
 from attnkit.cli import cli
-from attnkit.cli.caption import train_caption
-from attnkit.cli.translate import train_translate
 from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.tasks.caption.caption_settings import CaptionSettings
-from attnkit.train.tasks.translate.settings import TRAINING_FLAGS, TranslationModelSettings, TranslationSettings
+from attnkit.train.tasks.translate.settings import TranslationModelSettings, TranslationSettings
+from tests.support.cli import train_caption, train_translate
 
 
 def _options(command: click.Command) -> dict[str, click.Option]:
     return {p.name: p for p in command.params if isinstance(p, click.Option) and p.name}
 
 
-TRANSLATE_FLAGS = (*(f.name for f in dataclasses.fields(TranslationModelSettings)), "separate_vocab", *TRAINING_FLAGS)
-
-
-@pytest.mark.parametrize(("command", "cls", "names"), [
-    (train_caption, CaptionSettings, None), (train_translate, TranslationSettings, TRANSLATE_FLAGS)])
+@pytest.mark.parametrize(("command", "cls", "count"), [(train_caption, CaptionSettings, 27),
+                                                      (train_translate, TranslationSettings, 29)])
 def test_each_settings_field_is_a_flag_with_its_default_help_and_range(command: click.Command, cls: type,
-                                                                      names: tuple[str, ...] | None) -> None:
+                                                                      count: int) -> None:
     options = _options(command)
-    leaves = [(f, hint) for f, hint in setting_fields(cls) if names is None or f.name in names]
-    assert leaves and len(leaves) == (len(names) if names else 27)
-    build = getattr(cls, "from_flat", lambda values: cls(**values))
+    leaves = setting_fields(cls)
+    assert len(leaves) == count
+    def build(values: dict[str, Any]) -> Any:
+        return tree_from_flat(cls, values)
     for f, _ in leaves:
         meta = f.metadata["attnkit"]
         option = options[f.name]
@@ -49,11 +46,11 @@ def test_each_settings_field_is_a_flag_with_its_default_help_and_range(command: 
 
 def test_the_dataclass_refuses_what_its_flag_refuses_naming_the_field_and_range() -> None:
     with pytest.raises(ValueError, match=r"epochs must be a positive int, got 0"):
-        CaptionSettings.from_flat({"epochs": 0})
+        tree_from_flat(CaptionSettings, {"epochs": 0})
     with pytest.raises(ValueError, match=r"dropout must be a number >= 0 and < 1, got 1.0"):
-        CaptionSettings.from_flat({"dropout": 1.0})
+        tree_from_flat(CaptionSettings, {"dropout": 1.0})
     with pytest.raises(ValueError, match=r"attend_with must be one of \['current_state', 'previous_state'\]"):
-        CaptionSettings.from_flat({"attend_with": "next_state"})
+        tree_from_flat(CaptionSettings, {"attend_with": "next_state"})
     with pytest.raises(ValueError, match=r"vocab_size must be an int >= 8, got 4"):
         TranslationTrainConfig(vocab_size=4)
     with pytest.raises(ValueError, match=r"lr must be a number > 0, got 0.0"):
@@ -70,7 +67,7 @@ def test_a_time_budget_is_one_duration_in_seconds_everywhere(given: str, seconds
     assert parse_duration(given) == seconds
     seen: dict[str, Any] = {}
 
-    def fake_run(settings: CaptionSettings, out: str, **kwargs: Any) -> None:
+    def fake_run(settings: CaptionSettings, run: Any) -> None:
         seen["settings"] = settings
 
     monkeypatch.setattr("attnkit.train.tasks.caption.captioning.train_caption_run", fake_run)
@@ -93,7 +90,7 @@ def test_a_bad_duration_or_range_is_refused_by_its_flag(task: str, tmp_path: Any
 
 
 def test_a_caption_run_records_its_settings_as_a_tree_and_reads_the_older_flat_form() -> None:
-    settings = CaptionSettings.from_flat({"epochs": 3, "backbone": "resnet18", "min_frequency": 2, "images": "im",
+    settings = tree_from_flat(CaptionSettings, {"epochs": 3, "backbone": "resnet18", "min_frequency": 2, "images": "im",
                                           "captions": "c.txt"})
     tree = dataclasses.asdict(settings)
     assert set(tree) == {"data", "tokenizer", "model", "training"}
@@ -108,8 +105,8 @@ def test_a_caption_run_records_its_settings_as_a_tree_and_reads_the_older_flat_f
 
 
 def test_the_translation_flags_build_one_tree_and_the_model_options_it_trains() -> None:
-    settings = TranslationSettings.from_flat({"d_model": 64, "post_norm": True, "separate_vocab": True, "lr": 1e-3,
-                                              "vocab_size": 900, "warmup_steps": 4})
+    settings = tree_from_flat(TranslationSettings, {"d_model": 64, "post_norm": True, "separate_vocab": True,
+                                                    "lr": 1e-3, "vocab_size": 900, "warmup_steps": 4})
     assert settings.tokenizer.separate_vocab and settings.training.vocab_size == 900
     options = settings.model.model_options()
     assert options["layer"]["d_model"] == 64 and options["layer"]["norm_first"] is False

@@ -227,9 +227,9 @@ def test_per_image_epochs_take_each_caption_in_turn_and_buckets_keep_every_row()
 def test_train_on_flickr8k_caches_features_and_resumes(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from attnkit.cli.caption import train_caption
     from attnkit.train.runs.rundir import committed_dir
     from attnkit.train.tasks.caption.captioning import load_caption_run
+    from tests.support.cli import train_caption
 
     root = make_flickr8k(tmp_path / "f8k")
     weights = _weights_file(_lite(), tmp_path / "lite0.safetensors")

@@ -280,6 +280,20 @@ def resume_with_a_flag(kit: Kit) -> str:
     return attnkit("train", "--out", str(run), "--resume", "--epochs", "5")
 
 
+@produces("is 32 there, given 64")
+def resume_with_a_changed_setting(kit: Kit) -> str:
+    from tests.cli.test_cli_translate import interrupt_in_epoch, toy_corpus, write_pair
+
+    src, tgt = write_pair(kit.cwd, toy_corpus(40), "train")
+    args = ["train", "--task", "translate", "--src", str(src), "--tgt", str(tgt), "--out", "runs/de-en",
+            "--vocab-size", "40", "--d-model", "32", "--num-heads", "2", "--d-ff", "32", "--encoder-layers", "1",
+            "--decoder-layers", "1", "--epochs", "2", "--quiet"]
+    with kit.monkeypatch.context() as patch:
+        interrupt_in_epoch(patch, 2)
+        attnkit(*args)
+    return attnkit(*args, "--resume", "--d-model", "64")
+
+
 @produces("note: classifying the 'text' column")
 def predict_a_csv(kit: Kit) -> str:
     run = kit.run()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import click
+
 from attnkit.data.synthetic import keyword_corpus
 
 # A document model small enough that `attnkit train` takes about a second.
@@ -21,3 +23,15 @@ def write_keyword_csv(path: Path, n: int) -> Path:
         for ex in keyword_corpus(n, seed=3, length=(8, 12)):
             writer.writerow([ex.text, ex.label])
     return path
+
+
+def _train_command(task: str) -> click.Command:
+    from attnkit.cli import train_tasks
+
+    return train_tasks()[task]
+
+
+train_translate = _train_command("translate")
+"""``attnkit train --task translate``, the command generated from the task's settings."""
+train_caption = _train_command("caption")
+"""``attnkit train --task caption``."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnkit._checks import tree_from_flat
 from attnkit.data.captions import CaptionFormatError, load_caption_set
 from attnkit.train.tasks.caption.caption_data import prepare_caption_data
 from attnkit.train.tasks.caption.caption_settings import CaptionSettings
@@ -28,7 +29,7 @@ def _caption_set(tmp_path: Path, images: int = 10, per_image: int = 3) -> tuple[
 
 def test_a_caption_set_holds_each_image_once_as_uint8_pixels(tmp_path: Path) -> None:
     folder, captions = _caption_set(tmp_path)
-    settings = CaptionSettings.from_flat(
+    settings = tree_from_flat(CaptionSettings,
         {"images": str(folder), "captions": str(captions), "image_size": 32}).resolved()
     seen: list[tuple[int, int, int, bool]] = []
     data = prepare_caption_data(settings, check=lambda model, *sizes: seen.append(sizes))
@@ -47,7 +48,7 @@ def test_the_check_sees_the_sizes_before_any_image_is_read(tmp_path: Path, monke
     from attnkit.data import captions as caption_module
 
     folder, captions = _caption_set(tmp_path, images=4, per_image=2)
-    settings = CaptionSettings.from_flat(
+    settings = tree_from_flat(CaptionSettings,
         {"images": str(folder), "captions": str(captions), "image_size": 32}).resolved()
     monkeypatch.setattr(caption_module, "load_image", lambda *a: pytest.fail("an image was read"))
 

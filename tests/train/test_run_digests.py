@@ -81,7 +81,7 @@ def _translation(out: Path) -> Path:
 
 
 def _captioning(out: Path) -> Path:
-    from attnkit.cli.caption import train_caption
+    from tests.support.cli import train_caption
     from tests.train.test_run_transactions_tasks import SMALL
 
     result = CliRunner().invoke(train_caption, ["--out", str(out), *SMALL])

@@ -110,7 +110,7 @@ def test_translation_failed_resume_leaves_the_run_byte_identical(unfinished_tran
 
 
 def test_translation_resume_of_a_finished_run_changes_nothing(tmp_path: Path) -> None:
-    from attnkit.cli.translate import train_translate
+    from tests.support.cli import train_translate
 
     out = tmp_path / "run"
     fit(out, 1)
@@ -161,9 +161,10 @@ def kill_captioner_at_call(monkeypatch: pytest.MonkeyPatch, call: int) -> None:
 
 def test_caption_overwrite_killed_keeps_the_old_run_and_unfinished_runs_say_so(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnkit.cli.caption import caption, train_caption
+    from attnkit.cli.caption import caption
     from attnkit.data.shapes import generate_scenes
     from attnkit.train.tasks.caption.captioning import load_caption_run
+    from tests.support.cli import train_caption
 
     out = tmp_path / "run"
     assert CliRunner().invoke(train_caption, ["--out", str(out), *SMALL]).exit_code == 0
@@ -194,8 +195,9 @@ def test_caption_overwrite_killed_keeps_the_old_run_and_unfinished_runs_say_so(
     assert "unfinished (epoch 1 of 2)" in served.stderr and served.stdout.strip()
 
     # --resume finishes it with the weights of an uninterrupted run of the same settings
-    ignored = CliRunner().invoke(train_caption, ["--out", str(out), "--resume", "--epochs", "9"])
-    assert ignored.exit_code == 2 and "does not take --epochs" in ignored.output  # refused, never ignored
+    changed = CliRunner().invoke(train_caption, ["--out", str(out), "--resume", "--seed", "2", "--lr", "0.1"])
+    assert changed.exit_code == 2, changed.output  # refused by name with both values, never ignored
+    assert "--seed is 1 there, given 2; --lr is 0.003 there, given 0.1" in changed.output
     resumed = CliRunner().invoke(train_caption, ["--out", str(out), "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert status(out) == "done"

@@ -12,14 +12,14 @@ import pytest
 from click.testing import CliRunner
 
 from attnkit import _memory
-from attnkit.cli import _load, cli, train_tasks
+from attnkit.cli import cli, train_tasks
 from tests.support.cli import write_keyword_csv
 
 GB = 10**9
 
 
 def _command(task: str) -> click.Command:
-    return cli.commands["train"] if task == "classify" else _load(train_tasks()[task])
+    return cli.commands["train"] if task == "classify" else train_tasks()[task]
 
 
 @pytest.mark.parametrize(("task", "flag", "extra"), [

@@ -39,24 +39,14 @@ LAZY_COMMANDS = {
 }
 
 
-TRAIN = "attnkit.cli.commands:train"
-"""``attnkit train`` itself: the classifiers' command, which ``train`` runs when no other task is named."""
-TASK_COMMANDS = {"classify": TRAIN, "translate": "attnkit.cli.translate:train_translate",
-                 "caption": "attnkit.cli.caption:train_caption"}
-"""The command that trains each task attnkit ships (its run kind leaves ``train`` empty)."""
+def train_tasks() -> dict[str, click.Command]:
+    """The commands ``attnkit train --task NAME ...`` hands its arguments to: one generated from the settings
+    tree of every registered task that has one (:func:`attnkit.cli.train.task_command`). A task without
+    one keeps its own command (classification: ``attnkit train`` itself)."""
+    from attnkit.cli.train import task_command
+    from attnkit.train.registry import tasks
 
-
-def train_tasks() -> dict[str, str]:
-    """The tasks ``attnkit train --task NAME ...`` hands its arguments to, each with its command's
-    ``"module:attribute"``: every task of the registry of run kinds (:func:`attnkit.train.registry.train_commands`)
-    but the one ``train`` itself runs."""
-    from attnkit.train.registry import train_commands
-
-    commands = {task: target or TASK_COMMANDS.get(task, "") for task, target in train_commands().items()}
-    if missing := [task for task, target in commands.items() if not target]:
-        raise click.ClickException(f"task {missing[0]!r} has no train command: give its RunKind "
-                                   "train='module:attribute'")
-    return {task: target for task, target in commands.items() if target != TRAIN}
+    return {name: task_command(task) for name, task in tasks().items() if task.settings is not None}
 
 
 def _load(target: str) -> click.Command:
@@ -70,10 +60,9 @@ def _task(ctx: click.Context, train: click.Command, args: list[str]) -> str | No
     """The value of ``--task`` in ``train``'s arguments ``args``, read by click's own parser over the options
     of every training command (so a value that happens to be spelt ``--task`` is a value, not the flag);
     the task's command reads it again and refuses another name."""
-    commands = [train, *(_load(target) for target in train_tasks().values())]
     options: list[click.Parameter] = []
     seen: set[str] = set()
-    for command in commands:
+    for command in (train, *train_tasks().values()):
         for param in command.params:
             if isinstance(param, click.Option) and not seen & {*param.opts, *param.secondary_opts}:
                 options.append(param)
@@ -101,15 +90,15 @@ class AttnkitGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name, command, rest = super().resolve_command(ctx, args)
         if name == "train" and command is not None:
-            from attnkit.train.registry import train_commands
+            from attnkit.train.registry import tasks
 
-            tasks = train_tasks()
+            commands = train_tasks()
             task = _task(ctx, command, list(rest))
-            if task in tasks:
-                return name, _load(tasks[task]), rest
-            if task is not None and task not in train_commands():  # before the wrong command's flags are read
+            if task in commands:
+                return name, commands[task], rest
+            if task is not None and task not in tasks():  # before the wrong command's flags are read
                 raise click.UsageError(f"Invalid value for '--task': {task!r} is not a task; tasks: "
-                                       f"{', '.join(train_commands())}", ctx)
+                                       f"{', '.join(tasks())}", ctx)
         return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:

@@ -1,94 +1,14 @@
-"""Image captioning from the command line: ``train --task caption`` and ``caption``.
-
-``train_caption`` reads its flags into a
-:class:`~attnkit.train.tasks.caption.captioning.CaptionSettings` and calls
-:func:`~attnkit.train.tasks.caption.captioning.train_caption_run`, which trains an
-:class:`~attnkit.models.captioning.ImageCaptioner` on the generated shapes set
-(:mod:`attnkit.data.shapes`), a real caption set (``--images`` folder plus
-``--captions`` file) or a Flickr8k folder (``--data``) and writes a run
-directory, one committed generation per epoch (status ``training``) and a
-last one (status ``done``), each ``RUN/checkpoints/NNNNNN/`` holding::
-
-    config.json        run id, model config, vocabulary, training settings, status, progress, metrics
-    model.safetensors  the weights
-    history.jsonl      one JSON line per epoch
-    metrics.json       held-out BLEU and losses (the last generation)
-
-A directory holding a different run is replaced only with ``--overwrite``,
-and only at the first commit. ``caption`` loads a finished run (an unfinished
-one with ``--allow-unfinished``) and describes an image, optionally saving
-the per-word attention figure.
-
-The library half lives in :mod:`attnkit.train.tasks.caption.captioning`.
-"""
+"""``attnkit caption``: a captioning run describes an image, optionally saving the per-word attention figure
+(its training command is generated from the task's settings, :mod:`attnkit.cli.train`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from attnkit._lazy import missing_extra_message
-from attnkit.cli.messages import echo, friendly_errors, require_room_for_torch
-from attnkit.cli.options import (
-    allow_unfinished_option,
-    refuse_resume_flags,
-    refusing_memory_option,
-    settings_options,
-    task_option,
-)
-from attnkit.train.tasks.caption.caption_settings import CaptionSettings
+from attnkit.cli.messages import friendly_errors
+from attnkit.cli.options import allow_unfinished_option
 
-__all__ = ["train_caption", "caption"]
-
-
-# --- commands ------------------------------------------------------------------------------------
-
-
-@click.command("train_caption")
-@task_option("caption")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
-@click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
-@settings_options(CaptionSettings)
-@click.option("--resume", is_flag=True,
-              help="Continue the unfinished run in --out with its saved settings (other setting flags are "
-                   "refused).")
-@click.option("--quiet", "-q", is_flag=True, help="No per-epoch lines.")
-@refusing_memory_option
-@friendly_errors
-def train_caption(**values: Any) -> None:
-    """Train an attention image captioner (default data: generated coloured shapes).
-
-    \b
-    Examples:
-      attnkit train --task caption --out runs/shapes
-      attnkit train --task caption --images photos/ --captions captions.txt --out runs/photos
-      attnkit train --task caption --data flickr8k --backbone efficientnet-lite0 --out runs/f8k
-    """
-    require_room_for_torch()
-    from attnkit.cli.rundata import RUN_FLAGS
-    from attnkit.train.runs.rundir import RunLockedError
-    from attnkit.train.tasks.caption.captioning import train_caption_run
-
-    if bool(values["images"]) != bool(values["captions"]):
-        raise click.UsageError("--images and --captions go together (a folder and its caption file)")
-    if values["data"] and values["images"]:
-        raise click.UsageError("--data (a Flickr8k folder) and --images/--captions exclude each other")
-    if values["resume"] and values["overwrite"]:
-        raise click.UsageError("--resume and --overwrite exclude each other")
-    if values["resume"]:
-        refuse_resume_flags(click.get_current_context(), values["out"], {"out", "resume", "quiet", "max_memory"})
-    settings = CaptionSettings.from_flat(values)
-    try:
-        done = train_caption_run(settings, values["out"], resume=values["resume"], overwrite=values["overwrite"],
-                                 log=echo, epoch_log=None if values["quiet"] else echo, flags=RUN_FLAGS,
-                                 max_memory=values["max_memory"])
-    except RunLockedError as err:
-        raise click.ClickException(str(err)) from None
-    except ImportError as err:  # a backbone whose library is missing
-        raise click.ClickException(missing_extra_message(err) or str(err)) from None
-    if done is not None:
-        click.echo(f"saved {values['out']}")
+__all__ = ["caption"]
 
 
 @click.command("caption")

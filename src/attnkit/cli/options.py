@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from attnkit._checks import flag_name
 from attnkit._lazy import require_extra
 from attnkit.train.memory_budget import DEFAULT_HELP
 
@@ -237,7 +238,7 @@ def library_options(cls: type, names: tuple[str, ...], *, torch_only: tuple[str,
         note = (notes or {}).get(name)
         torch = name in torch_only
         decorators.append(click.option(
-            _flag_name(name, meta), name, type=_flag_type(hints[name], meta),
+            flag_name(name, meta), name, type=_flag_type(hints[name], meta),
             help=f"{meta['help'].rstrip('.')} ({note})." if note else meta["help"],
             cls=LibraryDefaultOption, shown=f.default,
             default_from=f"{cls.__module__}:{cls.__qualname__}.{name}", metavar=meta["metavar"],
@@ -434,17 +435,17 @@ def allow_unfinished_option(f: F) -> F:
 def load_run(run: str, allow_unfinished: bool) -> tuple[Any, Any, Any, dict[str, Any]]:
     """``load_checkpoint`` for a command: an unfinished run is refused, or served with a warning line; a run
     of another kind (:mod:`attnkit.train.registry`) is named with the command that serves it."""
-    from attnkit.train.registry import run_kind
+    from attnkit.train.registry import task_of_run
     from attnkit.train.runs.checkpoint import load_checkpoint
     from attnkit.train.runs.rundir import RunFileError
 
     try:
-        kind = run_kind(run)
+        task = task_of_run(run)
     except RunFileError:
-        kind = None  # the loader names what is wrong with the folder
-    if kind is not None and kind.name not in ("classification", "numpy"):
-        raise click.ClickException(f"{run} is a {kind.description} run, not a text classifier: "
-                                   f"use {kind.command} {run} ...")
+        task = None  # the loader names what is wrong with the folder
+    if task is not None and task.name != "classify":
+        raise click.ClickException(f"{run} is a {task.description} run, not a text classifier: "
+                                   f"use {task.command} {run} ...")
     model, tokenizer, labels, meta = load_checkpoint(run, allow_unfinished=allow_unfinished)
     if meta.get("notice"):
         click.echo(meta["notice"], err=True)
@@ -474,24 +475,32 @@ def refuse_resume_flags(ctx: click.Context, run: Any, keep: Collection[str]) -> 
 
 def task_option(task: str) -> Callable[[F], F]:
     """``--task`` of an ``attnkit train`` command: the group routes ``train --task NAME`` to the task's
-    command (the registry of run kinds names them, :func:`attnkit.train.registry.train_commands`), which
+    command (:func:`attnkit.train.registry.tasks`), which
     reads the option back and refuses any other name: an unknown task is named with the known ones, a
     routing mistake is never silent."""
-    from attnkit.train.registry import train_commands
+    from attnkit.train.registry import tasks
 
     def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
-        known = list(train_commands())
+        known = list(tasks())
         if value not in known:
             raise click.BadParameter(f"{value!r} is not a task; tasks: {', '.join(known)}", ctx, param)
         if value != task:
             raise click.BadParameter(f"this command trains the {task!r} task, not {value!r}", ctx, param)
         return value
 
-    return click.option(
-        "--task", metavar="TASK", default=task, show_default=True, expose_value=False, callback=check,
-        help="classify: text classification; translate / caption: the translation and captioning "
-             "trainers, whose options `attnkit train --task NAME --help` lists (and any task registered "
-             "in attnkit.train.registry).")
+    return click.option("--task", metavar="TASK", default=task, show_default=True, expose_value=False,
+                        callback=check, cls=_TaskOption)
+
+
+class _TaskOption(click.Option):
+    """``--task``, whose help lists the tasks registered when it is shown."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from attnkit.train.registry import tasks
+
+        names = "; ".join(f"{name}: {t.description}" for name, t in tasks().items())
+        self.help = f"The task to train ({names}); `attnkit train --task NAME --help` lists its flags."
+        return super().get_help_record(ctx)
 
 
 class Duration(click.ParamType):
@@ -507,11 +516,6 @@ class Duration(click.ParamType):
             return parse_duration(value, name=param.opts[0] if param is not None else "duration")
         except ValueError as err:
             self.fail(str(err), param, ctx)
-
-
-def _flag_name(name: str, meta: Mapping[str, Any]) -> str:
-    """The flag of settings field ``name``: its own ``flag``, else ``--name-with-dashes``."""
-    return meta["flag"] or "--" + name.replace("_", "-")
 
 
 def _flag_type(hint: Any, meta: dict[str, Any]) -> Any:
@@ -538,8 +542,8 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Calla
     (:func:`attnkit._checks.setting_fields`; or of ``only``):
     ``--name-with-dashes`` (or the field's ``flag``), its help, its default, its range or choices, its
     path kind; a bool field is a flag (``--x/--no-x`` when it defaults to true). The value arrives under
-    the field's own name, so ``cls(**{field: values[field]})`` (a tree: its ``from_flat``) builds the settings:
-    a field and its flag cannot disagree."""
+    the field's own name, so ``cls(**{field: values[field]})`` (a tree: :func:`attnkit._checks.tree_from_flat`)
+    builds the settings: a field and its flag cannot disagree."""
     from attnkit._checks import setting_fields
 
     decorators = []
@@ -547,13 +551,14 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Calla
         meta = f.metadata["attnkit"]
         if only is not None and f.name not in only:
             continue
-        flag = _flag_name(f.name, meta)
+        flag = flag_name(f.name, meta)
         if hint is bool:
             decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, f.name]
             decorators.append(click.option(*decls, is_flag=True, default=f.default, help=meta["help"]))
             continue
         decorators.append(click.option(flag, f.name, type=_flag_type(hint, meta), default=f.default,
-                                       show_default=f.default is not None, help=meta["help"]))
+                                       show_default=f.default is not None, help=meta["help"],
+                                       required=meta["required"]))
     return _stack(*decorators)
 
 

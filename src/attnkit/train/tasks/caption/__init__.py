@@ -1,2 +1,16 @@
 """Image captioning: training and serving (``captioning``), its data (``caption_data``), settings
 (``caption_settings``), memory plan (``caption_memory``) and cached encoder features (``feature_cache``)."""
+
+from attnkit.train.registry import Task, register_task
+
+__all__ = ["MODEL_NAME", "TASK"]
+
+MODEL_NAME = "captioner"
+"""The ``model_name`` of a captioning run's config.json."""
+
+
+TASK = register_task(Task(
+    "caption", "image captioning", lambda config: config.get("model_name") == MODEL_NAME,
+    "attnkit.train.tasks.caption.captioning:CaptionRun.load", "attnkit caption",
+    settings="attnkit.train.tasks.caption.caption_settings:CaptionSettings",
+    train="attnkit.train.tasks.caption.captioning:train_caption_run"))

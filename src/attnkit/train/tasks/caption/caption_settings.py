@@ -47,10 +47,10 @@ class CaptionDataSettings:
     def __post_init__(self) -> None:
         check_settings(self)
         if bool(self.images) != bool(self.captions):
-            raise ValueError("images and captions go together (a folder and its caption file), got "
+            raise ValueError("`images` and `captions` go together (a folder and its caption file), got "
                              f"images={self.images!r}, captions={self.captions!r}")
         if self.data and self.images:
-            raise ValueError("data (a Flickr8k folder) and images/captions exclude each other")
+            raise ValueError("`data` (a Flickr8k folder) and `images`/`captions` exclude each other")
 
 
 @dataclass(frozen=True)
@@ -114,27 +114,23 @@ class CaptionTrainingSettings:
 
 @dataclass(frozen=True)
 class CaptionSettings:
-    """Everything a captioning run is trained with, as one tree: its ``data``, ``tokenizer``, ``model`` and
-    ``training``.
+    """Train an attention image captioner (default data: generated coloured shapes).
 
-    A run records the tree in its config.json (``options``); a resumed run takes it all from there
-    (:meth:`from_saved` also reads the flat form runs were saved in before). ``time_budget_s`` is in
-    seconds, as everywhere in the library (the command's ``--time-budget`` reads a duration: ``90s``,
-    ``30m``, ``1.5h``). Each leaf is a :func:`~attnkit._checks.setting`: its range is checked in its
-    group, and ``attnkit train --task caption``'s flags are built from the leaves (names are unique across
-    the groups, so :meth:`from_flat` puts a flag's value in its group).
+    \b
+    Examples:
+      attnkit train --task caption --out runs/shapes
+      attnkit train --task caption --images photos/ --captions captions.txt --out runs/photos
+      attnkit train --task caption --data flickr8k --backbone efficientnet-lite0 --out runs/f8k
+    \f
+    One tree of four groups, ``data``, ``tokenizer``, ``model`` and ``training``, recorded so in a run's
+    config.json (``options``; :meth:`from_saved` also reads the flat form runs were saved in before).
+    ``time_budget_s`` is in seconds (the command's ``--time-budget`` reads ``90s``, ``30m``, ``1.5h``).
     """
 
     data: CaptionDataSettings = dataclasses.field(default_factory=CaptionDataSettings)
     tokenizer: CaptionTokenizerSettings = dataclasses.field(default_factory=CaptionTokenizerSettings)
     model: CaptionModelSettings = dataclasses.field(default_factory=CaptionModelSettings)
     training: CaptionTrainingSettings = dataclasses.field(default_factory=CaptionTrainingSettings)
-
-    @classmethod
-    def from_flat(cls, values: Mapping[str, Any]) -> CaptionSettings:
-        """The tree from leaf values by name (a command's flags, a flat saved run); other keys are ignored."""
-        settings: CaptionSettings = tree_from_flat(cls, values)
-        return settings
 
     @classmethod
     def from_saved(cls, options: Mapping[str, Any]) -> CaptionSettings:
@@ -146,7 +142,16 @@ class CaptionSettings:
         flat = dict(options)
         if flat.get("time_budget") is not None:  # runs written before the budget was in seconds: minutes
             flat["time_budget_s"] = 60.0 * flat["time_budget"]
-        return cls.from_flat(flat)
+        result: CaptionSettings = tree_from_flat(cls, flat)
+        return result
+
+    @classmethod
+    def from_run(cls, config: Mapping[str, Any]) -> CaptionSettings:
+        """The settings run ``config`` (its committed config.json) was trained with."""
+        if "options" not in config:
+            raise ValueError("the run's config.json records no settings (options): it is no resumable "
+                             "captioning run")
+        return cls.from_saved(config["options"])
 
     def resolved(self) -> CaptionSettings:
         """These settings with ``image_size`` decided (the backbone's own size when None)."""

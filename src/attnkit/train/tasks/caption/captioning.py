@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnkit.train.metrics import corpus_bleu
+from attnkit.train.runs.resume import RUN_FLAGS, RunOptions
+from attnkit.train.tasks.caption import MODEL_NAME
 from attnkit.train.tasks.caption.caption_settings import GENERATE_BATCH, CaptionSettings
 
 if TYPE_CHECKING:  # torch loads inside the functions, so that importing this module stays quick
@@ -46,11 +49,10 @@ if TYPE_CHECKING:  # torch loads inside the functions, so that importing this mo
     from attnkit.train.loop.task import StepOutput
     from attnkit.train.runs.rundir import RunWriter
 
-__all__ = ["MODEL_NAME", "CaptionSettings", "train_caption_run", "fit_captioner", "generate", "corpus_bleu",
-           "commit_caption_run", "save_caption_run", "load_caption_run", "load_caption_ensemble",
+__all__ = ["MODEL_NAME", "CaptionRun", "CaptionSettings", "train_caption_run", "fit_captioner", "generate",
+           "corpus_bleu", "commit_caption_run", "save_caption_run", "load_caption_run", "load_caption_ensemble",
            "load_caption_neighbours"]
 
-MODEL_NAME = "captioner"
 
 
 DATA_FLAGS = {"images": "--images", "captions": "--captions", "pretrained": "--pretrained"}  # the files a run reads
@@ -63,22 +65,18 @@ def _data_record(source: dict[str, Any], out: Path) -> dict[str, Any]:
     return {**source, **record_data({key: source.get(key) for key in DATA_FLAGS}, out)}
 
 
-def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], CaptionSettings] | None:
-    """The committed config of the unfinished run ``out`` and the settings it was trained with (None when
-    it is finished); its data is found and checked by every task's rule
+def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], CaptionSettings]:
+    """The committed config of the unfinished run ``out``, and ``settings`` (the run's, by the one rule of
+    ``--resume``) with its data found and checked by every task's rule
     (:func:`~attnkit.train.runs.data_record.locate_data`)."""
     from attnkit.train.runs.data_record import locate_data
-    from attnkit.train.runs.rundir import RunFileError, read_run_config, run_status
+    from attnkit.train.runs.rundir import read_run_config
 
     saved = read_run_config(out)
-    if saved.get("model_name") != MODEL_NAME or "options" not in saved:
-        raise RunFileError(f"{out} holds no resumable captioning run")
-    if run_status(saved) == "done":
-        return None
-    recorded = CaptionSettings.from_saved(saved["options"])
-    located = locate_data(saved.get("data", {}), {}, out, DATA_FLAGS)
-    paths = {key: located[key] for key in ("images", "captions") if located.get(key) and not recorded.data.data}
-    return saved, dataclasses.replace(recorded, data=dataclasses.replace(recorded.data, **paths))
+    given = {key: getattr(settings.data, key) for key in ("images", "captions")}
+    located = locate_data(saved.get("data", {}), given, out, DATA_FLAGS)
+    paths = {key: located[key] for key in given if located.get(key) and not settings.data.data}
+    return saved, dataclasses.replace(settings, data=dataclasses.replace(settings.data, **paths))
 
 
 def _memory_check(batch_size: int, max_memory: int | None, log: Callable[[str], None]) -> Callable[..., None]:
@@ -93,44 +91,32 @@ def _memory_check(batch_size: int, max_memory: int | None, log: Callable[[str], 
     return check
 
 
-def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: bool = False, overwrite: bool = False,
-                      log: Callable[[str], None] = print, epoch_log: Callable[[str], None] | None = None,
-                      flags: Mapping[str, str] | None = None, max_memory: int | None = None
-                      ) -> dict[str, Any] | None:
-    """Train a captioner with ``settings`` and commit the run to ``out``; returns its held-out metrics.
+def train_caption_run(settings: CaptionSettings, run: RunOptions) -> str:
+    """Train a captioner with ``settings`` and commit the run to ``run.out``; returns the line saying so.
 
     One generation is committed per epoch (status ``training``, resumable) and
-    a last one (status ``done``). With ``resume`` the unfinished run in
-    ``out`` goes on with its recorded settings (``settings`` is then ignored)
-    and the same data (checked by content hash); a finished run is left as it
-    is and None returned. ``out`` is judged before anything is read: a folder
+    a last one (status ``done``). With ``run.resume`` the unfinished run goes on (``settings`` are then the
+    run's, as :meth:`attnkit.train.registry.Task.run` gives them) with the same data (checked by content
+    hash). ``run.out`` is judged before anything is read: a folder
     holding something else is refused, another run only replaced with
     ``overwrite`` and only at the first commit; the lock is taken once every
-    input has been read and checked. ``log`` gets the summary lines,
-    ``epoch_log`` one line per epoch; ``flags`` are the calling command's flags, for the run
-    directory's refusals (:func:`attnkit.train.runs.rundir.check_run_dir`). Before any image is read the
+    input has been read and checked. Before any image is read the
     run's memory plan (:func:`attnkit.train.tasks.caption.caption_memory.check_captioning`) is checked against
-    ``max_memory`` (None: a share of the memory available) and logged; above it the run is refused.
+    ``run.max_memory`` (None: a share of the memory available) and logged; above it the run is refused.
     """
     import torch
 
     from attnkit.train.runs.run import start_run
     from attnkit.train.tasks.caption.caption_data import prepare_caption_data
 
-    path = Path(out)
-    if resume and overwrite:
-        raise ValueError("--resume and --overwrite exclude each other")
-    resumed = _resumed(path, settings) if resume else None
-    if resume and resumed is None:
-        log(f"{path} finished training already; nothing to resume (it was left as it is)")
-        return None
-    saved, settings = resumed if resumed is not None else (None, settings)
-    writer = start_run(path, run_id=saved["run_id"] if saved else None, overwrite=overwrite,
-                       flags=flags)  # refuses now
+    path, log = Path(run.out), run.log
+    saved, settings = _resumed(path, settings) if run.resume else (None, settings)
+    writer = start_run(path, run_id=saved["run_id"] if saved else None, overwrite=run.overwrite,
+                       flags=RUN_FLAGS)  # refuses now
     torch.manual_seed(settings.training.seed)
     settings = settings.resolved()
     prep = prepare_caption_data(settings, saved_config=saved["model_config"] if saved else None,
-                                check=_memory_check(settings.training.batch_size, max_memory, log))
+                                check=_memory_check(settings.training.batch_size, run.max_memory, log))
     model, vocab = prep.model, prep.vocab
     if saved is not None and saved["vocab"] != vocab.to_dict():
         raise ValueError(f"the data no longer gives the vocabulary run {path} was trained with; "
@@ -154,7 +140,7 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
     with writer:  # the lock, from here to the last commit
         training = settings.training
         history = fit_captioner(model, prep.inputs, prep.ids, prep.lengths, epochs=training.epochs,
-                                batch_size=training.batch_size, lr=training.lr, seed=training.seed, echo=epoch_log,
+                                batch_size=training.batch_size, lr=training.lr, seed=training.seed, echo=run.epoch_log,
                                 checkpoint=commit_epoch, out_dir=path, resume=saved is not None,
                                 image_index=prep.image_index, features=prep.features,
                                 validation=prep.validation if flickr else None, patience=training.patience,
@@ -169,7 +155,7 @@ def train_caption_run(settings: CaptionSettings, out: str | Path, *, resume: boo
             log(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val_refs)})")
         commit_caption_run(writer, model, vocab, status="done", meta=meta, history=history, metrics=metrics,
                            progress={"epoch": len(history), "epochs": training.epochs}, neighbours=neighbours())
-    return metrics
+    return f"saved {run.out}"
 
 
 class CaptionTask:
@@ -420,6 +406,32 @@ def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False
     what = "the captioner of its config.json"
     ckpt.load_weights_into(model, ckpt.load_finite_tensors(weights, model.state_dict(), what), weights, what)
     return model.eval(), vocab, meta
+
+
+@dataclass
+class CaptionRun:
+    """A captioning run served: its model (eval mode), vocabulary and ``config.json``."""
+
+    path: Path
+    model: Any
+    vocab: Any
+    config: dict[str, Any]
+
+    @property
+    def notice(self) -> str | None:
+        """For an unfinished run loaded with ``allow_unfinished``, which weights are served."""
+        return self.config.get("notice")
+
+    def caption(self, images: Any, *, beam_size: int = 1) -> list[str]:
+        """One caption per image of ``images`` ``(N, 3, S, S)`` (floats in [0, 1], the run's image size)."""
+        return [" ".join(self.vocab.decode(result.ids)) for result in generate(self.model, images,
+                                                                                beam_size=beam_size)]
+
+    @classmethod
+    def load(cls, path: Path, *, allow_unfinished: bool = False, device: str = "cpu") -> CaptionRun:
+        """The run in ``path`` served (``attnkit.load_run``), as :func:`load_caption_run` loads it."""
+        model, vocab, config = load_caption_run(path, allow_unfinished=allow_unfinished)
+        return cls(path, model.to(device), vocab, config)
 
 
 def load_caption_neighbours(directory: str | Path) -> NeighbourIndex:

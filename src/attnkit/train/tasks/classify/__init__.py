@@ -1,3 +1,23 @@
 """Text classification: the pipeline from labelled texts to a run (``pipeline``, ``plan``), the default recipe
 (``recipe``), the TF-IDF baseline (``baseline``), what it is trained for (``objective``), BERT fine-tuning
-(``finetune``) and the trained classifier served (``predictor``, ``inference``)."""
+(``finetune``) and the trained classifier served (``predictor``, ``inference``). The NumPy twin's classifiers
+(``train/tasks/numpy``) are a backend of this task: its runs are claimed and served here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnkit.train.registry import Task, register_task
+
+__all__ = ["TASK"]
+
+
+def _claims(config: dict[str, Any]) -> bool:
+    from attnkit.models import MODELS
+
+    return config.get("model_name") in MODELS or "data_settings" in config or config.get("backend") == "numpy"
+
+
+TASK = register_task(Task(
+    "classify", "text classification", _claims,
+    "attnkit.train.tasks.classify.predictor:Predictor.from_pretrained", "attnkit predict"))

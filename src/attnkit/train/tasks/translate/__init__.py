@@ -1,2 +1,13 @@
-"""Translation: training a sequence-to-sequence Transformer (``translation``) and its run folder and
-:class:`~attnkit.train.tasks.translate.translation_run.Translator` (``translation_run``)."""
+"""Translation: training a sequence-to-sequence Transformer (``translation``), its settings (``settings``), and
+its run folder and :class:`~attnkit.train.tasks.translate.translation_run.Translator` (``translation_run``)."""
+
+from attnkit.train.registry import Task, register_task
+
+MODEL_NAME = "seq2seq"
+"""The ``model_name`` of a translation run's config.json."""
+
+TASK = register_task(Task(
+    "translate", "sequence-to-sequence translation", lambda config: config.get("model_name") == MODEL_NAME,
+    "attnkit.train.tasks.translate.translation_run:load_translation_run", "attnkit translate",
+    settings="attnkit.train.tasks.translate.settings:TranslationSettings",
+    train="attnkit.train.tasks.translate.translation:train_translation_run"))

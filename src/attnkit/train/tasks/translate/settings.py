@@ -1,10 +1,9 @@
-"""The settings of a translation run as one tree: what ``attnkit train --task translate`` reads from its flags.
-
-:class:`TranslationSettings` holds the ``tokenizer`` (one vocabulary or one per language), the ``model``
-(:class:`TranslationModelSettings`, which becomes the :class:`~attnkit.models.seq2seq.Seq2SeqConfig`
-options) and the ``training`` (:class:`~attnkit.train.config.TranslationTrainConfig`, which also holds the
-vocabulary size, lowercasing and sentence length it has always recorded in a run's ``train_config``). Every
-leaf is a :func:`~attnkit._checks.setting`, so the command's flags are built from them.
+"""The settings of a translation run as one tree (:class:`TranslationSettings`): the ``data`` (the parallel
+files), the ``tokenizer`` (one vocabulary or one per language), the ``model`` (:class:`TranslationModelSettings`,
+which becomes the :class:`~attnkit.models.seq2seq.Seq2SeqConfig` options) and the ``training``
+(:class:`~attnkit.train.config.TranslationTrainConfig`, which also holds the vocabulary size, lowercasing and
+sentence length a run records in its ``train_config``). Every leaf is a :func:`~attnkit._checks.setting`, so
+``attnkit train --task translate``'s flags are built from them.
 """
 
 from __future__ import annotations
@@ -14,16 +13,32 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit._checks import check_settings, setting, tree_from_flat
+from attnkit._checks import check_settings, setting
 from attnkit.train.config import TranslationTrainConfig
 
-__all__ = ["TranslationSettings", "TranslationTokenizerSettings", "TranslationModelSettings", "BEAM_SIZE",
-           "LENGTH_PENALTY"]
+__all__ = ["TranslationSettings", "TranslationDataSettings", "TranslationTokenizerSettings",
+           "TranslationModelSettings", "BEAM_SIZE", "LENGTH_PENALTY"]
 
 # How a translation run decodes unless told otherwise, once: ``attnkit translate`` and ``Translator.translate``
 # (``load_run(RUN).translate``), as :func:`attnkit.decoding.beam_search`'s own defaults.
 BEAM_SIZE = 4
 LENGTH_PENALTY = 0.6
+
+
+@dataclass(frozen=True)
+class TranslationDataSettings:
+    """The parallel corpus: training sentences, and optionally validation sentences (both sides or none)."""
+
+    src: str | None = setting(None, "Training source sentences, one per line (plain or .gz).", path="file",
+                             required=True)
+    tgt: str | None = setting(None, "Training target sentences, line-aligned with --src.", path="file",
+                             required=True)
+    val_src: str | None = setting(None, "Validation source sentences.", path="file")
+    val_tgt: str | None = setting(None, "Validation target sentences.", path="file")
+
+    def __post_init__(self) -> None:
+        if (self.val_src is None) != (self.val_tgt is None):
+            raise ValueError("give both `val_src` and `val_tgt`, or neither")
 
 
 @dataclass(frozen=True)
@@ -63,22 +78,32 @@ class TranslationModelSettings:
                 "label_smoothing": self.label_smoothing, "tie_embeddings": True}
 
 
-TRAINING_FLAGS = ("vocab_size", "epochs", "max_tokens", "lr", "warmup_steps", "max_len", "time_budget_s",
-                  "average_last", "seed")
-"""The training config's fields the command sets (the others keep their defaults)."""
-
-
 @dataclass(frozen=True)
 class TranslationSettings:
-    """Everything ``attnkit train --task translate`` is told, as one tree: ``tokenizer``, ``model``,
-    ``training``."""
+    """Train a Transformer translation model on a parallel corpus.
 
+    \b
+    Example:
+      attnkit train --task translate --src train.de.gz --tgt train.en.gz \\
+          --val-src val.de.gz --val-tgt val.en.gz --out runs/de-en --time-budget 60
+    """
+
+    data: TranslationDataSettings = dataclasses.field(default_factory=TranslationDataSettings)
     tokenizer: TranslationTokenizerSettings = dataclasses.field(default_factory=TranslationTokenizerSettings)
     model: TranslationModelSettings = dataclasses.field(default_factory=TranslationModelSettings)
     training: TranslationTrainConfig = dataclasses.field(default_factory=TranslationTrainConfig)
 
     @classmethod
-    def from_flat(cls, values: Mapping[str, Any]) -> TranslationSettings:
-        """The tree from leaf values by name (a command's flags); other keys are ignored."""
-        settings: TranslationSettings = tree_from_flat(cls, values)
-        return settings
+    def from_run(cls, config: Mapping[str, Any]) -> TranslationSettings:
+        """The settings a run's ``config.json`` records: its ``train_config``, tokenizers and model config (the
+        data paths are its data record's, :mod:`attnkit.train.runs.data_record`)."""
+        layer = config["model_config"].get("layer", {})
+        defaults = TranslationModelSettings()
+        model = TranslationModelSettings(
+            **{k: layer.get(k, getattr(defaults, k)) for k in ("d_model", "num_heads", "d_ff", "dropout",
+                                                               "attention_dropout", "activation_dropout")},
+            post_norm=not layer.get("norm_first", True),
+            **{k: config["model_config"].get(k, getattr(defaults, k)) for k in ("encoder_layers", "decoder_layers",
+                                                                                 "label_smoothing")})
+        return cls(tokenizer=TranslationTokenizerSettings(separate_vocab=not config.get("shared_tokenizer", True)),
+                   model=model, training=TranslationTrainConfig.from_dict(config.get("train_config", {})))

@@ -4,8 +4,8 @@
 weight averaging), :func:`save_translation_run` and :func:`load_translation_run`
 write and read a run directory, :class:`Translator` turns text into text (these
 three live in :mod:`attnkit.train.tasks.translate.translation_run`), and :func:`corpus_bleu` (that of
-:mod:`attnkit.train.metrics`) scores it. The commands in :mod:`attnkit.cli.translate`
-are built on these. A translation run directory is a transaction
+:mod:`attnkit.train.metrics`) scores it. The command line trains through
+:func:`train_translation_run`. A translation run directory is a transaction
 (:mod:`attnkit.train.runs.rundir`); its committed generation ``RUN/checkpoints/NNNNNN/`` holds::
 
     config.json          run id, model config, training settings, history, status, progress, metrics
@@ -46,8 +46,10 @@ from attnkit.train.loop import schedules
 from attnkit.train.loop.task import StepOutput
 from attnkit.train.metrics import corpus_bleu
 from attnkit.train.runs import checkpoint as ckpt
+from attnkit.train.runs.resume import RUN_FLAGS, RunOptions, resumed_settings
 from attnkit.train.runs.run import start_run
 from attnkit.train.runs.rundir import RunFileError
+from attnkit.train.tasks.translate.settings import TranslationSettings
 from attnkit.train.tasks.translate.translation_memory import check_translation
 from attnkit.train.tasks.translate.translation_run import (
     MODEL_NAME,
@@ -61,7 +63,7 @@ from attnkit.train.tasks.translate.translation_run import (
 
 __all__ = [
     "TranslationTrainConfig", "Translation", "Translator", "fit_translation", "save_translation_run",
-    "load_translation_run", "corpus_bleu",
+    "load_translation_run", "corpus_bleu", "train_translation_run", "warmup_notice",
 ]
 
 
@@ -79,8 +81,8 @@ def _validation_loss(model: Seq2SeqTransformer, pairs: list[tuple[list[int], lis
     return total / max(count, 1)
 
 
-# Settings that must not change when a run is resumed (the rest may: epochs, time budget, logging).
-RESUME_FIXED = ("max_tokens", "lr", "warmup_steps", "seed", "max_len", "vocab_size", "lowercase", "clip_norm")
+RESUMABLE = ("epochs", "time_budget_s", "eval_beam_size", "eval_sentences", "log_every", "average_last")
+"""The training settings a library caller may change when it resumes a run (the command line: ``epochs``)."""
 
 
 def _average_snapshots(model: Seq2SeqTransformer, snapshots: list[dict[str, torch.Tensor]],
@@ -132,17 +134,15 @@ def _resume_state(out: Path, train_config: TranslationTrainConfig, keep: int) ->
         raise RunFileError(f"cannot resume: {out} holds a {meta.get('model_name')!r} run, not a translation run")
     if ckpt.run_status(meta) == "done":
         raise ValueError(f"{out} finished training already; nothing to resume (it was left as it is)")
+    saved = TranslationTrainConfig.from_dict(meta.get("train_config", {}))
+    resumed_settings(saved, train_config, [f.name for f in dataclasses.fields(saved)], run=str(out),
+                     grows=RESUMABLE, log=lambda _line: None)
     translator = load_translation_run(out, allow_unfinished=True)
     state = ckpt.load_train_state(out)
     folder = ckpt.committed_dir(out)
     if state is None:
         raise RunFileError(f"cannot resume: {folder / ckpt.STATE_DIR / 'state.json'} is missing "
                            "(the run was not saved by a resumable training)")
-    saved = meta.get("train_config", {})
-    changed = [f"{k} ({saved.get(k)!r} -> {getattr(train_config, k)!r})" for k in RESUME_FIXED
-               if saved.get(k) != getattr(train_config, k)]
-    if changed:
-        raise ValueError(f"cannot resume {out} with different settings: {', '.join(changed)}")
     progress = state["progress"]
     model = translator.model
     try:
@@ -203,9 +203,9 @@ def fit_translation(
     unfinished run in ``out_dir`` goes on after its last committed epoch with
     the saved tokenizers, weights, optimizer and RNG state, so the result
     equals an uninterrupted run; ``model_options`` and ``shared_vocab`` are then
-    taken from the run, and ``epochs`` may grow. Every input is checked before
-    the directory is touched: a refused resume leaves the run as it was, and ``overwrite`` replaces the old
-    run only at the first commit (``flags``: the caller's, for :func:`~attnkit.train.runs.rundir.check_run_dir`).
+    taken from the run, and ``train_config`` may differ from the run's only in :data:`RESUMABLE` (by the one
+    rule, :mod:`attnkit.train.runs.resume`). Every input is checked before the directory is touched, and
+    ``overwrite`` replaces the old run only at the first commit (``flags``: for ``check_run_dir``).
     Before the folder is touched the run's memory plan
     (:func:`~attnkit.train.tasks.translate.translation_memory.check_translation`:
     the model with Adam, the pairs and the largest batch's step) is checked against ``max_memory`` (bytes;
@@ -266,6 +266,57 @@ def fit_translation(
         last = history[-1]["epoch"] if history else None
         commit_translation_run(writer, model, tokenizers, meta, status="done", epoch=last)
     return summary
+
+
+def train_translation_run(settings: TranslationSettings, run: RunOptions) -> str:
+    """``attnkit train --task translate``: read the corpus of ``settings.data``, record it, train (or resume)
+    the run ``run.out``, and return the line that says where it is."""
+    from attnkit.data.parallel import read_parallel
+    from attnkit.train.runs.data_record import locate_data, record_data
+
+    paths = {"src": settings.data.src, "tgt": settings.data.tgt, "val_src": settings.data.val_src,
+             "val_tgt": settings.data.val_tgt}
+    if not paths["src"] or not paths["tgt"]:
+        raise ValueError("give the training corpus: --src and --tgt")
+    saved = ckpt.read_run_config(run.out).get("data") if run.resume else None
+    data = record_data(paths, run.out, known=locate_data(saved, paths, run.out, DATA_FLAGS) if saved else None)
+    train = read_parallel(paths["src"], paths["tgt"])
+    val = read_parallel(paths["val_src"], paths["val_tgt"]) if paths["val_src"] and paths["val_tgt"] else None
+    training = settings.training
+    if not run.resume and (notice := warmup_notice(train.sources, train.targets, training.max_tokens,
+                                                   training.epochs, training.warmup_steps)) is not None:
+        run.warn(notice)
+    summary = fit_translation(train, val, model_options=settings.model.model_options(), train_config=training,
+                              out_dir=run.out, overwrite=run.overwrite,
+                              shared_vocab=not settings.tokenizer.separate_vocab, log=run.epoch_log,
+                              resume=run.resume, flags=RUN_FLAGS, max_memory=run.max_memory, data=data)
+    return f"saved run to {run.out} ({summary['steps']} steps, {summary['seconds']:.0f} s)"
+
+
+DATA_FLAGS = {"src": "--src", "tgt": "--tgt", "val_src": "--val-src", "val_tgt": "--val-tgt"}
+WARMUP_SHARE = 0.5  # of all steps: a longer warm-up leaves the rate rising for most of the run
+
+
+def estimated_steps(sources: list[str], targets: list[str], max_tokens: int) -> int:
+    """At least how many optimizer steps one epoch of these pairs takes with ``--max-tokens``, from their
+    lengths in words (a subword tokenizer splits a word into one or more tokens, so it is a lower bound)."""
+    width = sum(max(len(s.split()), len(t.split()) + 1) for s, t in zip(sources, targets, strict=True))
+    return max(1, -(-width // max_tokens))
+
+
+def warmup_notice(sources: list[str], targets: list[str], max_tokens: int, epochs: int,
+                  warmup_steps: int) -> str | None:
+    """A warning when ``--warmup-steps`` exceeds :data:`WARMUP_SHARE` of the run's estimated steps (a small
+    corpus under the default warm-up of 1000 steps), naming a warm-up that fits; None when it fits."""
+    per_epoch = estimated_steps(sources, targets, max_tokens)
+    total = per_epoch * epochs
+    if warmup_steps <= WARMUP_SHARE * total:
+        return None
+    fits = max(1, total // 10)
+    return (f"warning: --warmup-steps {warmup_steps} is more than half of this run's about {total} steps "
+            f"({epochs} epochs of about {per_epoch} on {len(sources)} pairs): the learning rate would still "
+            f"be rising when training ends; pass --warmup-steps {fits} (a tenth of the steps), more --epochs, "
+            "or a smaller --max-tokens")
 
 
 def _trainer(model: Any, task: TranslationTask, train_config: TranslationTrainConfig, out: Path,

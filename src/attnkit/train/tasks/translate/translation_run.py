@@ -29,12 +29,12 @@ from attnkit.train.runs import fileops
 from attnkit.train.runs.run import save_run
 from attnkit.train.runs.run_files import check_run_config, check_tokenizer_fits, settings_check
 from attnkit.train.runs.rundir import RunFileError, RunWriter
+from attnkit.train.tasks.translate import MODEL_NAME
 from attnkit.train.tasks.translate.settings import BEAM_SIZE, LENGTH_PENALTY
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
            "commit_translation_run", "snapshot_name"]
 
-MODEL_NAME = "seq2seq"
 TOKENIZER_FILES = ("tokenizer.json", "src_tokenizer.json", "tgt_tokenizer.json")
 
 

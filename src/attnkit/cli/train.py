@@ -1,0 +1,74 @@
+"""``attnkit train --task NAME``: every task with a settings tree gets its command generated from it.
+
+The flags are the tree's leaves (:func:`attnkit.cli.options.settings_options`: name, type, range, default,
+help) and the run's own (``--out``, ``--overwrite``, ``--resume``, ``--max-memory``, ``--quiet``); the help is
+the tree's docstring. The command parses, makes the tree and calls :meth:`attnkit.train.registry.Task.run`,
+which trains, or resumes by the one rule (:mod:`attnkit.train.runs.resume`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from attnkit._lazy import missing_extra_message
+from attnkit.cli.messages import echo, friendly_errors, in_flags, require_room_for_torch
+from attnkit.cli.options import refusing_memory_option, settings_options, task_option
+
+__all__ = ["task_command"]
+
+
+def task_command(task: Any) -> click.Command:
+    """The ``attnkit train --task NAME`` command of registered task ``task`` (:class:`attnkit.train.registry.Task`)."""
+    from attnkit._checks import setting_fields, tree_from_flat
+    from attnkit.train.registry import resolve
+
+    tree = resolve(task.settings)
+    leaves = [f.name for f, _ in setting_fields(tree)]
+
+    @click.command(task.name, help=tree.__doc__)
+    @task_option(task.name)
+    @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
+    @settings_options(tree)
+    @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
+    @click.option("--resume", is_flag=True,
+                  help="Go on with the unfinished run in --out after its last finished epoch, with its saved "
+                       "settings (a setting given with another value is refused; --epochs may change).")
+    @refusing_memory_option
+    @click.option("--quiet", "-q", is_flag=True, help="No per-epoch lines.")
+    @friendly_errors
+    def command(**values: Any) -> None:
+        from click.core import ParameterSource
+
+        from attnkit.train.runs.resume import ResumeError, RunOptions
+        from attnkit.train.runs.rundir import RunLockedError
+
+        ctx = click.get_current_context()
+        given = [name for name in leaves
+                 if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
+        try:
+            settings = tree_from_flat(tree, values)
+            run = RunOptions(values["out"], overwrite=values["overwrite"], resume=values["resume"],
+                             quiet=values["quiet"], max_memory=values["max_memory"], log=echo,
+                             warn=lambda line: click.echo(line, err=True))
+        except ValueError as err:
+            raise click.UsageError(in_flags(str(err))) from None
+        require_room_for_torch()
+        try:
+            done = task.run(settings, run, given)
+        except ResumeError as err:
+            raise click.UsageError(in_flags(str(err))) from None
+        except KeyboardInterrupt:
+            click.echo(f"\ninterrupted; {run.out} holds the last finished epoch, if any (go on with --resume)",
+                       err=True)
+            sys.exit(130)
+        except RunLockedError as err:
+            raise click.ClickException(str(err)) from None
+        except ImportError as err:  # a part whose library is missing (a backbone, a tokenizer)
+            raise click.ClickException(missing_extra_message(err) or str(err)) from None
+        if done:
+            click.echo(done)
+
+    return command

@@ -1,0 +1,140 @@
+"""One registry of tasks: ``attnkit.load_run`` serves every kind of run, ``attnkit train --task NAME`` is
+generated from each task's settings, and a new task is one folder."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import attnkit
+import attnkit.train.tasks
+from attnkit.api import Predictor
+from attnkit.cli import cli, train_tasks
+from attnkit.data.shapes import shapes_vocab
+from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
+from attnkit.train import registry
+from attnkit.train.runs.rundir import committed_dir, read_run_config
+from attnkit.train.tasks.caption.captioning import CaptionRun, save_caption_run
+from attnkit.train.tasks.translate.translation_run import Translator
+from tests.support.cli import TINY, write_keyword_csv
+
+
+def _train(*args: str) -> None:
+    result = CliRunner().invoke(cli, ["train", *args])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("kinds")
+    data = write_keyword_csv(root / "data.csv", 64)
+    src, tgt = root / "src.txt", root / "tgt.txt"
+    src.write_text("ein haus\nein baum\n" * 20)
+    tgt.write_text("a house\na tree\n" * 20)
+    _train("--data", str(data), "--out", str(root / "classification"), *TINY)
+    _train("--data", str(data), "--out", str(root / "numpy"), "--backend", "numpy", "--epochs", "1", "--quiet")
+    _train("--task", "translate", "--src", str(src), "--tgt", str(tgt), "--out", str(root / "translation"),
+           "--epochs", "1")
+    model = ImageCaptioner(CaptionerConfig(vocab_size=len(shapes_vocab()), image_size=32, channels=(2, 2, 2)))
+    save_caption_run(root / "captioning", model, shapes_vocab(), run_id="caption-run")
+    return {kind: root / kind for kind in ("classification", "numpy", "translation", "captioning")}
+
+
+TASK_OF = {"classification": "classify", "numpy": "classify", "translation": "translate", "captioning": "caption"}
+
+
+def test_load_run_serves_each_of_the_four_kinds(runs: dict[str, Path]) -> None:
+    for kind, path in runs.items():
+        assert registry.task_of_run(path).name == TASK_OF[kind]
+    for kind in ("classification", "numpy"):
+        served = attnkit.load_run(runs[kind])
+        assert isinstance(served, Predictor) and served.predict(["good film"])[0] in served.labels
+    translator = attnkit.load_run(runs["translation"])
+    assert isinstance(translator, Translator) and isinstance(translator.translate(["ein haus"])[0].text, str)
+    captioner = attnkit.load_run(runs["captioning"])
+    assert isinstance(captioner, CaptionRun) and captioner.config["run_id"] == "caption-run"
+    captions = captioner.caption(torch.rand(2, 3, 32, 32))
+    assert len(captions) == 2 and all(isinstance(c, str) for c in captions)
+
+
+@pytest.fixture
+def fifth_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The folder ``tests/train/fifth_task`` copied in as ``attnkit/train/tasks/count/`` (a second folder of
+    the package, as an installed plug-in folder would be): no other file is edited."""
+    root = tmp_path / "plugin" / "attnkit" / "train" / "tasks"
+    shutil.copytree(Path(__file__).parent / "fifth_task", root / "count")
+    monkeypatch.setattr(attnkit.train.tasks, "__path__", [*attnkit.train.tasks.__path__, str(root)])
+    monkeypatch.setattr(registry, "_TASKS", dict(registry.tasks()))
+    monkeypatch.setattr(registry, "_found", False)
+    yield root / "count"
+    import sys
+
+    for name in [n for n in sys.modules if n.startswith("attnkit.train.tasks.count")]:
+        del sys.modules[name]
+
+
+def test_a_fifth_task_is_one_folder(fifth_task: Path, tmp_path: Path) -> None:
+    """Its flags in ``--help``; train; resume with a changed flag (refused by name, with both values); resume
+    with more epochs (said); ``load_run``; its runs named by the classifier commands."""
+    runner = CliRunner()
+    text = tmp_path / "text.txt"
+    text.write_text("the cat saw the dog\n", encoding="utf-8")
+    helped = runner.invoke(cli, ["train", "--task", "count", "--help"])
+    assert helped.exit_code == 0, helped.output
+    assert "Count the words of a text" in helped.output
+    for flag in ("--text FILE", "--epochs", "--lr", "--stop-after", "--out", "--resume", "--max-memory"):
+        assert flag in helped.output, flag
+    assert "count: word counting" in " ".join(runner.invoke(cli, ["train", "--help"]).output.split())
+    out = tmp_path / "run"
+    stopped = runner.invoke(cli, ["train", "--task", "count", "--text", str(text), "--out", str(out),
+                                  "--stop-after", "1"])
+    assert stopped.exit_code == 130 and "go on with --resume" in stopped.output, stopped.output
+    assert read_run_config(out)["status"] == "training"
+    before = (committed_dir(out) / "config.json").read_bytes()
+    changed = runner.invoke(cli, ["train", "--task", "count", "--text", str(text), "--out", str(out), "--resume",
+                                  "--lr", "2"])
+    assert changed.exit_code == 2, changed.output
+    assert f"--resume continues {out} with its saved settings: --lr is 0.5 there, given 2" in changed.output
+    assert (committed_dir(out) / "config.json").read_bytes() == before
+    resumed = runner.invoke(cli, ["train", "--task", "count", "--text", str(text), "--out", str(out), "--resume",
+                                  "--lr", "0.5", "--epochs", "3"])
+    assert resumed.exit_code == 0, resumed.output
+    assert f"--epochs 3: {out} was started with 2 and now goes on with 3" in resumed.output
+    assert f"counted 4 words into {out}" in resumed.output
+    assert attnkit.load_run(out) == {"the": 3.0, "cat": 1.5, "saw": 1.5, "dog": 1.5}
+    assert registry.task_of_run(out).name == "count"
+    other = runner.invoke(cli, ["predict", str(out), "a text"])
+    assert other.exit_code == 1 and f"{out} is a word counting run, not a text classifier" in other.output
+    again = runner.invoke(cli, ["train", "--task", "count", "--text", str(text), "--out", str(out), "--resume"])
+    assert again.exit_code == 0 and "finished training already" in again.output
+
+
+def test_a_task_name_registered_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_TASKS", dict(registry.tasks()))
+    before = dict(registry.tasks())
+    with pytest.raises(ValueError, match="a task named 'translate' is registered already"):
+        registry.register_task(registry.Task("translate", "x", lambda config: False, lambda *a, **k: None))
+    assert registry.tasks() == before
+
+
+def test_an_unknown_task_is_named_with_the_known_ones() -> None:
+    result = CliRunner().invoke(cli, ["train", "--task", "tagging", "--out", "runs/t"])
+    assert result.exit_code == 2 and "'tagging' is not a task; tasks: caption, classify, translate" \
+        in result.output, result.output
+    assert list(train_tasks()) == ["caption", "translate"]  # classification keeps ``attnkit train`` itself
+
+
+@pytest.mark.parametrize("kind", ["translation", "captioning"])
+def test_the_classifier_commands_name_a_run_of_another_kind_and_its_command(runs: dict[str, Path], kind: str,
+                                                                           tmp_path: Path) -> None:
+    task = registry.tasks()[TASK_OF[kind]]
+    data = write_keyword_csv(tmp_path / "data.csv", 8)
+    for args in (["predict", str(runs[kind]), "a text"], ["evaluate", str(runs[kind]), "--data", str(data)]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, result.output
+        assert f"{runs[kind]} is a {task.description} run, not a text classifier: use " \
+               f"{task.command} {runs[kind]}" in result.output, result.output
