@@ -201,3 +201,18 @@ def test_load_rejects_other_runs(tmp_path: Path) -> None:
     save_caption_run(tmp_path / "ok", model, shapes_vocab(), run_id="a")
     with pytest.raises(FileExistsError, match="different run"):
         save_caption_run(tmp_path / "ok", model, shapes_vocab(), run_id="b")
+
+
+def test_one_decoding_default_for_the_command_and_the_library() -> None:
+    """``attnkit caption``, ``generate`` and ``load_run(RUN).caption`` decode alike unless told otherwise."""
+    import inspect
+
+    from attnkit.train.tasks.caption.caption_settings import DECODING
+    from attnkit.train.tasks.caption.captioning import CaptionRun, generate
+
+    flags = {p.name: p.default for p in caption.params}
+    library = {**{n: p.default for n, p in inspect.signature(generate).parameters.items()},
+               **{n: p.default for n, p in inspect.signature(CaptionRun.caption).parameters.items()}}
+    for name, value in vars(DECODING).items():
+        assert flags[name] == value, name
+    assert library["beam_size"] == DECODING.beam_size and library["length_penalty"] == DECODING.length_penalty

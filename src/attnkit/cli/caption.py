@@ -6,7 +6,8 @@ from __future__ import annotations
 import click
 
 from attnkit.cli.messages import friendly_errors
-from attnkit.cli.options import allow_unfinished_option
+from attnkit.cli.options import allow_unfinished_option, settings_options
+from attnkit.train.tasks.caption.caption_settings import CaptionDecoding
 
 __all__ = ["caption"]
 
@@ -14,15 +15,7 @@ __all__ = ["caption"]
 @click.command("caption")
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False))
 @click.argument("image", type=click.Path(exists=True, dir_okay=False))
-@click.option("--beam-size", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Beam width (1 = greedy).")
-@click.option("--length-penalty", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="GNMT length penalty alpha of the beam search (0: plain log-probability).")
-@click.option("--length-bonus", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Score added per generated word (longer captions; 0: none).")
-@click.option("--min-len", type=click.IntRange(min=0), default=0, show_default=True,
-              help="No end of caption before this many words.")
-@click.option("--block-repeats", is_flag=True, help="Never generate a word right after itself.")
+@settings_options(CaptionDecoding)
 @click.option("--ensemble", "others", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="Another run of the same data and encoder to decode with (repeatable): the mean of the "
                    "runs' next-word probabilities and of their attention.")

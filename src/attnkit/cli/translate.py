@@ -9,8 +9,8 @@ from __future__ import annotations
 import click
 
 from attnkit.cli.messages import friendly_errors
-from attnkit.cli.options import allow_unfinished_option
-from attnkit.train.tasks.translate.settings import BEAM_SIZE, LENGTH_PENALTY
+from attnkit.cli.options import allow_unfinished_option, settings_options
+from attnkit.train.tasks.translate.settings import TranslationDecoding
 
 __all__ = ["translate"]
 
@@ -20,10 +20,7 @@ __all__ = ["translate"]
 @click.argument("texts", nargs=-1)
 @click.option("--file", "text_file", type=click.Path(exists=True, dir_okay=False),
               help="Translate every non-blank line of this file (plain or .gz) as well.")
-@click.option("--beam-size", type=click.IntRange(min=1), default=BEAM_SIZE, show_default=True,
-              help="Beam size (1: greedy).")
-@click.option("--length-penalty", type=click.FloatRange(0), default=LENGTH_PENALTY, show_default=True,
-              help="GNMT length-penalty exponent alpha (0: raw log-probability).")
+@settings_options(TranslationDecoding)
 @click.option("--alignment", "alignment_path", type=click.Path(dir_okay=False),
               help="Plot the cross-attention alignment of the first text to this image file.")
 @allow_unfinished_option

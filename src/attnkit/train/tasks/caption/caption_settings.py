@@ -16,8 +16,8 @@ from attnkit._checks import check_settings, dataclass_kwargs, setting, tree_from
 if TYPE_CHECKING:
     from attnkit.models.captioning import CaptionerConfig
 
-__all__ = ["CaptionSettings", "CaptionDataSettings", "CaptionTokenizerSettings", "CaptionModelSettings",
-           "CaptionTrainingSettings", "GENERATE_BATCH"]
+__all__ = ["CaptionSettings", "CaptionDecoding", "DECODING", "CaptionDataSettings", "CaptionTokenizerSettings",
+           "CaptionModelSettings", "CaptionTrainingSettings", "GENERATE_BATCH"]
 
 GENERATE_BATCH = 128
 """Images :func:`attnkit.train.tasks.caption.captioning.generate` encodes at a time by default (the memory plan
@@ -110,6 +110,26 @@ class CaptionTrainingSettings:
 
     def __post_init__(self) -> None:
         check_settings(self)
+
+
+@dataclass(frozen=True)
+class CaptionDecoding:
+    """How a captioning run decodes unless told otherwise, stated once: ``attnkit caption``'s flags and the
+    defaults of :func:`~attnkit.train.tasks.caption.captioning.generate` and ``CaptionRun.caption``
+    (``load_run(RUN).caption``)."""
+
+    beam_size: int = setting(1, "Beam width (1 = greedy).", low=1)
+    length_penalty: float = setting(0.0, "GNMT length penalty alpha of the beam search (0: plain "
+                                    "log-probability).", low=0)
+    length_bonus: float = setting(0.0, "Score added per generated word (longer captions; 0: none).", low=0)
+    min_len: int = setting(0, "No end of caption before this many words.", low=0)
+    block_repeats: bool = setting(False, "Never generate a word right after itself.")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+DECODING = CaptionDecoding()
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from attnkit.train.metrics import corpus_bleu
 from attnkit.train.runs.resume import RUN_FLAGS, RunOptions
 from attnkit.train.tasks.caption import MODEL_NAME
-from attnkit.train.tasks.caption.caption_settings import GENERATE_BATCH, CaptionSettings
+from attnkit.train.tasks.caption.caption_settings import DECODING, GENERATE_BATCH, CaptionSettings
 
 if TYPE_CHECKING:  # torch loads inside the functions, so that importing this module stays quick
     from torch import Tensor
@@ -307,9 +307,9 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
     return history
 
 
-def generate(model: ImageCaptioner | CaptionEnsemble, images: Tensor, *, beam_size: int = 1,
-             batch_size: int = GENERATE_BATCH,
-             features: bool = False, length_penalty: float = 0.0, consensus: Consensus | None = None,
+def generate(model: ImageCaptioner | CaptionEnsemble, images: Tensor, *, beam_size: int = DECODING.beam_size,
+             batch_size: int = GENERATE_BATCH, features: bool = False,
+             length_penalty: float = DECODING.length_penalty, consensus: Consensus | None = None,
              **constraints: Any) -> list[Any]:
     """Captions for many images (or, with ``features=True``, cached region features ``(N, R, C)``):
     batched greedy decoding for ``beam_size == 1`` without ``constraints``, beam search with the GNMT
@@ -422,7 +422,7 @@ class CaptionRun:
         """For an unfinished run loaded with ``allow_unfinished``, which weights are served."""
         return self.config.get("notice")
 
-    def caption(self, images: Any, *, beam_size: int = 1) -> list[str]:
+    def caption(self, images: Any, *, beam_size: int = DECODING.beam_size) -> list[str]:
         """One caption per image of ``images`` ``(N, 3, S, S)`` (floats in [0, 1], the run's image size)."""
         return [" ".join(self.vocab.decode(result.ids)) for result in generate(self.model, images,
                                                                                 beam_size=beam_size)]

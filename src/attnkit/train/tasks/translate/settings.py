@@ -17,12 +17,23 @@ from attnkit._checks import check_settings, setting
 from attnkit.train.config import TranslationTrainConfig
 
 __all__ = ["TranslationSettings", "TranslationDataSettings", "TranslationTokenizerSettings",
-           "TranslationModelSettings", "BEAM_SIZE", "LENGTH_PENALTY"]
+           "TranslationModelSettings", "TranslationDecoding", "DECODING", "BEAM_SIZE", "LENGTH_PENALTY"]
 
-# How a translation run decodes unless told otherwise, once: ``attnkit translate`` and ``Translator.translate``
-# (``load_run(RUN).translate``), as :func:`attnkit.decoding.beam_search`'s own defaults.
-BEAM_SIZE = 4
-LENGTH_PENALTY = 0.6
+@dataclass(frozen=True)
+class TranslationDecoding:
+    """How a translation run decodes unless told otherwise, stated once: ``attnkit translate``'s flags and
+    ``Translator.translate``'s (``load_run(RUN).translate``) defaults, as :func:`attnkit.decoding.beam_search`'s
+    own."""
+
+    beam_size: int = setting(4, "Beam size (1: greedy).", low=1)
+    length_penalty: float = setting(0.6, "GNMT length-penalty exponent alpha (0: raw log-probability).", low=0)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+DECODING = TranslationDecoding()
+BEAM_SIZE, LENGTH_PENALTY = DECODING.beam_size, DECODING.length_penalty
 
 
 @dataclass(frozen=True)
