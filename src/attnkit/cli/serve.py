@@ -9,6 +9,7 @@ and end with status 0 within ``--grace`` seconds; a SIGTERM while the models loa
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import ipaddress
 import os
@@ -21,10 +22,8 @@ from typing import Any
 
 import click
 
-from attnkit.cli.options import allow_unfinished_option, reader_options
+from attnkit.cli.options import allow_unfinished_option, reader_options, settings_options
 from attnkit.serve.limits import Limits
-
-LIMITS = Limits()  # the flags' defaults are the Python API's
 
 __all__ = ["serve"]
 
@@ -47,21 +46,7 @@ class _Stopped(BaseException):
                    "reachable from other machines.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="Port to listen on (0: a free one, printed).")
-@click.option("--max-batch", type=click.IntRange(min=1), default=LIMITS.max_batch, show_default=True,
-              help="Most texts the batcher runs together (1: no batching, one request at a time).")
-@click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=LIMITS.batch_wait_ms, show_default=True,
-              help="How long a batch waits for more requests once the first has come (0: it takes those "
-                   "that came while the model ran the batch before).")
-@click.option("--max-texts", type=click.IntRange(min=1), default=LIMITS.max_texts, show_default=True,
-              help="Most texts in one /v1/predict request.")
-@click.option("--max-chars", type=click.IntRange(min=1), default=LIMITS.max_chars, show_default=True,
-              help="Most characters in one text.")
-@click.option("--max-body", type=click.IntRange(min=1), default=LIMITS.max_body, show_default=True,
-              help="Most bytes in one request body.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=LIMITS.timeout, show_default=True,
-              help="Seconds a request may take before it is answered 504.")
-@click.option("--queue", type=click.IntRange(min=1), default=LIMITS.queue, show_default=True,
-              help="Requests admitted at once; past it, 503 with Retry-After.")
+@settings_options(Limits)
 @click.option("--read-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               help="Seconds a client has to send a whole request (headers and body) from when it connects or "
                    "starts it; one that sends nothing is closed, one that sent part of it gets 408.")
@@ -69,10 +54,8 @@ class _Stopped(BaseException):
               help="Seconds from Ctrl-C or SIGTERM to the exit: requests in flight finish until a second before "
                    "(half of it when shorter), the rest are answered 503.")
 @allow_unfinished_option
-def serve(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, host: str, port: int, max_batch: int,
-          batch_wait_ms: float, max_texts: int, max_chars: int, max_body: int, timeout: float, queue: int,
-          read_timeout: float, grace: float, allow_unfinished: bool,
-          **reader: Any) -> None:
+def serve(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, host: str, port: int, read_timeout: float,
+          grace: float, allow_unfinished: bool, **values: Any) -> None:
     """Serve trained runs: a JSON API (/v1/predict, /v1/explain, /v1/attention) and an explorer page.
 
     \b
@@ -92,13 +75,12 @@ def serve(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, host: st
     if not _loopback(host):
         click.echo(f"Warning: --host {host} makes the API reachable from other machines, and it has no "
                    "authentication: anyone who reaches the port can use the models", err=True)
-    limits = Limits(max_body=max_body, max_chars=max_chars, max_texts=max_texts, timeout=timeout, queue=queue,
-                    max_batch=max_batch, batch_wait_ms=batch_wait_ms)
+    limits = Limits(**{f.name: values.pop(f.name) for f in dataclasses.fields(Limits)})
     bound = sock.getsockname()[1]
     signal.signal(signal.SIGTERM, _stop_loading)
     try:
         click.echo(f"loading {', '.join([*runs, *hf])} (SIGTERM stops)", err=True)
-        models = _load(runs, hf, data, reader, allow_unfinished)
+        models = _load(runs, hf, data, values, allow_unfinished)
         app = build_app(models, limits, host=host, port=bound)
         state = app.fastapi.state.server
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",

@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from attnkit._checks import check_settings, setting
+
 __all__ = ["Limits", "Guard", "SECURITY_HEADERS", "CSP", "DISCARD", "error_body", "allowed_hosts", "check_text",
            "check_body"]
 
@@ -30,26 +32,22 @@ Send = Callable[[Message], Awaitable[None]]
 
 @dataclass(frozen=True)
 class Limits:
-    """The limits of ``attnkit serve`` (the flag of each in brackets).
+    """The limits of ``attnkit serve``, each a :func:`~attnkit._checks.setting` and so a flag of the command
+    (``max_body`` is ``--max-body``): past ``max_body`` a request is 413, past ``max_chars`` or ``max_texts``
+    422 naming the text, past ``timeout`` 504, past ``queue`` 503 with ``Retry-After``."""
 
-    Attributes:
-        max_body: bytes of a request body (``--max-body``); larger is 413.
-        max_chars: characters of one text (``--max-chars``); longer is 422 naming the text.
-        max_texts: texts of one ``/v1/predict`` request (``--max-texts``); more is 422.
-        timeout: seconds a request may take (``--timeout``); longer is 504.
-        queue: requests admitted and not yet answered (``--queue``); past it, 503 with ``Retry-After``.
-        max_batch: texts run together by the batcher (``--max-batch``; 1 turns batching off).
-        batch_wait_ms: how long a batch waits for more requests once the first has come (``--batch-wait-ms``;
-            0: it takes those that came while the model ran the batch before).
-    """
+    max_batch: int = setting(64, "Most texts the batcher runs together (1: no batching, one request at a time).",
+                             low=1)
+    batch_wait_ms: float = setting(0.0, "How long a batch waits for more requests once the first has come (0: it "
+                                   "takes those that came while the model ran the batch before).", low=0)
+    max_texts: int = setting(64, "Most texts in one /v1/predict request.", low=1)
+    max_chars: int = setting(20_000, "Most characters in one text.", low=1)
+    max_body: int = setting(1_048_576, "Most bytes in one request body.", low=1)
+    timeout: float = setting(30.0, "Seconds a request may take before it is answered 504.", low=0, low_open=True)
+    queue: int = setting(256, "Requests admitted at once; past it, 503 with Retry-After.", low=1)
 
-    max_body: int = 1_048_576
-    max_chars: int = 20_000
-    max_texts: int = 64
-    timeout: float = 30.0
-    queue: int = 256
-    max_batch: int = 64
-    batch_wait_ms: float = 0.0
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 DISCARD = 16 * 1024 * 1024
