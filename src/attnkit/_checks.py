@@ -141,6 +141,14 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
     return dataclasses.field(default=default, metadata={"attnkit": meta})
 
 
+class FieldError(ValueError):
+    """A value refused with the name of the field (a request's, a setting's) to blame."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def flag_name(name: str, meta: Mapping[str, Any]) -> str:
     """The command-line flag of :func:`setting` field ``name``: its own ``flag``, else ``--name-with-dashes``."""
     return meta["flag"] or "--" + name.replace("_", "-")

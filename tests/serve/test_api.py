@@ -227,19 +227,23 @@ def test_load_16_clients_every_answer_equal_to_the_single_request_answer(server:
     assert server.peak_rss_kib() <= 1.2 * rss[0]  # memory stays flat: the peak after 2000 vs after 100
 
 
-def _doc_examples() -> list[tuple[str, dict[str, Any]]]:
-    """Each ``curl`` command of docs/serve.md with the JSON shown after it."""
+GENERATION = ("/v1/translate", "/v1/caption")  # run by tests/serve/test_generation.py, against its runs
+
+
+def doc_examples(generation: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """Each ``curl`` command of docs/serve.md with the JSON shown after it: those of the classification routes,
+    or (``generation``) those of translation and captioning."""
     page = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```(bash|json)\n(.*?)```", page, re.S)
     out = []
     for (kind, body), (next_kind, shown) in zip(blocks, blocks[1:], strict=False):
         if kind == "bash" and body.lstrip().startswith("curl") and next_kind == "json":
             out.append((body.replace("\\\n", " ").strip(), json.loads(shown)))
-    return out
+    return [(c, shown) for c, shown in out if any(route in c for route in GENERATION) == generation]
 
 
 def test_the_curl_examples_of_the_docs_run(server: ServerProcess) -> None:
-    examples = _doc_examples()
+    examples = doc_examples()
     assert len(examples) >= 6
     for command, shown in examples:
         proc = subprocess.run(["bash", "-c", command.replace("http://127.0.0.1:8000", server.url)],

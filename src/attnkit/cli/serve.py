@@ -115,14 +115,15 @@ def _load(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, reader: 
 
     models = load_models([Path(r) for r in runs], hf=[Path(f) for f in hf], allow_unfinished=allow_unfinished)
     for m in models:
-        if getattr(m.predictor, "notice", None):
-            click.echo(m.predictor.notice, err=True)
+        if m.info().get("notice"):
+            click.echo(m.info()["notice"], err=True)
     if data:
         from attnkit.cli.inputs import read_data
 
         examples = read_data(data, reader)
         for m in models:
-            m.load_data([e.text for e in examples], [e.label for e in examples])
+            if "predict" in m.routes:  # the data view is a labelled set's: classifiers'
+                m.load_data([e.text for e in examples], [e.label for e in examples])
     return models
 
 

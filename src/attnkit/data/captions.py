@@ -174,25 +174,35 @@ def images_to_tensor(images: np.ndarray | Sequence[np.ndarray]) -> Tensor:
     return torch.from_numpy(np.ascontiguousarray(arr)).permute(0, 3, 1, 2).float() / 255.0  # (N, 3, H, W)
 
 
-def load_image(path: str | Path, size: int) -> np.ndarray:
-    """Read an image file as RGB uint8 (bilinear resize).
+def load_image(path: str | Path | bytes, size: int, *, max_pixels: int | None = None, name: str | None = None
+               ) -> np.ndarray:
+    """Read an image file (or its bytes) as RGB uint8 (bilinear resize). ``max_pixels`` refuses a larger
+    image from its header, before its pixels are decoded; ``name`` names it in messages (default: the path).
 
     Shape:
         returns ``(size, size, 3)`` uint8.
     """
+    import io
+
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"size must be a positive int, got {size!r}")
-    path = Path(path)
-    if not path.is_file():
-        raise CaptionFormatError(f"image file {path} does not exist")
+    if not isinstance(path, bytes):
+        path = Path(path)
+        if not path.is_file():
+            raise CaptionFormatError(f"image file {path} does not exist")
+    what = name or str(path if not isinstance(path, bytes) else "the image")
     try:
-        with Image.open(path) as img:
+        with Image.open(io.BytesIO(path) if isinstance(path, bytes) else path) as img:
+            width, height = img.size
+            if max_pixels is not None and width * height > max_pixels:
+                raise CaptionFormatError(f"{what} has {width}x{height} = {width * height} pixels, more than the "
+                                         f"limit of {max_pixels}")
             rgb = img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
             return np.asarray(rgb, dtype=np.uint8).copy()
-    except (UnidentifiedImageError, OSError) as err:
-        raise CaptionFormatError(f"{path} is not a readable image: {err}") from None
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as err:
+        raise CaptionFormatError(f"{what} is not a readable image: {err}") from None
 
 
 def read_caption_text(path: Path) -> str:

@@ -23,14 +23,18 @@ __all__ = ["Limits", "ServedModel", "build_app", "load_models"]
 
 
 def load_models(paths: Sequence[Path], *, hf: Sequence[Path] = (), allow_unfinished: bool = False
-                ) -> list[ServedModel]:
-    """Each run of ``paths`` loaded with :func:`attnkit.load_run`, then each Hugging Face classifier
-    folder of ``hf`` (:mod:`attnkit.serve.hf`), under a name of its folder."""
-    from attnkit.train.registry import load_run
+                ) -> list[Any]:
+    """Each run of ``paths`` loaded by the task that claims it (:mod:`attnkit.train.registry`) and wrapped by
+    its ``serve``, then each Hugging Face classifier folder of ``hf`` (:mod:`attnkit.serve.hf`), under a name
+    of its folder."""
+    from attnkit.train.registry import resolve, task_of_run
 
     names = unique_names([*paths, *hf])
-    models = [ServedModel(name, path, load_run(path, allow_unfinished=allow_unfinished))
-              for name, path in zip(names, paths, strict=False)]
+    models: list[Any] = []
+    for name, path in zip(names, paths, strict=False):
+        task = task_of_run(path)
+        loaded = resolve(task.load)(path, allow_unfinished=allow_unfinished, device="cpu")
+        models.append(resolve(task.serve or ServedModel)(name, path, loaded))
     if hf:
         from attnkit.serve.hf import HFServedModel
 

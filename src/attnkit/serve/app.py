@@ -20,9 +20,10 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from attnkit._checks import FieldError
 from attnkit.serve.batching import Admission, Batcher, ModelThread, QueueFull
 from attnkit.serve.limits import Guard, Limits, allowed_hosts, check_text
-from attnkit.serve.models import RequestError, ServedModel
+from attnkit.serve.models import ServedModel
 
 __all__ = ["build_app", "API_VERSION"]
 
@@ -51,6 +52,18 @@ class ExplainRequest(_Strict):
 class AttentionRequest(_Strict):
     text: str
     model: str | None = None
+
+
+class TranslateRequest(_Strict):
+    texts: Annotated[list[str], Field(min_length=1, description="The texts to translate.")]
+    model: str | None = None
+    beam_size: int | None = Field(None, ge=1, description="Beam size (default: the run's, as attnkit translate).")
+
+
+class CaptionRequest(_Strict):
+    images: Annotated[list[str], Field(min_length=1, description="PNG or JPEG images, each base64-encoded.")]
+    model: str | None = None
+    beam_size: int | None = Field(None, ge=1, description="Beam width (default: the run's, as attnkit caption).")
 
 
 def _error(status: int, message: str, field: str | None = None,
@@ -83,17 +96,40 @@ class _Server:
         self.limits = limits
         self.thread = ModelThread()
         self.admission = Admission(limits.queue)
-        self.batchers = {m.name: Batcher(m.predict, self.thread, max_batch=limits.max_batch,
-                                         wait_ms=limits.batch_wait_ms) for m in models}
+        self.batchers: dict[tuple[str, str, Any], Batcher] = {}
         self.stopping = False
         self.stopped = asyncio.Event()
 
-    def pick(self, name: str | None) -> ServedModel:
+    def pick(self, name: str | None, route: str) -> Any:
+        """The model named ``name`` (None: the first that answers ``route``); a model of another kind is a
+        422 naming its kind and the routes it answers."""
         if name is None:
-            return self.models[0]
+            name = next((m.name for m in self.models if route in m.routes), self.models[0].name)
         if name not in self.by_name:
             raise _Refused(422, f"model: no model named {name!r}; served: {', '.join(self.by_name)}", "model")
-        return self.by_name[name]
+        served = self.by_name[name]
+        if route not in served.routes:
+            raise _Refused(422, f"model: {name} is a {served.kind} model, which answers "
+                                f"{', '.join(f'/{API_VERSION}/{r}' for r in served.routes)}, not "
+                                f"/{API_VERSION}/{route}", "model")
+        return served
+
+    def batcher(self, served: Any, route: str, *args: Any) -> Batcher:
+        """The batcher of ``served``'s ``route`` called with ``args`` after the items (one per model, route and
+        arguments, made when first asked)."""
+        key = (served.name, route, args)
+        if key not in self.batchers:
+            call = getattr(served, route)
+            self.batchers[key] = Batcher(lambda items: call(items, *args), self.thread,
+                                         max_batch=self.limits.max_batch, wait_ms=self.limits.batch_wait_ms)
+        return self.batchers[key]
+
+    def items(self, items: list[str], field: str, limit: int, flag: str) -> None:
+        """At most ``limit`` ``items``, each within ``--max-chars``."""
+        if len(items) > limit:
+            raise _Refused(422, f"{field}: {len(items)} {field}, more than the limit of {limit} ({flag})", field)
+        for i, item in enumerate(items):
+            self.check(item, f"{field}.{i}")
 
     def check(self, text: str, field: str) -> None:
         why = check_text(text, field, self.limits.max_chars)
@@ -126,7 +162,7 @@ class _Server:
                                     "request in time; try again when it is back")
             raise _Refused(504, f"the request took longer than the time limit of {limits.timeout:g} s "
                                 "(--timeout)")
-        except RequestError as err:
+        except FieldError as err:
             raise _Refused(422, str(err), err.field) from None
         finally:
             stop.cancel()
@@ -165,26 +201,48 @@ def _add_routes(api: FastAPI, server: _Server) -> None:
 
     @api.post(f"/{API_VERSION}/predict", summary="Classify texts")
     async def predict(body: PredictRequest) -> dict[str, Any]:
-        served = server.pick(body.model)
-        if len(body.texts) > limits.max_texts:
-            raise _Refused(422, f"texts: {len(body.texts)} texts, more than the limit of {limits.max_texts} "
-                                "(--max-texts)", "texts")
-        for i, text in enumerate(body.texts):
-            server.check(text, f"texts.{i}")
-        rows = await server.answer(server.batchers[served.name](list(body.texts)))
+        served = server.pick(body.model, "predict")
+        server.items(body.texts, "texts", limits.max_texts, "--max-texts")
+        rows = await server.answer(server.batcher(served, "predict")(list(body.texts)))
         return {"model": served.name, "predictions": rows}
 
     @api.post(f"/{API_VERSION}/explain", summary="Explain one prediction")
     async def explain(body: ExplainRequest) -> dict[str, Any]:
-        served = server.pick(body.model)
+        served = server.pick(body.model, "explain")
         server.check(body.text, "text")
         return dict(await server.answer(server.thread.run(served.explain, body.text, body.method)))
 
     @api.post(f"/{API_VERSION}/attention", summary="Attention maps per layer and head")
     async def attention(body: AttentionRequest) -> dict[str, Any]:
-        served = server.pick(body.model)
+        served = server.pick(body.model, "attention")
         server.check(body.text, "text")
         return dict(await server.answer(server.thread.run(served.attention, body.text)))
+
+    @api.post(f"/{API_VERSION}/translate", summary="Translate texts")
+    async def translate(body: TranslateRequest) -> dict[str, Any]:
+        served = server.pick(body.model, "translate")
+        server.items(body.texts, "texts", limits.max_texts, "--max-texts")
+        beam = body.beam_size or served.info()["beam_size"]
+        if beam > limits.max_beam:
+            raise _Refused(422, f"beam_size: {beam}, more than the limit of {limits.max_beam} (--max-beam)",
+                           "beam_size")
+        rows = await server.answer(server.batcher(served, "translate", beam)(list(body.texts)))
+        return {"model": served.name, "beam_size": beam, "translations": rows}
+
+    @api.post(f"/{API_VERSION}/caption", summary="Caption images")
+    async def caption(body: CaptionRequest) -> dict[str, Any]:
+        served = server.pick(body.model, "caption")
+        if len(body.images) > limits.max_images:
+            raise _Refused(422, f"images: {len(body.images)} images, more than the limit of {limits.max_images} "
+                                "(--max-images)", "images")
+        beam = body.beam_size or served.info()["beam_size"]
+        if beam > limits.max_beam:
+            raise _Refused(422, f"beam_size: {beam}, more than the limit of {limits.max_beam} (--max-beam)",
+                           "beam_size")
+        images = [_base64(item, f"images.{i}") for i, item in enumerate(body.images)]
+        rows = await server.answer(server.thread.run(
+            lambda: served.caption(images, beam, max_pixels=limits.max_pixels)))
+        return {"model": served.name, "beam_size": beam, "captions": rows}
 
     @api.get(f"/{API_VERSION}/models", summary="The models served")
     async def list_models() -> dict[str, Any]:
@@ -192,7 +250,7 @@ def _add_routes(api: FastAPI, server: _Server) -> None:
 
     @api.get(f"/{API_VERSION}/data", summary="The --data set's metrics and rows")
     async def data(model: str | None = None) -> dict[str, Any]:
-        served = server.pick(model)
+        served = server.pick(model, "predict")
         if served.data is None:
             raise _Refused(404, "no data set: start the server with --data FILE", "model")
         return served.data
@@ -205,6 +263,17 @@ def _add_routes(api: FastAPI, server: _Server) -> None:
     for route, (name, media) in PAGE_FILES.items():
         api.add_api_route(route, _file_route((page / name).read_bytes(), media), methods=["GET"],
                           include_in_schema=False)
+
+
+def _base64(item: str, field: str) -> bytes:
+    """The bytes of a base64 item (a ``data:image/...;base64,`` prefix allowed); a 422 naming it otherwise."""
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(item.split(",", 1)[1] if item.startswith("data:") else item, validate=True)
+    except (binascii.Error, ValueError, IndexError):
+        raise _Refused(422, f"{field}: not base64 (an image's bytes, base64-encoded)", field) from None
 
 
 def build_app(models: list[ServedModel], limits: Limits | None = None, *, host: str = "127.0.0.1",

@@ -52,7 +52,8 @@ class HFServedModel(ServedModel):
 
     def info(self) -> dict[str, Any]:
         kind = type(self.classifier.model).__name__
-        return {"name": self.name, "labels": self.labels, "model": f"Hugging Face {kind}", "backend": "torch",
+        return {"name": self.name, "kind": self.kind, "routes": list(self.routes), "labels": self.labels,
+                "model": f"Hugging Face {kind}", "backend": "torch",
                 "max_len": self.max_len, "default_method": self._default,
                 "methods": [{"method": m, "title": method_title(m), "faithfulness": None} for m in self._methods],
                 "data": self.data is not None, "notice": None}

@@ -45,6 +45,10 @@ class Limits:
     max_body: int = setting(1_048_576, "Most bytes in one request body.", low=1)
     timeout: float = setting(30.0, "Seconds a request may take before it is answered 504.", low=0, low_open=True)
     queue: int = setting(256, "Requests admitted at once; past it, 503 with Retry-After.", low=1)
+    max_beam: int = setting(16, "Largest beam a /v1/translate or /v1/caption request may ask for.", low=1)
+    max_images: int = setting(16, "Most images in one /v1/caption request.", low=1)
+    max_pixels: int = setting(4096 * 4096, "Most pixels of one image (width x height, read from its header before "
+                              "it is decoded).", low=1)
 
     def __post_init__(self) -> None:
         check_settings(self)

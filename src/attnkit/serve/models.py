@@ -18,18 +18,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from attnkit._checks import FieldError
+
 __all__ = ["ServedModel", "RequestError", "unique_names", "method_title", "spans", "rounded"]
 
 MAP_DIGITS = 4  # attention weights are sent rounded to this many decimals
 TOP_TOKENS = 5
 
 
-class RequestError(ValueError):
-    """A request the model cannot answer, with the request field to blame (a 422)."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
+class RequestError(FieldError):
+    """A request the model cannot answer, with the request field to blame (a 422; a served model of any task
+    may raise :class:`attnkit._checks.FieldError` for it)."""
 
 
 def unique_names(paths: Sequence[str | Path]) -> list[str]:
@@ -46,7 +45,14 @@ def unique_names(paths: Sequence[str | Path]) -> list[str]:
 
 
 class ServedModel:
-    """One classification run behind the API (``predictor``: what :func:`attnkit.load_run` returned)."""
+    """One classification run behind the API (``predictor``: what :func:`attnkit.load_run` returned).
+
+    A served model of any task has a ``name``, a ``kind`` (its task), the ``routes`` it answers (``/v1/ROUTE``),
+    a method per route, and ``info()`` for ``/v1/models``; each task's folder holds its own (``served.py``).
+    """
+
+    kind = "classify"
+    routes = ("predict", "explain", "attention")
 
     def __init__(self, name: str, path: Path, predictor: Any) -> None:
         from attnkit.train.tasks.classify.predictor import Predictor
@@ -77,7 +83,7 @@ class ServedModel:
     def info(self) -> dict[str, Any]:
         """``/v1/models``'s entry: name, labels, model, backend, the methods with their faithfulness."""
         config = self.predictor.config
-        return {"name": self.name, "labels": self.predictor.labels,
+        return {"name": self.name, "kind": self.kind, "routes": list(self.routes), "labels": self.predictor.labels,
                 "model": config.get("model_name", config.get("model", "?")),
                 "backend": "torch" if self.torch else "numpy", "max_len": self.predictor.max_len,
                 "default_method": self._default,

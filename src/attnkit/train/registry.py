@@ -47,7 +47,7 @@ class Task:
     (the tree a committed ``config.json`` records); ``train(settings, run)`` trains a run
     (:class:`~attnkit.train.runs.resume.RunOptions`) and returns the line the command prints, or None. A task
     without ``settings`` keeps a command of its own (classification's ``attnkit train``). ``grows`` names
-    the settings a resume may change (said in one line).
+    the settings a resume may change (said in one line); ``serve`` wraps a loaded run for the server.
     """
 
     name: str
@@ -60,6 +60,9 @@ class Task:
     settings: Any = None
     train: Any = None
     grows: tuple[str, ...] = ("epochs",)
+    serve: Any = None
+    """``serve(name, path, loaded)`` -> the run as ``attnkit serve`` answers for it (its ``kind``, ``routes``, a
+    method per route, ``info()``); None: served as a classifier (:class:`attnkit.serve.models.ServedModel`)."""
 
     def run(self, settings: Any, run: Any, given: Collection[str] = ()) -> Any:
         """Train (``run.resume``: go on with) a run of this task; ``given`` names the settings the command

@@ -345,8 +345,9 @@
 
   function start() {
     api("/v1/models").then(function (reply) {
-      state.models = reply.models;
-      reply.models.forEach(function (m, i) {
+      // the classification views: the models that explain (a translation or captioning run has none yet)
+      state.models = reply.models.filter(function (m) { return m.routes.indexOf("explain") >= 0; });
+      state.models.forEach(function (m, i) {
         var a = el("option", null, m.name + " (" + m.model + ")"); a.value = m.name;
         $("model").appendChild(a);
         var b = el("option", null, m.name); b.value = m.name;

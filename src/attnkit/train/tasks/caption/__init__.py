@@ -13,4 +13,5 @@ TASK = register_task(Task(
     "caption", "image captioning", lambda config: config.get("model_name") == MODEL_NAME,
     "attnkit.train.tasks.caption.captioning:CaptionRun.load", "attnkit caption",
     settings="attnkit.train.tasks.caption.caption_settings:CaptionSettings",
-    train="attnkit.train.tasks.caption.captioning:train_caption_run"))
+    train="attnkit.train.tasks.caption.captioning:train_caption_run",
+    serve="attnkit.train.tasks.caption.served:ServedCaptioner"))

@@ -10,4 +10,5 @@ TASK = register_task(Task(
     "translate", "sequence-to-sequence translation", lambda config: config.get("model_name") == MODEL_NAME,
     "attnkit.train.tasks.translate.translation_run:load_translation_run", "attnkit translate",
     settings="attnkit.train.tasks.translate.settings:TranslationSettings",
-    train="attnkit.train.tasks.translate.translation:train_translation_run"))
+    train="attnkit.train.tasks.translate.translation:train_translation_run",
+    serve="attnkit.train.tasks.translate.served:ServedTranslator"))
