@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.serve import ServerProcess, env, train_tiny_run
+from tests.support.serve import ServerProcess, env, post_json, serving, train_tiny_run
 
 HOSTILE = ["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>', "abc\u202edlrow\u202c olleh",
            "superb \u200b brilliant 🎬", ""]
@@ -35,17 +35,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def server(trained: tuple[Path, Path]) -> Iterator[ServerProcess]:
     run, data = trained
-    proc = ServerProcess(str(run), "--data", str(data), "--max-texts", "8", "--max-chars", "500")
-    try:
-        yield proc
-    finally:
-        assert proc.stop() == 0, "".join(proc.stderr)
+    yield from serving(str(run), "--data", str(data), "--max-texts", "8", "--max-chars", "500")
 
 
-def _post(server: ServerProcess, path: str, body: Any) -> httpx.Response:
-    """POST ``body`` as JSON (ASCII, so a lone surrogate travels as its escape)."""
-    return httpx.post(server.url + path, content=json.dumps(body), headers={"content-type": "application/json"},
-                      timeout=30)
 
 
 def test_predict_gives_predict_json_s_numbers_to_the_last_digit(server: ServerProcess,
@@ -57,7 +49,7 @@ def test_predict_gives_predict_json_s_numbers_to_the_last_digit(server: ServerPr
     expected = [json.loads(line) for line in cli.stdout.splitlines()]
     got = []
     for start in range(0, len(texts), 3):  # the same texts in other groups: the numbers do not move
-        reply = _post(server, "/v1/predict", {"texts": texts[start : start + 3]})
+        reply = post_json(server, "/v1/predict", {"texts": texts[start : start + 3]})
         assert reply.status_code == 200, reply.text
         got += reply.json()["predictions"]
     assert got == expected
@@ -68,7 +60,7 @@ def test_explain_defaults_to_the_run_s_most_faithful_method_with_its_figures(ser
                                                                            trained: tuple[Path, Path]) -> None:
     record = json.loads((trained[0] / "faithfulness.json").read_text())
     text = "superb brilliant dreadful film"
-    reply = _post(server, "/v1/explain", {"text": text})
+    reply = post_json(server, "/v1/explain", {"text": text})
     assert reply.status_code == 200, reply.text
     got = reply.json()
     assert got["method"] == got["default_method"] == record["shown_first"]
@@ -78,18 +70,18 @@ def test_explain_defaults_to_the_run_s_most_faithful_method_with_its_figures(ser
     assert got["faithfulness"]["comprehensiveness"] == figures["comprehensiveness"]
     assert got["faithfulness"]["sufficiency"] == figures["sufficiency"]
     assert got["faithfulness"]["random"] == record["test"]["random"]
-    assert got["probabilities"] == _post(server, "/v1/predict", {"texts": [text]}).json()["predictions"][0][
+    assert got["probabilities"] == post_json(server, "/v1/predict", {"texts": [text]}).json()["predictions"][0][
         "probabilities"]
-    exact = _post(server, "/v1/explain", {"text": text, "method": "contributions"}).json()
+    exact = post_json(server, "/v1/explain", {"text": text, "method": "contributions"}).json()
     assert exact["method"] == "contributions"
     assert abs(sum(exact["scores"]) + exact["bias"] - exact["logit"]) < 1e-4  # exact: they add up to the logit
     assert exact["faithfulness"]["part"] in ("test", "validation")
-    wrong = _post(server, "/v1/explain", {"text": text, "method": "shap"})
+    wrong = post_json(server, "/v1/explain", {"text": text, "method": "shap"})
     assert wrong.status_code == 422 and wrong.json()["field"] == "method" and "contributions" in wrong.json()["error"]
 
 
 def test_attention_returns_each_captured_map_per_head(server: ServerProcess) -> None:
-    got = _post(server, "/v1/attention", {"text": "superb film"}).json()
+    got = post_json(server, "/v1/attention", {"text": "superb film"}).json()
     assert got["tokens"] == ["superb", "film"]
     shapes = {m["name"]: (m["role"], m["shape"]) for m in got["maps"]}
     layers = [name for name in shapes if name != "pooling"]
@@ -126,7 +118,7 @@ def test_models_health_and_schema(server: ServerProcess) -> None:
 def test_bad_requests_are_refused_by_field_and_limit(server: ServerProcess, body: dict[str, Any], status: int,
                                                      field: str, words: str) -> None:
     path = "/v1/explain" if "text" in body else "/v1/predict"
-    reply = _post(server, path, body)
+    reply = post_json(server, path, body)
     assert reply.status_code == status and reply.headers["content-type"] == "application/json"
     assert reply.json()["field"] == field and words in reply.json()["error"], reply.json()
 

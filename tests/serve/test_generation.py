@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.serve import ServerProcess, env, train_tiny_run
+from tests.support.serve import ServerProcess, env, post_json, serving, train_tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -47,17 +47,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def server(runs: dict[str, Path]) -> Iterator[ServerProcess]:
-    proc = ServerProcess(*(str(p) for p in runs.values()), "--max-batch", "1", "--max-texts", "4",
-                         "--max-beam", "5", "--max-images", "2", "--max-pixels", "4096")
-    try:
-        yield proc
-    finally:
-        assert proc.stop() == 0, "".join(proc.stderr)
+    yield from serving(*(str(p) for p in runs.values()), "--max-batch", "1", "--max-texts", "4", "--max-beam", "5",
+                       "--max-images", "2", "--max-pixels", "4096")
 
 
-def _post(server: ServerProcess, path: str, body: Any) -> httpx.Response:
-    return httpx.post(server.url + path, content=json.dumps(body), headers={"content-type": "application/json"},
-                      timeout=60)
 
 
 def _png(width: int, height: int, seed: int = 0) -> bytes:
@@ -83,14 +76,14 @@ def test_translate_answers_as_attnkit_translate_with_the_same_beam(server: Serve
     texts = ["ein hund läuft.", "ein kind spielt.", "<script>x</script>"]
     for beam in (None, 2):
         body: dict[str, Any] = {"model": "de-en", "texts": texts, **({"beam_size": beam} if beam else {})}
-        reply = _post(server, "/v1/translate", body)
+        reply = post_json(server, "/v1/translate", body)
         assert reply.status_code == 200, reply.text
         flags = ["--beam-size", str(beam)] if beam else []
         cli = subprocess.run([sys.executable, "-m", "attnkit", "translate", str(runs["de-en"]), *texts, *flags],
                              capture_output=True, text=True, env=env(), check=True)
         assert reply.json() == {"model": "de-en", "beam_size": beam or 4,
                                 "translations": cli.stdout.splitlines()}
-    default = _post(server, "/v1/translate", {"texts": ["ein hund läuft."]})  # the first model that translates
+    default = post_json(server, "/v1/translate", {"texts": ["ein hund läuft."]})  # the first model that translates
     assert default.status_code == 200 and default.json()["model"] == "de-en"
 
 
@@ -104,28 +97,29 @@ def test_translate_answers_as_attnkit_translate_with_the_same_beam(server: Serve
 ])
 def test_translate_refuses_by_name(server: ServerProcess, body: dict[str, Any], field: str,
                                    message: str | None) -> None:
-    reply = _post(server, "/v1/translate", body)
+    reply = post_json(server, "/v1/translate", body)
     assert reply.status_code == 422 and reply.json()["field"] == field, reply.text
     if message is not None:
         assert reply.json()["error"] == message
-    edge = _post(server, "/v1/translate", {"model": "de-en", "texts": ["a"] * 4, "beam_size": 5})
+    edge = post_json(server, "/v1/translate", {"model": "de-en", "texts": ["a"] * 4, "beam_size": 5})
     assert edge.status_code == 200, edge.text  # the limits' exact values pass
 
 
 def test_a_route_of_another_kind_is_refused_naming_the_kind(server: ServerProcess) -> None:
-    reply = _post(server, "/v1/predict", {"model": "de-en", "texts": ["ein haus"]})
+    reply = post_json(server, "/v1/predict", {"model": "de-en", "texts": ["ein haus"]})
     assert reply.status_code == 422 and reply.json() == {
         "error": "model: de-en is a translate model, which answers /v1/translate, not /v1/predict",
         "status": 422, "field": "model"}
     for route, body in (("explain", {"text": "x"}), ("attention", {"text": "x"})):
-        refused = _post(server, f"/v1/{route}", {"model": "shapes", **body})
+        refused = post_json(server, f"/v1/{route}", {"model": "shapes", **body})
         assert refused.status_code == 422 and "shapes is a caption model" in refused.json()["error"]
-    assert _post(server, "/v1/predict", {"texts": ["a fine film"]}).json()["model"] == "run"
+    assert post_json(server, "/v1/predict", {"texts": ["a fine film"]}).json()["model"] == "run"
 
 
 def test_caption_answers_as_attnkit_caption(server: ServerProcess, runs: dict[str, Path], tmp_path: Path) -> None:
     images = [_png(40, 30, 1), _png(64, 64, 2)]  # 64 x 64 = 4096 pixels: the limit's exact value
-    reply = _post(server, "/v1/caption", {"model": "shapes", "images": [base64.b64encode(i).decode() for i in images]})
+    encoded = [base64.b64encode(i).decode() for i in images]
+    reply = post_json(server, "/v1/caption", {"model": "shapes", "images": encoded})
     assert reply.status_code == 200, reply.text
     expected = []
     for i, data in enumerate(images):
@@ -135,7 +129,7 @@ def test_caption_answers_as_attnkit_caption(server: ServerProcess, runs: dict[st
         expected.append(cli.stdout.strip())
     assert reply.json() == {"model": "shapes", "beam_size": 1, "captions": expected}
     data_url = "data:image/png;base64," + base64.b64encode(images[0]).decode()
-    assert _post(server, "/v1/caption", {"images": [data_url]}).json()["captions"] == expected[:1]
+    assert post_json(server, "/v1/caption", {"images": [data_url]}).json()["captions"] == expected[:1]
 
 
 @pytest.mark.parametrize(("images", "field", "message"), [
@@ -146,7 +140,7 @@ def test_caption_answers_as_attnkit_caption(server: ServerProcess, runs: dict[st
 ])
 def test_caption_refuses_by_name(server: ServerProcess, images: list[str], field: str, message: str) -> None:
     fill = {"OK": base64.b64encode(_png(8, 8)).decode(), "BIG": base64.b64encode(_png(65, 64)).decode()}
-    reply = _post(server, "/v1/caption", {"model": "shapes", "images": [fill.get(i, i) for i in images]})
+    reply = post_json(server, "/v1/caption", {"model": "shapes", "images": [fill.get(i, i) for i in images]})
     assert reply.status_code == 422 and reply.json()["field"] == field, reply.text
     assert reply.json()["error"].startswith(message), reply.text
 

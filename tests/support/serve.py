@@ -10,7 +10,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import httpx
 
 from tests.support.cli import TINY, write_keyword_csv
 
@@ -85,3 +90,22 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError(f"attnkit serve did not stop within {timeout} s of SIGTERM") from None
+
+
+def post_json(server: ServerProcess, path: str, body: object, timeout: float = 60) -> httpx.Response:
+    """POST ``body`` as JSON (ASCII, so a lone surrogate travels as its escape) to the server."""
+    import json
+
+    import httpx
+
+    return httpx.post(server.url + path, content=json.dumps(body), headers={"content-type": "application/json"},
+                      timeout=timeout)
+
+
+def serving(*args: str) -> Iterator[ServerProcess]:
+    """A fixture body: ``attnkit serve ARGS`` while the tests use it, stopped with status 0 after."""
+    proc = ServerProcess(*args)
+    try:
+        yield proc
+    finally:
+        assert proc.stop() == 0, "".join(proc.stderr)
