@@ -66,7 +66,7 @@ def _png(width: int, height: int, seed: int = 0) -> bytes:
 def test_models_say_each_kind_and_its_routes(server: ServerProcess) -> None:
     models = {m["name"]: m for m in httpx.get(server.url + "/v1/models").json()["models"]}
     assert {name: (m["kind"], m["routes"]) for name, m in models.items()} == {
-        "run": ("classify", ["predict", "explain", "attention"]), "de-en": ("translate", ["translate"]),
+        "run": ("classify", ["predict", "explain", "attention"]), "de-en": ("translate", ["translate", "explain"]),
         "shapes": ("caption", ["caption"])}
     assert models["de-en"]["beam_size"] == 4 and models["shapes"]["image_size"] == 32
 
@@ -105,10 +105,26 @@ def test_translate_refuses_by_name(server: ServerProcess, body: dict[str, Any], 
     assert edge.status_code == 200, edge.text  # the limits' exact values pass
 
 
+def test_explain_a_translation_with_each_method_s_faithfulness(server: ServerProcess, runs: dict[str, Path]) -> None:
+    import attnkit
+
+    reply = post_json(server, "/v1/explain", {"model": "de-en", "text": "ein hund läuft."})
+    assert reply.status_code == 200, reply.text
+    got = reply.json()
+    expected = attnkit.load_run(runs["de-en"]).explain("ein hund läuft.")
+    assert got == {"model": "de-en", **json.loads(json.dumps(expected))}
+    assert set(got["faithfulness"]["methods"]) == {"cross_attention", "grad_input", "integrated_gradients"}
+    asked = post_json(server, "/v1/explain", {"model": "de-en", "text": "ein hund.", "method": "grad_input"})
+    assert asked.status_code == 200 and asked.json()["method"] == "grad_input"
+    wrong = post_json(server, "/v1/explain", {"model": "de-en", "text": "ein hund.", "method": "rollout"})
+    assert wrong.status_code == 422 and wrong.json()["field"] == "method"
+    assert "cross_attention, grad_input, integrated_gradients" in wrong.json()["error"]
+
+
 def test_a_route_of_another_kind_is_refused_naming_the_kind(server: ServerProcess) -> None:
     reply = post_json(server, "/v1/predict", {"model": "de-en", "texts": ["ein haus"]})
     assert reply.status_code == 422 and reply.json() == {
-        "error": "model: de-en is a translate model, which answers /v1/translate, not /v1/predict",
+        "error": "model: de-en is a translate model, which answers /v1/translate, /v1/explain, not /v1/predict",
         "status": 422, "field": "model"}
     for route, body in (("explain", {"text": "x"}), ("attention", {"text": "x"})):
         refused = post_json(server, f"/v1/{route}", {"model": "shapes", **body})

@@ -23,15 +23,19 @@ __all__ = ["translate"]
 @settings_options(TranslationDecoding)
 @click.option("--alignment", "alignment_path", type=click.Path(dir_okay=False),
               help="Plot the cross-attention alignment of the first text to this image file.")
+@click.option("--explain", is_flag=True,
+              help="Explain each translated token by its source tokens, with the method that is most faithful on "
+                   "this translation and its figures beside a random order's.")
 @allow_unfinished_option
 @friendly_errors
 def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, beam_size: int, length_penalty: float,
-              alignment_path: str | None, allow_unfinished: bool) -> None:
+              alignment_path: str | None, explain: bool, allow_unfinished: bool) -> None:
     """Translate texts with a trained translation run; prints one translation per line.
 
     \b
     Example:
       attnkit translate runs/de-en "Ein Hund läuft im Schnee." --beam-size 4 --alignment align.png
+      attnkit translate runs/de-en "Ein Hund läuft im Schnee." --explain
     """
     from attnkit.data.parallel import read_lines
     from attnkit.train.tasks.translate.translation import load_translation_run
@@ -46,8 +50,14 @@ def translate(checkpoint: str, texts: tuple[str, ...], text_file: str | None, be
         click.echo(translator.meta["notice"], err=True)
     results = translator.translate(items, beam_size=beam_size, length_penalty=length_penalty,
                                    return_alignment=alignment_path is not None)
-    for r in results:
+    for text, r in zip(items, results, strict=True):
         click.echo(r.text)
+        if explain:
+            from attnkit.attribution.generation import explanation_lines
+
+            for line in explanation_lines(translator.explain(text, beam_size=beam_size,
+                                                             length_penalty=length_penalty)):
+                click.echo(line)
     if alignment_path is not None:
         from attnkit.viz.explain import plot_alignment
 

@@ -345,8 +345,8 @@
 
   function start() {
     api("/v1/models").then(function (reply) {
-      // the classification views: the models that explain (a translation or captioning run has none yet)
-      state.models = reply.models.filter(function (m) { return m.routes.indexOf("explain") >= 0; });
+      // the classification views: the models that classify (translation and captioning have no view yet)
+      state.models = reply.models.filter(function (m) { return m.routes.indexOf("predict") >= 0; });
       state.models.forEach(function (m, i) {
         var a = el("option", null, m.name + " (" + m.model + ")"); a.value = m.name;
         $("model").appendChild(a);

@@ -159,6 +159,24 @@ class Translator:
                         None if out.alignments is None else out.alignments[j])
         return [results[i] for i in range(len(ids))]
 
+    def explain(self, text: str, *, method: str | None = None, beam_size: int = BEAM_SIZE,
+                length_penalty: float = LENGTH_PENALTY) -> dict[str, Any]:
+        """``text`` translated (as :meth:`translate`), and each generated token explained by a score per
+        source token, with every method's faithfulness measured on this translation
+        (:func:`attnkit.attribution.generation.explain_generation`): ``source_tokens``, ``target_tokens``,
+        ``scores`` (a row per target token), ``method`` (default: the most faithful here), ``faithfulness``."""
+        from attnkit.attribution.generation import explain_generation
+
+        (result,) = self.translate([text], beam_size=beam_size, length_penalty=length_penalty)
+        source = self.tokenizers.encode_source([text], self.max_src_len)[0]
+        found = [self.tokenizers.target.token_to_id(t) for t in result.target_tokens]
+        target = [t for t in found if t is not None and t != self.model.config.eos_id]
+        if not target:
+            raise ValueError(f"the translation of {text!r} is empty: there is no generated token to explain")
+        words = [self.tokenizers.target.id_to_token(t) or "[UNK]" for t in target]
+        return {"source": text, "translation": result.text, "source_tokens": result.source_tokens,
+                "target_tokens": words, **explain_generation(self.model, source, target, method=method)}
+
 
 def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cpu",
                          allow_unfinished: bool = False) -> Translator:
