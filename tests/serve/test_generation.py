@@ -67,7 +67,7 @@ def test_models_say_each_kind_and_its_routes(server: ServerProcess) -> None:
     models = {m["name"]: m for m in httpx.get(server.url + "/v1/models").json()["models"]}
     assert {name: (m["kind"], m["routes"]) for name, m in models.items()} == {
         "run": ("classify", ["predict", "explain", "attention"]), "de-en": ("translate", ["translate", "explain"]),
-        "shapes": ("caption", ["caption"])}
+        "shapes": ("caption", ["caption", "explain"])}
     assert models["de-en"]["beam_size"] == 4 and models["shapes"]["image_size"] == 32
 
 
@@ -121,6 +121,23 @@ def test_explain_a_translation_with_each_method_s_faithfulness(server: ServerPro
     assert "cross_attention, grad_input, integrated_gradients" in wrong.json()["error"]
 
 
+def test_explain_a_caption_by_its_regions(server: ServerProcess, runs: dict[str, Path]) -> None:
+    import attnkit
+    from attnkit.data.captions import images_to_tensor, load_image
+
+    image = _png(32, 32, 3)
+    reply = post_json(server, "/v1/explain", {"model": "shapes", "image": base64.b64encode(image).decode()})
+    assert reply.status_code == 200, reply.text
+    expected = attnkit.load_run(runs["shapes"]).explain(images_to_tensor(load_image(image, 32)[None]))
+    assert reply.json() == {"model": "shapes", **json.loads(json.dumps(expected))}
+    for body, field in (({"model": "shapes", "text": "a"}, "image"), ({"model": "de-en", "image": "AAAA"}, "text"),
+                        ({"model": "shapes", "image": base64.b64encode(_png(65, 64)).decode()}, "image")):
+        refused = post_json(server, "/v1/explain", body)
+        assert refused.status_code == 422 and refused.json()["field"] == field, refused.text
+    assert "shapes is a caption model; it explains an image" in post_json(
+        server, "/v1/explain", {"model": "shapes", "text": "a"}).json()["error"]
+
+
 def test_a_route_of_another_kind_is_refused_naming_the_kind(server: ServerProcess) -> None:
     reply = post_json(server, "/v1/predict", {"model": "de-en", "texts": ["ein haus"]})
     assert reply.status_code == 422 and reply.json() == {
@@ -128,7 +145,7 @@ def test_a_route_of_another_kind_is_refused_naming_the_kind(server: ServerProces
         "status": 422, "field": "model"}
     for route, body in (("explain", {"text": "x"}), ("attention", {"text": "x"})):
         refused = post_json(server, f"/v1/{route}", {"model": "shapes", **body})
-        assert refused.status_code == 422 and "shapes is a caption model" in refused.json()["error"]
+        assert refused.status_code == 422 and "shapes is a caption model" in refused.json()["error"], route
     assert post_json(server, "/v1/predict", {"texts": ["a fine film"]}).json()["model"] == "run"
 
 

@@ -68,28 +68,23 @@ def test_the_method_shown_first_is_faithful_well_above_a_random_order(run: Path)
 def test_gradient_times_input_is_the_gradient_of_the_token_log_probability(run: Path) -> None:
     """Checked against central differences of ``log p(y_t)`` along each source position's embedding (the
     source's lookup alone: the target side and the tied output layer keep theirs)."""
-    from attnkit.attribution.generation import _batch, _first_output
+    from attnkit.attribution.generation import _Translation
 
     model = attnkit.load_run(run).model.double()
     translator = attnkit.load_run(run)
     source = translator.tokenizers.encode_source([TEXTS[2]], 64)[0]
     target = [5, 7]
     scores = attribute_generation(model, source, target, "grad_input")
-    src, lengths, tgt_in, tgt = _batch(model, [source], target)
-    base = model.src_embed(src).detach()
+    subject = _Translation(model, source, target)
+    base = subject.inputs()
     eps = 1e-6
     for s in range(len(source)):
         values = []
         for sign in (1, -1):
             moved = base.clone()
             moved[0, s] *= 1 + sign * eps
-            handle = model.src_embed.register_forward_hook(_first_output(moved))
-            try:
-                with torch.no_grad():
-                    logits = model(src, lengths, tgt_in)
-            finally:
-                handle.remove()
-            values.append(torch.log_softmax(logits, -1).gather(-1, tgt[..., None])[0, :, 0])
+            with torch.no_grad():
+                values.append(subject.log_probs_with(moved))
         assert torch.allclose((values[0] - values[1]) / (2 * eps), torch.from_numpy(scores[:, s]), atol=1e-5)
 
 

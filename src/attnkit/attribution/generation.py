@@ -35,29 +35,97 @@ __all__ = ["GENERATION_METHODS", "target_log_probs", "attribute_generation", "ge
            "explain_generation", "explanation_lines"]
 
 GENERATION_METHODS = ("cross_attention", "grad_input", "integrated_gradients")
-TITLES = {"cross_attention": "raw cross-attention (last layer, mean over heads)",
+TITLES = {"cross_attention": "raw cross-attention (the decoder's attention over the source; last layer, mean over "
+                            "heads)",
           **{m: METHOD_NAMES.get(m, m) for m in GENERATION_METHODS[1:]}}
 
 
-def _batch(model: nn.Module, sources: Sequence[Sequence[int]], target: Sequence[int]) -> tuple[Tensor, ...]:
-    """Padded sources ``(N, Ts)``, their lengths, and ``[BOS] y`` / ``y`` ``(N, Tt)`` for each."""
-    c: Any = model.config
-    width = max(1, max(len(s) for s in sources))
-    src = torch.full((len(sources), width), c.pad_id, dtype=torch.long)
-    for i, s in enumerate(sources):
-        src[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
-    lengths = torch.tensor([len(s) for s in sources])
-    tgt = torch.tensor(list(target), dtype=torch.long)
-    tgt_in = torch.cat([torch.tensor([c.bos_id]), tgt[:-1]]).expand(len(sources), -1)
-    return src, lengths, tgt_in, tgt.expand(len(sources), -1)
+class _Translation:
+    """A translation model, one source (token ids) and its generated target: the source's parts are its tokens,
+    removed by deleting them (a source left empty becomes one ``[UNK]``)."""
+
+    def __init__(self, model: Any, source: Sequence[int], target: Sequence[int]) -> None:
+        self.model, self.source, self.target = model, list(source), list(target)
+        self.n = len(source)
+
+    def _batch(self, sources: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        c = self.model.config
+        src = torch.full((len(sources), max(1, max(len(x) for x in sources))), c.pad_id, dtype=torch.long)
+        for i, x in enumerate(sources):
+            src[i, : len(x)] = torch.tensor(x, dtype=torch.long)
+        tgt = torch.tensor(self.target, dtype=torch.long)
+        tgt_in = torch.cat([torch.tensor([c.bos_id]), tgt[:-1]]).expand(len(sources), -1)
+        return src, torch.tensor([len(x) for x in sources]), tgt_in, tgt.expand(len(sources), -1)
+
+    def log_probs(self, kept: Sequence[Sequence[int]]) -> Tensor:
+        """``log p(y_t)`` ``(N, Tt)`` with only the ``kept`` source positions of each variant."""
+        return self.sources_log_probs([[self.source[i] for i in sorted(k)] or [UNK_ID] for k in kept])
+
+    def sources_log_probs(self, sources: Sequence[Sequence[int]]) -> Tensor:
+        """``log p(y_t)`` ``(N, Tt)`` given each of ``sources``."""
+        src, lengths, tgt_in, tgt = self._batch(sources)
+        with torch.no_grad():
+            logits = self.model(src, lengths, tgt_in)  # (N, Tt, V)
+        return torch.log_softmax(logits.double(), -1).gather(-1, tgt[..., None])[..., 0]
+
+    def attention(self) -> Tensor:
+        src, lengths, tgt_in, _ = self._batch([self.source])
+        with torch.no_grad():
+            _, weights = self.model(src, lengths, tgt_in, return_weights=True)
+        return weights.cross[-1][0].mean(0)  # (Tt, Ts): the last layer, mean over heads
+
+    def inputs(self) -> Tensor:
+        return self.model.src_embed(self._batch([self.source])[0]).detach()  # (1, Ts, D)
+
+    def log_probs_with(self, inputs: Tensor) -> Tensor:
+        """``log p(y_t)`` ``(Tt,)`` with the source embeddings replaced by ``inputs`` (differentiable)."""
+        src, lengths, tgt_in, tgt = self._batch([self.source])
+        # the first lookup is the source's (forward encodes first; a shared vocabulary then embeds the
+        # target with the same module)
+        handle = self.model.src_embed.register_forward_hook(_first_output(inputs))
+        try:
+            logits = self.model(src, lengths, tgt_in)  # (1, Tt, V)
+        finally:
+            handle.remove()
+        return torch.log_softmax(logits, -1).gather(-1, tgt[..., None])[0, :, 0]
 
 
-def target_log_probs(model: nn.Module, sources: Sequence[Sequence[int]], target: Sequence[int]) -> Tensor:
-    """``log p(y_t | y_<t, x)`` of every target token for each source (teacher-forced), ``(N, Tt)``."""
-    src, lengths, tgt_in, tgt = _batch(model, sources, target)
-    with torch.no_grad():
-        logits = model(src, lengths, tgt_in)  # (N, Tt, V)
-    return torch.log_softmax(logits.double(), -1).gather(-1, tgt[..., None])[..., 0]
+class _Caption:
+    """A captioner, one image's region features ``(1, R, C)`` and its generated words: the parts are the
+    regions, removed by zeroing their features."""
+
+    def __init__(self, model: Any, features: Tensor, target: Sequence[int]) -> None:
+        self.model, self.features, self.target = model, features.detach(), list(target)
+        self.n = features.shape[1]
+        c = model.config
+        self.captions = torch.tensor([[c.bos_id, *self.target, c.eos_id]])
+
+    def _out(self, features: Tensor) -> Any:
+        n = features.shape[0]
+        return self.model.forward_features(features, self.captions.expand(n, -1),
+                                           torch.full((n,), self.captions.shape[1]))
+
+    def _picked(self, logits: Tensor) -> Tensor:
+        words = torch.tensor(self.target)
+        return torch.log_softmax(logits[:, : len(self.target)].double(), -1).gather(
+            -1, words.expand(logits.shape[0], -1)[..., None])[..., 0]  # (N, Tt)
+
+    def log_probs(self, kept: Sequence[Sequence[int]]) -> Tensor:
+        masks = torch.zeros(len(kept), self.n, 1)
+        for i, k in enumerate(kept):
+            masks[i, list(k)] = 1.0
+        with torch.no_grad():
+            return self._picked(self._out(self.features * masks).logits)
+
+    def attention(self) -> Tensor:
+        with torch.no_grad():
+            return self._out(self.features).weights[0, : len(self.target)]  # (Tt, R)
+
+    def inputs(self) -> Tensor:
+        return self.features
+
+    def log_probs_with(self, inputs: Tensor) -> Tensor:
+        return self._picked(self._out(inputs).logits)[0]
 
 
 def _first_output(replacement: Tensor) -> Any:
@@ -71,83 +139,79 @@ def _first_output(replacement: Tensor) -> Any:
     return hook
 
 
-def _embedding_scores(model: Any, source: Sequence[int], target: Sequence[int], steps: int) -> Tensor:
-    """Gradient x input (``steps`` = 1) or integrated gradients, per target token, ``(Tt, Ts)``."""
-    src, lengths, tgt_in, tgt = _batch(model, [source], target)
-    embed = model.src_embed
-    base = embed(src).detach()  # (1, Ts, D)
+def _subject(model: nn.Module, source: Sequence[int] | Tensor, target: Sequence[int]) -> Any:
+    """The adapter of ``model``: a translation model with source ids, or a captioner with region features."""
+    return _Caption(model, source, target) if isinstance(source, Tensor) else _Translation(model, source, target)
+
+
+def _gradient_scores(subject: Any, steps: int) -> Tensor:
+    """Gradient x input (``steps`` = 1) or integrated gradients from zero, per target token, ``(Tt, parts)``."""
+    base = subject.inputs()  # (1, parts, D)
     alphas = [1.0] if steps == 1 else [(k + 0.5) / steps for k in range(steps)]
-    total = torch.zeros(len(target), len(source), dtype=torch.float64)
+    total = torch.zeros(len(subject.target), subject.n, dtype=torch.float64)
     for alpha in alphas:
         scaled = (base * alpha).requires_grad_(True)
-        # the first lookup is the source's (forward encodes first; a shared vocabulary then embeds the
-        # target with the same module)
-        handle = embed.register_forward_hook(_first_output(scaled))
-        try:
-            logits = model(src, lengths, tgt_in)  # (1, Tt, V)
-        finally:
-            handle.remove()
-        picked = torch.log_softmax(logits, -1).gather(-1, tgt[..., None])[0, :, 0]  # (Tt,)
-        for t in range(len(target)):
-            (grad,) = torch.autograd.grad(picked[t], scaled, retain_graph=t + 1 < len(target))
+        picked = subject.log_probs_with(scaled)  # (Tt,)
+        for t in range(len(subject.target)):
+            (grad,) = torch.autograd.grad(picked[t], scaled, retain_graph=t + 1 < len(subject.target))
             total[t] += (grad * base)[0].sum(-1).double()
     return total / len(alphas)
 
 
-def attribute_generation(model: nn.Module, source: Sequence[int], target: Sequence[int], method: str, *,
+def target_log_probs(model: nn.Module, sources: Sequence[Sequence[int]], target: Sequence[int]) -> Tensor:
+    """``log p(y_t | y_<t, x)`` of every target token for each source (teacher-forced), ``(N, Tt)``."""
+    return _Translation(model, [], target).sources_log_probs(sources)
+
+
+def attribute_generation(model: nn.Module, source: Sequence[int] | Tensor, target: Sequence[int], method: str, *,
                          steps: int = IG_STEPS) -> np.ndarray:
-    """A score per source token for each target token, ``(Tt, Ts)``: higher is more important."""
+    """A score per source token (or region, for a captioner's features ``(1, R, C)``) for each target token,
+    ``(Tt, parts)``: higher is more important."""
     if method not in GENERATION_METHODS:
         raise ValueError(f"method must be one of {list(GENERATION_METHODS)}, got {method!r}")
     model.eval()
+    subject = _subject(model, source, target)
     if method == "cross_attention":
-        src, lengths, tgt_in, _ = _batch(model, [source], target)
-        with torch.no_grad():
-            _, weights = model(src, lengths, tgt_in, return_weights=True)
-        return weights.cross[-1][0].mean(0).double().numpy()  # (Tt, Ts)
-    return _embedding_scores(model, source, target, 1 if method == "grad_input" else steps).numpy()
+        return subject.attention().double().numpy()
+    return _gradient_scores(subject, 1 if method == "grad_input" else steps).numpy()
 
 
-def _curves(model: nn.Module, source: Sequence[int], target: Sequence[int], orders: Sequence[np.ndarray],
-            full: Tensor) -> tuple[float, float]:
-    """Comprehensiveness and sufficiency of one order of the source per target token (``orders[t]``)."""
-    counts = erasure_counts(len(source))
-    variants: list[list[int]] = []
+def _curves(subject: Any, orders: Sequence[np.ndarray], full: Tensor) -> tuple[float, float]:
+    """Comprehensiveness and sufficiency of one order of the parts per target token (``orders[t]``)."""
+    counts = erasure_counts(subject.n)
+    kept: list[list[int]] = []
     for order in orders:
         for k in counts:
             top = set(order[:k].tolist())
-            variants.append([s for i, s in enumerate(source) if i not in top] or [UNK_ID])
-            variants.append([s for i, s in enumerate(source) if i in top])
-    scores = target_log_probs(model, variants, target).view(len(orders), len(counts), 2, len(target))
+            kept += [[i for i in range(subject.n) if i not in top], sorted(top)]
+    scores = subject.log_probs(kept).view(len(orders), len(counts), 2, -1)
     picked = scores[torch.arange(len(orders)), :, :, torch.arange(len(orders))]  # (Tt, K, 2): token t's own
-    drop = (full[:, None] - picked[..., 0]).mean().item()
-    keep = (full[:, None] - picked[..., 1]).mean().item()
-    return drop, keep
+    return (full[:, None] - picked[..., 0]).mean().item(), (full[:, None] - picked[..., 1]).mean().item()
 
 
-def generation_faithfulness(model: nn.Module, source: Sequence[int], target: Sequence[int],
+def generation_faithfulness(model: nn.Module, source: Sequence[int] | Tensor, target: Sequence[int],
                             scores: dict[str, np.ndarray], *, seed: int = 0) -> dict[str, Any]:
     """Comprehensiveness and sufficiency (AOPC over the bins and target tokens) of each method's ``scores``,
     beside a random order (``seed``); ``shown_first``: the largest comprehensiveness minus sufficiency."""
-    full = target_log_probs(model, [source], target)[0]  # (Tt,)
+    subject = _subject(model, source, target)
+    full = subject.log_probs([range(subject.n)])[0]  # (Tt,)
     out: dict[str, Any] = {"percents": list(PERCENTS), "methods": {}}
     for method, per in scores.items():
-        orders = [np.argsort(-row, kind="stable") for row in per]
-        c, s = _curves(model, source, target, orders, full)
+        c, s = _curves(subject, [np.argsort(-row, kind="stable") for row in per], full)
         out["methods"][method] = {"comprehensiveness": c, "sufficiency": s}
     rng = np.random.default_rng(seed)
-    c, s = _curves(model, source, target, [rng.permutation(len(source)) for _ in target], full)
+    c, s = _curves(subject, [rng.permutation(subject.n) for _ in target], full)
     out["random"] = {"comprehensiveness": c, "sufficiency": s, "seed": seed}
     out["shown_first"] = max(out["methods"], key=lambda m: out["methods"][m]["comprehensiveness"]
                              - out["methods"][m]["sufficiency"])
     return out
 
 
-def explain_generation(model: nn.Module, source: Sequence[int], target: Sequence[int], *,
+def explain_generation(model: nn.Module, source: Sequence[int] | Tensor, target: Sequence[int], *,
                        method: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Every method's scores for ``target`` generated from ``source`` and their faithfulness measured on
     this output; ``scores`` are ``method``'s (default: the most faithful, ``shown_first``)."""
-    if not source or not target:
+    if len(source) == 0 or not target:
         raise ValueError("explain needs a source and a generated target of at least one token each")
     if method is not None and method not in GENERATION_METHODS:
         raise ValueError(f"method must be one of {list(GENERATION_METHODS)}, got {method!r}")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from attnkit.cli.messages import friendly_errors
@@ -26,11 +28,14 @@ __all__ = ["caption"]
               help="Weight of a caption's log-probability beside its consensus when re-ranking.")
 @click.option("--attention", "attention_path", type=click.Path(dir_okay=False),
               help="Save a figure of the attention for each word to this file (.png, .svg, .pdf).")
+@click.option("--explain", is_flag=True,
+              help="Explain each word by the image regions (row, column), with the method most faithful on this "
+                   "caption and its figures beside a random order's (not with --ensemble or --consensus).")
 @allow_unfinished_option
 @friendly_errors
 def caption(checkpoint: str, image: str, beam_size: int, length_penalty: float, length_bonus: float, min_len: int,
             block_repeats: bool, others: tuple[str, ...], consensus: int, consensus_weight: float,
-            attention_path: str | None, allow_unfinished: bool) -> None:
+            attention_path: str | None, explain: bool, allow_unfinished: bool) -> None:
     """Describe IMAGE with the captioner saved in CHECKPOINT.
 
     \b
@@ -61,6 +66,16 @@ def caption(checkpoint: str, image: str, beam_size: int, length_penalty: float, 
                          consensus=rerank)
     words = vocab.decode(result.ids)
     click.echo(" ".join(words) if words else "(empty caption)")
+    if explain:
+        if others or consensus or length_penalty or length_bonus or min_len or block_repeats:
+            raise click.UsageError("--explain explains one run's plain beam search: leave out --ensemble, "
+                                   "--consensus and the beam's constraints")
+        from attnkit.attribution.generation import explanation_lines
+        from attnkit.train.tasks.caption.captioning import CaptionRun
+
+        run = CaptionRun(Path(checkpoint), model, vocab, metas[0])
+        for line in explanation_lines(run.explain(images_to_tensor(pixels[None]), beam_size=beam_size)):
+            click.echo(line)
     if attention_path:
         if not words:
             raise click.ClickException("the caption is empty: there is no attention to draw")

@@ -44,8 +44,9 @@ class PredictRequest(_Strict):
 
 
 class ExplainRequest(_Strict):
-    text: str
-    method: str | None = Field(None, description="An attribution method (default: the run's most faithful).")
+    text: str | None = Field(None, description="The text to explain (a classifier's, a translation run's).")
+    image: str | None = Field(None, description="A captioning run's image: PNG or JPEG, base64-encoded.")
+    method: str | None = Field(None, description="An attribution method (default: the most faithful).")
     model: str | None = None
 
 
@@ -206,10 +207,18 @@ def _add_routes(api: FastAPI, server: _Server) -> None:
         rows = await server.answer(server.batcher(served, "predict")(list(body.texts)))
         return {"model": served.name, "predictions": rows}
 
-    @api.post(f"/{API_VERSION}/explain", summary="Explain one prediction")
+    @api.post(f"/{API_VERSION}/explain", summary="Explain one prediction, translation or caption")
     async def explain(body: ExplainRequest) -> dict[str, Any]:
         served = server.pick(body.model, "explain")
-        server.check(body.text, "text")
+        wants = "image" if "caption" in served.routes else "text"
+        if (body.image if wants == "image" else body.text) is None:
+            raise _Refused(422, f"{wants}: {served.name} is a {served.kind} model; it explains "
+                                f"{'an image' if wants == 'image' else 'a text'}", wants)
+        if wants == "image":
+            image = _base64(str(body.image), "image")
+            return dict(await server.answer(server.thread.run(
+                lambda: served.explain(image, body.method, max_pixels=limits.max_pixels))))
+        server.check(str(body.text), "text")
         return dict(await server.answer(server.thread.run(served.explain, body.text, body.method)))
 
     @api.post(f"/{API_VERSION}/attention", summary="Attention maps per layer and head")

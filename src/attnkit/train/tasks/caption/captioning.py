@@ -427,6 +427,28 @@ class CaptionRun:
         return [" ".join(self.vocab.decode(result.ids)) for result in generate(self.model, images,
                                                                                 beam_size=beam_size)]
 
+    def explain(self, image: Any, *, method: str | None = None, beam_size: int = DECODING.beam_size
+                ) -> dict[str, Any]:
+        """``image`` ``(3, S, S)`` captioned (as :meth:`caption`), and each generated word explained by a score
+        per image region (``grid``: the regions' rows and columns, row-major), with every method's faithfulness
+        measured on this caption (regions removed by zeroing their features;
+        :func:`attnkit.attribution.generation.explain_generation`)."""
+        import torch
+
+        from attnkit.attribution.generation import explain_generation
+
+        images = image[None] if image.dim() == 3 else image
+        (result,) = generate(self.model, images, beam_size=beam_size)
+        words = [i for i in result.ids if i not in (self.vocab.bos_id, self.vocab.eos_id, self.vocab.pad_id)]
+        if not words:
+            raise ValueError("the caption is empty: there is no generated word to explain")
+        with torch.no_grad():
+            features = self.model.encode(images)  # (1, R, C)
+        rows, cols = self.model.grid
+        return {"caption": " ".join(self.vocab.decode(words)), "target_tokens": self.vocab.decode(words),
+                "grid": [rows, cols], "source_tokens": [f"({r},{c})" for r in range(rows) for c in range(cols)],
+                **explain_generation(self.model, features, words, method=method)}
+
     @classmethod
     def load(cls, path: Path, *, allow_unfinished: bool = False, device: str = "cpu") -> CaptionRun:
         """The run in ``path`` served (``attnkit.load_run``), as :func:`load_caption_run` loads it."""

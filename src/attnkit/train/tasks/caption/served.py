@@ -16,7 +16,7 @@ class ServedCaptioner:
     per image, as ``attnkit caption`` prints it with the same beam."""
 
     kind = "caption"
-    routes = ("caption",)
+    routes = ("caption", "explain")
 
     def __init__(self, name: str, path: Path, run: Any) -> None:
         self.name, self.path, self.run = name, path, run
@@ -43,3 +43,20 @@ class ServedCaptioner:
                 raise FieldError(str(err), f"images.{i}") from None
         return [caption or "(empty caption)" for caption in
                 self.run.caption(images_to_tensor(pixels), beam_size=beam_size)]
+
+    def explain(self, image: bytes, method: str | None, *, max_pixels: int | None = None) -> dict[str, Any]:
+        """The image (PNG or JPEG bytes) captioned and each word explained by the image's regions, every
+        method's faithfulness measured on that caption
+        (:meth:`~attnkit.train.tasks.caption.captioning.CaptionRun.explain`)."""
+        from attnkit._checks import FieldError
+        from attnkit.attribution.generation import GENERATION_METHODS
+        from attnkit.data.captions import CaptionFormatError, images_to_tensor, load_image
+
+        if method is not None and method not in GENERATION_METHODS:
+            raise FieldError(f"method: {method!r} does not apply to a captioning run; it takes "
+                             f"{', '.join(GENERATION_METHODS)}", "method")
+        try:
+            pixels = load_image(image, self.run.model.config.image_size, max_pixels=max_pixels, name="image")
+        except CaptionFormatError as err:
+            raise FieldError(str(err), "image") from None
+        return {"model": self.name, **self.run.explain(images_to_tensor(pixels[None]), method=method)}
