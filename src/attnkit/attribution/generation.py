@@ -32,11 +32,11 @@ from attnkit.attribution.faithfulness import PERCENTS, UNK_ID, erasure_counts
 from attnkit.attribution.methods import IG_STEPS, METHOD_NAMES
 
 __all__ = ["GENERATION_METHODS", "target_log_probs", "attribute_generation", "generation_faithfulness",
-           "explain_generation", "explanation_lines"]
+           "explain_generation", "explain_causal_lm", "explanation_lines"]
 
 GENERATION_METHODS = ("cross_attention", "grad_input", "integrated_gradients")
-TITLES = {"cross_attention": "raw cross-attention (the decoder's attention over the source; last layer, mean over "
-                            "heads)",
+TITLES = {"cross_attention": "raw attention (the generated tokens' attention over the source; last layer, mean "
+                            "over heads)",
           **{m: METHOD_NAMES.get(m, m) for m in GENERATION_METHODS[1:]}}
 
 
@@ -128,6 +128,53 @@ class _Caption:
         return self._picked(self._out(inputs).logits)[0]
 
 
+class _CausalLM:
+    """A Hugging Face causal language model, a prompt (token ids) and the tokens it generated after it: the
+    parts are the prompt's tokens, removed by deleting them (a prompt left empty keeps its first token)."""
+
+    def __init__(self, model: Any, prompt: Sequence[int], target: Sequence[int]) -> None:
+        self.model, self.source, self.target = model, list(prompt), list(target)
+        self.n = len(prompt)
+
+    def _logits(self, rows: Sequence[Sequence[int]], embeds: Tensor | None = None, **kwargs: Any) -> Any:
+        width = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+        if embeds is not None:
+            return self.model(inputs_embeds=embeds, attention_mask=mask, **kwargs)
+        return self.model(input_ids=ids, attention_mask=mask, **kwargs)
+
+    def _picked(self, logits: Tensor, prompt_lengths: Sequence[int]) -> Tensor:
+        """``log p(y_t)`` ``(N, Tt)``: token ``t`` is read at position ``prompt length + t - 1``."""
+        logp = torch.log_softmax(logits.double(), -1)
+        rows = [logp[i, n - 1 : n - 1 + len(self.target)].gather(-1, torch.tensor(self.target)[:, None])[:, 0]
+                for i, n in enumerate(prompt_lengths)]
+        return torch.stack(rows)
+
+    def log_probs(self, kept: Sequence[Sequence[int]]) -> Tensor:
+        prompts = [[self.source[i] for i in sorted(k)] or self.source[:1] for k in kept]
+        with torch.no_grad():
+            out = self._logits([p + self.target for p in prompts])
+        return self._picked(out.logits, [len(p) for p in prompts])
+
+    def attention(self) -> Tensor:
+        with torch.no_grad():
+            out = self._logits([self.source + self.target], output_attentions=True)
+        last = out.attentions[-1][0].mean(0)  # (T, T), the last layer over heads
+        rows = torch.arange(self.n - 1, self.n - 1 + len(self.target))
+        return last[rows, : self.n]  # (Tt, prompt)
+
+    def inputs(self) -> Tensor:
+        return self.model.get_input_embeddings()(torch.tensor([self.source])).detach()  # (1, P, D)
+
+    def log_probs_with(self, inputs: Tensor) -> Tensor:
+        generated = self.model.get_input_embeddings()(torch.tensor([self.target])).detach()
+        out = self._logits([self.source + self.target], embeds=torch.cat([inputs, generated], 1))
+        return self._picked(out.logits, [self.n])[0]
+
+
 def _first_output(replacement: Tensor) -> Any:
     """A forward hook that returns ``replacement`` for the module's first call and leaves later ones alone."""
     calls = []
@@ -140,8 +187,13 @@ def _first_output(replacement: Tensor) -> Any:
 
 
 def _subject(model: nn.Module, source: Sequence[int] | Tensor, target: Sequence[int]) -> Any:
-    """The adapter of ``model``: a translation model with source ids, or a captioner with region features."""
-    return _Caption(model, source, target) if isinstance(source, Tensor) else _Translation(model, source, target)
+    """The adapter of ``model``: a translation model with source ids, a captioner with region features, or a
+    Hugging Face causal language model with prompt ids."""
+    if isinstance(source, Tensor):
+        return _Caption(model, source, target)
+    if hasattr(model, "generation_config") and not getattr(model.config, "is_encoder_decoder", False):
+        return _CausalLM(model, source, target)
+    return _Translation(model, source, target)
 
 
 def _gradient_scores(subject: Any, steps: int) -> Tensor:
@@ -238,3 +290,29 @@ def explanation_lines(explanation: dict[str, Any], top: int = 3) -> list[str]:
         best = sorted(range(len(row)), key=lambda i: -row[i])[:top]
         lines.append(f"  {token} <- " + ", ".join(f"{source[i]} {row[i]:.3f}" for i in best))
     return lines
+
+
+def explain_causal_lm(model: nn.Module, tokenizer: Any, prompt: str, *, max_new_tokens: int = 20,
+                      method: str | None = None, seed: int = 0, explain: bool = True) -> dict[str, Any]:
+    """A Hugging Face causal language model's greedy continuation of ``prompt`` (at most ``max_new_tokens``),
+    each generated token explained by the prompt's tokens as :func:`explain_generation` explains a
+    translation (the model loaded with ``attn_implementation="eager"`` gives its attention too);
+    ``explain=False``: the continuation alone."""
+    model.eval()
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    if not ids:
+        raise ValueError("the prompt is empty after tokenization; nothing to continue")
+    with torch.no_grad():
+        generate: Any = model.generate
+        out = generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             max_new_tokens=max_new_tokens, do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id or 0)
+    target = [t for t in out[0, len(ids):].tolist() if t != tokenizer.eos_token_id]
+    if not explain:
+        return {"prompt": prompt, "generated": tokenizer.decode(target, skip_special_tokens=True)}
+    if not target:
+        raise ValueError(f"the model generated nothing after {prompt!r}: there is no token to explain")
+    return {"prompt": prompt, "generated": tokenizer.decode(target, skip_special_tokens=True),
+            "source_tokens": [str(t) for t in tokenizer.convert_ids_to_tokens(ids)],
+            "target_tokens": [str(t) for t in tokenizer.convert_ids_to_tokens(target)],
+            **explain_generation(model, ids, target, method=method, seed=seed)}

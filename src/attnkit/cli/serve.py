@@ -34,10 +34,10 @@ class _Stopped(BaseException):
 
 
 @click.command()
-@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.argument("runs", nargs=-1, type=click.Path(exists=True, file_okay=False))
 @click.option("--hf", "hf", multiple=True, type=click.Path(exists=True, file_okay=False),
-              help="A Hugging Face sequence classifier folder to serve beside the runs (repeatable; local files "
-                   "only, no custom code, safetensors only).")
+              help="A Hugging Face sequence classifier or causal language model folder to serve beside the runs "
+                   "(repeatable; local files only, no custom code, safetensors only).")
 @click.option("--data", type=click.Path(exists=True), help="A labelled data set for the explorer's data view "
                                                            "(metrics, confusion matrix, slices, errors).")
 @reader_options
@@ -65,6 +65,8 @@ def serve(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, host: st
     """
     from attnkit._lazy import require_extra
 
+    if not runs and not hf:
+        raise click.UsageError("give at least one RUN directory or --hf FOLDER to serve")
     require_extra("attnkit serve", "fastapi", "uvicorn")
     import uvicorn
 

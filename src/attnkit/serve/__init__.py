@@ -36,9 +36,9 @@ def load_models(paths: Sequence[Path], *, hf: Sequence[Path] = (), allow_unfinis
         loaded = resolve(task.load)(path, allow_unfinished=allow_unfinished, device="cpu")
         models.append(resolve(task.serve or ServedModel)(name, path, loaded))
     if hf:
-        from attnkit.serve.hf import HFServedModel
+        from attnkit.serve.hf import served_folder
 
-        models += [HFServedModel(name, folder) for name, folder in zip(names[len(paths):], hf, strict=True)]
+        models += [served_folder(name, folder) for name, folder in zip(names[len(paths):], hf, strict=True)]
     return models
 
 

@@ -61,6 +61,12 @@ class TranslateRequest(_Strict):
     beam_size: int | None = Field(None, ge=1, description="Beam size (default: the run's, as attnkit translate).")
 
 
+class GenerateRequest(_Strict):
+    texts: Annotated[list[str], Field(min_length=1, description="The prompts to continue.")]
+    model: str | None = None
+    max_new_tokens: int = Field(20, ge=1, description="Tokens to generate at most (up to --max-new-tokens).")
+
+
 class CaptionRequest(_Strict):
     images: Annotated[list[str], Field(min_length=1, description="PNG or JPEG images, each base64-encoded.")]
     model: str | None = None
@@ -227,32 +233,6 @@ def _add_routes(api: FastAPI, server: _Server) -> None:
         server.check(body.text, "text")
         return dict(await server.answer(server.thread.run(served.attention, body.text)))
 
-    @api.post(f"/{API_VERSION}/translate", summary="Translate texts")
-    async def translate(body: TranslateRequest) -> dict[str, Any]:
-        served = server.pick(body.model, "translate")
-        server.items(body.texts, "texts", limits.max_texts, "--max-texts")
-        beam = body.beam_size or served.info()["beam_size"]
-        if beam > limits.max_beam:
-            raise _Refused(422, f"beam_size: {beam}, more than the limit of {limits.max_beam} (--max-beam)",
-                           "beam_size")
-        rows = await server.answer(server.batcher(served, "translate", beam)(list(body.texts)))
-        return {"model": served.name, "beam_size": beam, "translations": rows}
-
-    @api.post(f"/{API_VERSION}/caption", summary="Caption images")
-    async def caption(body: CaptionRequest) -> dict[str, Any]:
-        served = server.pick(body.model, "caption")
-        if len(body.images) > limits.max_images:
-            raise _Refused(422, f"images: {len(body.images)} images, more than the limit of {limits.max_images} "
-                                "(--max-images)", "images")
-        beam = body.beam_size or served.info()["beam_size"]
-        if beam > limits.max_beam:
-            raise _Refused(422, f"beam_size: {beam}, more than the limit of {limits.max_beam} (--max-beam)",
-                           "beam_size")
-        images = [_base64(item, f"images.{i}") for i, item in enumerate(body.images)]
-        rows = await server.answer(server.thread.run(
-            lambda: served.caption(images, beam, max_pixels=limits.max_pixels)))
-        return {"model": served.name, "beam_size": beam, "captions": rows}
-
     @api.get(f"/{API_VERSION}/models", summary="The models served")
     async def list_models() -> dict[str, Any]:
         return {"models": [m.info() for m in server.models]}
@@ -272,6 +252,48 @@ def _add_routes(api: FastAPI, server: _Server) -> None:
     for route, (name, media) in PAGE_FILES.items():
         api.add_api_route(route, _file_route((page / name).read_bytes(), media), methods=["GET"],
                           include_in_schema=False)
+
+
+def _add_generation_routes(api: FastAPI, server: _Server) -> None:
+    """The routes of the models that generate: translation, language models, captioning."""
+    limits = server.limits
+
+    @api.post(f"/{API_VERSION}/translate", summary="Translate texts")
+    async def translate(body: TranslateRequest) -> dict[str, Any]:
+        served = server.pick(body.model, "translate")
+        server.items(body.texts, "texts", limits.max_texts, "--max-texts")
+        beam = _beam(body.beam_size or served.info()["beam_size"], limits)
+        rows = await server.answer(server.batcher(served, "translate", beam)(list(body.texts)))
+        return {"model": served.name, "beam_size": beam, "translations": rows}
+
+    @api.post(f"/{API_VERSION}/generate", summary="Continue prompts with a language model")
+    async def generate(body: GenerateRequest) -> dict[str, Any]:
+        served = server.pick(body.model, "generate")
+        server.items(body.texts, "texts", limits.max_texts, "--max-texts")
+        if body.max_new_tokens > limits.max_new_tokens:
+            raise _Refused(422, f"max_new_tokens: {body.max_new_tokens}, more than the limit of "
+                                f"{limits.max_new_tokens} (--max-new-tokens)", "max_new_tokens")
+        rows = await server.answer(server.thread.run(served.generate, list(body.texts), body.max_new_tokens))
+        return {"model": served.name, "generations": rows}
+
+    @api.post(f"/{API_VERSION}/caption", summary="Caption images")
+    async def caption(body: CaptionRequest) -> dict[str, Any]:
+        served = server.pick(body.model, "caption")
+        if len(body.images) > limits.max_images:
+            raise _Refused(422, f"images: {len(body.images)} images, more than the limit of {limits.max_images} "
+                                "(--max-images)", "images")
+        beam = _beam(body.beam_size or served.info()["beam_size"], limits)
+        images = [_base64(item, f"images.{i}") for i, item in enumerate(body.images)]
+        rows = await server.answer(server.thread.run(
+            lambda: served.caption(images, beam, max_pixels=limits.max_pixels)))
+        return {"model": served.name, "beam_size": beam, "captions": rows}
+
+
+def _beam(beam: int, limits: Limits) -> int:
+    if beam > limits.max_beam:
+        raise _Refused(422, f"beam_size: {beam}, more than the limit of {limits.max_beam} (--max-beam)",
+                       "beam_size")
+    return beam
 
 
 def _base64(item: str, field: str) -> bytes:
@@ -301,6 +323,7 @@ def build_app(models: list[ServedModel], limits: Limits | None = None, *, host: 
     api.state.server = server
     _add_error_handlers(api)
     _add_routes(api, server)
+    _add_generation_routes(api, server)
     guarded = Guard(api, hosts=allowed_hosts(host, port), max_body=server.limits.max_body)
     guarded.fastapi = api  # type: ignore[attr-defined]
     return guarded

@@ -15,7 +15,26 @@ from typing import Any
 
 from attnkit.serve.models import RequestError, ServedModel, method_title, rounded, spans
 
-__all__ = ["HFServedModel"]
+__all__ = ["HFServedModel", "HFGenerator", "served_folder"]
+
+
+def served_folder(name: str, folder: Path) -> Any:
+    """``--hf FOLDER`` as the server answers for it: a causal language model (its config's architecture is
+    one of transformers' causal-LM classes) generates (:class:`HFGenerator`), anything else is read as a
+    sequence classifier."""
+    import json
+
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    try:
+        architectures = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("architectures") or []
+    except (OSError, ValueError):
+        architectures = []  # the classifier's loader names what is wrong with the folder
+    causal = {n for names in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
+              for n in ((names,) if isinstance(names, str) else names)}
+    if any(str(a) in causal for a in architectures):
+        return HFGenerator(name, folder)
+    return HFServedModel(name, folder)
 
 
 class HFServedModel(ServedModel):
@@ -116,3 +135,58 @@ class HFServedModel(ServedModel):
 
     def load_data(self, texts: Sequence[str], labels: Sequence[str]) -> None:
         """The data view is the runs' (a folder's labels need not match the data's)."""
+
+
+class HFGenerator:
+    """A Hugging Face causal language model folder behind the API: ``/v1/generate`` (greedy continuations)
+    and ``/v1/explain`` (each generated token by the prompt's tokens, every method's faithfulness measured on
+    that output, :func:`attnkit.attribution.generation.explain_causal_lm`). Loaded as classifiers are: checked
+    first, local files, safetensors, no custom code; eager attention, so its weights can be read."""
+
+    kind = "generate"
+    routes = ("generate", "explain")
+
+    def __init__(self, name: str, folder: Path) -> None:
+        from attnkit._hf_folder import check_model_folder
+        from attnkit.inspect.sources import SAFE_LOAD
+
+        check_model_folder(folder)
+        import transformers
+
+        try:
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                folder, **SAFE_LOAD, use_safetensors=True, attn_implementation="eager").eval()
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **SAFE_LOAD)
+        except (OSError, ValueError, KeyError) as err:
+            raise ValueError(f"--hf {folder}: transformers cannot load it as a causal language model "
+                             f"({str(err).splitlines()[0]})") from None
+        self.name, self.path = name, folder
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "routes": list(self.routes),
+                "model": f"Hugging Face {type(self.model).__name__}", "notice": None}
+
+    def generate(self, texts: Sequence[str], max_new_tokens: int) -> list[str]:
+        """Each prompt's greedy continuation (the new text only), each prompt alone."""
+        from attnkit.attribution.generation import explain_causal_lm
+
+        out = []
+        for text in texts:
+            try:
+                out.append(explain_causal_lm(self.model, self.tokenizer, text, max_new_tokens=max_new_tokens,
+                                             explain=False)["generated"])
+            except ValueError as err:
+                raise RequestError(str(err), "texts") from None
+        return out
+
+    def explain(self, text: str, method: str | None, *, max_new_tokens: int = 20) -> dict[str, Any]:
+        from attnkit.attribution.generation import GENERATION_METHODS, explain_causal_lm
+
+        if method is not None and method not in GENERATION_METHODS:
+            raise RequestError(f"method: {method!r} does not apply to a language model; it takes "
+                               f"{', '.join(GENERATION_METHODS)}", "method")
+        try:
+            return {"model": self.name, **explain_causal_lm(self.model, self.tokenizer, text,
+                                                            max_new_tokens=max_new_tokens, method=method)}
+        except ValueError as err:
+            raise RequestError(str(err), "text") from None

@@ -46,6 +46,7 @@ class Limits:
     timeout: float = setting(30.0, "Seconds a request may take before it is answered 504.", low=0, low_open=True)
     queue: int = setting(256, "Requests admitted at once; past it, 503 with Retry-After.", low=1)
     max_beam: int = setting(16, "Largest beam a /v1/translate or /v1/caption request may ask for.", low=1)
+    max_new_tokens: int = setting(64, "Most tokens a /v1/generate request may ask a language model for.", low=1)
     max_images: int = setting(16, "Most images in one /v1/caption request.", low=1)
     max_pixels: int = setting(4096 * 4096, "Most pixels of one image (width x height, read from its header before "
                               "it is decoded).", low=1)
