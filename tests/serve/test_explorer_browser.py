@@ -111,7 +111,7 @@ def test_type_explain_click_a_word_and_open_an_error(server: ServerProcess, brow
     assert "abc\\u202Edlrow\\u202C olleh superb" in cells  # bidi overrides shown, never acting
     assert browser.js("document.querySelectorAll('#rows td.text .esc').length") == 2
     assert browser.js("document.querySelectorAll('img, iframe').length") == 0
-    assert browser.js("document.scripts.length") == 1  # the page's own script only
+    assert browser.js("document.scripts.length") == 2  # the page's own scripts only
     browser.screenshot(tmp_path / "explorer.png")
     problems = browser.problems(server.url)
     assert problems == {"exceptions": [], "console": [], "dialogs": [], "requests": []}, problems

@@ -19,8 +19,8 @@ import pytest
 from tests.support.serve import ServerProcess, env, post_json, serving, train_tiny_run
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def make_runs(root: Path) -> dict[str, Path]:
+    """A tiny classification run (``run``), translation run (``de-en``) and captioning run (``shapes``)."""
     from click.testing import CliRunner
 
     from attnkit.cli import cli
@@ -29,7 +29,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from attnkit.train.tasks.caption.captioning import save_caption_run
     from tests.cli.test_cli_translate import toy_corpus, write_pair
 
-    root = tmp_path_factory.mktemp("serve-kinds")
     classifier, _ = train_tiny_run(root)
     src, tgt = write_pair(root, toy_corpus(80), "train")
     result = CliRunner().invoke(cli, [
@@ -46,6 +45,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return make_runs(tmp_path_factory.mktemp("serve-kinds"))
+
+
+@pytest.fixture(scope="module")
 def server(runs: dict[str, Path]) -> Iterator[ServerProcess]:
     yield from serving(*(str(p) for p in runs.values()), "--max-batch", "1", "--max-texts", "4", "--max-beam", "5",
                        "--max-images", "2", "--max-pixels", "4096")
@@ -53,7 +57,7 @@ def server(runs: dict[str, Path]) -> Iterator[ServerProcess]:
 
 
 
-def _png(width: int, height: int, seed: int = 0) -> bytes:
+def png(width: int, height: int, seed: int = 0) -> bytes:
     import numpy as np
     from PIL import Image
 
@@ -125,13 +129,13 @@ def test_explain_a_caption_by_its_regions(server: ServerProcess, runs: dict[str,
     import attnkit
     from attnkit.data.captions import images_to_tensor, load_image
 
-    image = _png(32, 32, 3)
+    image = png(32, 32, 3)
     reply = post_json(server, "/v1/explain", {"model": "shapes", "image": base64.b64encode(image).decode()})
     assert reply.status_code == 200, reply.text
     expected = attnkit.load_run(runs["shapes"]).explain(images_to_tensor(load_image(image, 32)[None]))
     assert reply.json() == {"model": "shapes", **json.loads(json.dumps(expected))}
     for body, field in (({"model": "shapes", "text": "a"}, "image"), ({"model": "de-en", "image": "AAAA"}, "text"),
-                        ({"model": "shapes", "image": base64.b64encode(_png(65, 64)).decode()}, "image")):
+                        ({"model": "shapes", "image": base64.b64encode(png(65, 64)).decode()}, "image")):
         refused = post_json(server, "/v1/explain", body)
         assert refused.status_code == 422 and refused.json()["field"] == field, refused.text
     assert "shapes is a caption model; it explains an image" in post_json(
@@ -150,7 +154,7 @@ def test_a_route_of_another_kind_is_refused_naming_the_kind(server: ServerProces
 
 
 def test_caption_answers_as_attnkit_caption(server: ServerProcess, runs: dict[str, Path], tmp_path: Path) -> None:
-    images = [_png(40, 30, 1), _png(64, 64, 2)]  # 64 x 64 = 4096 pixels: the limit's exact value
+    images = [png(40, 30, 1), png(64, 64, 2)]  # 64 x 64 = 4096 pixels: the limit's exact value
     encoded = [base64.b64encode(i).decode() for i in images]
     reply = post_json(server, "/v1/caption", {"model": "shapes", "images": encoded})
     assert reply.status_code == 200, reply.text
@@ -172,7 +176,7 @@ def test_caption_answers_as_attnkit_caption(server: ServerProcess, runs: dict[st
     (["OK", "BIG"], "images.1", "images.1 has 65x64 = 4160 pixels, more than the limit of 4096"),
 ])
 def test_caption_refuses_by_name(server: ServerProcess, images: list[str], field: str, message: str) -> None:
-    fill = {"OK": base64.b64encode(_png(8, 8)).decode(), "BIG": base64.b64encode(_png(65, 64)).decode()}
+    fill = {"OK": base64.b64encode(png(8, 8)).decode(), "BIG": base64.b64encode(png(65, 64)).decode()}
     reply = post_json(server, "/v1/caption", {"model": "shapes", "images": [fill.get(i, i) for i in images]})
     assert reply.status_code == 422 and reply.json()["field"] == field, reply.text
     assert reply.json()["error"].startswith(message), reply.text
@@ -181,7 +185,7 @@ def test_caption_refuses_by_name(server: ServerProcess, images: list[str], field
 def test_the_curl_examples_of_the_docs_run(server: ServerProcess, tmp_path: Path) -> None:
     from tests.serve.test_api import doc_examples
 
-    (tmp_path / "scene.png").write_bytes(_png(32, 32))
+    (tmp_path / "scene.png").write_bytes(png(32, 32))
     examples = doc_examples(generation=True)
     assert len(examples) == 2
     for command, shown in examples:

@@ -165,7 +165,7 @@ class Browser:
 
     def problems(self, page: Path | str) -> dict[str, list[str]]:
         """Errors, console errors, dialogs and requests other than the page itself (a file) or its origin
-        (a URL such as ``http://127.0.0.1:8000``)."""
+        (a URL such as ``http://127.0.0.1:8000``); a ``data:`` URL the page made itself leaves nothing."""
         self.js("1")  # flush events that arrived meanwhile
         own = page.resolve().as_uri() if isinstance(page, Path) else None
         origin = page.rstrip("/") + "/" if isinstance(page, str) else None
@@ -181,7 +181,8 @@ class Browser:
             elif m == "Page.javascriptDialogOpening":
                 out["dialogs"].append(p.get("message", ""))
             elif m == "Network.requestWillBeSent" and not (p["request"]["url"] == own or (
-                    origin is not None and (p["request"]["url"] + "/").startswith(origin))):
+                    origin is not None and (p["request"]["url"] + "/").startswith(origin))
+                    or p["request"]["url"].startswith("data:")):
                 out["requests"].append(p["request"]["url"])
         return out
 

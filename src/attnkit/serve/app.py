@@ -30,7 +30,8 @@ __all__ = ["build_app", "API_VERSION"]
 API_VERSION = "v1"
 PAGE_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
               "/explorer.js": ("explorer.js", "text/javascript; charset=utf-8"),
-              "/explorer.css": ("explorer.css", "text/css; charset=utf-8")}
+              "/explorer.css": ("explorer.css", "text/css; charset=utf-8"),
+              "/generation.js": ("generation.js", "text/javascript; charset=utf-8")}
 log = logging.getLogger("attnkit.serve")
 
 

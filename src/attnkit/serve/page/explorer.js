@@ -13,6 +13,7 @@
     return e;
   }
   function clear(node) { while (node.firstChild) { node.removeChild(node.firstChild); } }
+  window.attnkitPage = { el: el, clear: clear };
   function fmt(x, digits) { return (typeof x === "number") ? x.toFixed(digits === undefined ? 3 : digits) : "–"; }
 
   function api(path, body) {
@@ -345,8 +346,9 @@
 
   function start() {
     api("/v1/models").then(function (reply) {
-      // the classification views: the models that classify (translation and captioning have no view yet)
+      // the classification views: the models that classify (generation.js has the others)
       state.models = reply.models.filter(function (m) { return m.routes.indexOf("predict") >= 0; });
+      $("input").hidden = $("results").hidden = !state.models.length;
       state.models.forEach(function (m, i) {
         var a = el("option", null, m.name + " (" + m.model + ")"); a.value = m.name;
         $("model").appendChild(a);
