@@ -292,3 +292,23 @@ def test_the_captioner_never_generates_pad_or_bos() -> None:
     images = torch.rand(2, 3, 32, 32)
     for caption in captioner.greedy(images) + captioner.beam_search(images, beam_size=2, block_repeats=True):
         assert caption.ids and not {cfg.pad_id, cfg.bos_id} & set(caption.ids)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_one_output_limit_per_source_decodes_each_as_it_would_alone(beam: int) -> None:
+    """``max_len`` per source: a batch gives each source what it gives alone, padding and all; one past a
+    limit never happens."""
+    model = model_with(12, 5)
+    src, lengths = source()
+    limits = [7, 2, 4]
+    search = greedy_decode if beam == 1 else (lambda *a, **k: beam_search(*a, beam_size=beam, **k))
+    together = search(model, src, lengths, max_len=limits)
+    for i, limit in enumerate(limits):
+        alone = search(model, src[i : i + 1, : int(lengths[i])], lengths[i : i + 1], max_len=limit)
+        assert together.tokens[i] == alone.tokens[0]
+        assert together.scores[i] == pytest.approx(alone.scores[0], abs=1e-5)
+        assert len(together.tokens[i]) <= limit
+    with pytest.raises(ValueError, match="one limit per input: 3 inputs, 2 limits"):
+        search(model, src, lengths, max_len=[4, 4])
+    with pytest.raises(ValueError, match=r"max_len\[1\]"):
+        search(model, src, lengths, max_len=[4, 0, 4])

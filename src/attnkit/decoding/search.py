@@ -114,7 +114,14 @@ def ensemble_steps(steps: Sequence[StepFunction[Any]]) -> StepFunction[tuple[Any
 
 def check_search(max_len: object, beam_size: object = 1, length_penalty: object = 0.0,
                  length_bonus: object = 0.0, min_len: object = 0) -> float:
-    """Check the settings of a search (a ValueError names the bad one); returns ``length_penalty`` as a float."""
+    """Check the settings of a search (a ValueError names the bad one); returns ``length_penalty`` as a float.
+    ``max_len`` may be one limit per input (a sequence); ``min_len`` must be below each."""
+    if isinstance(max_len, list | tuple):
+        if not max_len:
+            raise ValueError("max_len must give one limit per input, got an empty sequence")
+        for i, limit in enumerate(max_len):
+            positive_int(f"max_len[{i}]", limit)
+        max_len = min(max_len)
     positive_int("max_len", max_len)
     positive_int("beam_size", beam_size)
     for name, value in (("length_penalty", length_penalty), ("length_bonus", length_bonus)):
@@ -127,8 +134,9 @@ def check_search(max_len: object, beam_size: object = 1, length_penalty: object 
 
 @torch.no_grad()
 def greedy_over_steps(step: StepFunction[State], state: State, *, batch_size: int, bos_id: int, eos_id: int,
-                      max_len: int, device: torch.device | str = "cpu") -> list[Hypothesis]:
-    """The most probable token at every step until ``[EOS]`` or ``max_len`` tokens, for B inputs.
+                      max_len: int | Sequence[int], device: torch.device | str = "cpu") -> list[Hypothesis]:
+    """The most probable token at every step until ``[EOS]`` or ``max_len`` tokens (one limit, or one per
+    input: an input then decodes as it would alone), for B inputs.
 
     ``state`` holds the B inputs along dim 0. Scores are summed log-probabilities
     (no length penalty: each hypothesis is the only one of its input).
@@ -137,13 +145,14 @@ def greedy_over_steps(step: StepFunction[State], state: State, *, batch_size: in
         ``step`` maps last tokens ``(B,)`` to log-probabilities ``(B, V)`` and
         weights ``(B, X)`` or None; returns B hypotheses with weights ``(length, X)``.
     """
-    check_search(max_len)
+    limits = _limits(max_len, batch_size)
     prev = torch.full((batch_size,), bos_id, dtype=torch.long, device=device)  # (B,)
     finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
     scores = torch.zeros(batch_size, device=device)
     out: list[Tensor] = []  # (B,) per step
     rows: list[Tensor] = []  # (B, X) per step
-    for _ in range(max_len):
+    for t in range(max(limits)):
+        finished = finished | torch.tensor([t >= n for n in limits], device=device)  # out of length
         logp, row, state = step(prev, state)
         best_logp, best = logp.max(dim=-1)  # (B,)
         scores = scores + torch.where(finished, torch.zeros_like(best_logp), best_logp)
@@ -157,6 +166,7 @@ def greedy_over_steps(step: StepFunction[State], state: State, *, batch_size: in
     stacked = torch.stack(rows, dim=1) if rows else None  # (B, L, X)
     result = []
     for i, (seq, score) in enumerate(zip(torch.stack(out, dim=1).tolist(), scores.tolist(), strict=True)):  # (B, L)
+        seq = seq[: limits[i]]
         ended = eos_id in seq
         n = seq.index(eos_id) + 1 if ended else len(seq)  # generated steps, [EOS] included
         result.append(Hypothesis(seq[: n - 1] if ended else seq, score, score, n, ended,
@@ -186,9 +196,9 @@ def beam_search_over_steps(
 
 @torch.no_grad()
 def n_best_over_steps(
-    step: StepFunction[State], state: State, *, batch_size: int, bos_id: int, eos_id: int, max_len: int,
-    beam_size: int = 4, length_penalty: float = 0.0, length_bonus: float = 0.0, min_len: int = 0,
-    block_repeats: bool = False, device: torch.device | str = "cpu",
+    step: StepFunction[State], state: State, *, batch_size: int, bos_id: int, eos_id: int,
+    max_len: int | Sequence[int], beam_size: int = 4, length_penalty: float = 0.0, length_bonus: float = 0.0,
+    min_len: int = 0, block_repeats: bool = False, device: torch.device | str = "cpu",
     reorder: Callable[[State, Tensor], State] = reorder_state, n_best: int = 1,
 ) -> list[list[Hypothesis]]:
     """Beam search (see the module docstring) for B inputs at once; the ``n_best`` best finished
@@ -206,7 +216,8 @@ def n_best_over_steps(
         batch_size: B.
         bos_id: the start token, fed first.
         eos_id: the token that ends a hypothesis.
-        max_len: most tokens generated per hypothesis (``[EOS]`` included).
+        max_len: most tokens generated per hypothesis (``[EOS]`` included); one limit, or one per input
+            (an input then decodes as it would alone).
         beam_size: K.
         length_penalty: the GNMT exponent ``alpha`` (0: rank by log-probability).
         length_bonus: ``beta``, added per generated token to a finished hypothesis' score.
@@ -221,6 +232,7 @@ def n_best_over_steps(
         weights ``(B·K, X)`` or None; returns B lists of hypotheses with weights ``(length, X)``.
     """
     alpha = check_search(max_len, beam_size, length_penalty, length_bonus, min_len)
+    limits = _limits(max_len, batch_size)
     positive_int("n_best", n_best)
     bonus = float(length_bonus)
     b, k = batch_size, beam_size
@@ -231,7 +243,7 @@ def n_best_over_steps(
     weights: Tensor | None = None  # (B*K, t, X)
     finished: list[list[Hypothesis]] = [[] for _ in range(b)]
     done = [False] * b
-    for t in range(1, max_len + 1):
+    for t in range(1, max(limits) + 1):
         logp, row, state = step(tokens[:, -1], state)
         if row is not None:
             weights = row[:, None, :] if weights is None else torch.cat([weights, row[:, None, :]], dim=1)
@@ -247,8 +259,9 @@ def n_best_over_steps(
         state = reorder(state, index)
         weights = None if weights is None else weights.index_select(0, index)
         tokens = torch.cat([tokens.index_select(0, index), keep_token.view(-1, 1)], dim=1)  # (B*K, t+1)
-        if t == max_len:  # out of length: the live hypotheses finish as they are
-            _finish_live(scores, tokens, weights, finished, done, length=t, scoring=(alpha, bonus))
+        ending = [i for i in range(b) if limits[i] == t and not done[i]]
+        if ending:  # out of length: the live hypotheses finish as they are
+            _finish_live(scores, tokens, weights, finished, done, length=t, scoring=(alpha, bonus), rows=ending)
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
 
 
@@ -304,14 +317,24 @@ def _advance(scores: Tensor, logp: Tensor, tokens: Tensor, weights: Tensor | Non
 
 
 def _finish_live(scores: Tensor, tokens: Tensor, weights: Tensor | None, finished: list[list[Hypothesis]],
-                 done: list[bool], *, length: int, scoring: tuple[float, float]) -> None:
-    """Finish every live hypothesis of the inputs not yet done (``max_len`` reached, no ``[EOS]``)."""
+                 done: list[bool], *, length: int, scoring: tuple[float, float], rows: Sequence[int]) -> None:
+    """Finish every live hypothesis of the inputs ``rows`` (their ``max_len`` reached, no ``[EOS]``)."""
     k = scores.shape[1]
-    for i, row in enumerate(scores.tolist()):
-        if not done[i]:
-            finished[i] += [_hypothesis(tokens[i * k + j, 1:].tolist(), score, length, False,
-                                        None if weights is None else weights[i * k + j], scoring)
-                            for j, score in enumerate(row) if score != float("-inf")]
+    table = scores.tolist()
+    for i in rows:
+        finished[i] += [_hypothesis(tokens[i * k + j, 1:].tolist(), score, length, False,
+                                    None if weights is None else weights[i * k + j], scoring)
+                        for j, score in enumerate(table[i]) if score != float("-inf")]
+        done[i] = True
+
+
+def _limits(max_len: int | Sequence[int], batch_size: int) -> list[int]:
+    """One output limit per input (checked by :func:`check_search`)."""
+    check_search(max_len)
+    limits = [max_len] * batch_size if isinstance(max_len, int) else list(max_len)
+    if len(limits) != batch_size:
+        raise ValueError(f"max_len must give one limit per input: {batch_size} inputs, {len(limits)} limits")
+    return limits
 
 
 def _hypothesis(tokens: list[int], log_prob: float, length: int, ended: bool, weights: Tensor | None,

@@ -6,7 +6,7 @@ Shape legend: B batch (sources), Ts source length, Tt generated length.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -108,7 +108,7 @@ def _translate(search: Callable[..., list[Hypothesis]], model: IncrementalDecode
 
 @torch.no_grad()
 def greedy_decode(
-    model: IncrementalDecoder, src_ids: Tensor, src_lengths: Tensor, *, max_len: int,
+    model: IncrementalDecoder, src_ids: Tensor, src_lengths: Tensor, *, max_len: int | Sequence[int],
     return_alignment: bool = False, alignment_layer: int = -1,
 ) -> DecodeResult:
     """Pick the most probable token at every step until ``[EOS]`` or ``max_len`` tokens.
@@ -128,7 +128,8 @@ def greedy_decode(
 @torch.no_grad()
 def beam_search(
     model: IncrementalDecoder, src_ids: Tensor, src_lengths: Tensor, *, beam_size: int = 4,
-    max_len: int, length_penalty: float = 0.6, return_alignment: bool = False, alignment_layer: int = -1,
+    max_len: int | Sequence[int], length_penalty: float = 0.6, return_alignment: bool = False,
+    alignment_layer: int = -1,
 ) -> DecodeResult:
     """Beam search with the GNMT length penalty; ``beam_size=1`` equals :func:`greedy_decode`.
 
@@ -137,7 +138,8 @@ def beam_search(
         src_ids: the padded source batch.
         src_lengths: the source lengths.
         beam_size: hypotheses kept per source (K).
-        max_len: most tokens generated per hypothesis (``[EOS]`` included).
+        max_len: most tokens generated per hypothesis (``[EOS]`` included); or one limit per source, so
+            that each decodes as it would alone.
         length_penalty: the GNMT exponent alpha (0.6 in GNMT; 0 disables it).
         return_alignment: also return the best hypothesis' cross-attention.
         alignment_layer: decoder layer whose cross-attention is the alignment.

@@ -143,7 +143,8 @@ class Translator:
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
                 batch = collate_pairs([(ids[i], [0]) for i in chunk])
-                max_len = int(1.5 * batch.src.shape[1]) + 10
+                # each text's own output limit, so a translation does not depend on the texts beside it
+                max_len = [int(1.5 * len(ids[i])) + 10 for i in chunk]
                 if beam_size == 1:
                     out = greedy_decode(self.model, batch.src, batch.src_lengths, max_len=max_len,
                                         return_alignment=return_alignment)
