@@ -247,12 +247,15 @@ def test_too_little_data_for_the_split_is_an_error_that_says_how_much(tmp_path: 
     assert "--test-ratio 0.1 holds out none of them for test" in result.output
 
 
-def test_resume_refuses_the_flags_it_would_ignore(trained: Path) -> None:
+def test_resume_refuses_a_changed_setting_by_name_with_both_values(trained: Path) -> None:
     result = _invoke("train", "--out", str(trained), "--resume", "--epochs", "20", "--lr", "0.1")
     assert result.exit_code == 2
-    assert f"--resume continues {trained} with its saved settings and does not take --epochs, --lr" in result.output
-    done = _invoke("train", "--out", str(trained), "--resume", "--quiet")
-    assert done.exit_code == 0 and "finished training already" in done.output
+    assert (f"--resume continues {trained} with its saved settings: --epochs is 3 there, given 20; --lr is 0.01 "
+            "there, given 0.1; leave them out (or give the saved value) to resume" in " ".join(result.output.split()))
+    other = _invoke("train", "--out", str(trained), "--resume", "--model", "sentiment")
+    assert other.exit_code == 2 and "does not take --model" in other.output  # not a setting it compares: refused
+    done = _invoke("train", "--out", str(trained), "--resume", "--quiet", "--epochs", "3", "--lr", "0.01")
+    assert done.exit_code == 0 and "finished training already" in done.output  # the saved values are accepted
 
 
 def test_translation_warns_when_the_warm_up_outlasts_the_run(tmp_path: Path) -> None:

@@ -274,7 +274,7 @@ def too_little_data(kit: Kit) -> str:
     return attnkit("train", "--data", "two.csv", "--out", "runs/r", *TINY)
 
 
-@produces("does not take --epochs")
+@produces("--epochs is 3 there, given 5")
 def resume_with_a_flag(kit: Kit) -> str:
     run = kit.run()
     return attnkit("train", "--out", str(run), "--resume", "--epochs", "5")

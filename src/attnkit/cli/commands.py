@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from attnkit.cli.inputs import read_data, read_texts_to_classify, warn_truncated
-from attnkit.cli.messages import echo, friendly_errors, print_metrics, require_room_for_torch, shown
+from attnkit.cli.messages import echo, friendly_errors, in_flags, print_metrics, require_room_for_torch, shown
 from attnkit.cli.options import (
     allow_unfinished_option,
     baseline_option,
@@ -137,8 +137,20 @@ def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
                           **common)
 
 
-def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
-    """The plan that continues run ``out`` with its saved settings (None when it is finished).
+def _given_settings(ctx: click.Context, out: Path) -> list[str]:
+    """The settings flags given with ``--resume``, which the one rule of ``--resume`` checks against the run
+    (:class:`~attnkit.train.tasks.classify.settings.ClassifySettings`' leaves); any other flag but those a
+    resume reads (``RESUME_FLAGS``) is refused by name."""
+    from attnkit._checks import setting_fields
+    from attnkit.train.tasks.classify.settings import ClassifySettings
+
+    leaves = {f.name for f, _ in setting_fields(ClassifySettings)}
+    return [name for name in refuse_resume_flags(ctx, out, RESUME_FLAGS | leaves) if name in leaves]
+
+
+def _resume_plan(out: Path, values: dict[str, Any], given: list[str]) -> Any:
+    """The plan that continues run ``out`` with its saved settings (None when it is finished); the settings
+    ``given`` are checked by the one rule of ``--resume`` (a changed one is refused naming both values).
 
     Everything is read and checked here, before anything is written.
     """
@@ -147,8 +159,6 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
     from attnkit.train.tasks.classify.plan import ClassifierPlan
 
     saved = ckpt.read_run_config(out)
-    if ckpt.run_status(saved) == "done":
-        return None
     from attnkit.models import MODELS
     folder = ckpt.committed_dir(out)
     for key in ("model_name", "model_config", "run_id", "train_config", "data_settings"):
@@ -159,6 +169,17 @@ def _resume_plan(out: Path, values: dict[str, Any]) -> Any:
     if saved["model_name"] not in MODELS:
         raise ckpt.RunFileError(f"{folder / 'config.json'} names model {saved['model_name']!r}, which this "
                                 f"attnkit does not know (known: {sorted(MODELS)})")
+    from attnkit._checks import tree_from_flat
+    from attnkit.train.runs.resume import ResumeError, resumed_settings
+    from attnkit.train.tasks.classify.settings import ClassifySettings
+
+    try:
+        resumed_settings(ClassifySettings.from_run(saved), tree_from_flat(ClassifySettings, {
+            n: values[n] for n in given}), given, run=str(out), log=echo)
+    except ResumeError as err:
+        raise click.UsageError(in_flags(str(err))) from None
+    if ckpt.run_status(saved) == "done":
+        return None
     tokenizer, label_vocab = ckpt.load_run_vocabularies(out, saved)
     values.update(resumed_data_source(saved.get("data", {}), values, out))
     return ClassifierPlan(
@@ -268,8 +289,7 @@ def train(ctx: click.Context, **values: Any) -> None:
         raise click.UsageError("--resume and --overwrite exclude each other")
     out = Path(values["out"])
     if values["resume"]:
-        refuse_resume_flags(ctx, out, RESUME_FLAGS)
-        plan = _resume_plan(out, values)
+        plan = _resume_plan(out, values, _given_settings(ctx, out))
         if plan is None:
             click.echo(f"{out} finished training already; nothing to resume (it was left as it is)")
             return

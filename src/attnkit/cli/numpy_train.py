@@ -11,21 +11,32 @@ from typing import Any
 
 __all__ = ["train_numpy"]
 
-SETTING_KEYS = ("epochs", "batch_size", "lr", "weight_decay", "clip_norm", "patience", "seed", "max_len",
-                "min_frequency", "vocab_size", "warmup_ratio", "on_nan")
-UNSUPPORTED = {"label_smoothing": "--label-smoothing", "resume": "--resume", "init_from": "--init-from",
-               "tokenizer": "--tokenizer", "pack": "--pack", "metric": "--metric", "class_weight": "--class-weight",
-               "tune_thresholds": "--tune-thresholds", "token_budget": "--token-budget"}
+
+
+def _torch_only(values: dict[str, Any]) -> list[str]:
+    """The flags given that the NumPy trainer has no field for: the torch classifier's settings
+    (``TrainConfig``, ``DataSettings``) outside ``NumpyTrainSettings``, and ``--resume``, ``--init-from``."""
+    import dataclasses
+
+    from attnkit.train.config import DataSettings, TrainConfig
+    from attnkit.train.tasks.numpy.numpy_backend import NumpyTrainSettings
+
+    own = {f.name for f in dataclasses.fields(NumpyTrainSettings)}
+    names = [f.name for cls in (TrainConfig, DataSettings) for f in dataclasses.fields(cls)
+             if f.name not in own and f.name != "device"] + ["resume", "init_from"]
+    return ["--" + name.replace("_", "-") for name in names if values.get(name)]
 
 
 def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: Any, *,
                 echo: Callable[[str], None], report: Callable[[str, dict[str, Any], list[str]], None]) -> Any:
     """Train the NumPy classifier on ``source`` (a :class:`attnkit.data.sources.DataSource`) with the
     settings in the option ``values``; print the test metrics and save the run to ``--out``."""
+    import dataclasses
+
     from attnkit.data.sources import load_splits
     from attnkit.train.tasks.numpy.numpy_backend import NumpyTrainSettings, train_numpy_run
 
-    given = [flag for key, flag in UNSUPPORTED.items() if values.get(key)]
+    given = _torch_only(values)
     if values.get("device") not in (None, "auto", "cpu"):
         given.append("--device")
     if given:
@@ -33,7 +44,8 @@ def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: A
                          "the NumPy trainer runs on the CPU for --epochs, without label smoothing, packing, "
                          "resume or a measure other than accuracy")
     kind = values.get("model") or "transformer"
-    settings = NumpyTrainSettings(**{k: values[k] for k in SETTING_KEYS if values.get(k) is not None})
+    settings = NumpyTrainSettings(**{f.name: values[f.name] for f in dataclasses.fields(NumpyTrainSettings)
+                                     if values.get(f.name) is not None})
     if not values.get("overwrite"):
         from attnkit.cli.rundata import RUN_FLAGS
         from attnkit.train.runs.run import refuse_existing_run

@@ -79,11 +79,11 @@ class Task:
             if not self.claims(config):
                 raise RunFileError(f"cannot resume: {run.out} holds a {config.get('model_name')!r} run, not a "
                                    f"{self.description} run")
+            settings = resumed_settings(resolve(self.settings).from_run(config), settings, given, run=run.out,
+                                        grows=() if run_status(config) == "done" else self.grows, log=run.log)
             if run_status(config) == "done":
                 run.log(f"{run.out} finished training already; nothing to resume (it was left as it is)")
                 return None
-            settings = resumed_settings(resolve(self.settings).from_run(config), settings, given, run=run.out,
-                                        grows=self.grows, log=run.log)
         return resolve(self.train)(settings, run)
 
 
