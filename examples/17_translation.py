@@ -12,6 +12,12 @@ is known — the anti-diagonal — and the cross-attention of the trained model
 can be checked against it (Bahdanau et al., 2015, Fig. 3). Real German-English
 training on Multi30k is the evaluation ``evals/multi30k.py``.
 
+The last step asks how faithful that picture is: each generated token is explained by the source tokens
+with three methods (raw cross-attention, gradient x input, integrated gradients), and each is scored by
+how much the token's log-probability drops when its top source tokens are removed, beside a random
+order (:func:`attnkit.attribution.generation.explain_generation`; a trained run does the same with
+``load_run(run).explain(text)`` and ``attnkit translate RUN TEXT --explain``).
+
 Try this: call ``beam_search`` with ``beam_size=1``. Are the beam
 translations now the greedy ones? (Answer: yes: a beam of one keeps the best
 token at every step, which is greedy search.)
@@ -24,6 +30,7 @@ import random
 import torch
 from _common import output_dir, quick_mode, saved, show, small
 
+from attnkit.attribution.generation import explain_generation
 from attnkit.blocks import TransformerLayerConfig
 from attnkit.data.parallel import (
     ParallelCorpus,
@@ -116,6 +123,17 @@ def main() -> None:
                    title="Cross-attention (last layer, mean of heads)", path=out / OUTPUTS[0])
     saved(out / OUTPUTS[0])
     saved(out / OUTPUTS[1])
+
+    # How faithful is each explanation of that translation? Removing a token's top source tokens should
+    # cost it more log-probability than removing random ones (comprehensiveness), keeping them alone less.
+    source_ids = tokenizers.source.encode(test.sources[r]).ids
+    explained = explain_generation(model, source_ids, greedy.tokens[r])
+    record = explained["faithfulness"]
+    for method, figures in record["methods"].items():
+        print(f"{method:>22}: comprehensiveness {figures['comprehensiveness']:.2f}, "
+              f"sufficiency {figures['sufficiency']:.2f}")
+    print(f"{'random order':>22}: comprehensiveness {record['random']['comprehensiveness']:.2f}, "
+          f"sufficiency {record['random']['sufficiency']:.2f}; shown first: {explained['method']}")
 
 
 if __name__ == "__main__":
