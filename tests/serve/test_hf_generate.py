@@ -99,3 +99,37 @@ def test_generate_and_explain_over_http(server: ServerProcess, folder: Path) -> 
     assert nothing.exit_code == 2 and "give at least one RUN directory or --hf FOLDER to serve" in nothing.output
     wrong = post_json(server, "/v1/predict", {"model": "lm", "texts": ["a"]})
     assert wrong.status_code == 422 and "lm is a generate model" in wrong.json()["error"]
+
+
+def test_a_sequence_to_sequence_model_is_explained_and_served(tmp_path: Path) -> None:
+    """A BART folder: its output explained by its source tokens (cross-attention and gradients), and served."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from attnkit.attribution.generation import GENERATION_METHODS, explain_causal_lm
+
+    words = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    words.train_from_iterator(TEXTS, trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]", "[EOS]", "[BOS]"]))
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]", pad_token="[PAD]",
+                                                     eos_token="[EOS]", bos_token="[BOS]")
+    torch.manual_seed(0)
+    config = transformers.BartConfig(vocab_size=tokenizer.vocab_size, d_model=16, encoder_layers=1, decoder_layers=1,
+                                     encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                     decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=0, eos_token_id=2,
+                                     bos_token_id=3, decoder_start_token_id=3, forced_eos_token_id=None)
+    folder = tmp_path / "bart"
+    transformers.BartForConditionalGeneration(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager")
+    got = explain_causal_lm(model, tokenizer, "the cat sat", max_new_tokens=4)
+    assert got["source_tokens"] == ["the", "cat", "sat"] and 1 <= len(got["target_tokens"]) <= 4
+    assert [len(row) for row in got["scores"]] == [3] * len(got["target_tokens"])
+    assert set(got["faithfulness"]["methods"]) == set(GENERATION_METHODS)
+    attention = explain_causal_lm(model, tokenizer, "the cat sat", max_new_tokens=4, method="cross_attention")
+    assert all(abs(sum(row) - 1) < 1e-4 for row in attention["scores"])  # cross-attention rows sum to 1
+    for proc in serving("--hf", str(folder), "--max-new-tokens", "4"):
+        (info,) = httpx.get(proc.url + "/v1/models").json()["models"]
+        assert (info["kind"], info["routes"]) == ("generate", ["generate", "explain"])
+        reply = post_json(proc, "/v1/generate", {"texts": ["the cat sat"], "max_new_tokens": 4})
+        assert reply.status_code == 200 and reply.json()["generations"] == [got["generated"]], reply.text

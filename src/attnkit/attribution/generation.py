@@ -175,6 +175,39 @@ class _CausalLM:
         return self._picked(out.logits, [self.n])[0]
 
 
+class _HFSeq2Seq(_CausalLM):
+    """A Hugging Face sequence-to-sequence language model (T5, BART, Marian), a source (token ids) and the
+    tokens it generated: the parts are the source's tokens, removed by deleting them."""
+
+    def _logits(self, rows: Sequence[Sequence[int]], embeds: Tensor | None = None, **kwargs: Any) -> Any:
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), int(self.model.config.pad_token_id or 0), dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+        start = int(self.model.config.decoder_start_token_id)
+        decoder = torch.tensor([[start, *self.target[:-1]]]).expand(len(rows), -1)
+        source = {"inputs_embeds": embeds} if embeds is not None else {"input_ids": ids}
+        return self.model(**source, attention_mask=mask, decoder_input_ids=decoder, **kwargs)
+
+    def _picked(self, logits: Tensor, prompt_lengths: Sequence[int]) -> Tensor:
+        logp = torch.log_softmax(logits.double(), -1)  # (N, Tt, V): token t is read at position t
+        return logp.gather(-1, torch.tensor(self.target).expand(logits.shape[0], -1)[..., None])[..., 0]
+
+    def log_probs(self, kept: Sequence[Sequence[int]]) -> Tensor:
+        sources = [[self.source[i] for i in sorted(k)] or self.source[:1] for k in kept]
+        with torch.no_grad():
+            return self._picked(self._logits(sources).logits, [])
+
+    def attention(self) -> Tensor:
+        with torch.no_grad():
+            out = self._logits([self.source], output_attentions=True)
+        return out.cross_attentions[-1][0].mean(0)  # (Tt, Ts): the last layer over heads
+
+    def log_probs_with(self, inputs: Tensor) -> Tensor:
+        return self._picked(self._logits([self.source], embeds=inputs).logits, [])[0]
+
+
 def _first_output(replacement: Tensor) -> Any:
     """A forward hook that returns ``replacement`` for the module's first call and leaves later ones alone."""
     calls = []
@@ -191,8 +224,9 @@ def _subject(model: nn.Module, source: Sequence[int] | Tensor, target: Sequence[
     Hugging Face causal language model with prompt ids."""
     if isinstance(source, Tensor):
         return _Caption(model, source, target)
-    if hasattr(model, "generation_config") and not getattr(model.config, "is_encoder_decoder", False):
-        return _CausalLM(model, source, target)
+    if hasattr(model, "generation_config"):
+        return (_HFSeq2Seq if getattr(model.config, "is_encoder_decoder", False) else _CausalLM)(model, source,
+                                                                                                 target)
     return _Translation(model, source, target)
 
 
@@ -294,10 +328,10 @@ def explanation_lines(explanation: dict[str, Any], top: int = 3) -> list[str]:
 
 def explain_causal_lm(model: nn.Module, tokenizer: Any, prompt: str, *, max_new_tokens: int = 20,
                       method: str | None = None, seed: int = 0, explain: bool = True) -> dict[str, Any]:
-    """A Hugging Face causal language model's greedy continuation of ``prompt`` (at most ``max_new_tokens``),
-    each generated token explained by the prompt's tokens as :func:`explain_generation` explains a
-    translation (the model loaded with ``attn_implementation="eager"`` gives its attention too);
-    ``explain=False``: the continuation alone."""
+    """A Hugging Face language model's greedy output for ``prompt`` (at most ``max_new_tokens``): a causal
+    model's continuation, or a sequence-to-sequence model's (T5, BART, Marian) output, each generated token
+    explained by the prompt's tokens as :func:`explain_generation` explains a translation (the model loaded
+    with ``attn_implementation="eager"`` gives its attention too); ``explain=False``: the output alone."""
     model.eval()
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     if not ids:
@@ -307,7 +341,8 @@ def explain_causal_lm(model: nn.Module, tokenizer: Any, prompt: str, *, max_new_
         out = generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                              max_new_tokens=max_new_tokens, do_sample=False,
                              pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id or 0)
-    target = [t for t in out[0, len(ids):].tolist() if t != tokenizer.eos_token_id]
+    new = out[0, 1:] if getattr(model.config, "is_encoder_decoder", False) else out[0, len(ids):]  # past the start
+    target = [t for t in new.tolist() if t not in (tokenizer.eos_token_id, tokenizer.pad_token_id)]
     if not explain:
         return {"prompt": prompt, "generated": tokenizer.decode(target, skip_special_tokens=True)}
     if not target:

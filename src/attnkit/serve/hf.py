@@ -19,20 +19,23 @@ __all__ = ["HFServedModel", "HFGenerator", "served_folder"]
 
 
 def served_folder(name: str, folder: Path) -> Any:
-    """``--hf FOLDER`` as the server answers for it: a causal language model (its config's architecture is
-    one of transformers' causal-LM classes) generates (:class:`HFGenerator`), anything else is read as a
-    sequence classifier."""
+    """``--hf FOLDER`` as the server answers for it: a causal or sequence-to-sequence language model (its
+    config's architecture is one of transformers' causal-LM or seq2seq-LM classes) generates
+    (:class:`HFGenerator`), anything else is read as a sequence classifier."""
     import json
 
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    )
 
     try:
         architectures = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("architectures") or []
     except (OSError, ValueError):
         architectures = []  # the classifier's loader names what is wrong with the folder
-    causal = {n for names in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
-              for n in ((names,) if isinstance(names, str) else names)}
-    if any(str(a) in causal for a in architectures):
+    generative = {n for mapping in (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
+                  for names in mapping.values() for n in ((names,) if isinstance(names, str) else names)}
+    if any(str(a) in generative for a in architectures):
         return HFGenerator(name, folder)
     return HFServedModel(name, folder)
 
@@ -138,10 +141,11 @@ class HFServedModel(ServedModel):
 
 
 class HFGenerator:
-    """A Hugging Face causal language model folder behind the API: ``/v1/generate`` (greedy continuations)
-    and ``/v1/explain`` (each generated token by the prompt's tokens, every method's faithfulness measured on
-    that output, :func:`attnkit.attribution.generation.explain_causal_lm`). Loaded as classifiers are: checked
-    first, local files, safetensors, no custom code; eager attention, so its weights can be read."""
+    """A Hugging Face causal or sequence-to-sequence language model folder behind the API: ``/v1/generate``
+    (greedy outputs) and ``/v1/explain`` (each generated token by the prompt's tokens, every method's
+    faithfulness measured on that output, :func:`attnkit.attribution.generation.explain_causal_lm`). Loaded
+    as classifiers are: checked first, local files, safetensors, no custom code; eager attention, so its
+    weights can be read."""
 
     kind = "generate"
     routes = ("generate", "explain")
@@ -154,11 +158,14 @@ class HFGenerator:
         import transformers
 
         try:
-            self.model = transformers.AutoModelForCausalLM.from_pretrained(
-                folder, **SAFE_LOAD, use_safetensors=True, attn_implementation="eager").eval()
+            config = transformers.AutoConfig.from_pretrained(folder, **SAFE_LOAD)
+            auto = transformers.AutoModelForSeq2SeqLM if config.is_encoder_decoder else \
+                transformers.AutoModelForCausalLM
+            self.model = auto.from_pretrained(folder, **SAFE_LOAD, use_safetensors=True,
+                                              attn_implementation="eager").eval()
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **SAFE_LOAD)
         except (OSError, ValueError, KeyError) as err:
-            raise ValueError(f"--hf {folder}: transformers cannot load it as a causal language model "
+            raise ValueError(f"--hf {folder}: transformers cannot load it as a language model "
                              f"({str(err).splitlines()[0]})") from None
         self.name, self.path = name, folder
 
