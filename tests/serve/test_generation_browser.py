@@ -51,7 +51,11 @@ def test_translate_explain_and_remove_a_word(server: ServerProcess, browser: Bro
     assert rows == 1 + len(expected["target_tokens"])  # type: ignore[arg-type]
     assert cells == len(expected["target_tokens"]) * len(expected["source_tokens"])  # type: ignore[arg-type]
     figures = browser.js("document.getElementById('gen-figures').textContent")
-    assert "comprehensiveness" in figures and "vs random" in figures and "most faithful" in figures
+    assert "comprehensiveness" in figures and "vs random" in figures and expected["chosen"] in figures
+    alternatives = browser.js("Array.from(document.querySelectorAll('#gen-alternatives li'))"
+                              ".map(function (li) { return li.textContent; })")
+    assert alternatives and len(alternatives) == len(expected["alternatives"])  # type: ignore[arg-type]
+    assert alternatives[0].startswith(expected["translation"] + "  (")  # the beam's best is the translation
     # a source token's column removes its word; the new output is shown beside the old
     browser.js("document.querySelectorAll('#gen-matrix th.src')[0].click()")
     _settle(browser, 1)

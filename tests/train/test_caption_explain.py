@@ -23,7 +23,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("caption-explain") / "run"
     result = CliRunner().invoke(train_caption, ["--out", str(out), "--train-size", "600", "--val-size", "20",
                                                 "--epochs", "8", "--image-size", "32", "--batch-size", "32",
-                                                "--quiet"])
+                                                "--explain-outputs", "10", "--quiet"])
     assert result.exit_code == 0, result.output
     return out
 
@@ -41,8 +41,9 @@ def test_each_word_gets_a_row_over_the_regions_and_the_first_method_beats_random
         rows, cols = got["grid"]
         assert np.asarray(got["scores"]).shape == (len(got["target_tokens"]), rows * cols)
         assert len(got["source_tokens"]) == rows * cols
-        record = got["faithfulness"]
-        assert set(record["methods"]) == set(GENERATION_METHODS) and got["method"] == record["shown_first"]
+        record, measured = got["faithfulness"], served.config["metrics"]["explain"]
+        assert set(record["methods"]) == set(GENERATION_METHODS) and got["method"] == measured["method"]
+        assert measured["outputs"] == 10 and got["chosen"] == "the most faithful on 10 held-out outputs of the run"
         shown = record["methods"][got["method"]]
         assert shown["comprehensiveness"] >= 2 * record["random"]["comprehensiveness"], record
         assert shown["sufficiency"] < record["random"]["sufficiency"], record

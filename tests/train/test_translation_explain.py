@@ -25,16 +25,47 @@ TEXTS = ["ein hund läuft im haus .", "rot kind spielt .", "ein mann läuft ."]
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A word-for-word toy translation run trained until it translates (a few seconds)."""
+    """A word-for-word toy translation run trained until it translates (a few seconds); the explanation
+    methods measured on 6 of its validation sentences."""
     root = tmp_path_factory.mktemp("explain")
     src, tgt = write_pair(root, toy_corpus(300), "train")
+    val_src, val_tgt = write_pair(root, toy_corpus(10, seed=5), "val")
     result = CliRunner().invoke(train_translate, [
-        "--src", str(src), "--tgt", str(tgt), "--out", str(root / "run"), "--vocab-size", "60", "--d-model", "32",
+        "--src", str(src), "--tgt", str(tgt), "--val-src", str(val_src), "--val-tgt", str(val_tgt),
+        "--explain-outputs", "6", "--out", str(root / "run"), "--vocab-size", "60", "--d-model", "32",
         "--num-heads", "4", "--d-ff", "64", "--encoder-layers", "1", "--decoder-layers", "1", "--dropout", "0",
         "--epochs", "25", "--max-tokens", "300", "--lr", "5e-3", "--warmup-steps", "30", "--label-smoothing", "0",
         "--quiet"])
     assert result.exit_code == 0, result.output
     return root / "run"
+
+
+def test_the_run_chooses_the_method_shown_first_on_its_validation_sentences(run: Path) -> None:
+    translator = attnkit.load_run(run)
+    measured = translator.meta["metrics"]["explain"]
+    assert measured["outputs"] == 6 and set(measured["methods"]) == set(GENERATION_METHODS)
+    margin = {m: f["comprehensiveness"] - f["sufficiency"] for m, f in measured["methods"].items()}
+    assert margin[measured["method"]] == max(margin.values())
+    assert measured == translator.measure_methods(toy_corpus(10, seed=5).sources[:6])  # measured as it says
+    for text in TEXTS:
+        got = translator.explain(text)
+        assert got["method"] == measured["method"] and got["measured"] == measured
+        assert got["chosen"] == "the most faithful on 6 held-out outputs of the run"
+    # without a run's measurement, the most faithful on the output at hand
+    source = translator.tokenizers.encode_source([TEXTS[0]], 64)[0]
+    alone = explain_generation(translator.model, source, [5, 7])
+    assert alone["method"] == alone["faithfulness"]["shown_first"]
+    assert alone["chosen"] == "the most faithful on this output"
+
+
+def test_the_beam_alternatives_come_best_first_and_the_first_is_the_translation(run: Path) -> None:
+    translator = attnkit.load_run(run)
+    for text in TEXTS:
+        got = translator.explain(text)
+        scores = [a["score"] for a in got["alternatives"]]
+        assert 1 <= len(scores) <= 4 and scores == sorted(scores, reverse=True)
+        assert got["alternatives"][0]["text"] == got["translation"]
+        assert len({a["text"] for a in got["alternatives"]}) == len(scores)  # distinct hypotheses
 
 
 def test_each_generated_token_gets_a_row_over_the_source(run: Path) -> None:
@@ -45,10 +76,7 @@ def test_each_generated_token_gets_a_row_over_the_source(run: Path) -> None:
         assert got["translation"] == translation.text and got["source_tokens"] == translation.source_tokens
         assert got["target_tokens"] == translation.target_tokens[: len(got["target_tokens"])]
         assert np.asarray(got["scores"]).shape == (len(got["target_tokens"]), len(got["source_tokens"]))
-        record = got["faithfulness"]
-        assert set(record["methods"]) == set(GENERATION_METHODS) and got["method"] == record["shown_first"]
-        margin = {m: f["comprehensiveness"] - f["sufficiency"] for m, f in record["methods"].items()}
-        assert margin[got["method"]] == max(margin.values())
+        assert set(got["faithfulness"]["methods"]) == set(GENERATION_METHODS)
     asked = translator.explain(TEXTS[0], method="cross_attention")
     assert asked["method"] == "cross_attention"
     assert np.allclose(np.asarray(asked["scores"]).sum(1), 1, atol=1e-3)  # raw attention: rows sum to 1
@@ -97,5 +125,12 @@ def test_explain_refuses_an_empty_output_and_the_command_prints_the_rows(run: Pa
     lines = result.output.splitlines()
     assert lines[0] == translator.translate([TEXTS[2]])[0].text
     assert lines[1].startswith("explained by ") and "random order" in lines[1]
-    assert len(lines) == 2 + len(translator.explain(TEXTS[2])["target_tokens"])
-    assert all(" <- " in line for line in lines[2:])
+    explained = translator.explain(TEXTS[2])
+    n = len(explained["target_tokens"])
+    assert all(" <- " in line for line in lines[2 : 2 + n])
+    assert "held-out outputs of the run" in lines[1]
+    if len(explained["alternatives"]) > 1:  # then the beam's alternatives, best first
+        assert lines[2 + n] == "the beam's alternatives, best first (score):"
+        assert [line.split(None, 1)[1] for line in lines[3 + n :]] == [a["text"] for a in explained["alternatives"]]
+    else:
+        assert len(lines) == 2 + n

@@ -14,7 +14,9 @@ Faithfulness is classification's (:mod:`attnkit.attribution.faithfulness`) on ea
 for each target token and each bin ``q`` of :data:`~attnkit.attribution.faithfulness.PERCENTS`, the top
 ``q`` percent of the source tokens by that token's row are removed (comprehensiveness: ``log p(y_t | x) -
 log p(y_t | x without them)``) or kept alone (sufficiency), averaged over tokens and bins, beside a seeded
-random order. The method shown first is the one with the largest comprehensiveness minus sufficiency.
+random order. The method shown first is the one with the largest comprehensiveness minus sufficiency: on the
+run's held-out outputs when the run measured them at the end of training (:func:`measure_methods`, stored in its
+metrics as ``explain``), else on the output at hand; the explanation says which (``chosen``).
 
 Shape legend: Ts source tokens, Tt target tokens, K bins, D width.
 """
@@ -32,7 +34,8 @@ from attnkit.attribution.faithfulness import PERCENTS, UNK_ID, erasure_counts
 from attnkit.attribution.methods import IG_STEPS, METHOD_NAMES
 
 __all__ = ["GENERATION_METHODS", "target_log_probs", "attribute_generation", "generation_faithfulness",
-           "explain_generation", "explain_causal_lm", "explanation_lines"]
+           "explain_generation", "explain_causal_lm", "explanation_lines", "faithfulness_summary",
+           "measure_methods", "measured_line"]
 
 GENERATION_METHODS = ("cross_attention", "grad_input", "integrated_gradients")
 TITLES = {"cross_attention": "raw attention (the generated tokens' attention over the source; last layer, mean "
@@ -293,10 +296,51 @@ def generation_faithfulness(model: nn.Module, source: Sequence[int] | Tensor, ta
     return out
 
 
+def faithfulness_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The mean comprehensiveness and sufficiency of each method and of the random order over many outputs'
+    :func:`generation_faithfulness` records, ``outputs`` (their count) and ``method``: the most faithful
+    over them (the largest mean comprehensiveness minus sufficiency)."""
+    if not records:
+        raise ValueError("faithfulness_summary needs at least one output's record")
+
+    def mean(pick: Any) -> dict[str, float]:
+        return {k: round(float(np.mean([pick(r)[k] for r in records])), 4)
+                for k in ("comprehensiveness", "sufficiency")}
+
+    methods = {m: mean(lambda r, m=m: r["methods"][m]) for m in records[0]["methods"]}
+    return {"outputs": len(records), "methods": methods, "random": mean(lambda r: r["random"]),
+            "method": max(methods, key=lambda m: methods[m]["comprehensiveness"] - methods[m]["sufficiency"])}
+
+
+def measure_methods(model: nn.Module, outputs: Sequence[tuple[Sequence[int] | Tensor, Sequence[int]]], *,
+                    seed: int = 0) -> dict[str, Any] | None:
+    """Every method's faithfulness over ``outputs`` (``(source, generated target)`` pairs, such as a run's
+    held-out sentences and their translations; empty targets are left out): :func:`faithfulness_summary`,
+    None when no output has a token. A run stores it as ``metrics["explain"]``, and :func:`explain_generation`
+    then shows its ``method`` first."""
+    model.eval()
+    records = [generation_faithfulness(model, source, target, {m: attribute_generation(model, source, target, m)
+                                                               for m in GENERATION_METHODS}, seed=seed)
+               for source, target in outputs if len(source) and len(target)]
+    return faithfulness_summary(records) if records else None
+
+
+def measured_line(measured: dict[str, Any] | None, outputs: str) -> str:
+    """A :func:`measure_methods` result as the line a run's log gives (``outputs``: what was explained)."""
+    if measured is None:
+        return (f"explanations: no generated token on the {outputs} to measure the methods on; each "
+                "explanation of this run chooses its method on its own output")
+    best, chance = measured["methods"][measured["method"]], measured["random"]["comprehensiveness"]
+    return (f"explanations: {measured['method']} is the most faithful on {measured['outputs']} {outputs} "
+            f"(comprehensiveness {best['comprehensiveness']:.3f}, random order {chance:.3f})")
+
+
 def explain_generation(model: nn.Module, source: Sequence[int] | Tensor, target: Sequence[int], *,
-                       method: str | None = None, seed: int = 0) -> dict[str, Any]:
+                       method: str | None = None, seed: int = 0, measured: dict[str, Any] | None = None
+                       ) -> dict[str, Any]:
     """Every method's scores for ``target`` generated from ``source`` and their faithfulness measured on
-    this output; ``scores`` are ``method``'s (default: the most faithful, ``shown_first``)."""
+    this output; ``scores`` are ``method``'s (default: ``measured["method"]``, the most faithful on a run's
+    held-out outputs (:func:`measure_methods`), else the most faithful on this output); ``chosen`` says which."""
     if len(source) == 0 or not target:
         raise ValueError("explain needs a source and a generated target of at least one token each")
     if method is not None and method not in GENERATION_METHODS:
@@ -304,25 +348,34 @@ def explain_generation(model: nn.Module, source: Sequence[int] | Tensor, target:
     model.eval()
     scores = {m: attribute_generation(model, source, target, m) for m in GENERATION_METHODS}
     record = generation_faithfulness(model, source, target, scores, seed=seed)
-    shown = method or record["shown_first"]
-    return {"method": shown, "title": TITLES[shown], "scores": scores[shown].round(4).tolist(),
-            "all_scores": {m: s.round(4).tolist() for m, s in scores.items()}, "faithfulness": record}
+    if method:
+        shown, chosen = method, "as asked"
+    elif measured:
+        shown, chosen = measured["method"], f"the most faithful on {measured['outputs']} held-out outputs of the run"
+    else:
+        shown, chosen = record["shown_first"], "the most faithful on this output"
+    return {"method": shown, "chosen": chosen, "title": TITLES[shown], "scores": scores[shown].round(4).tolist(),
+            "all_scores": {m: s.round(4).tolist() for m, s in scores.items()}, "faithfulness": record,
+            **({"measured": measured} if measured else {})}
 
 
 def explanation_lines(explanation: dict[str, Any], top: int = 3) -> list[str]:
     """An :func:`explain_generation` result (with ``source_tokens`` and ``target_tokens``) as lines: the
     method and its faithfulness beside the random order's, then each target token with its ``top`` source
-    tokens and their scores."""
+    tokens and their scores, then the beam's alternatives (if any)."""
     record, shown = explanation["faithfulness"], explanation["method"]
     figures, chance = record["methods"][shown], record["random"]
-    first = "the most faithful here" if shown == record["shown_first"] else "as asked"
-    lines = [f"explained by {explanation['title']} ({first}: comprehensiveness {figures['comprehensiveness']:.3f}, "
+    lines = [f"explained by {explanation['title']} ({explanation['chosen']}; here: comprehensiveness "
+             f"{figures['comprehensiveness']:.3f}, "
              f"sufficiency {figures['sufficiency']:.3f}; random order {chance['comprehensiveness']:.3f}, "
-             f"{chance['sufficiency']:.3f}; log-probability, this translation)"]
+             f"{chance['sufficiency']:.3f}; log-probability, this output)"]
     source = explanation["source_tokens"]
     for token, row in zip(explanation["target_tokens"], explanation["scores"], strict=True):
         best = sorted(range(len(row)), key=lambda i: -row[i])[:top]
         lines.append(f"  {token} <- " + ", ".join(f"{source[i]} {row[i]:.3f}" for i in best))
+    if len(explanation.get("alternatives", ())) > 1:
+        lines.append("the beam's alternatives, best first (score):")
+        lines += [f"  {a['score']:8.3f}  {a['text']}" for a in explanation["alternatives"]]
     return lines
 
 

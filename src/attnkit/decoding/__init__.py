@@ -75,10 +75,11 @@ from attnkit.decoding.search import (
 from attnkit.decoding.translation import (
     DecodeResult,
     IncrementalDecoder,
+    beam_alternatives,
     beam_search,
     greedy_decode,
 )
 
 __all__ = ["IncrementalDecoder", "DecodeResult", "Hypothesis", "StepFunction", "greedy_decode", "beam_search",
-           "greedy_over_steps", "beam_search_over_steps", "n_best_over_steps", "reorder_state",
+           "beam_alternatives", "greedy_over_steps", "beam_search_over_steps", "n_best_over_steps", "reorder_state",
            "gnmt_length_penalty", "ensemble_steps"]

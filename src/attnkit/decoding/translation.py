@@ -19,9 +19,10 @@ from attnkit.decoding.search import (
     beam_search_over_steps,
     check_search,
     greedy_over_steps,
+    n_best_over_steps,
 )
 
-__all__ = ["IncrementalDecoder", "DecodeResult", "greedy_decode", "beam_search"]
+__all__ = ["IncrementalDecoder", "DecodeResult", "greedy_decode", "beam_search", "beam_alternatives"]
 
 
 class IncrementalDecoder(Protocol):
@@ -149,3 +150,23 @@ def beam_search(
     """
     return _translate(beam_search_over_steps, model, src_ids, src_lengths, return_alignment, alignment_layer,
                       max_len=max_len, beam_size=beam_size, length_penalty=length_penalty)
+
+
+@torch.no_grad()
+def beam_alternatives(
+    model: IncrementalDecoder, src_ids: Tensor, src_lengths: Tensor, *, beam_size: int = 4,
+    max_len: int | Sequence[int], length_penalty: float = 0.6, n_best: int | None = None,
+) -> list[list[Hypothesis]]:
+    """The beam's finished hypotheses of each source, best first: :func:`beam_search`'s search with
+    ``n_best`` (default ``beam_size``) answers per source instead of one; the first is :func:`beam_search`'s.
+
+    Shape:
+        src_ids ``(B, Ts)``, src_lengths ``(B,)``; returns B lists of hypotheses.
+    """
+    src_ids, src_lengths = _check_source(src_ids, src_lengths)
+    check_search(max_len, beam_size, length_penalty)
+    state = (model.encode(src_ids, src_lengths), model.init_cache())
+    return n_best_over_steps(_translation_step(model, False, -1), state, batch_size=src_ids.shape[0],
+                             bos_id=model.config.bos_id, eos_id=model.config.eos_id, device=src_ids.device,
+                             max_len=max_len, beam_size=beam_size, length_penalty=length_penalty,
+                             n_best=n_best or beam_size)

@@ -166,6 +166,10 @@ class DataSettings:
         check_settings(self)
 
 
+EXPLAIN_OUTPUTS = (32, "Held-out outputs whose explanations' faithfulness chooses the method shown first when "
+                   "the run is explained (0: chosen on each output).")
+
+
 @dataclass(frozen=True)
 class TranslationTrainConfig(TrainSettings):
     """Training settings: Adam (0.9, 0.98), linear warm-up then inverse square-root decay
@@ -184,6 +188,8 @@ class TranslationTrainConfig(TrainSettings):
         eval_beam_size: beam width of the BLEU score on the validation part.
         eval_sentences: sentence count of that BLEU score.
         log_every: steps between progress lines.
+        explain_outputs: validation sentences whose explanations' faithfulness chooses the method an
+            explanation of this run shows first (0: chosen on each output).
         average_last: > 1 averages the weights saved at the end of the last
             that many epochs (Vaswani et al., 2017, section 6.1) and keeps the average
             when its validation loss is no worse than the last epoch's.
@@ -200,5 +206,6 @@ class TranslationTrainConfig(TrainSettings):
     eval_beam_size: int = setting(1, "Beam width of the validation BLEU.", low=1)
     eval_sentences: int | None = setting(None, "Sentences of the validation BLEU (default: all).", low=0)
     log_every: int = setting(100, "Steps between progress lines.", low=1)
+    explain_outputs: int = setting(EXPLAIN_OUTPUTS[0], EXPLAIN_OUTPUTS[1], low=0)
     average_last: int = setting(1, "Average the weights of the last N epochs at the end (kept when validation "
                                 "agrees).", low=1)

@@ -32,7 +32,7 @@
     var f = reply.faithfulness, m = f.methods[reply.method], r = f.random;
     var raw = reply.method === "cross_attention" ? "raw attention, not an attribution; " : "";
     return "explained by " + reply.title + " (" + raw +
-      (reply.method === f.shown_first ? "the most faithful on this output" : "as asked") +
+      (reply.chosen || "as asked") +
       "): comprehensiveness " + m.comprehensiveness.toFixed(3) + " vs random " + r.comprehensiveness.toFixed(3) +
       ", sufficiency " + m.sufficiency.toFixed(3) + " vs random " + r.sufficiency.toFixed(3) +
       " (log-probability of each generated token; higher comprehensiveness, lower sufficiency: more faithful)";
@@ -88,6 +88,11 @@
     clear($("gen-output"));
     $("gen-output").appendChild(el("div", "gen-out", outputOf(reply)));
     $("gen-figures").textContent = figures(reply);
+    clear($("gen-alternatives"));
+    (reply.alternatives || []).forEach(function (a, i) {
+      $("gen-alternatives").appendChild(el("li", i === 0 ? "best" : null, a.text + "  (" + a.score.toFixed(3) + ")"));
+    });
+    $("gen-alternatives-head").hidden = !(reply.alternatives || []).length;
     if (before !== undefined) {
       $("gen-counterfactual").textContent = "before: " + before + "  \u2192  now: " + outputOf(reply);
     }

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from attnkit._checks import check_settings, dataclass_kwargs, setting, tree_from_flat
+from attnkit.train.config import EXPLAIN_OUTPUTS
 
 if TYPE_CHECKING:
     from attnkit.models.captioning import CaptionerConfig
@@ -107,6 +108,7 @@ class CaptionTrainingSettings:
                             low=0)
     time_budget_s: float | None = setting(None, "Stop training after this long (the best dev weights are kept with "
                                           "--data).", low=0, low_open=True, flag="--time-budget", duration=True)
+    explain_outputs: int = setting(EXPLAIN_OUTPUTS[0], EXPLAIN_OUTPUTS[1], low=0)
 
     def __post_init__(self) -> None:
         check_settings(self)

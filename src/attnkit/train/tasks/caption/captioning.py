@@ -153,9 +153,34 @@ def train_caption_run(settings: CaptionSettings, run: RunOptions) -> str:
             metrics["val_examples"] = [{"reference": refs[0], "generated": h} for refs, h in
                                        list(zip(val_refs, hyps, strict=True))[:5]]
             log(f"held-out BLEU-4 {metrics['val_bleu4']:.2f} (greedy, n={len(val_refs)})")
+            if training.explain_outputs:
+                metrics["explain"] = _explain_methods(model, vocab, val_inputs[: training.explain_outputs],
+                                                      prep.features, log)
         commit_caption_run(writer, model, vocab, status="done", meta=meta, history=history, metrics=metrics,
                            progress={"epoch": len(history), "epochs": training.epochs}, neighbours=neighbours())
     return f"saved {run.out}"
+
+
+def _explain_methods(model: ImageCaptioner, vocab: CaptionVocab, inputs: Any, features: bool,
+                     log: Callable[[str], None]) -> dict[str, Any] | None:
+    """Every explanation method's faithfulness on the captions of held-out ``inputs`` (images, or region
+    features with ``features``); the most faithful is the one the run's explanations show first."""
+    import torch
+
+    from attnkit.attribution.generation import measure_methods, measured_line
+
+    with torch.no_grad():
+        regions = inputs if features else model.encode(inputs)  # (N, R, C)
+    outputs = [(regions[i : i + 1], _words(vocab, result.ids))
+               for i, result in enumerate(generate(model, inputs, features=features))]
+    measured = measure_methods(model, outputs)
+    log(measured_line(measured, "held-out images"))
+    return measured
+
+
+def _words(vocab: CaptionVocab, ids: Sequence[int]) -> list[int]:
+    """A generated caption's word ids, the markers left out."""
+    return [i for i in ids if i not in (vocab.bos_id, vocab.eos_id, vocab.pad_id)]
 
 
 class CaptionTask:
@@ -432,14 +457,15 @@ class CaptionRun:
         """``image`` ``(3, S, S)`` captioned (as :meth:`caption`), and each generated word explained by a score
         per image region (``grid``: the regions' rows and columns, row-major), with every method's faithfulness
         measured on this caption (regions removed by zeroing their features;
-        :func:`attnkit.attribution.generation.explain_generation`)."""
+        :func:`attnkit.attribution.generation.explain_generation`); the method shown first is the most faithful
+        on the run's held-out images when it measured them, else on this caption (``chosen`` says which)."""
         import torch
 
         from attnkit.attribution.generation import explain_generation
 
         images = image[None] if image.dim() == 3 else image
         (result,) = generate(self.model, images, beam_size=beam_size)
-        words = [i for i in result.ids if i not in (self.vocab.bos_id, self.vocab.eos_id, self.vocab.pad_id)]
+        words = _words(self.vocab, result.ids)
         if not words:
             raise ValueError("the caption is empty: there is no generated word to explain")
         with torch.no_grad():
@@ -447,7 +473,8 @@ class CaptionRun:
         rows, cols = self.model.grid
         return {"caption": " ".join(self.vocab.decode(words)), "target_tokens": self.vocab.decode(words),
                 "grid": [rows, cols], "source_tokens": [f"({r},{c})" for r in range(rows) for c in range(cols)],
-                **explain_generation(self.model, features, words, method=method)}
+                **explain_generation(self.model, features, words, method=method,
+                                     measured=self.config.get("metrics", {}).get("explain"))}
 
     @classmethod
     def load(cls, path: Path, *, allow_unfinished: bool = False, device: str = "cpu") -> CaptionRun:

@@ -261,8 +261,8 @@ def fit_translation(
         summary: dict[str, Any] = {"run_id": writer.run_id, "history": history, "steps": trainer.step,
                                    "seconds": round(trainer.seconds, 1)}
         if val is not None:
-            summary["val_bleu"] = _validation_bleu(model, tokenizers, val, train_config, say)
-            meta["metrics"] = {"val_bleu": summary["val_bleu"]}
+            meta["metrics"] = _validation_metrics(model, tokenizers, val, train_config, say)
+            summary["val_bleu"] = meta["metrics"]["val_bleu"]
         last = history[-1]["epoch"] if history else None
         commit_translation_run(writer, model, tokenizers, meta, status="done", epoch=last)
     return summary
@@ -348,12 +348,19 @@ def _fresh_start(run_id: str, train: ParallelCorpus, train_config: TranslationTr
     return _Start(run_id, tokenizers, model)
 
 
-def _validation_bleu(model: Seq2SeqTransformer, tokenizers: TranslationTokenizers, val: ParallelCorpus,
-                     train_config: TranslationTrainConfig, say: Callable[[str], None]) -> float:
-    """Corpus BLEU of the model's translations of (the first ``eval_sentences`` of) ``val``."""
+def _validation_metrics(model: Seq2SeqTransformer, tokenizers: TranslationTokenizers, val: ParallelCorpus,
+                        train_config: TranslationTrainConfig, say: Callable[[str], None]) -> dict[str, Any]:
+    """The corpus BLEU of the model's translations of (the first ``eval_sentences`` of) ``val``, and (with
+    ``explain_outputs``) every explanation method's faithfulness on its first ``explain_outputs`` sentences:
+    the most faithful is the one the run's explanations show first."""
+    from attnkit.attribution.generation import measured_line
+
     translator = Translator(model, tokenizers, max_src_len=train_config.max_len)
     n = len(val) if train_config.eval_sentences is None else min(len(val), train_config.eval_sentences)
     hyps = [t.text for t in translator.translate(val.sources[:n], beam_size=train_config.eval_beam_size)]
-    bleu = corpus_bleu(hyps, val.targets[:n])
-    say(f"validation BLEU {bleu:.2f} (beam {train_config.eval_beam_size}, {n} sentences)")
-    return bleu
+    metrics: dict[str, Any] = {"val_bleu": corpus_bleu(hyps, val.targets[:n])}
+    say(f"validation BLEU {metrics['val_bleu']:.2f} (beam {train_config.eval_beam_size}, {n} sentences)")
+    if train_config.explain_outputs:
+        metrics["explain"] = translator.measure_methods(val.sources[: train_config.explain_outputs])
+        say(measured_line(metrics["explain"], "validation sentences"))
+    return metrics

@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 from attnkit._modes import eval_mode
 from attnkit.data.parallel import TranslationTokenizers, collate_pairs
-from attnkit.decoding import beam_search, greedy_decode
+from attnkit.decoding import beam_alternatives, beam_search, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.runs import checkpoint as ckpt
@@ -160,23 +160,53 @@ class Translator:
                         None if out.alignments is None else out.alignments[j])
         return [results[i] for i in range(len(ids))]
 
+    def _generated(self, texts: Sequence[str], **decoding: Any) -> list[tuple[Translation, list[int], list[int]]]:
+        """Each text translated, with its source ids and its generated target ids (``[EOS]`` left out)."""
+        out = []
+        sources = self.tokenizers.encode_source(texts, self.max_src_len)
+        for result, source in zip(self.translate(texts, **decoding), sources, strict=True):
+            found = [self.tokenizers.target.token_to_id(t) for t in result.target_tokens]
+            out.append((result, source, [t for t in found if t is not None and t != self.model.config.eos_id]))
+        return out
+
     def explain(self, text: str, *, method: str | None = None, beam_size: int = BEAM_SIZE,
                 length_penalty: float = LENGTH_PENALTY) -> dict[str, Any]:
         """``text`` translated (as :meth:`translate`), and each generated token explained by a score per
         source token, with every method's faithfulness measured on this translation
         (:func:`attnkit.attribution.generation.explain_generation`): ``source_tokens``, ``target_tokens``,
-        ``scores`` (a row per target token), ``method`` (default: the most faithful here), ``faithfulness``."""
+        ``scores`` (a row per target token), ``method`` (default: the most faithful on the run's validation
+        sentences when it measured them, else on this translation; ``chosen`` says which), ``faithfulness``,
+        and ``alternatives``: the beam's finished hypotheses, best first (``text``, ``score``)."""
         from attnkit.attribution.generation import explain_generation
 
-        (result,) = self.translate([text], beam_size=beam_size, length_penalty=length_penalty)
-        source = self.tokenizers.encode_source([text], self.max_src_len)[0]
-        found = [self.tokenizers.target.token_to_id(t) for t in result.target_tokens]
-        target = [t for t in found if t is not None and t != self.model.config.eos_id]
+        ((result, source, target),) = self._generated([text], beam_size=beam_size, length_penalty=length_penalty)
         if not target:
             raise ValueError(f"the translation of {text!r} is empty: there is no generated token to explain")
         words = [self.tokenizers.target.id_to_token(t) or "[UNK]" for t in target]
+        measured = self.meta.get("metrics", {}).get("explain")
         return {"source": text, "translation": result.text, "source_tokens": result.source_tokens,
-                "target_tokens": words, **explain_generation(self.model, source, target, method=method)}
+                "target_tokens": words, "alternatives": self.alternatives(text, beam_size=max(beam_size, 2),
+                                                                          length_penalty=length_penalty),
+                **explain_generation(self.model, source, target, method=method, measured=measured)}
+
+    def alternatives(self, text: str, *, beam_size: int = BEAM_SIZE, length_penalty: float = LENGTH_PENALTY
+                     ) -> list[dict[str, Any]]:
+        """The beam's finished hypotheses for ``text``, best first: ``{"text", "score"}`` (the score the beam
+        ranks by: log-probability over the GNMT length penalty)."""
+        (ids,) = self.tokenizers.encode_source([text], self.max_src_len)
+        batch = collate_pairs([(ids, [0])])
+        with eval_mode(self.model):
+            (hyps,) = beam_alternatives(self.model, batch.src, batch.src_lengths, beam_size=beam_size,
+                                        max_len=int(1.5 * len(ids)) + 10, length_penalty=length_penalty)
+        return [{"text": text_out, "score": round(h.score, 4)}
+                for h, text_out in zip(hyps, self.tokenizers.decode_target([h.tokens for h in hyps]), strict=True)]
+
+    def measure_methods(self, texts: Sequence[str]) -> dict[str, Any] | None:
+        """Every explanation method's faithfulness over the translations of ``texts`` (a run's validation
+        sentences): :func:`attnkit.attribution.generation.measure_methods`."""
+        from attnkit.attribution.generation import measure_methods
+
+        return measure_methods(self.model, [(source, target) for _, source, target in self._generated(texts)])
 
 
 def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cpu",
