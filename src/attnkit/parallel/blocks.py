@@ -4,7 +4,7 @@ The ring (:mod:`attnkit.parallel.ring`) hands every block here with the keys'
 global positions. :func:`forward_block` folds a block into the running output
 and log-sum-exp (the online softmax of FlashAttention)::
 
-    L = logaddexp(L, L_blk),   O = O * exp(L_old - L) + exp(S_blk - L) V_blk
+    L = logaddexp(L, L_blk),   O = O * exp(L_old - L) + O_blk * exp(L_blk - L)
 
 :func:`backward_block` returns the block's share of the gradients from the
 *global* ``O`` and ``L`` (Dao et al., 2022)::
@@ -15,7 +15,9 @@ Two ways compute a block, tested against each other: torch's CPU flash
 kernel, which returns the block's log-sum-exp and, given the global ``O`` and
 ``L``, the exact gradients (float32/float64, no ``score_mod`` or a
 :func:`~attnkit.core.score_mods.bias_mod`, equal query and value widths); and
-the readable formula in small query tiles (any ``score_mod``, float32 for half
+the core's own tile (:func:`~attnkit.core.kernels.tiles.span_forward` and
+:func:`~attnkit.core.kernels.tiles.span_backward`, the step-by-step path of
+:func:`attnkit.attention` with a ``score_mod``) in small query tiles (any ``score_mod``, float32 for half
 inputs, float64 kept). The mask's empty blocks are skipped either way
 (:meth:`~attnkit.parallel.pairs.GlobalPairs.block`); a query row with no key
 gets zero output and zero gradients.
@@ -26,14 +28,13 @@ Tl local length, Dh head width, Dv value head width, tq/tk the queries and keys 
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from attnkit.core.kernels.tiles import score_index
-from attnkit.core.score_mods import apply_score_mod, bias_of, refuse_non_finite
+from attnkit.core.kernels.tiles import score_index, span_backward, span_forward
+from attnkit.core.score_mods import bias_of, refuse_non_finite
 from attnkit.core.types import ScoreMod
 from attnkit.parallel.pairs import Allowed, GlobalPairs
 
@@ -60,7 +61,6 @@ class Saved:
     """What backward reads of the forward, per query row, in the working dtype."""
 
     go: Tensor  # the output's gradient (B, H, Tl, Dv)
-    base: Tensor  # log-sum-exp, 0 where a row has no key (B, H, Tl)
     delta: Tensor  # rowsum(dO * O) (B, H, Tl)
     out: Tensor  # the output (B, H, Tl, Dv)
     lse_open: Tensor  # log-sum-exp, +inf where a row has no key: every weight exp(s - L) is 0 (B, H, Tl)
@@ -95,6 +95,11 @@ def _additive(allowed: Allowed, m: BlockMath, span: tuple[int, int, int, int], b
     return bias
 
 
+def _blocked(allowed: Allowed) -> Tensor | None:
+    """Where a tile's queries may not attend (None: nowhere), as the core's tiles take it."""
+    return ~allowed if isinstance(allowed, Tensor) else None
+
+
 def _expand_heads(x: Tensor, h: int) -> Tensor:
     """Key/value heads repeated for their query heads (the fused kernel takes equal heads). ``(B, H, tk, D)``."""
     return x if x.shape[1] == h else x.repeat_interleave(h // x.shape[1], dim=1)
@@ -118,51 +123,6 @@ def q_tiles(runs: list[tuple[int, int]], b: int, h: int, tk: int) -> list[tuple[
     return tiles
 
 
-def _modded(score_mod: ScoreMod, raw: Tensor, idx: tuple[Tensor, ...], check: bool) -> Tensor:
-    """``score_mod`` of the tile's logits in their own dtype (float64 stays float64), checked like the core's.
-
-    A :func:`~attnkit.core.score_mods.bias_mod` adds its term; any other goes through
-    :func:`~attnkit.core.score_mods.apply_score_mod`'s checks, and its result keeps ``raw``'s dtype.
-    """
-    bias_fn = bias_of(score_mod)
-    if bias_fn is not None:
-        s = raw + bias_fn(*idx).to(raw.dtype)
-        if check:
-            refuse_non_finite("score_mod", s, raw, idx)
-        return s
-    if raw.dtype != torch.float64:
-        return apply_score_mod(score_mod, raw, idx, check=check).to(raw.dtype)
-    out = score_mod(raw, *idx)
-    apply_score_mod(lambda *_: out, raw, idx, check=check)  # the core's checks of type, shape and finiteness
-    return out.to(raw.dtype)
-
-
-def _scores(qt: Tensor, k: Tensor, span: tuple[int, int, int, int], m: BlockMath, allowed: Allowed,
-            grad: bool = False) -> tuple[Tensor, Tensor | None]:
-    """Scaled (and score-modded) logits of a tile, ``-inf`` where not allowed; with ``grad`` the raw logits too.
-
-    Shape:
-        qt ``(B, H, tq, Dh)``, k ``(B, Hkv, tk, Dh)``; returns ``(B, H, tq, tk)`` in the working dtype.
-    """
-    b, h, tq, dh = qt.shape
-    hkv, tk = k.shape[1], k.shape[2]
-    qg = qt.to(m.dtype).reshape(b, hkv, h // hkv, tq, dh)  # (B, Hkv, G, tq, Dh)
-    raw = (qg @ k.to(m.dtype).unsqueeze(2).transpose(-1, -2)).reshape(b, h, tq, tk) * m.scale
-    s, src = raw, None
-    if m.score_mod is not None:
-        idx = score_index(b, h, span, qt.device)
-        if grad and bias_of(m.score_mod) is None:  # backward needs the score_mod's vector-Jacobian product
-            src = raw.requires_grad_()
-        with torch.enable_grad() if src is not None else contextlib.nullcontext():
-            s = _modded(m.score_mod, raw, idx, check=not grad)
-            if isinstance(allowed, Tensor):
-                s = s.masked_fill(~allowed, float("-inf"))
-        return s, src
-    if isinstance(allowed, Tensor):
-        s = s.masked_fill(~allowed, float("-inf"))
-    return s, src
-
-
 def forward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, pairs: GlobalPairs, runs: list[tuple[int, int]],
                   m: BlockMath, out: Tensor, lse: Tensor) -> None:
     """Fold the keys ``[ka, ka + tk)`` into the running output and log-sum-exp, tile by tile, in place.
@@ -171,29 +131,25 @@ def forward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, pairs: GlobalPairs, 
         q ``(B, H, Tl, Dh)``; k ``(B, Hkv, tk, Dh)``, v ``(B, Hkv, tk, Dv)``; out ``(B, H, Tl, Dv)``,
         lse ``(B, H, Tl)``, both in the working dtype.
     """
-    b, h = q.shape[:2]
-    hkv, tk = k.shape[1], k.shape[2]
+    b, h, tk = q.shape[0], q.shape[1], k.shape[2]
     for qa, qb, loc in q_tiles(runs, b, h, tk):
         allowed = pairs.block(qa, qb, ka, ka + tk)
         if allowed is False:
             continue
-        old = lse[:, :, loc]
         if m.fused:
             o, blk = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 q[:, :, loc], _expand_heads(k, h), _expand_heads(v, h),
                 attn_mask=_additive(allowed, m, (qa, qb, ka, ka + tk), b, h, q.device), scale=m.scale)
             if isinstance(allowed, Tensor):  # a row with no key in this block: the kernel says 0, it is -inf
                 blk = blk.masked_fill(~allowed.any(-1), float("-inf"))
-            new = torch.logaddexp(old, blk)  # (B, H, tq)
-            base = new.masked_fill(torch.isneginf(new), 0.0)
-            pv = o * torch.exp(blk - base)[..., None]  # (B, H, tq, Dv)
-        else:
-            s, _ = _scores(q[:, :, loc], k, (qa, qb, ka, ka + tk), m, allowed)  # (B, H, tq, tk)
-            new = torch.logaddexp(old, torch.logsumexp(s, dim=-1))  # (B, H, tq)
-            base = new.masked_fill(torch.isneginf(new), 0.0)  # rows with no key yet: nothing to scale
-            p = torch.exp(s - base[..., None])  # (B, H, tq, tk)
-            pv = (p.reshape(b, hkv, h // hkv, -1, tk) @ v.to(m.dtype).unsqueeze(2)).reshape(b, h, -1, v.shape[-1])
-        out[:, :, loc] = out[:, :, loc] * torch.exp(old - base)[..., None] + pv
+        else:  # the core's tile (attnkit.core.kernels.tiles)
+            o, blk = span_forward(q[:, :, loc].to(m.dtype) * m.scale, k.to(m.dtype), v.to(m.dtype),
+                                  (qa, qb, ka, ka + tk), _blocked(allowed), m.score_mod)
+            blk = blk[..., 0].masked_fill(torch.isposinf(blk[..., 0]), float("-inf"))  # no key here: weight 0
+        old = lse[:, :, loc]
+        new = torch.logaddexp(old, blk)  # (B, H, tq)
+        base = new.masked_fill(torch.isneginf(new), 0.0)  # rows with no key yet: nothing to scale
+        out[:, :, loc] = out[:, :, loc] * torch.exp(old - base)[..., None] + o * torch.exp(blk - base)[..., None]
         lse[:, :, loc] = new
 
 
@@ -231,25 +187,17 @@ def backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: Saved, pairs
     """
     if m.fused:
         return fused_backward_block(q, k, v, ka, saved, pairs, runs, m, dq)
-    b, h = q.shape[:2]
-    hkv, tk = k.shape[1], k.shape[2]
-    go, base, delta = saved.go, saved.base, saved.delta
-    kw, vw = k.to(m.dtype).unsqueeze(2), v.to(m.dtype).unsqueeze(2)  # (B, Hkv, 1, tk, D)
-    dk = torch.zeros(kw.shape[0], hkv, tk, k.shape[-1], dtype=m.dtype, device=k.device)
-    dv = torch.zeros(kw.shape[0], hkv, tk, v.shape[-1], dtype=m.dtype, device=v.device)
+    b, h, tk = q.shape[0], q.shape[1], k.shape[2]
+    kw, vw = k.to(m.dtype), v.to(m.dtype)
+    dk, dv = torch.zeros_like(kw), torch.zeros_like(vw)
     for qa, qb, loc in q_tiles(runs, b, h, tk):
         allowed = pairs.block(qa, qb, ka, ka + tk)
         if allowed is False:
             continue
-        s, raw = _scores(q[:, :, loc], k, (qa, qb, ka, ka + tk), m, allowed, grad=True)
-        p = torch.exp(s.detach() - base[:, :, loc, None])  # (B, H, tq, tk)
-        p5 = p.reshape(b, hkv, h // hkv, -1, tk)  # (B, Hkv, G, tq, tk)
-        g5 = go[:, :, loc].reshape(b, hkv, h // hkv, -1, go.shape[-1])  # (B, Hkv, G, tq, Dv)
-        dv += (p5.transpose(-1, -2) @ g5).sum(2)
-        ds = p * ((g5 @ vw.transpose(-1, -2)).reshape(p.shape) - delta[:, :, loc, None])  # (B, H, tq, tk)
-        if raw is not None:  # through the score_mod: its vector-Jacobian product
-            (ds,) = torch.autograd.grad(s, raw, ds)
-        ds5 = ds.reshape(b, hkv, h // hkv, -1, tk) * m.scale
-        dq[:, :, loc] += (ds5 @ kw).reshape(b, h, -1, k.shape[-1])
-        dk += (ds5.transpose(-1, -2) @ q[:, :, loc].to(m.dtype).reshape(b, hkv, h // hkv, -1, q.shape[-1])).sum(2)
+        gq, gk, gv = span_backward(q[:, :, loc].to(m.dtype) * m.scale, kw, vw, saved.go[:, :, loc],
+                                   saved.lse_open[:, :, loc, None], saved.delta[:, :, loc, None],
+                                   (qa, qb, ka, ka + tk), _blocked(allowed), m.score_mod)
+        dq[:, :, loc] += gq * m.scale
+        dk += gk
+        dv += gv
     return dk, dv

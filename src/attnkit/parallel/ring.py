@@ -238,10 +238,8 @@ class _Ring(torch.autograd.Function):
         plan, m = ctx.args
         go, ow = grad.to(m.dtype), out.to(m.dtype)
         empty = torch.isneginf(lse)  # (B, H, Tl): rows with no key
-        if m.fused:  # the kernel computes rowsum(dO * O) and exp(S - L) itself
-            saved = Saved(go, lse, lse, ow, lse.masked_fill(empty, float("inf")))
-        else:
-            saved = Saved(go, lse.masked_fill(empty, 0.0), (go * ow).sum(-1), ow, lse)
+        delta = lse if m.fused else (go * ow).sum(-1)  # the fused kernel computes rowsum(dO * O) itself
+        saved = Saved(go, delta, ow, lse.masked_fill(empty, float("inf")))
         dq, dk, dv = _ring_backward(q, k, v, saved, plan, m)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
 

@@ -38,7 +38,7 @@ from attnkit.core.score_mods import apply_score_mod, bias_of, refuse_non_finite
 from attnkit.core.types import BiasFn, ScoreMod
 
 __all__ = ["tiled_attention", "tile_plan", "block_kinds", "TILE_ELEMENTS", "FUSED_TILE_ELEMENTS", "captures_gradients",
-           "score_index"]
+           "score_index", "span_forward", "span_backward"]
 
 TILE_ELEMENTS = 1 << 22
 """Scores computed at once (B * H * tq * S) on the step-by-step path, 16 MiB in float32 (at least one block)."""
@@ -222,6 +222,42 @@ def _backward_tile(qt: Tensor, k: Tensor, v: Tensor, go: Tensor, lse: Tensor, de
     dq = (dsg @ k).view(b, h, tq, k.shape[-1])
     dk = dsg.transpose(-1, -2) @ _grouped(qt, hkv)  # (B, Hkv, S, Dh), still times 1 / scale
     return dq, dk, dv
+
+
+def _span(qt: Tensor, span: tuple[int, int, int, int], blocked: Tensor | None
+          ) -> tuple[_Tile, tuple[Tensor, None] | None, tuple[Tensor, ...]]:
+    qa, qb, ka, kb = span
+    return (_Tile(qa, qb, ka, kb, 0, kb - ka), None if blocked is None else (blocked, None),
+            score_index(qt.shape[0], qt.shape[1], span, qt.device))
+
+
+def span_forward(qt: Tensor, k: Tensor, v: Tensor, span: tuple[int, int, int, int], blocked: Tensor | None,
+                 score_mod: ScoreMod | None) -> tuple[Tensor, Tensor]:
+    """A tile's forward for a caller that folds key spans itself (ring attention): queries ``qt`` (already
+    scaled, the global positions ``[qa, qb)`` of ``span``) against the keys ``[ka, kb)``, ``blocked`` True where
+    a query may not attend (None: nowhere). Returns the span's normalised output and row log-sum-exp (+inf
+    for a row with no key here), in the inputs' dtype (float32 or float64).
+
+    Shape:
+        qt ``(B, H, tq, Dh)``, k ``(B, Hkv, tk, Dh)``, v ``(B, Hkv, tk, Dv)``, blocked broadcasting to
+        ``(B, H, tq, tk)``; returns ``(B, H, tq, Dv)`` and ``(B, H, tq, 1)``.
+    """
+    tile, mask, idx = _span(qt, span, blocked)
+    return _forward_tile(qt, k, v, tile, mask, score_mod, idx)
+
+
+def span_backward(qt: Tensor, k: Tensor, v: Tensor, go: Tensor, lse: Tensor, delta: Tensor,
+                  span: tuple[int, int, int, int], blocked: Tensor | None, score_mod: ScoreMod | None
+                  ) -> tuple[Tensor, Tensor, Tensor]:
+    """The span's share of the gradients given the row's *global* log-sum-exp ``lse`` (+inf: no key at all)
+    and ``delta = rowsum(dO * O)``: ``dq`` (still to be multiplied by the scale), ``dk``, ``dv``.
+
+    Shape:
+        as :func:`span_forward`, go ``(B, H, tq, Dv)``, lse and delta ``(B, H, tq, 1)``; returns
+        ``(B, H, tq, Dh)``, ``(B, Hkv, tk, Dh)``, ``(B, Hkv, tk, Dv)``.
+    """
+    tile, mask, idx = _span(qt, span, blocked)
+    return _backward_tile(qt, k, v, go, lse, delta, tile, mask, score_mod, idx)
 
 
 class _Tiled(torch.autograd.Function):
