@@ -64,6 +64,15 @@ def positive_float(name: str, value: object) -> float:
     return float(value)
 
 
+def attention_scale(scale: object, dh: int) -> float:
+    """The logit scale of attention: ``scale`` when it is a positive number, ``1 / sqrt(dh)`` for None."""
+    if scale is None:
+        return 1.0 / math.sqrt(dh)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(f"scale must be a positive float or None, got {scale!r}")
+    return float(scale)
+
+
 def probability(name: str, value: object) -> float:
     """``value`` as a float in ``[0, 1)``: a dropout rate (1 would drop everything)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:

@@ -29,6 +29,9 @@ def test_bad_calls_are_refused_by_name(two: list[dict[str, Any]]) -> None:
         assert "disagree on layout" in found["layout differs"]
         assert "disagree on mask" in found["mask differs"]
         assert "timeout must be a positive number" in found["timeout"]
+        assert found["not a tensor"] == "TypeError: k must be a torch.Tensor, got list"
+        assert "slices of one sequence on one device: the same local length Tl" in found["other local length"]
+        assert found["scale"] == "ValueError: scale must be a positive float or None, got 0.0"
         assert "needs a gradient" in found["learned score_mod"]
         assert found["group of one"]
         assert found["group of one, BlockMask and causal"]

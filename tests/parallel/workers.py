@@ -39,6 +39,9 @@ def refusals(rank: int, world: int) -> dict[str, Any]:
             q, k, v, layout="balanced" if rank else "contiguous", timeout=30)),  # type: ignore[arg-type]
         "mask differs": message(lambda: ring_attention(q, k, v, mask=torch.tensor([16 - rank]), timeout=30)),
         "timeout": message(lambda: ring_attention(q, k, v, timeout=0)),
+        "not a tensor": message(lambda: ring_attention(q, [1.0], v)),  # type: ignore[arg-type]
+        "other local length": message(lambda: ring_attention(q, k[:, :, :4], v[:, :, :4])),
+        "scale": message(lambda: ring_attention(q, k, v, scale=0.0)),
         "learned score_mod": message(lambda: ring_attention(
             q, k, v, score_mod=lambda s, b, h, i, j: s + table[h], timeout=30)),
     }

@@ -27,12 +27,12 @@ length, Dh head width, Dv value head width.
 from __future__ import annotations
 
 import logging
-import math
 from typing import Literal, overload
 
 import torch
 from torch import Tensor
 
+from attnkit._checks import attention_scale
 from attnkit.core import masks as _masks
 from attnkit.core.block_mask import BlockMask, with_causal
 from attnkit.core.dispatch import (
@@ -54,7 +54,13 @@ __all__ = ["attention", "attention_weights", "safe_softmax", "choose_backend", "
 logger = logging.getLogger("attnkit.attention")
 
 
-def _check_inputs(q: object, k: object, v: object) -> None:
+def check_inputs(q: object, k: object, v: object) -> None:
+    """Refuse, by name, q, k and v that attention cannot take: not 4-D floating tensors of one dtype, other
+    batch sizes, k and v of other heads or lengths, other head widths, Hkv not dividing H.
+
+    Shape:
+        q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``.
+    """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -156,7 +162,7 @@ def attention(
         q ``(B, H, Tq, Dh)``, k ``(B, Hkv, Tk, Dh)``, v ``(B, Hkv, Tk, Dv)``;
         output ``(B, H, Tq, Dv)``; weights ``(B, H, Tq, Tk)``.
     """
-    _check_inputs(q, k, v)
+    check_inputs(q, k, v)
     b, h, tq, _ = q.shape
     tk = k.shape[2]
     target = (b, h, tq, tk)
@@ -169,9 +175,7 @@ def attention(
         _masks.check_bias(bias, target)
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-    if scale is not None and (not isinstance(scale, (int, float)) or not scale > 0):
-        raise ValueError(f"scale must be a positive float or None, got {scale!r}")
-    scale_f = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scale_f = attention_scale(scale, q.shape[-1])
     # Compiled (torch.compile, torch.export): the same path, without the record, the logging
     # check and the kernel probe, each of which would break the graph.
     debug = not torch.compiler.is_compiling() and logger.isEnabledFor(logging.DEBUG)

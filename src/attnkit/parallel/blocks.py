@@ -153,51 +153,35 @@ def forward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, pairs: GlobalPairs, 
         lse[:, :, loc] = new
 
 
-def fused_backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: Saved, pairs: GlobalPairs,
-                         runs: list[tuple[int, int]], m: BlockMath, dq: Tensor) -> tuple[Tensor, Tensor]:
-    """:func:`backward_block` through torch's CPU flash backward, given the *global* output and log-sum-exp.
-
-    With the whole row's ``O`` and ``L`` the kernel's ``exp(S - L)`` and ``rowsum(dO * O)`` are those of the
-    full attention, so it returns exactly this block's share of dq, dk and dv.
-    """
-    b, h = q.shape[:2]
-    hkv, tk = k.shape[1], k.shape[2]
-    ke, ve = _expand_heads(k, h), _expand_heads(v, h)
-    dk = torch.zeros(b, h, tk, k.shape[-1], dtype=m.dtype, device=k.device)
-    dv = torch.zeros(b, h, tk, v.shape[-1], dtype=m.dtype, device=v.device)
-    for qa, qb, loc in q_tiles(runs, b, h, tk):
-        allowed = pairs.block(qa, qb, ka, ka + tk)
-        if allowed is False:
-            continue
-        gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            saved.go[:, :, loc].contiguous(), q[:, :, loc], ke, ve, saved.out[:, :, loc], saved.lse_open[:, :, loc],
-            0.0, False, attn_mask=_additive(allowed, m, (qa, qb, ka, ka + tk), b, h, q.device), scale=m.scale)
-        dq[:, :, loc] += gq
-        dk += gk
-        dv += gv
-    return _fold_heads(dk, hkv), _fold_heads(dv, hkv)
-
-
 def backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: Saved, pairs: GlobalPairs,
                    runs: list[tuple[int, int]], m: BlockMath, dq: Tensor) -> tuple[Tensor, Tensor]:
     """The keys ``[ka, ka + tk)``'s share of the gradients: ``dq`` grows in place; returns ``dk``, ``dv``.
 
+    Both ways read the *global* output and log-sum-exp: with the whole row's ``O`` and ``L`` the block's
+    ``exp(S - L)`` and ``rowsum(dO * O)`` are those of the full attention, so each returns exactly this
+    block's share of dq, dk and dv (the fused kernel per query head, folded onto the key/value heads).
+
     Shape:
         q, dq ``(B, H, Tl, Dh)``; k ``(B, Hkv, tk, Dh)``, v ``(B, Hkv, tk, Dv)``; returns their shapes.
     """
-    if m.fused:
-        return fused_backward_block(q, k, v, ka, saved, pairs, runs, m, dq)
-    b, h, tk = q.shape[0], q.shape[1], k.shape[2]
-    kw, vw = k.to(m.dtype), v.to(m.dtype)
-    dk, dv = torch.zeros_like(kw), torch.zeros_like(vw)
+    b, h, hkv, tk = q.shape[0], q.shape[1], k.shape[1], k.shape[2]
+    kw, vw = (_expand_heads(k, h), _expand_heads(v, h)) if m.fused else (k.to(m.dtype), v.to(m.dtype))
+    dk, dv = torch.zeros_like(kw, dtype=m.dtype), torch.zeros_like(vw, dtype=m.dtype)
     for qa, qb, loc in q_tiles(runs, b, h, tk):
         allowed = pairs.block(qa, qb, ka, ka + tk)
         if allowed is False:
             continue
-        gq, gk, gv = span_backward(q[:, :, loc].to(m.dtype) * m.scale, kw, vw, saved.go[:, :, loc],
-                                   saved.lse_open[:, :, loc, None], saved.delta[:, :, loc, None],
-                                   (qa, qb, ka, ka + tk), _blocked(allowed), m.score_mod)
-        dq[:, :, loc] += gq * m.scale
+        if m.fused:
+            gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                saved.go[:, :, loc].contiguous(), q[:, :, loc], kw, vw, saved.out[:, :, loc],
+                saved.lse_open[:, :, loc], 0.0, False, scale=m.scale,
+                attn_mask=_additive(allowed, m, (qa, qb, ka, ka + tk), b, h, q.device))
+        else:  # the core's tile; its dq is still to be scaled
+            gq, gk, gv = span_backward(q[:, :, loc].to(m.dtype) * m.scale, kw, vw, saved.go[:, :, loc],
+                                       saved.lse_open[:, :, loc, None], saved.delta[:, :, loc, None],
+                                       (qa, qb, ka, ka + tk), _blocked(allowed), m.score_mod)
+            gq = gq * m.scale
+        dq[:, :, loc] += gq
         dk += gk
         dv += gv
-    return dk, dv
+    return _fold_heads(dk, hkv), _fold_heads(dv, hkv)

@@ -36,15 +36,15 @@ Tl = T / world local length, Dh head width, Dv value head width.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from attnkit._checks import attention_scale
 from attnkit.core.block_mask import BlockMask
-from attnkit.core.functional import attention
+from attnkit.core.functional import attention, check_inputs
 from attnkit.core.kernels.tiles import captures_gradients
 from attnkit.core.masks import MaskLike, read_mask
 from attnkit.core.types import ScoreMod
@@ -245,25 +245,12 @@ class _Ring(torch.autograd.Function):
 
 
 def _check_local(q: object, k: object, v: object) -> tuple[Tensor, Tensor, Tensor]:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4 or not t.dtype.is_floating_point:
-            legend = "(B, H, Tl, Dh)" if name == "q" else "(B, Hkv, Tl, Dh)"
-            raise ValueError(f"{name} must be a 4-D floating tensor {legend} (this process's slice), "
-                             f"got {t.dtype} of shape {tuple(t.shape)}")
+    check_inputs(q, k, v)
     assert isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)
-    if not q.dtype == k.dtype == v.dtype or not q.device == k.device == v.device:
-        raise TypeError(f"q, k and v must share a dtype and device, got {q.dtype}/{q.device}, "
-                        f"{k.dtype}/{k.device}, {v.dtype}/{v.device}")
-    b, h, tl, dh = q.shape
-    if k.shape[0] != b or v.shape[0] != b or k.shape[2] != tl or v.shape[2] != tl or k.shape[1] != v.shape[1]:
-        raise ValueError(
-            "q, k and v must be this process's slices of one sequence: the same B and local length Tl, "
-            f"k and v the same Hkv; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if k.shape[3] != dh or dh == 0 or k.shape[1] == 0 or h % k.shape[1]:
-        raise ValueError(f"k must have q's head width Dh and a number of heads Hkv dividing H, "
-                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if k.shape[2] != q.shape[2] or not q.device == k.device == v.device:
+        raise ValueError("q, k and v must be this process's slices of one sequence on one device: the same "
+                         f"local length Tl, got q {tuple(q.shape)} on {q.device}, k {tuple(k.shape)} on {k.device}, "
+                         f"v {tuple(v.shape)} on {v.device}")
     return q, k, v
 
 
@@ -333,14 +320,12 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, *, mask: MaskLike = None, ca
                          f"T = Tl * world = {tl} * {g.world} = {length}") from e
     if isinstance(full, BlockMask):
         full.check(b, h, length, length, q.device)
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
-        raise ValueError(f"scale must be a positive float or None, got {scale!r}")
+    scale_f = attention_scale(scale, dh)
     if score_mod is not None and not callable(score_mod):
         raise TypeError(f"score_mod must be callable, got {type(score_mod).__name__}")
     if score_mod is not None and captures_gradients(score_mod, q.device):
         raise ValueError("score_mod mixes in a tensor that needs a gradient (a learned table): ring_attention "
                          "gives gradients to q, k and v only; pass such a bias another way")
-    scale_f = float(scale) if scale is not None else 1.0 / math.sqrt(dh)
     if g.world == 1:
         return attention(q, k, v, mask=mask, causal=causal, scale=scale_f, score_mod=score_mod)
     pairs = GlobalPairs(full, causal)

@@ -20,11 +20,11 @@ Shape legend: B batch, H query heads, Hkv key/value heads, Tq/Tk lengths, Dh/Dv 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from attnkit._checks import attention_scale
 from attnkit.reference import functional as _masks
 from attnkit.reference.functional import (
     check_bias,
@@ -62,14 +62,6 @@ def check_qkv(q: object, k: object, v: object) -> None:
             f"key/value heads Hkv={hkv} must divide query heads H={h} (grouped-query attention); "
             f"q {q.shape}, k {k.shape}"
         )
-
-
-def check_scale(scale: object, dh: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(dh)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        raise ValueError(f"scale must be a positive float or None, got {scale!r}")
-    return float(scale)
 
 
 @dataclass
@@ -114,7 +106,7 @@ def attention_forward(
     if bias is not None:
         check_bias(bias, target)
     p_drop = check_dropout(dropout)
-    scale_f = check_scale(scale, dh)
+    scale_f = attention_scale(scale, dh)
     scores = _grouped(q, hkv) @ k[:, :, None].swapaxes(-1, -2)  # (B, Hkv, G, Tq, Tk)
     scores = scores.reshape(target) * scale_f  # (B, H, Tq, Tk)
     if bias is not None:

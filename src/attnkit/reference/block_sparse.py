@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnkit.reference.attention import check_qkv, check_scale
+from attnkit._checks import attention_scale
+from attnkit.reference.attention import check_qkv
 from attnkit.reference.module import check_positive
 
 __all__ = ["BlockLayout", "block_layout", "block_sparse_forward", "block_sparse_backward"]
@@ -138,7 +139,7 @@ def _check(q: Array, k: Array, v: Array, layout: BlockLayout, scale: float | Non
     if layout.shape != (tq, k.shape[2]) or bm not in (1, b) or hm not in (1, h):
         raise ValueError(f"BlockLayout for (Bm, Hm, Tq, Tk) = {(bm, hm, *layout.shape)} cannot be used with "
                          f"(B, H, Tq, Tk) = {(b, h, tq, k.shape[2])}")
-    return check_scale(scale, dh)
+    return attention_scale(scale, dh)
 
 
 def block_sparse_forward(q: Array, k: Array, v: Array, layout: BlockLayout, *, scale: float | None = None

@@ -31,7 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from attnkit.reference.attention import check_qkv, check_scale
+from attnkit._checks import attention_scale
+from attnkit.reference.attention import check_qkv
 from attnkit.reference.block_sparse import BlockLayout, block_sparse_backward, block_sparse_forward
 from attnkit.reference.functional import check_bias, check_mask
 from attnkit.reference.module import Module, check_positive
@@ -68,7 +69,7 @@ def _prepare(q: Array, k: Array, v: Array, mask: Array | None, bias: Array | Non
     if bias is not None:
         check_bias(bias, target)
         bias4 = np.broadcast_to(bias, target)
-    return mask4, bias4, check_scale(scale, dh)
+    return mask4, bias4, attention_scale(scale, dh)
 
 
 _BAND = 60.0  # |logit| below this: exp() neither overflows nor underflows a whole row in float32
