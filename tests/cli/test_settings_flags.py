@@ -22,8 +22,8 @@ def _options(command: click.Command) -> dict[str, click.Option]:
     return {p.name: p for p in command.params if isinstance(p, click.Option) and p.name}
 
 
-@pytest.mark.parametrize(("command", "cls", "count"), [(train_caption, CaptionSettings, 27),
-                                                      (train_translate, TranslationSettings, 29)])
+@pytest.mark.parametrize(("command", "cls", "count"), [(train_caption, CaptionSettings, 28),
+                                                      (train_translate, TranslationSettings, 30)])
 def test_each_settings_field_is_a_flag_with_its_default_help_and_range(command: click.Command, cls: type,
                                                                       count: int) -> None:
     options = _options(command)

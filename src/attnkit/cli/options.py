@@ -214,32 +214,39 @@ class LibraryDefaultOption(click.Option):
             self.default, self.show_default = saved
 
 
-_NUMPY_SETTINGS = "attnkit.train.tasks.numpy.numpy_backend:NumpyTrainSettings"
+_NUMPY_SETTINGS = "attnkit.train.tasks.numpy.settings:NumpyTrainSettings"
 _TORCH_ONLY = "Not with --backend numpy."
 
 
-def library_options(cls: type, names: tuple[str, ...], *, torch_only: tuple[str, ...] = (),
-                    notes: Mapping[str, str] | None = None, numpy_help: Mapping[str, str] | None = None
+def library_options(cls: type, names: tuple[str, ...], *, numpy_help: Mapping[str, str] | None = None
                     ) -> Callable[[F], F]:
     """:func:`settings_options` for flags whose default the library decides (:class:`LibraryDefaultOption`:
     ``None`` on the command line, so a recipe's or a task's own default applies): the fields ``names`` of
-    ``cls``, in that order, each with its field's help (plus ``notes[name]`` in brackets: what a recipe sets),
-    range and default shown. The NumPy backend reads the same field of its settings
-    (:class:`~attnkit.train.tasks.numpy.numpy_backend.NumpyTrainSettings`) except the ``torch_only`` ones."""
+    ``cls``, in that order, each with its field's help (plus, in brackets, what the default model's recipe
+    sets: :mod:`attnkit.train.tasks.classify.recipe`), range and default shown. The NumPy backend reads the
+    same field of its settings (:class:`~attnkit.train.tasks.numpy.numpy_backend.NumpyTrainSettings`); a field
+    it lacks says "Not with --backend numpy." (or ``numpy_help[name]``)."""
     import dataclasses
     import typing
 
+    from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
+
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    numpy_fields = {f.name for f in dataclasses.fields(resolve_default(_NUMPY_SETTINGS))}
+    recipe = {**train_defaults(DEFAULT_MODEL), **data_defaults(DEFAULT_MODEL)}
     decorators = []
     for name in names:
         f = fields[name]
         meta = f.metadata["attnkit"]
-        note = (notes or {}).get(name)
-        torch = name in torch_only
+        torch = name not in numpy_fields
+        help = meta["help"]
+        if name in recipe:
+            value = recipe[name]
+            shown = f"{value:,}" if isinstance(value, int) else _shown(value)
+            help = f"{help.rstrip('.')} ({DEFAULT_MODEL}'s recipe: {shown})."
         decorators.append(click.option(
-            flag_name(name, meta), name, type=_flag_type(hints[name], meta),
-            help=f"{meta['help'].rstrip('.')} ({note})." if note else meta["help"],
+            flag_name(name, meta), name, type=_flag_type(hints[name], meta), help=help,
             cls=LibraryDefaultOption, shown=f.default,
             default_from=f"{cls.__module__}:{cls.__qualname__}.{name}", metavar=meta["metavar"],
             numpy_default_from=None if torch else f"{_NUMPY_SETTINGS}.{name}",
@@ -248,18 +255,12 @@ def library_options(cls: type, names: tuple[str, ...], *, torch_only: tuple[str,
 
 
 def train_options(f: F) -> F:
-    """Flags of :class:`attnkit.train.TrainConfig` (unset flags keep its defaults)."""
-    from attnkit.train.config import TrainConfig
+    """Flags of :class:`attnkit.train.TrainConfig`'s user fields (unset flags keep its defaults)."""
+    from attnkit.train.config import USER_TRAIN_FIELDS, TrainConfig
 
     return _stack(
-        library_options(
-            TrainConfig, ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
-                          "label_smoothing", "seed", "pack", "device", "on_nan", "metric", "class_weight",
-                          "token_budget"),
-            torch_only=("label_smoothing", "pack", "device", "metric", "class_weight", "token_budget"),
-            notes={"batch_size": "wide's recipe: 64", "lr": "AdamW; the default model wide's recipe: 5e-3",
-                   "token_budget": "wide's recipe: 40,000,000"},
-            numpy_help={"device": "--backend numpy runs on the CPU (auto or cpu)."}),
+        library_options(TrainConfig, tuple(n for n in USER_TRAIN_FIELDS if n != "tune_thresholds"),
+                        numpy_help={"device": "--backend numpy runs on the CPU (auto or cpu)."}),
         click.option("--tune-thresholds/--no-tune-thresholds", default=None,
                      help="Tune per-class offsets (priors, thresholds) on the validation part for --metric "
                           "[default: on when --metric is not accuracy and --class-weight is none]."),
@@ -268,11 +269,11 @@ def train_options(f: F) -> F:
 
 def data_options(f: F) -> F:
     """Flags of :class:`attnkit.train.config.DataSettings`."""
+    from attnkit._checks import setting_fields
     from attnkit.train.config import DataSettings
 
     return library_options(
-        DataSettings, ("tokenizer", "vocab_size", "min_frequency", "max_len"), torch_only=("tokenizer",),
-        notes={"vocab_size": "wide's recipe: 100000", "max_len": "wide's recipe: 1024"},
+        DataSettings, tuple(f.name for f, _ in setting_fields(DataSettings)),
         numpy_help={"tokenizer": "--backend numpy splits on whitespace and refuses this flag."})(f)
 
 
@@ -380,9 +381,6 @@ def _set_option(options: dict[str, Any], key: str, value: Any, flag: str) -> Non
     node[name] = value
 
 
-_DATA_KEYS = ("tokenizer", "vocab_size", "min_frequency", "max_len")
-
-
 def collect_train_config(values: dict[str, Any], **defaults: Any) -> Any:
     """A TrainConfig from the given (non-None) option values over ``defaults``."""
     from attnkit.train.config import USER_TRAIN_FIELDS, TrainConfig
@@ -392,9 +390,12 @@ def collect_train_config(values: dict[str, Any], **defaults: Any) -> Any:
 
 
 def collect_data_settings(values: dict[str, Any], **defaults: Any) -> Any:
+    """A DataSettings from the given (non-None) option values over ``defaults``."""
+    import dataclasses
+
     from attnkit.train.tasks.classify.pipeline import DataSettings
 
-    given = {k: values[k] for k in _DATA_KEYS if values.get(k) is not None}
+    given = {f.name: values[f.name] for f in dataclasses.fields(DataSettings) if values.get(f.name) is not None}
     return DataSettings(**{**defaults, **given})
 
 

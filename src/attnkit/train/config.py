@@ -145,11 +145,9 @@ class TrainConfig(ClassifierTrainSettings):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 
 
-USER_TRAIN_FIELDS = ("epochs", "batch_size", "lr", "weight_decay", "warmup_ratio", "clip_norm", "patience",
-                     "label_smoothing", "seed", "device", "pack", "on_nan", "metric", "class_weight",
-                     "tune_thresholds", "token_budget")
+USER_TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("min_lr_ratio", "bucket"))
 """The :class:`TrainConfig` fields a user sets (``train``'s and ``cv``'s flags, :class:`attnkit.TextClassifier`'s
-arguments); ``min_lr_ratio`` and ``bucket`` are the library's."""
+arguments): all but ``min_lr_ratio`` and ``bucket``, which are the library's."""
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from attnkit._checks import dataclass_kwargs, nested_paths_hint, setting
+from attnkit._checks import dataclass_kwargs, nested_paths_hint
 from attnkit._finite import NonFiniteError, non_finite_message
 from attnkit.data.readers import read_examples
 from attnkit.data.sources import split_examples
@@ -49,7 +49,6 @@ from attnkit.reference.module import Module
 from attnkit.reference.optim import AdamW
 from attnkit.reference.text import Vocabulary, pad_batch
 from attnkit.reference.trainer import Trainer
-from attnkit.train.config import ClassifierTrainSettings
 from attnkit.train.runs.run import save_run, start_run
 from attnkit.train.runs.run_files import check_labels, check_vocab_size, refuse_non_finite_file
 from attnkit.train.runs.rundir import (
@@ -61,6 +60,7 @@ from attnkit.train.runs.rundir import (
     read_json,
     read_run_config,
 )
+from attnkit.train.tasks.numpy.settings import NumpyTrainSettings
 
 __all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "read_examples",
            "split_examples", "train_numpy_run", "numpy_model_config", "save_numpy_run",
@@ -68,32 +68,7 @@ __all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "read_exa
 
 BACKEND = "numpy"
 NUMPY_KINDS = ("transformer", "document")
-
-
-@dataclass(frozen=True)
-class NumpyTrainSettings(ClassifierTrainSettings):
-    """Training and tokenization settings of a numpy run (saved in its config.json).
-
-    The fields of :class:`attnkit.train.config.ClassifierTrainSettings` (``epochs``,
-    ``batch_size``, ``lr``, ``weight_decay``, ``warmup_ratio``, ``clip_norm``,
-    ``patience``, ``seed``, ``on_nan``), with the NumPy twin's defaults for
-    ``lr`` and ``warmup_ratio`` (``None``: a constant learning rate; a share
-    warms up, then decays linearly to 0), and:
-
-    Args:
-        max_len: truncate documents to this many words.
-        lowercase: lower-case text before splitting on whitespace.
-        min_frequency: keep training words seen at least this often.
-        vocab_size: keep at most this many words (plus ``<pad>`` and ``<unk>``).
-    """
-
-    lr: float = setting(3e-3, "Peak learning rate.", low=0, low_open=True)
-    warmup_ratio: float | None = setting(None, "Share of steps with linear warm-up, then linear decay (none: a "
-                                         "constant rate).", low=0, high=1, high_open=True)
-    max_len: int = setting(256, "Truncate documents to this many words.", low=1)
-    lowercase: bool = True
-    min_frequency: int = setting(1, "Keep training words seen at least this often.", low=1)
-    vocab_size: int = setting(20000, "Keep at most this many words (plus <pad> and <unk>).", low=1)
+_DEFAULTS = NumpyTrainSettings()
 
 
 @dataclass
@@ -255,7 +230,7 @@ def load_numpy_run(directory: str | Path) -> NumpyRun:
 
 def train_numpy_run(
     train: Sequence[Any], val: Sequence[Any], test: Sequence[Any], *, kind: str = "transformer",
-    model_options: dict[str, Any] | None = None, settings: NumpyTrainSettings = NumpyTrainSettings(),
+    model_options: dict[str, Any] | None = None, settings: NumpyTrainSettings = _DEFAULTS,
     out_dir: str | Path | None = None, overwrite: bool = False, log: Callable[[str], None] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> tuple[NumpyRun, dict[str, Any] | None]:
