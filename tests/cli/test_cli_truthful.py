@@ -114,7 +114,7 @@ def test_ctrl_c_before_the_first_commit_says_nothing_can_be_resumed(
 
 def test_ctrl_c_while_the_reports_are_written_points_to_attnkit_report(
         trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import attnkit.cli.baseline as baseline_module
+    import attnkit.train.tasks.classify.reports as baseline_module
 
     out = tmp_path / "run"
     with monkeypatch.context() as patch:

@@ -172,7 +172,7 @@ def test_train_baseline_is_scored_before_training(tmp_path, data_csv, monkeypatc
 
 
 def test_html_report_escapes_texts(tmp_path) -> None:
-    from attnkit.cli.baseline import write_html_report
+    from attnkit.train.tasks.classify.reports import write_html_report
 
     evil = "<script>alert(1)</script> & more"
     analysis = {"labels": ["neg", "<b>pos</b>"], "n": 2, "confusion_matrix": [[0, 1], [1, 0]],

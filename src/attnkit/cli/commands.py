@@ -35,7 +35,9 @@ from attnkit.cli.options import (
     task_option,
     train_options,
 )
-from attnkit.cli.rundata import RUN_FLAGS, data_changes, data_source, flat_config, resumed_data_source
+from attnkit.cli.rundata import data_source, resumed_data_source
+from attnkit.train.runs.data_record import data_changes
+from attnkit.train.runs.resume import RUN_FLAGS, flat_config
 from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
 
@@ -274,7 +276,7 @@ def train(ctx: click.Context, **values: Any) -> None:
     """
     _check_model(values)
     if values["backend"] == "numpy":  # before any torch import
-        from attnkit.cli.numpy_train import train_numpy
+        from attnkit.train.tasks.numpy.numpy_backend import train_numpy
 
         if not values["data"] or values["baseline"]:
             raise click.UsageError("--baseline needs --backend torch" if values["baseline"] else

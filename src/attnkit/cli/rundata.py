@@ -12,16 +12,14 @@ from typing import Any
 
 import click
 
-from attnkit.train.runs.data_record import DataRecordError, data_changes, locate_data, record_data
+from attnkit.train.runs.data_record import DataRecordError, locate_data, record_data
+from attnkit.train.runs.resume import RUN_FLAGS
 from attnkit.train.runs.rundir import check_output_path
 
-__all__ = ["data_source", "resumed_data_source", "data_changes", "flat_config", "DATA_PATHS", "RUN_FLAGS"]
+__all__ = ["data_source", "resumed_data_source", "DATA_PATHS"]
 
 # option name -> flag, for the paths a classification run reads
 DATA_PATHS = {"data": "--data", "val_path": "--val", "test_path": "--test"}
-# setting -> flag, for the run directory's refusals (attnkit.train.runs.rundir.check_run_dir) of a command
-# that trains into --out and has --overwrite and --resume
-RUN_FLAGS = {"out": "--out", "overwrite": "--overwrite", "resume": "--resume"}
 READER_KEYS = ("val_ratio", "test_ratio", "data_format", "encoding", "text_field", "label_field",
                "skip_bad_rows", "delimiter")
 
@@ -45,14 +43,3 @@ def resumed_data_source(saved: dict[str, Any], values: dict[str, Any], out: Path
     except DataRecordError as err:
         raise click.UsageError(str(err)) from None
     return {**{k: saved[k] for k in READER_KEYS if k in saved}, **located}
-
-
-def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config dict as ``{"layer.d_model": 16, ...}``, as ``--model-opt`` names its fields."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(flat_config(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out

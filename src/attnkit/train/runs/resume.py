@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from attnkit._checks import flag_name, setting_fields
 
-__all__ = ["RunOptions", "ResumeError", "resumed_settings", "leaf_values", "RUN_FLAGS"]
+__all__ = ["RunOptions", "ResumeError", "resumed_settings", "leaf_values", "flat_config", "RUN_FLAGS"]
 
 T = TypeVar("T")
 
@@ -101,3 +101,14 @@ def _shown(value: Any) -> str:
     if value is None:
         return "none"
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as ``{"layer.d_model": 16, ...}``, as ``--model-opt`` names its fields."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

@@ -64,7 +64,7 @@ from attnkit.train.tasks.numpy.settings import NumpyTrainSettings
 
 __all__ = ["BACKEND", "NUMPY_KINDS", "NumpyTrainSettings", "NumpyRun", "read_examples",
            "split_examples", "train_numpy_run", "numpy_model_config", "save_numpy_run",
-           "load_numpy_run", "is_numpy_run", "evaluate_numpy_run", "predict_numpy_run", "metrics"]
+           "load_numpy_run", "is_numpy_run", "evaluate_numpy_run", "predict_numpy_run", "metrics", "train_numpy"]
 
 BACKEND = "numpy"
 NUMPY_KINDS = ("transformer", "document")
@@ -329,3 +329,79 @@ def predict_numpy_run(run: NumpyRun, texts: Sequence[str], *, top_k: int = 0) ->
 
 
 # --- the command line ------------------------------------------------------------------------------
+
+
+def _torch_only(values: dict[str, Any]) -> list[str]:
+    """The flags given that the NumPy trainer has no field for: the torch classifier's settings
+    (``TrainConfig``, ``DataSettings``) outside ``NumpyTrainSettings``, and ``--resume``, ``--init-from``."""
+    import dataclasses
+
+    from attnkit.train.config import DataSettings, TrainConfig
+
+    own = {f.name for f in dataclasses.fields(NumpyTrainSettings)}
+    names = [f.name for cls in (TrainConfig, DataSettings) for f in dataclasses.fields(cls)
+             if f.name not in own and f.name != "device"] + ["resume", "init_from"]
+    return ["--" + name.replace("_", "-") for name in names if values.get(name)]
+
+
+def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: Any, *,
+                echo: Callable[[str], None], report: Callable[[str, dict[str, Any], list[str]], None]) -> Any:
+    """``attnkit train --backend numpy``: train the NumPy classifier on ``source`` (a
+    :class:`attnkit.data.sources.DataSource`) with the settings in the command's option ``values`` (a flag
+    the NumPy trainer has no field for is a ValueError naming it); ``report`` the test metrics and save the
+    run to ``--out``. Torch is never imported on this path."""
+    import dataclasses
+
+    from attnkit.data.sources import load_splits
+
+    given = _torch_only(values)
+    if values.get("device") not in (None, "auto", "cpu"):
+        given.append("--device")
+    if given:
+        raise ValueError(f"--backend numpy does not support {', '.join(given)}; "
+                         "the NumPy trainer runs on the CPU for --epochs, without label smoothing, packing, "
+                         "resume or a measure other than accuracy")
+    kind = values.get("model") or "transformer"
+    settings = NumpyTrainSettings(**{f.name: values[f.name] for f in dataclasses.fields(NumpyTrainSettings)
+                                     if values.get(f.name) is not None})
+    if not values.get("overwrite"):
+        from attnkit.train.runs.resume import RUN_FLAGS
+        from attnkit.train.runs.run import refuse_existing_run
+
+        refuse_existing_run(values["out"], lambda saved: _changes(saved, kind, model_options, settings, source.record),
+                            flags=RUN_FLAGS)
+    tr, va, te = load_splits(source, seed=settings.seed)
+    echo(f"numpy {kind}: {len(tr)} train, {len(va)} validation, {len(te)} test examples")
+    run, test_metrics = train_numpy_run(
+        tr, va, te, kind=kind, model_options=model_options, settings=settings, out_dir=values["out"],
+        overwrite=bool(values.get("overwrite")), log=None if values.get("quiet") else echo,
+        extra={"data": source.record})
+    if test_metrics is not None:
+        report("test", test_metrics, run.labels)
+    echo(f"saved run to {values['out']}")
+    return run
+
+
+def _changes(saved: dict[str, Any], kind: str, model_options: dict[str, Any], settings: Any,
+             data: dict[str, Any]) -> list[str]:
+    """What differs between the numpy run committed as ``saved`` and this command: backend, model, each
+    setting and ``--model-opt``, the data."""
+    import json
+
+    from attnkit.train.runs.data_record import data_changes
+    from attnkit.train.runs.resume import flat_config
+
+    changes = [] if saved.get("backend") == BACKEND else [f"`backend` torch there, {BACKEND} now"]
+    if saved.get("model_name") != kind:
+        changes.append(f"`model` {saved.get('model_name')} there, {kind} now")
+    before_settings, now_settings = saved.get("settings") or {}, json.loads(json.dumps(settings.__dict__))
+    changes += [f"`{k}` {before_settings.get(k)!r} there, {now_settings.get(k)!r} now"
+                for k in sorted(set(before_settings) | set(now_settings))
+                if before_settings.get(k) != now_settings.get(k)]
+    config = saved.get("model_config") or {}
+    for key, value in sorted(flat_config(model_options).items()):
+        there = flat_config(config).get(key)
+        if there != value:
+            changes.append(f"`model_opt` {key}={there!r} there, {value!r} now")
+    return changes + data_changes(saved.get("data") or {}, data)
+
