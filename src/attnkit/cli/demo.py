@@ -1,13 +1,4 @@
-"""``attnkit demo``: learn to attend to the few words that decide a label.
-
-The generated keyword corpus (:func:`attnkit.data.synthetic.keyword_corpus`)
-hides one to three class key words among neutral filler words. A
-:class:`~attnkit.models.DocumentClassifier` — word embeddings and attention
-pooling (a small tanh scorer, Yang et al., 2016) — learns it; the demo then reports the
-test accuracy and the *attention focus*: the mean share of the pooling
-attention that lands on the key words' positions (1.0 = all of it). Chance
-focus is about 2/30 (two key words among thirty words).
-"""
+"""``attnkit demo``: the command; the run it trains and measures is :mod:`attnkit.train.tasks.classify.demo`."""
 
 from __future__ import annotations
 
