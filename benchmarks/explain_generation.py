@@ -54,7 +54,7 @@ def main() -> None:
     for method in GENERATION_METHODS:
         parts[method] = _median(lambda m=method: scores.__setitem__(m, attribute_generation(model, source, target, m)),
                                 opts.repeats)
-    parts["faithfulness (3 methods + random)"] = _median(
+    parts[f"faithfulness ({len(scores)} methods + random)"] = _median(
         lambda: generation_faithfulness(model, source, target, scores), opts.repeats)
     total = sum(parts.values())
     print(f"explaining a {opts.tokens}-token output of a {opts.tokens}-token source, Multi30k-size model, "

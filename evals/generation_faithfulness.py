@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import attnkit
-from attnkit.attribution.generation import GENERATION_METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +90,7 @@ def train_lm(folder: Path, sentences: list[str], minutes: float) -> tuple[Any, A
 def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     mean = {m: {k: statistics.fmean(r["methods"][m][k] for r in records) for k in ("comprehensiveness",
                                                                                    "sufficiency")}
-            for m in GENERATION_METHODS}
+            for m in records[0]["methods"]}  # every method of the model (a Hugging Face one: HF_METHODS)
     mean["random"] = {k: statistics.fmean(r["random"][k] for r in records) for k in ("comprehensiveness",
                                                                                        "sufficiency")}
     mean["shown first"] = {k: statistics.fmean(r["methods"][r["shown_first"]][k] for r in records)

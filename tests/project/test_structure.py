@@ -37,8 +37,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "data": BASE,
     # integrations: HFClassifier prepares a model on attnkit's Hugging Face backend (check_model)
     "attribution": BASE | {"models", "layers", "core", "data", "viz", "inspect", "integrations"},
+    # viz: a finished run's reports and the demo's figures (tasks/classify/reports.py, demo.py)
     "train": BASE | {"models", "blocks", "layers", "core", "positional", "decoding", "data",
-                     "reference", "attribution"},
+                     "reference", "attribution", "viz"},
     "viz": BASE,
     # integrations: the Hugging Face forward's position ids (integrations.positions, torch only)
     "inspect": BASE | {"layers", "core", "viz", "integrations"},

@@ -117,12 +117,13 @@ def test_explain_a_translation_with_each_method_s_faithfulness(server: ServerPro
     got = reply.json()
     expected = attnkit.load_run(runs["de-en"]).explain("ein hund läuft.")
     assert got == {"model": "de-en", **json.loads(json.dumps(expected))}
-    assert set(got["faithfulness"]["methods"]) == {"cross_attention", "grad_input", "integrated_gradients"}
+    assert set(got["faithfulness"]["methods"]) == {"cross_attention", "attention_norm", "grad_input",
+                                                   "integrated_gradients"}
     asked = post_json(server, "/v1/explain", {"model": "de-en", "text": "ein hund.", "method": "grad_input"})
     assert asked.status_code == 200 and asked.json()["method"] == "grad_input"
     wrong = post_json(server, "/v1/explain", {"model": "de-en", "text": "ein hund.", "method": "rollout"})
     assert wrong.status_code == 422 and wrong.json()["field"] == "method"
-    assert "cross_attention, grad_input, integrated_gradients" in wrong.json()["error"]
+    assert "cross_attention, attention_norm, grad_input, integrated_gradients" in wrong.json()["error"]
 
 
 def test_explain_a_caption_by_its_regions(server: ServerProcess, runs: dict[str, Path]) -> None:

@@ -55,7 +55,7 @@ def server(folder: Path) -> Iterator[ServerProcess]:
 
 
 def test_the_library_explains_a_continuation(folder: Path) -> None:
-    from attnkit.attribution.generation import GENERATION_METHODS, explain_causal_lm
+    from attnkit.attribution.generation import HF_METHODS, explain_causal_lm
 
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
@@ -63,7 +63,7 @@ def test_the_library_explains_a_continuation(folder: Path) -> None:
     assert got["generated"] == "on the mat" and got["target_tokens"] == ["on", "the", "mat"]
     assert got["source_tokens"] == ["the", "cat", "sat"] and len(got["scores"]) == 3
     assert all(len(row) == 3 for row in got["scores"])
-    assert set(got["faithfulness"]["methods"]) == set(GENERATION_METHODS)
+    assert set(got["faithfulness"]["methods"]) == set(HF_METHODS)
     attention = explain_causal_lm(model, tokenizer, "the cat sat", max_new_tokens=3, method="cross_attention")
     assert all(0 < sum(row) <= 1 + 1e-6 for row in attention["scores"])  # the prompt's share of each row
     with pytest.raises(ValueError, match="prompt is empty"):
@@ -106,7 +106,7 @@ def test_a_sequence_to_sequence_model_is_explained_and_served(tmp_path: Path) ->
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from attnkit.attribution.generation import GENERATION_METHODS, explain_causal_lm
+    from attnkit.attribution.generation import HF_METHODS, explain_causal_lm
 
     words = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     words.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -125,7 +125,7 @@ def test_a_sequence_to_sequence_model_is_explained_and_served(tmp_path: Path) ->
     got = explain_causal_lm(model, tokenizer, "the cat sat", max_new_tokens=4)
     assert got["source_tokens"] == ["the", "cat", "sat"] and 1 <= len(got["target_tokens"]) <= 4
     assert [len(row) for row in got["scores"]] == [3] * len(got["target_tokens"])
-    assert set(got["faithfulness"]["methods"]) == set(GENERATION_METHODS)
+    assert set(got["faithfulness"]["methods"]) == set(HF_METHODS)
     attention = explain_causal_lm(model, tokenizer, "the cat sat", max_new_tokens=4, method="cross_attention")
     assert all(abs(sum(row) - 1) < 1e-4 for row in attention["scores"])  # cross-attention rows sum to 1
     for proc in serving("--hf", str(folder), "--max-new-tokens", "4"):

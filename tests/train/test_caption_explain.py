@@ -63,3 +63,21 @@ def test_the_command_prints_each_word_s_regions(run: Path, images: object, tmp_p
     assert all(" <- (" in line for line in lines[2:])
     refused = CliRunner().invoke(caption, [str(run), str(picture), "--explain", "--min-len", "2"])
     assert refused.exit_code == 2 and "--explain explains one run's plain beam search" in refused.output
+
+
+def test_attention_norm_weighs_each_region_s_attention_by_its_vector_s_size(run: Path, images: object) -> None:
+    import torch
+
+    from attnkit.attribution.generation import attribute_generation
+
+    served = attnkit.load_run(run)
+    image = images[0][None]  # type: ignore[index]
+    with torch.no_grad():
+        features = served.model.encode(image)  # (1, R, C)
+    vocab = served.vocab
+    target = [i for i in vocab.encode(served.caption(image)[0]) if i not in (vocab.bos_id, vocab.eos_id, vocab.pad_id)]
+    attention = attribute_generation(served.model, features, target, "cross_attention")
+    norms = attribute_generation(served.model, features, target, "attention_norm")
+    sizes = features[0].norm(dim=-1).double().numpy()  # (R,): the run reads the regions unprojected
+    assert norms.shape == attention.shape == (len(target), features.shape[1])
+    assert np.allclose(norms, attention * sizes[None, :])

@@ -134,3 +134,27 @@ def test_explain_refuses_an_empty_output_and_the_command_prints_the_rows(run: Pa
         assert [line.split(None, 1)[1] for line in lines[3 + n :]] == [a["text"] for a in explained["alternatives"]]
     else:
         assert len(lines) == 2 + n
+
+
+def test_attention_norm_is_the_size_of_what_each_source_token_adds(run: Path) -> None:
+    """With one source token every head gives it weight 1, so its ``||sum_h alpha f_h(x)||`` is the size of
+    the last cross-attention's whole output, less the output projection's bias (Kobayashi et al., 2020)."""
+    translator = attnkit.load_run(run)
+    model = translator.model
+    source = translator.tokenizers.encode_source(["hund"], 64)[0][:1]
+    target = [5, 7, 9]
+    seen: list[torch.Tensor] = []
+    layer = model.decoder.layers[-1].cross_attn
+    handle = layer.register_forward_hook(lambda _m, _a, out: seen.append(out[0] if isinstance(out, tuple) else out))
+    try:
+        norms = attribute_generation(model, source, target, "attention_norm")  # (Tt, 1)
+    finally:
+        handle.remove()
+    whole = (seen[-1][0] - layer.out_proj.bias).norm(dim=-1)  # (Tt,)
+    assert norms.shape == (3, 1)
+    assert np.allclose(norms[:, 0], whole.detach().double().numpy(), rtol=1e-5)
+    longer = translator.tokenizers.encode_source([TEXTS[0]], 64)[0]
+    attention = attribute_generation(model, longer, target, "cross_attention")
+    assert not np.allclose(attribute_generation(model, longer, target, "attention_norm") /
+                           attribute_generation(model, longer, target, "attention_norm").sum(1, keepdims=True),
+                           attention)  # the values' sizes reorder the weights

@@ -5,6 +5,9 @@ The output is held fixed and read teacher-forced: target token ``t`` is scored b
 The methods (:data:`GENERATION_METHODS`):
 
 * ``cross_attention`` -- the last decoder layer's cross-attention, averaged over heads (raw attention);
+* ``attention_norm`` -- that attention times the size of what each source part adds (Kobayashi et al., 2020):
+  ``||sum_h alpha_htj f_h(x_j)||`` with ``f_h`` the head's value and output projections (translation), or
+  ``alpha_tj ||a_j||`` over the region vectors the captioner reads; attnkit's own models only;
 * ``grad_input`` -- gradient x input: the source embeddings times the gradient of ``log p(y_t)``, summed
   over the width;
 * ``integrated_gradients`` -- the same along a straight path from zero embeddings (Sundararajan et al.,
@@ -33,11 +36,13 @@ from torch import Tensor, nn
 from attnkit.attribution.faithfulness import PERCENTS, UNK_ID, erasure_counts
 from attnkit.attribution.methods import IG_STEPS, METHOD_NAMES
 
-__all__ = ["GENERATION_METHODS", "target_log_probs", "attribute_generation", "generation_faithfulness",
+__all__ = ["GENERATION_METHODS", "HF_METHODS", "target_log_probs", "attribute_generation", "generation_faithfulness",
            "explain_generation", "explain_causal_lm", "explanation_lines", "faithfulness_summary",
            "measure_methods", "measured_line"]
 
-GENERATION_METHODS = ("cross_attention", "grad_input", "integrated_gradients")
+GENERATION_METHODS = ("cross_attention", "attention_norm", "grad_input", "integrated_gradients")
+"""Every method; a Hugging Face model takes all but ``attention_norm`` (:data:`HF_METHODS`)."""
+HF_METHODS = tuple(m for m in GENERATION_METHODS if m != "attention_norm")
 TITLES = {"cross_attention": "raw attention (the generated tokens' attention over the source; last layer, mean "
                             "over heads)",
           **{m: METHOD_NAMES.get(m, m) for m in GENERATION_METHODS[1:]}}
@@ -46,6 +51,8 @@ TITLES = {"cross_attention": "raw attention (the generated tokens' attention ove
 class _Translation:
     """A translation model, one source (token ids) and its generated target: the source's parts are its tokens,
     removed by deleting them (a source left empty becomes one ``[UNK]``)."""
+
+    methods = GENERATION_METHODS
 
     def __init__(self, model: Any, source: Sequence[int], target: Sequence[int]) -> None:
         self.model, self.source, self.target = model, list(source), list(target)
@@ -77,6 +84,20 @@ class _Translation:
             _, weights = self.model(src, lengths, tgt_in, return_weights=True)
         return weights.cross[-1][0].mean(0)  # (Tt, Ts): the last layer, mean over heads
 
+    def attention_norm(self) -> Tensor:
+        """``||sum_h alpha_htj f_h(x_j)||`` of the last layer's cross-attention ``(Tt, Ts)``."""
+        src, lengths, tgt_in, _ = self._batch([self.source])
+        layer = self.model.decoder.layers[-1].cross_attn
+        with torch.no_grad():
+            memory = self.model.encode(src, lengths).memory[0]  # (Ts, D)
+            _, weights = self.model(src, lengths, tgt_in, return_weights=True)
+            alpha = weights.cross[-1][0]  # (H, Tt, Ts)
+            h, dh = layer.num_heads, layer.head_dim
+            v = layer.v_proj(memory).view(memory.shape[0], layer.kv_heads, dh).repeat_interleave(
+                h // layer.kv_heads, dim=1)  # (Ts, H, Dh)
+            f = torch.einsum("jhd,ehd->hje", v, layer.out_proj.weight.view(-1, h, dh))  # (H, Ts, D)
+            return torch.einsum("htj,hje->tje", alpha, f).norm(dim=-1)  # (Tt, Ts)
+
     def inputs(self) -> Tensor:
         return self.model.src_embed(self._batch([self.source])[0]).detach()  # (1, Ts, D)
 
@@ -96,6 +117,8 @@ class _Translation:
 class _Caption:
     """A captioner, one image's region features ``(1, R, C)`` and its generated words: the parts are the
     regions, removed by zeroing their features."""
+
+    methods = GENERATION_METHODS
 
     def __init__(self, model: Any, features: Tensor, target: Sequence[int]) -> None:
         self.model, self.features, self.target = model, features.detach(), list(target)
@@ -124,6 +147,11 @@ class _Caption:
         with torch.no_grad():
             return self._out(self.features).weights[0, : len(self.target)]  # (Tt, R)
 
+    def attention_norm(self) -> Tensor:
+        """``alpha_tj ||a_j||`` over the region vectors the decoder reads ``(Tt, R)``."""
+        with torch.no_grad():
+            return self.attention() * self.model._regions(self.features)[0].norm(dim=-1)
+
     def inputs(self) -> Tensor:
         return self.features
 
@@ -134,6 +162,8 @@ class _Caption:
 class _CausalLM:
     """A Hugging Face causal language model, a prompt (token ids) and the tokens it generated after it: the
     parts are the prompt's tokens, removed by deleting them (a prompt left empty keeps its first token)."""
+
+    methods = HF_METHODS
 
     def __init__(self, model: Any, prompt: Sequence[int], target: Sequence[int]) -> None:
         self.model, self.source, self.target = model, list(prompt), list(target)
@@ -256,12 +286,12 @@ def attribute_generation(model: nn.Module, source: Sequence[int] | Tensor, targe
                          steps: int = IG_STEPS) -> np.ndarray:
     """A score per source token (or region, for a captioner's features ``(1, R, C)``) for each target token,
     ``(Tt, parts)``: higher is more important."""
-    if method not in GENERATION_METHODS:
-        raise ValueError(f"method must be one of {list(GENERATION_METHODS)}, got {method!r}")
     model.eval()
     subject = _subject(model, source, target)
-    if method == "cross_attention":
-        return subject.attention().double().numpy()
+    if method not in subject.methods:
+        raise ValueError(f"method must be one of {list(subject.methods)}, got {method!r}")
+    if method in ("cross_attention", "attention_norm"):
+        return (subject.attention() if method == "cross_attention" else subject.attention_norm()).double().numpy()
     return _gradient_scores(subject, 1 if method == "grad_input" else steps).numpy()
 
 
@@ -320,8 +350,8 @@ def measure_methods(model: nn.Module, outputs: Sequence[tuple[Sequence[int] | Te
     then shows its ``method`` first."""
     model.eval()
     records = [generation_faithfulness(model, source, target, {m: attribute_generation(model, source, target, m)
-                                                               for m in GENERATION_METHODS}, seed=seed)
-               for source, target in outputs if len(source) and len(target)]
+                                                               for m in _subject(model, source, target).methods},
+                                       seed=seed) for source, target in outputs if len(source) and len(target)]
     return faithfulness_summary(records) if records else None
 
 
@@ -343,10 +373,11 @@ def explain_generation(model: nn.Module, source: Sequence[int] | Tensor, target:
     held-out outputs (:func:`measure_methods`), else the most faithful on this output); ``chosen`` says which."""
     if len(source) == 0 or not target:
         raise ValueError("explain needs a source and a generated target of at least one token each")
-    if method is not None and method not in GENERATION_METHODS:
-        raise ValueError(f"method must be one of {list(GENERATION_METHODS)}, got {method!r}")
+    methods = _subject(model, source, target).methods
+    if method is not None and method not in methods:
+        raise ValueError(f"method must be one of {list(methods)}, got {method!r}")
     model.eval()
-    scores = {m: attribute_generation(model, source, target, m) for m in GENERATION_METHODS}
+    scores = {m: attribute_generation(model, source, target, m) for m in methods}
     record = generation_faithfulness(model, source, target, scores, seed=seed)
     if method:
         shown, chosen = method, "as asked"

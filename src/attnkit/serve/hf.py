@@ -187,11 +187,11 @@ class HFGenerator:
         return out
 
     def explain(self, text: str, method: str | None, *, max_new_tokens: int = 20) -> dict[str, Any]:
-        from attnkit.attribution.generation import GENERATION_METHODS, explain_causal_lm
+        from attnkit.attribution.generation import HF_METHODS, explain_causal_lm
 
-        if method is not None and method not in GENERATION_METHODS:
+        if method is not None and method not in HF_METHODS:
             raise RequestError(f"method: {method!r} does not apply to a language model; it takes "
-                               f"{', '.join(GENERATION_METHODS)}", "method")
+                               f"{', '.join(HF_METHODS)}", "method")
         try:
             return {"model": self.name, **explain_causal_lm(self.model, self.tokenizer, text,
                                                             max_new_tokens=max_new_tokens, method=method)}

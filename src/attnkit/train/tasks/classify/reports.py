@@ -47,8 +47,8 @@ def headline_lines(test: dict[str, Any], metric: str) -> list[str]:
     from attnkit.train.metrics import METRICS, metric_title
 
     value = measure(test, metric)
-    lines = [f"{metric_title(metric)} {value:.4f} (the measure this run was trained for: --metric {metric})"
-             if value is not None else f"--metric {metric}"]
+    lines = [f"{metric_title(metric)} {value:.4f} (the measure this run was trained for: metric {metric})"
+             if value is not None else f"metric {metric}"]
     lines.append("   ".join(f"{metric_title(m)} {test[m]:.4f}" for m in METRICS if m in test))
     return lines
 
@@ -243,7 +243,7 @@ def _words_title(explanation: dict[str, Any]) -> str:
 
 def chunked_line(test: dict[str, Any], n: int) -> str:
     """How many of the ``n`` test documents a model reading long documents in chunks read that way."""
-    return f"documents longer than --max-len, read in overlapping chunks: {test['chunked_documents']} of {n}"
+    return f"documents longer than max_len, read in overlapping chunks: {test['chunked_documents']} of {n}"
 
 
 def format_report(test: dict[str, Any], analysis: dict[str, Any], base: dict[str, Any] | None) -> str:
