@@ -39,7 +39,9 @@ from attnkit.cli.options import (
     reader_kwargs,
     reader_options,
     resolve_default,
+    settings_options,
 )
+from attnkit.train.config import TrainConfig
 
 __all__ = ["baseline", "after_training", "write_reports", "print_cv_baseline"]
 
@@ -99,8 +101,7 @@ def print_cv_baseline(examples: Sequence[Any], results: Sequence[dict[str, Any]]
 @ratio_option("test", help="Share of --data held out for testing when --test is absent.")
 @click.option("--seed", type=SEED, cls=LibraryDefaultOption, default_from=SEED_DEFAULT,
               help="The split or fold seed (train's and cv's --seed).")
-@click.option("--class-weight", type=click.Choice(["none", "balanced"]), default="none", show_default=True,
-              help="The logistic regression's class weighting (train's and cv's --class-weight).")
+@settings_options(TrainConfig, only=("class_weight",))  # the field train's and cv's --class-weight set
 @reader_options
 @friendly_errors
 def baseline(**values: Any) -> None:
