@@ -170,7 +170,7 @@ def _explain_methods(model: ImageCaptioner, vocab: CaptionVocab, inputs: Any, fe
     from attnkit.attribution.generation import measure_methods, measured_line
 
     with torch.no_grad():
-        regions = inputs if features else model.encode(inputs)  # (N, R, C)
+        regions = (inputs if features else model.encode(inputs)).float()  # (N, R, C); a cache may hold halves
     outputs = [(regions[i : i + 1], _words(vocab, result.ids))
                for i, result in enumerate(generate(model, inputs, features=features))]
     measured = measure_methods(model, outputs)
