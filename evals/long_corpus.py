@@ -11,7 +11,7 @@ the reviews' polarity. The files are gzipped TSV (``label<TAB>text``), as
     /usr/bin/time -v .venv/bin/python -m attnkit train --data /tmp/imdb-long/train.tsv.gz \\
         --test /tmp/imdb-long/test.tsv.gz --epochs 1 --quiet --out runs/imdb-long
 
-Documents this long are what :func:`attnkit.train.memory_budget.estimate_classifier`
+Documents this long are what :func:`attnkit.train.tasks.classify.memory.estimate_classifier`
 must count: every token is read (in chunks of ``--max-len``) by both halves.
 With ``--fit-only`` the script reads the corpus already in ``--out`` and runs
 ``attnkit train`` on it (any further arguments after ``--`` are passed on)

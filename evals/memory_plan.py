@@ -2,7 +2,7 @@
 
 For each model kind, one ``attnkit train`` process (``--epochs 1``, ``--max-len`` far above the documents)
 on ``--docs`` documents of ``--tokens`` words each, in sentences of 8 to 20 words; the process prints the
-plan :func:`attnkit.train.memory_budget.fit_to_memory` checks (what the run will allocate, and that plus the
+plan :func:`attnkit.train.tasks.classify.memory.fit_to_memory` checks (what the run will allocate, and that plus the
 resident memory at the time it is checked: the peak it predicts), and the eval reads the process's own
 peak (``VmHWM``, at its exit: training, the test score and the report). Prints plan, peak and ratio.
 
@@ -14,7 +14,7 @@ peak (``VmHWM``, at its exit: training, the test score and the report). Prints p
 
 ``translate`` trains the default translation model (``attnkit train --task translate``, one epoch of the
 default ``--max-tokens``) on ``--pairs`` sentence pairs of ``--pair-words`` words a side (:func:`write_pairs`),
-``--max-len`` at most 1,024; its plan is :func:`attnkit.train.memory_budget.check_translation`'s.
+``--max-len`` at most 1,024; its plan is :func:`attnkit.train.tasks.translate.translation_memory.check_translation`'s.
 
 ``caption`` trains the default captioner (``attnkit train --task caption``, one epoch) on ``--docs``
 generated shapes images of ``--image-size`` pixels a side (extra flags such as ``--batch-size`` go to the
@@ -48,7 +48,7 @@ plan = {}
 check = pipeline.fit_to_memory
 
 def planned(model_name, config, **sizes):
-    from attnkit.train.memory_budget import estimate_classifier
+    from attnkit.train.tasks.classify.memory import estimate_classifier
     keep = {k: sizes[k] for k in ("tokens", "documents", "batch_tokens", "train_documents", "longest")
             if k in sizes}
     estimate = estimate_classifier(model_name, config, **keep)
@@ -62,7 +62,7 @@ from attnkit.train.tasks.translate import translation
 check_pairs = translation.check_translation
 
 def planned_pairs(config, pairs, max_tokens, **limits):
-    from attnkit.train.memory_budget import estimate_translation
+    from attnkit.train.tasks.translate.translation_memory import estimate_translation
     estimate = estimate_translation(config, pairs, max_tokens)
     plan["plan"], plan["parts"] = estimate.total, estimate.describe()
     plan["resident"] = resident_bytes()

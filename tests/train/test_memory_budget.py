@@ -20,6 +20,7 @@ from attnkit.models import build_model
 from attnkit.models.ngram_half import COUNT_BYTES, NgramHalf, ngram_counts
 from attnkit.train import memory_budget as mb
 from attnkit.train.runs.rundir import committed_dir
+from attnkit.train.tasks.classify import memory as plan
 from attnkit.train.tasks.classify.pipeline import model_config_dict
 from tests.support.cli import write_keyword_csv
 
@@ -35,11 +36,11 @@ def _small_wide(classes: int = 3, rows: int = 700) -> dict:
 def test_estimate_is_the_size_the_model_allocates() -> None:
     config = _small_wide()
     model = build_model("wide", config)
-    params, buffers = mb.model_bytes("wide", config)
+    params, buffers = plan.model_bytes("wide", config)
     assert params == sum(p.numel() * p.element_size() for p in model.parameters())
     assert buffers == sum(b.numel() * b.element_size() for b in model.buffers())
     assert buffers >= (500 + 700) * 3 * 4  # the n-gram table, float32
-    est = mb.estimate_classifier("wide", config, tokens=1000, documents=123)
+    est = plan.estimate_classifier("wide", config, tokens=1000, documents=123)
     assert est.total == 4 * params + buffers + est.ngram_fit + 123
 
 
@@ -91,19 +92,19 @@ def test_parse_memory_size_refuses_by_flag(text: str) -> None:
 
 def test_fit_to_memory_shrinks_the_rows_to_the_limit() -> None:
     config = _small_wide(rows=50_000)
-    need = mb.estimate_classifier("wide", config, tokens=10_000).total
-    assert mb.fit_to_memory("wide", config, tokens=10_000, limit=need) == config
+    need = plan.estimate_classifier("wide", config, tokens=10_000).total
+    assert plan.fit_to_memory("wide", config, tokens=10_000, limit=need) == config
     lines: list[str] = []
-    limit = (need + mb.estimate_classifier("wide", {**config, "ngram_rows": mb.MIN_ROWS}, tokens=10_000).total) // 2
-    shrunk = mb.fit_to_memory("wide", config, tokens=10_000, limit=limit, log=lines.append)
+    limit = (need + plan.estimate_classifier("wide", {**config, "ngram_rows": plan.MIN_ROWS}, tokens=10_000).total) // 2
+    shrunk = plan.fit_to_memory("wide", config, tokens=10_000, limit=limit, log=lines.append)
     rows = shrunk["ngram_rows"]
-    assert mb.MIN_ROWS <= rows < 50_000
-    assert mb.estimate_classifier("wide", shrunk, tokens=10_000).total <= limit
-    assert mb.estimate_classifier("wide", {**shrunk, "ngram_rows": rows + 1}, tokens=10_000).total > limit
+    assert plan.MIN_ROWS <= rows < 50_000
+    assert plan.estimate_classifier("wide", shrunk, tokens=10_000).total <= limit
+    assert plan.estimate_classifier("wide", {**shrunk, "ngram_rows": rows + 1}, tokens=10_000).total > limit
     assert len(lines) == 1 and f"using the {rows} most frequent bigrams" in lines[0]
     assert "`max_memory` to change" in lines[0]
     with pytest.raises(mb.MemoryLimitError, match="resumed run keeps its n-gram rows.*; raise `max_memory`"):
-        mb.fit_to_memory("wide", config, tokens=10_000, limit=limit, can_shrink=False)
+        plan.fit_to_memory("wide", config, tokens=10_000, limit=limit, can_shrink=False)
 
 
 def test_ten_thousand_classes_are_refused_before_the_table_is_allocated(tmp_path, monkeypatch) -> None:
@@ -141,7 +142,7 @@ def test_a_run_shrinks_its_rows_says_so_and_reports_its_peak(tmp_path) -> None:
     line = next(x for x in result.output.splitlines() if x.startswith("memory:"))
     meta = json.loads((committed_dir(out) / "config.json").read_text())
     rows = meta["model_config"]["ngram_rows"]
-    assert mb.MIN_ROWS <= rows < 200_000 and f"using the {rows} most frequent bigrams" in line
+    assert plan.MIN_ROWS <= rows < 200_000 and f"using the {rows} most frequent bigrams" in line
     peak = meta["metrics"]["peak_memory_mib"]
     assert 50 < peak == pytest.approx(mb.peak_rss_mib(), rel=0.5)
     refused = CliRunner().invoke(cli, ["train", "--data", str(data), "--out", str(out), "--max-memory", "2 lots"])
@@ -167,7 +168,7 @@ def test_activation_estimate_bounds_what_a_chunked_training_step_saves() -> None
     held = sum(n for ptr, n in saved.items() if ptr not in params)
     estimate = WideDeepClassifierConfig.from_dict(config).activation_bytes(3 * 1600)
     assert held < estimate < 3 * held  # the saved tensors, and about as much again for their gradients
-    est = mb.estimate_classifier("wide", config, tokens=1000, batch_tokens=3 * 1600)
+    est = plan.estimate_classifier("wide", config, tokens=1000, batch_tokens=3 * 1600)
     assert est.activations == estimate
     # the fit lets go of its memory before the first step: the peak holds the larger of the two
     assert est.total == 4 * est.params + est.buffers + max(est.ngram_fit, estimate)
@@ -175,12 +176,12 @@ def test_activation_estimate_bounds_what_a_chunked_training_step_saves() -> None
 
 def test_a_batch_too_large_for_the_limit_is_refused_naming_the_batch_size() -> None:
     config = _small_wide()
-    small = mb.estimate_classifier("wide", config, tokens=1000, batch_tokens=64 * 1024)
+    small = plan.estimate_classifier("wide", config, tokens=1000, batch_tokens=64 * 1024)
     assert 0 < small.activations < small.ngram_fit  # the peak is the fit's, before training
     limit = small.total + 10**6
-    assert mb.fit_to_memory("wide", config, tokens=1000, batch_tokens=1024, limit=limit) == config
+    assert plan.fit_to_memory("wide", config, tokens=1000, batch_tokens=1024, limit=limit) == config
     with pytest.raises(mb.MemoryLimitError, match=r"`batch_size` \(one batch's activations: about"):
-        mb.fit_to_memory("wide", config, tokens=1000, batch_tokens=64 * 64_000, limit=limit)
+        plan.fit_to_memory("wide", config, tokens=1000, batch_tokens=64 * 64_000, limit=limit)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")

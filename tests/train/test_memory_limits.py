@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from attnkit import _memory
 from attnkit.cli import cli
 from attnkit.train import memory_budget as mb
+from attnkit.train.tasks.classify import memory as plan
 from attnkit.train.tasks.classify.pipeline import model_config_dict
 
 GB = 10**9
@@ -88,15 +89,15 @@ def test_a_plan_over_the_budget_is_refused_naming_the_limit_and_the_plan(tmp_pat
     config = model_config_dict("document", {}, vocab_size=500, num_classes=2, max_len=4000)
     budget = _budget(_files(tmp_path, v2=(str(3 * GB), str(2 * GB))))
     sizes = {"tokens": 8 * 4000, "batch_tokens": 8 * 4000, "longest": 4000}
-    need = mb.estimate_classifier("document", config, **sizes)
+    need = plan.estimate_classifier("document", config, **sizes)
     assert need.activations > 4 * GB  # eight documents of 4,000 tokens: T x T attention maps
     with pytest.raises(mb.MemoryLimitError, match=r"needs about .*one training batch's activations .*over the "
                        r"limit of 800 MB \(80% of the 1 GB left by the memory cgroup's .*memory\.max\)"):
-        mb.fit_to_memory("document", config, budget=budget, **sizes)
+        plan.fit_to_memory("document", config, budget=budget, **sizes)
     with pytest.raises(mb.MemoryLimitError, match=r"limit of 1 GB \(the memory left by the memory cgroup's "
                        r".*memory\.max, below `max_memory` 100 GB\); raise that limit"):
-        mb.fit_to_memory("document", config, budget=budget, limit=100 * GB, **sizes)
-    assert mb.fit_to_memory("document", config, budget=budget, limit=100 * GB, tokens=4000, batch_tokens=400,
+        plan.fit_to_memory("document", config, budget=budget, limit=100 * GB, **sizes)
+    assert plan.fit_to_memory("document", config, budget=budget, limit=100 * GB, tokens=4000, batch_tokens=400,
                             longest=100) == config
 
 
@@ -113,10 +114,10 @@ def test_the_default_plan_stays_within_a_few_gb_on_a_machine_with_lots_of_free_m
     assert mb.limit_and_source(None, small)[0] == int(0.8 * small.bytes)
     config = model_config_dict("wide", {"ngram_rows": 20_000_000}, vocab_size=20_000, num_classes=5, max_len=64)
     sizes = {"tokens": 5_000_000, "train_documents": 5000}
-    assert mb.estimate_classifier("wide", config, **sizes).total > 4 * GB
-    planned = mb.fit_to_memory("wide", config, budget=big, **sizes)
-    assert mb.estimate_classifier("wide", planned, **sizes).total <= 4 * GB < 256 * GB * 0.8
-    raised = mb.fit_to_memory("wide", config, budget=big, limit=100 * GB, **sizes)
+    assert plan.estimate_classifier("wide", config, **sizes).total > 4 * GB
+    planned = plan.fit_to_memory("wide", config, budget=big, **sizes)
+    assert plan.estimate_classifier("wide", planned, **sizes).total <= 4 * GB < 256 * GB * 0.8
+    raised = plan.fit_to_memory("wide", config, budget=big, limit=100 * GB, **sizes)
     assert raised["ngram_rows"] > planned["ngram_rows"]
 
 
@@ -163,7 +164,7 @@ _STEP = r"""
 import json, sys, torch
 from attnkit._memory import resident_bytes, status_bytes
 from attnkit.models import build_model
-from attnkit.train.memory_budget import activation_bytes
+from attnkit.train.tasks.classify.memory import activation_bytes
 from attnkit.train.tasks.classify.pipeline import model_config_dict
 torch.set_num_threads(1)
 kind, b, t = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -322,7 +323,8 @@ import torch
 from attnkit._memory import status_bytes
 from attnkit.models import build_model
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
-from attnkit.train.memory_budget import model_bytes, module_bytes
+from attnkit.train.memory_budget import module_bytes
+from attnkit.train.tasks.classify.memory import model_bytes
 from attnkit.train.tasks.classify.pipeline import model_config_dict
 before = status_bytes("VmSize")
 sized, built = {}, {}

@@ -234,7 +234,8 @@ def test_train_with_a_metric_reports_it_first_with_every_measure(tmp_path, imbal
                                       "f1:positive", "--class-weight", "balanced", "--baseline", *WIDE])
     assert result.exit_code == 0, result.output
     report = (out / "report.txt").read_text(encoding="utf-8").splitlines()
-    assert report[1].startswith("F1 of positive ") and "(the measure this run was trained for: metric f1:positive)" in report[1]
+    assert report[1].startswith("F1 of positive ")
+    assert "(the measure this run was trained for: metric f1:positive)" in report[1]
     assert all(word in report[2] for word in ("accuracy", "macro-F1", "weighted-F1", "macro-recall"))
     assert "class_weight=balanced" in "\n".join(report) and "F1 of positive" in report[4]
     saved = read_run_config(out)

@@ -31,10 +31,11 @@ from attnkit.train.config import DataSettings, TrainConfig
 from attnkit.train.loop.distributed import DistInfo
 from attnkit.train.loop.task import ordered_batches
 from attnkit.train.loop.trainer import Trainer
-from attnkit.train.memory_budget import fit_to_memory, peak_rss_mib
+from attnkit.train.memory_budget import peak_rss_mib
 from attnkit.train.runs import checkpoint as ckpt
 from attnkit.train.runs.checkpoint import unwrap
 from attnkit.train.runs.run import new_run_id, start_run
+from attnkit.train.tasks.classify.memory import fit_to_memory
 from attnkit.train.tasks.classify.objective import check_objective, fit_decision
 
 __all__ = ["DataSettings", "FitResult", "model_config_dict", "fit_classifier", "cross_validate"]
@@ -119,7 +120,7 @@ def fit_classifier(
     before training (e.g. to load pretrained weights). ``baseline`` (figures
     scored beforehand) is committed with the test result as ``metrics.baseline``. ``max_memory`` (bytes;
     None: a share of the available memory) bounds what the run may plan to allocate
-    (:func:`attnkit.train.memory_budget.fit_to_memory`: fewer n-gram rows, or a refusal, before the model
+    (:func:`attnkit.train.tasks.classify.memory.fit_to_memory`: fewer n-gram rows, or a refusal, before the model
     is built); the run's peak resident memory is committed as ``metrics.peak_memory_mib``.
     """
     label_vocab = _checked_labels(train, train_config, data, label_vocab)
@@ -201,7 +202,7 @@ def _budgeted(model_name: str, config: dict[str, Any], parts: Sequence[TextClass
               train_config: TrainConfig, max_len: int, *, limit: int | None, can_shrink: bool,
               note: Callable[[str], None] | None, processes: int
               ) -> tuple[dict[str, Any], int | None, TrainConfig]:
-    """``config`` fitted to the memory limit (:func:`attnkit.train.memory_budget.fit_to_memory`) for the
+    """``config`` fitted to the memory limit (:func:`attnkit.train.tasks.classify.memory.fit_to_memory`) for the
     encoded ``parts`` (train, validation, test) and the training batches, the batches' token cap, and
     ``train_config`` with the epochs its token budget allows (:func:`_within_token_budget`)."""
     train_ds = parts[0]

@@ -18,7 +18,7 @@ __all__ = ["seq2seq_step_bytes", "estimate_translation", "check_translation"]
 def seq2seq_step_bytes(c: Any, batch: int, source: int, target: int) -> int:
     """A :class:`~attnkit.models.Seq2SeqTransformer` training step on ``batch`` pairs padded to ``source``
     and ``target`` tokens: per source token, the embeddings and each encoder layer's floats as a
-    :class:`~attnkit.models.DocumentClassifier` layer's (as :mod:`attnkit.train.memory_budget` plans it); per
+    :class:`~attnkit.models.DocumentClassifier` layer's (as :mod:`attnkit.train.tasks.classify.memory` plans it); per
     target token, each decoder layer's 20 D + 3 d_ff floats (self- and cross-attention, feed-forward) and the
     logits, 4 V floats (the logits, their log-softmax, its gradient and the smoothed loss's); with attention dropout,
     the maps read in full (``B H`` times ``Ts^2`` a encoder layer, ``Tt^2 + Tt Ts`` a decoder layer: the
