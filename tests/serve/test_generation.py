@@ -183,12 +183,57 @@ def test_caption_refuses_by_name(server: ServerProcess, images: list[str], field
     assert reply.json()["error"].startswith(message), reply.text
 
 
+def test_caption_takes_a_multipart_form_of_image_files(server: ServerProcess) -> None:
+    import httpx
+
+    images = [png(40, 30, 1), png(64, 64, 2)]
+    files = [("images", (f"{i}.png", data, "image/png")) for i, data in enumerate(images)]
+    reply = httpx.post(server.url + "/v1/caption", data={"model": "shapes"}, files=files, timeout=60)
+    assert reply.status_code == 200, reply.text
+    as_json = post_json(server, "/v1/caption", {"model": "shapes",
+                                                "images": [base64.b64encode(i).decode() for i in images]})
+    assert reply.json() == as_json.json()  # the same answer as the JSON body's
+
+    def refused(data: dict[str, str], files: list[tuple[str, tuple[str, bytes, str]]]) -> httpx.Response:
+        return httpx.post(server.url + "/v1/caption", data=data, files=files, timeout=60)
+
+    one = [("images", ("a.png", png(8, 8), "image/png"))]
+    for data, parts, field, message in [
+        ({"model": "shapes"}, one * 3, "images", "images: more images than the limit of 2 (--max-images)"),
+        ({"model": "shapes"}, one * 2, None, None),  # the limit's exact value
+        ({"model": "shapes", "colour": "red"}, one, "colour", "colour: not a field of /v1/caption"),
+        ({"model": "shapes", "beam_size": "0"}, one, "beam_size", "beam_size: Input should be greater than"),
+        ({"model": "de-en"}, one, "model", "model: de-en is a translate model"),
+        ({"model": "shapes"}, [("images", ("b.png", png(65, 64), "image/png"))], "images.0",
+         "images.0 has 65x64 = 4160 pixels"),
+    ]:
+        got = refused(data, parts)
+        if field is None:
+            assert got.status_code == 200, got.text
+            continue
+        assert got.status_code == 422 and got.json()["field"] == field, (data, got.text)
+        assert got.json()["error"].startswith(message), got.text
+    text_part = httpx.post(server.url + "/v1/caption", content=b"--x\r\nContent-Disposition: form-data; "
+                           b"name=\"images\"\r\n\r\nnot a file\r\n--x--\r\n",
+                           headers={"content-type": "multipart/form-data; boundary=x"}, timeout=60)
+    assert text_part.status_code == 422 and text_part.json()["field"] == "images.0", text_part.text
+    # a page of another origin cannot post a form to the server (a browser sends one without asking first)
+    foreign = httpx.post(server.url + "/v1/caption", data={"model": "shapes"}, files=one,
+                         headers={"origin": "http://evil.example"}, timeout=60)
+    assert foreign.status_code == 403 and "another origin" in foreign.json()["error"], foreign.text
+    own = httpx.post(server.url + "/v1/caption", data={"model": "shapes"}, files=one,
+                     headers={"origin": server.url}, timeout=60)
+    assert own.status_code == 200, own.text
+    other_route = httpx.post(server.url + "/v1/translate", data={"model": "de-en"}, files=one, timeout=60)
+    assert other_route.status_code == 415, other_route.text  # the other routes take JSON alone
+
+
 def test_the_curl_examples_of_the_docs_run(server: ServerProcess, tmp_path: Path) -> None:
     from tests.serve.test_api import doc_examples
 
     (tmp_path / "scene.png").write_bytes(png(32, 32))
     examples = doc_examples(generation=True)
-    assert len(examples) == 2
+    assert len(examples) == 3
     for command, shown in examples:
         proc = subprocess.run(["bash", "-c", command.replace("http://127.0.0.1:8000", server.url)], cwd=tmp_path,
                               capture_output=True, text=True, timeout=60, check=True)

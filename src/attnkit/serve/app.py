@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnkit._checks import FieldError
@@ -277,17 +277,63 @@ def _add_generation_routes(api: FastAPI, server: _Server) -> None:
         rows = await server.answer(server.thread.run(served.generate, list(body.texts), body.max_new_tokens))
         return {"model": served.name, "generations": rows}
 
-    @api.post(f"/{API_VERSION}/caption", summary="Caption images")
-    async def caption(body: CaptionRequest) -> dict[str, Any]:
+    @api.post(f"/{API_VERSION}/caption", summary="Caption images", openapi_extra=_CAPTION_BODY)
+    async def caption(request: Request) -> dict[str, Any]:
+        """JSON (``images``: base64 items) or a multipart form (``images``: files; ``model``, ``beam_size``)."""
+        if request.headers.get("content-type", "").startswith("multipart/form-data"):
+            body, images = await _caption_form(request, limits.max_images)
+        else:
+            try:
+                body = CaptionRequest.model_validate_json(await request.body())
+            except ValidationError as err:
+                raise RequestValidationError(err.errors(include_url=False)) from None
+            images = [_base64(item, f"images.{i}") for i, item in enumerate(body.images)]
         served = server.pick(body.model, "caption")
         if len(body.images) > limits.max_images:
             raise _Refused(422, f"images: {len(body.images)} images, more than the limit of {limits.max_images} "
                                 "(--max-images)", "images")
         beam = _beam(body.beam_size or served.info()["beam_size"], limits)
-        images = [_base64(item, f"images.{i}") for i, item in enumerate(body.images)]
         rows = await server.answer(server.thread.run(
             lambda: served.caption(images, beam, max_pixels=limits.max_pixels)))
         return {"model": served.name, "beam_size": beam, "captions": rows}
+
+
+_CAPTION_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": CaptionRequest.model_json_schema()},
+    "multipart/form-data": {"schema": {"type": "object", "required": ["images"], "properties": {
+        "images": {"type": "array", "items": {"type": "string", "format": "binary"}},
+        "model": {"type": "string"}, "beam_size": {"type": "integer", "minimum": 1}}}}}}}
+
+
+async def _caption_form(request: Request, max_images: int) -> tuple[CaptionRequest, list[bytes]]:
+    """A multipart ``/v1/caption`` form: its ``images`` files (one file per part, at most ``max_images``
+    read), ``model`` and ``beam_size``, checked as the JSON body is; any other field is refused by name."""
+    try:
+        form = await request.form(max_files=max_images, max_fields=8)
+    except StarletteHTTPException as err:  # starlette's word for a form it cannot read
+        if "Too many files" in str(err.detail):
+            raise _Refused(422, f"images: more images than the limit of {max_images} (--max-images)",
+                           "images") from None
+        raise _Refused(422, f"body: not a valid multipart form ({' '.join(str(err.detail).split())})",
+                       "body") from None
+    try:
+        unknown = sorted(set(form) - {"images", "model", "beam_size"})
+        if unknown:
+            raise _Refused(422, f"{unknown[0]}: not a field of /v1/caption (images, model, beam_size)", unknown[0])
+        files = form.getlist("images")
+        texts = [i for i, f in enumerate(files) if isinstance(f, str)]
+        if texts:
+            raise _Refused(422, f"images.{texts[0]}: a form field, not a file (send images as files)",
+                           f"images.{texts[0]}")
+        images = [await f.read() for f in files if not isinstance(f, str)]
+        fields = {k: form.get(k) for k in ("model", "beam_size") if form.get(k) is not None}
+        try:
+            body = CaptionRequest.model_validate({**fields, "images": ["file"] * len(images)})
+        except ValidationError as err:
+            raise RequestValidationError(err.errors(include_url=False)) from None
+        return body, images
+    finally:
+        await form.close()
 
 
 def _beam(beam: int, limits: Limits) -> int:

@@ -6,7 +6,8 @@ on another site cannot reach it through DNS rebinding; none or an empty one is 4
 is no larger than ``--max-body`` (413, counted as it arrives, so a body without ``Content-Length`` is
 cut off too; the rest of a refused body, up to :data:`DISCARD` bytes, is read and dropped first, so
 that a client still sending gets the answer instead of a reset connection) and that a POST body is
-JSON: ``Content-Type: application/json`` (415), UTF-8, parseable and not nested past the parser (422).
+JSON: ``Content-Type: application/json`` (415), UTF-8, parseable and not nested past the parser (422);
+``/v1/caption`` also takes a multipart form of image files, unless a page of another origin sends it (403).
 Every response gets the headers of :data:`SECURITY_HEADERS`: a strict Content-Security-Policy (the
 page's own scripts and styles only, requests to its own origin only), no framing, no sniffing.
 Errors are JSON: ``{"error": message, "status": code}`` and, when one field is to blame, ``"field"``.
@@ -135,7 +136,8 @@ class Guard:
                 await _reply(send, 413, error_body(413, _too_large(self.max_body), "body"), close=True)
                 return
         if scope["method"] == "POST":
-            why = check_body(headers.get("content-type"), bytes(body))
+            why = check_body(headers.get("content-type"), bytes(body), scope.get("path", ""),
+                             origin=headers.get("origin"), host=host)
             if why:
                 await _reply(send, why[0], error_body(why[0], why[1], "body"))
                 return
@@ -156,10 +158,21 @@ class Guard:
         await self.app(scope, replay, secured_send)
 
 
-def check_body(content_type: str | None, body: bytes) -> tuple[int, str] | None:
+FORM_PATHS = frozenset({"/v1/caption"})
+"""The routes that also take a multipart form (image files); the form's own checks are the route's."""
+
+
+def check_body(content_type: str | None, body: bytes, path: str = "", *, origin: str | None = None,
+               host: str = "") -> tuple[int, str] | None:
     """Why a POST body is refused, as (status, message), or None: not JSON by its ``Content-Type`` (415), not
-    UTF-8, not JSON, or nested deeper than JSON's parser goes (422)."""
+    UTF-8, not JSON, or nested deeper than JSON's parser goes (422). A route of :data:`FORM_PATHS` also takes
+    ``multipart/form-data``, but not from a page of another origin (403): a browser sends such a form
+    without asking first, as it never sends JSON."""
     media = (content_type or "").split(";")[0].strip().lower()
+    if media == "multipart/form-data" and path in FORM_PATHS:
+        if origin is not None and origin.split("://", 1)[-1].lower() != host.lower():
+            return 403, f"body: a form sent from {origin!r}, another origin than this server's"
+        return None
     if media != "application/json":
         said = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
         return 415, f"body: {said}; the API takes JSON sent as 'Content-Type: application/json'"
