@@ -2,13 +2,15 @@
 
 Usage::
 
-    python evals/generation_faithfulness.py [--translation RUN --sources FILE] [--caption RUN] [--n 200]
-        [--lm-data path/to/mr/rt-polarity.pos]
+    python evals/generation_faithfulness.py [--translation RUN --sources FILE [--val-sources FILE]]
+        [--caption RUN] [--n 200] [--lm-data path/to/mr/rt-polarity.pos]
 
 For a translation run and the first ``--n`` lines of ``--sources`` (Multi30k: ``test_2016_flickr.de.gz``),
 and for a captioning run and ``--n`` generated shapes scenes, every output is explained
 (:func:`attnkit.attribution.generation.explain_generation`) and the comprehensiveness and sufficiency of
-each method, of the method shown first and of the random order are averaged over the outputs. Prints
+each method, of the method shown first (a run's choice on its held-out outputs when it measured them at the
+end of training, or, with ``--val-sources``, on 32 of those; else the most faithful on each output) and of
+the random order are averaged over the outputs. Prints
 those figures and two ratios: the shown-first method's comprehensiveness over the random order's
 (target >= 2) and over raw attention's (target >= 1). Without runs, a word-for-word toy translation run
 and a shapes captioner are trained first (about a minute on 2 cores); their figures say what the
@@ -87,13 +89,19 @@ def train_lm(folder: Path, sentences: list[str], minutes: float) -> tuple[Any, A
     return transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager"), tokenizer
 
 
+def shown(explanation: dict[str, Any]) -> dict[str, Any]:
+    """An explanation's faithfulness record, with ``shown``: the method it shows first (a run's choice on its
+    held-out outputs when the run measured them, else the most faithful on this output)."""
+    return {**explanation["faithfulness"], "shown": explanation["method"]}
+
+
 def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     mean = {m: {k: statistics.fmean(r["methods"][m][k] for r in records) for k in ("comprehensiveness",
                                                                                    "sufficiency")}
             for m in records[0]["methods"]}  # every method of the model (a Hugging Face one: HF_METHODS)
     mean["random"] = {k: statistics.fmean(r["random"][k] for r in records) for k in ("comprehensiveness",
                                                                                        "sufficiency")}
-    mean["shown first"] = {k: statistics.fmean(r["methods"][r["shown_first"]][k] for r in records)
+    mean["shown first"] = {k: statistics.fmean(r["methods"][r["shown"]][k] for r in records)
                            for k in ("comprehensiveness", "sufficiency")}
     return mean
 
@@ -115,6 +123,9 @@ def main() -> None:
     parser.add_argument("--sources", type=Path, help="source sentences, one per line (plain or .gz)")
     parser.add_argument("--caption", type=Path)
     parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--val-sources", type=Path,
+                        help="validation sources of --translation: a run that did not measure its methods at the "
+                             "end of training chooses the method shown first on the first 32 of them")
     parser.add_argument("--lm-data", type=Path, help="sentences to train a small GPT-2 on (e.g. MR's)")
     parser.add_argument("--lm-minutes", type=float, default=3.0)
     opts = parser.parse_args()
@@ -126,10 +137,19 @@ def main() -> None:
         else:
             run, sources = toy_translation(Path(tmp))
         translator = attnkit.load_run(run)
+        metrics = translator.meta.setdefault("metrics", {})
+        if opts.val_sources and not metrics.get("explain"):  # a run trained before it measured its methods
+            from attnkit.data.parallel import read_lines
+            from attnkit.train.config import EXPLAIN_OUTPUTS
+
+            metrics["explain"] = translator.measure_methods(read_lines(str(opts.val_sources))[: EXPLAIN_OUTPUTS[0]])
+        if metrics.get("explain"):
+            print(f"the run's method shown first: {metrics['explain']['method']} (the most faithful on "
+                  f"{metrics['explain']['outputs']} validation sentences)")
         records = []
         for text in sources[: opts.n]:
             try:
-                records.append(translator.explain(text)["faithfulness"])
+                records.append(shown(translator.explain(text)))
             except ValueError:  # an empty translation: nothing to explain
                 continue
         report(f"translation {run if opts.translation else '(toy word-for-word run)'}", records)
@@ -144,7 +164,7 @@ def main() -> None:
         captioner = attnkit.load_run(caption)
         size = captioner.model.config.image_size
         images = images_to_tensor([s.image for s in generate_scenes(opts.n, seed=99, size=size)])
-        records = [captioner.explain(image)["faithfulness"] for image in images]
+        records = [shown(captioner.explain(image)) for image in images]
         report(f"captioning {caption if opts.caption else '(shapes captioner)'} on generated scenes", records)
         if opts.lm_data:
             from attnkit.attribution.generation import explain_causal_lm
@@ -154,8 +174,8 @@ def main() -> None:
             records = []
             for line in lines[-opts.n :]:
                 try:
-                    records.append(explain_causal_lm(model, tokenizer, " ".join(line.split()[:8]),
-                                                     max_new_tokens=6)["faithfulness"])
+                    records.append(shown(explain_causal_lm(model, tokenizer, " ".join(line.split()[:8]),
+                                                           max_new_tokens=6)))
                 except ValueError:  # nothing generated
                     continue
             report(f"GPT-2 (2 layers) trained on {opts.lm_data.name}, continuing 8-word prompts", records)
