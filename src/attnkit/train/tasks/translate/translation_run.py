@@ -32,7 +32,7 @@ from attnkit.train.runs.rundir import RunFileError, RunWriter
 from attnkit.train.tasks.translate import MODEL_NAME
 from attnkit.train.tasks.translate.settings import BEAM_SIZE, LENGTH_PENALTY
 
-__all__ = ["MODEL_NAME", "Translation", "Translator", "save_translation_run", "load_translation_run",
+__all__ = ["MODEL_NAME", "Translation", "Translator", "output_limit", "save_translation_run", "load_translation_run",
            "commit_translation_run", "snapshot_name"]
 
 TOKENIZER_FILES = ("tokenizer.json", "src_tokenizer.json", "tgt_tokenizer.json")
@@ -114,6 +114,11 @@ class Translation:
     alignment: torch.Tensor | None = None
 
 
+def output_limit(source_tokens: int) -> int:
+    """Most tokens a translation of ``source_tokens`` tokens generates: ``1.5 * Ts + 10``."""
+    return int(1.5 * source_tokens) + 10
+
+
 def _token_strings(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
     return [tokenizer.id_to_token(i) or "[UNK]" for i in ids]
 
@@ -130,7 +135,7 @@ class Translator:
                   batch_size: int = 64, return_alignment: bool = False) -> list[Translation]:
         """Translate ``texts``, by default as ``attnkit translate`` does (beam search of
         :data:`~attnkit.train.tasks.translate.settings.BEAM_SIZE`; greedy for ``beam_size=1``); output length is at most
-        ``1.5 * Ts + 10``."""
+        :func:`output_limit`."""
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, got a single str")
         ids = self.tokenizers.encode_source(texts, self.max_src_len)
@@ -144,7 +149,7 @@ class Translator:
                 chunk = order[start : start + batch_size]
                 batch = collate_pairs([(ids[i], [0]) for i in chunk])
                 # each text's own output limit, so a translation does not depend on the texts beside it
-                max_len = [int(1.5 * len(ids[i])) + 10 for i in chunk]
+                max_len = [output_limit(len(ids[i])) for i in chunk]
                 if beam_size == 1:
                     out = greedy_decode(self.model, batch.src, batch.src_lengths, max_len=max_len,
                                         return_alignment=return_alignment)
@@ -197,7 +202,7 @@ class Translator:
         batch = collate_pairs([(ids, [0])])
         with eval_mode(self.model):
             (hyps,) = beam_alternatives(self.model, batch.src, batch.src_lengths, beam_size=beam_size,
-                                        max_len=int(1.5 * len(ids)) + 10, length_penalty=length_penalty)
+                                        max_len=output_limit(len(ids)), length_penalty=length_penalty)
         return [{"text": text_out, "score": round(h.score, 4)}
                 for h, text_out in zip(hyps, self.tokenizers.decode_target([h.tokens for h in hyps]), strict=True)]
 
