@@ -56,9 +56,10 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         model: the registered model (``--model``; None: the default recipe's ``wide``, or ``bert``
             when fine-tuning).
         model_options: its config fields (``--model-opt KEY=VALUE``), e.g. ``{"layer": {"d_model": 64}}``.
-        preset: ``"fast"`` (None: the default recipe) or ``"accurate"``: fine-tune the
-            all-MiniLM-L6-v2 folder of the ``pretrained`` extra (``--preset``; without the extra,
-            ``fit`` raises the one-line install hint).
+        preset: ``"fast"`` (None: the default recipe), ``"balanced"`` or ``"accurate"``: fine-tune the
+            all-MiniLM-L6-v2 folder of the ``pretrained`` extra with that preset's settings (``--preset``,
+            :data:`attnkit.train.tasks.classify.recipe.PRETRAINED_PRESETS`; without the extra, ``fit``
+            raises the one-line install hint).
         init_from: a Hugging Face BERT folder to fine-tune (``--init-from``), with ``model`` None or
             ``"bert"``. Fine-tuning uses the folder's tokenizer: ``tokenizer``, ``vocab_size`` and
             ``min_frequency`` are refused beside it, and the other settings default to fine-tuning's
@@ -195,7 +196,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
 
     def _recipe(self) -> _Recipe:
         """What ``fit`` trains: ``attnkit train``'s recipe with this estimator's arguments over it, or
-        fine-tuning's when a BERT folder is given (``preset='accurate'``, ``init_from``)."""
+        fine-tuning's when a BERT folder is given (``preset='balanced'`` or ``'accurate'``, ``init_from``)."""
         from attnkit.train.config import USER_TRAIN_FIELDS
         from attnkit.train.tasks.classify.pipeline import DataSettings
         from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
@@ -207,7 +208,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             model_name = self.model or DEFAULT_MODEL
             if model_name == "bert":
                 raise ValueError("model='bert' fine-tunes a pretrained folder: give init_from=FOLDER or "
-                                 "preset='accurate'")
+                                 "preset='balanced' or 'accurate'")
             return _Recipe(model_name, dict(self.model_options or {}),
                            _train_config(train_defaults(model_name), train_given),
                            DataSettings(**{**data_defaults(model_name), **data_given}))
@@ -215,37 +216,39 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
 
         tokenizer = finetune.load_finetune_tokenizer(folder)
         options = finetune.bert_model_options(folder, tokenizer, self.model_options)
+        defaults, max_len = finetune.finetune_defaults(self.preset if self.init_from is None else None)
         data = DataSettings(tokenizer="wordpiece", vocab_size=int(options["vocab_size"]),
-                            max_len=self.max_len or finetune.FINETUNE_MAX_LEN)
-        return _Recipe("bert", options, _train_config(finetune.FINETUNE_DEFAULTS, train_given), data,
+                            max_len=self.max_len or max_len)
+        return _Recipe("bert", options, _train_config(defaults, train_given), data,
                        tokenizer=tokenizer, init_model=finetune.pretrained_initializer(folder),
                        extra={"init_from": str(Path(folder).resolve())})
 
     def _pretrained_folder(self) -> str | None:
-        """The BERT folder to fine-tune (``init_from``, or ``preset='accurate'``'s MiniLM), None for none;
+        """The BERT folder to fine-tune (``init_from``, or the MiniLM of ``preset='balanced'`` or ``'accurate'``),
+        None for none;
         arguments that cannot go with it are refused by name."""
         from attnkit._checks import one_of
-        from attnkit.train.tasks.classify.recipe import PRESETS, pretrained_folder
+        from attnkit.train.tasks.classify.recipe import PRESETS, PRETRAINED_PRESETS, pretrained_folder
 
         if self.preset is not None:
             one_of("preset", self.preset, PRESETS)
-        accurate = self.preset == "accurate"
-        if not accurate and self.init_from is None:
+        pretrained = self.preset in PRETRAINED_PRESETS
+        if not pretrained and self.init_from is None:
             return None
-        what = "preset='accurate'" if accurate else "init_from"
-        if accurate and self.init_from is not None:
-            raise ValueError(f"preset='accurate' fine-tunes all-MiniLM-L6-v2 and init_from another folder "
+        what = f"preset={self.preset!r}" if pretrained else "init_from"
+        if pretrained and self.init_from is not None:
+            raise ValueError(f"{what} fine-tunes all-MiniLM-L6-v2 and init_from another folder "
                              f"({str(self.init_from)!r}): give one of them")
         if self.model not in (None, "bert"):
-            instead = " (or preset='fast' to train it)" if accurate else ""
+            instead = " (or preset='fast' to train it)" if pretrained else ""
             raise ValueError(f"{what} fine-tunes a BERT folder (model='bert'), got model={self.model!r}: leave "
                              f"model None{instead}")
         fixed = [f for f in _FOLDER_FIXED if getattr(self, f) is not None]
         if fixed:
             raise ValueError(f"{what} fine-tunes with the BERT folder's own tokenizer, which {', '.join(fixed)} "
                              f"cannot change: leave {'it' if len(fixed) == 1 else 'them'} None")
-        if accurate:
-            return pretrained_folder("attnkit.TextClassifier(preset='accurate')", "choose preset='fast'")
+        if pretrained:
+            return pretrained_folder(f"attnkit.TextClassifier({what})", "choose preset='fast'")
         return str(self.init_from)
 
     def predict_proba(self, X: Sequence[str]) -> np.ndarray:

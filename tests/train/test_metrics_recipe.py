@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from tests.support.bert import install_fake_pretrained, write_tiny_bert
 from tests.support.cli import TINY
+from tests.support.runs import FullDisk
 
 pytest.importorskip("sklearn")
 
@@ -20,7 +21,8 @@ from attnkit.data.readers import Example  # noqa: E402
 from attnkit.data.synthetic import keyword_corpus  # noqa: E402
 from attnkit.train import metrics as M  # noqa: E402
 from attnkit.train.config import TrainConfig  # noqa: E402
-from attnkit.train.runs.checkpoint import read_run_config  # noqa: E402
+from attnkit.train.runs import fileops  # noqa: E402
+from attnkit.train.runs.checkpoint import committed_dir, read_run_config  # noqa: E402
 from attnkit.train.tasks.classify import baseline as bl  # noqa: E402
 from attnkit.train.tasks.classify import objective as O  # noqa: E402
 from attnkit.train.tasks.classify.task import ClassificationTask  # noqa: E402
@@ -310,7 +312,7 @@ def test_preset_accurate_without_the_extra_is_one_line_naming_it(tmp_path, imbal
         assert result.exit_code == 1 and "Traceback" not in result.output, result.output
         line = result.output.strip()
         assert "\n" not in line and "'pretrained' extra" in line and "pip install 'attnkit[pretrained]'" in line
-        assert "valid: ['fast', 'accurate']" in line
+        assert "valid: ['fast', 'balanced', 'accurate']" in line
     assert not (tmp_path / "r").exists()
 
 
@@ -331,11 +333,40 @@ def test_preset_accurate_fine_tunes_the_packaged_minilm_with_its_ngram_half(tmp_
     assert both.exit_code == 2 and "--preset accurate" in both.output and "--preset fast" in both.output
 
 
+def test_preset_balanced_resolves_to_its_settings_and_resumes_to_identical_weights(tmp_path, imbalanced_csv,
+                                                                                   fake_pretrained) -> None:
+    from attnkit.train.tasks.classify.finetune import FINETUNE_DEFAULTS, finetune_defaults
+
+    defaults, max_len = finetune_defaults("balanced")
+    assert (defaults["epochs"], defaults["lr"], max_len) == (1, 1e-4, 64)
+    assert {k: v for k, v in defaults.items() if k not in ("epochs", "lr")} == {
+        k: v for k, v in FINETUNE_DEFAULTS.items() if k not in ("epochs", "lr")}
+    assert finetune_defaults("accurate") == finetune_defaults(None) == (FINETUNE_DEFAULTS, 128)
+    flags = ["--data", str(imbalanced_csv), "--preset", "balanced", "--epochs", "2", "--device", "cpu", "-q"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert CliRunner().invoke(cli, ["train", *flags, "--out", str(whole)]).exit_code == 0
+    saved = read_run_config(whole)
+    assert saved["model_name"] == "bert" and saved["init_from"] == str(fake_pretrained.resolve())
+    assert (saved["train_config"]["lr"], saved["data_settings"]["max_len"]) == (1e-4, 64)
+    with pytest.MonkeyPatch.context() as patch:  # the disk fills after the first epoch's commit
+        patch.setattr(fileops, "fs", FullDisk(cut))
+        assert "disk is full" in CliRunner().invoke(cli, ["train", *flags, "--out", str(cut)]).output
+    assert read_run_config(cut)["status"] == "training"
+    resumed = CliRunner().invoke(cli, ["train", "--out", str(cut), "--resume", "-q"])
+    assert resumed.exit_code == 0, resumed.output
+    assert read_run_config(cut)["status"] == "done"
+    assert (committed_dir(cut) / "model.safetensors").read_bytes() == (
+        committed_dir(whole) / "model.safetensors").read_bytes()
+    changed = CliRunner().invoke(cli, ["train", "--out", str(cut), "--resume", "--lr", "5e-5"])
+    assert changed.exit_code == 2 and "--lr" in changed.output
+
+
 def test_preset_fast_is_the_default_recipe_and_help_shows_both_costs(tmp_path, imbalanced_csv) -> None:
     for command in ("train", "cv"):
         page = CliRunner().invoke(cli, [command, "--help"]).output
-        assert "--preset [fast|accurate]" in page and "default: fast" in page
+        assert "--preset [fast|balanced|accurate]" in page and "default: fast" in page
         assert "min for 7,600 news articles" in " ".join(page.split())
+        assert "balanced: fine-tune all-MiniLM-L6-v2" in " ".join(page.split())
     out = tmp_path / "run"
     result = CliRunner().invoke(cli, ["train", "--data", str(imbalanced_csv), "--out", str(out), "--preset", "fast",
                                       *WIDE[2:]])

@@ -74,17 +74,19 @@ def _data_plan(values: dict[str, Any], out: Path) -> Any:
 
 
 def _pretrained_folder(values: dict[str, Any]) -> str | None:
-    """The BERT folder to fine-tune: ``--init-from``, or ``--preset accurate``'s MiniLM; None: train from scratch."""
-    if values.get("preset") == "accurate":
+    """The BERT folder to fine-tune: ``--init-from``, or the MiniLM of ``--preset balanced|accurate``; None:
+    train from scratch."""
+    preset = _finetune_preset(values)
+    if preset:
         if values.get("init_from"):
-            raise click.UsageError("--preset accurate fine-tunes all-MiniLM-L6-v2 and --init-from another folder: "
-                                   "give one of them")
+            raise click.UsageError(f"--preset {preset} fine-tunes all-MiniLM-L6-v2 and --init-from another "
+                                   f"folder: give one of them")
         if values["model"] not in (None, "bert"):
-            raise click.UsageError(f"--preset accurate fine-tunes all-MiniLM-L6-v2 (--model bert), "
+            raise click.UsageError(f"--preset {preset} fine-tunes all-MiniLM-L6-v2 (--model bert), "
                                    f"got --model {values['model']}: drop --model or use --preset fast")
         from attnkit.train.tasks.classify.recipe import pretrained_folder
 
-        return pretrained_folder()
+        return pretrained_folder(f"--preset {preset}")
     if values.get("init_from") and values["model"] not in (None, "bert"):
         raise click.UsageError(f"--init-from fine-tunes a BERT folder and needs --model bert, "
                                f"got --model {values['model']}")
@@ -95,16 +97,26 @@ def _pretrained_folder(values: dict[str, Any]) -> str | None:
     return str(check_bert_folder(values["init_from"], what="--init-from "))
 
 
+def _finetune_preset(values: dict[str, Any]) -> str | None:
+    """``--preset`` when it fine-tunes the pretrained MiniLM (balanced, accurate), else None."""
+    from attnkit.train.tasks.classify.recipe import PRETRAINED_PRESETS
+
+    preset = values.get("preset")
+    return preset if preset in PRETRAINED_PRESETS else None
+
+
 def _finetune_settings(ctx: click.Context, values: dict[str, Any], folder: str, **config: Any
                        ) -> tuple[Any, dict[str, Any], Any, Any]:
     """Tokenizer, model options, TrainConfig and DataSettings of fine-tuning BERT ``folder`` (flags over
-    :data:`attnkit.train.tasks.classify.finetune.FINETUNE_DEFAULTS`; ``config``: more TrainConfig defaults)."""
+    the preset's or ``--init-from``'s defaults, :func:`attnkit.train.tasks.classify.finetune.finetune_defaults`;
+    ``config``: more TrainConfig defaults)."""
     from attnkit.train.tasks.classify import finetune
 
     tokenizer = finetune.load_finetune_tokenizer(folder)
     options = finetune.bert_model_options(folder, tokenizer, parse_model_options(ctx, values["model_opt"]))
-    return (tokenizer, options, collect_train_config(values, **{**finetune.FINETUNE_DEFAULTS, **config}),
-            collect_data_settings(values, max_len=finetune.FINETUNE_MAX_LEN, tokenizer="wordpiece",
+    defaults, max_len = finetune.finetune_defaults(_finetune_preset(values))
+    return (tokenizer, options, collect_train_config(values, **{**defaults, **config}),
+            collect_data_settings(values, max_len=max_len, tokenizer="wordpiece",
                                   vocab_size=int(options["vocab_size"])))
 
 
@@ -124,7 +136,7 @@ def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
         fixed = [flag for flag, name in (("--tokenizer", "tokenizer"), ("--vocab-size", "vocab_size"),
                                          ("--min-frequency", "min_frequency")) if values.get(name) is not None]
         if fixed:
-            what = "--preset accurate" if values.get("preset") == "accurate" else "--init-from"
+            what = f"--preset {values['preset']}" if _finetune_preset(values) else "--init-from"
             raise click.UsageError(f"{what} fine-tunes with the BERT folder's own WordPiece tokenizer, which "
                                    f"{', '.join(fixed)} cannot change: drop {'it' if len(fixed) == 1 else 'them'}")
         tokenizer, options, train_config, data_settings = _finetune_settings(ctx, values, folder)
@@ -554,7 +566,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
     _check_model(values)
     folder = _pretrained_folder(values)
     examples = read_data(values["data"], values)
-    if folder:  # --preset accurate: every fold fine-tunes the same pretrained folder
+    if folder:  # --preset balanced|accurate: every fold fine-tunes the same pretrained folder
         from attnkit.train.tasks.classify.finetune import pretrained_initializer
 
         model_name = "bert"
@@ -563,7 +575,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
     else:
         model_name = values["model"] or DEFAULT_MODEL
         if model_name == "bert":
-            raise click.UsageError("cv fine-tunes BERT with --preset accurate (all-MiniLM-L6-v2); "
+            raise click.UsageError("cv fine-tunes BERT with --preset balanced or accurate (all-MiniLM-L6-v2); "
                                    "--model bert alone has no folder to start from")
         model_options = parse_model_options(ctx, values["model_opt"])
         train_config = collect_train_config(values, device="auto", **train_defaults(model_name))

@@ -335,7 +335,8 @@ def model_options(f: F) -> F:
 
 
 def preset_option(f: F) -> F:
-    """``--preset fast|accurate`` of ``train`` and ``cv`` (:data:`attnkit.train.tasks.classify.recipe.PRESETS`)."""
+    """``--preset fast|balanced|accurate`` of ``train`` and ``cv``
+    (:data:`attnkit.train.tasks.classify.recipe.PRESETS`)."""
     from attnkit.train.tasks.classify.recipe import PRESET_HELP, PRESETS
 
     return click.option("--preset", type=click.Choice(PRESETS), default="fast", show_default=True,

