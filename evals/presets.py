@@ -11,8 +11,15 @@ the TF-IDF baseline as ``attnkit baseline`` on the same folds, each under ``/usr
     .venv/bin/python evals/presets.py --sets mr sms agnews imdb          # 10 folds: hours on 2 cores
     .venv/bin/python evals/presets.py --sets mr sms --max-folds 1        # one fold each: about 30 min
     .venv/bin/python evals/presets.py --sets mr --presets fast balanced  # accurate left out (no ratios)
+    .venv/bin/python evals/presets.py --sets mr --also "before=accurate --pack 0"   # one more column
 
-Sets as in ``evals/default_recipe.py`` (``--data-root``, else ``$ATTNKIT_DATA``, else ``../shared/data``);
+``--also NAME=PRESET FLAGS`` adds a column that runs PRESET with more flags (a preset's settings
+before a change, measured beside it in the same run); its time share against accurate is printed too.
+
+Sets as in ``evals/default_recipe.py`` (``--data-root``, else ``$ATTNKIT_DATA``, else ``../shared/data``),
+and ``mixed``: a long-document, many-class corpus built from them (:func:`mixed_corpus`: 10 classes, each a
+set and one of its labels, such as ``agnews:3`` or ``imdb:pos``; 3,000 documents of 8 of that class's texts,
+about 500 words on average);
 ``--file NAME=PATH`` adds a ``label<TAB>text`` set (such as one ``evals/long_corpus.py`` builds). The
 ``balanced`` and ``accurate`` presets need the ``pretrained`` extra. Measured figures: docs/results.md.
 """
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -66,21 +74,40 @@ def _baseline_line(output: str) -> tuple[float, float]:
     return float(acc.group(1)), float(f1.group(1)) if f1 else float("nan")
 
 
+def mixed_corpus(root: Path | None, per_class: int = 300, per_document: int = 8, seed: int = 0) -> list[Any]:
+    """``per_class`` documents for each (set, label) of MR, SMS, AG News and IMDB's train half, each
+    ``per_document`` texts of that class joined; the label says both (``"sms:spam"``)."""
+    import random
+
+    from attnkit.data.readers import Example
+
+    pools: dict[str, list[str]] = {}
+    for name in ("mr", "sms", "agnews"):
+        for ex in load_set(name, root):
+            pools.setdefault(f"{name}:{ex.label}", []).append(ex.text)
+    for ex in load_imdb(root)[0]:
+        pools.setdefault(f"imdb:{ex.label}", []).append(ex.text)
+    rng = random.Random(seed)
+    return [Example(" ".join(rng.sample(texts, per_document)), label)
+            for label, texts in sorted(pools.items()) for _ in range(per_class)]
+
+
 def run_set(name: str, files: dict[str, Path], args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Every preset and the baseline on set ``name``; ``files``: ``data`` (and ``test`` for a fixed split)."""
     data = ["--data", str(files["data"]), "--format", "label-tab-text"]
     row: dict[str, Any] = {}
-    for preset in args.presets:
+    for preset, flags in [(p, [p]) for p in args.presets] + list(args.also.items()):
+        flags = ["--preset", *flags]
         if "test" in files:
             out = work / f"{name}-{preset}"
-            _, seconds, peak = _timed([*ATTNKIT, "train", *data, "--test", str(files["test"]), "--preset", preset,
+            _, seconds, peak = _timed([*ATTNKIT, "train", *data, "--test", str(files["test"]), *flags,
                                        "--out", str(out), "--quiet", "--overwrite"])
             test = read_run_config(out)["metrics"]["test"]
             acc, f1 = test["accuracy"], test.get("macro_f1", float("nan"))
         else:
             report = work / f"{name}-{preset}.json"
             _, seconds, peak = _timed([*ATTNKIT, "cv", *data, "--folds", str(args.folds), "--max-folds",
-                                       str(args.max_folds), "--preset", preset, "--json", str(report), "--quiet"])
+                                       str(args.max_folds), *flags, "--json", str(report), "--quiet"])
             results = json.loads(report.read_text())["results"]
             acc = sum(r["accuracy"] for r in results) / len(results)
             f1 = sum(r.get("macro_f1", float("nan")) for r in results) / len(results)
@@ -98,16 +125,21 @@ def run_set(name: str, files: dict[str, Path], args: argparse.Namespace, work: P
         gain = row["accurate"]["accuracy"] - row["fast"]["accuracy"]
         row["gain_share"] = (row["balanced"]["accuracy"] - row["fast"]["accuracy"]) / gain if gain else float("nan")
         row["time_share"] = row["balanced"]["seconds"] / row["accurate"]["seconds"]
+    for also in args.also:
+        if "accurate" in row:
+            print(f"  {name:8s} {also} takes {row[also]['seconds'] / row['accurate']['seconds']:.2f}x accurate's "
+                  f"time, accuracy {100 * (row[also]['accuracy'] - row['accurate']['accuracy']):+.2f} points")
     return row
 
 
-def table(rows: dict[str, dict[str, Any]]) -> str:
+def table(rows: dict[str, dict[str, Any]], also: list[str]) -> str:
     """The markdown table of every set's row."""
-    head = "| set | " + " | ".join(p for p in (*PRESETS, "baseline")) + " | gain share | time share |"
+    columns = (*PRESETS, *also, "baseline")
+    head = "| set | " + " | ".join(columns) + " | gain share | time share |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for name, row in rows.items():
         cells = [f"{row[p]['accuracy'] * 100:.2f}% (F1 {row[p]['macro_f1'] * 100:.2f}), {row[p]['seconds'] / 60:.1f} "
-                 f"min, {row[p]['peak_gb']:.2f} GB" if p in row else "-" for p in (*PRESETS, "baseline")]
+                 f"min, {row[p]['peak_gb']:.2f} GB" if p in row else "-" for p in columns]
         ratios = [f"{row[k]:.2f}" if k in row else "-" for k in ("gain_share", "time_share")]
         lines.append(f"| {name} | " + " | ".join(cells + ratios) + " |")
     return "\n".join(lines)
@@ -119,17 +151,22 @@ def main() -> None:
     parser.add_argument("--file", action="append", default=[], metavar="NAME=PATH",
                         help="another set, a label<TAB>text file (cross-validated like the others)")
     parser.add_argument("--presets", nargs="+", choices=PRESETS, default=list(PRESETS))
+    parser.add_argument("--also", action="append", default=[], metavar="NAME=PRESET FLAGS",
+                        help="one more column: PRESET run with more flags")
     parser.add_argument("--folds", type=int, default=10)
     parser.add_argument("--max-folds", type=int, default=10)
     parser.add_argument("--data-root", type=Path)
     parser.add_argument("--json", type=Path, help="also write every figure here")
     args = parser.parse_args()
+    args.also = {name: shlex.split(rest) for name, _, rest in (pair.partition("=") for pair in args.also)}
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="attnkit-presets-") as tmp:
         work = Path(tmp)
         sets: dict[str, dict[str, Path]] = {}
         for name in args.sets:
-            if name == "imdb":
+            if name == "mixed":
+                sets[name] = {"data": _write(mixed_corpus(args.data_root), work / "mixed.tsv")}
+            elif name == "imdb":
                 train, test = load_imdb(args.data_root)
                 sets[name] = {"data": _write(train, work / "imdb-train.tsv"),
                               "test": _write(test, work / "imdb-test.tsv")}
@@ -141,7 +178,7 @@ def main() -> None:
         for name, files in sets.items():
             print(f"{name}:", flush=True)
             rows[name] = run_set(name, files, args, work)
-    print(table(rows))
+    print(table(rows, list(args.also)))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

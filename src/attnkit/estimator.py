@@ -215,8 +215,8 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         from attnkit.train.tasks.classify import finetune
 
         tokenizer = finetune.load_finetune_tokenizer(folder)
-        options = finetune.bert_model_options(folder, tokenizer, self.model_options)
-        defaults, max_len = finetune.finetune_defaults(self.preset if self.init_from is None else None)
+        defaults, max_len, model = finetune.finetune_defaults(self.preset if self.init_from is None else None)
+        options = finetune.bert_model_options(folder, tokenizer, {**model, **(self.model_options or {})})
         data = DataSettings(tokenizer="wordpiece", vocab_size=int(options["vocab_size"]),
                             max_len=self.max_len or max_len)
         return _Recipe("bert", options, _train_config(defaults, train_given), data,

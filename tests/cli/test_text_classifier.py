@@ -146,7 +146,7 @@ def test_training_flags_pack_on_nan_clip_norm_reach_the_run(tmp_path: Path) -> N
 def tiny_bert(tmp_path: Path) -> Path:
     folder = tmp_path / "bert"
     folder.mkdir()
-    return write_tiny_bert(folder, {w for text in X for w in text.split()})
+    return write_tiny_bert(folder, {w for text in X for w in text.split()}, layers=3)
 
 
 def test_preset_accurate_and_init_from_fine_tune_a_bert_folder(tiny_bert: Path, tmp_path: Path,
@@ -155,9 +155,11 @@ def test_preset_accurate_and_init_from_fine_tune_a_bert_folder(tiny_bert: Path, 
     accurate = attnkit.TextClassifier(preset="accurate", epochs=1, max_len=16).fit(X, Y)
     config = accurate.predictor_.config
     assert config["model_name"] == "bert" and config["init_from"] == str(tiny_bert.resolve())
-    assert (config["train_config"]["lr"], config["train_config"]["patience"]) == (5e-5, 0)  # fine-tuning's
+    assert (config["train_config"]["lr"], config["train_config"]["patience"]) == (1e-4, 0)  # the preset's
     assert config["data_settings"]["tokenizer"] == "wordpiece" and config["data_settings"]["max_len"] == 16
-    folder = attnkit.TextClassifier(init_from=tiny_bert, epochs=1, max_len=16).fit(X, Y)
+    assert config["model_config"]["frozen_layers"] == 2
+    folder = attnkit.TextClassifier(init_from=tiny_bert, epochs=1, max_len=16, lr=1e-4,
+                                    model_options={"frozen_layers": 2}).fit(X, Y)
     np.testing.assert_array_equal(folder.predict_proba(TEXTS), accurate.predict_proba(TEXTS))  # the same recipe
     run = accurate.save(tmp_path / "run")
     result = CliRunner().invoke(cli, ["predict", str(run), *TEXTS], catch_exceptions=False)

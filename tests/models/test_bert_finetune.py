@@ -188,6 +188,23 @@ def test_every_parameter_gets_a_gradient_and_config_round_trips() -> None:
     assert isinstance(rebuilt, BertClassifier) and rebuilt.config == model.config
 
 
+def test_frozen_layers_keep_their_weights_and_get_no_backward_pass() -> None:
+    model = BertClassifier(dataclasses.replace(_tiny_classifier().config, frozen_layers=1)).train()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids, lengths = torch.randint(5, 50, (4, 7)), torch.tensor([7, 5, 3, 2])
+    torch.nn.functional.cross_entropy(model(ids, lengths), torch.tensor([0, 1, 2, 1])).backward()
+    with_grad = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert with_grad and not any(n.startswith(("bert.embeddings.", "bert.encoder.layer.0.")) for n in with_grad)
+    assert any(n.startswith("bert.encoder.layer.1.") for n in with_grad)
+    opt.step()
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved == with_grad  # the frozen ones kept the weights they started with
+    BertClassifierConfig(num_classes=2, vocab_size=200, num_hidden_layers=2, frozen_layers=2)  # all of them
+    with pytest.raises(ValueError, match="frozen_layers must be at most num_hidden_layers=2, got 3"):
+        BertClassifierConfig(num_classes=2, vocab_size=200, num_hidden_layers=2, frozen_layers=3)
+
+
 def test_config_errors_name_the_field() -> None:
     with pytest.raises(ValueError, match="max_len=30 plus"):
         BertClassifierConfig(num_classes=2, vocab_size=200, max_position_embeddings=30, max_len=30)

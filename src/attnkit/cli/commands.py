@@ -113,8 +113,8 @@ def _finetune_settings(ctx: click.Context, values: dict[str, Any], folder: str, 
     from attnkit.train.tasks.classify import finetune
 
     tokenizer = finetune.load_finetune_tokenizer(folder)
-    options = finetune.bert_model_options(folder, tokenizer, parse_model_options(ctx, values["model_opt"]))
-    defaults, max_len = finetune.finetune_defaults(_finetune_preset(values))
+    defaults, max_len, model = finetune.finetune_defaults(_finetune_preset(values))
+    options = finetune.bert_model_options(folder, tokenizer, {**model, **parse_model_options(ctx, values["model_opt"])})
     return (tokenizer, options, collect_train_config(values, **{**defaults, **config}),
             collect_data_settings(values, max_len=max_len, tokenizer="wordpiece",
                                   vocab_size=int(options["vocab_size"])))

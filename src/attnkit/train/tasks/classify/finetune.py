@@ -36,15 +36,20 @@ FINETUNE_MAX_LEN = 128
 """Default truncation length (WordPiece tokens, without ``[CLS]``/``[SEP]``)."""
 
 
-def finetune_defaults(preset: str | None = None) -> tuple[dict[str, Any], int]:
-    """The TrainConfig defaults and the truncation length of fine-tuning: :data:`FINETUNE_DEFAULTS` and
-    :data:`FINETUNE_MAX_LEN`, with what ``preset`` (``--preset balanced``; None: ``--init-from``) changes
-    (:data:`attnkit.train.tasks.classify.recipe.PRETRAINED_PRESETS`). Flags override both."""
+def finetune_defaults(preset: str | None = None) -> tuple[dict[str, Any], int, dict[str, Any]]:
+    """The TrainConfig defaults, the truncation length and the model options of fine-tuning:
+    :data:`FINETUNE_DEFAULTS`, :data:`FINETUNE_MAX_LEN` and none, with what ``preset`` (``--preset
+    balanced``; None: ``--init-from``) changes (:data:`attnkit.train.tasks.classify.recipe.PRETRAINED_PRESETS`:
+    a :class:`~attnkit.models.bert_classifier.BertClassifierConfig` field is a model option). Flags override
+    all three."""
+    from attnkit.models.bert_classifier import BertClassifierConfig
     from attnkit.train.tasks.classify.recipe import preset_settings
 
     changes = preset_settings(preset) if preset is not None else {}
     max_len = int(changes.pop("max_len", FINETUNE_MAX_LEN))
-    return {**FINETUNE_DEFAULTS, **changes}, max_len
+    model_fields = {f.name for f in dataclasses.fields(BertClassifierConfig)}
+    model = {key: changes.pop(key) for key in list(changes) if key in model_fields}
+    return {**FINETUNE_DEFAULTS, **changes}, max_len, model
 
 
 def check_bert_folder(directory: str | Path, *, what: str = "") -> Path:

@@ -59,23 +59,26 @@ its n-gram half, as ``--model bert --init-from FOLDER`` does with that package's
 
 PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     "balanced": {"epochs": 1, "lr": 1e-4, "max_len": 64},
-    "accurate": {},
+    "accurate": {"epochs": 2, "lr": 1e-4, "frozen_layers": 2},
 }
 """The presets that fine-tune the MiniLM folder, each with what it changes over fine-tuning's defaults
 (:data:`attnkit.train.tasks.classify.finetune.FINETUNE_DEFAULTS` and ``FINETUNE_MAX_LEN``: lr 5e-5, 3
-epochs, 128 tokens). ``balanced`` reads the data once at twice the peak rate and 64 tokens a document:
-a third of accurate's passes (a fifth of its tokens on long documents), for most of its gain over
-``fast`` (``evals/presets.py``, whose table is in docs/results.md)."""
+epochs, 128 tokens; a field of :class:`attnkit.models.bert_classifier.BertClassifierConfig` is a model
+option). ``balanced`` reads the data once at twice the peak rate and 64 tokens a document: a third of
+the passes, for most of accurate's gain over ``fast``. ``accurate`` trains two epochs at that rate with
+the embeddings and the bottom two of the six layers kept as pretrained (no backward pass below them),
+about half of what three epochs of every weight cost (``evals/presets.py``, whose table is in
+docs/results.md)."""
 
 PRESET_HELP = (
     "fast (the default): attention over word embeddings + an n-gram half; on a 2-core CPU about 15 s for "
     "10,000 sentences, 1 min for 7,600 news articles, 5 min for IMDB's 25,000 reviews. balanced: fine-tune "
     "all-MiniLM-L6-v2 with its n-gram half for one epoch (lr 1e-4, max-len 64); about 3 min for 10,000 "
-    "sentences. accurate: the same fine-tuning for 3 epochs (lr 5e-5, max-len 128); about 25 min for 7,600 "
-    "news articles (+3.3 points over the baseline) and 10-15 min for 10,000 sentences (+7.4 on MR). "
-    "balanced and accurate need the 'pretrained' extra; flags given beside a preset override its settings."
+    "sentences. accurate: fine-tune it for 2 epochs (lr 1e-4, max-len 128, the bottom 2 of 6 layers "
+    "frozen); about 12 min for 7,600 news articles and 5 min for 10,000 sentences. balanced and accurate "
+    "need the 'pretrained' extra; flags given beside a preset override its settings."
 )
-"""The help text of ``--preset`` (its costs: evals/presets.py, evals/mr_bert.py and evals/default_recipe.py)."""
+"""The help text of ``--preset`` (its costs: evals/presets.py)."""
 
 
 def preset_settings(preset: str | None) -> dict[str, Any]:
