@@ -12,9 +12,10 @@ whole-process peak, ``Maximum resident set size``):
   test score and the report (explanations and their faithfulness);
 * the baseline: :func:`attnkit.train.tasks.classify.baseline.baseline_scores` on the same
   files (fit on the training file, as ``--baseline`` fits it on the training and
-  validation parts), keeping the most frequent n-grams that fit the default
-  memory limit (:func:`attnkit.train.tasks.classify.baseline.baseline_features`: 312,500 for
-  50 classes, 781,250 for 20); all of them would need 12 GB and more.
+  validation parts), keeping the most frequent n-grams that fit the room left under the
+  default memory limit beside what the process holds
+  (:func:`attnkit.train.tasks.classify.baseline.baseline_features`: about 290,000 for 50
+  classes, 730,000 for 20); all of them would need 12 GB and more.
 
 Corpora (``--corpora``):
 

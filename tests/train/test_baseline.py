@@ -149,7 +149,7 @@ def test_train_baseline_and_report(tmp_path, data_csv) -> None:
     assert (committed_dir(out) / "config.json").is_file()
     stored = read_run_config(out)["metrics"]["baseline"]
     assert set(stored) == {"accuracy", "macro_f1", "weighted_f1", "macro_recall", "per_class", "class_weight",
-                           "n", "features"} and stored["n"] == 24
+                           "n", "features", "feature_limit"} and stored["n"] == 24
     row = next(line for line in result.output.splitlines() if line.startswith("baseline "))
     assert row.split()[1:] == [f"{stored['accuracy']:.4f}", f"{stored['macro_f1']:.4f}"]
     page = (out / "report.html").read_text(encoding="utf-8")
@@ -217,8 +217,15 @@ def test_the_baseline_keeps_the_features_that_fit_the_memory_limit() -> None:
     on small sets: every n-gram, as before."""
     from attnkit.train.tasks.classify.baseline import BASELINE_BYTES, baseline_features, baseline_scores
 
-    assert baseline_features(50, 4 * 10**9) == 4 * 10**9 // (BASELINE_BYTES * 50)  # 312,500 of them
+    assert baseline_features(50, 4 * 10**9, used=0) == 4 * 10**9 // (BASELINE_BYTES * 50)  # 312,500 of them
+    assert baseline_features(50, 4 * 10**9, used=10**9) == 3 * 10**9 // (BASELINE_BYTES * 50)  # the room left
+    assert baseline_features(50, 4 * 10**9, used=4 * 10**9) == 1000  # none left: the fewest it keeps
     assert baseline_features(2, 4 * 10**9) > 5_000_000  # more than IMDB's 1-2-grams
+    import attnkit._memory
+
+    with pytest.MonkeyPatch.context() as patch:  # what the process holds now is read when not given
+        patch.setattr(attnkit._memory, "resident_bytes", lambda: 2 * 10**9)
+        assert baseline_features(50, 4 * 10**9) == 2 * 10**9 // (BASELINE_BYTES * 50)
     train = [Example(f"w{i} w{i + 1} w{i % 7} topic{i % 5}", f"c{i % 5}") for i in range(600)]
     every = baseline_scores(train, train[:20], memory=10**9)
     assert every["features"] > 1500

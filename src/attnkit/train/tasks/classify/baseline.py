@@ -56,14 +56,20 @@ BASELINE_BYTES = 8 * 32
 L-BFGS-B with ten correction pairs holds about 25, scikit-learn's loss and its gradient the rest)."""
 
 
-def baseline_features(num_classes: int, memory: int | None = None) -> int | None:
-    """The most TF-IDF features the baseline keeps for ``num_classes`` classes: what fits the limit
-    :func:`attnkit.train.memory_budget.limit_and_source` sets for ``memory`` (``max_memory``; None: the
-    default limit) at :data:`BASELINE_BYTES` a class and feature; None: no limit known, all of them."""
+def baseline_features(num_classes: int, memory: int | None = None, used: int | None = None) -> int | None:
+    """The most TF-IDF features the baseline keeps for ``num_classes`` classes: what fits the room left under
+    the limit :func:`attnkit.train.memory_budget.limit_and_source` sets for ``memory`` (``max_memory``; None:
+    the default limit) at :data:`BASELINE_BYTES` a class and feature, beside the ``used`` bytes the process
+    holds already (None: its resident memory now), so that the process as a whole stays within the limit the
+    run's own plan keeps to; at least 1,000. None: no limit known, all of them."""
+    from attnkit._memory import resident_bytes
     from attnkit.train.memory_budget import limit_and_source
 
     limit = limit_and_source(memory)[0]
-    return None if limit is None else max(1000, limit // (BASELINE_BYTES * max(1, num_classes)))
+    if limit is None:
+        return None
+    room = limit - (resident_bytes() if used is None else used)
+    return max(1000, room // (BASELINE_BYTES * max(1, num_classes)))
 
 
 def _pipeline(c: float, class_weight: str = "none", max_features: int | None = None) -> Any:
