@@ -173,9 +173,11 @@ def test_preset_balanced_fine_tunes_the_same_folder_once_at_its_own_settings(tin
     config = balanced.predictor_.config
     assert config["model_name"] == "bert" and config["init_from"] == str(tiny_bert.resolve())
     assert (config["train_config"]["epochs"], config["train_config"]["lr"]) == (1, 1e-4)
-    assert config["data_settings"]["max_len"] == 64
-    given = attnkit.TextClassifier(preset="balanced", epochs=2, max_len=16).fit(X, Y).predictor_.config
+    assert config["data_settings"]["max_len"] == 64 and config["model_config"]["frozen_layers"] == 2
+    given = attnkit.TextClassifier(preset="balanced", epochs=2, max_len=16,
+                                   model_options={"frozen_layers": 0}).fit(X, Y).predictor_.config
     assert (given["train_config"]["epochs"], given["data_settings"]["max_len"]) == (2, 16)  # arguments over it
+    assert given["model_config"]["frozen_layers"] == 0
 
 
 def test_preset_accurate_without_the_extra_names_it_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -339,7 +339,7 @@ def test_preset_balanced_resolves_to_its_settings_and_resumes_to_identical_weigh
     from attnkit.train.tasks.classify.finetune import FINETUNE_DEFAULTS, finetune_defaults
 
     defaults, max_len, model = finetune_defaults("balanced")
-    assert (defaults["epochs"], defaults["lr"], max_len, model) == (1, 1e-4, 64, {})
+    assert (defaults["epochs"], defaults["lr"], max_len, model) == (1, 1e-4, 64, {"frozen_layers": 2})
     assert {k: v for k, v in defaults.items() if k not in ("epochs", "lr")} == {
         k: v for k, v in FINETUNE_DEFAULTS.items() if k not in ("epochs", "lr")}
     defaults, max_len, model = finetune_defaults("accurate")

@@ -58,22 +58,23 @@ its n-gram half, as ``--model bert --init-from FOLDER`` does with that package's
 :data:`PRETRAINED_PRESETS`."""
 
 PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
-    "balanced": {"epochs": 1, "lr": 1e-4, "max_len": 64},
+    "balanced": {"epochs": 1, "lr": 1e-4, "max_len": 64, "frozen_layers": 2},
     "accurate": {"epochs": 2, "lr": 1e-4, "frozen_layers": 2},
 }
 """The presets that fine-tune the MiniLM folder, each with what it changes over fine-tuning's defaults
 (:data:`attnkit.train.tasks.classify.finetune.FINETUNE_DEFAULTS` and ``FINETUNE_MAX_LEN``: lr 5e-5, 3
 epochs, 128 tokens; a field of :class:`attnkit.models.bert_classifier.BertClassifierConfig` is a model
-option). ``balanced`` reads the data once at twice the peak rate and 64 tokens a document: a third of
-the passes, for most of accurate's gain over ``fast``. ``accurate`` trains two epochs at that rate with
-the embeddings and the bottom two of the six layers kept as pretrained (no backward pass below them),
-about half of what three epochs of every weight cost (``evals/presets.py``, whose table is in
-docs/results.md)."""
+option). Both keep the embeddings and the bottom two of the six layers as pretrained (no backward pass
+below them: a step costs about two thirds of a full one) and train at twice the paper's peak rate;
+``accurate`` for two epochs of 128 tokens a document, about half of what three epochs of every weight
+cost, ``balanced`` for one epoch of 64 tokens, for most of accurate's gain over ``fast``
+(``evals/presets.py``, whose table is in docs/results.md)."""
 
 PRESET_HELP = (
     "fast (the default): attention over word embeddings + an n-gram half; on a 2-core CPU about 15 s for "
     "10,000 sentences, 1 min for 7,600 news articles, 5 min for IMDB's 25,000 reviews. balanced: fine-tune "
-    "all-MiniLM-L6-v2 with its n-gram half for one epoch (lr 1e-4, max-len 64); about 3 min for 10,000 "
+    "all-MiniLM-L6-v2 with its n-gram half for one epoch (lr 1e-4, max-len 64, the bottom 2 of 6 layers "
+    "frozen); about 2 min for 10,000 "
     "sentences. accurate: fine-tune it for 2 epochs (lr 1e-4, max-len 128, the bottom 2 of 6 layers "
     "frozen); about 12 min for 7,600 news articles and 5 min for 10,000 sentences. balanced and accurate "
     "need the 'pretrained' extra; flags given beside a preset override its settings."
