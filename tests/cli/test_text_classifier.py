@@ -155,11 +155,9 @@ def test_preset_accurate_and_init_from_fine_tune_a_bert_folder(tiny_bert: Path, 
     accurate = attnkit.TextClassifier(preset="accurate", epochs=1, max_len=16).fit(X, Y)
     config = accurate.predictor_.config
     assert config["model_name"] == "bert" and config["init_from"] == str(tiny_bert.resolve())
-    assert (config["train_config"]["lr"], config["train_config"]["patience"]) == (1e-4, 0)  # the preset's
+    assert (config["train_config"]["lr"], config["train_config"]["patience"]) == (5e-5, 0)  # fine-tuning's
     assert config["data_settings"]["tokenizer"] == "wordpiece" and config["data_settings"]["max_len"] == 16
-    assert config["model_config"]["frozen_layers"] == 2
-    folder = attnkit.TextClassifier(init_from=tiny_bert, epochs=1, max_len=16, lr=1e-4,
-                                    model_options={"frozen_layers": 2}).fit(X, Y)
+    folder = attnkit.TextClassifier(init_from=tiny_bert, epochs=1, max_len=16).fit(X, Y)
     np.testing.assert_array_equal(folder.predict_proba(TEXTS), accurate.predict_proba(TEXTS))  # the same recipe
     run = accurate.save(tmp_path / "run")
     result = CliRunner().invoke(cli, ["predict", str(run), *TEXTS], catch_exceptions=False)

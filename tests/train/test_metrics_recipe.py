@@ -326,8 +326,8 @@ def test_preset_accurate_fine_tunes_the_packaged_minilm_with_its_ngram_half(tmp_
     assert saved["model_name"] == "bert" and saved["init_from"] == str(fake_pretrained.resolve())
     assert saved["model_config"]["hidden_size"] == 16 and saved["model_config"]["ngram_rows"] > 0
     cfg = saved["train_config"]
-    assert (cfg["lr"], cfg["batch_size"], cfg["patience"], cfg["epochs"]) == (1e-4, 32, 0, 1)  # the preset's, --epochs
-    assert saved["model_config"]["frozen_layers"] == 2
+    assert (cfg["lr"], cfg["batch_size"], cfg["patience"], cfg["epochs"]) == (5e-5, 32, 0, 1)  # fine-tuning's, --epochs
+    assert saved["model_config"]["frozen_layers"] == 0
     assert saved["data_settings"]["tokenizer"] == "wordpiece" and saved["data_settings"]["max_len"] == 16
     both = CliRunner().invoke(cli, ["train", "--data", str(imbalanced_csv), "--out", str(tmp_path / "r2"),
                                     "--preset", "accurate", "--model", "wide"])
@@ -342,9 +342,7 @@ def test_preset_balanced_resolves_to_its_settings_and_resumes_to_identical_weigh
     assert (defaults["epochs"], defaults["lr"], max_len, model) == (1, 1e-4, 64, {"frozen_layers": 2})
     assert {k: v for k, v in defaults.items() if k not in ("epochs", "lr")} == {
         k: v for k, v in FINETUNE_DEFAULTS.items() if k not in ("epochs", "lr")}
-    defaults, max_len, model = finetune_defaults("accurate")
-    assert (defaults["epochs"], defaults["lr"], max_len, model) == (2, 1e-4, 128, {"frozen_layers": 2})
-    assert finetune_defaults(None) == (FINETUNE_DEFAULTS, 128, {})  # --init-from: the paper's settings
+    assert finetune_defaults("accurate") == finetune_defaults(None) == (FINETUNE_DEFAULTS, 128, {})  # the paper's
     flags = ["--data", str(imbalanced_csv), "--preset", "balanced", "--epochs", "2", "--device", "cpu", "-q"]
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert CliRunner().invoke(cli, ["train", *flags, "--out", str(whole)]).exit_code == 0

@@ -93,7 +93,7 @@ class BertClassifierConfig(BertConfig, ModelConfig):
         frozen_layers: how many of the encoder's bottom layers keep the weights they start with
             (the pretrained ones), the embeddings with them when any do; 0: every weight trains.
             Nothing below the lowest trained layer needs a backward pass: with 2 of MiniLM's 6 layers
-            frozen a step costs about two thirds of a full one (``--preset accurate``).
+            frozen a step costs about two thirds of a full one (``--preset balanced``).
     """
 
     num_classes: int
