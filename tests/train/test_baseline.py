@@ -220,16 +220,16 @@ def test_the_baseline_keeps_the_features_that_fit_the_memory_limit() -> None:
     assert baseline_features(50, 4 * 10**9, used=0) == 4 * 10**9 // (BASELINE_BYTES * 50)  # 312,500 of them
     assert baseline_features(50, 4 * 10**9, used=10**9) == 3 * 10**9 // (BASELINE_BYTES * 50)  # the room left
     assert baseline_features(50, 4 * 10**9, used=4 * 10**9) == 1000  # none left: the fewest it keeps
-    assert baseline_features(2, 4 * 10**9) > 5_000_000  # more than IMDB's 1-2-grams
+    assert baseline_features(2, 4 * 10**9, used=0) > 5_000_000  # more than IMDB's 1-2-grams
     import attnkit._memory
 
     with pytest.MonkeyPatch.context() as patch:  # what the process holds now is read when not given
         patch.setattr(attnkit._memory, "resident_bytes", lambda: 2 * 10**9)
         assert baseline_features(50, 4 * 10**9) == 2 * 10**9 // (BASELINE_BYTES * 50)
-    train = [Example(f"w{i} w{i + 1} w{i % 7} topic{i % 5}", f"c{i % 5}") for i in range(600)]
-    every = baseline_scores(train, train[:20], memory=10**9)
+        train = [Example(f"w{i} w{i + 1} w{i % 7} topic{i % 5}", f"c{i % 5}") for i in range(600)]
+        every = baseline_scores(train, train[:20], memory=3 * 10**9)  # 1 GB of room: every n-gram
+        few = baseline_scores(train, train[:20], memory=2 * 10**9 + 1000 * BASELINE_BYTES * 5)
     assert every["features"] > 1500
-    few = baseline_scores(train, train[:20], memory=1000 * BASELINE_BYTES * 5)
     assert few["features"] == few["feature_limit"] == 1000
     from attnkit.train.tasks.classify.reports import comparison_lines
 
