@@ -67,8 +67,7 @@ epochs, 128 tokens; a field of :class:`attnkit.models.bert_classifier.BertClassi
 option). ``balanced`` keeps the embeddings and the bottom two of the six layers as pretrained (no
 backward pass below them: a step costs about two thirds of a full one) and reads the data once, at twice
 the paper's peak rate and 64 tokens a document; ``accurate`` is fine-tuning's defaults, every weight for
-three epochs. On MR and AG News balanced keeps 84% and 73% of accurate's gain over ``fast`` at 29% and
-26% of its time (``evals/presets.py``; the table is in docs/results.md)."""
+three epochs. What each costs and gains: docs/results.md (presets), measured by ``evals/presets.py``."""
 
 PRESET_HELP = (
     "fast (the default): attention over word embeddings + an n-gram half; on a 2-core CPU about 15 s for "
