@@ -12,6 +12,7 @@ the TF-IDF baseline as ``attnkit baseline`` on the same folds, each under ``/usr
     .venv/bin/python evals/presets.py --sets mr sms --max-folds 1        # one fold each: about 30 min
     .venv/bin/python evals/presets.py --sets mr --presets fast balanced  # accurate left out (no ratios)
     .venv/bin/python evals/presets.py --sets mr --also "before=accurate --pack 0"   # one more column
+    .venv/bin/python evals/presets.py --sets mr --max-folds 1 --seed 1   # other folds, another batch order
 
 ``--also NAME=PRESET FLAGS`` adds a column that runs PRESET with more flags (a preset's settings
 before a change, measured beside it in the same run); its time share against accurate is printed too.
@@ -94,7 +95,7 @@ def mixed_corpus(root: Path | None, per_class: int = 300, per_document: int = 8,
 
 def run_set(name: str, files: dict[str, Path], args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Every preset and the baseline on set ``name``; ``files``: ``data`` (and ``test`` for a fixed split)."""
-    data = ["--data", str(files["data"]), "--format", "label-tab-text"]
+    data = ["--data", str(files["data"]), "--format", "label-tab-text", "--seed", str(args.seed)]
     row: dict[str, Any] = {}
     for preset, flags in [(p, [p]) for p in args.presets] + list(args.also.items()):
         flags = ["--preset", *flags]
@@ -155,6 +156,8 @@ def main() -> None:
                         help="one more column: PRESET run with more flags")
     parser.add_argument("--folds", type=int, default=10)
     parser.add_argument("--max-folds", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the folds' (or IMDB's validation split's) and the training's seed, for every column")
     parser.add_argument("--data-root", type=Path)
     parser.add_argument("--json", type=Path, help="also write every figure here")
     args = parser.parse_args()

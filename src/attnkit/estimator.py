@@ -82,6 +82,8 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             (``--tune-thresholds``).
         token_budget: train at most the whole epochs that read this many tokens, 0 off
             (``--token-budget``).
+        optimizer_kernel: AdamW's kernel, ``"foreach"`` or ``"fused"`` (``--optimizer-kernel``; None: the
+            recipe's: fused when fine-tuning).
         device: where to train (``"cpu"``, ``"cuda"``, ``"auto"``); the fitted model is kept on the CPU.
         tokenizer: how text becomes token ids (``--tokenizer``). Like the three below, None leaves the
             recipe's value.
@@ -111,7 +113,8 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
                  clip_norm: float | None = None, patience: int | None = None, label_smoothing: float | None = None,
                  seed: int = 0, device: str = "cpu", pack: int | None = None, on_nan: str | None = None,
                  metric: str | None = None, class_weight: str | None = None, tune_thresholds: bool | None = None,
-                 token_budget: int | None = None, tokenizer: str | None = None, vocab_size: int | None = None,
+                 token_budget: int | None = None, optimizer_kernel: str | None = None, tokenizer: str | None = None,
+                 vocab_size: int | None = None,
                  min_frequency: int | None = None,
                  max_len: int | None = None, val_ratio: float = 0.1, max_memory: int | str | None = None) -> None:
         self.model = model
@@ -134,6 +137,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         self.class_weight = class_weight
         self.tune_thresholds = tune_thresholds
         self.token_budget = token_budget
+        self.optimizer_kernel = optimizer_kernel
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.min_frequency = min_frequency

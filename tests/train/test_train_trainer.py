@@ -86,8 +86,9 @@ class _Interrupt(Exception):
     pass
 
 
-def test_resume_after_interruption_gives_identical_weights(tmp_path) -> None:
-    cfg = TrainConfig(epochs=4, batch_size=16, lr=0.05, patience=3, device="cpu")
+@pytest.mark.parametrize("kernel", ["foreach", "fused"])
+def test_resume_after_interruption_gives_identical_weights(tmp_path, kernel) -> None:
+    cfg = TrainConfig(epochs=4, batch_size=16, lr=0.05, patience=3, device="cpu", optimizer_kernel=kernel)
     straight = _trainer(tmp_path / "a", cfg)
     straight.fit()
 
@@ -155,6 +156,34 @@ def test_trainer_steps_equal_a_hand_written_adamw_loop() -> None:
     assert trainer.step == step == 6
     for (name, a), b in zip(trainer.model.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
+
+
+def test_the_foreach_kernel_gives_the_one_tensor_loops_bytes_and_fused_is_close(tmp_path) -> None:
+    """AdamW's kernels: foreach (the default) is torch's one-tensor loop (its default on a CPU) to the bit;
+    fused rounds differently in the last bits only."""
+    cfg = TrainConfig(epochs=2, batch_size=16, lr=0.05, patience=0, device="cpu")
+
+    def loop(model: torch.nn.Module) -> torch.optim.Optimizer:
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        rest = [p for p in model.parameters() if p.dim() < 2]
+        return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                  {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, foreach=False)
+
+    reference = _trainer(tmp_path / "loop", cfg, optimizer=loop)
+    reference.fit()
+    foreach = _trainer(tmp_path / "foreach", cfg)
+    fused = _trainer(tmp_path / "fused", TrainConfig(**{**cfg.to_dict(), "optimizer_kernel": "fused"}))
+    assert foreach.optimizer.defaults["foreach"] is True and fused.optimizer.defaults["fused"] is True
+    foreach.fit()
+    fused.fit()
+    for (name, a), b, c in zip(reference.model.named_parameters(), foreach.model.parameters(),
+                               fused.model.parameters(), strict=True):
+        assert torch.equal(a, b), name
+        torch.testing.assert_close(c, a, rtol=0, atol=1e-4, msg=name)
+    assert any(not torch.equal(a, c) for a, c in zip(reference.model.parameters(), fused.model.parameters(),
+                                                     strict=True))
+    with pytest.raises(ValueError, match="optimizer_kernel.*foreach.*fused"):
+        TrainConfig(optimizer_kernel="sparse")
 
 
 def test_epoch_batches_cap_the_padded_tokens_of_long_documents() -> None:

@@ -16,7 +16,10 @@ from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 from attnkit.train.metrics import CLASS_WEIGHTS, check_metric
 
 __all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "DataSettings", "TranslationTrainConfig",
-           "warmup_linear_factor", "USER_TRAIN_FIELDS"]
+           "warmup_linear_factor", "USER_TRAIN_FIELDS", "OPTIMIZER_KERNELS"]
+
+OPTIMIZER_KERNELS = ("foreach", "fused")
+"""The values of :attr:`TrainConfig.optimizer_kernel`, each the keyword torch's AdamW takes for it."""
 
 S = TypeVar("S", bound="TrainSettings")
 
@@ -109,6 +112,11 @@ class TrainConfig(ClassifierTrainSettings):
         token_budget: ``0`` (off) or the most training tokens a run reads: ``epochs`` is lowered to the
             whole epochs that fit (at least one) before the schedule is planned, so a corpus of long
             documents costs what a budget of tokens costs, not ``epochs`` passes over all of it.
+        optimizer_kernel: how AdamW updates the weights (:data:`OPTIMIZER_KERNELS`): ``"foreach"`` (torch's
+            multi-tensor kernel: bitwise the numbers of its one-tensor loop, torch's default on a CPU) or
+            ``"fused"`` (one pass over each weight: on a CPU, where the one-tensor loop took about a third
+            of a MiniLM fine-tuning step, a few per cent; its roundings differ in the last bits, so its
+            runs are not bitwise those of ``"foreach"``).
     """
 
     warmup_ratio: float = setting(0.1, "Share of steps with linear warm-up, then linear decay.", low=0, high=1,
@@ -127,6 +135,9 @@ class TrainConfig(ClassifierTrainSettings):
     tune_thresholds: bool | None = None
     token_budget: int = setting(0, "Train at most the whole epochs that read this many tokens, at least one (0 = "
                                 "off).", low=0, metavar="TOKENS")
+    optimizer_kernel: str = setting("foreach", "AdamW's kernel: foreach (the reference numbers) or fused (one pass "
+                                    "over each weight, several times faster a step on a CPU; the last bits of "
+                                    "each update differ).", choices=OPTIMIZER_KERNELS)
 
     def epochs_within_budget(self, tokens_per_epoch: int) -> int:
         """The epochs a run trains whose every epoch reads ``tokens_per_epoch`` training tokens: ``epochs``,

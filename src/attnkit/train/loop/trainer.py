@@ -149,7 +149,8 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.net = DDP(self.model, device_ids=ids)
         self.optimizer = optimizer(self.model) if optimizer is not None else torch.optim.AdamW(
-            self._param_groups(), lr=config.lr)
+            self._param_groups(), lr=config.lr, foreach=config.optimizer_kernel == "foreach",
+            fused=config.optimizer_kernel == "fused")
         self.schedule = schedule or schedules.for_config(config)
         self.reseed, self.time_budget_s, self.log_every = reseed, time_budget_s, log_every
         self.extendable = extendable
@@ -210,7 +211,8 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             # Without clipping the norm is still measured (an infinite bound scales nothing).
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm or float("inf"))
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm or float("inf"),
+                                                  foreach=True)
             loss = float(out.loss.detach())
             # The gradients (hence their norm) are the same on every process; the loss is each one's own.
             if self.guard.allow(loss if not self.dist.enabled else 0.0, float(norm),

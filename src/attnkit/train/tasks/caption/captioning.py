@@ -325,7 +325,7 @@ def fit_captioner(model: ImageCaptioner, images: Tensor, captions: Tensor, lengt
                            seed=seed, device="cpu"),
         task=task, out_dir=out_dir, checkpoint=checkpoint, reseed=False, quiet=True, time_budget_s=time_budget_s,
         log=(lambda line: echo(line)) if echo is not None else None,
-        optimizer=lambda m: torch.optim.Adam(trainable, lr=lr),
+        optimizer=lambda m: torch.optim.Adam(trainable, lr=lr, foreach=True),
         schedule=lambda step, total: schedules.cosine(step, total, floor=0.05))
     history = trainer.fit(resume=resume)
     model.eval()

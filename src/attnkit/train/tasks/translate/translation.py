@@ -331,7 +331,7 @@ def _trainer(model: Any, task: TranslationTask, train_config: TranslationTrainCo
         model, TrainConfig(epochs=train_config.epochs, lr=lr, clip_norm=train_config.clip_norm, patience=0,
                            seed=train_config.seed, device="cpu"),
         task=task, out_dir=out, log=say, checkpoint=commit_epoch, reseed=False, quiet=True, extendable=True,
-        optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9),
+        optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9, foreach=True),
         schedule=lambda step, _total: schedules.inverse_sqrt(step, warmup_steps),
         time_budget_s=train_config.time_budget_s, log_every=train_config.log_every)
 
