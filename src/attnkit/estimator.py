@@ -23,6 +23,7 @@ it without says so in one line.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import os
 from collections.abc import Sequence
@@ -45,6 +46,8 @@ __all__ = ["TextClassifier"]
 
 # constructor argument -> the DataSettings field it sets (None: the recipe's value); TrainConfig's: USER_TRAIN_FIELDS
 _DATA_FIELDS = ("tokenizer", "vocab_size", "min_frequency", "max_len")
+# the training settings whose default is not None (the recipe's value)
+_TRAIN_DEFAULTS = {"seed": 0, "device": "cpu"}
 # what a pretrained BERT folder fixes: its own WordPiece tokenizer and vocabulary
 _FOLDER_FIXED = ("tokenizer", "vocab_size", "min_frequency")
 
@@ -64,27 +67,11 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             ``"bert"``. Fine-tuning uses the folder's tokenizer: ``tokenizer``, ``vocab_size`` and
             ``min_frequency`` are refused beside it, and the other settings default to fine-tuning's
             (:data:`attnkit.train.tasks.classify.finetune.FINETUNE_DEFAULTS`, ``max_len`` 128).
-        epochs: the most epochs to train (``--epochs``). Like every training argument below, None
-            leaves the recipe's value.
-        batch_size: texts per optimizer step (``--batch-size``).
-        lr: the peak learning rate (``--lr``).
-        weight_decay: AdamW's weight decay (``--weight-decay``).
-        warmup_ratio: the share of the steps that warm the learning rate up (``--warmup-ratio``).
-        clip_norm: the gradient norm clipped to, 0 off (``--clip-norm``).
-        patience: early stopping's patience in epochs, 0 off (``--patience``).
-        label_smoothing: the cross-entropy's label smoothing (``--label-smoothing``).
-        seed: the seed of the validation split, the weights, dropout and the batch order (``--seed``).
-        pack: pack each batch's texts into rows of this many tokens, 0 padded batches (``--pack``).
-        on_nan: what a non-finite loss does (``--on-nan``).
-        metric: the measure to train for: ``"accuracy"``, ``"macro_f1"``, ... (``--metric``).
-        class_weight: ``"balanced"`` weighs each class by its inverse frequency (``--class-weight``).
-        tune_thresholds: tune per-class offsets on the validation part for ``metric``
-            (``--tune-thresholds``).
-        token_budget: train at most the whole epochs that read this many tokens, 0 off
-            (``--token-budget``).
-        optimizer_kernel: AdamW's kernel, ``"foreach"`` or ``"fused"`` (``--optimizer-kernel``; None: the
-            recipe's: fused when fine-tuning).
-        device: where to train (``"cpu"``, ``"cuda"``, ``"auto"``); the fitted model is kept on the CPU.
+        epochs, batch_size, lr, ...: every training setting ``attnkit train`` has a flag for, by its
+            field name (:data:`attnkit.train.config.USER_TRAIN_FIELDS`, each a keyword argument; what each
+            means: ``attnkit train --help``, docs/cli.md "Training"). None leaves the recipe's value, except
+            ``seed`` (0: the seed of the validation split, the weights, dropout and the batch order) and
+            ``device`` (``"cpu"``; the fitted model is kept on the CPU).
         tokenizer: how text becomes token ids (``--tokenizer``). Like the three below, None leaves the
             recipe's value.
         vocab_size: the most token ids the tokenizer keeps (``--vocab-size``).
@@ -106,44 +93,16 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         the C classes of ``classes_``.
     """
 
-    def __init__(self, model: str | None = None, model_options: dict[str, Any] | None = None, *,
-                 preset: str | None = None, init_from: str | os.PathLike[str] | None = None,
-                 epochs: int | None = None, batch_size: int | None = None, lr: float | None = None,
-                 weight_decay: float | None = None, warmup_ratio: float | None = None,
-                 clip_norm: float | None = None, patience: int | None = None, label_smoothing: float | None = None,
-                 seed: int = 0, device: str = "cpu", pack: int | None = None, on_nan: str | None = None,
-                 metric: str | None = None, class_weight: str | None = None, tune_thresholds: bool | None = None,
-                 token_budget: int | None = None, optimizer_kernel: str | None = None, tokenizer: str | None = None,
-                 vocab_size: int | None = None,
-                 min_frequency: int | None = None,
-                 max_len: int | None = None, val_ratio: float = 0.1, max_memory: int | str | None = None) -> None:
-        self.model = model
-        self.model_options = model_options
-        self.preset = preset
-        self.init_from = init_from
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.warmup_ratio = warmup_ratio
-        self.clip_norm = clip_norm
-        self.patience = patience
-        self.label_smoothing = label_smoothing
-        self.seed = seed
-        self.device = device
-        self.pack = pack
-        self.on_nan = on_nan
-        self.metric = metric
-        self.class_weight = class_weight
-        self.tune_thresholds = tune_thresholds
-        self.token_budget = token_budget
-        self.optimizer_kernel = optimizer_kernel
-        self.tokenizer = tokenizer
-        self.vocab_size = vocab_size
-        self.min_frequency = min_frequency
-        self.max_len = max_len
-        self.val_ratio = val_ratio
-        self.max_memory = max_memory
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # scikit-learn reads the parameters off the signature (_SIGNATURE, set below): stored as given
+        try:
+            bound = _SIGNATURE.bind(self, *args, **kwargs)
+        except TypeError as err:
+            raise TypeError(f"TextClassifier: {err} (its parameters: {', '.join(list(_SIGNATURE.parameters)[1:])})"
+                            ) from None
+        bound.apply_defaults()
+        for name, value in list(bound.arguments.items())[1:]:
+            setattr(self, name, value)
 
     def fit(self, X: Sequence[str], y: Sequence[Any]) -> TextClassifier:
         """Train on texts ``X`` with labels ``y`` (``classes_`` keeps them as given).
@@ -350,3 +309,22 @@ class _Recipe:
     tokenizer: Any = None
     init_model: Any = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _signature() -> inspect.Signature:
+    """``TextClassifier.__init__``'s parameters: ``model`` and ``model_options``, then keyword arguments:
+    ``preset``, ``init_from``, every training setting a flag sets (:data:`USER_TRAIN_FIELDS`), the data
+    settings of :data:`_DATA_FIELDS`, ``val_ratio`` and ``max_memory``; a new setting is a parameter."""
+    from attnkit.train.config import USER_TRAIN_FIELDS
+
+    positional = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+                  for name in ("model", "model_options")]
+    keyword = {"preset": None, "init_from": None, **{f: _TRAIN_DEFAULTS.get(f) for f in USER_TRAIN_FIELDS},
+               **dict.fromkeys(_DATA_FIELDS), "val_ratio": 0.1, "max_memory": None}
+    return inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *positional,
+                              *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value)
+                                for name, value in keyword.items())])
+
+
+_SIGNATURE = _signature()
+TextClassifier.__init__.__signature__ = _SIGNATURE  # type: ignore[attr-defined]

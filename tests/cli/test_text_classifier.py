@@ -142,6 +142,35 @@ def test_training_flags_pack_on_nan_clip_norm_reach_the_run(tmp_path: Path) -> N
         attnkit.TextClassifier(**TINY, on_nan="ignore").fit(X[:20], Y[:20])
 
 
+def _another_value(name: str, default: object, meta: dict | None) -> object:
+    """A valid value of TrainConfig field ``name`` other than its ``default``."""
+    special = {"metric": "macro_f1", "device": "auto", "tune_thresholds": True, "seed": 7}
+    if name in special:
+        return special[name]
+    if meta and meta["choices"]:
+        return next(c for c in reversed(meta["choices"]) if c != default)
+    return default + 1 if isinstance(default, int) else default + 0.05
+
+
+def test_every_training_setting_is_a_parameter_and_reaches_the_train_config() -> None:
+    """The constructor's parameters are generated from the settings: a new TrainConfig field a flag sets
+    is a TextClassifier parameter, stored by get_params and given to the recipe's TrainConfig."""
+    import dataclasses
+
+    from attnkit.train.config import USER_TRAIN_FIELDS, TrainConfig
+
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    given = {name: _another_value(name, fields[name].default, fields[name].metadata.get("attnkit"))
+             for name in USER_TRAIN_FIELDS}
+    clf = attnkit.TextClassifier(**given)
+    assert {k: v for k, v in clf.get_params().items() if k in given} == given
+    assert {name: getattr(clf._recipe().train_config, name) for name in given} == given
+    assert clone(clf).get_params() == clf.get_params()
+    with pytest.raises(TypeError, match=r"TextClassifier: got an unexpected keyword argument 'epoch' \(its "
+                                        r"parameters: model, model_options, preset, init_from, epochs"):
+        attnkit.TextClassifier(epoch=2)
+
+
 @pytest.fixture()
 def tiny_bert(tmp_path: Path) -> Path:
     folder = tmp_path / "bert"
