@@ -44,8 +44,6 @@ from attnkit.api import Predictor  # noqa: E402
 
 __all__ = ["TextClassifier"]
 
-# constructor argument -> the DataSettings field it sets (None: the recipe's value); TrainConfig's: USER_TRAIN_FIELDS
-_DATA_FIELDS = ("tokenizer", "vocab_size", "min_frequency", "max_len")
 # the training settings whose default is not None (the recipe's value)
 _TRAIN_DEFAULTS = {"seed": 0, "device": "cpu"}
 # what a pretrained BERT folder fixes: its own WordPiece tokenizer and vocabulary
@@ -160,12 +158,12 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
     def _recipe(self) -> _Recipe:
         """What ``fit`` trains: ``attnkit train``'s recipe with this estimator's arguments over it, or
         fine-tuning's when a BERT folder is given (``preset='balanced'`` or ``'accurate'``, ``init_from``)."""
-        from attnkit.train.config import USER_TRAIN_FIELDS
+        from attnkit.train.config import USER_DATA_FIELDS, USER_TRAIN_FIELDS
         from attnkit.train.tasks.classify.pipeline import DataSettings
         from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
         train_given = {f: getattr(self, f) for f in USER_TRAIN_FIELDS}
-        data_given = {f: getattr(self, f) for f in _DATA_FIELDS if getattr(self, f) is not None}
+        data_given = {f: getattr(self, f) for f in USER_DATA_FIELDS if getattr(self, f) is not None}
         folder = self._pretrained_folder()
         if folder is None:
             model_name = self.model or DEFAULT_MODEL
@@ -313,14 +311,14 @@ class _Recipe:
 
 def _signature() -> inspect.Signature:
     """``TextClassifier.__init__``'s parameters: ``model`` and ``model_options``, then keyword arguments:
-    ``preset``, ``init_from``, every training setting a flag sets (:data:`USER_TRAIN_FIELDS`), the data
-    settings of :data:`_DATA_FIELDS`, ``val_ratio`` and ``max_memory``; a new setting is a parameter."""
-    from attnkit.train.config import USER_TRAIN_FIELDS
+    ``preset``, ``init_from``, every training and data setting a flag sets (:data:`USER_TRAIN_FIELDS`,
+    :data:`USER_DATA_FIELDS`), ``val_ratio`` and ``max_memory``; a new setting is a parameter."""
+    from attnkit.train.config import USER_DATA_FIELDS, USER_TRAIN_FIELDS
 
     positional = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
                   for name in ("model", "model_options")]
     keyword = {"preset": None, "init_from": None, **{f: _TRAIN_DEFAULTS.get(f) for f in USER_TRAIN_FIELDS},
-               **dict.fromkeys(_DATA_FIELDS), "val_ratio": 0.1, "max_memory": None}
+               **dict.fromkeys(USER_DATA_FIELDS), "val_ratio": 0.1, "max_memory": None}
     return inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *positional,
                               *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value)
                                 for name, value in keyword.items())])

@@ -157,14 +157,18 @@ def test_every_training_setting_is_a_parameter_and_reaches_the_train_config() ->
     is a TextClassifier parameter, stored by get_params and given to the recipe's TrainConfig."""
     import dataclasses
 
-    from attnkit.train.config import USER_TRAIN_FIELDS, TrainConfig
+    from attnkit.train.config import USER_DATA_FIELDS, USER_TRAIN_FIELDS, DataSettings, TrainConfig
 
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    fields = {f.name: f for cls in (TrainConfig, DataSettings) for f in dataclasses.fields(cls)}
     given = {name: _another_value(name, fields[name].default, fields[name].metadata.get("attnkit"))
-             for name in USER_TRAIN_FIELDS}
+             for name in USER_TRAIN_FIELDS + USER_DATA_FIELDS}
     clf = attnkit.TextClassifier(**given)
     assert {k: v for k, v in clf.get_params().items() if k in given} == given
-    assert {name: getattr(clf._recipe().train_config, name) for name in given} == given
+    recipe = clf._recipe()
+    assert {name: getattr(recipe.train_config, name) for name in USER_TRAIN_FIELDS} == \
+        {name: given[name] for name in USER_TRAIN_FIELDS}
+    assert {name: getattr(recipe.data, name) for name in USER_DATA_FIELDS} == \
+        {name: given[name] for name in USER_DATA_FIELDS}
     assert clone(clf).get_params() == clf.get_params()
     with pytest.raises(TypeError, match=r"TextClassifier: got an unexpected keyword argument 'epoch' \(its "
                                         r"parameters: model, model_options, preset, init_from, epochs"):

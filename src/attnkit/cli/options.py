@@ -269,11 +269,10 @@ def train_options(f: F) -> F:
 
 def data_options(f: F) -> F:
     """Flags of :class:`attnkit.train.config.DataSettings`."""
-    from attnkit._checks import setting_fields
-    from attnkit.train.config import DataSettings
+    from attnkit.train.config import USER_DATA_FIELDS, DataSettings
 
     return library_options(
-        DataSettings, tuple(f.name for f, _ in setting_fields(DataSettings)),
+        DataSettings, USER_DATA_FIELDS,
         numpy_help={"tokenizer": "--backend numpy splits on whitespace and refuses this flag."})(f)
 
 

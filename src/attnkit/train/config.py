@@ -10,13 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from attnkit._checks import check_settings, dataclass_kwargs, setting
+from attnkit._checks import check_settings, dataclass_kwargs, setting, setting_fields
 from attnkit._finite import ON_NAN
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 from attnkit.train.metrics import CLASS_WEIGHTS, check_metric
 
 __all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "DataSettings", "TranslationTrainConfig",
-           "warmup_linear_factor", "USER_TRAIN_FIELDS", "OPTIMIZER_KERNELS"]
+           "warmup_linear_factor", "USER_TRAIN_FIELDS", "USER_DATA_FIELDS",
+           "OPTIMIZER_KERNELS"]
 
 OPTIMIZER_KERNELS = ("foreach", "fused")
 """The values of :attr:`TrainConfig.optimizer_kernel`, each the keyword torch's AdamW takes for it."""
@@ -173,6 +174,11 @@ class DataSettings:
 
     def __post_init__(self) -> None:
         check_settings(self)
+
+
+USER_DATA_FIELDS = tuple(f.name for f, _ in setting_fields(DataSettings))
+"""The :class:`DataSettings` fields a user sets (``train``'s and ``cv``'s tokenizer flags,
+:class:`attnkit.TextClassifier`'s arguments): its settings (``lowercase`` is the library's)."""
 
 
 EXPLAIN_OUTPUTS = (32, "Held-out outputs whose explanations' faithfulness chooses the method shown first when "
