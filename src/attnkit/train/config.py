@@ -138,7 +138,7 @@ class TrainConfig(ClassifierTrainSettings):
                                 "off).", low=0, metavar="TOKENS")
     optimizer_kernel: str = setting("foreach", "AdamW's kernel: foreach (the reference numbers) or fused (one pass "
                                     "over each weight, several times faster a step on a CPU; the last bits of "
-                                    "each update differ).", choices=OPTIMIZER_KERNELS)
+                                    "each update differ; fine-tuning's default).", choices=OPTIMIZER_KERNELS)
 
     def epochs_within_budget(self, tokens_per_epoch: int) -> int:
         """The epochs a run trains whose every epoch reads ``tokens_per_epoch`` training tokens: ``epochs``,
