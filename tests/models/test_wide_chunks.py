@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from attnkit.models import build_model
-from attnkit.models.wide import WideDeepClassifier, chunk_counts, chunked_documents, reading_length
+from attnkit.models.config import reading_length
+from attnkit.models.wide import WideDeepClassifier, chunk_counts, chunked_documents
 
 V = 40
 
@@ -22,7 +23,7 @@ def _model(**extra: object) -> WideDeepClassifier:
 
 def test_the_chunk_count_and_the_span_read() -> None:
     config = _model().config
-    assert config.chunk_stride == 6 and config.reading_length == 8 + 3 * 6  # a quarter of 8 read twice
+    assert config.chunk_stride == 6 and config.reading_length(8) == 8 + 3 * 6  # a quarter of 8 read twice
     counts = chunk_counts(torch.tensor([1, 8, 9, 14, 15, 100]), 8, 6, 4)
     assert counts.tolist() == [1, 1, 2, 2, 3, 4]  # 1 + ceil((T - 8) / 6), at most 4
     assert reading_length(config, 8) == 26 and reading_length(_model(chunk_len=0), 8) == 8

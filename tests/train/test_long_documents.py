@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+import attnkit
 from attnkit.data.readers import Example
 from attnkit.train.config import TrainConfig
 from attnkit.train.runs.rundir import committed_dir
@@ -104,6 +105,8 @@ def test_train_reports_the_chunked_documents_and_evaluate_counts_them(tmp_path: 
     scored = CliRunner().invoke(cli, ["evaluate", str(out), "--data", str(data), "--json"])
     assert scored.exit_code == 0, scored.output
     assert json.loads(scored.output[scored.output.index("{"):])["chunked_documents"] == 60
+    loaded = attnkit.load_run(out)  # the span the run reads, worked out once: what training printed
+    assert (loaded.max_len, loaded.read_len) == (8, 50)
 
 
 def test_packed_rows_must_hold_the_whole_span_a_chunked_model_reads() -> None:

@@ -166,9 +166,9 @@ def faithfulness(model: nn.Module, documents: Sequence[Sequence[int]], *, method
 def text_faithfulness(model: nn.Module, tokenizer: Any, texts: Sequence[str], *, max_len: int,
                       methods: Sequence[str] | None = None, **options: Any) -> dict[str, Any]:
     """:func:`faithfulness` of ``texts``, encoded as the model reads them (the first ``max_len`` tokens,
-    or the span a model reading long documents in chunks reads: :func:`attnkit.models.wide.reading_length`)."""
+    or the span a model reading long documents in chunks reads: :func:`attnkit.models.config.reading_length`)."""
     from attnkit.data.tokenization import encode_batch
-    from attnkit.models.wide import reading_length
+    from attnkit.models.config import reading_length
 
     if isinstance(texts, str):
         raise TypeError("texts must be a sequence of strings, got a single str")

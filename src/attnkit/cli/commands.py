@@ -378,7 +378,7 @@ def report(run: str, allow_unfinished: bool, **values: Any) -> None:
     from attnkit.cli.baseline import write_reports
     from attnkit.data.batching import TextClassificationDataset
     from attnkit.data.sources import load_splits
-    from attnkit.models.wide import reading_length
+    from attnkit.models.config import reading_length
     from attnkit.train.tasks.classify.pipeline import FitResult
 
     if _is_numpy_run(run):
@@ -505,7 +505,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
                 click.echo(shown("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"])))
         return
     from attnkit.attribution.report import default_method, explanation_line
-    from attnkit.models.wide import reading_length
+    from attnkit.models.config import reading_length
     from attnkit.train.runs.rundir import reports_dir
     from attnkit.train.tasks.classify.inference import format_ngrams, predict_texts
 

@@ -55,7 +55,7 @@ def run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = Fa
 
     from attnkit.cli.options import load_run
     from attnkit.data.tokenization import encode_batch, tokenizable
-    from attnkit.models.wide import reading_length
+    from attnkit.models.config import reading_length
 
     model, tokenizer, labels, meta = load_run(str(folder), allow_unfinished)
     max_len = reading_length(model, meta["data_settings"]["max_len"])

@@ -35,6 +35,7 @@ __all__ = [
     "check_token_batch",
     "token_batch",
     "valid_positions",
+    "reading_length",
 ]
 
 C = TypeVar("C", bound="ModelConfig")
@@ -63,6 +64,11 @@ class ModelConfig:
     def tokenizer_defaults(cls, tokenizer: Any) -> dict[str, Any]:
         """Fields a training run reads off its tokenizer unless given (none here; the HAN's sentence ends)."""
         return {}
+
+    def reading_length(self, max_len: int) -> int:
+        """Tokens of each document the model reads when its run cuts the data at ``max_len``: ``max_len``
+        (a model reading long documents in chunks reads more, :mod:`attnkit.models.wide`)."""
+        return max_len
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict (tuples become lists in JSON; :meth:`from_dict` restores them)."""
@@ -155,3 +161,11 @@ def token_batch(ids: object, lengths: object, vocab_size: int) -> tuple[Tensor, 
             f"to {int(real.max())}"
         )
     return ids.long(), lengths, mask
+
+
+def reading_length(model_or_config: object, max_len: int) -> int:
+    """Tokens to encode of each document for a model (or its config) whose run cuts the data at ``max_len``:
+    its config's :meth:`ModelConfig.reading_length`, ``max_len`` for any other model. The one place the
+    reading length is worked out; a loaded run has it as :attr:`attnkit.Predictor.read_len`."""
+    config = getattr(model_or_config, "config", model_or_config)
+    return config.reading_length(max_len) if isinstance(config, ModelConfig) else max_len

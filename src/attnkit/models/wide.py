@@ -48,7 +48,7 @@ overlapping chunks instead of being cut::
                                                          hierarchical model pools its sentences
 
 A document has ``1 + ceil((T - L) / S)`` chunks, at most ``max_chunks``; the
-data is encoded up to :attr:`WideDeepClassifierConfig.reading_length` tokens,
+data is encoded up to :meth:`WideDeepClassifierConfig.reading_length` tokens,
 so the n-gram half reads the whole of that span too. Padding chunks (a short
 document beside a long one) are never encoded and get no pooling weight, so a
 document's logits do not depend on its batch. ``weights["pooling"]`` is
@@ -82,7 +82,7 @@ from attnkit.models.ngram_half import WIDE_C, NgramHalf, ngram_features
 from attnkit.models.sentiment import run_packed
 
 __all__ = ["WideDeepClassifierConfig", "WideDeepClassifier", "ngram_features", "ENCODERS", "BIGRAMS", "WIDE_C",
-           "chunk_counts", "reading_length", "chunked_documents"]
+           "chunk_counts", "chunked_documents"]
 
 ENCODERS = ("none", "lstm")
 BIGRAMS = ("exact", "hashed")
@@ -159,20 +159,9 @@ class WideDeepClassifierConfig(TextClassifierConfig):
             per_token += 128 * self.hidden_size
         return 2 * per_token * tokens
 
-    @property
-    def reading_length(self) -> int:
-        """Most tokens of a document the model reads: ``L + (max_chunks - 1) S``; 0 without chunks."""
-        return self.chunk_len + (self.max_chunks - 1) * self.chunk_stride if self.chunks else 0
-
-
-def reading_length(model_or_config: object, max_len: int) -> int:
-    """Tokens to encode of each document for a model (or its config) whose data is cut at ``max_len``.
-
-    A model reading long documents in chunks reads up to its config's ``reading_length``;
-    every other model reads ``max_len`` tokens.
-    """
-    config = getattr(model_or_config, "config", model_or_config)
-    return int(getattr(config, "reading_length", 0) or max_len)
+    def reading_length(self, max_len: int) -> int:
+        """Most tokens of a document the model reads: ``L + (max_chunks - 1) S`` with chunks, else ``max_len``."""
+        return self.chunk_len + (self.max_chunks - 1) * self.chunk_stride if self.chunks else max_len
 
 
 def chunked_documents(model_or_config: object, lengths: Sequence[int]) -> int | None:

@@ -143,10 +143,8 @@ class ServedModel:
 
         from attnkit.data.tokenization import encode_batch
         from attnkit.inspect import capture
-        from attnkit.models.wide import reading_length
-
         model, tokenizer, _ = self.predictor._parts()
-        ids = encode_batch(tokenizer, [text], reading_length(model, self.predictor.max_len))[0] or [1]
+        ids = encode_batch(tokenizer, [text], self.predictor.read_len)[0] or [1]
         with torch.no_grad(), capture(model) as cap:
             model(torch.tensor([ids]), torch.tensor([len(ids)]))
         maps = [{"name": name, "role": cap.roles[name], "shape": list(w.shape[1:]),

@@ -20,7 +20,8 @@ from attnkit._progress import progress
 from attnkit.data.batching import LabelVocab
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import encode_batch
-from attnkit.models.wide import chunked_documents, reading_length
+from attnkit.models.config import reading_length
+from attnkit.models.wide import chunked_documents
 from attnkit.train.loop.task import ordered_batches
 
 __all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus", "evaluate_examples",

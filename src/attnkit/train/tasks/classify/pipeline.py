@@ -186,7 +186,7 @@ def _reading_length(model_name: str, config: dict[str, Any], max_len: int, pack:
     """Tokens of each document the model reads (more than ``max_len`` when it reads chunks), checked
     against ``pack``: a packed row must hold the longest document."""
     from attnkit.models import config_from_dict
-    from attnkit.models.wide import reading_length
+    from attnkit.models.config import reading_length
 
     read_len = reading_length(config_from_dict(model_name, config), max_len)
     if pack and pack < read_len:
@@ -228,7 +228,8 @@ def _long_batches(model_name: str, config: dict[str, Any], lengths: Sequence[int
     same batch count each, :func:`attnkit.train.loop.task.epoch_batches`).
     """
     from attnkit.models import config_from_dict
-    from attnkit.models.wide import chunked_documents, reading_length
+    from attnkit.models.config import reading_length
+    from attnkit.models.wide import chunked_documents
 
     model_config = config_from_dict(model_name, config)
     longest, size = max(lengths, default=0), min(train_config.batch_size, len(lengths))

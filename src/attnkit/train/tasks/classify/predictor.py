@@ -106,6 +106,16 @@ class Predictor:
         return int(self.config["data_settings"]["max_len"])
 
     @property
+    def read_len(self) -> int:
+        """How many tokens of each text the model reads: :attr:`max_len`, or more for a model reading long
+        documents in chunks (:func:`attnkit.models.config.reading_length`)."""
+        if self._numpy is not None:
+            return self.max_len
+        from attnkit.models.config import reading_length
+
+        return reading_length(self._parts()[0], self.max_len)
+
+    @property
     def model(self) -> Any:
         """The torch ``nn.Module`` (in eval mode), or the NumPy twin's model for a numpy run."""
         return self._numpy.model if self._numpy is not None else self._parts()[0]
