@@ -115,9 +115,9 @@ class TrainConfig(ClassifierTrainSettings):
             documents costs what a budget of tokens costs, not ``epochs`` passes over all of it.
         optimizer_kernel: how AdamW updates the weights (:data:`OPTIMIZER_KERNELS`): ``"foreach"`` (torch's
             multi-tensor kernel: bitwise the numbers of its one-tensor loop, torch's default on a CPU) or
-            ``"fused"`` (one pass over each weight: on a CPU, where the one-tensor loop took about a third
-            of a MiniLM fine-tuning step, a few per cent; its roundings differ in the last bits, so its
-            runs are not bitwise those of ``"foreach"``).
+            ``"fused"`` (one pass over each weight, many times faster a step than the loop on a CPU; its
+            roundings differ in the last bits, so its runs are not bitwise those of ``"foreach"``). A whole
+            MiniLM fine-tuning run on a CPU gains little from it (docs/results.md, presets).
     """
 
     warmup_ratio: float = setting(0.1, "Share of steps with linear warm-up, then linear decay.", low=0, high=1,
