@@ -143,6 +143,7 @@ class ServedModel:
 
         from attnkit.data.tokenization import encode_batch
         from attnkit.inspect import capture
+
         model, tokenizer, _ = self.predictor._parts()
         ids = encode_batch(tokenizer, [text], self.predictor.read_len)[0] or [1]
         with torch.no_grad(), capture(model) as cap:
