@@ -186,6 +186,44 @@ def test_the_foreach_kernel_gives_the_one_tensor_loops_bytes_and_fused_is_close(
         TrainConfig(optimizer_kernel="sparse")
 
 
+def test_precision_bf16_runs_the_steps_forward_in_bfloat16_and_keeps_everything_else_float32(tmp_path,
+                                                                                          monkeypatch) -> None:
+    """``precision`` is the training step's autocast: the classifier's product is bfloat16 under bf16 (float32
+    under fp32, whose weights are the reference's to the bit), while weights, validation and predictions stay
+    float32; ``auto`` follows the device's native support."""
+    from attnkit.train.loop.distributed import resolve_precision
+
+    cfg = TrainConfig(epochs=2, batch_size=16, lr=0.05, patience=0, device="cpu")
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        trainer = _trainer(tmp_path / precision, TrainConfig(**{**cfg.to_dict(), "precision": precision}))
+        seen: list[tuple[bool, torch.dtype]] = []
+        trainer.model.classifier.register_forward_hook(
+            lambda module, args, out, seen=seen: seen.append((module.training, out.dtype)))
+        trainer.fit()
+        assert {dtype for training, dtype in seen if training} == {getattr(torch, {"fp32": "float32",
+                                                                                 "bf16": "bfloat16"}[precision])}
+        assert {dtype for training, dtype in seen if not training} == {torch.float32}  # validation
+        assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+        assert trainer.predict(trainer.val_data)[0].dtype == torch.float32
+        runs[precision] = trainer.model
+    reference = _trainer(tmp_path / "default", cfg)
+    reference.fit()
+    assert all(torch.equal(a, b) for a, b in zip(reference.model.parameters(), runs["fp32"].parameters(),
+                                                 strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(runs["fp32"].parameters(), runs["bf16"].parameters(),
+                                                     strict=True))
+    for name, native in (("_is_avx512_bf16_supported", False), ("_is_amx_tile_supported", False)):
+        monkeypatch.setattr(torch.cpu, name, lambda native=native: native)
+    assert resolve_precision("auto", torch.device("cpu")) == "fp32"
+    assert resolve_precision("bf16", torch.device("cpu")) == "bf16"
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert resolve_precision("auto", torch.device("cpu")) == "bf16"
+    assert resolve_precision("fp32", torch.device("cpu")) == "fp32"
+    with pytest.raises(ValueError, match="precision.*fp32.*bf16.*auto"):
+        TrainConfig(precision="fp16")
+
+
 def test_epoch_batches_cap_the_padded_tokens_of_long_documents() -> None:
     lengths = [10] * 60 + [400] * 12 + [1000] * 3  # short documents, long ones, and some past the cap
     batches = epoch_batches(75, 16, seed=0, epoch=0, lengths=lengths, max_tokens=1600)

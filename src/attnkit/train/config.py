@@ -17,10 +17,13 @@ from attnkit.train.metrics import CLASS_WEIGHTS, check_metric
 
 __all__ = ["TrainSettings", "ClassifierTrainSettings", "TrainConfig", "DataSettings", "TranslationTrainConfig",
            "warmup_linear_factor", "USER_TRAIN_FIELDS", "USER_DATA_FIELDS",
-           "OPTIMIZER_KERNELS"]
+           "OPTIMIZER_KERNELS", "PRECISIONS"]
 
 OPTIMIZER_KERNELS = ("foreach", "fused")
 """The values of :attr:`TrainConfig.optimizer_kernel`, each the keyword torch's AdamW takes for it."""
+
+PRECISIONS = ("fp32", "bf16", "auto")
+"""The values of :attr:`TrainConfig.precision`: the number format of a training step's matrix products."""
 
 S = TypeVar("S", bound="TrainSettings")
 
@@ -118,6 +121,11 @@ class TrainConfig(ClassifierTrainSettings):
             ``"fused"`` (one pass over each weight, many times faster a step than the loop on a CPU; its
             roundings differ in the last bits, so its runs are not bitwise those of ``"foreach"``). A whole
             MiniLM fine-tuning run on a CPU gains little from it (docs/results.md, presets).
+        precision: the number format of a training step's forward pass (:data:`PRECISIONS`): ``"fp32"``, or
+            ``"bf16"`` (``torch.autocast``: matrix products in bfloat16, the loss, norms and softmax in float32;
+            weights, gradients, optimizer state, validation and every prediction stay float32), or ``"auto"``
+            (bf16 where the device computes it natively: a CUDA GPU that supports it, a CPU with AVX-512 BF16 or
+            AMX; else fp32). Fine-tuning's default is ``"auto"`` (docs/results.md, presets).
     """
 
     warmup_ratio: float = setting(0.1, "Share of steps with linear warm-up, then linear decay.", low=0, high=1,
@@ -139,6 +147,9 @@ class TrainConfig(ClassifierTrainSettings):
     optimizer_kernel: str = setting("foreach", "AdamW's kernel: foreach (the reference numbers) or fused (one pass "
                                     "over each weight, several times faster a step on a CPU; the last bits of "
                                     "each update differ; fine-tuning's default).", choices=OPTIMIZER_KERNELS)
+    precision: str = setting("fp32", "A training step's forward pass: fp32, bf16 (autocast: matrix products in "
+                             "bfloat16; weights, optimizer and predictions stay float32) or auto (bf16 where the "
+                             "device computes it natively; fine-tuning's default).", choices=PRECISIONS)
 
     def epochs_within_budget(self, tokens_per_epoch: int) -> int:
         """The epochs a run trains whose every epoch reads ``tokens_per_epoch`` training tokens: ``epochs``,

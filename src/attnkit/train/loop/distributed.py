@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistInfo", "init_distributed", "shutdown_distributed", "resolve_device",
+__all__ = ["DistInfo", "init_distributed", "shutdown_distributed", "resolve_device", "resolve_precision",
            "all_reduce_sum", "broadcast_object"]
 
 
@@ -50,6 +50,19 @@ def resolve_device(preference: str, info: DistInfo | None = None) -> torch.devic
     if preference.startswith("cuda:"):
         return torch.device(preference)
     return torch.device("cuda", info.local_rank if info.enabled else 0)
+
+
+def resolve_precision(preference: str, device: torch.device) -> str:
+    """``TrainConfig.precision`` on ``device``: ``"auto"`` -> ``"bf16"`` where the device multiplies bfloat16
+    natively (a CUDA GPU that supports it; a CPU with AVX-512 BF16 or AMX), else ``"fp32"``."""
+    if preference != "auto":
+        return preference
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    cpu = getattr(torch, "cpu", None)
+    native = any(callable(getattr(cpu, name, None)) and getattr(cpu, name)()
+                 for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    return "bf16" if native else "fp32"
 
 
 def init_distributed(device: str = "auto") -> DistInfo:

@@ -35,7 +35,7 @@ from attnkit._finite import StepGuard, refuse_non_finite, refuse_non_finite_metr
 from attnkit._progress import progress
 from attnkit.train.config import TrainConfig
 from attnkit.train.loop import schedules
-from attnkit.train.loop.distributed import DistInfo, all_reduce_sum, resolve_device
+from attnkit.train.loop.distributed import DistInfo, all_reduce_sum, resolve_device, resolve_precision
 from attnkit.train.loop.task import StepOutput, TrainTask, epoch_batches
 from attnkit.train.runs import checkpoint as ckpt
 
@@ -125,6 +125,7 @@ class Trainer:
         self.config = config
         self.dist = dist or DistInfo()
         self.device = resolve_device(config.device, self.dist)
+        self.precision = resolve_precision(config.precision, self.device)
         if task is None:
             if train_data is None:
                 raise ValueError("give train_data (classification) or a task")
@@ -207,7 +208,8 @@ class Trainer:
             lr = self.config.lr * self.schedule(self.step, self.total_steps)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            out = self.task.step(self.net, batch)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+                out = self.task.step(self.net, batch)
             self.optimizer.zero_grad(set_to_none=True)
             out.loss.backward()
             # Without clipping the norm is still measured (an infinite bound scales nothing).

@@ -30,7 +30,8 @@ __all__ = ["FINETUNE_DEFAULTS", "FINETUNE_MAX_LEN", "finetune_defaults", "check_
            "pretrained_initializer", "load_finetune_tokenizer", "finetune_bert"]
 
 FINETUNE_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "epochs": 3, "batch_size": 32, "warmup_ratio": 0.1,
-                                     "weight_decay": 0.01, "patience": 0, "optimizer_kernel": "fused"}
+                                     "weight_decay": 0.01, "patience": 0, "optimizer_kernel": "fused",
+                                     "precision": "auto"}
 """TrainConfig values for fine-tuning (Devlin et al., 2019, appendix A.3); flags override them. AdamW's fused
 kernel: the same accuracy as the reference kernel, up to 1.1x faster a run (docs/results.md, presets)."""
 FINETUNE_MAX_LEN = 128
