@@ -214,8 +214,7 @@ class MultiHeadAttention(nn.Module):
                         f"key {tuple(k_in.shape)} and value {tuple(v_in.shape)} must share (B, Tk) "
                         f"with batch B={query.shape[0]} of query"
                     )
-            k = split_heads(self.k_proj(k_in), self.kv_heads)  # (B, Hkv, Tk, Dh)
-            v = split_heads(self.v_proj(v_in), self.kv_heads)  # (B, Hkv, Tk, Dh)
+            k, v = self.project_key_value(k_in, v_in)
             if cache is not None:
                 k, v = cache.update(k, v)
                 limit = cache.last_mask
@@ -233,6 +232,15 @@ class MultiHeadAttention(nn.Module):
         if weights is not None:
             return y, weights
         return y
+
+    def project_key_value(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """``key`` and ``value`` through the layer's projections, split into its key-value heads (the ring's
+        self-attention projects its slice with these too).
+
+        Shape:
+            key ``(B, Tk, kdim)``, value ``(B, Tk, vdim)`` -> each ``(B, Hkv, Tk, Dh)``.
+        """
+        return split_heads(self.k_proj(key), self.kv_heads), split_heads(self.v_proj(value), self.kv_heads)
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:

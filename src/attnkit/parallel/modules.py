@@ -78,8 +78,7 @@ class _RingSelfAttention:
                              "(use eval mode or attention_dropout=0 for dropout)")
         check_sequence("query", query, layer.d_model)
         q = split_heads(layer.q_proj(query), layer.num_heads)  # (B, H, Tl, Dh)
-        k = split_heads(layer.k_proj(query), layer.kv_heads)  # (B, Hkv, Tl, Dh)
-        v = split_heads(layer.v_proj(query), layer.kv_heads)  # (B, Hkv, Tl, Dh)
+        k, v = layer.project_key_value(query, query)  # (B, Hkv, Tl, Dh) each
         out = ring_attention(q, k, v, mask=mask, causal=causal, group=self.group, layout=self.layout,
                              timeout=self.timeout)  # (B, H, Tl, Dh)
         y = layer.out_proj(merge_heads(out))  # (B, Tl, D)
