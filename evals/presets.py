@@ -16,6 +16,11 @@ the TF-IDF baseline as ``attnkit baseline`` on the same folds, each under ``/usr
 
 ``--also NAME=PRESET FLAGS`` adds a column that runs PRESET with more flags (a preset's settings
 before a change, measured beside it in the same run); its time share against accurate is printed too.
+``--source NAME=DIR`` runs column NAME with the attnkit of another checkout (``DIR/src`` first on the
+path): the code before a change, beside it in the same run:
+
+    git worktree add /tmp/before HEAD~3
+    .venv/bin/python evals/presets.py --sets mr --also "before=accurate" --source before=/tmp/before
 
 Sets as in ``evals/default_recipe.py`` (``--data-root``, else ``$ATTNKIT_DATA``, else ``../shared/data``),
 and ``mixed``: a long-document, many-class corpus built from them (:func:`mixed_corpus`: 10 classes, each a
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -54,10 +60,12 @@ def _write(examples: list[Any], path: Path) -> Path:
     return path
 
 
-def _timed(command: list[str]) -> tuple[str, float, float]:
-    """``command``'s standard output, wall seconds and peak resident memory (GB), through /usr/bin/time -v."""
+def _timed(command: list[str], source: Path | None = None) -> tuple[str, float, float]:
+    """``command``'s standard output, wall seconds and peak resident memory (GB), through /usr/bin/time -v
+    (``source``: a checkout whose ``src`` the command imports attnkit from)."""
+    env = None if source is None else {**os.environ, "PYTHONPATH": str(source / "src")}
     start = time.perf_counter()
-    done = subprocess.run(["/usr/bin/time", "-v", *command], capture_output=True, text=True)
+    done = subprocess.run(["/usr/bin/time", "-v", *command], capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
@@ -98,17 +106,17 @@ def run_set(name: str, files: dict[str, Path], args: argparse.Namespace, work: P
     data = ["--data", str(files["data"]), "--format", "label-tab-text", "--seed", str(args.seed)]
     row: dict[str, Any] = {}
     for preset, flags in [(p, [p]) for p in args.presets] + list(args.also.items()):
-        flags = ["--preset", *flags]
+        flags, source = ["--preset", *flags], args.source.get(preset)
         if "test" in files:
             out = work / f"{name}-{preset}"
             _, seconds, peak = _timed([*ATTNKIT, "train", *data, "--test", str(files["test"]), *flags,
-                                       "--out", str(out), "--quiet", "--overwrite"])
+                                       "--out", str(out), "--quiet", "--overwrite"], source)
             test = read_run_config(out)["metrics"]["test"]
             acc, f1 = test["accuracy"], test.get("macro_f1", float("nan"))
         else:
             report = work / f"{name}-{preset}.json"
             _, seconds, peak = _timed([*ATTNKIT, "cv", *data, "--folds", str(args.folds), "--max-folds",
-                                       str(args.max_folds), *flags, "--json", str(report), "--quiet"])
+                                       str(args.max_folds), *flags, "--json", str(report), "--quiet"], source)
             results = json.loads(report.read_text())["results"]
             acc = sum(r["accuracy"] for r in results) / len(results)
             f1 = sum(r.get("macro_f1", float("nan")) for r in results) / len(results)
@@ -154,6 +162,8 @@ def main() -> None:
     parser.add_argument("--presets", nargs="+", choices=PRESETS, default=list(PRESETS))
     parser.add_argument("--also", action="append", default=[], metavar="NAME=PRESET FLAGS",
                         help="one more column: PRESET run with more flags")
+    parser.add_argument("--source", action="append", default=[], metavar="NAME=DIR",
+                        help="run the --also column NAME with the attnkit of checkout DIR (the code before a change)")
     parser.add_argument("--folds", type=int, default=10)
     parser.add_argument("--max-folds", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0,
@@ -162,6 +172,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write every figure here")
     args = parser.parse_args()
     args.also = {name: shlex.split(rest) for name, _, rest in (pair.partition("=") for pair in args.also)}
+    args.source = {name: Path(folder) for name, _, folder in (pair.partition("=") for pair in args.source)}
+    for name, folder in args.source.items():
+        if name not in args.also or not (folder / "src" / "attnkit").is_dir():
+            parser.error(f"--source {name}={folder}: needs an --also column {name} and a checkout with src/attnkit")
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="attnkit-presets-") as tmp:
         work = Path(tmp)

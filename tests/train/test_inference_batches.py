@@ -8,7 +8,7 @@ from attnkit.data.batching import LabelVocab
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.models import build_model
-from attnkit.train.loop.task import ordered_batches
+from attnkit.train.loop.task import in_input_order, sorted_batches
 from attnkit.train.tasks.classify.inference import evaluate_examples, predict_texts
 
 WORDS = [f"w{i}" for i in range(30)]
@@ -23,10 +23,13 @@ def _texts() -> list[Example]:
     return out
 
 
-def test_ordered_batches_keep_the_order_and_the_cap() -> None:
-    spans = ordered_batches([3, 10, 26, 5, 6, 7, 1, 1, 1], 4, 40)
-    assert [list(s) for s in spans] == [[0, 1], [2], [3, 4, 5, 6], [7, 8]]  # past the first member: at most 40 tokens
-    assert [list(s) for s in ordered_batches([3, 25, 26], 2)] == [[0, 1], [2]]
+def test_sorted_batches_group_like_lengths_within_the_cap_and_put_rows_back_in_order() -> None:
+    lengths = [3, 10, 26, 5, 6, 7, 1, 1, 1]
+    spans = sorted_batches(lengths, 4, 40)  # shortest first; past the first member at most 40 padded tokens
+    assert spans == [[6, 7, 8, 0], [3, 4, 5, 1], [2]]
+    assert sorted_batches([3, 25, 26, 2], 2) == [[3, 0], [1, 2]]
+    rows = [torch.tensor([float(lengths[i]) for i in span]) for span in spans]
+    assert in_input_order(spans, rows).tolist() == [float(n) for n in lengths]
 
 
 def test_predict_and_evaluate_cap_the_padded_tokens_of_a_batch() -> None:
@@ -74,12 +77,12 @@ def test_the_halves_are_weighed_in_batches_capped_as_training_s() -> None:
         return out
 
     model._padded = recording  # type: ignore[method-assign]
-    parts = model.each_half(val.ids, batches=ordered_batches(val.lengths, 256, 64))
+    parts = model.each_half(val.ids, batches=sorted_batches(val.lengths, 256, 64))
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(whole, parts, strict=True))
     assert len(sizes) > 1 and all(b == 1 or b * t <= 64 for b, t in sizes), sizes
     sizes.clear()
     fit_decision(model, lambda data: (None, None), val, metric="accuracy", class_weight="none", tune=False,
-                 names=labels.labels, batches=ordered_batches(val.lengths, 256, 64))
+                 names=labels.labels, batches=sorted_batches(val.lengths, 256, 64))
     assert len(sizes) > 1 and all(b == 1 or b * t <= 64 for b, t in sizes), sizes  # the weighing is capped too
 
 

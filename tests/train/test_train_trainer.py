@@ -252,8 +252,15 @@ def test_predict_with_a_token_cap_reads_smaller_batches_and_gives_the_same_logit
     capped = ClassificationTask(data, collate=collate, lengths=data.lengths, batch_size=16, max_tokens=20)
     logits, labels = plain.predict(model, data, batch_size=16)
     assert max(seen) > 20
+    read = sum(seen)
     seen.clear()
     capped_logits, capped_labels = capped.predict(model, data, batch_size=16)
     assert max(seen) <= 20 and len(seen) > 3  # every batch within the cap (each document is under it)
     torch.testing.assert_close(capped_logits, logits)
     assert torch.equal(capped_labels, labels)
+    # like lengths share a batch, and the rows come back in the data's order
+    alone = torch.cat([model.eval()(*[collate([data[i]])[k] for k in ("ids", "lengths")]) for i in range(40)])
+    torch.testing.assert_close(logits, alone.detach())
+    assert labels.tolist() == [int(data[i]["label"]) for i in range(40)]
+    padded = sum(len(b) * max(data.lengths[i] for i in b) for b in [range(s, min(40, s + 16)) for s in (0, 16, 32)])
+    assert read < padded  # fewer padded tokens than batches in the data's order

@@ -699,7 +699,7 @@ class NgramHalf:
 
     def weigh_halves(self, documents: Sequence[Sequence[int]], labels: Sequence[int], *,
                      chunk: int = 256, class_weights: Sequence[float] | None = None,
-                     batches: Sequence[range] | None = None) -> tuple[float, float]:
+                     batches: Sequence[Sequence[int]] | None = None) -> tuple[float, float]:
         """Weigh the model's own logits and the half on held-out documents: ``a * own + b * wide`` from then on.
 
         ``a`` and ``b`` are :func:`~attnkit.models.ngram_half.fit_stacking_weights`'s
@@ -730,11 +730,12 @@ class NgramHalf:
 
     @torch.no_grad()
     def each_half(self, documents: Sequence[Sequence[int]], *, chunk: int = 256,
-                  batches: Sequence[range] | None = None) -> tuple[Tensor, Tensor]:
+                  batches: Sequence[Sequence[int]] | None = None) -> tuple[Tensor, Tensor]:
         """The model's own logits and the half's, each alone, in eval mode (the mode is left as it was).
 
-        The documents are read ``chunk`` at a time, or in ``batches``: consecutive spans that cover them in
-        order (:func:`attnkit.train.loop.task.ordered_batches`, capped in tokens as training's batches are).
+        The documents are read ``chunk`` at a time, or in ``batches``: index lists that cover each document once
+        (:func:`attnkit.train.loop.task.sorted_batches`: like lengths together, capped in tokens as training's
+        batches are); the rows come back in the documents' order.
 
         Shape:
             documents: token-id lists; returns two ``(N, C)`` float32 CPU tensors.
@@ -742,15 +743,17 @@ class NgramHalf:
         self._table()
         spans = batches if batches is not None else [range(i, min(len(documents), i + chunk))
                                                      for i in range(0, len(documents), chunk)]
-        if sum(len(span) for span in spans) != len(documents):  # refused before any work
-            raise ValueError(f"batches cover {sum(len(span) for span in spans)} of {len(documents)} documents")
+        if sorted(i for span in spans for i in span) != list(range(len(documents))):  # refused before any work
+            raise ValueError(f"batches cover {sum(len(span) for span in spans)} indices, not each of the "
+                             f"{len(documents)} documents once")
         own, wide = [], []
         with eval_mode(cast(Any, self)):
             for span in spans:
-                ids, lengths, mask = self._padded(documents[span.start : span.stop])
+                ids, lengths, mask = self._padded([documents[i] for i in span])
                 own.append(self.own_logits(ids, lengths, mask).float().cpu())
                 wide.append(self.wide_logits(ids, mask).float().cpu())
-        return torch.cat(own), torch.cat(wide)
+        back = torch.tensor([i for span in spans for i in span], dtype=torch.long).argsort()  # rows in order
+        return torch.cat(own)[back], torch.cat(wide)[back]
 
     @torch.no_grad()
     def init_from_training_data(self, documents: Sequence[Sequence[int]], labels: Sequence[int], *,

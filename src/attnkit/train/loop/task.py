@@ -23,6 +23,7 @@ end) and ``weights_kind``. Each task lives in its own folder under ``train/tasks
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -30,7 +31,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ordered_batches", "StepOutput", "TrainTask", "epoch_batches", "Batch", "Collate"]
+__all__ = ["sorted_batches", "in_input_order", "StepOutput", "TrainTask", "epoch_batches", "Batch", "Collate"]
 
 Batch = dict[str, Tensor]
 Collate = Callable[[list[Any]], Batch]
@@ -116,11 +117,21 @@ def _token_batches(ordered: Sequence[int], lengths: Sequence[int], batch_size: i
     return batches
 
 
-def ordered_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[range]:
-    """Consecutive spans of ``range(len(lengths))``, in order, of at most ``batch_size`` members and, with
-    ``max_tokens``, past the first member at most that many padded tokens (members times the longest of
-    ``lengths``): the batches of prediction."""
-    n = len(lengths)
-    if max_tokens is None:
-        return [range(start, min(n, start + batch_size)) for start in range(0, n, batch_size)]
-    return [range(b[0], b[-1] + 1) for b in _token_batches(range(n), lengths, batch_size, max_tokens)]
+def sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
+    """The batches of prediction: every index of ``lengths`` once, shortest documents first (ties in order),
+    cut into batches of at most ``batch_size`` members and, with ``max_tokens``, past the first member at most
+    that many padded tokens (members times the longest). Neighbours in length pad little, so a pass over a
+    validation or test part costs about its tokens, not its batches times its longest documents; put the
+    results back in order with :func:`in_input_order`."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return _token_batches(order, lengths, batch_size, max_tokens if max_tokens is not None else sys.maxsize)
+
+
+def in_input_order(batches: Sequence[Sequence[int]], rows: Sequence[Tensor]) -> Tensor:
+    """The rows computed batch by batch over ``batches`` (:func:`sorted_batches`), as one tensor in the order
+    of the indices.
+
+    Shape:
+        rows: one ``(len(batch), ...)`` tensor a batch; returns ``(N, ...)``.
+    """
+    return torch.cat(list(rows))[torch.tensor([i for batch in batches for i in batch], dtype=torch.long).argsort()]

@@ -22,7 +22,7 @@ from attnkit.data.readers import Example
 from attnkit.data.tokenization import encode_batch
 from attnkit.models.config import reading_length
 from attnkit.models.wide import chunked_documents
-from attnkit.train.loop.task import ordered_batches
+from attnkit.train.loop.task import sorted_batches
 
 __all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus", "evaluate_examples",
            "ngram_text", "format_ngrams"]
@@ -244,7 +244,7 @@ def evaluate_examples(model: nn.Module, tokenizer: object, labels: LabelVocab, e
     data = TextClassificationDataset(list(examples), tokenizer, labels, reading_length(model, max_len))
     model.eval()
     preds, targets = [], []
-    spans = ordered_batches(data.lengths, batch_size, batch_size * max_len)  # capped as in training
+    spans = sorted_batches(data.lengths, batch_size, batch_size * max_len)  # capped as in training
     with progress(len(spans), "evaluating", enabled=show_progress, unit="batches") as bar:
         for span in spans:
             batch = collate([data[i] for i in span])

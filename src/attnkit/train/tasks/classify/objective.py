@@ -169,7 +169,7 @@ def check_objective(metric: str, class_weight: str, train_labels: Sequence[int],
 def fit_decision(model: nn.Module, predict: Callable[[Any], tuple[Any, Any]], val_data: Any, *, metric: str,
                  class_weight: str, tune: bool | None, names: Sequence[str],
                  log: Callable[[str], None] | None = None,
-                 batches: Sequence[range] | None = None) -> dict[str, Any]:
+                 batches: Sequence[Sequence[int]] | None = None) -> dict[str, Any]:
     """After training, on the validation part: weigh the halves (a model with an n-gram half), then tune offsets.
 
     ``predict(val_data)`` gives the model's logits ``(N, C)`` and labels;
@@ -178,7 +178,7 @@ def fit_decision(model: nn.Module, predict: Callable[[Any], tuple[Any, Any]], va
     was fitted, for the run's metrics: ``halves`` ``[a, b]`` and
     ``offsets`` with the validation measure ``before`` and ``after`` them. ``batches``: the spans of
     ``val_data`` the halves' weighing reads at a time (capped in tokens as training's batches;
-    :func:`attnkit.train.loop.task.ordered_batches`), None: 256 documents at a time.
+    :func:`attnkit.train.loop.task.sorted_batches`), None: 256 documents at a time.
     """
     out: dict[str, Any] = {"metric": metric}
     if not len(val_data):

@@ -29,7 +29,7 @@ from attnkit.data.splits import kfold
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.train.config import DataSettings, TrainConfig
 from attnkit.train.loop.distributed import DistInfo
-from attnkit.train.loop.task import ordered_batches
+from attnkit.train.loop.task import sorted_batches
 from attnkit.train.loop.trainer import Trainer
 from attnkit.train.memory_budget import peak_rss_mib
 from attnkit.train.runs import checkpoint as ckpt
@@ -168,7 +168,7 @@ def fit_classifier(
         decision = fit_decision(unwrap(model), trainer.predict, val_ds, metric=train_config.metric,
                                 class_weight=train_config.class_weight, tune=train_config.tune_thresholds,
                                 names=label_vocab.labels, log=log if dist.is_main else None,
-                                batches=ordered_batches(val_ds.lengths, 256, cap))
+                                batches=sorted_batches(val_ds.lengths, 256, cap))
         test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
         chunked = _chunked(unwrap(model), test_metrics, train=train_ds, val=val_ds, test=test_ds)
         if run is not None:

@@ -12,7 +12,7 @@ from torch.utils.data import Dataset
 
 from attnkit._checks import positive_int
 from attnkit._modes import eval_mode
-from attnkit.train.loop.task import Batch, Collate, StepOutput, epoch_batches, ordered_batches
+from attnkit.train.loop.task import Batch, Collate, StepOutput, epoch_batches, in_input_order, sorted_batches
 from attnkit.train.metrics import classification_report, metric_score
 
 __all__ = ["ClassificationTask"]
@@ -121,11 +121,13 @@ class ClassificationTask:
     def predict(self, model: nn.Module, data: Dataset, *, batch_size: int = 64) -> tuple[Tensor, Tensor]:
         """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data``, in order (eval mode).
 
-        With ``max_tokens`` and a ``data.lengths``, a batch also stops short of that many padded tokens."""
+        With a ``data.lengths``, documents of like length share a batch
+        (:func:`~attnkit.train.loop.task.sorted_batches`) and, with ``max_tokens``, a batch also stops short of
+        that many padded tokens."""
         n = len(data)  # type: ignore[arg-type]
         lengths = getattr(data, "lengths", None)
-        spans = ordered_batches(lengths if lengths is not None else [0] * n, batch_size,
-                                self.max_tokens if lengths is not None else None)
+        spans = sorted_batches(lengths if lengths is not None else [0] * n, batch_size,
+                               self.max_tokens if lengths is not None else None)
         logits, labels = [], []
         with eval_mode(model):
             for span in spans:
@@ -134,7 +136,7 @@ class ClassificationTask:
                 labels.append(batch["labels"].cpu())
         if not logits:
             return torch.zeros(0, 0), torch.zeros(0, dtype=torch.long)
-        return torch.cat(logits), torch.cat(labels)
+        return in_input_order(spans, logits), in_input_order(spans, labels)
 
     def evaluate(self, model: nn.Module, data: Dataset) -> dict[str, Any]:
         """Loss and every measure of :func:`attnkit.train.metrics.classification_report` of ``model`` on ``data``.
