@@ -73,9 +73,10 @@ PRESET_HELP = (
     "fast (the default): attention over word embeddings + an n-gram half; on a 2-core CPU about 15 s for "
     "10,000 sentences, 1 min for 7,600 news articles, 5 min for IMDB's 25,000 reviews. balanced: fine-tune "
     "all-MiniLM-L6-v2 with its n-gram half for one epoch (lr 1e-4, max-len 64, the bottom 2 of 6 layers "
-    "frozen); about 2.5 min for 10,000 sentences or 7,000 news articles, most of accurate's gain (MR +4.8 "
+    "frozen); about 1.5 min for 10,000 sentences or 7,000 news articles, most of accurate's gain (MR +4.9 "
     "points over fast, AG News +2.1). accurate: fine-tune every weight for 3 epochs (lr 5e-5, max-len 128); "
-    "about 8-10 min for 10,000 sentences or 7,000 news articles (MR +5.7 points over fast, AG News +2.9). "
+    "about 4.5-6 min for 10,000 sentences or 7,000 news articles (MR +5.7 points over fast, AG News +2.9). "
+    "Both train in bfloat16 where the CPU has it (--precision). "
     "balanced and accurate need the 'pretrained' extra; flags given beside a preset override its settings."
 )
 """The help text of ``--preset`` (its costs: evals/presets.py)."""
