@@ -337,6 +337,9 @@ class Trainer:
         if not resumed and self.reseed:
             # Dropout streams differ per process; the batch order does not need the global RNG.
             torch.manual_seed(self.config.seed + 7919 * self.dist.rank)
+        if self.config.precision == "auto":
+            self.log(f"precision auto: {self.precision} on {self.device.type} "
+                     f"({'it multiplies bfloat16 natively' if self.precision == 'bf16' else 'no native bfloat16'})")
         keep_best = getattr(self.task, "keep_best", False)
         stopped = self._patience_spent()
         self.out_of_time = self.time_budget_s is not None and self.seconds > self.time_budget_s
