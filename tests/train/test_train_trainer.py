@@ -223,7 +223,7 @@ def test_precision_bf16_runs_the_steps_forward_in_bfloat16_and_keeps_everything_
     lines: list[str] = []
     _trainer(tmp_path / "auto", TrainConfig(**{**cfg.to_dict(), "precision": "auto", "epochs": 1}),
              log=lines.append).fit()
-    assert lines[0] == "precision auto: bf16 on cpu (it multiplies bfloat16 natively)"  # said, once
+    assert lines[0] == "precision auto: bf16 on cpu (it multiplies bfloat16 natively)"  # said before the first epoch
     with pytest.raises(ValueError, match="precision.*fp32.*bf16.*auto"):
         TrainConfig(precision="fp16")
 
