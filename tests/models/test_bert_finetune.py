@@ -106,6 +106,40 @@ def test_evaluate_on_the_run(finetuned: tuple[Path, str], corpus: Path) -> None:
     assert json.loads(result.output)["n"] == 200
 
 
+def test_a_word_past_max_len_decides_when_the_half_reads_it(bert_folder: Path, tmp_path: Path) -> None:
+    """Documents whose class shows only after 12 filler words: cut at --max-len 8 a run cannot tell
+    them apart (the model option ngram_len=0); by default the n-gram half reads on, up to 1,024 tokens, and
+    the run (and the run loaded back, which reads as far) can."""
+    import random
+
+    from attnkit import load_run
+
+    rng = random.Random(0)
+    keys = class_keywords(2)
+    fillers = sorted(FILLER_WORDS)
+
+    def doc(label: str) -> str:
+        return " ".join([*rng.choices(fillers, k=12), rng.choice(keys[label])])
+
+    rows = [(label, doc(label)) for label in list(keys) * 100]
+    data = tmp_path / "late.tsv"
+    data.write_text("".join(f"{label}\t{text}\n" for label, text in rows), encoding="utf-8")
+    held_out = [(label, doc(label)) for label in list(keys) * 20]
+    accuracy = {}
+    for name, options in (("cut", ["--model-opt", "ngram_len=0"]), ("read", [])):  # fine-tuning reads 1,024
+        out = tmp_path / name
+        result = CliRunner().invoke(cli, [
+            "train", "--data", str(data), "--format", "label-tab-text", "--model", "bert", "--init-from",
+            str(bert_folder), "--out", str(out), "--epochs", "1", "--batch-size", "16", "--max-len", "8",
+            *options, "-q"])
+        assert result.exit_code == 0, result.output
+        run = load_run(out)
+        assert run.read_len == (1024 if name == "read" else 8)
+        predicted = run.predict([text for _, text in held_out])
+        accuracy[name] = sum(p == label for p, (label, _) in zip(predicted, held_out, strict=True)) / len(held_out)
+    assert accuracy["read"] >= 0.95 and accuracy["cut"] <= 0.75, accuracy
+
+
 def test_init_from_errors(bert_folder: Path, corpus: Path, tmp_path: Path) -> None:
     base = ["train", "--data", str(corpus), "--format", "label-tab-text", "--out", str(tmp_path / "r")]
     result = CliRunner().invoke(cli, [*base, "--init-from", str(tmp_path / "nowhere")])
@@ -152,6 +186,39 @@ def test_the_ngram_half_joins_the_head_to_predict_only() -> None:
     assert not without.has_ngram_half and "wide" not in without.state_dict()
     with pytest.raises(ValueError, match="has no n-gram half"):
         without.init_from_training_data(docs, [0] * 24)
+
+
+def test_with_ngram_len_the_half_reads_past_the_encoder() -> None:
+    """The encoder reads each document's first max_len tokens; the n-gram half reads up to ngram_len."""
+    base = _tiny_classifier()
+    model = BertClassifier(dataclasses.replace(base.config, max_len=4, ngram_len=12)).eval()
+    assert model.config.reading_length(4) == 12
+    assert dataclasses.replace(model.config, ngram_rows=0).reading_length(4) == 4
+    assert dataclasses.replace(model.config, ngram_len=0).reading_length(4) == 4
+    docs = [[5 + i % 7, 20 + i % 5, 30 + i % 3, 40 + i % 4, 10 + i % 3, 15 + i % 2] for i in range(24)]
+    model.init_from_training_data(docs, [i % 3 for i in range(24)])
+    ids = torch.tensor([docs[0] + docs[1][:4], docs[2] + [0] * 4, docs[3][:3] + [0] * 7])
+    lengths = torch.tensor([10, 6, 3])
+    head, head_lengths = ids[:, :4], lengths.clamp(max=4)
+    mask, head_mask = model.prepare(ids, lengths)[2], model.prepare(head, head_lengths)[2]
+    with torch.no_grad():
+        own = model.own_logits(ids, lengths, mask)
+        torch.testing.assert_close(own, model.own_logits(head, head_lengths, head_mask))  # the first 4 tokens
+        wide = model.wide_logits(ids, mask)
+        assert not torch.allclose(wide[:2], model.wide_logits(head, head_mask)[:2])  # the half reads the rest
+        logits, weights = model(ids, lengths, return_weights="pooling")
+        torch.testing.assert_close(logits, own + model.wide_scale * wide)
+        assert weights["pooling"].shape == (3, 10) and weights["pooling"][:, 4:].eq(0).all()
+        torch.testing.assert_close(weights["pooling"].sum(-1), torch.ones(3))
+        # packed rows take the per-document path for a document past max_len: the logits it gets alone
+        row = torch.tensor([ids[0].tolist() + ids[2, :3].tolist() + [0]])
+        segments = torch.tensor([[0] * 10 + [1] * 3 + [-1]])
+        torch.testing.assert_close(model(row, segment_ids=segments), logits[[0, 2]])
+    from attnkit.attribution.methods import applicable_methods, attribute
+
+    for method in applicable_methods(model):  # a score for every token, the encoder's or not
+        scores = attribute(model, ids, lengths, method)
+        assert scores.shape == (3, 10), method
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])

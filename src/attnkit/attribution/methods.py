@@ -181,7 +181,8 @@ def _attention(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: 
     if _is_hf(model):
         _, layers, row, tokens = _layer_attention(model, ids, lengths)
         last = layers[-1].float().mean(1)  # (B, S, S): the last layer, mean of the heads
-        return (row.to(last)[:, None] @ last)[:, 0][:, tokens]  # the row of the position the classifier reads
+        # the row of the position the classifier reads
+        return _on_tokens((row.to(last)[:, None] @ last)[:, 0], tokens, ids)
     return model(ids, lengths, return_weights="pooling")[1]["pooling"]
 
 
@@ -202,8 +203,17 @@ def _attention_norm(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, st
     return weights * seen[-1].norm(dim=-1)  # (B, T): ||alpha_t v_t||
 
 
+def _on_tokens(per_position: Tensor, tokens: Tensor, ids: Tensor) -> Tensor:
+    """The scores ``(B, T)`` of ``ids``' tokens from per-position ones ``(B, S)``: the positions ``tokens``
+    in order, then 0 for each token past them (a BERT classifier's encoder reads the first ``max_len``
+    tokens when its n-gram half reads more)."""
+    got = per_position[:, tokens]
+    return nn.functional.pad(got, (0, ids.shape[1] - got.shape[1]))
+
+
 def _layer_attention(model: Any, ids: Tensor, lengths: Tensor) -> tuple[Tensor, list[Tensor], Tensor, Tensor]:
-    """The logits, the self-attention maps in layer order, the pooling row and its token slice.
+    """The logits, the self-attention maps in layer order, the pooling row and its token slice (the
+    tokens the attention read: :func:`_on_tokens` gives the others 0).
 
     For the document model: its encoder's and parameter-free layers' weights
     ``(B, H, T, T)`` and the pooling weights ``(B, T)``; for BERT, its layers'
@@ -222,13 +232,15 @@ def _layer_attention(model: Any, ids: Tensor, lengths: Tensor) -> tuple[Tensor, 
         finally:
             for handle in handles:
                 handle.remove()
-        s, t = layers[0].shape[-1], ids.shape[1]
+        s = layers[0].shape[-1]
+        t = s - 2  # the tokens the encoder read (its first max_len when the n-gram half reads more)
         row = torch.zeros(ids.shape[0], s, dtype=layers[0].dtype, device=ids.device)
         if model.config.pooling == "cls":
             row[:, 0] = 1.0
         else:
-            real = (torch.arange(t, device=ids.device)[None] < lengths[:, None]).to(row.dtype)
-            row[:, 1 : t + 1] = real / lengths[:, None].to(row.dtype)
+            read = lengths.clamp(max=t)
+            real = (torch.arange(t, device=ids.device)[None] < read[:, None]).to(row.dtype)
+            row[:, 1 : t + 1] = real / read[:, None].to(row.dtype)
         return logits, layers, row, torch.arange(1, t + 1, device=ids.device)
     logits, found = model(ids, lengths, return_weights=True)
     names = sorted((k for k in found if k.startswith("encoder.")), key=lambda k: int(k.split(".")[1]))
@@ -244,7 +256,7 @@ def _rollout(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: in
     per_layer = [w.float().mean(1, keepdim=True).cpu().numpy() for w in layers]  # L x (B, 1, S, S)
     flow = torch.from_numpy(np.asarray(attention_rollout(per_layer), dtype=np.float32))  # (B, S, S)
     scores = (row.float().cpu()[:, None] @ flow)[:, 0]  # (B, S): the pooling row through the layers
-    return scores.to(ids.device)[:, tokens]
+    return _on_tokens(scores.to(ids.device), tokens, ids)
 
 
 def _chefer(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
@@ -261,7 +273,7 @@ def _chefer(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int
         relevance = relevance + cam @ relevance
     g_row = grads[-1]
     pool = row.detach() if g_row is None else (g_row * row).clamp_min(0).detach()  # (B, S)
-    return (pool[:, None] @ relevance)[:, 0][:, tokens].detach()
+    return _on_tokens((pool[:, None] @ relevance)[:, 0], tokens, ids).detach()
 
 
 def _embedding_module(model: Any) -> nn.Module:
@@ -290,7 +302,9 @@ def _token_axis(model: Any, per: Tensor, t: int) -> Tensor:
     """Per-position scores of the embedded sequence, cut to the tokens (BERT's ``[CLS]``/``[SEP]`` dropped)."""
     if _is_hf(model):
         return per[:, model.offset : model.offset + t]
-    return per[:, 1 : t + 1] if hasattr(model, "bert") else per
+    if hasattr(model, "bert"):  # [CLS] tokens [SEP]: every token, or the first max_len (an n-gram half reads on)
+        return nn.functional.pad(per[:, 1:-1], (0, t + 2 - per.shape[1]))
+    return per
 
 
 def _grad_input(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:

@@ -90,6 +90,10 @@ class BertClassifierConfig(BertConfig, ModelConfig):
         ngram_rows: bigram rows of the n-gram half (:class:`~attnkit.models.ngram_half.NgramHalf`,
             over the WordPiece ids), fitted on the training part and added to the
             head's logits to predict; 0: no n-gram half.
+        ngram_len: tokens of each document the n-gram half reads when it reads more than the encoder:
+            the encoder reads the first ``max_len`` of them, the half (a sum over n-grams, whose cost
+            hardly grows with the length) all of them, so a long document is not judged by its first
+            ``max_len`` tokens alone; 0 (or no half): both read the first ``max_len``.
         frozen_layers: how many of the encoder's bottom layers keep the weights they start with
             (the pretrained ones), the embeddings with them when any do; 0: every weight trains.
             Nothing below the lowest trained layer needs a backward pass: with 2 of MiniLM's 6 layers
@@ -103,6 +107,7 @@ class BertClassifierConfig(BertConfig, ModelConfig):
     classifier_dropout: float = 0.1
     max_len: int = 128
     ngram_rows: int = 200_000
+    ngram_len: int = 0
     frozen_layers: int = 0
 
     def __post_init__(self) -> None:
@@ -112,6 +117,7 @@ class BertClassifierConfig(BertConfig, ModelConfig):
         check_positive_int("vocab_size", self.vocab_size)
         check_positive_int("max_len", self.max_len)
         check_positive_int("ngram_rows", self.ngram_rows, allow_zero=True)
+        check_positive_int("ngram_len", self.ngram_len, allow_zero=True)
         check_positive_int("frozen_layers", self.frozen_layers, allow_zero=True)
         if self.frozen_layers > self.num_hidden_layers:
             raise ValueError(f"frozen_layers must be at most num_hidden_layers={self.num_hidden_layers}, "
@@ -137,6 +143,11 @@ class BertClassifierConfig(BertConfig, ModelConfig):
         an unknown or missing key raises ValueError listing the fields.
         """
         return super(BertConfig, cls).from_dict(data)
+
+    def reading_length(self, max_len: int) -> int:
+        """Tokens of each document the model reads: ``ngram_len`` when its n-gram half reads past
+        ``max_len``, else ``max_len``."""
+        return max(max_len, self.ngram_len) if self.ngram_rows else max_len
 
     def bert_config(self) -> BertConfig:
         """The encoder's architecture alone, as a plain :class:`BertConfig`."""
@@ -227,6 +238,8 @@ class BertClassifier(NgramHalf, TextClassifier):
             ids ``(B, T)``, lengths ``(B,)``, mask allowed ``(B, 1, 1, T)``; returns ``(B, C)`` and a dict
             of weights.
         """
+        read = ids.shape[1]
+        ids, lengths, mask = self._encoder_part(ids, lengths, mask)
         t = ids.shape[1]
         if t > self.config.max_position_embeddings - 2:
             raise ValueError(
@@ -252,23 +265,39 @@ class BertClassifier(NgramHalf, TextClassifier):
         cls_row = out.attentions[-1][:, :, 0, 1 : t + 1].mean(1)  # (B, T): [CLS] -> real tokens, mean of heads
         cls_row = cls_row * real
         total = cls_row.sum(-1, keepdim=True).clamp_min(torch.finfo(cls_row.dtype).tiny)
-        found = {"pooling": cls_row / total}
+        found = {"pooling": nn.functional.pad(cls_row / total, (0, read - t))}  # (B, T): none past the encoder's
         if "layers" in weights:
             found["layers"] = torch.stack(out.attentions, 1)  # (B, L, H, S, S)
         return logits, found
+
+    def _encoder_cut(self) -> int | None:
+        """``max_len`` when the n-gram half reads past it (``ngram_len``) and the encoder reads no more,
+        else None."""
+        c = self.config
+        return c.max_len if c.ngram_len and c.ngram_rows else None
+
+    def _encoder_part(self, ids: Tensor, lengths: Tensor, mask: AttentionMask
+                      ) -> tuple[Tensor, Tensor, AttentionMask]:
+        """The batch as the encoder reads it: each document's first ``max_len`` tokens when the n-gram
+        half reads past them (``ngram_len``), else the batch itself."""
+        cut = self._encoder_cut()
+        if cut is None or ids.shape[1] <= cut:
+            return ids, lengths, mask
+        return ids[:, :cut], lengths.clamp(max=cut), AttentionMask(mask.key_mask()[:, None, None, :cut])
 
     def classify_packed(self, packed: PackedBatch, want_pooling: bool) -> tuple[Tensor, Tensor | None]:
         """Logits of packed documents: ``[CLS] doc [SEP]`` for each, several to a row.
 
         Each document gets its own ``[CLS]`` and ``[SEP]`` in the row, positions
         that restart at 0 and attention within itself only, so its logits equal
-        those it gets alone. The pooling weights (``want_pooling``) come from the
-        per-document path.
+        those it gets alone. The pooling weights (``want_pooling``), and documents longer than
+        the encoder reads (``ngram_len``), take the per-document path.
 
         Shape:
             packed rows ``(R, T)``; returns ``(N, C)`` and ``(R, T)`` or None.
         """
-        if want_pooling:
+        cut = self._encoder_cut()
+        if want_pooling or (cut is not None and int(packed.lengths.max()) > cut):
             return super().classify_packed(packed, want_pooling)
         if int(packed.lengths.max()) > self.config.max_position_embeddings - 2:
             raise ValueError(

@@ -26,7 +26,8 @@ from attnkit.models.bert import BertConfig, BertModel, load_bert_tokenizer
 from attnkit.train.config import TrainConfig
 from attnkit.train.tasks.classify.pipeline import DataSettings, FitResult, fit_classifier
 
-__all__ = ["FINETUNE_DEFAULTS", "FINETUNE_MAX_LEN", "finetune_defaults", "check_bert_folder", "bert_model_options",
+__all__ = ["FINETUNE_DEFAULTS", "FINETUNE_MAX_LEN", "FINETUNE_NGRAM_LEN", "finetune_defaults",
+           "check_bert_folder", "bert_model_options",
            "pretrained_initializer", "load_finetune_tokenizer", "finetune_bert"]
 
 FINETUNE_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "epochs": 3, "batch_size": 32, "warmup_ratio": 0.1,
@@ -36,13 +37,18 @@ FINETUNE_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "epochs": 3, "batch_size": 32, 
 kernel: the same accuracy as the reference kernel, up to 1.1x faster a run (docs/results.md, presets)."""
 FINETUNE_MAX_LEN = 128
 """Default truncation length (WordPiece tokens, without ``[CLS]``/``[SEP]``)."""
+FINETUNE_NGRAM_LEN = 1024
+"""Tokens of each document the n-gram half reads by default (the model option ``ngram_len``), while the
+encoder reads the first ``max_len``: a long document is judged by all its words, as the default recipe
+reads whole reviews (:data:`attnkit.train.tasks.classify.recipe.MODEL_DATA_DEFAULTS`), at the encoder's cost."""
 
 
 def finetune_defaults(preset: str | None = None) -> tuple[dict[str, Any], int, dict[str, Any]]:
     """The TrainConfig defaults, the truncation length and the model options of fine-tuning:
-    :data:`FINETUNE_DEFAULTS`, :data:`FINETUNE_MAX_LEN` and none, with what ``preset`` (``--preset
-    balanced``; None: ``--init-from``) changes (:data:`attnkit.train.tasks.classify.recipe.PRETRAINED_PRESETS`:
-    a :class:`~attnkit.models.bert_classifier.BertClassifierConfig` field is a model option). Flags override
+    :data:`FINETUNE_DEFAULTS`, :data:`FINETUNE_MAX_LEN` and ``ngram_len`` :data:`FINETUNE_NGRAM_LEN`, with
+    what ``preset`` (``--preset balanced``; None: ``--init-from``) changes
+    (:data:`attnkit.train.tasks.classify.recipe.PRETRAINED_PRESETS`: a
+    :class:`~attnkit.models.bert_classifier.BertClassifierConfig` field is a model option). Flags override
     all three."""
     from attnkit.models.bert_classifier import BertClassifierConfig
     from attnkit.train.tasks.classify.recipe import preset_settings
@@ -51,6 +57,7 @@ def finetune_defaults(preset: str | None = None) -> tuple[dict[str, Any], int, d
     max_len = int(changes.pop("max_len", FINETUNE_MAX_LEN))
     model_fields = {f.name for f in dataclasses.fields(BertClassifierConfig)}
     model = {key: changes.pop(key) for key in list(changes) if key in model_fields}
+    model = {"ngram_len": FINETUNE_NGRAM_LEN, **model}
     return {**FINETUNE_DEFAULTS, **changes}, max_len, model
 
 

@@ -98,6 +98,7 @@ def _bert_bytes(c: Any, tokens: int, longest: int) -> int:
     projections, the feed-forward width before and after GELU, the dropouts and LayerNorms); with
     attention dropout, the ``B H T^2`` maps are read in full, as the document model's are (3.4 maps a
     layer held for the backward pass and 1.3 more in flight)."""
+    longest = min(longest, c.max_len)  # the encoder's part; an n-gram half reading past it holds little
     documents = max(1, tokens // max(longest, 1))
     tokens, longest = tokens + 2 * documents, longest + 2
     d, layers = c.hidden_size, c.num_hidden_layers

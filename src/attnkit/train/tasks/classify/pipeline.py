@@ -236,8 +236,10 @@ def _long_batches(model_name: str, config: dict[str, Any], lengths: Sequence[int
     read_len = reading_length(model_config, max_len)
     if read_len <= max_len or not train_config.bucket or processes > 1:
         return None, size * longest
-    cap = train_config.batch_size * max_len
     chunked = chunked_documents(model_config, lengths)
+    if chunked is None:  # past max_len only a half that costs little reads (an n-gram half: ngram_len)
+        return None, size * min(longest, max_len)
+    cap = train_config.batch_size * max_len
     if chunked and note is not None:
         note(f"long documents: {chunked} of {len(lengths)} training documents are longer than `max_len` "
              f"{max_len}, read in overlapping chunks of {max_len} tokens up to {read_len} tokens each "
