@@ -373,3 +373,36 @@ def test_faithfulness_in_a_report_reads_a_bounded_number_of_tokens() -> None:
     assert found is not None
     assert found["validation"]["n"] == found["test"]["n"] == 22
     assert sum(len(rows) for rows in found["words"].values()) > 0  # the words: over all test documents
+
+
+def test_the_reports_words_read_a_bounded_number_of_documents(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The words per class: over every test document with contributions (one pass each); with integrated
+    gradients (IG_STEPS passes a document) or another method, over the first ones WORD_PASSES allows."""
+    from attnkit.attribution import report
+    from attnkit.attribution.methods import IG_STEPS
+    from attnkit.models.bert import BertConfig
+    from attnkit.models.bert_classifier import BertClassifier, BertClassifierConfig
+
+    docs = [[4 + i % 7, 5 + i % 3] for i in range(30)]
+    assert report.word_documents(docs, "contributions", passes=40) == docs
+    assert report.word_documents(docs, "integrated_gradients", passes=40) == docs[: 40 // IG_STEPS]
+    assert report.word_documents(docs, "integrated_gradients", passes=IG_STEPS * 3 - 1) == docs[:2]
+    assert report.word_documents(docs, "attention", passes=10) == docs[:10]
+    assert report.word_documents(docs, "attention", passes=30) == docs  # the limit's exact value: all
+    assert report.word_documents(docs, "grad_input", passes=0) == docs[:1]
+    read: list[int] = []
+    real = report.decisive_words
+    monkeypatch.setattr(report, "decisive_words",
+                        lambda model, documents, **kw: read.append(len(documents)) or real(model, documents, **kw))
+    monkeypatch.setattr(report, "WORD_PASSES", IG_STEPS * 4)
+    bert = BertClassifier(BertClassifierConfig.from_bert(
+        BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                   max_position_embeddings=8), num_classes=2, cls_token_id=2, sep_token_id=3, max_len=6,
+        ngram_rows=0)).eval()
+    tokenizer = type("T", (), {"id_to_token": staticmethod(lambda i: f"w{i}")})()
+    found = report.explanation_analysis(bert, tokenizer, ["a", "b"], docs[:3], docs)
+    assert found is not None and found["words_method"] == found["shown_first"] != "contributions"
+    assert read == [len(report.word_documents(docs, found["words_method"]))] and read[0] < len(docs)
+    read.clear()
+    report.explanation_analysis(_linear().eval(), tokenizer, ["a", "b"], docs[:3], docs)
+    assert read == [len(docs)]  # contributions: every test document

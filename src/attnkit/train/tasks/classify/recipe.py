@@ -67,7 +67,9 @@ epochs, 128 tokens; a field of :class:`attnkit.models.bert_classifier.BertClassi
 option). ``balanced`` keeps the embeddings and the bottom two of the six layers as pretrained (no
 backward pass below them: a step costs about two thirds of a full one) and reads the data once, at twice
 the paper's peak rate and 64 tokens a document; ``accurate`` is fine-tuning's defaults, every weight for
-three epochs. What each costs and gains: docs/results.md (presets), measured by ``evals/presets.py``."""
+three epochs. In both the n-gram half reads up to 1,024 tokens of a document (``ngram_len``, fine-tuning's
+default), the encoder its first ``max_len``. What each costs and gains: docs/results.md (presets), measured
+by ``evals/presets.py``."""
 
 PRESET_HELP = (
     "fast (the default): attention over word embeddings + an n-gram half; on a 2-core CPU about 15 s for "
@@ -76,7 +78,8 @@ PRESET_HELP = (
     "frozen); about 1.5 min for 10,000 sentences or 7,000 news articles, most of accurate's gain (MR +4.9 "
     "points over fast, AG News +2.1). accurate: fine-tune every weight for 3 epochs (lr 5e-5, max-len 128); "
     "about 4.5-6 min for 10,000 sentences or 7,000 news articles (MR +5.7 points over fast, AG News +2.9). "
-    "Both train in bfloat16 where the CPU has it (--precision). "
+    "Both train in bfloat16 where the CPU has it (--precision); their n-gram half reads a long document's "
+    "first 1,024 tokens, the encoder the first max-len. "
     "balanced and accurate need the 'pretrained' extra; flags given beside a preset override its settings."
 )
 """The help text of ``--preset`` (its costs: evals/presets.py)."""
