@@ -77,7 +77,7 @@ PRESET_HELP = (
     "all-MiniLM-L6-v2 with its n-gram half for one epoch (lr 1e-4, max-len 64, the bottom 2 of 6 layers "
     "frozen); about 1.5 min for 10,000 sentences or 7,000 news articles, 10 min for IMDB, most of accurate's "
     "gain (MR +4.8 points over fast, AG News +2.2). accurate: fine-tune every weight for 3 epochs (lr 5e-5, "
-    "max-len 128); about 4.5-6 min for 10,000 sentences or 7,000 news articles, 50 min for IMDB (MR +5.7 "
+    "max-len 128); about 4.5-6 min for 10,000 sentences or 7,000 news articles, 50 min for IMDB (estimated; MR +5.7 "
     "points over fast, AG News +2.9). "
     "Both train in bfloat16 where the CPU has it (--precision); their n-gram half reads a long document's "
     "first 1,024 tokens, the encoder the first max-len. "
