@@ -182,7 +182,7 @@ def _attention(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: 
         _, layers, row, tokens = _layer_attention(model, ids, lengths)
         last = layers[-1].float().mean(1)  # (B, S, S): the last layer, mean of the heads
         # the row of the position the classifier reads
-        return _on_tokens((row.to(last)[:, None] @ last)[:, 0], tokens, ids)
+        return _on_tokens((row.to(last)[:, None] @ last)[:, 0], tokens, ids.shape[1])
     return model(ids, lengths, return_weights="pooling")[1]["pooling"]
 
 
@@ -203,12 +203,12 @@ def _attention_norm(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, st
     return weights * seen[-1].norm(dim=-1)  # (B, T): ||alpha_t v_t||
 
 
-def _on_tokens(per_position: Tensor, tokens: Tensor, ids: Tensor) -> Tensor:
-    """The scores ``(B, T)`` of ``ids``' tokens from per-position ones ``(B, S)``: the positions ``tokens``
+def _on_tokens(per_position: Tensor, tokens: Tensor, t: int) -> Tensor:
+    """The scores ``(B, T)`` of ``T = t`` tokens from per-position ones ``(B, S)``: the positions ``tokens``
     in order, then 0 for each token past them (a BERT classifier's encoder reads the first ``max_len``
     tokens when its n-gram half reads more)."""
     got = per_position[:, tokens]
-    return nn.functional.pad(got, (0, ids.shape[1] - got.shape[1]))
+    return nn.functional.pad(got, (0, t - got.shape[1]))
 
 
 def _layer_attention(model: Any, ids: Tensor, lengths: Tensor) -> tuple[Tensor, list[Tensor], Tensor, Tensor]:
@@ -256,7 +256,7 @@ def _rollout(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: in
     per_layer = [w.float().mean(1, keepdim=True).cpu().numpy() for w in layers]  # L x (B, 1, S, S)
     flow = torch.from_numpy(np.asarray(attention_rollout(per_layer), dtype=np.float32))  # (B, S, S)
     scores = (row.float().cpu()[:, None] @ flow)[:, 0]  # (B, S): the pooling row through the layers
-    return _on_tokens(scores.to(ids.device), tokens, ids)
+    return _on_tokens(scores.to(ids.device), tokens, ids.shape[1])
 
 
 def _chefer(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
@@ -273,7 +273,7 @@ def _chefer(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int
         relevance = relevance + cam @ relevance
     g_row = grads[-1]
     pool = row.detach() if g_row is None else (g_row * row).clamp_min(0).detach()  # (B, S)
-    return _on_tokens((pool[:, None] @ relevance)[:, 0], tokens, ids).detach()
+    return _on_tokens((pool[:, None] @ relevance)[:, 0], tokens, ids.shape[1]).detach()
 
 
 def _embedding_module(model: Any) -> nn.Module:
@@ -303,7 +303,7 @@ def _token_axis(model: Any, per: Tensor, t: int) -> Tensor:
     if _is_hf(model):
         return per[:, model.offset : model.offset + t]
     if hasattr(model, "bert"):  # [CLS] tokens [SEP]: every token, or the first max_len (an n-gram half reads on)
-        return nn.functional.pad(per[:, 1:-1], (0, t + 2 - per.shape[1]))
+        return _on_tokens(per, torch.arange(1, per.shape[1] - 1, device=per.device), t)
     return per
 
 
