@@ -339,8 +339,8 @@ def test_preset_balanced_resolves_to_its_settings_and_resumes_to_identical_weigh
     from attnkit.train.tasks.classify.finetune import FINETUNE_DEFAULTS, finetune_defaults
 
     defaults, max_len, model = finetune_defaults("balanced")
-    assert (defaults["epochs"], defaults["lr"], max_len, model) == (1, 1e-4, 64, {"frozen_layers": 2,
-                                                                                  "ngram_len": 1024})
+    assert (defaults["epochs"], defaults["lr"], max_len, model) == (1, 1e-4, 64, {
+        "frozen_layers": 2, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "ngram_len": 1024})
     assert {k: v for k, v in defaults.items() if k not in ("epochs", "lr")} == {
         k: v for k, v in FINETUNE_DEFAULTS.items() if k not in ("epochs", "lr")}
     assert finetune_defaults("accurate") == finetune_defaults(None) == (FINETUNE_DEFAULTS, 128, {"ngram_len": 1024})
@@ -351,6 +351,8 @@ def test_preset_balanced_resolves_to_its_settings_and_resumes_to_identical_weigh
     assert saved["model_name"] == "bert" and saved["init_from"] == str(fake_pretrained.resolve())
     assert (saved["train_config"]["lr"], saved["data_settings"]["max_len"]) == (1e-4, 64)
     assert saved["model_config"]["ngram_len"] == 1024  # the n-gram half reads past the encoder's 64 tokens
+    assert (saved["model_config"]["hidden_dropout_prob"], saved["model_config"]["attention_probs_dropout_prob"]) == (
+        0.0, 0.0)  # one epoch without dropout
     with pytest.MonkeyPatch.context() as patch:  # the disk fills after the first epoch's commit
         patch.setattr(fileops, "fs", FullDisk(cut))
         assert "disk is full" in CliRunner().invoke(cli, ["train", *flags, "--out", str(cut)]).output

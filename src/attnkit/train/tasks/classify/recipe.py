@@ -58,7 +58,8 @@ its n-gram half, as ``--model bert --init-from FOLDER`` does with that package's
 :data:`PRETRAINED_PRESETS`."""
 
 PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
-    "balanced": {"epochs": 1, "lr": 1e-4, "max_len": 64, "frozen_layers": 2},
+    "balanced": {"epochs": 1, "lr": 1e-4, "max_len": 64, "frozen_layers": 2, "hidden_dropout_prob": 0.0,
+                 "attention_probs_dropout_prob": 0.0},
     "accurate": {},
 }
 """The presets that fine-tune the MiniLM folder, each with what it changes over fine-tuning's defaults
@@ -66,19 +67,20 @@ PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
 epochs, 128 tokens; a field of :class:`attnkit.models.bert_classifier.BertClassifierConfig` is a model
 option). ``balanced`` keeps the embeddings and the bottom two of the six layers as pretrained (no
 backward pass below them: a step costs about two thirds of a full one) and reads the data once, at twice
-the paper's peak rate and 64 tokens a document; ``accurate`` is fine-tuning's defaults, every weight for
-three epochs. In both the n-gram half reads up to 1,024 tokens of a document (``ngram_len``, fine-tuning's
-default), the encoder its first ``max_len``. What each costs and gains: docs/results.md (presets), measured
-by ``evals/presets.py``."""
+the paper's peak rate, 64 tokens a document and without dropout in the encoder (one pass over the data
+needs no regulariser, and its masks cost 13-15% of the run: MR 83.22 -> 83.79% and 82 -> 71 s, fold 1);
+``accurate`` is fine-tuning's defaults, every weight for three epochs. In both the n-gram half reads up to
+1,024 tokens of a document (``ngram_len``, fine-tuning's default), the encoder its first ``max_len``. What
+each costs and gains: docs/results.md (presets), measured by ``evals/presets.py``."""
 
 PRESET_HELP = (
     "fast (the default): attention over word embeddings + an n-gram half; on a 2-core CPU about 15 s for "
     "10,000 sentences, 1 min for 7,600 news articles, 5 min for IMDB's 25,000 reviews. balanced: fine-tune "
     "all-MiniLM-L6-v2 with its n-gram half for one epoch (lr 1e-4, max-len 64, the bottom 2 of 6 layers "
-    "frozen); about 1.5 min for 10,000 sentences or 7,000 news articles, 10 min for IMDB, most of accurate's "
-    "gain (MR +4.8 points over fast, AG News +2.2). accurate: fine-tune every weight for 3 epochs (lr 5e-5, "
-    "max-len 128); about 4.5-6 min for 10,000 sentences or 7,000 news articles, 50 min for IMDB (estimated; MR +5.7 "
-    "points over fast, AG News +2.9). "
+    "frozen, no dropout); about 1.2 min for 10,000 sentences, 1.5 min for 7,000 news articles, under 10 min for "
+    "IMDB, most of accurate's gain (MR +5.4 points over fast, AG News +2.4). accurate: fine-tune every weight "
+    "for 3 epochs (lr 5e-5, max-len 128); about 4.5-6.5 min for 10,000 sentences or 7,000 news articles, "
+    "50 min for IMDB (estimated; MR +5.7 points over fast, AG News +2.9). "
     "Both train in bfloat16 where the CPU has it (--precision); their n-gram half reads a long document's "
     "first 1,024 tokens, the encoder the first max-len. "
     "balanced and accurate need the 'pretrained' extra; flags given beside a preset override its settings."
