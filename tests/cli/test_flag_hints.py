@@ -48,7 +48,7 @@ NAMED = re.compile(r"\battnkit (train --task (?:translate|caption)|[a-z]+)\b([^;
 # Flags of other programs that messages may name, with the program.
 FOREIGN = {"--force-reinstall": "pip", "--as": "prlimit"}
 # cli modules shared by several commands: rule 3 does not apply (rules 1 and 2 do)
-SHARED_CLI = {"cli/options.py", "cli/inputs.py", "cli/messages.py", "cli/rundata.py", "cli/__init__.py"}
+SHARED_CLI = {"cli/options.py", "cli/inputs.py", "cli/messages.py", "cli/__init__.py"}
 # commands that read a run's own data again, checked by its SHA-256, with the run's reader settings
 REREADS = {"report"}
 
@@ -266,9 +266,9 @@ def wrong_flags(message: Message) -> list[str]:
 def test_messages_are_found() -> None:
     modules = {m.module for m in MESSAGES}
     assert len(MESSAGES) > 60 and {"cli/commands.py", "data/readers.py", "train/runs/rundir.py"} <= modules
-    resume = [m for m in MESSAGES if m.module == "cli/commands.py" and "--resume --overwrite" not in m.text
+    resume = [m for m in MESSAGES if m.module == "train/tasks/classify/start.py"
               and "continue with: attnkit train --out {} --resume" in m.text]
-    assert resume and resume[0].function == "_interrupted_advice"
+    assert resume and resume[0].function == "interrupted_advice"
     assert {"train", "predict", "visualize", "train --task translate", "train --task caption"} <= set(COMMANDS)
     assert "--resume" in FLAGS["train"] and "--resume" not in FLAGS["demo"]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -19,8 +18,6 @@ from attnkit.cli.messages import echo, friendly_errors, in_flags, print_metrics,
 from attnkit.cli.options import (
     allow_unfinished_option,
     baseline_option,
-    collect_data_settings,
-    collect_train_config,
     config_option,
     data_options,
     load_run,
@@ -35,10 +32,8 @@ from attnkit.cli.options import (
     task_option,
     train_options,
 )
-from attnkit.cli.rundata import data_source, resumed_data_source
-from attnkit.train.runs.data_record import data_changes
-from attnkit.train.runs.resume import RUN_FLAGS, flat_config
-from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
+from attnkit.train.runs.resume import RUN_FLAGS, ResumeError
+from attnkit.train.tasks.classify import start
 
 
 def _numpy_backend() -> ModuleType:
@@ -51,106 +46,6 @@ def _is_numpy_run(run: str) -> bool:
     return bool(_numpy_backend().is_numpy_run(run))
 
 
-def _check_model(values: dict[str, Any]) -> None:
-    """A ``--model`` that names no model is an error naming the close one, before any data is read."""
-    from attnkit._checks import one_of
-
-    if values.get("model") is None:
-        return
-    if values.get("backend") == "numpy":
-        one_of("`model` of --backend numpy", values["model"], _numpy_backend().NUMPY_KINDS)
-        return
-    from attnkit.models import MODELS
-
-    one_of("`model`", values["model"], sorted(MODELS))
-
-
-def _data_plan(values: dict[str, Any], out: Path) -> Any:
-    from attnkit.data.sources import DataSource
-
-    return DataSource(train=values["data"], val=values["val_path"], test=values["test_path"],
-                    val_ratio=values["val_ratio"], test_ratio=values["test_ratio"], reader=reader_kwargs(values),
-                    record=data_source(values, out))
-
-
-def _pretrained_folder(values: dict[str, Any]) -> str | None:
-    """The BERT folder to fine-tune: ``--init-from``, or the MiniLM of ``--preset balanced|accurate``; None:
-    train from scratch."""
-    preset = _finetune_preset(values)
-    if preset:
-        if values.get("init_from"):
-            raise click.UsageError(f"--preset {preset} fine-tunes all-MiniLM-L6-v2 and --init-from another "
-                                   f"folder: give one of them")
-        if values["model"] not in (None, "bert"):
-            raise click.UsageError(f"--preset {preset} fine-tunes all-MiniLM-L6-v2 (--model bert), "
-                                   f"got --model {values['model']}: drop --model or use --preset fast")
-        from attnkit.train.tasks.classify.recipe import pretrained_folder
-
-        return pretrained_folder(f"--preset {preset}")
-    if values.get("init_from") and values["model"] not in (None, "bert"):
-        raise click.UsageError(f"--init-from fine-tunes a BERT folder and needs --model bert, "
-                               f"got --model {values['model']}")
-    if not values.get("init_from"):
-        return None
-    from attnkit.train.tasks.classify.finetune import check_bert_folder
-
-    return str(check_bert_folder(values["init_from"], what="--init-from "))
-
-
-def _finetune_preset(values: dict[str, Any]) -> str | None:
-    """``--preset`` when it fine-tunes the pretrained MiniLM (balanced, accurate), else None."""
-    from attnkit.train.tasks.classify.recipe import PRETRAINED_PRESETS
-
-    preset = values.get("preset")
-    return preset if preset in PRETRAINED_PRESETS else None
-
-
-def _finetune_settings(ctx: click.Context, values: dict[str, Any], folder: str, **config: Any
-                       ) -> tuple[Any, dict[str, Any], Any, Any]:
-    """Tokenizer, model options, TrainConfig and DataSettings of fine-tuning BERT ``folder`` (flags over
-    the preset's or ``--init-from``'s defaults, :func:`attnkit.train.tasks.classify.finetune.finetune_defaults`;
-    ``config``: more TrainConfig defaults)."""
-    from attnkit.train.tasks.classify import finetune
-
-    tokenizer = finetune.load_finetune_tokenizer(folder)
-    defaults, max_len, model = finetune.finetune_defaults(_finetune_preset(values))
-    options = finetune.bert_model_options(folder, tokenizer, {**model, **parse_model_options(ctx, values["model_opt"])})
-    return (tokenizer, options, collect_train_config(values, **{**defaults, **config}),
-            collect_data_settings(values, max_len=max_len, tokenizer="wordpiece",
-                                  vocab_size=int(options["vocab_size"])))
-
-
-def _new_plan(ctx: click.Context, out: Path, values: dict[str, Any]) -> Any:
-    """The plan of a new run (or an overwrite) from the flags: from scratch, or fine-tuning ``--init-from``."""
-    from attnkit.train.tasks.classify.plan import ClassifierPlan
-
-    if not values["data"]:
-        raise click.UsageError("missing --data (the training data); see attnkit train --help")
-    from attnkit.train.runs.run import new_run_id
-
-    common = {"out": out, "data": _data_plan(values, out), "quiet": values["quiet"], "run_id": new_run_id(),
-              "mode": "overwrite" if values["overwrite"] else "new", "baseline": bool(values.get("baseline")),
-              "max_memory": values.get("max_memory"), "flags": RUN_FLAGS}
-    folder = _pretrained_folder(values)
-    if folder:
-        fixed = [flag for flag, name in (("--tokenizer", "tokenizer"), ("--vocab-size", "vocab_size"),
-                                         ("--min-frequency", "min_frequency")) if values.get(name) is not None]
-        if fixed:
-            what = f"--preset {values['preset']}" if _finetune_preset(values) else "--init-from"
-            raise click.UsageError(f"{what} fine-tunes with the BERT folder's own WordPiece tokenizer, which "
-                                   f"{', '.join(fixed)} cannot change: drop {'it' if len(fixed) == 1 else 'them'}")
-        tokenizer, options, train_config, data_settings = _finetune_settings(ctx, values, folder)
-        return ClassifierPlan(model_name="bert", model_options=options, tokenizer=tokenizer, init_from=folder,
-                              train_config=train_config, data_settings=data_settings, **common)
-    model_name = values["model"] or DEFAULT_MODEL
-    if model_name == "bert":
-        raise click.UsageError("--model bert fine-tunes a pretrained folder: give --init-from DIR")
-    return ClassifierPlan(model_name=model_name, model_options=parse_model_options(ctx, values["model_opt"]),
-                          train_config=collect_train_config(values, **train_defaults(model_name)),
-                          data_settings=collect_data_settings(values, **data_defaults(model_name)),
-                          **common)
-
-
 def _given_settings(ctx: click.Context, out: Path) -> list[str]:
     """The settings flags given with ``--resume``, which the one rule of ``--resume`` checks against the run
     (:class:`~attnkit.train.tasks.classify.settings.ClassifySettings`' leaves); any other flag but those a
@@ -159,87 +54,7 @@ def _given_settings(ctx: click.Context, out: Path) -> list[str]:
     from attnkit.train.tasks.classify.settings import ClassifySettings
 
     leaves = {f.name for f, _ in setting_fields(ClassifySettings)}
-    return [name for name in refuse_resume_flags(ctx, out, RESUME_FLAGS | leaves) if name in leaves]
-
-
-def _resume_plan(out: Path, values: dict[str, Any], given: list[str]) -> Any:
-    """The plan that continues run ``out`` with its saved settings (None when it is finished); the settings
-    ``given`` are checked by the one rule of ``--resume`` (a changed one is refused naming both values).
-
-    Everything is read and checked here, before anything is written.
-    """
-    from attnkit.train.runs import checkpoint as ckpt
-    from attnkit.train.tasks.classify.pipeline import DataSettings
-    from attnkit.train.tasks.classify.plan import ClassifierPlan
-
-    saved = ckpt.read_run_config(out)
-    from attnkit.models import MODELS
-    folder = ckpt.committed_dir(out)
-    for key in ("model_name", "model_config", "run_id", "train_config", "data_settings"):
-        if key not in saved:
-            raise ckpt.RunFileError(f"{folder / 'config.json'} lacks {key!r}; it cannot be resumed")
-    if not isinstance(saved["model_config"], dict):
-        raise ckpt.RunFileError(f"{folder / 'config.json'} holds a model_config that is not a dict of fields")
-    if saved["model_name"] not in MODELS:
-        raise ckpt.RunFileError(f"{folder / 'config.json'} names model {saved['model_name']!r}, which this "
-                                f"attnkit does not know (known: {sorted(MODELS)})")
-    from attnkit._checks import tree_from_flat
-    from attnkit.train.runs.resume import ResumeError, resumed_settings
-    from attnkit.train.tasks.classify.settings import ClassifySettings
-
-    try:
-        resumed_settings(ClassifySettings.from_run(saved), tree_from_flat(ClassifySettings, {
-            n: values[n] for n in given}), given, run=str(out), log=echo)
-    except ResumeError as err:
-        raise click.UsageError(in_flags(str(err))) from None
-    if ckpt.run_status(saved) == "done":
-        return None
-    tokenizer, label_vocab = ckpt.load_run_vocabularies(out, saved)
-    values.update(resumed_data_source(saved.get("data", {}), values, out))
-    return ClassifierPlan(
-        out=out, model_name=saved["model_name"], mode="resume",
-        model_options=dict(saved["model_config"]),
-        run_id=saved["run_id"], tokenizer=tokenizer, label_vocab=label_vocab,
-        train_config=collect_train_config({}, **saved["train_config"]),
-        data_settings=DataSettings(**saved["data_settings"]), data=_data_plan(values, out), quiet=values["quiet"],
-        baseline=bool(values.get("baseline")), max_memory=values.get("max_memory"), flags=RUN_FLAGS)
-
-
-def _changes(saved: dict[str, Any], plan: Any) -> list[str]:
-    """What differs between the run committed as ``saved`` (its config.json) and ``plan``: each setting
-    named as `` `setting` `` with its value there and now; a data file by its path and content."""
-    import dataclasses
-
-    changes: list[str] = []
-
-    def compare(before: dict[str, Any], now: dict[str, Any], name: Any) -> None:
-        now = json.loads(json.dumps(now))  # as config.json holds it: tuples as lists
-        for key in sorted(set(before) | set(now), key=str):
-            if before.get(key) != now.get(key):
-                changes.append(name(key, before.get(key), now.get(key)))
-
-    if saved.get("model_name") != plan.model_name:
-        changes.append(f"`model` {saved.get('model_name')} there, {plan.model_name} now")
-    else:
-        from attnkit.train.tasks.classify.pipeline import model_config_dict
-
-        before = saved.get("model_config") or {}
-        try:
-            now = model_config_dict(plan.model_name, plan.model_options, vocab_size=before["vocab_size"],
-                                    num_classes=before["num_classes"], max_len=plan.data_settings.max_len)
-        except (KeyError, TypeError, ValueError):
-            now = before
-        if before.get("max_len") == (saved.get("data_settings") or {}).get("max_len"):
-            now["max_len"] = before.get("max_len")  # the data's --max-len: compared with the data settings below
-        compare(flat_config(before), flat_config(now), lambda k, b, n: f"`model_opt` {k}={b!r} there, {n!r} now")
-    for part, now in (("train_config", plan.train_config.to_dict()),
-                      ("data_settings", dataclasses.asdict(plan.data_settings))):
-        compare(saved.get(part) or {}, now, lambda k, b, n: f"`{k}` {b!r} there, {n!r} now")
-    return changes + data_changes(saved.get("data") or {}, plan.data.record)
-
-
-# What ``train --resume`` reads besides the saved settings: where the run and its data are, and how to report.
-RESUME_FLAGS = {"out", "resume", "quiet", "data", "val_path", "test_path", "max_memory", "baseline"}
+    return [name for name in refuse_resume_flags(ctx, out, start.RESUME_FLAGS | leaves) if name in leaves]
 
 
 # --- train ---------------------------------------------------------------------------------------
@@ -286,34 +101,38 @@ def train(ctx: click.Context, **values: Any) -> None:
       attnkit train --data reviews.csv --model bert --init-from path/to/bert --out runs/bert
       attnkit train --data reviews.csv --backend numpy --out runs/numpy
     """
-    _check_model(values)
-    if values["backend"] == "numpy":  # before any torch import
-        from attnkit.train.tasks.numpy.numpy_backend import train_numpy
+    try:
+        if values["backend"] == "numpy":  # before any torch import
+            from attnkit.train.tasks.numpy.numpy_backend import train_numpy
 
-        if not values["data"] or values["baseline"]:
-            raise click.UsageError("--baseline needs --backend torch" if values["baseline"] else
-                                   "missing --data (the training data); see attnkit train --help")
-        train_numpy(values, parse_model_options(ctx, values["model_opt"]), _data_plan(values, Path(values["out"])),
-                    echo=echo, report=print_metrics)
-        return
-    require_room_for_torch()
+            if not values["data"] or values["baseline"]:
+                raise start.PlanError("--baseline needs --backend torch" if values["baseline"] else
+                                      "missing --data (the training data); see attnkit train --help")
+            train_numpy(values, parse_model_options(ctx, values["model_opt"]),
+                        start.data_plan(values, Path(values["out"]), reader_kwargs(values)), echo=echo,
+                        report=print_metrics)
+            return
+        start.check_model(values)
+        require_room_for_torch()
+        if values["resume"] and values["overwrite"]:
+            raise start.PlanError("--resume and --overwrite exclude each other")
+        out = Path(values["out"])
+        if values["resume"]:
+            plan = start.resume_plan(values, _given_settings(ctx, out), reader_kwargs(values), log=echo)
+            if plan is None:
+                click.echo(f"{out} finished training already; nothing to resume (it was left as it is)")
+                return
+        else:
+            plan = start.new_plan(values, parse_model_options(ctx, values["model_opt"]), reader_kwargs(values))
+    except (start.PlanError, ResumeError) as err:
+        raise click.UsageError(in_flags(str(err))) from None
+    if plan.mode == "new":
+        from attnkit.train.runs.run import refuse_existing_run
+
+        refuse_existing_run(plan.out, lambda saved: start.run_changes(saved, plan), flags=RUN_FLAGS,
+                            resume=f"attnkit train --out {plan.out} --resume")
     from attnkit.train.tasks.classify.plan import run_plan
 
-    if values["resume"] and values["overwrite"]:
-        raise click.UsageError("--resume and --overwrite exclude each other")
-    out = Path(values["out"])
-    if values["resume"]:
-        plan = _resume_plan(out, values, _given_settings(ctx, out))
-        if plan is None:
-            click.echo(f"{out} finished training already; nothing to resume (it was left as it is)")
-            return
-    else:
-        plan = _new_plan(ctx, out, values)
-        if plan.mode == "new":
-            from attnkit.train.runs.run import refuse_existing_run
-
-            refuse_existing_run(plan.out, lambda saved: _changes(saved, plan), flags=RUN_FLAGS,
-                                resume=f"attnkit train --out {plan.out} --resume")
     try:
         result = run_plan(plan, log=echo)
         if result.is_main:
@@ -324,31 +143,8 @@ def train(ctx: click.Context, **values: Any) -> None:
                 after_training(plan, result, values["baseline"])
             click.echo(f"saved run to {out}")
     except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; {_interrupted_advice(out, plan.run_id)}", err=True)
+        click.echo(f"\ninterrupted; {start.interrupted_advice(out, plan.run_id)}", err=True)
         sys.exit(130)
-
-
-def _interrupted_advice(out: Path, run_id: str | None) -> str:
-    """What to do after Ctrl-C stopped run ``run_id`` in ``out``, from what it had committed: nothing (start
-    again), some epochs (``--resume``), or all of its training but not the reports (``attnkit report``)."""
-    from attnkit.train.runs import checkpoint as ckpt
-    from attnkit.train.runs.run import committed_run_id
-
-    if os.environ.get("RANK", "0") != "0":  # another process of a torchrun run: the first one advises
-        return "see the first process for what to do"
-    try:
-        committed = committed_run_id(out)
-        status = ckpt.run_status(ckpt.read_run_config(out)) if committed == run_id else None
-    except (OSError, ValueError):  # a folder being written as Ctrl-C came: only what is certain is said
-        committed, status = None, None
-    if committed is None or committed != run_id:
-        kept = f" ({out} holds the run that was there before, as it was)" if committed else ""
-        return (f"nothing of this run was saved before its first epoch ended{kept}, so there is nothing to "
-                "resume: start it again with the same command")
-    if status != "done":
-        return f"continue with: attnkit train --out {out} --resume"
-    return (f"training had finished and {out} is saved, but its reports (report.txt, report.html) were not all "
-            f"written; write them with: attnkit report {out}")
 
 
 # --- report ------------------------------------------------------------------------------------
@@ -385,8 +181,11 @@ def report(run: str, allow_unfinished: bool, **values: Any) -> None:
         raise click.ClickException(f"{run} is a NumPy run (attnkit train --backend numpy), which has no reports")
     out = Path(run)
     model, tokenizer, labels, meta = load_run(run, allow_unfinished)
-    values.update(resumed_data_source(meta.get("data") or {}, values, out))
-    _, val, test = load_splits(_data_plan(values, out), seed=meta["train_config"]["seed"])
+    try:
+        values.update(start.resumed_data_source(meta.get("data") or {}, values, out))
+    except start.PlanError as err:
+        raise click.UsageError(str(err)) from None
+    _, val, test = load_splits(start.data_plan(values, out, reader_kwargs(values)), seed=meta["train_config"]["seed"])
     if not test:
         raise click.ClickException(f"{run} has no test part (attnkit train --test-ratio 0, without --test): "
                                    "the reports describe the test part")
@@ -563,29 +362,14 @@ def cv(ctx: click.Context, **values: Any) -> None:
     from attnkit.train.tasks.classify.pipeline import cross_validate
 
     values.setdefault("init_from", None)
-    _check_model(values)
-    folder = _pretrained_folder(values)
+    try:
+        settings = start.cv_settings(values, parse_model_options(ctx, values["model_opt"]))
+    except start.PlanError as err:
+        raise click.UsageError(str(err)) from None
     examples = read_data(values["data"], values)
-    if folder:  # --preset balanced|accurate: every fold fine-tunes the same pretrained folder
-        from attnkit.train.tasks.classify.finetune import pretrained_initializer
-
-        model_name = "bert"
-        tokenizer, model_options, train_config, data_settings = _finetune_settings(ctx, values, folder, device="auto")
-        pretrained: dict[str, Any] = {"tokenizer": tokenizer, "init_model": pretrained_initializer(folder)}
-    else:
-        model_name = values["model"] or DEFAULT_MODEL
-        if model_name == "bert":
-            raise click.UsageError("cv fine-tunes BERT with --preset balanced or accurate (all-MiniLM-L6-v2); "
-                                   "--model bert alone has no folder to start from")
-        model_options = parse_model_options(ctx, values["model_opt"])
-        train_config = collect_train_config(values, device="auto", **train_defaults(model_name))
-        data_settings = collect_data_settings(values, **data_defaults(model_name))
-        pretrained = {}
-    results = cross_validate(
-        examples, folds=values["folds"], model_name=model_name, model_options=model_options,
-        train_config=train_config, data=data_settings, val=values["val_ratio"],
-        max_folds=values["max_folds"], max_memory=values["max_memory"],
-        quiet=values["quiet"], log=echo, **pretrained)
+    results = cross_validate(examples, folds=values["folds"], val=values["val_ratio"], max_folds=values["max_folds"],
+                             max_memory=values["max_memory"], quiet=values["quiet"], log=echo, **settings)
+    model_name, train_config = settings["model_name"], settings["train_config"]
     accs = [r["accuracy"] for r in results]
     spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
     click.echo(f"mean accuracy over {len(accs)} fold(s): {statistics.mean(accs):.4f}{spread}")

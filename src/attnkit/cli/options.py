@@ -39,7 +39,7 @@ __all__ = ["SEED", "settings_options", "Duration", "baseline_option", "memory_op
            "MemorySize", "LibraryDefaultOption", "resolve_default", "ratio_option",
            "config_keys", "allow_unfinished_option", "load_run", "task_option", "config_option", "refuse_resume_flags",
            "read_config_file", "train_options", "data_options", "reader_options",
-           "model_options", "parse_model_options", "collect_train_config", "collect_data_settings",
+           "model_options", "parse_model_options",
            "reader_kwargs", "report_skipped_rows"]
 
 MODEL_OPTIONS_KEY = "model_options"
@@ -379,24 +379,6 @@ def _set_option(options: dict[str, Any], key: str, value: Any, flag: str) -> Non
                                      param_hint=flag)
         node[group] = node = dict(inner or {})
     node[name] = value
-
-
-def collect_train_config(values: dict[str, Any], **defaults: Any) -> Any:
-    """A TrainConfig from the given (non-None) option values over ``defaults``."""
-    from attnkit.train.config import USER_TRAIN_FIELDS, TrainConfig
-
-    given = {k: values[k] for k in USER_TRAIN_FIELDS if values.get(k) is not None}
-    return TrainConfig.from_dict({**defaults, **given})
-
-
-def collect_data_settings(values: dict[str, Any], **defaults: Any) -> Any:
-    """A DataSettings from the given (non-None) option values over ``defaults``."""
-    import dataclasses
-
-    from attnkit.train.tasks.classify.pipeline import DataSettings
-
-    given = {f.name: values[f.name] for f in dataclasses.fields(DataSettings) if values.get(f.name) is not None}
-    return DataSettings(**{**defaults, **given})
 
 
 def report_skipped_rows(report: SkippedRows) -> None:

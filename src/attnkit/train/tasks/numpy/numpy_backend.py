@@ -352,8 +352,11 @@ def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: A
     run to ``--out``. Torch is never imported on this path."""
     import dataclasses
 
+    from attnkit._checks import one_of
     from attnkit.data.sources import load_splits
 
+    if values.get("model") is not None:
+        one_of("`model` of --backend numpy", values["model"], NUMPY_KINDS)
     given = _torch_only(values)
     if values.get("device") not in (None, "auto", "cpu"):
         given.append("--device")

@@ -1,0 +1,279 @@
+"""How a classification run starts, from the values of ``attnkit train``'s (and ``cv``'s) flags: the plan of a
+new run (from scratch, or fine-tuning a pretrained folder), the plan of a resume (its saved settings, checked
+by the one rule of ``--resume``), what differs from a run already in ``--out``, where the run's data came from,
+and what to do after an interrupt. The command parses, prints and calls; everything here is read and checked
+before anything is written. A combination of flags that makes no run is a :class:`PlanError` naming them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from attnkit.train.runs.data_record import DataRecordError, data_changes, locate_data, record_data
+from attnkit.train.runs.resume import RUN_FLAGS, flat_config
+from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, PRETRAINED_PRESETS, data_defaults, train_defaults
+
+__all__ = ["PlanError", "RESUME_FLAGS", "DATA_PATHS", "check_model", "data_plan", "train_config", "data_settings",
+           "pretrained_settings", "cv_settings", "new_plan", "resume_plan", "run_changes", "resumed_data_source",
+           "interrupted_advice"]
+
+
+class PlanError(ValueError):
+    """Flags that make no run, named in the message (the command shows it as a usage error)."""
+
+
+# What ``train --resume`` reads besides the saved settings: where the run and its data are, and how to report.
+RESUME_FLAGS = {"out", "resume", "quiet", "data", "val_path", "test_path", "max_memory", "baseline"}
+
+# option name -> flag, for the paths a classification run reads; and the reader settings recorded beside them
+DATA_PATHS = {"data": "--data", "val_path": "--val", "test_path": "--test"}
+READER_KEYS = ("val_ratio", "test_ratio", "data_format", "encoding", "text_field", "label_field",
+               "skip_bad_rows", "delimiter")
+
+
+def check_model(values: dict[str, Any]) -> None:
+    """A ``--model`` that names no torch model is an error naming the close one, before any data is read
+    (the NumPy twin's: :func:`attnkit.train.tasks.numpy.numpy_backend.train_numpy`)."""
+    from attnkit._checks import one_of
+
+    if values.get("model") is None:
+        return
+    from attnkit.models import MODELS
+
+    one_of("`model`", values["model"], sorted(MODELS))
+
+
+def data_plan(values: dict[str, Any], out: Path, reader: dict[str, Any]) -> Any:
+    """The :class:`~attnkit.data.sources.DataSource` of the data flags in ``values`` (``reader``: how to read
+    the files), with its record (:func:`attnkit.train.runs.data_record.record_data`: paths resolved, with sizes
+    and SHA-256; a hash already in ``values``, put there by :func:`resumed_data_source` after checking it against
+    the file, is kept)."""
+    from attnkit.data.sources import DataSource
+    from attnkit.train.runs.rundir import check_output_path
+
+    record = {**{k: values[k] for k in READER_KEYS if k in values},
+              **record_data({key: values.get(key) for key in DATA_PATHS}, check_output_path(out, flags=RUN_FLAGS),
+                            known=values)}
+    return DataSource(train=values["data"], val=values["val_path"], test=values["test_path"],
+                      val_ratio=values["val_ratio"], test_ratio=values["test_ratio"], reader=reader, record=record)
+
+
+def resumed_data_source(saved: dict[str, Any], values: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The data flags' values for going on with run ``out`` (a resume, its reports): the saved ones, each path
+    located and checked (:func:`attnkit.train.runs.data_record.locate_data`); a :class:`PlanError` names the
+    flag when the data cannot be found or differs."""
+    try:
+        located = locate_data(saved, values, out, DATA_PATHS)
+    except DataRecordError as err:
+        raise PlanError(str(err)) from None
+    return {**{k: saved[k] for k in READER_KEYS if k in saved}, **located}
+
+
+def train_config(values: dict[str, Any], **defaults: Any) -> Any:
+    """A TrainConfig from the given (non-None) flag values over ``defaults``."""
+    from attnkit.train.config import USER_TRAIN_FIELDS, TrainConfig
+
+    given = {k: values[k] for k in USER_TRAIN_FIELDS if values.get(k) is not None}
+    return TrainConfig.from_dict({**defaults, **given})
+
+
+def data_settings(values: dict[str, Any], **defaults: Any) -> Any:
+    """A DataSettings from the given (non-None) flag values over ``defaults``."""
+    from attnkit.train.config import DataSettings
+
+    given = {f.name: values[f.name] for f in dataclasses.fields(DataSettings) if values.get(f.name) is not None}
+    return DataSettings(**{**defaults, **given})
+
+
+def _finetune_preset(values: dict[str, Any]) -> str | None:
+    """``--preset`` when it fine-tunes the pretrained MiniLM (balanced, accurate), else None."""
+    preset = values.get("preset")
+    return preset if preset in PRETRAINED_PRESETS else None
+
+
+def _preset_folder(values: dict[str, Any]) -> str | None:
+    """The MiniLM folder of ``--preset balanced|accurate`` (None for ``fast``)."""
+    preset = _finetune_preset(values)
+    if not preset:
+        return None
+    if values["model"] not in (None, "bert"):
+        raise PlanError(f"--preset {preset} fine-tunes all-MiniLM-L6-v2 (--model bert), "
+                        f"got --model {values['model']}: drop --model or use --preset fast")
+    from attnkit.train.tasks.classify.recipe import pretrained_folder
+
+    return pretrained_folder(f"--preset {preset}")
+
+
+def _train_folder(values: dict[str, Any]) -> str | None:
+    """The BERT folder ``train`` fine-tunes: ``--init-from``, or the MiniLM of a preset; None: from scratch."""
+    if values.get("init_from") and _finetune_preset(values):
+        raise PlanError(f"--preset {values['preset']} fine-tunes all-MiniLM-L6-v2 and --init-from another "
+                        f"folder: give one of them")
+    if not values.get("init_from"):
+        return _preset_folder(values)
+    if values["model"] not in (None, "bert"):
+        raise PlanError(f"--init-from fine-tunes a BERT folder and needs --model bert, "
+                        f"got --model {values['model']}")
+    from attnkit.train.tasks.classify.finetune import check_bert_folder
+
+    return str(check_bert_folder(values["init_from"], what="--init-from "))
+
+
+def pretrained_settings(values: dict[str, Any], folder: str, model_options: dict[str, Any], **config: Any
+                        ) -> tuple[Any, dict[str, Any], Any, Any]:
+    """The tokenizer, model options, TrainConfig and DataSettings of fine-tuning BERT ``folder`` (flags over
+    the preset's or ``--init-from``'s defaults, :func:`attnkit.train.tasks.classify.finetune.finetune_defaults`;
+    ``config``: more TrainConfig defaults)."""
+    from attnkit.train.tasks.classify import finetune
+
+    tokenizer = finetune.load_finetune_tokenizer(folder)
+    defaults, max_len, model = finetune.finetune_defaults(_finetune_preset(values))
+    options = finetune.bert_model_options(folder, tokenizer, {**model, **model_options})
+    return (tokenizer, options, train_config(values, **{**defaults, **config}),
+            data_settings(values, max_len=max_len, tokenizer="wordpiece", vocab_size=int(options["vocab_size"])))
+
+
+def cv_settings(values: dict[str, Any], model_options: dict[str, Any]) -> dict[str, Any]:
+    """What :func:`attnkit.train.tasks.classify.pipeline.cross_validate` trains in every fold, from ``cv``'s
+    flags: ``model_name``, ``model_options``, ``train_config``, ``data`` and, fine-tuning, ``tokenizer`` and
+    ``init_model``."""
+    check_model(values)
+    folder = _preset_folder(values)
+    if folder:  # --preset balanced|accurate: every fold fine-tunes the same pretrained folder
+        from attnkit.train.tasks.classify.finetune import pretrained_initializer
+
+        tokenizer, options, config, data = pretrained_settings(values, folder, model_options, device="auto")
+        return {"model_name": "bert", "model_options": options, "train_config": config, "data": data,
+                "tokenizer": tokenizer, "init_model": pretrained_initializer(folder)}
+    model_name = values["model"] or DEFAULT_MODEL
+    if model_name == "bert":
+        raise PlanError("cv fine-tunes BERT with --preset balanced or accurate (all-MiniLM-L6-v2); "
+                        "--model bert alone has no folder to start from")
+    return {"model_name": model_name, "model_options": model_options,
+            "train_config": train_config(values, device="auto", **train_defaults(model_name)),
+            "data": data_settings(values, **data_defaults(model_name))}
+
+
+def new_plan(values: dict[str, Any], model_options: dict[str, Any], reader: dict[str, Any]) -> Any:
+    """The plan of a new run (or an overwrite) from ``train``'s flags: from scratch, or fine-tuning a folder."""
+    from attnkit.train.runs.run import new_run_id
+    from attnkit.train.tasks.classify.plan import ClassifierPlan
+
+    if not values["data"]:
+        raise PlanError("missing --data (the training data); see attnkit train --help")
+    out = Path(values["out"])
+    common = {"out": out, "data": data_plan(values, out, reader), "quiet": values["quiet"], "run_id": new_run_id(),
+              "mode": "overwrite" if values["overwrite"] else "new", "baseline": bool(values.get("baseline")),
+              "max_memory": values.get("max_memory"), "flags": RUN_FLAGS}
+    folder = _train_folder(values)
+    if folder:
+        fixed = [flag for flag, name in (("--tokenizer", "tokenizer"), ("--vocab-size", "vocab_size"),
+                                         ("--min-frequency", "min_frequency")) if values.get(name) is not None]
+        if fixed:
+            what = f"--preset {values['preset']}" if _finetune_preset(values) else "--init-from"
+            raise PlanError(f"{what} fine-tunes with the BERT folder's own WordPiece tokenizer, which "
+                            f"{', '.join(fixed)} cannot change: drop {'it' if len(fixed) == 1 else 'them'}")
+        tokenizer, options, config, data = pretrained_settings(values, folder, model_options)
+        return ClassifierPlan(model_name="bert", model_options=options, tokenizer=tokenizer, init_from=folder,
+                              train_config=config, data_settings=data, **common)
+    model_name = values["model"] or DEFAULT_MODEL
+    if model_name == "bert":
+        raise PlanError("--model bert fine-tunes a pretrained folder: give --init-from DIR")
+    return ClassifierPlan(model_name=model_name, model_options=model_options,
+                          train_config=train_config(values, **train_defaults(model_name)),
+                          data_settings=data_settings(values, **data_defaults(model_name)), **common)
+
+
+def resume_plan(values: dict[str, Any], given: list[str], reader: dict[str, Any],
+                log: Any = None) -> Any:
+    """The plan that goes on with run ``values["out"]`` with its saved settings (None when it is finished);
+    the settings ``given`` are checked by the one rule of ``--resume`` (a changed one is refused naming both
+    values, :class:`~attnkit.train.runs.resume.ResumeError`)."""
+    from attnkit._checks import tree_from_flat
+    from attnkit.models import MODELS
+    from attnkit.train.config import DataSettings
+    from attnkit.train.runs import checkpoint as ckpt
+    from attnkit.train.runs.resume import resumed_settings
+    from attnkit.train.tasks.classify.plan import ClassifierPlan
+    from attnkit.train.tasks.classify.settings import ClassifySettings
+
+    out = Path(values["out"])
+    saved = ckpt.read_run_config(out)
+    folder = ckpt.committed_dir(out)
+    for key in ("model_name", "model_config", "run_id", "train_config", "data_settings"):
+        if key not in saved:
+            raise ckpt.RunFileError(f"{folder / 'config.json'} lacks {key!r}; it cannot be resumed")
+    if not isinstance(saved["model_config"], dict):
+        raise ckpt.RunFileError(f"{folder / 'config.json'} holds a model_config that is not a dict of fields")
+    if saved["model_name"] not in MODELS:
+        raise ckpt.RunFileError(f"{folder / 'config.json'} names model {saved['model_name']!r}, which this "
+                                f"attnkit does not know (known: {sorted(MODELS)})")
+    resumed_settings(ClassifySettings.from_run(saved), tree_from_flat(ClassifySettings, {n: values[n] for n in given}),
+                     given, run=str(out), log=log)
+    if ckpt.run_status(saved) == "done":
+        return None
+    tokenizer, label_vocab = ckpt.load_run_vocabularies(out, saved)
+    values = {**values, **resumed_data_source(saved.get("data", {}), values, out)}
+    return ClassifierPlan(
+        out=out, model_name=saved["model_name"], mode="resume", model_options=dict(saved["model_config"]),
+        run_id=saved["run_id"], tokenizer=tokenizer, label_vocab=label_vocab,
+        train_config=train_config({}, **saved["train_config"]), data_settings=DataSettings(**saved["data_settings"]),
+        data=data_plan(values, out, reader), quiet=values["quiet"], baseline=bool(values.get("baseline")),
+        max_memory=values.get("max_memory"), flags=RUN_FLAGS)
+
+
+def run_changes(saved: dict[str, Any], plan: Any) -> list[str]:
+    """What differs between the run committed as ``saved`` (its config.json) and ``plan``: each setting
+    named as `` `setting` `` with its value there and now; a data file by its path and content."""
+    changes: list[str] = []
+
+    def compare(before: dict[str, Any], now: dict[str, Any], name: Any) -> None:
+        now = json.loads(json.dumps(now))  # as config.json holds it: tuples as lists
+        for key in sorted(set(before) | set(now), key=str):
+            if before.get(key) != now.get(key):
+                changes.append(name(key, before.get(key), now.get(key)))
+
+    if saved.get("model_name") != plan.model_name:
+        changes.append(f"`model` {saved.get('model_name')} there, {plan.model_name} now")
+    else:
+        from attnkit.train.tasks.classify.pipeline import model_config_dict
+
+        before = saved.get("model_config") or {}
+        try:
+            now = model_config_dict(plan.model_name, plan.model_options, vocab_size=before["vocab_size"],
+                                    num_classes=before["num_classes"], max_len=plan.data_settings.max_len)
+        except (KeyError, TypeError, ValueError):
+            now = before
+        if before.get("max_len") == (saved.get("data_settings") or {}).get("max_len"):
+            now["max_len"] = before.get("max_len")  # the data's --max-len: compared with the data settings below
+        compare(flat_config(before), flat_config(now), lambda k, b, n: f"`model_opt` {k}={b!r} there, {n!r} now")
+    for part, now in (("train_config", plan.train_config.to_dict()),
+                      ("data_settings", dataclasses.asdict(plan.data_settings))):
+        compare(saved.get(part) or {}, now, lambda k, b, n: f"`{k}` {b!r} there, {n!r} now")
+    return changes + data_changes(saved.get("data") or {}, plan.data.record)
+
+
+def interrupted_advice(out: Path, run_id: str | None) -> str:
+    """What to do after Ctrl-C stopped run ``run_id`` in ``out``, from what it had committed: nothing (start
+    again), some epochs (``--resume``), or all of its training but not the reports (``attnkit report``)."""
+    from attnkit.train.runs import checkpoint as ckpt
+    from attnkit.train.runs.run import committed_run_id
+
+    if os.environ.get("RANK", "0") != "0":  # another process of a torchrun run: the first one advises
+        return "see the first process for what to do"
+    try:
+        committed = committed_run_id(out)
+        status = ckpt.run_status(ckpt.read_run_config(out)) if committed == run_id else None
+    except (OSError, ValueError):  # a folder being written as Ctrl-C came: only what is certain is said
+        committed, status = None, None
+    if committed is None or committed != run_id:
+        kept = f" ({out} holds the run that was there before, as it was)" if committed else ""
+        return (f"nothing of this run was saved before its first epoch ended{kept}, so there is nothing to "
+                "resume: start it again with the same command")
+    if status != "done":
+        return f"continue with: attnkit train --out {out} --resume"
+    return (f"training had finished and {out} is saved, but its reports (report.txt, report.html) were not all "
+            f"written; write them with: attnkit report {out}")
