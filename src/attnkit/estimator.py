@@ -46,8 +46,6 @@ __all__ = ["TextClassifier"]
 
 # the training settings whose default is not None (the recipe's value)
 _TRAIN_DEFAULTS = {"seed": 0, "device": "cpu"}
-# what a pretrained BERT folder fixes: its own WordPiece tokenizer and vocabulary
-_FOLDER_FIXED = ("tokenizer", "vocab_size", "min_frequency")
 
 
 class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
@@ -130,12 +128,13 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         result = fit_classifier(train, val, [], model_name=recipe.model_name, model_options=recipe.model_options,
                                 train_config=recipe.train_config, data=recipe.data, quiet=True,
                                 label_vocab=LabelVocab(names), tokenizer=recipe.tokenizer,
-                                init_model=recipe.init_model, max_memory=limit)
+                                init_model=recipe.init_model(), max_memory=limit)
         config = {"model_name": recipe.model_name, "model_config": result.model_config,
                   "train_config": recipe.train_config.to_dict(), "data_settings": dataclasses.asdict(recipe.data),
                   "data": {"source": "TextClassifier.fit", "examples": len(examples)},
                   "epochs_run": len(result.history),
-                  "metrics": {"test": None, "decision": result.extra.get("decision")}, **recipe.extra}
+                  "metrics": {"test": None, "decision": result.extra.get("decision")},
+                  **({"init_from": recipe.folder} if recipe.folder else {})}
         predictor = Predictor(None, config, torch_parts=(result.model, result.tokenizer, result.label_vocab))
         # only now, with the model trained: a fit that failed above left the earlier state whole
         self.classes_, self.predictor_ = classes, predictor
@@ -155,62 +154,21 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         tags.input_tags.string = True
         return tags
 
-    def _recipe(self) -> _Recipe:
-        """What ``fit`` trains: ``attnkit train``'s recipe with this estimator's arguments over it, or
-        fine-tuning's when a BERT folder is given (``preset='balanced'`` or ``'accurate'``, ``init_from``)."""
+    def _recipe(self) -> Any:
+        """What ``fit`` trains (:func:`attnkit.train.tasks.classify.start.recipe`, as ``attnkit train`` chooses it):
+        the recipe of ``model`` with this estimator's arguments over it, or fine-tuning's when a BERT folder is
+        given (``preset='balanced'`` or ``'accurate'``, ``init_from``); arguments that cannot go together are
+        refused by name."""
+        from attnkit._checks import spell_settings
         from attnkit.train.config import USER_DATA_FIELDS, USER_TRAIN_FIELDS
-        from attnkit.train.tasks.classify.pipeline import DataSettings
-        from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
+        from attnkit.train.tasks.classify.start import recipe
 
-        train_given = {f: getattr(self, f) for f in USER_TRAIN_FIELDS}
-        data_given = {f: getattr(self, f) for f in USER_DATA_FIELDS if getattr(self, f) is not None}
-        folder = self._pretrained_folder()
-        if folder is None:
-            model_name = self.model or DEFAULT_MODEL
-            if model_name == "bert":
-                raise ValueError("model='bert' fine-tunes a pretrained folder: give init_from=FOLDER or "
-                                 "preset='balanced' or 'accurate'")
-            return _Recipe(model_name, dict(self.model_options or {}),
-                           _train_config(train_defaults(model_name), train_given),
-                           DataSettings(**{**data_defaults(model_name), **data_given}))
-        from attnkit.train.tasks.classify import finetune
-
-        tokenizer = finetune.load_finetune_tokenizer(folder)
-        defaults, max_len, model = finetune.finetune_defaults(self.preset if self.init_from is None else None)
-        options = finetune.bert_model_options(folder, tokenizer, {**model, **(self.model_options or {})})
-        data = DataSettings(tokenizer="wordpiece", vocab_size=int(options["vocab_size"]),
-                            max_len=self.max_len or max_len)
-        return _Recipe("bert", options, _train_config(defaults, train_given), data,
-                       tokenizer=tokenizer, init_model=finetune.pretrained_initializer(folder),
-                       extra={"init_from": str(Path(folder).resolve())})
-
-    def _pretrained_folder(self) -> str | None:
-        """The BERT folder to fine-tune (``init_from``, or the MiniLM of ``preset='balanced'`` or ``'accurate'``),
-        None for none;
-        arguments that cannot go with it are refused by name."""
-        from attnkit._checks import one_of
-        from attnkit.train.tasks.classify.recipe import PRESETS, PRETRAINED_PRESETS, pretrained_folder
-
-        if self.preset is not None:
-            one_of("preset", self.preset, PRESETS)
-        pretrained = self.preset in PRETRAINED_PRESETS
-        if not pretrained and self.init_from is None:
-            return None
-        what = f"preset={self.preset!r}" if pretrained else "init_from"
-        if pretrained and self.init_from is not None:
-            raise ValueError(f"{what} fine-tunes all-MiniLM-L6-v2 and init_from another folder "
-                             f"({str(self.init_from)!r}): give one of them")
-        if self.model not in (None, "bert"):
-            instead = " (or preset='fast' to train it)" if pretrained else ""
-            raise ValueError(f"{what} fine-tunes a BERT folder (model='bert'), got model={self.model!r}: leave "
-                             f"model None{instead}")
-        fixed = [f for f in _FOLDER_FIXED if getattr(self, f) is not None]
-        if fixed:
-            raise ValueError(f"{what} fine-tunes with the BERT folder's own tokenizer, which {', '.join(fixed)} "
-                             f"cannot change: leave {'it' if len(fixed) == 1 else 'them'} None")
-        if pretrained:
-            return pretrained_folder(f"attnkit.TextClassifier({what})", "choose preset='fast'")
-        return str(self.init_from)
+        given = {f: getattr(self, f) for f in ("model", "preset", "init_from", *USER_TRAIN_FIELDS, *USER_DATA_FIELDS)}
+        try:
+            return recipe(given, self.model_options or {},
+                          extra=("attnkit.TextClassifier(preset={!r})", "choose preset='fast'"))
+        except (ValueError, OSError) as err:  # settings named as the arguments they are here
+            raise type(err)(spell_settings(str(err))) from None
 
     def predict_proba(self, X: Sequence[str]) -> np.ndarray:
         """Class probabilities ``(len(X), len(classes_))``; column ``j`` is ``classes_[j]``."""
@@ -286,27 +244,6 @@ def _missing(value: Any) -> str:
     if type(value).__name__ in ("NAType", "NaTType"):
         return "NA"
     return "NaN" if isinstance(value, float | np.floating) and math.isnan(value) else ""
-
-
-def _train_config(defaults: dict[str, Any], given: dict[str, Any]) -> Any:
-    """The TrainConfig of a recipe's ``defaults`` with the given (non-None) fields over it (as ``train`` builds it)."""
-    from attnkit.train.config import TrainConfig
-
-    return TrainConfig.from_dict({**defaults, **{k: v for k, v in given.items() if v is not None}})
-
-
-@dataclasses.dataclass
-class _Recipe:
-    """What :meth:`TextClassifier.fit` trains: the model, its settings, and for fine-tuning the folder's
-    tokenizer, the function that loads its weights and what the run's config records of it."""
-
-    model_name: str
-    model_options: dict[str, Any]
-    train_config: Any
-    data: Any
-    tokenizer: Any = None
-    init_model: Any = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _signature() -> inspect.Signature:

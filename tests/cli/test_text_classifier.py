@@ -224,17 +224,17 @@ def test_preset_accurate_without_the_extra_names_it_in_one_line(monkeypatch: pyt
 
 @pytest.mark.parametrize("arguments, message", [
     ({"preset": "best"}, "preset must be one of ['fast', 'balanced', 'accurate'], got 'best'"),
-    ({"preset": "accurate", "init_from": "b"}, "preset='accurate' fine-tunes all-MiniLM-L6-v2 and init_from another "
-                                               "folder ('b'): give one of them"),
-    ({"init_from": "b", "model": "wide"}, "init_from fine-tunes a BERT folder (model='bert'), got model='wide': "
-                                          "leave model None"),
+    ({"preset": "accurate", "init_from": "b"}, "preset accurate fine-tunes all-MiniLM-L6-v2 and init_from another "
+                                               "folder: give one of them"),
+    ({"init_from": "b", "model": "wide"}, "init_from fine-tunes a BERT folder (model bert), got model wide: "
+                                          "drop model"),
     ({"init_from": "b", "tokenizer": "bpe", "vocab_size": 9}, "init_from fine-tunes with the BERT folder's own "
-                                                              "tokenizer, which tokenizer, vocab_size cannot "
-                                                              "change: leave them None"),
-    ({"preset": "balanced", "model": "wide"}, "preset='balanced' fine-tunes a BERT folder (model='bert'), got "
-                                              "model='wide': leave model None (or preset='fast' to train it)"),
-    ({"model": "bert"}, "model='bert' fine-tunes a pretrained folder: give init_from=FOLDER or preset='balanced' or "
-                        "'accurate'"),
+                                                              "WordPiece tokenizer, which tokenizer, vocab_size "
+                                                              "cannot change: drop them"),
+    ({"preset": "balanced", "model": "wide"}, "preset balanced fine-tunes a BERT folder (model bert), got model wide: "
+                                              "drop model or use preset fast"),
+    ({"model": "bert"}, "model bert fine-tunes a pretrained folder: give init_from FOLDER or preset balanced or "
+                        "accurate"),
 ])
 def test_arguments_that_cannot_go_together_are_refused_by_name(arguments: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as err:
@@ -254,6 +254,26 @@ def test_train_refuses_tokenizer_flags_beside_init_from(tiny_bert: Path, tmp_pat
     assert f"--init-from fine-tunes with the BERT folder's own WordPiece tokenizer, which {', '.join(named)}" \
         in done.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["train", "cv"])
+def test_train_cv_and_the_estimator_choose_a_recipe_by_one_rule(tmp_path: Path, command: str) -> None:
+    """``train``, ``cv`` and ``TextClassifier`` choose what they train by the one rule
+    (:func:`attnkit.train.tasks.classify.start.recipe`): the same refusal reaches each, spelt as its flags
+    or arguments (``cv --preset balanced --tokenizer word`` once trained a WordPiece model with the
+    setting recorded as word)."""
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(f"{x},{y}\n" for x, y in zip(X[:40], Y[:40], strict=True)))
+    out = ["--out", str(tmp_path / "run")] if command == "train" else []
+    done = CliRunner().invoke(cli, [command, "--data", str(data), "--preset", "balanced", "--tokenizer", "word", *out])
+    assert done.exit_code == 2, done.output
+    assert ("--preset balanced fine-tunes with the BERT folder's own WordPiece tokenizer, which --tokenizer cannot "
+            "change: drop it") in done.output
+    with pytest.raises(ValueError) as err:
+        attnkit.TextClassifier(preset="balanced", tokenizer="word").fit(X[:20], Y[:20])
+    assert str(err.value) == ("preset balanced fine-tunes with the BERT folder's own WordPiece tokenizer, which "
+                              "tokenizer cannot change: drop it")
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("fault", ["injected", "diverged"])

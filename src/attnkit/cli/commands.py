@@ -184,7 +184,7 @@ def report(run: str, allow_unfinished: bool, **values: Any) -> None:
     try:
         values.update(start.resumed_data_source(meta.get("data") or {}, values, out))
     except start.PlanError as err:
-        raise click.UsageError(str(err)) from None
+        raise click.UsageError(in_flags(str(err))) from None
     _, val, test = load_splits(start.data_plan(values, out, reader_kwargs(values)), seed=meta["train_config"]["seed"])
     if not test:
         raise click.ClickException(f"{run} has no test part (attnkit train --test-ratio 0, without --test): "
@@ -365,7 +365,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
     try:
         settings = start.cv_settings(values, parse_model_options(ctx, values["model_opt"]))
     except start.PlanError as err:
-        raise click.UsageError(str(err)) from None
+        raise click.UsageError(in_flags(str(err))) from None
     examples = read_data(values["data"], values)
     results = cross_validate(examples, folds=values["folds"], val=values["val_ratio"], max_folds=values["max_folds"],
                              max_memory=values["max_memory"], quiet=values["quiet"], log=echo, **settings)

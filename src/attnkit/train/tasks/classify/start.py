@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from attnkit.train.runs.resume import RUN_FLAGS, flat_config
 from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, PRETRAINED_PRESETS, data_defaults, train_defaults
 
 __all__ = ["PlanError", "RESUME_FLAGS", "DATA_PATHS", "check_model", "data_plan", "train_config", "data_settings",
-           "pretrained_settings", "cv_settings", "new_plan", "resume_plan", "run_changes", "resumed_data_source",
+           "Recipe", "recipe", "cv_settings", "new_plan", "resume_plan", "run_changes", "resumed_data_source",
            "interrupted_advice"]
 
 
@@ -72,68 +73,90 @@ def resumed_data_source(saved: dict[str, Any], values: dict[str, Any], out: Path
     return {**{k: saved[k] for k in READER_KEYS if k in saved}, **located}
 
 
-def train_config(values: dict[str, Any], **defaults: Any) -> Any:
-    """A TrainConfig from the given (non-None) flag values over ``defaults``."""
+def train_config(values: Mapping[str, Any], **defaults: Any) -> Any:
+    """A TrainConfig from the given (non-None) values over ``defaults``."""
     from attnkit.train.config import USER_TRAIN_FIELDS, TrainConfig
 
     given = {k: values[k] for k in USER_TRAIN_FIELDS if values.get(k) is not None}
     return TrainConfig.from_dict({**defaults, **given})
 
 
-def data_settings(values: dict[str, Any], **defaults: Any) -> Any:
-    """A DataSettings from the given (non-None) flag values over ``defaults``."""
+def data_settings(values: Mapping[str, Any], **defaults: Any) -> Any:
+    """A DataSettings from the given (non-None) values over ``defaults``."""
     from attnkit.train.config import DataSettings
 
     given = {f.name: values[f.name] for f in dataclasses.fields(DataSettings) if values.get(f.name) is not None}
     return DataSettings(**{**defaults, **given})
 
 
-def _finetune_preset(values: dict[str, Any]) -> str | None:
-    """``--preset`` when it fine-tunes the pretrained MiniLM (balanced, accurate), else None."""
-    preset = values.get("preset")
-    return preset if preset in PRETRAINED_PRESETS else None
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """What a classification run trains: the model, its settings, and when it fine-tunes, the BERT
+    ``folder`` and its ``tokenizer``."""
+
+    model_name: str
+    model_options: dict[str, Any]
+    train_config: Any
+    data: Any
+    tokenizer: Any = None
+    folder: str | None = None
+
+    def init_model(self) -> Any:
+        """The function that loads the folder's weights into the model (None: trained from scratch)."""
+        from attnkit.train.tasks.classify.finetune import pretrained_initializer
+
+        return pretrained_initializer(self.folder) if self.folder else None
 
 
-def _preset_folder(values: dict[str, Any]) -> str | None:
-    """The MiniLM folder of ``--preset balanced|accurate`` (None for ``fast``)."""
-    preset = _finetune_preset(values)
-    if not preset:
-        return None
-    if values["model"] not in (None, "bert"):
-        raise PlanError(f"--preset {preset} fine-tunes all-MiniLM-L6-v2 (--model bert), "
-                        f"got --model {values['model']}: drop --model or use --preset fast")
-    from attnkit.train.tasks.classify.recipe import pretrained_folder
-
-    return pretrained_folder(f"--preset {preset}")
+# what a pretrained BERT folder fixes: its own WordPiece tokenizer and vocabulary
+_FOLDER_FIXED = ("tokenizer", "vocab_size", "min_frequency")
 
 
-def _train_folder(values: dict[str, Any]) -> str | None:
-    """The BERT folder ``train`` fine-tunes: ``--init-from``, or the MiniLM of a preset; None: from scratch."""
-    if values.get("init_from") and _finetune_preset(values):
-        raise PlanError(f"--preset {values['preset']} fine-tunes all-MiniLM-L6-v2 and --init-from another "
-                        f"folder: give one of them")
-    if not values.get("init_from"):
-        return _preset_folder(values)
-    if values["model"] not in (None, "bert"):
-        raise PlanError(f"--init-from fine-tunes a BERT folder and needs --model bert, "
-                        f"got --model {values['model']}")
-    from attnkit.train.tasks.classify.finetune import check_bert_folder
-
-    return str(check_bert_folder(values["init_from"], what="--init-from "))
-
-
-def pretrained_settings(values: dict[str, Any], folder: str, model_options: dict[str, Any], **config: Any
-                        ) -> tuple[Any, dict[str, Any], Any, Any]:
-    """The tokenizer, model options, TrainConfig and DataSettings of fine-tuning BERT ``folder`` (flags over
-    the preset's or ``--init-from``'s defaults, :func:`attnkit.train.tasks.classify.finetune.finetune_defaults`;
-    ``config``: more TrainConfig defaults)."""
+def recipe(given: Mapping[str, Any], model_options: Mapping[str, Any], *, extra: tuple[str, str] = (
+           "--preset {}", "choose --preset fast"), **config: Any) -> Recipe:
+    """What a run trains from the settings a user gave (``attnkit train``'s and ``cv``'s flags,
+    :class:`attnkit.TextClassifier`'s arguments; None: not given): ``model``'s recipe
+    (:mod:`~attnkit.train.tasks.classify.recipe`) with the given settings over it, or fine-tuning a BERT folder
+    (``init_from``, or the MiniLM of ``preset`` balanced or accurate) with fine-tuning's defaults
+    (:func:`attnkit.train.tasks.classify.finetune.finetune_defaults`) under them. ``config``: more TrainConfig
+    defaults. Settings that cannot go together are a :class:`PlanError` naming them as `` `setting` ``
+    (spelt as flags or as arguments by the caller); ``extra`` words the error of a missing ``pretrained`` extra
+    (the preset, what to choose instead)."""
+    from attnkit._checks import one_of
     from attnkit.train.tasks.classify import finetune
+    from attnkit.train.tasks.classify.recipe import PRESETS, pretrained_folder
 
+    preset, init_from, model = given.get("preset"), given.get("init_from"), given.get("model")
+    if preset is not None:
+        one_of("preset", preset, PRESETS)
+    finetuned = preset if preset in PRETRAINED_PRESETS else None
+    if not finetuned and init_from is None:
+        model_name = model or DEFAULT_MODEL
+        if model_name == "bert":
+            raise PlanError("`model` bert fine-tunes a pretrained folder: give `init_from` FOLDER or `preset` "
+                            "balanced or accurate")
+        return Recipe(model_name, dict(model_options), train_config(given, **train_defaults(model_name), **config),
+                      data_settings(given, **data_defaults(model_name)))
+    what = f"`preset` {finetuned}" if finetuned else "`init_from`"
+    if finetuned and init_from is not None:
+        raise PlanError(f"{what} fine-tunes all-MiniLM-L6-v2 and `init_from` another folder: give one of them")
+    if model not in (None, "bert"):
+        instead = " or use `preset` fast" if finetuned else ""
+        raise PlanError(f"{what} fine-tunes a BERT folder (`model` bert), got `model` {model}: drop `model`{instead}")
+    fixed = [f"`{name}`" for name in _FOLDER_FIXED if given.get(name) is not None]
+    if fixed:
+        raise PlanError(f"{what} fine-tunes with the BERT folder's own WordPiece tokenizer, which {', '.join(fixed)} "
+                        f"cannot change: drop {'it' if len(fixed) == 1 else 'them'}")
+    if finetuned:
+        folder = pretrained_folder(extra[0].format(finetuned), extra[1])
+    else:
+        folder = str(finetune.check_bert_folder(str(init_from), what="`init_from` "))
     tokenizer = finetune.load_finetune_tokenizer(folder)
-    defaults, max_len, model = finetune.finetune_defaults(_finetune_preset(values))
-    options = finetune.bert_model_options(folder, tokenizer, {**model, **model_options})
-    return (tokenizer, options, train_config(values, **{**defaults, **config}),
-            data_settings(values, max_len=max_len, tokenizer="wordpiece", vocab_size=int(options["vocab_size"])))
+    defaults, max_len, options = finetune.finetune_defaults(finetuned)
+    options = finetune.bert_model_options(folder, tokenizer, {**options, **model_options})
+    return Recipe("bert", options, train_config(given, **{**defaults, **config}),
+                  data_settings(given, max_len=max_len, tokenizer="wordpiece", vocab_size=int(options["vocab_size"])),
+                  tokenizer=tokenizer, folder=str(Path(folder).resolve()))
 
 
 def cv_settings(values: dict[str, Any], model_options: dict[str, Any]) -> dict[str, Any]:
@@ -141,20 +164,13 @@ def cv_settings(values: dict[str, Any], model_options: dict[str, Any]) -> dict[s
     flags: ``model_name``, ``model_options``, ``train_config``, ``data`` and, fine-tuning, ``tokenizer`` and
     ``init_model``."""
     check_model(values)
-    folder = _preset_folder(values)
-    if folder:  # --preset balanced|accurate: every fold fine-tunes the same pretrained folder
-        from attnkit.train.tasks.classify.finetune import pretrained_initializer
-
-        tokenizer, options, config, data = pretrained_settings(values, folder, model_options, device="auto")
-        return {"model_name": "bert", "model_options": options, "train_config": config, "data": data,
-                "tokenizer": tokenizer, "init_model": pretrained_initializer(folder)}
-    model_name = values["model"] or DEFAULT_MODEL
-    if model_name == "bert":
+    if values["model"] == "bert" and values.get("preset") not in PRETRAINED_PRESETS:
         raise PlanError("cv fine-tunes BERT with --preset balanced or accurate (all-MiniLM-L6-v2); "
                         "--model bert alone has no folder to start from")
-    return {"model_name": model_name, "model_options": model_options,
-            "train_config": train_config(values, device="auto", **train_defaults(model_name)),
-            "data": data_settings(values, **data_defaults(model_name))}
+    chosen = recipe(values, model_options, device="auto")  # --preset balanced|accurate: every fold the same folder
+    fine = {"tokenizer": chosen.tokenizer, "init_model": chosen.init_model()} if chosen.folder else {}
+    return {"model_name": chosen.model_name, "model_options": chosen.model_options,
+            "train_config": chosen.train_config, "data": chosen.data, **fine}
 
 
 def new_plan(values: dict[str, Any], model_options: dict[str, Any], reader: dict[str, Any]) -> Any:
@@ -164,27 +180,13 @@ def new_plan(values: dict[str, Any], model_options: dict[str, Any], reader: dict
 
     if not values["data"]:
         raise PlanError("missing --data (the training data); see attnkit train --help")
+    chosen = recipe(values, model_options)
     out = Path(values["out"])
-    common = {"out": out, "data": data_plan(values, out, reader), "quiet": values["quiet"], "run_id": new_run_id(),
-              "mode": "overwrite" if values["overwrite"] else "new", "baseline": bool(values.get("baseline")),
-              "max_memory": values.get("max_memory"), "flags": RUN_FLAGS}
-    folder = _train_folder(values)
-    if folder:
-        fixed = [flag for flag, name in (("--tokenizer", "tokenizer"), ("--vocab-size", "vocab_size"),
-                                         ("--min-frequency", "min_frequency")) if values.get(name) is not None]
-        if fixed:
-            what = f"--preset {values['preset']}" if _finetune_preset(values) else "--init-from"
-            raise PlanError(f"{what} fine-tunes with the BERT folder's own WordPiece tokenizer, which "
-                            f"{', '.join(fixed)} cannot change: drop {'it' if len(fixed) == 1 else 'them'}")
-        tokenizer, options, config, data = pretrained_settings(values, folder, model_options)
-        return ClassifierPlan(model_name="bert", model_options=options, tokenizer=tokenizer, init_from=folder,
-                              train_config=config, data_settings=data, **common)
-    model_name = values["model"] or DEFAULT_MODEL
-    if model_name == "bert":
-        raise PlanError("--model bert fine-tunes a pretrained folder: give --init-from DIR")
-    return ClassifierPlan(model_name=model_name, model_options=model_options,
-                          train_config=train_config(values, **train_defaults(model_name)),
-                          data_settings=data_settings(values, **data_defaults(model_name)), **common)
+    return ClassifierPlan(model_name=chosen.model_name, model_options=chosen.model_options,
+                          train_config=chosen.train_config, data_settings=chosen.data, tokenizer=chosen.tokenizer,
+                          init_from=chosen.folder, out=out, data=data_plan(values, out, reader), quiet=values["quiet"],
+                          run_id=new_run_id(), mode="overwrite" if values["overwrite"] else "new",
+                          baseline=bool(values.get("baseline")), max_memory=values.get("max_memory"), flags=RUN_FLAGS)
 
 
 def resume_plan(values: dict[str, Any], given: list[str], reader: dict[str, Any],
