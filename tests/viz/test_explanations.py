@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
+from torch import nn
 
 from attnkit.cli import cli
 from attnkit.models import build_model
@@ -373,6 +374,51 @@ def test_faithfulness_in_a_report_reads_a_bounded_number_of_tokens() -> None:
     assert found is not None
     assert found["validation"]["n"] == found["test"]["n"] == 22
     assert sum(len(rows) for rows in found["words"].values()) > 0  # the words: over all test documents
+
+
+def test_faithfulness_in_a_report_is_bounded_by_the_work_of_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A costly model (a fine-tuned BERT) is scored on the first documents within REPORT_WORK, counted as the
+    weights that read each token times the tokens they read (an encoder its max_len at most; a lookup table
+    none); never fewer than MIN_DOCUMENTS. Its words per class: each pass the work of a faithfulness document."""
+    from attnkit.attribution import report
+    from attnkit.models.bert import BertConfig
+    from attnkit.models.bert_classifier import BertClassifier, BertClassifierConfig
+
+    docs = [[5] * 10 for _ in range(50)]
+
+    def work(doc: list[int]) -> int:
+        return 100 * len(doc)  # 1,000 a document
+
+    assert len(report.faithfulness_documents(docs, 50, 10**6, work, budget=30_000)) == 30  # the exact value: kept
+    assert len(report.faithfulness_documents(docs, 50, 10**6, work, budget=29_999)) == 29
+    assert len(report.faithfulness_documents(docs, 50, 10**6, work, budget=1)) == report.MIN_DOCUMENTS
+    assert len(report.faithfulness_documents(docs, 50, 10**6)) == 50  # no work given: tokens and documents only
+    bert = BertClassifier(BertClassifierConfig.from_bert(
+        BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                   max_position_embeddings=8), num_classes=2, cls_token_id=2, sep_token_id=3, max_len=6)).eval()
+    tables = {id(p) for m in bert.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    weights = sum(p.numel() for p in bert.parameters() if id(p) not in tables)
+    assert 0 < weights < sum(p.numel() for p in bert.parameters())
+    read = report.reading_work(bert)
+    assert read([4] * 3) == 3 * weights and read([4] * 50) == 6 * weights  # the encoder reads max_len at most
+    assert report.reading_work(_linear())([4] * 50) == 50 * sum(
+        p.numel() for m in _linear().modules() if not isinstance(m, nn.Embedding) for p in m.parameters(recurse=False))
+    pairs = [[4 + i % 7, 5 + i % 3] for i in range(30)]
+
+    def heavy(doc: list[int]) -> int:
+        return 1_000 * len(doc)  # 2,000 a pair
+
+    monkeypatch.setattr(report, "REPORT_WORK", 10_000)  # a pass of the words gets 10,000 / REPORT_DOCUMENTS = 50
+    assert report.word_documents(pairs, "grad_input", passes=120, work=heavy) == pairs[:3]  # 6,000: the exact value
+    assert report.word_documents(pairs, "grad_input", passes=119, work=heavy) == pairs[:2]
+    assert report.word_documents(pairs, "integrated_gradients", passes=120, work=heavy) == pairs[:1]  # one at least
+    assert report.word_documents(pairs, "contributions", passes=1, work=heavy) == pairs
+    long = [[4 + i % 7, 5 + i % 3] * 3 for i in range(60)]
+    monkeypatch.setattr(report, "REPORT_WORK", 25 * 6 * weights)
+    tokenizer = type("T", (), {"id_to_token": staticmethod(lambda i: f"w{i}")})()
+    found = report.explanation_analysis(bert, tokenizer, ["a", "b"], long, long, documents=50)
+    assert found is not None
+    assert found["validation"]["n"] == found["test"]["n"] == 25
 
 
 def test_the_reports_words_read_a_bounded_number_of_documents(monkeypatch: pytest.MonkeyPatch) -> None:

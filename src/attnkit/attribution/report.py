@@ -16,7 +16,7 @@ contributions (or the chosen method where the model has none).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,8 @@ from torch import nn
 from attnkit.attribution.faithfulness import decisive_words, faithfulness, token_label
 from attnkit.attribution.methods import IG_STEPS, METHOD_NAMES, MethodNotApplicable, applicable_methods
 
-__all__ = ["FAITHFULNESS_FILE", "PREFERRED", "REPORT_DOCUMENTS", "REPORT_TOKENS", "MIN_DOCUMENTS", "WORD_PASSES",
+__all__ = ["FAITHFULNESS_FILE", "PREFERRED", "REPORT_DOCUMENTS", "REPORT_TOKENS", "REPORT_WORK", "MIN_DOCUMENTS",
+           "WORD_PASSES", "reading_work",
            "default_method", "explanation_analysis", "faithfulness_documents", "word_documents", "record_text",
            "read_record", "explanation_line"]
 
@@ -40,6 +41,14 @@ curves), so its time grows with the tokens, not the documents. Sentences, news a
 AG News, IMDB: 20 to 300 tokens) keep their 200 documents; on documents of 300-3,000 words it is about 60
 and a fifth of the time (a run on 20 topics spent 230 s on it, more than the n-gram fit and the weighing
 together)."""
+REPORT_WORK = 20_000_000_000
+"""Most work of those documents, counted as the weights that read each token times the tokens they read
+(:func:`reading_work`; a lookup table's weights read nothing): a fine-tuned MiniLM (10.7 million such weights,
+its first 128 tokens) reads a sentence at the cost of a thousand sentences through the default model (8,600
+weights). Models trained from scratch keep :data:`REPORT_DOCUMENTS` within :data:`REPORT_TOKENS` (IMDB's
+reviews through the document Transformer: 1.6e10); a fine-tuned MiniLM is scored on about 70 MR sentences
+or 20 IMDB reviews. With 200, the report of ``attnkit train --preset balanced`` on MR took 847 s after 116 s
+of training; with this bound 320 s, the same method shown first (one thread, docs/results.md)."""
 MIN_DOCUMENTS = 20
 """Fewest documents faithfulness is scored on when the part has them, however long they are."""
 WORD_PASSES = 10_000
@@ -79,9 +88,10 @@ def explanation_analysis(model: nn.Module, tokenizer: Any, labels: Sequence[str]
                          ) -> dict[str, Any] | None:
     """The explanation a report shows first, chosen on ``validation``, scored on ``test``; None if no method applies.
 
-    Faithfulness is scored on the first documents of each part, ``documents`` at most and within ``tokens``
-    (:func:`faithfulness_documents`); the words per class are ranked over ``test``, all of it with
-    ``contributions``, else its first documents within :data:`WORD_PASSES` (:func:`word_documents`).
+    Faithfulness is scored on the first documents of each part, ``documents`` at most, within ``tokens`` and
+    within :data:`REPORT_WORK` of the model's reading (:func:`faithfulness_documents`); the words per class
+    are ranked over ``test``, all of it with ``contributions``, else its first documents within
+    :data:`WORD_PASSES` (:func:`word_documents`).
 
     Returns ``{"shown_first", "title", "chosen_on", "validation" (every method's
     figures there, or None), "test" (the chosen method's and raw attention's,
@@ -91,40 +101,66 @@ def explanation_analysis(model: nn.Module, tokenizer: Any, labels: Sequence[str]
     valid = applicable_methods(model)
     if not valid or not test:
         return None
-    chosen = faithfulness(model, faithfulness_documents(validation, documents, tokens)) if validation else None
+    work = reading_work(model)
+    chosen = faithfulness(model, faithfulness_documents(validation, documents, tokens, work)) if validation else None
     best = chosen["shown_first"] if chosen is not None else default_method(model)
     shown = [best] + (["attention"] if best != "attention" and "attention" in valid else [])
-    scored = faithfulness(model, faithfulness_documents(test, documents, tokens), methods=shown)
+    scored = faithfulness(model, faithfulness_documents(test, documents, tokens, work), methods=shown)
     scored["shown_first"] = best
     words_method = "contributions" if "contributions" in valid else best
-    per_class = decisive_words(model, word_documents(test, words_method), method=words_method, top=words)
+    per_class = decisive_words(model, word_documents(test, words_method, work=work), method=words_method, top=words)
     named = {labels[c]: [(token_label(tokenizer, t), total) for t, total in rows]
              for c, rows in enumerate(per_class) if c < len(labels)}
     return {"shown_first": best, "title": METHOD_NAMES[best], "chosen_on": "validation" if chosen else None,
             "validation": chosen, "test": scored, "words_method": words_method, "words": named}
 
 
+def reading_work(model: nn.Module) -> Callable[[Sequence[int]], int]:
+    """The work of reading a document with ``model``: the weights that read each token (every parameter but an
+    embedding table's) times the tokens they read (its config's ``max_len`` at most: an encoder that reads the
+    first ``max_len`` tokens, while a half that costs little reads more)."""
+    tables = {id(p) for m in model.modules() if isinstance(m, nn.Embedding | nn.EmbeddingBag)
+              for p in m.parameters(recurse=False)}
+    weights = sum(p.numel() for p in model.parameters() if id(p) not in tables)
+    cap = getattr(getattr(model, "config", None), "max_len", None)
+    return lambda doc: weights * (min(len(doc), cap) if isinstance(cap, int) else len(doc))
+
+
 def faithfulness_documents(part: Sequence[Sequence[int]], documents: int = REPORT_DOCUMENTS,
-                           tokens: int = REPORT_TOKENS) -> Sequence[Sequence[int]]:
+                           tokens: int = REPORT_TOKENS, work: Callable[[Sequence[int]], int] | None = None,
+                           budget: int | None = None) -> Sequence[Sequence[int]]:
     """The first documents of ``part`` that faithfulness is scored on: at most ``documents``, and no more
-    than fit within ``tokens`` tokens, but :data:`MIN_DOCUMENTS` (or all there are) whatever their length."""
-    count, total = 0, 0
+    than fit within ``tokens`` tokens and, with ``work`` (:func:`reading_work`), within ``budget`` of it (None:
+    :data:`REPORT_WORK`), but :data:`MIN_DOCUMENTS` (or all there are) whatever their length."""
+    budget = REPORT_WORK if budget is None else budget
+    count, total, spent = 0, 0, 0
     for doc in part[:documents]:
         total += len(doc)
-        if total > tokens and count >= MIN_DOCUMENTS:
+        spent += work(doc) if work is not None else 0
+        if (total > tokens or spent > budget) and count >= MIN_DOCUMENTS:
             break
         count += 1
     return part[:count]
 
 
-def word_documents(part: Sequence[Sequence[int]], method: str, passes: int | None = None
-                   ) -> Sequence[Sequence[int]]:
+def word_documents(part: Sequence[Sequence[int]], method: str, passes: int | None = None,
+                   work: Callable[[Sequence[int]], int] | None = None) -> Sequence[Sequence[int]]:
     """The first documents of ``part`` the words per class are ranked over with ``method``: all of them
-    for ``contributions`` (one pass each), else as many as ``passes`` allows (None: :data:`WORD_PASSES`)."""
+    for ``contributions`` (one pass each), else as many as ``passes`` allows (None: :data:`WORD_PASSES`) and,
+    with ``work`` (:func:`reading_work`), as each pass is given the work of a faithfulness document
+    (``passes * REPORT_WORK / REPORT_DOCUMENTS`` in all); one at least."""
     if method == "contributions":
         return part
     passes = WORD_PASSES if passes is None else passes
-    return part[: max(1, passes // (IG_STEPS if method == "integrated_gradients" else 1))]
+    each = IG_STEPS if method == "integrated_gradients" else 1
+    budget = passes * REPORT_WORK // REPORT_DOCUMENTS
+    count, spent = 0, 0
+    for doc in part[: passes // each]:
+        spent += each * work(doc) if work is not None else 0
+        if spent > budget:
+            break
+        count += 1
+    return part[: max(1, count)]
 
 
 def record_text(analysis: dict[str, Any]) -> str:
