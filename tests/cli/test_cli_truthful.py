@@ -155,6 +155,19 @@ def test_report_refuses_an_unfinished_run_unless_allowed(
     assert (out / "report.txt").read_text().startswith("attnkit train: results on the test part (n=12)")
 
 
+def test_report_refuses_a_run_without_a_test_part(trained: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    data = str(trained.parent / "reviews.csv")
+    done = _invoke("train", "--data", data, *TINY, "--test-ratio", "0", "--out", str(out))
+    assert done.exit_code == 0, done.output
+    before = sorted(p.name for p in out.rglob("*"))
+    refused = _invoke("report", str(out))
+    assert refused.exit_code == 1
+    assert refused.output == (f"Error: {out} has no test part (attnkit train --test-ratio 0, without --test): the "
+                              f"reports describe the test part\n")
+    assert sorted(p.name for p in out.rglob("*")) == before  # nothing written
+
+
 # --- an early stop says why --------------------------------------------------------------------------------------
 
 

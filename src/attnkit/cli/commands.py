@@ -172,33 +172,20 @@ def report(run: str, allow_unfinished: bool, **values: Any) -> None:
       attnkit report runs/reviews
     """
     from attnkit.cli.baseline import write_reports
-    from attnkit.data.batching import TextClassificationDataset
-    from attnkit.data.sources import load_splits
-    from attnkit.models.config import reading_length
-    from attnkit.train.tasks.classify.pipeline import FitResult
+    from attnkit.train.tasks.classify.reports import result_of_run
 
     if _is_numpy_run(run):
         raise click.ClickException(f"{run} is a NumPy run (attnkit train --backend numpy), which has no reports")
     out = Path(run)
-    model, tokenizer, labels, meta = load_run(run, allow_unfinished)
+    loaded = load_run(run, allow_unfinished)
+    meta = loaded[3]
     try:
         values.update(start.resumed_data_source(meta.get("data") or {}, values, out))
     except start.PlanError as err:
         raise click.UsageError(in_flags(str(err))) from None
-    _, val, test = load_splits(start.data_plan(values, out, reader_kwargs(values)), seed=meta["train_config"]["seed"])
-    if not test:
-        raise click.ClickException(f"{run} has no test part (attnkit train --test-ratio 0, without --test): "
-                                   "the reports describe the test part")
-    read_len = reading_length(model, meta["data_settings"]["max_len"])
-    val_ds, test_ds = (TextClassificationDataset(list(part), tokenizer, labels, read_len) for part in (val, test))
-    metrics = meta.get("metrics") or {}
-    if metrics.get("test") is None:  # an unfinished run: its test part is scored now, with the weights served
-        from attnkit.train.tasks.classify.inference import evaluate_examples
-
-        metrics["test"] = evaluate_examples(model, tokenizer, labels, test, max_len=meta["data_settings"]["max_len"])
-    result = FitResult(model, tokenizer, labels, meta["model_config"], [], metrics["test"], test_ds,
-                       val_data=val_ds if len(val_ds) else None)
-    write_reports(out, result, meta["train_config"].get("metric", "accuracy"), metrics.get("baseline"))
+    result = result_of_run(out, loaded, start.data_plan(values, out, reader_kwargs(values)))
+    write_reports(out, result, meta["train_config"].get("metric", "accuracy"),
+                  (meta.get("metrics") or {}).get("baseline"))
 
 
 # --- evaluate ----------------------------------------------------------------------------------

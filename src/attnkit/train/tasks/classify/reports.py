@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["measure", "headline_lines", "comparison_lines", "cv_comparison_lines", "results_analysis",
+__all__ = ["result_of_run", "measure", "headline_lines", "comparison_lines", "cv_comparison_lines", "results_analysis",
            "format_report", "report_sections", "write_html_report", "html_report", "write_reports"]
 
 WRONG_SHOWN = 5  # confidently wrong test examples in the report
@@ -120,6 +120,34 @@ def write_reports(out: Path, result: Any, metric: str, base: dict[str, Any] | No
 
         files[FAITHFULNESS_FILE] = record_text(analysis["explanation"])
     add_to_run(out, files)
+
+
+def result_of_run(out: Path, loaded: tuple[Any, Any, Any, dict[str, Any]], source: Any) -> Any:
+    """What :func:`write_reports` describes of run ``out`` after the fact (``attnkit report``): its test part
+    split again from its own data ``source`` (a :class:`~attnkit.data.sources.DataSource`, checked against the
+    run's record) with the run's seed, and the test figures it committed (a run whose training did not finish:
+    scored now with the weights ``loaded``: model, tokenizer, labels, config). Its reports are those ``train``
+    writes. A run without a test part is a ValueError: the reports describe the test part."""
+    from attnkit.data.batching import TextClassificationDataset
+    from attnkit.data.sources import load_splits
+    from attnkit.models.config import reading_length
+    from attnkit.train.tasks.classify.pipeline import FitResult
+
+    model, tokenizer, labels, meta = loaded
+    _, val, test = load_splits(source, seed=meta["train_config"]["seed"])
+    if not test:
+        raise ValueError(f"{out} has no test part (attnkit train --test-ratio 0, without --test): the reports "
+                         "describe the test part")
+    max_len = meta["data_settings"]["max_len"]
+    val_ds, test_ds = (TextClassificationDataset(list(part), tokenizer, labels, reading_length(model, max_len))
+                       for part in (val, test))
+    metrics = meta.get("metrics") or {}
+    if metrics.get("test") is None:  # an unfinished run: its test part is scored now, with the weights served
+        from attnkit.train.tasks.classify.inference import evaluate_examples
+
+        metrics["test"] = evaluate_examples(model, tokenizer, labels, test, max_len=max_len)
+    return FitResult(model, tokenizer, labels, meta["model_config"], [], metrics["test"], test_ds,
+                     val_data=val_ds if len(val_ds) else None)
 
 
 # --- the analysis of a finished run ------------------------------------------------------------
