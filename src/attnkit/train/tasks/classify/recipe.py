@@ -82,7 +82,9 @@ PRESET_HELP = (
     "for 3 epochs (lr 5e-5, max-len 128); about 4.5-6.5 min for 10,000 sentences or 7,000 news articles, "
     "50 min for IMDB (estimated; MR +5.7 points over fast, AG News +2.9). "
     "Both train in bfloat16 where the CPU has it (--precision); their n-gram half reads a long document's "
-    "first 1,024 tokens, the encoder the first max-len. "
+    "first 1,024 tokens, the encoder the first max-len. These times are cv's: train also writes a report, whose "
+    "explanations' faithfulness adds minutes for a fine-tuned encoder (MR: 320 s after balanced's 116 s on one "
+    "thread). "
     "balanced and accurate need the 'pretrained' extra; flags given beside a preset override its settings."
 )
 """The help text of ``--preset`` (its costs: evals/presets.py)."""
