@@ -224,13 +224,15 @@ def test_every_flag_its_help_calls_torch_only_is_refused_by_the_numpy_backend(co
 
     train = cli.commands["train"]
     torch_only = [p for p in train.params if getattr(p, "numpy_help", None) == _TORCH_ONLY]
-    assert {p.name for p in torch_only} >= {"label_smoothing", "pack", "metric", "class_weight", "token_budget"}
+    assert {p.name for p in torch_only} >= {"label_smoothing", "pack", "metric", "class_weight", "token_budget",
+                                            "tune_thresholds"}
     for param in torch_only:
         kind = param.type
         value = kind.choices[-1] if isinstance(kind, click.Choice) else {
             "float": "0.1", "integer": "1", "integer range": "1", "float range": "0.1"}.get(kind.name, "macro_f1")
         flag = param.opts[0]
+        given = [flag] if param.is_flag else [flag, value]  # a switch (--tune-thresholds) takes no value
         result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text",
-                                          "--backend", "numpy", "--out", str(tmp_path / "run"), flag, value])
+                                          "--backend", "numpy", "--out", str(tmp_path / "run"), *given])
         assert result.exit_code != 0 and f"does not support {flag}" in result.output, (flag, result.output)
         assert not (tmp_path / "run").exists()

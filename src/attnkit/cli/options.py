@@ -15,6 +15,7 @@ reads the default from where the library keeps it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import json
@@ -207,7 +208,7 @@ class LibraryDefaultOption(click.Option):
         # Shown as click shows a default, "[default: 10; x>=1]", then put back: the value
         # the command receives stays None, so the dataclass (or a task's own default) decides.
         saved = self.default, self.show_default
-        self.help, self.default, self.show_default = help_text, default, True
+        self.help, self.default, self.show_default = help_text, default, not self.is_flag  # a switch: its help says
         try:
             return super().get_help_record(ctx)
         finally:
@@ -218,61 +219,44 @@ _NUMPY_SETTINGS = "attnkit.train.tasks.numpy.settings:NumpyTrainSettings"
 _TORCH_ONLY = "Not with --backend numpy."
 
 
-def library_options(cls: type, names: tuple[str, ...], *, numpy_help: Mapping[str, str] | None = None
-                    ) -> Callable[[F], F]:
-    """:func:`settings_options` for flags whose default the library decides (:class:`LibraryDefaultOption`:
-    ``None`` on the command line, so a recipe's or a task's own default applies): the fields ``names`` of
-    ``cls``, in that order, each with its field's help (plus, in brackets, what the default model's recipe
-    sets: :mod:`attnkit.train.tasks.classify.recipe`), range and default shown. The NumPy backend reads the
-    same field of its settings (:class:`~attnkit.train.tasks.numpy.numpy_backend.NumpyTrainSettings`); a field
-    it lacks says "Not with --backend numpy." (or ``numpy_help[name]``)."""
-    import dataclasses
-    import typing
-
+def _library_option(cls: type, f: Any, hint: Any, numpy_help: Mapping[str, str]) -> Callable[[F], F]:
+    """The flag of field ``f`` of ``cls`` whose default the library decides (:func:`settings_options`)."""
+    from attnkit._checks import is_type
     from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    numpy_fields = {f.name for f in dataclasses.fields(resolve_default(_NUMPY_SETTINGS))}
+    meta, name = f.metadata["attnkit"], f.name
+    numpy_fields = {g.name for g in dataclasses.fields(resolve_default(_NUMPY_SETTINGS))}
     recipe = {**train_defaults(DEFAULT_MODEL), **data_defaults(DEFAULT_MODEL)}
-    decorators = []
-    for name in names:
-        f = fields[name]
-        meta = f.metadata["attnkit"]
-        torch = name not in numpy_fields
-        help = meta["help"]
-        if name in recipe:
-            value = recipe[name]
-            shown = f"{value:,}" if isinstance(value, int) else _shown(value)
-            help = f"{help.rstrip('.')} ({DEFAULT_MODEL}'s recipe: {shown})."
-        decorators.append(click.option(
-            flag_name(name, meta), name, type=_flag_type(hints[name], meta), help=help,
-            cls=LibraryDefaultOption, shown=f.default,
-            default_from=f"{cls.__module__}:{cls.__qualname__}.{name}", metavar=meta["metavar"],
-            numpy_default_from=None if torch else f"{_NUMPY_SETTINGS}.{name}",
-            numpy_help=(numpy_help or {}).get(name, _TORCH_ONLY if torch else None)))
-    return _stack(*decorators)
+    torch = name not in numpy_fields
+    help = meta["help"]
+    if name in recipe:
+        value = recipe[name]
+        shown = f"{value:,}" if isinstance(value, int) else _shown(value)
+        help = f"{help.rstrip('.')} ({DEFAULT_MODEL}'s recipe: {shown})."
+    flag = flag_name(name, meta)
+    switch = is_type(hint, bool)
+    return click.option(
+        f"{flag}/--no-{flag[2:]}" if switch else flag, name, type=None if switch else _flag_type(hint, meta),
+        default=None, help=help, cls=LibraryDefaultOption, shown=f.default,
+        default_from=f"{cls.__module__}:{cls.__qualname__}.{name}", metavar=meta["metavar"],
+        numpy_default_from=None if torch else f"{_NUMPY_SETTINGS}.{name}",
+        numpy_help=numpy_help.get(name, _TORCH_ONLY if torch else None))
 
 
 def train_options(f: F) -> F:
     """Flags of :class:`attnkit.train.TrainConfig`'s user fields (unset flags keep its defaults)."""
     from attnkit.train.config import USER_TRAIN_FIELDS, TrainConfig
 
-    return _stack(
-        library_options(TrainConfig, tuple(n for n in USER_TRAIN_FIELDS if n != "tune_thresholds"),
-                        numpy_help={"device": "--backend numpy runs on the CPU (auto or cpu)."}),
-        click.option("--tune-thresholds/--no-tune-thresholds", default=None,
-                     help="Tune per-class offsets (priors, thresholds) on the validation part for --metric "
-                          "[default: on when --metric is not accuracy and --class-weight is none]."),
-    )(f)
+    return settings_options(TrainConfig, only=USER_TRAIN_FIELDS, library=True,
+                            numpy_help={"device": "--backend numpy runs on the CPU (auto or cpu)."})(f)
 
 
 def data_options(f: F) -> F:
     """Flags of :class:`attnkit.train.config.DataSettings`."""
     from attnkit.train.config import USER_DATA_FIELDS, DataSettings
 
-    return library_options(
-        DataSettings, USER_DATA_FIELDS,
+    return settings_options(
+        DataSettings, only=USER_DATA_FIELDS, library=True,
         numpy_help={"tokenizer": "--backend numpy splits on whitespace and refuses this flag."})(f)
 
 
@@ -520,13 +504,21 @@ def _flag_type(hint: Any, meta: dict[str, Any]) -> Any:
     return str
 
 
-def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Callable[[F], F]:
+def settings_options(cls: type, *, only: tuple[str, ...] | None = None, library: bool = False,
+                     numpy_help: Mapping[str, str] | None = None) -> Callable[[F], F]:
     """One flag per :func:`attnkit._checks.setting` field of settings dataclass ``cls`` and its nested groups
     (:func:`attnkit._checks.setting_fields`; or of ``only``):
     ``--name-with-dashes`` (or the field's ``flag``), its help, its default, its range or choices, its
     path kind; a bool field is a flag (``--x/--no-x`` when it defaults to true). The value arrives under
     the field's own name, so ``cls(**{field: values[field]})`` (a tree: :func:`attnkit._checks.tree_from_flat`)
-    builds the settings: a field and its flag cannot disagree."""
+    builds the settings: a field and its flag cannot disagree.
+
+    ``library``: flags whose default the library decides (a model's recipe, a preset): each arrives ``None``
+    when not given (:class:`LibraryDefaultOption`, a bool field as ``--x/--no-x``), its help showing the
+    field's default and, in brackets, what the default model's recipe sets
+    (:mod:`attnkit.train.tasks.classify.recipe`). The NumPy backend reads the same field of its settings
+    (:class:`~attnkit.train.tasks.numpy.settings.NumpyTrainSettings`); a field it lacks says "Not with
+    --backend numpy." (or ``numpy_help[name]``)."""
     from attnkit._checks import setting_fields
 
     decorators = []
@@ -535,13 +527,15 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Calla
         if only is not None and f.name not in only:
             continue
         flag = flag_name(f.name, meta)
-        if hint is bool:
+        if library:
+            decorators.append(_library_option(cls, f, hint, numpy_help or {}))
+        elif hint is bool:
             decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, f.name]
             decorators.append(click.option(*decls, is_flag=True, default=f.default, help=meta["help"]))
-            continue
-        decorators.append(click.option(flag, f.name, type=_flag_type(hint, meta), default=f.default,
-                                       show_default=f.default is not None, help=meta["help"],
-                                       required=meta["required"]))
+        else:
+            decorators.append(click.option(flag, f.name, type=_flag_type(hint, meta), default=f.default,
+                                           show_default=f.default is not None, help=meta["help"],
+                                           required=meta["required"]))
     return _stack(*decorators)
 
 

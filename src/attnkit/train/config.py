@@ -141,7 +141,9 @@ class TrainConfig(ClassifierTrainSettings):
                           "class offsets and the report's headline follow it.", metavar="METRIC")
     class_weight: str = setting("none", "Weigh each class alike in the losses (network, n-gram half, baseline): "
                                 "balanced, or none.", choices=CLASS_WEIGHTS)
-    tune_thresholds: bool | None = None
+    tune_thresholds: bool | None = setting(None, "Tune per-class offsets (priors, thresholds) on the validation "
+                                           "part for the metric trained for (none: on when that is not accuracy "
+                                           "and the classes are not weighed alike).")
     token_budget: int = setting(0, "Train at most the whole epochs that read this many tokens, at least one (0 = "
                                 "off).", low=0, metavar="TOKENS")
     optimizer_kernel: str = setting("foreach", "AdamW's kernel: foreach (the reference numbers) or fused (one pass "
