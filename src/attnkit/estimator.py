@@ -168,7 +168,10 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
             return recipe(given, self.model_options or {},
                           extra=("attnkit.TextClassifier(preset={!r})", "choose preset='fast'"))
         except (ValueError, OSError) as err:  # settings named as the arguments they are here
-            raise type(err)(spell_settings(str(err))) from None
+            spelt = spell_settings(str(err))
+            if spelt == str(err):
+                raise
+            raise type(err)(spelt) from None
 
     def predict_proba(self, X: Sequence[str]) -> np.ndarray:
         """Class probabilities ``(len(X), len(classes_))``; column ``j`` is ``classes_[j]``."""

@@ -135,7 +135,7 @@ def recipe(given: Mapping[str, Any], model_options: Mapping[str, Any], *, extra:
         if model_name == "bert":
             raise PlanError("`model` bert fine-tunes a pretrained folder: give `init_from` FOLDER or `preset` "
                             "balanced or accurate")
-        return Recipe(model_name, dict(model_options), train_config(given, **train_defaults(model_name), **config),
+        return Recipe(model_name, dict(model_options), train_config(given, **{**train_defaults(model_name), **config}),
                       data_settings(given, **data_defaults(model_name)))
     what = f"`preset` {finetuned}" if finetuned else "`init_from`"
     if finetuned and init_from is not None:
