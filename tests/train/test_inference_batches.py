@@ -102,3 +102,47 @@ def test_a_texts_numbers_do_not_depend_on_the_texts_beside_it() -> None:
         assert got.text == text and got.probabilities == alone.probabilities
     reordered = predict_texts(model, tok, labels, texts[::-1], max_len=64)
     assert [p.probabilities for p in reordered] == [p.probabilities for p in together][::-1]
+
+
+def test_the_test_pass_gives_the_reports_probabilities_and_weights_without_another_pass(monkeypatch) -> None:
+    """Scoring the test part asks for the pooling weights in the same pass, with the same logits, so the
+    reports read the run's test documents once (on IMDB's 25,000 reviews that second pass was most of the
+    report's time); a result without them (a run loaded again) gets one pass, giving the same."""
+    import dataclasses
+
+    from attnkit.data.batching import TextClassificationDataset
+    from attnkit.train.config import DataSettings, TrainConfig
+    from attnkit.train.tasks.classify import reports
+    from attnkit.train.tasks.classify.pipeline import fit_classifier
+    from attnkit.train.tasks.classify.task import ClassificationTask
+
+    examples = _texts()
+    tok = train_tokenizer([e.text for e in examples], kind="word")
+    labels = LabelVocab(["a", "b"])
+    ds = TextClassificationDataset(examples, tok, labels, max_len=64)
+    small = {"wide": {"embed_dim": 8, "attention_dim": 4, "hidden_size": 4, "ngram_rows": 16},
+             "document": {"layer": {"d_model": 16, "num_heads": 2}, "num_layers": 1}}
+    for name, options in small.items():
+        torch.manual_seed(0)
+        model = build_model(name, {"vocab_size": tok.get_vocab_size(), "num_classes": 2, **options})
+        task = ClassificationTask(ds, batch_size=4)
+        plain, targets = task.predict(model, ds, batch_size=4)
+        logits, again, weights = task.predict(model, ds, batch_size=4, pooling=True)
+        assert torch.equal(plain, logits) and torch.equal(targets, again), name  # the test measures unchanged
+        assert [len(w) for w in weights] == list(ds.lengths), name  # in input order, over each one's tokens
+        assert all(abs(sum(w) - 1) < 1e-4 for w in weights), name
+
+    result = fit_classifier(examples[:6], examples[6:8], examples, model_name="document",
+                            model_options=small["document"], data=DataSettings(max_len=64),
+                            train_config=TrainConfig(epochs=1, batch_size=4, device="cpu", seed=0), quiet=True)
+    assert result.test is not None and result.test_scores is not None
+    passes: list[int] = []
+    predict = ClassificationTask.predict
+    monkeypatch.setattr(ClassificationTask, "predict", lambda self, *a, **k: passes.append(1) or predict(self, *a, **k))
+    kept = reports.results_analysis(result)
+    assert passes == [] and kept["confusion_matrix"] == result.test["confusion_matrix"]
+    fresh = reports.results_analysis(dataclasses.replace(result, test_scores=None))
+    assert passes == [1] and fresh["confusion_matrix"] == kept["confusion_matrix"]
+    for a, b in zip(kept["confidently_wrong"], fresh["confidently_wrong"], strict=True):
+        assert a["text"] == b["text"] and abs(a["probability"] - b["probability"]) < 1e-5
+    assert kept["most_attended"].keys() == fresh["most_attended"].keys()

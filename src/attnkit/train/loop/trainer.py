@@ -179,14 +179,19 @@ class Trainer:
 
     # --- evaluation (classification) -----------------------------------------------------------
 
-    def predict(self, data: Dataset, *, batch_size: int | None = None) -> tuple[Tensor, Tensor]:
-        """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data`` (classification task)."""
-        return self._classification().predict(self.model, data,
+    def predict(self, data: Dataset, *, batch_size: int | None = None, pooling: bool = False) -> Any:
+        """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data`` (classification task; ``pooling``: also
+        the pooling weights of the same pass, :meth:`~attnkit.train.tasks.classify.task.ClassificationTask.predict`)."""
+        return self._classification().predict(self.model, data, pooling=pooling,
                                               batch_size=batch_size or max(self.config.batch_size, 64))
 
     def evaluate(self, data: Dataset) -> dict[str, Any]:
         """Loss, accuracy, macro-F1 and confusion matrix on ``data`` (classification task)."""
         return self._classification().evaluate(self.model, data)
+
+    def measure(self, logits: Tensor, labels: Tensor) -> dict[str, Any]:
+        """:meth:`evaluate`'s measures of logits :meth:`predict` gave (classification task)."""
+        return dict(self._classification().measure(logits, labels))
 
     def _classification(self) -> Any:
         if not (callable(getattr(self.task, "predict", None)) and callable(getattr(self.task, "evaluate", None))):

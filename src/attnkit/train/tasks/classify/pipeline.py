@@ -53,6 +53,9 @@ class FitResult:
     extra: dict[str, Any] = field(default_factory=dict)
     is_main: bool = True  # False on the other processes of a data-parallel run
     val_data: TextClassificationDataset | None = None  # the validation part (reports choose an explanation on it)
+    test_scores: tuple[Any, Any] | None = None
+    """The test part's class probabilities ``(N, C)`` and pooling weights (None without pooling attention), from
+    the pass that scored it; None: the reports compute them."""
 
 
 def model_config_dict(model_name: str, overrides: dict[str, Any], *, vocab_size: int, num_classes: int,
@@ -169,7 +172,10 @@ def fit_classifier(
                                 class_weight=train_config.class_weight, tune=train_config.tune_thresholds,
                                 names=label_vocab.labels, log=log if dist.is_main else None,
                                 batches=sorted_batches(val_ds.lengths, 256, cap))
-        test_metrics = trainer.evaluate(test_ds) if len(test_ds) else None
+        test_metrics, test_scores = None, None
+        if len(test_ds):  # one pass gives the test's measures and what the reports show of each document
+            logits, labels, weights = trainer.predict(test_ds, pooling=True)
+            test_metrics, test_scores = trainer.measure(logits, labels), (logits.softmax(-1), weights)
         chunked = _chunked(unwrap(model), test_metrics, train=train_ds, val=val_ds, test=test_ds)
         if run is not None:
             metrics = {"test": test_metrics, "val_best": _best_val(history),
@@ -179,7 +185,8 @@ def fit_classifier(
             run.commit(unwrap(model).state_dict(), status="done", history=history, progress=trainer._summary(),
                        meta={"epochs_run": len(history), "metrics": metrics})
     return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds,
-                     extra={"decision": decision}, is_main=dist.is_main, val_data=val_ds if len(val_ds) else None)
+                     extra={"decision": decision}, is_main=dist.is_main, val_data=val_ds if len(val_ds) else None,
+                     test_scores=test_scores)
 
 
 def _reading_length(model_name: str, config: dict[str, Any], max_len: int, pack: int | None) -> int:

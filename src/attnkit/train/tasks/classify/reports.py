@@ -153,27 +153,16 @@ def result_of_run(out: Path, loaded: tuple[Any, Any, Any, dict[str, Any]], sourc
 # --- the analysis of a finished run ------------------------------------------------------------
 
 
-def _scores(model: Any, ds: Any) -> tuple[Any, Any]:
-    """Class probabilities ``(N, C)`` of the test part and its pooling weights ``(N, T)`` (None if none)."""
-    import torch
+def _scores(result: Any) -> tuple[Any, Any]:
+    """Class probabilities ``(N, C)`` of ``result``'s test part and its pooling weights (None if none): those of
+    the pass that scored it, else one pass now."""
+    if result.test_scores is not None:
+        return tuple(result.test_scores)
+    from attnkit.train.tasks.classify.task import ClassificationTask
 
-    from attnkit.data.batching import collate
-    from attnkit.train.tasks.classify.inference import pooling_weights
-
-    probs, weights, attends = [], [], True
-    for start in range(0, len(ds), 128):
-        batch = collate([ds[i] for i in range(start, min(len(ds), start + 128))])
-        with torch.no_grad():
-            if attends:
-                try:
-                    logits, w = pooling_weights(model, batch["ids"], batch["lengths"])  # (B, C), (B, T)
-                    weights += [w[i, : int(n)].float().tolist() for i, n in enumerate(batch["lengths"])]
-                except ValueError:  # a model without pooling attention (mean pooling)
-                    attends, weights = False, []
-            if not attends:
-                logits = model.eval()(batch["ids"], batch["lengths"])  # (B, C)
-        probs.append(logits.float().softmax(-1))
-    return torch.cat(probs), (weights if attends else None)
+    task = ClassificationTask(result.test_data, batch_size=128)
+    logits, _, weights = task.predict(result.model, result.test_data, batch_size=128, pooling=True)
+    return logits.softmax(-1), weights
 
 
 NGRAM_WEIGHT = "its weight for the class minus the mean over the classes, times the half's scale"
@@ -195,7 +184,7 @@ def results_analysis(result: Any, *, wrong: int = WRONG_SHOWN, words: int = WORD
     from attnkit.train.tasks.classify.inference import ngram_text
 
     ds, labels = result.test_data, list(result.label_vocab.labels)
-    probs, weights = _scores(result.model, ds)
+    probs, weights = _scores(result)
     predicted = probs.argmax(-1).tolist()
     targets = list(ds.labels)
     token = result.tokenizer.id_to_token

@@ -118,32 +118,51 @@ class ClassificationTask:
         return self.loss_weights.to(device=logits.device, dtype=logits.dtype)
 
     @torch.no_grad()
-    def predict(self, model: nn.Module, data: Dataset, *, batch_size: int = 64) -> tuple[Tensor, Tensor]:
-        """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data``, in order (eval mode).
+    def predict(self, model: nn.Module, data: Dataset, *, batch_size: int = 64, pooling: bool = False) -> Any:
+        """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data``, in order (eval mode); with ``pooling``
+        a third item from the same pass: each item's pooling weights over its tokens, in order (None for a model
+        that pools without attention; :func:`~attnkit.train.tasks.classify.inference.pooling_weights`).
 
         With a ``data.lengths``, documents of like length share a batch
         (:func:`~attnkit.train.loop.task.sorted_batches`) and, with ``max_tokens``, a batch also stops short of
         that many padded tokens."""
+        from attnkit.train.tasks.classify.inference import pooling_weights
+
         n = len(data)  # type: ignore[arg-type]
         lengths = getattr(data, "lengths", None)
         spans = sorted_batches(lengths if lengths is not None else [0] * n, batch_size,
                                self.max_tokens if lengths is not None else None)
-        logits, labels = [], []
+        logits, labels, weights = [], [], ([None] * n if pooling else None)
         with eval_mode(model):
             for span in spans:
                 batch = self._to_device(self.collate([data[i] for i in span]))
-                logits.append(model(batch["ids"], batch["lengths"]).float().cpu())
+                out = None
+                if weights is not None:
+                    try:
+                        out, w = pooling_weights(model, batch["ids"], batch["lengths"])  # (B, C), (B, T)
+                        for i, row, length in zip(span, w, batch["lengths"], strict=True):
+                            weights[i] = row[: int(length)].float().tolist()
+                    except ValueError:  # a model without pooling attention (mean pooling)
+                        weights = None
+                if out is None:
+                    out = model(batch["ids"], batch["lengths"])
+                logits.append(out.float().cpu())
                 labels.append(batch["labels"].cpu())
         if not logits:
-            return torch.zeros(0, 0), torch.zeros(0, dtype=torch.long)
-        return in_input_order(spans, logits), in_input_order(spans, labels)
+            found = torch.zeros(0, 0), torch.zeros(0, dtype=torch.long)
+        else:
+            found = in_input_order(spans, logits), in_input_order(spans, labels)
+        return (*found, weights) if pooling else found
 
     def evaluate(self, model: nn.Module, data: Dataset) -> dict[str, Any]:
-        """Loss and every measure of :func:`attnkit.train.metrics.classification_report` of ``model`` on ``data``.
+        """Loss and every measure of :func:`attnkit.train.metrics.classification_report` of ``model`` on ``data``
+        (:meth:`measure`)."""
+        return self.measure(*self.predict(model, data, batch_size=max(self.batch_size, 64)))
 
-        With a ``metric`` other than those, its value too (``f1:<class>``: the class's F1).
-        """
-        logits, labels = self.predict(model, data, batch_size=max(self.batch_size, 64))
+    def measure(self, logits: Tensor, labels: Tensor) -> dict[str, Any]:
+        """Loss and every measure of :func:`attnkit.train.metrics.classification_report` of ``logits`` ``(N, C)``
+        against ``labels`` ``(N,)``; with a ``metric`` other than those, its value too (``f1:<class>``: the
+        class's F1)."""
         if labels.numel() == 0:
             raise ValueError("cannot evaluate on an empty dataset")
         pred = logits.argmax(-1)
