@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnkit.core.kernels.dense import expand_heads
 from attnkit.core.kernels.tiles import score_index, span_backward, span_forward
 from attnkit.core.score_mods import bias_of, refuse_non_finite
 from attnkit.core.types import ScoreMod
@@ -100,13 +101,9 @@ def _blocked(allowed: Allowed) -> Tensor | None:
     return ~allowed if isinstance(allowed, Tensor) else None
 
 
-def _expand_heads(x: Tensor, h: int) -> Tensor:
-    """Key/value heads repeated for their query heads (the fused kernel takes equal heads). ``(B, H, tk, D)``."""
-    return x if x.shape[1] == h else x.repeat_interleave(h // x.shape[1], dim=1)
-
-
 def _fold_heads(x: Tensor, hkv: int) -> Tensor:
-    """The gradient of :func:`_expand_heads`: per query head ``(B, H, tk, D)`` summed to ``(B, Hkv, tk, D)``."""
+    """The gradient of :func:`~attnkit.core.kernels.dense.expand_heads`: per query head ``(B, H, tk, D)``
+    summed to ``(B, Hkv, tk, D)``."""
     b, h, tk, d = x.shape
     return x if h == hkv else x.view(b, hkv, h // hkv, tk, d).sum(2)
 
@@ -138,7 +135,7 @@ def forward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, pairs: GlobalPairs, 
             continue
         if m.fused:
             o, blk = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                q[:, :, loc], _expand_heads(k, h), _expand_heads(v, h),
+                q[:, :, loc], *expand_heads(h, k, v),
                 attn_mask=_additive(allowed, m, (qa, qb, ka, ka + tk), b, h, q.device), scale=m.scale)
             if isinstance(allowed, Tensor):  # a row with no key in this block: the kernel says 0, it is -inf
                 blk = blk.masked_fill(~allowed.any(-1), float("-inf"))
@@ -165,7 +162,7 @@ def backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: Saved, pairs
         q, dq ``(B, H, Tl, Dh)``; k ``(B, Hkv, tk, Dh)``, v ``(B, Hkv, tk, Dv)``; returns their shapes.
     """
     b, h, hkv, tk = q.shape[0], q.shape[1], k.shape[1], k.shape[2]
-    kw, vw = (_expand_heads(k, h), _expand_heads(v, h)) if m.fused else (k.to(m.dtype), v.to(m.dtype))
+    kw, vw = expand_heads(h, k, v) if m.fused else (k.to(m.dtype), v.to(m.dtype))
     dk, dv = torch.zeros_like(kw, dtype=m.dtype), torch.zeros_like(vw, dtype=m.dtype)
     for qa, qb, loc in q_tiles(runs, b, h, tk):
         allowed = pairs.block(qa, qb, ka, ka + tk)

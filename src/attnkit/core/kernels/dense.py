@@ -28,7 +28,7 @@ from attnkit.core.score_mods import apply_score_mod
 from attnkit.core.types import ScoreMod
 
 __all__ = ["safe_softmax", "attention_weights", "math_output", "fused_output", "nan_rows",
-           "score_mod_attention", "kernel_name", "softmax_open_rows", "zero_rows", "HALF"]
+           "score_mod_attention", "kernel_name", "softmax_open_rows", "zero_rows", "expand_heads", "HALF"]
 
 HALF = (torch.float16, torch.bfloat16)
 """The half-precision dtypes, whose logits and softmax run in float32."""
@@ -224,6 +224,12 @@ def softmax_open_rows(scores: Tensor, fill: Tensor | None) -> Tensor:
     output, which zeroes their gradients too.
     """
     return torch.softmax(scores if fill is None else scores.masked_fill(fill, float("-inf")), dim=-1)
+
+
+def expand_heads(h: int, *xs: Tensor) -> tuple[Tensor, ...]:
+    """Each of ``xs``, key or value heads ``(B, Hkv, T, D)``, repeated for the ``h`` query heads they serve
+    (grouped-query attention): ``(B, H, T, D)``."""
+    return tuple(x if x.shape[1] == h else x.repeat_interleave(h // x.shape[1], dim=1) for x in xs)
 
 
 def zero_rows(x: Tensor, row_ok: Tensor | None) -> Tensor:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.core.block_mask import BlockMask
-from attnkit.core.kernels.dense import HALF, softmax_open_rows, zero_rows
+from attnkit.core.kernels.dense import HALF, expand_heads, softmax_open_rows, zero_rows
 from attnkit.core.kernels.runs import kept_masks, neg_inf_where
 from attnkit.core.score_mods import apply_score_mod
 from attnkit.core.types import ScoreMod
@@ -104,9 +104,8 @@ def _fused_blocks(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, scale: float, 
     hkv, tk, dv = k.shape[1], k.shape[2], v.shape[-1]
     bs, (_, bmh, nq, nkb) = bm.block_size, bm.kv_indices.shape
     nk = -(-tk // bs)
-    if bmh != 1 and hkv != h:
-        k, v = k.repeat_interleave(h // hkv, dim=1), v.repeat_interleave(h // hkv, dim=1)
-        hkv = h
+    if bmh != 1:  # per-head block structure: every query head gathers its own keys
+        (k, v), hkv = expand_heads(h, k, v), h
     fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
     attn_mask = None
     if fill is not None:  # additive, in q's dtype; kept on the BlockMask when small (sparse masks)
@@ -148,9 +147,8 @@ def block_sparse_attention(
     hkv, tk, dv = k.shape[1], k.shape[2], v.shape[-1]
     bs, (_, bmh, nq, nkb) = bm.block_size, bm.kv_indices.shape
     nk = -(-tk // bs)
-    if bmh != 1 and hkv != h:  # per-head block structure: every query head gathers its own keys
-        k, v = k.repeat_interleave(h // hkv, dim=1), v.repeat_interleave(h // hkv, dim=1)
-        hkv = h
+    if bmh != 1:  # per-head block structure: every query head gathers its own keys
+        (k, v), hkv = expand_heads(h, k, v), h
     group = h // hkv
     qf, kf = (q.float(), k.float()) if q.dtype in HALF else (q, k)
     kg = _gather_blocks(_pad_to(kf, nk * bs), bm.kv_indices, bs)  # (B, Hkv, nQ, K*bs, Dh)

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from attnkit.core.block_mask import BlockMask
+from attnkit.core.kernels.dense import expand_heads
 from attnkit.core.rows import rows_with_keys
 
 __all__ = ["run_plan", "usable", "runs_attention"]
@@ -232,8 +233,7 @@ def runs_attention(q: Tensor, k: Tensor, v: Tensor, bm: BlockMask, *, scale: flo
     """
     plan = run_plan(bm)
     assert plan is not None
-    if k.shape[1] != q.shape[1] and not native_gqa():
-        groups = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    if not native_gqa():
+        k, v = expand_heads(q.shape[1], k, v)
     out: Tensor = _Runs.apply(q, k, v, plan, _additive(bm, plan, q.dtype), scale)
     return out
