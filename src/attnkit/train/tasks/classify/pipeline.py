@@ -114,17 +114,16 @@ def fit_classifier(
 ) -> FitResult:
     """Train ``model_name`` on ``train`` (early stopping on ``val``), measure on ``test``.
 
-    With ``out_dir`` the run is committed there after every epoch (status
-    ``training``, the best weights so far) and once more when it is done, so an
-    interrupted run can be resumed with ``resume=True`` (pass the saved
-    tokenizer and labels). A directory holding another run is replaced only with ``overwrite``, and only at
-    the first commit (``flags``: as in :class:`~attnkit.train.tasks.classify.plan.ClassifierPlan`). ``tokenizer`` /
-    ``label_vocab`` may be given to skip building them. ``init_model`` is called on the freshly built model
-    before training (e.g. to load pretrained weights). ``baseline`` (figures
-    scored beforehand) is committed with the test result as ``metrics.baseline``. ``max_memory`` (bytes;
-    None: a share of the available memory) bounds what the run may plan to allocate
-    (:func:`attnkit.train.tasks.classify.memory.fit_to_memory`: fewer n-gram rows, or a refusal, before the model
-    is built); the run's peak resident memory is committed as ``metrics.peak_memory_mib``.
+    With ``out_dir`` the run is committed there after every epoch (status ``training``, the best weights so
+    far) and once more when it is done, so an interrupted run can be resumed with ``resume=True`` (pass the
+    saved tokenizer and labels). A directory holding another run is replaced only with ``overwrite``, and only
+    at the first commit (``flags``: as in :class:`~attnkit.train.tasks.classify.plan.ClassifierPlan`).
+    ``tokenizer`` / ``label_vocab`` may be given to skip building them. ``init_model`` is called on the freshly
+    built model before training (e.g. to load pretrained weights). ``baseline`` (figures scored beforehand) is
+    committed as ``metrics.baseline``. ``max_memory`` (bytes; None: a share of the available memory) bounds
+    what the run may plan to allocate (:func:`attnkit.train.tasks.classify.memory.fit_to_memory`: fewer n-gram
+    rows, or a refusal, before the model is built); the run's peak resident memory is committed as
+    ``metrics.peak_memory_mib``.
     """
     label_vocab = _checked_labels(train, train_config, data, label_vocab)
     dist = dist or DistInfo()
@@ -172,10 +171,7 @@ def fit_classifier(
                                 class_weight=train_config.class_weight, tune=train_config.tune_thresholds,
                                 names=label_vocab.labels, log=log if dist.is_main else None,
                                 batches=sorted_batches(val_ds.lengths, 256, cap))
-        test_metrics, test_scores = None, None
-        if len(test_ds):  # one pass gives the test's measures and what the reports show of each document
-            logits, labels, weights = trainer.predict(test_ds, pooling=True)
-            test_metrics, test_scores = trainer.measure(logits, labels), (logits.softmax(-1), weights)
+        test_metrics, test_scores = _scored_test(trainer, test_ds)
         chunked = _chunked(unwrap(model), test_metrics, train=train_ds, val=val_ds, test=test_ds)
         if run is not None:
             metrics = {"test": test_metrics, "val_best": _best_val(history),
@@ -187,6 +183,15 @@ def fit_classifier(
     return FitResult(model.cpu().eval(), tokenizer, label_vocab, config, history, test_metrics, test_ds,
                      extra={"decision": decision}, is_main=dist.is_main, val_data=val_ds if len(val_ds) else None,
                      test_scores=test_scores)
+
+
+def _scored_test(trainer: Trainer, test: TextClassificationDataset) -> tuple[Any, Any]:
+    """The test part's measures and, from the same pass, what the reports show of each document: its class
+    probabilities and pooling weights (:attr:`FitResult.test_scores`); ``None, None`` without a test part."""
+    if not len(test):
+        return None, None
+    logits, labels, weights = trainer.predict(test, pooling=True)
+    return trainer.measure(logits, labels), (logits.softmax(-1), weights)
 
 
 def _reading_length(model_name: str, config: dict[str, Any], max_len: int, pack: int | None) -> int:
