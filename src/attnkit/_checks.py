@@ -33,7 +33,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 __all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of", "dataclass_kwargs",
@@ -132,7 +132,7 @@ def spell_settings(text: str, flags: Mapping[str, str] | None = None) -> str:
 def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
             low_open: bool = False, high_open: bool = False, choices: Sequence[Any] | None = None,
             flag: str | None = None, path: str | None = None, duration: bool = False, metavar: str | None = None,
-            required: bool = False) -> Any:
+            required: bool = False, check: Callable[[Any], Any] | None = None) -> Any:
     """A settings field that says everything about itself once: its default, its help, its range.
 
     :func:`check_settings` checks a value against it, and the command line builds its flag from it
@@ -142,11 +142,12 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
     ``"dir"``, ``"file"`` (each must exist) or ``"new-dir"`` (a folder that may not exist yet) for the
     command line; ``duration`` marks seconds, which the command line reads as ``90s``, ``30m``, ``1.5h``
     (:func:`parse_duration`); ``metavar`` names the flag's value in its help (``TOKENS``); ``required``: the
-    command line refuses to run without the flag (the dataclass keeps its default, for code that fills it later).
+    command line refuses to run without the flag (the dataclass keeps its default, for code that fills it later);
+    ``check`` refuses a value by a ValueError (on the command line: the value it returns is the flag's).
     """
     meta = {"help": help, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
             "choices": tuple(choices) if choices is not None else None, "flag": flag, "path": path,
-            "duration": duration, "metavar": metavar, "required": required}
+            "duration": duration, "metavar": metavar, "required": required, "check": check}
     return dataclasses.field(default=default, metadata={"attnkit": meta})
 
 
@@ -214,6 +215,8 @@ def check_settings(obj: Any) -> None:
             continue
         if meta["choices"] is not None:
             one_of(f.name, value, meta["choices"])
+        if meta["check"] is not None:
+            meta["check"](value)
         hint = hints[f.name]
         kind = next((k for k in (bool, int, float) if is_type(hint, k)), None)
         if kind is None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.data.readers import DataFormatError, read_examples, read_texts
+from attnkit.data.readers import DataFormatError, Example, read_examples, read_texts
 
 LONG = "word " * 60_000  # 300,000 characters: over the csv module's default field limit of 131,072
 
@@ -73,3 +73,30 @@ def test_a_folder_of_parts_is_not_read_as_classes(tmp_path: Path) -> None:
     (tmp_path / "classes" / "test").mkdir()
     (tmp_path / "classes" / "test" / "1.txt").write_text("y", encoding="utf-8")
     assert sorted(e.label for e in read_examples(tmp_path / "classes")) == ["test", "train"]
+
+
+def test_the_reader_flags_are_the_reader_settings_and_check_their_values_as_python_does(tmp_path: Path) -> None:
+    """Every command's reader flags are :class:`ReaderSettings`' leaves: a new field is a flag of train, cv,
+    evaluate, baseline and serve; a value its ``check`` refuses is refused alike on the command line (naming
+    the flag) and in Python, and ``tab`` reaches :func:`read_examples` as a tab."""
+    import dataclasses
+
+    from click.testing import CliRunner
+
+    from attnkit.cli import cli
+    from attnkit.cli.options import reader_kwargs
+    from attnkit.data.readers import ReaderSettings
+
+    fields = [f.name for f in dataclasses.fields(ReaderSettings)]
+    for name in ("train", "cv", "evaluate", "baseline", "serve"):
+        command = cli.get_command(None, name)  # type: ignore[arg-type]
+        assert set(fields) <= {p.name for p in command.params}, name
+    with pytest.raises(ValueError, match="--delimiter must be one character"):
+        ReaderSettings(delimiter="ab")
+    assert reader_kwargs({"delimiter": "tab", "encoding": None, "skip_bad_rows": False, "other": 1}) == \
+        {"delimiter": "tab"}
+    data = tmp_path / "d.csv"
+    data.write_text("text;label\na fine film;pos\n", encoding="utf-8")
+    out = CliRunner().invoke(cli, ["baseline", "--data", str(data), "--delimiter", "ab"])
+    assert out.exit_code == 2 and "Invalid value for '--delimiter': must be one character" in out.output
+    assert read_examples(data, **ReaderSettings(delimiter=";").kwargs()) == [Example("a fine film", "pos")]

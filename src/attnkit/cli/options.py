@@ -260,9 +260,6 @@ def data_options(f: F) -> F:
         numpy_help={"tokenizer": "--backend numpy splits on whitespace and refuses this flag."})(f)
 
 
-_READER = "attnkit.data.readers:read_examples"
-
-
 def ratio_option(part: str, help: str) -> Callable[[F], F]:
     """``--{part}-ratio``: the share of the data held out for ``part`` (validation or test), below 1, with
     :class:`attnkit.data.sources.DataSource`'s default."""
@@ -271,36 +268,11 @@ def ratio_option(part: str, help: str) -> Callable[[F], F]:
                         show_default=True, help=help)
 
 
-def _delimiter_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from attnkit.data.readers import check_delimiter
-
-    if value is None:
-        return None
-    try:
-        return check_delimiter(value)
-    except ValueError as err:
-        raise click.BadParameter(str(err).removeprefix("--delimiter "), ctx, param) from None
-
-
 def reader_options(f: F) -> F:
-    """How to read a data file (see :func:`attnkit.data.read_examples`)."""
-    return _stack(
-        click.option("--format", "data_format", type=str,
-                     help="csv, tsv, jsonl, label-tab-text, label-space-text, folder or polarity "
-                          "(guessed from the name when omitted)."),
-        click.option("--encoding", type=str, help="Text encoding of the data.", cls=LibraryDefaultOption,
-                     default_from=f"{_READER}.encoding"),
-        click.option("--text-field", type=str, help="Text column/field for csv, tsv, jsonl.", cls=LibraryDefaultOption,
-                     default_from=f"{_READER}.text_field"),
-        click.option("--label-field", type=str, help="Label column/field for csv, tsv, jsonl.",
-                     cls=LibraryDefaultOption, default_from=f"{_READER}.label_field"),
-        click.option("--delimiter", type=str, metavar="CHAR",
-                     help="Column separator of csv/tsv data, e.g. ';' or tab (default: , for csv, tab for tsv).",
-                     callback=_delimiter_value),
-        click.option("--skip-bad-rows", is_flag=True,
-                     help="Skip rows with an empty text or an empty or null label, and say on stderr "
-                          "how many and where, instead of stopping at the first with an error."),
-    )(f)
+    """How to read a data file: the flags of :class:`attnkit.data.readers.ReaderSettings`."""
+    from attnkit.data.readers import ReaderSettings
+
+    return settings_options(ReaderSettings)(f)
 
 
 def model_options(f: F) -> F:
@@ -375,22 +347,12 @@ def report_skipped_rows(report: SkippedRows) -> None:
 
 
 def reader_kwargs(values: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments for ``read_examples`` from the reader options that were given.
+    """Keyword arguments for ``read_examples`` from the reader flags in ``values``
+    (:meth:`attnkit.data.readers.ReaderSettings.kwargs`); rows ``--skip-bad-rows`` skips are said by
+    :func:`report_skipped_rows`, so every command that reads through these keywords reports them."""
+    from attnkit.data.readers import ReaderSettings
 
-    ``--skip-bad-rows`` adds ``skip_bad_rows=True`` and :func:`report_skipped_rows`
-    as ``on_skipped``, so every command that reads through these keywords
-    reports what it skipped.
-    """
-    out: dict[str, Any] = {}
-    if values.get("data_format"):
-        out["format"] = values["data_format"]
-    for key in ("encoding", "text_field", "label_field", "delimiter"):
-        if values.get(key):
-            out[key] = values[key]
-    if values.get("skip_bad_rows"):
-        out["skip_bad_rows"] = True
-        out["on_skipped"] = report_skipped_rows
-    return out
+    return ReaderSettings.of(values).kwargs(report_skipped_rows)
 
 
 def allow_unfinished_option(f: F) -> F:
@@ -535,8 +497,23 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None, library:
         else:
             decorators.append(click.option(flag, f.name, type=_flag_type(hint, meta), default=f.default,
                                            show_default=f.default is not None, help=meta["help"],
-                                           required=meta["required"]))
+                                           required=meta["required"], metavar=meta["metavar"],
+                                           callback=_checked(meta["check"], flag)))
     return _stack(*decorators)
+
+
+def _checked(check: Callable[[Any], Any] | None, flag: str) -> Any:
+    """The click callback of a setting's ``check``: the value it returns, its ValueError as the flag's error."""
+    if check is None:
+        return None
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        try:
+            return None if value is None else check(value)
+        except ValueError as err:
+            raise click.BadParameter(str(err).removeprefix(f"{flag} "), ctx, param) from None
+
+    return callback
 
 
 class MemorySize(click.ParamType):

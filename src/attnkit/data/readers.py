@@ -57,15 +57,19 @@ from __future__ import annotations
 import codecs
 import contextlib
 import csv
+import dataclasses
 import gzip
+import inspect
 import io
 import json
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnkit._checks import check_settings, setting
 from attnkit.data.examples import (
     MAX_REPORTED,
     BadRow,
@@ -76,6 +80,7 @@ from attnkit.data.examples import (
 )
 
 __all__ = ["Example", "DataFormatError", "BadRow", "SkippedRows", "MAX_REPORTED", "FORMATS", "read_examples",
+           "ReaderSettings",
            "read_lines", "guess_format", "read_texts", "detect_unicode_encoding", "encoding_hint", "sniff_delimiter",
            "check_delimiter", "format_from_name"]
 
@@ -489,6 +494,41 @@ def read_examples(
             warnings.warn(report.summary(), UserWarning, stacklevel=2)
     return examples
 
+
+
+_READ = inspect.signature(read_examples).parameters
+
+
+@dataclass(frozen=True)
+class ReaderSettings:
+    """How a labelled data file is read: :func:`read_examples`' keywords as settings (the commands' reader flags,
+    :func:`attnkit._checks.setting`); None keeps its default, which the help names."""
+
+    data_format: str | None = setting(None, "csv, tsv, jsonl, label-tab-text, label-space-text, folder or polarity "
+                                            "(guessed from the name when omitted).", flag="--format")
+    encoding: str | None = setting(None, f"Text encoding of the data (default: {_READ['encoding'].default}).")
+    text_field: str | None = setting(None, "Text column/field for csv, tsv, jsonl (default: "
+                                           f"{_READ['text_field'].default}).")
+    label_field: str | None = setting(None, "Label column/field for csv, tsv, jsonl (default: "
+                                            f"{_READ['label_field'].default}).")
+    skip_bad_rows: bool = setting(False, "Skip rows with an empty text or an empty or null label, and say on stderr "
+                                         "how many and where, instead of stopping at the first with an error.")
+    delimiter: str | None = setting(None, "Column separator of csv/tsv data, e.g. ';' or tab (default: , for csv, "
+                                          "tab for tsv).", metavar="CHAR", check=check_delimiter)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> ReaderSettings:
+        """The settings among ``values`` (a command's flags, a saved data record): other keys are ignored."""
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if values.get(f.name) is not None})
+
+    def kwargs(self, on_skipped: Callable[[SkippedRows], None] | None = None) -> dict[str, Any]:
+        """The keywords of :func:`read_examples` these settings give (``on_skipped``: where skipped rows are said)."""
+        out: dict[str, Any] = {"format": self.data_format} if self.data_format else {}
+        out |= {k: getattr(self, k) for k in ("encoding", "text_field", "label_field", "delimiter") if getattr(self, k)}
+        return out | ({"skip_bad_rows": True, "on_skipped": on_skipped} if self.skip_bad_rows else {})
 
 def _read_format(p: Path, format: str | None, encoding: str, text_field: str, label_field: str,
                  bad: BadRowPolicy, delimiter: str | None = None) -> list[Example]:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from attnkit.data.readers import ReaderSettings
 from attnkit.train.runs.data_record import DataRecordError, data_changes, locate_data, record_data
 from attnkit.train.runs.resume import RUN_FLAGS, flat_config
 from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, PRETRAINED_PRESETS, data_defaults, train_defaults
@@ -31,8 +32,7 @@ RESUME_FLAGS = {"out", "resume", "quiet", "data", "val_path", "test_path", "max_
 
 # option name -> flag, for the paths a classification run reads; and the reader settings recorded beside them
 DATA_PATHS = {"data": "--data", "val_path": "--val", "test_path": "--test"}
-READER_KEYS = ("val_ratio", "test_ratio", "data_format", "encoding", "text_field", "label_field",
-               "skip_bad_rows", "delimiter")
+READER_KEYS = ("val_ratio", "test_ratio", *(f.name for f in dataclasses.fields(ReaderSettings)))
 
 
 def check_model(values: dict[str, Any]) -> None:
