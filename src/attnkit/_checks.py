@@ -132,22 +132,27 @@ def spell_settings(text: str, flags: Mapping[str, str] | None = None) -> str:
 def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
             low_open: bool = False, high_open: bool = False, choices: Sequence[Any] | None = None,
             flag: str | None = None, path: str | None = None, duration: bool = False, metavar: str | None = None,
-            required: bool = False, check: Callable[[Any], Any] | None = None) -> Any:
+            required: bool = False, check: Callable[[Any], Any] | None = None, default_from: str | None = None) -> Any:
     """A settings field that says everything about itself once: its default, its help, its range.
 
     :func:`check_settings` checks a value against it, and the command line builds its flag from it
     (:func:`attnkit.cli.options.settings_options`: ``--name-with-dashes`` unless ``flag``, the help, the
     default, the range), so a field and its flag cannot disagree. ``low``/``high`` bound a number
     (``*_open``: the bound itself is refused); ``choices`` lists the values a string may take; ``path`` is
-    ``"dir"``, ``"file"`` (each must exist) or ``"new-dir"`` (a folder that may not exist yet) for the
+    ``"dir"``, ``"file"``, ``"any"`` (each must exist; any: a file or a folder) or ``"new-dir"`` (a folder that
+    may not exist yet) for the
     command line; ``duration`` marks seconds, which the command line reads as ``90s``, ``30m``, ``1.5h``
     (:func:`parse_duration`); ``metavar`` names the flag's value in its help (``TOKENS``); ``required``: the
     command line refuses to run without the flag (the dataclass keeps its default, for code that fills it later);
-    ``check`` refuses a value by a ValueError (on the command line: the value it returns is the flag's).
+    ``check`` refuses a value by a ValueError (on the command line: the value it returns is the flag's);
+    ``default_from``: for a field whose None leaves the choice to the code that reads it, where that code keeps
+    the default it applies (``"module:function.keyword"``, :func:`attnkit.cli.options.resolve_default`), shown
+    in the flag's help.
     """
     meta = {"help": help, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
             "choices": tuple(choices) if choices is not None else None, "flag": flag, "path": path,
-            "duration": duration, "metavar": metavar, "required": required, "check": check}
+            "duration": duration, "metavar": metavar, "required": required, "check": check,
+            "default_from": default_from}
     return dataclasses.field(default=default, metadata={"attnkit": meta})
 
 

@@ -256,6 +256,12 @@ def test_resume_refuses_a_changed_setting_by_name_with_both_values(trained: Path
     assert other.exit_code == 2 and "does not take --model" in other.output  # not a setting it compares: refused
     done = _invoke("train", "--out", str(trained), "--resume", "--quiet", "--epochs", "3", "--lr", "0.01")
     assert done.exit_code == 0 and "finished training already" in done.output  # the saved values are accepted
+    # the data settings are leaves of the same tree (ClassifyData): the saved ones accepted, another refused
+    ratio = _invoke("train", "--out", str(trained), "--resume", "--val-ratio", "0.3", "--text-field", "body")
+    assert ratio.exit_code == 2 and ("--val-ratio is 0.1 there, given 0.3; --text-field is none there, given body"
+                                     in " ".join(ratio.output.split()))
+    same = _invoke("train", "--out", str(trained), "--resume", "--quiet", "--val-ratio", "0.1", "--test-ratio", "0.1")
+    assert same.exit_code == 0 and "finished training already" in same.output
 
 
 def test_translation_warns_when_the_warm_up_outlasts_the_run(tmp_path: Path) -> None:

@@ -111,6 +111,16 @@ def test_a_fifth_task_is_one_folder(fifth_task: Path, tmp_path: Path) -> None:
     assert other.exit_code == 1 and f"{out} is a word counting run, not a text classifier" in other.output
     again = runner.invoke(cli, ["train", "--task", "count", "--text", str(text), "--out", str(out), "--resume"])
     assert again.exit_code == 0 and "finished training already" in again.output
+    # --config, as on every training command: a file's values are the flags' defaults, a flag overrides them
+    config = tmp_path / "count.toml"
+    config.write_text(f'text = "{text.as_posix()}"\nlr = 0.25\nepochs = 1\n', encoding="utf-8")
+    via = runner.invoke(cli, ["train", "--task", "count", "--config", str(config), "--epochs", "2",
+                              "--out", str(tmp_path / "via")])
+    assert via.exit_code == 0, via.output
+    assert attnkit.load_run(tmp_path / "via") == {"the": 1.0, "cat": 0.5, "saw": 0.5, "dog": 0.5}
+    config.write_text("rate = 0.25\n", encoding="utf-8")
+    wrong = runner.invoke(cli, ["train", "--task", "count", "--config", str(config), "--out", str(tmp_path / "x")])
+    assert wrong.exit_code == 2 and "unknown key(s) ['rate']" in wrong.output and "'lr'" in wrong.output
 
 
 def test_a_task_name_registered_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,11 +29,13 @@ from attnkit.cli.options import (
     reader_kwargs,
     reader_options,
     refuse_resume_flags,
+    settings_options,
     task_option,
     train_options,
 )
 from attnkit.train.runs.resume import RUN_FLAGS, ResumeError
 from attnkit.train.tasks.classify import start
+from attnkit.train.tasks.classify.settings import ClassifyData
 
 
 def _numpy_backend() -> ModuleType:
@@ -63,12 +65,7 @@ def _given_settings(ctx: click.Context, out: Path) -> list[str]:
 @click.command()
 @config_option
 @task_option("classify")
-@click.option("--data", type=click.Path(exists=True), help="Labelled training data (file or folder).")
-@click.option("--val", "val_path", type=click.Path(exists=True), help="Validation data (default: split from --data).")
-@click.option("--test", "test_path", type=click.Path(exists=True), help="Test data (default: split from --data).")
-@ratio_option("val", help="Share of --data held out for validation when --val is absent.")
-@ratio_option("test", help="Share of --data held out for testing when --test is absent.")
-@reader_options
+@settings_options(ClassifyData)
 @model_options
 @preset_option
 @train_options

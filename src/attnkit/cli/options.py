@@ -456,7 +456,7 @@ def _flag_type(hint: Any, meta: dict[str, Any]) -> Any:
     if meta["choices"] is not None:
         return click.Choice([str(c) for c in meta["choices"]])
     if meta["path"] is not None:
-        return click.Path(exists=meta["path"] != "new-dir", file_okay=meta["path"] == "file",
+        return click.Path(exists=meta["path"] != "new-dir", file_okay=meta["path"] in ("file", "any"),
                           dir_okay=meta["path"] != "file")
     bounds = {"min": meta["low"], "max": meta["high"], "min_open": meta["low_open"], "max_open": meta["high_open"]}
     if is_type(hint, int):
@@ -495,10 +495,12 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None, library:
             decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, f.name]
             decorators.append(click.option(*decls, is_flag=True, default=f.default, help=meta["help"]))
         else:
+            shown = {} if meta["default_from"] is None else {"cls": LibraryDefaultOption,
+                                                              "default_from": meta["default_from"]}
             decorators.append(click.option(flag, f.name, type=_flag_type(hint, meta), default=f.default,
                                            show_default=f.default is not None, help=meta["help"],
                                            required=meta["required"], metavar=meta["metavar"],
-                                           callback=_checked(meta["check"], flag)))
+                                           callback=_checked(meta["check"], flag), **shown))
     return _stack(*decorators)
 
 

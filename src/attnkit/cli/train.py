@@ -1,8 +1,9 @@
 """``attnkit train --task NAME``: every task with a settings tree gets its command generated from it.
 
 The flags are the tree's leaves (:func:`attnkit.cli.options.settings_options`: name, type, range, default,
-help) and the run's own (``--out``, ``--overwrite``, ``--resume``, ``--max-memory``, ``--quiet``); the help is
-the tree's docstring. The command parses, makes the tree and calls :meth:`attnkit.train.registry.Task.run`,
+help) and the run's own (``--out``, ``--overwrite``, ``--resume``, ``--max-memory``, ``--quiet``), and
+``--config`` reads their values from a TOML or YAML file, as every training command does; the help is the
+tree's docstring. The command parses, makes the tree and calls :meth:`attnkit.train.registry.Task.run`,
 which trains, or resumes by the one rule (:mod:`attnkit.train.runs.resume`).
 """
 
@@ -15,7 +16,7 @@ import click
 
 from attnkit._lazy import missing_extra_message
 from attnkit.cli.messages import echo, friendly_errors, in_flags, require_room_for_torch
-from attnkit.cli.options import refusing_memory_option, settings_options, task_option
+from attnkit.cli.options import config_option, refusing_memory_option, settings_options, task_option
 
 __all__ = ["task_command"]
 
@@ -29,6 +30,7 @@ def task_command(task: Any) -> click.Command:
     leaves = [f.name for f, _ in setting_fields(tree)]
 
     @click.command(task.name, help=tree.__doc__)
+    @config_option
     @task_option(task.name)
     @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
     @settings_options(tree)

@@ -59,7 +59,6 @@ import contextlib
 import csv
 import dataclasses
 import gzip
-import inspect
 import io
 import json
 import os
@@ -67,7 +66,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from attnkit._checks import check_settings, setting
 from attnkit.data.examples import (
@@ -496,21 +495,20 @@ def read_examples(
 
 
 
-_READ = inspect.signature(read_examples).parameters
+_READ = f"{__name__}:read_examples"
 
 
 @dataclass(frozen=True)
 class ReaderSettings:
     """How a labelled data file is read: :func:`read_examples`' keywords as settings (the commands' reader flags,
-    :func:`attnkit._checks.setting`); None keeps its default, which the help names."""
+    :func:`attnkit._checks.setting`); None keeps its default, which the flag's help shows."""
 
     data_format: str | None = setting(None, "csv, tsv, jsonl, label-tab-text, label-space-text, folder or polarity "
                                             "(guessed from the name when omitted).", flag="--format")
-    encoding: str | None = setting(None, f"Text encoding of the data (default: {_READ['encoding'].default}).")
-    text_field: str | None = setting(None, "Text column/field for csv, tsv, jsonl (default: "
-                                           f"{_READ['text_field'].default}).")
-    label_field: str | None = setting(None, "Label column/field for csv, tsv, jsonl (default: "
-                                            f"{_READ['label_field'].default}).")
+    encoding: str | None = setting(None, "Text encoding of the data.", default_from=f"{_READ}.encoding")
+    text_field: str | None = setting(None, "Text column/field for csv, tsv, jsonl.", default_from=f"{_READ}.text_field")
+    label_field: str | None = setting(None, "Label column/field for csv, tsv, jsonl.",
+                                      default_from=f"{_READ}.label_field")
     skip_bad_rows: bool = setting(False, "Skip rows with an empty text or an empty or null label, and say on stderr "
                                          "how many and where, instead of stopping at the first with an error.")
     delimiter: str | None = setting(None, "Column separator of csv/tsv data, e.g. ';' or tab (default: , for csv, "
@@ -520,7 +518,7 @@ class ReaderSettings:
         check_settings(self)
 
     @classmethod
-    def of(cls, values: Mapping[str, Any]) -> ReaderSettings:
+    def of(cls, values: Mapping[str, Any]) -> Self:
         """The settings among ``values`` (a command's flags, a saved data record): other keys are ignored."""
         return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if values.get(f.name) is not None})
 

@@ -70,7 +70,8 @@ def leaf_values(tree: Any) -> dict[str, Any]:
 
 def _replace(tree: T, changes: dict[str, Any]) -> T:
     """``tree`` with the leaves named in ``changes`` replaced, in whichever group holds them."""
-    own = {f.name: changes[f.name] for f in dataclasses.fields(tree) if f.name in changes}  # type: ignore[arg-type]
+    own = {f.name: changes[f.name] for f in dataclasses.fields(tree)  # type: ignore[arg-type]
+           if f.name in changes and "attnkit" in f.metadata}  # a group may share a leaf's name (`data`)
     groups = {f.name: _replace(getattr(tree, f.name), changes) for f in dataclasses.fields(tree)  # type: ignore[arg-type]
               if "attnkit" not in f.metadata and dataclasses.is_dataclass(getattr(tree, f.name))}
     return dataclasses.replace(tree, **own, **groups)  # type: ignore[type-var]

@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attnkit.data.readers import ReaderSettings
 from attnkit.train.runs.data_record import DataRecordError, data_changes, locate_data, record_data
 from attnkit.train.runs.resume import RUN_FLAGS, flat_config
 from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, PRETRAINED_PRESETS, data_defaults, train_defaults
+from attnkit.train.tasks.classify.settings import DATA_KEYS, DATA_PATHS
 
-__all__ = ["PlanError", "RESUME_FLAGS", "DATA_PATHS", "check_model", "data_plan", "train_config", "data_settings",
+__all__ = ["PlanError", "RESUME_FLAGS", "check_model", "data_plan", "train_config", "data_settings",
            "Recipe", "recipe", "cv_settings", "new_plan", "resume_plan", "run_changes", "resumed_data_source",
            "interrupted_advice"]
 
@@ -30,9 +30,6 @@ class PlanError(ValueError):
 # What ``train --resume`` reads besides the saved settings: where the run and its data are, and how to report.
 RESUME_FLAGS = {"out", "resume", "quiet", "data", "val_path", "test_path", "max_memory", "baseline"}
 
-# option name -> flag, for the paths a classification run reads; and the reader settings recorded beside them
-DATA_PATHS = {"data": "--data", "val_path": "--val", "test_path": "--test"}
-READER_KEYS = ("val_ratio", "test_ratio", *(f.name for f in dataclasses.fields(ReaderSettings)))
 
 
 def check_model(values: dict[str, Any]) -> None:
@@ -55,7 +52,7 @@ def data_plan(values: dict[str, Any], out: Path, reader: dict[str, Any]) -> Any:
     from attnkit.data.sources import DataSource
     from attnkit.train.runs.rundir import check_output_path
 
-    record = {**{k: values[k] for k in READER_KEYS if k in values},
+    record = {**{k: values[k] for k in DATA_KEYS if k in values},
               **record_data({key: values.get(key) for key in DATA_PATHS}, check_output_path(out, flags=RUN_FLAGS),
                             known=values)}
     return DataSource(train=values["data"], val=values["val_path"], test=values["test_path"],
@@ -70,7 +67,7 @@ def resumed_data_source(saved: dict[str, Any], values: dict[str, Any], out: Path
         located = locate_data(saved, values, out, DATA_PATHS)
     except DataRecordError as err:
         raise PlanError(str(err)) from None
-    return {**{k: saved[k] for k in READER_KEYS if k in saved}, **located}
+    return {**{k: saved[k] for k in DATA_KEYS if k in saved}, **located}
 
 
 def train_config(values: Mapping[str, Any], **defaults: Any) -> Any:
