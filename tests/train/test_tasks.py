@@ -92,7 +92,8 @@ def test_a_fifth_task_is_one_folder(fifth_task: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     stopped = runner.invoke(cli, ["train", "--task", "count", "--text", str(text), "--out", str(out),
                                   "--stop-after", "1"])
-    assert stopped.exit_code == 130 and "go on with --resume" in stopped.output, stopped.output
+    assert stopped.exit_code == 130, stopped.output  # the one rule of an interrupted run, as every task's
+    assert f"interrupted; continue with: attnkit train --task count --out {out} --resume" in stopped.output
     assert read_run_config(out)["status"] == "training"
     before = (committed_dir(out) / "config.json").read_bytes()
     changed = runner.invoke(cli, ["train", "--task", "count", "--text", str(text), "--out", str(out), "--resume",
@@ -148,3 +149,31 @@ def test_the_classifier_commands_name_a_run_of_another_kind_and_its_command(runs
         assert result.exit_code == 1, result.output
         assert f"{runs[kind]} is a {task.description} run, not a text classifier: use " \
                f"{task.command} {runs[kind]}" in result.output, result.output
+
+
+def test_an_interrupted_run_is_told_what_it_saved_by_one_rule(tmp_path: Path) -> None:
+    """Every task's command says after Ctrl-C what the run had committed (:func:`interrupted_advice`): nothing
+    (the run there before kept as it was), some epochs (the command that goes on), or all of its training."""
+    from attnkit.train.runs.run import interrupted_advice
+    from attnkit.train.runs.rundir import RunWriter
+
+    out = tmp_path / "run"
+    go_on = f"attnkit train --task count --out {out} --resume"
+    assert interrupted_advice(out, None, resume=go_on).startswith("nothing of this run was saved before its first "
+                                                                 "epoch ended, so there is nothing to resume")
+
+    def commit(run_id: str, status: str) -> None:
+        with RunWriter(out, run_id, overwrite=True) as writer:
+            staging = writer.stage()
+            (staging / "config.json").write_text(f'{{"run_id": "{run_id}", "status": "{status}"}}', encoding="utf-8")
+            writer.commit(staging, status=status, epoch=1)
+
+    commit("a" * 32, "training")
+    kept = interrupted_advice(out, None, before="a" * 32, resume=go_on)  # a new run stopped before its commit
+    assert f"({out} holds the run that was there before, as it was)" in kept
+    assert interrupted_advice(out, None, before=None, resume=go_on) == f"continue with: {go_on}"
+    assert interrupted_advice(out, "a" * 32, resume=go_on) == f"continue with: {go_on}"
+    commit("a" * 32, "done")
+    assert interrupted_advice(out, "a" * 32, resume=go_on) == f"training had finished and {out} is saved"
+    assert interrupted_advice(out, "a" * 32, resume=go_on, after="write the reports").endswith(
+        "is saved, but write the reports")

@@ -45,6 +45,7 @@ def task_command(task: Any) -> click.Command:
         from click.core import ParameterSource
 
         from attnkit.train.runs.resume import ResumeError, RunOptions
+        from attnkit.train.runs.run import committed_run_id, interrupted_advice
         from attnkit.train.runs.rundir import RunLockedError
 
         ctx = click.get_current_context()
@@ -58,13 +59,18 @@ def task_command(task: Any) -> click.Command:
         except ValueError as err:
             raise click.UsageError(in_flags(str(err))) from None
         require_room_for_torch()
+        try:  # the run there before (a resume's own), to tell after Ctrl-C what this run saved
+            committed = committed_run_id(run.out)
+        except (OSError, ValueError):  # a damaged folder: the task names what is wrong with it
+            committed = None
         try:
             done = task.run(settings, run, given)
         except ResumeError as err:
             raise click.UsageError(in_flags(str(err))) from None
         except KeyboardInterrupt:
-            click.echo(f"\ninterrupted; {run.out} holds the last finished epoch, if any (go on with --resume)",
-                       err=True)
+            advice = interrupted_advice(run.out, committed if run.resume else None, before=committed,
+                                        resume=f"attnkit train --task {task.name} --out {run.out} --resume")
+            click.echo(f"\ninterrupted; {advice}", err=True)
             sys.exit(130)
         except RunLockedError as err:
             raise click.ClickException(str(err)) from None

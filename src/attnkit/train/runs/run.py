@@ -30,7 +30,7 @@ from typing import Any
 
 from attnkit.train.runs.rundir import RunExistsError, RunFileError, RunWriter, read_manifest
 
-__all__ = ["new_run_id", "committed_run_id", "start_run", "save_run", "add_to_run"]
+__all__ = ["new_run_id", "committed_run_id", "start_run", "save_run", "add_to_run", "interrupted_advice"]
 
 
 def new_run_id() -> str:
@@ -45,6 +45,32 @@ def committed_run_id(directory: str | os.PathLike[str]) -> str | None:
         return None
     manifest = read_manifest(path)
     return None if manifest is None else str(manifest.get("run_id"))
+
+
+def interrupted_advice(out: str | os.PathLike[str], run_id: str | None, *, resume: str,
+                       after: str | None = None, before: str | None = None) -> str:
+    """The one rule of an interrupted run, for every task: what to do after Ctrl-C stopped the run writing
+    ``out``, from what it had committed. Nothing of it (start again: the run that was there before, if any, is
+    as it was), some epochs (``resume``, the command that goes on), or all of its training (``after``: what is
+    left to do then, such as reports; None: nothing). The run is ``run_id``, or where that is not known, the
+    run committed in ``out`` unless it is ``before``, the one committed there when the command started."""
+    from attnkit.train.runs.rundir import read_run_config, run_status
+
+    if os.environ.get("RANK", "0") != "0":  # another process of a torchrun run: the first one advises
+        return "see the first process for what to do"
+    try:
+        committed = committed_run_id(out)
+        ours = committed is not None and (committed == run_id if run_id is not None else committed != before)
+        status = run_status(read_run_config(out)) if ours else None
+    except (OSError, ValueError):  # a folder being written as Ctrl-C came: only what is certain is said
+        committed, ours, status = None, False, None
+    if not ours:
+        kept = f" ({out} holds the run that was there before, as it was)" if committed else ""
+        return (f"nothing of this run was saved before its first epoch ended{kept}, so there is nothing to "
+                "resume: start it again with the same command")
+    if status != "done":
+        return f"continue with: {resume}"
+    return f"training had finished and {out} is saved" + (f", but {after}" if after else "")
 
 
 def start_run(directory: str | os.PathLike[str], *, run_id: str | None = None, resume: bool = False,

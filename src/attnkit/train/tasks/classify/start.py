@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -256,23 +255,11 @@ def run_changes(saved: dict[str, Any], plan: Any) -> list[str]:
 
 
 def interrupted_advice(out: Path, run_id: str | None) -> str:
-    """What to do after Ctrl-C stopped run ``run_id`` in ``out``, from what it had committed: nothing (start
-    again), some epochs (``--resume``), or all of its training but not the reports (``attnkit report``)."""
-    from attnkit.train.runs import checkpoint as ckpt
-    from attnkit.train.runs.run import committed_run_id
+    """:func:`attnkit.train.runs.run.interrupted_advice` for run ``run_id`` of ``attnkit train``: an unfinished
+    run goes on with ``--resume``; a finished one whose reports were not all written gets them with
+    ``attnkit report``."""
+    from attnkit.train.runs.run import interrupted_advice as advice
 
-    if os.environ.get("RANK", "0") != "0":  # another process of a torchrun run: the first one advises
-        return "see the first process for what to do"
-    try:
-        committed = committed_run_id(out)
-        status = ckpt.run_status(ckpt.read_run_config(out)) if committed == run_id else None
-    except (OSError, ValueError):  # a folder being written as Ctrl-C came: only what is certain is said
-        committed, status = None, None
-    if committed is None or committed != run_id:
-        kept = f" ({out} holds the run that was there before, as it was)" if committed else ""
-        return (f"nothing of this run was saved before its first epoch ended{kept}, so there is nothing to "
-                "resume: start it again with the same command")
-    if status != "done":
-        return f"continue with: attnkit train --out {out} --resume"
-    return (f"training had finished and {out} is saved, but its reports (report.txt, report.html) were not all "
-            f"written; write them with: attnkit report {out}")
+    return advice(out, run_id, resume=f"attnkit train --out {out} --resume",
+                  after=(f"its reports (report.txt, report.html) were not all written; write them with: "
+                         f"attnkit report {out}"))
