@@ -41,11 +41,15 @@ from sklearn.utils.multiclass import check_classification_targets  # noqa: E402
 from sklearn.utils.validation import check_is_fitted, column_or_1d  # noqa: E402
 
 from attnkit.api import Predictor  # noqa: E402
+from attnkit.train.config import USER_DATA_FIELDS, USER_TRAIN_FIELDS  # noqa: E402
+from attnkit.train.tasks.classify.settings import ModelChoice  # noqa: E402
 
 __all__ = ["TextClassifier"]
 
 # the training settings whose default is not None (the recipe's value)
 _TRAIN_DEFAULTS = {"seed": 0, "device": "cpu"}
+_CHOICE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelChoice))
+_SETTING_FIELDS = (*USER_TRAIN_FIELDS, *USER_DATA_FIELDS)
 
 
 class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
@@ -160,10 +164,9 @@ class TextClassifier(ClassifierMixin, BaseEstimator):  # type: ignore[misc]
         given (``preset='balanced'`` or ``'accurate'``, ``init_from``); arguments that cannot go together are
         refused by name."""
         from attnkit._checks import spell_settings
-        from attnkit.train.config import USER_DATA_FIELDS, USER_TRAIN_FIELDS
         from attnkit.train.tasks.classify.start import recipe
 
-        given = {f: getattr(self, f) for f in ("model", "preset", "init_from", *USER_TRAIN_FIELDS, *USER_DATA_FIELDS)}
+        given = {f: getattr(self, f) for f in ("model", *_CHOICE_FIELDS, *_SETTING_FIELDS)}
         try:
             return recipe(given, self.model_options or {},
                           extra=("attnkit.TextClassifier(preset={!r})", "choose preset='fast'"))
@@ -251,14 +254,13 @@ def _missing(value: Any) -> str:
 
 def _signature() -> inspect.Signature:
     """``TextClassifier.__init__``'s parameters: ``model`` and ``model_options``, then keyword arguments:
-    ``preset``, ``init_from``, every training and data setting a flag sets (:data:`USER_TRAIN_FIELDS`,
+    where the run starts from (:class:`~attnkit.train.tasks.classify.settings.ModelChoice`: ``preset``,
+    ``init_from``; None: ``fast``, none), every training and data setting a flag sets (:data:`USER_TRAIN_FIELDS`,
     :data:`USER_DATA_FIELDS`), ``val_ratio`` and ``max_memory``; a new setting is a parameter."""
-    from attnkit.train.config import USER_DATA_FIELDS, USER_TRAIN_FIELDS
-
     positional = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
                   for name in ("model", "model_options")]
-    keyword = {"preset": None, "init_from": None, **{f: _TRAIN_DEFAULTS.get(f) for f in USER_TRAIN_FIELDS},
-               **dict.fromkeys(USER_DATA_FIELDS), "val_ratio": 0.1, "max_memory": None}
+    keyword = {**dict.fromkeys(_CHOICE_FIELDS), **{f: _TRAIN_DEFAULTS.get(f) for f in _SETTING_FIELDS},
+               "val_ratio": 0.1, "max_memory": None}
     return inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *positional,
                               *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=value)
                                 for name, value in keyword.items())])

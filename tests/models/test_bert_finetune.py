@@ -292,3 +292,17 @@ def test_minilm_loads_into_the_classifier() -> None:
     assert ours.keys() == reference.keys()
     assert all(torch.equal(ours[k], reference[k]) for k in reference)
     assert model.config.hidden_size == 384 and model.config.num_hidden_layers == 6
+
+
+def test_cv_fine_tunes_a_bert_folder_in_every_fold(bert_folder: Path, corpus: Path, tmp_path: Path) -> None:
+    """``cv --init-from`` (a flag of ModelChoice, as train's) fine-tunes the folder in each fold; ``--model bert``
+    with no folder is refused by the recipe's rule, as train refuses it."""
+    base = ["cv", "--data", str(corpus), "--format", "label-tab-text", "--folds", "2", "--max-folds", "1"]
+    result = CliRunner().invoke(cli, [*base, "--init-from", str(bert_folder), "--epochs", "1", "--batch-size", "16",
+                                      "--lr", "1e-3", "--max-len", "16", "--json", str(tmp_path / "cv.json"), "-q"])
+    assert result.exit_code == 0, result.output
+    folds = json.loads((tmp_path / "cv.json").read_text(encoding="utf-8"))
+    assert folds["model"] == "bert" and len(folds["results"]) == 1 and folds["results"][0]["accuracy"] > 0.5
+    bare = CliRunner().invoke(cli, [*base, "--model", "bert"])
+    assert bare.exit_code == 2 and ("--model bert fine-tunes a pretrained folder: give --init-from FOLDER or --preset "
+                                    "balanced or accurate" in " ".join(bare.output.split())), bare.output

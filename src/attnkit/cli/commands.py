@@ -24,7 +24,6 @@ from attnkit.cli.options import (
     memory_option,
     model_options,
     parse_model_options,
-    preset_option,
     ratio_option,
     reader_kwargs,
     reader_options,
@@ -35,7 +34,7 @@ from attnkit.cli.options import (
 )
 from attnkit.train.runs.resume import RUN_FLAGS, ResumeError
 from attnkit.train.tasks.classify import start
-from attnkit.train.tasks.classify.settings import ClassifyData
+from attnkit.train.tasks.classify.settings import ClassifyData, ModelChoice
 
 
 def _numpy_backend() -> ModuleType:
@@ -67,13 +66,9 @@ def _given_settings(ctx: click.Context, out: Path) -> list[str]:
 @task_option("classify")
 @settings_options(ClassifyData)
 @model_options
-@preset_option
+@settings_options(ModelChoice)
 @train_options
 @data_options
-@click.option("--init-from", type=click.Path(),
-              help="Fine-tune a local Hugging Face BERT folder (config.json, model.safetensors, "
-                   "tokenizer.json or vocab.txt) with --model bert; defaults become lr 5e-5, 3 epochs, "
-                   "max-len 128, no early stopping.")
 @click.option("--backend", type=click.Choice(["torch", "numpy"]), default="torch", show_default=True,
               help="numpy: train the NumPy twin's classifier (--model transformer or document) without torch.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
@@ -326,7 +321,7 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
 @ratio_option("val", help="Share of each fold's training part held out for early stopping.")
 @reader_options
 @model_options
-@preset_option
+@settings_options(ModelChoice)
 @train_options
 @data_options
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), help="Also write the fold results here.")
@@ -345,7 +340,6 @@ def cv(ctx: click.Context, **values: Any) -> None:
     from attnkit.train.runs.checkpoint import atomic_write_json
     from attnkit.train.tasks.classify.pipeline import cross_validate
 
-    values.setdefault("init_from", None)
     try:
         settings = start.cv_settings(values, parse_model_options(ctx, values["model_opt"]))
     except start.PlanError as err:

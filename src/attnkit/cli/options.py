@@ -289,15 +289,6 @@ def model_options(f: F) -> F:
     )(f)
 
 
-def preset_option(f: F) -> F:
-    """``--preset fast|balanced|accurate`` of ``train`` and ``cv``
-    (:data:`attnkit.train.tasks.classify.recipe.PRESETS`)."""
-    from attnkit.train.tasks.classify.recipe import PRESET_HELP, PRESETS
-
-    return click.option("--preset", type=click.Choice(PRESETS), default="fast", show_default=True,
-                        help=PRESET_HELP)(f)
-
-
 def parse_model_options(ctx: click.Context, pairs: tuple[str, ...]) -> dict[str, Any]:
     """The config file's ``model_options`` updated by ``--model-opt KEY=VALUE`` flags (JSON values).
 

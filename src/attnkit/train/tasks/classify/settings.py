@@ -16,8 +16,20 @@ from attnkit._checks import flag_name, setting, setting_fields
 from attnkit.data.readers import ReaderSettings
 from attnkit.data.sources import DataSource
 from attnkit.train.config import DataSettings, TrainConfig
+from attnkit.train.tasks.classify.recipe import PRESET_HELP, PRESETS
 
-__all__ = ["ClassifySettings", "ClassifyData", "DATA_PATHS", "DATA_KEYS"]
+__all__ = ["ClassifySettings", "ClassifyData", "ModelChoice", "DATA_PATHS", "DATA_KEYS"]
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Where a classification run starts from besides its model (:func:`~attnkit.train.tasks.classify.start.recipe`
+    decides from these with the model and the other settings): a preset, or a BERT folder to fine-tune."""
+
+    preset: str = setting("fast", PRESET_HELP, choices=PRESETS)
+    init_from: str | None = setting(
+        None, "Fine-tune a local Hugging Face BERT folder (config.json, model.safetensors, tokenizer.json or "
+              "vocab.txt) with --model bert; defaults become lr 5e-5, 3 epochs, max-len 128, no early stopping.")
 
 
 @dataclass(frozen=True)

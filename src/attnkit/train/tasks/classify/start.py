@@ -160,10 +160,7 @@ def cv_settings(values: dict[str, Any], model_options: dict[str, Any]) -> dict[s
     flags: ``model_name``, ``model_options``, ``train_config``, ``data`` and, fine-tuning, ``tokenizer`` and
     ``init_model``."""
     check_model(values)
-    if values["model"] == "bert" and values.get("preset") not in PRETRAINED_PRESETS:
-        raise PlanError("cv fine-tunes BERT with --preset balanced or accurate (all-MiniLM-L6-v2); "
-                        "--model bert alone has no folder to start from")
-    chosen = recipe(values, model_options, device="auto")  # --preset balanced|accurate: every fold the same folder
+    chosen = recipe(values, model_options, device="auto")  # a BERT folder to fine-tune: every fold the same one
     fine = {"tokenizer": chosen.tokenizer, "init_model": chosen.init_model()} if chosen.folder else {}
     return {"model_name": chosen.model_name, "model_options": chosen.model_options,
             "train_config": chosen.train_config, "data": chosen.data, **fine}
