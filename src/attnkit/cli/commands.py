@@ -28,6 +28,7 @@ from attnkit.cli.options import (
     reader_kwargs,
     reader_options,
     refuse_resume_flags,
+    run_options,
     settings_options,
     task_option,
     train_options,
@@ -71,13 +72,7 @@ def _given_settings(ctx: click.Context, out: Path) -> list[str]:
 @data_options
 @click.option("--backend", type=click.Choice(["torch", "numpy"]), default="torch", show_default=True,
               help="numpy: train the NumPy twin's classifier (--model transformer or document) without torch.")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
-@click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
-@click.option("--resume", is_flag=True,
-              help="Continue the interrupted run in --out with its saved settings (a training, model or data "
-                   "flag given with it is an error).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar or per-epoch lines.")
-@memory_option
+@run_options(shrinks=True)
 @baseline_option
 @click.pass_context
 @friendly_errors

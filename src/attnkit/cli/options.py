@@ -37,6 +37,7 @@ import tomllib
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["SEED", "settings_options", "Duration", "baseline_option", "memory_option", "refusing_memory_option",
+           "run_options",
            "MemorySize", "LibraryDefaultOption", "resolve_default", "ratio_option",
            "config_keys", "allow_unfinished_option", "load_run", "task_option", "config_option", "refuse_resume_flags",
            "read_config_file", "train_options", "data_options", "reader_options",
@@ -541,6 +542,22 @@ def refusing_memory_option(f: F) -> F:
     return click.option(
         "--max-memory", type=MemorySize(), metavar="SIZE",
         help=_MEMORY_HELP + "the run is refused before the model is trained, naming its plan.")(f)
+
+
+def run_options(grows: Collection[str] = (), *, shrinks: bool = False) -> Callable[[F], F]:
+    """The flags of where a training run is written and how it reports, alike on every ``attnkit train``
+    command: ``--out``, ``--overwrite``, ``--resume`` (``grows``: the settings a resume may change),
+    ``--max-memory`` (``shrinks``: a run that shrinks to fit, :func:`memory_option`) and ``--quiet``."""
+    may = f"; {', '.join('--' + name.replace('_', '-') for name in grows)} may change" if grows else ""
+    return _stack(
+        click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write."),
+        click.option("--overwrite", is_flag=True, help="Replace a different run already in --out."),
+        click.option("--resume", is_flag=True,
+                     help="Go on with the unfinished run in --out after its last finished epoch, with its saved "
+                          f"settings (a setting given with another value is refused{may})."),
+        memory_option if shrinks else refusing_memory_option,
+        click.option("--quiet", "-q", is_flag=True, help="No progress bar or per-epoch lines."),
+    )
 
 
 def baseline_option(f: F) -> F:

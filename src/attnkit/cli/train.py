@@ -16,7 +16,7 @@ import click
 
 from attnkit._lazy import missing_extra_message
 from attnkit.cli.messages import echo, friendly_errors, in_flags, require_room_for_torch
-from attnkit.cli.options import config_option, refusing_memory_option, settings_options, task_option
+from attnkit.cli.options import config_option, run_options, settings_options, task_option
 
 __all__ = ["task_command"]
 
@@ -32,14 +32,8 @@ def task_command(task: Any) -> click.Command:
     @click.command(task.name, help=tree.__doc__)
     @config_option
     @task_option(task.name)
-    @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write.")
+    @run_options(task.grows)
     @settings_options(tree)
-    @click.option("--overwrite", is_flag=True, help="Replace a different run already in --out.")
-    @click.option("--resume", is_flag=True,
-                  help="Go on with the unfinished run in --out after its last finished epoch, with its saved "
-                       "settings (a setting given with another value is refused; --epochs may change).")
-    @refusing_memory_option
-    @click.option("--quiet", "-q", is_flag=True, help="No per-epoch lines.")
     @friendly_errors
     def command(**values: Any) -> None:
         from click.core import ParameterSource
