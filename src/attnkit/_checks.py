@@ -140,10 +140,10 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
     default, the range), so a field and its flag cannot disagree. ``low``/``high`` bound a number
     (``*_open``: the bound itself is refused); ``choices`` lists the values a string may take; ``path`` is
     ``"dir"``, ``"file"``, ``"any"`` (each must exist; any: a file or a folder) or ``"new-dir"`` (a folder that
-    may not exist yet) for the
-    command line; ``duration`` marks seconds, which the command line reads as ``90s``, ``30m``, ``1.5h``
-    (:func:`parse_duration`); ``metavar`` names the flag's value in its help (``TOKENS``); ``required``: the
-    command line refuses to run without the flag (the dataclass keeps its default, for code that fills it later);
+    may not exist yet) for the command line; ``duration`` marks seconds, which the command line reads as
+    ``90s``, ``30m``, ``1.5h`` (:func:`parse_duration`); ``metavar`` names the flag's value in its help
+    (``TOKENS``); ``required``: the command line refuses to run without the flag (the dataclass keeps its
+    default, for code that fills it later);
     ``check`` refuses a value by a ValueError (on the command line: the value it returns is the flag's);
     ``default_from``: for a field whose None leaves the choice to the code that reads it, where that code keeps
     the default it applies (``"module:function.keyword"``, :func:`attnkit.cli.options.resolve_default`), shown

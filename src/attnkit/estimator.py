@@ -48,6 +48,7 @@ __all__ = ["TextClassifier"]
 
 # the training settings whose default is not None (the recipe's value)
 _TRAIN_DEFAULTS = {"seed": 0, "device": "cpu"}
+# the parameters that choose where a run starts from, and every training and tokenizer setting a flag sets
 _CHOICE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelChoice))
 _SETTING_FIELDS = (*USER_TRAIN_FIELDS, *USER_DATA_FIELDS)
 

@@ -494,7 +494,6 @@ def read_examples(
     return examples
 
 
-
 _READ = f"{__name__}:read_examples"
 
 
@@ -527,6 +526,7 @@ class ReaderSettings:
         out: dict[str, Any] = {"format": self.data_format} if self.data_format else {}
         out |= {k: getattr(self, k) for k in ("encoding", "text_field", "label_field", "delimiter") if getattr(self, k)}
         return out | ({"skip_bad_rows": True, "on_skipped": on_skipped} if self.skip_bad_rows else {})
+
 
 def _read_format(p: Path, format: str | None, encoding: str, text_field: str, label_field: str,
                  bad: BadRowPolicy, delimiter: str | None = None) -> list[Example]:
