@@ -132,10 +132,12 @@ def test_the_test_pass_gives_the_reports_probabilities_and_weights_without_anoth
         assert [len(w) for w in weights] == list(ds.lengths), name  # in input order, over each one's tokens
         assert all(abs(sum(w) - 1) < 1e-4 for w in weights), name
 
-    result = fit_classifier(examples[:6], examples[6:8], examples, model_name="document",
-                            model_options=small["document"], data=DataSettings(max_len=64),
-                            train_config=TrainConfig(epochs=1, batch_size=4, device="cpu", seed=0), quiet=True)
+    fit = {"model_name": "document", "model_options": small["document"], "data": DataSettings(max_len=64),
+           "train_config": TrainConfig(epochs=1, batch_size=4, device="cpu", seed=0), "quiet": True}
+    result = fit_classifier(examples[:6], examples[6:8], examples, reports=True, **fit)
     assert result.test is not None and result.test_scores is not None
+    plain_fit = fit_classifier(examples[:6], examples[6:8], examples, **fit)  # cv's folds: no reports, no weights
+    assert plain_fit.test_scores is None and plain_fit.test == result.test
     passes: list[int] = []
     predict = ClassificationTask.predict
     monkeypatch.setattr(ClassificationTask, "predict", lambda self, *a, **k: passes.append(1) or predict(self, *a, **k))

@@ -105,7 +105,7 @@ def _datasets(tokenizer: Any, labels: LabelVocab, max_len: int, *parts: Sequence
 
 def fit_classifier(
     train: Sequence[Example], val: Sequence[Example], test: Sequence[Example], *,
-    model_name: str, model_options: dict[str, Any] | None = None, train_config: TrainConfig,
+    model_name: str, model_options: dict[str, Any] | None = None, train_config: TrainConfig, reports: bool = False,
     data: DataSettings = DataSettings(), out_dir: str | Path | None = None, run_id: str | None = None,
     overwrite: bool = False, resume: bool = False, quiet: bool = False, dist: DistInfo | None = None,
     log: Callable[[str], None] | None = None, tokenizer: Any = None, label_vocab: LabelVocab | None = None,
@@ -123,7 +123,7 @@ def fit_classifier(
     committed as ``metrics.baseline``. ``max_memory`` (bytes; None: a share of the available memory) bounds
     what the run may plan to allocate (:func:`attnkit.train.tasks.classify.memory.fit_to_memory`: fewer n-gram
     rows, or a refusal, before the model is built); the run's peak resident memory is committed as
-    ``metrics.peak_memory_mib``.
+    ``metrics.peak_memory_mib``; ``reports``: keep the test's scores for them (:attr:`FitResult.test_scores`).
     """
     label_vocab = _checked_labels(train, train_config, data, label_vocab)
     dist = dist or DistInfo()
@@ -171,7 +171,7 @@ def fit_classifier(
                                 class_weight=train_config.class_weight, tune=train_config.tune_thresholds,
                                 names=label_vocab.labels, log=log if dist.is_main else None,
                                 batches=sorted_batches(val_ds.lengths, 256, cap))
-        test_metrics, test_scores = _scored_test(trainer, test_ds)
+        test_metrics, test_scores = _scored_test(trainer, test_ds, reports)
         chunked = _chunked(unwrap(model), test_metrics, train=train_ds, val=val_ds, test=test_ds)
         if run is not None:
             metrics = {"test": test_metrics, "val_best": _best_val(history),
@@ -185,11 +185,14 @@ def fit_classifier(
                      test_scores=test_scores)
 
 
-def _scored_test(trainer: Trainer, test: TextClassificationDataset) -> tuple[Any, Any]:
-    """The test part's measures and, from the same pass, what the reports show of each document: its class
-    probabilities and pooling weights (:attr:`FitResult.test_scores`); ``None, None`` without a test part."""
+def _scored_test(trainer: Trainer, test: TextClassificationDataset, reports: bool) -> tuple[Any, Any]:
+    """The test part's measures and, for ``reports``, from the same pass what they show of each document: its
+    class probabilities and pooling weights (:attr:`FitResult.test_scores`; a model whose weights are asked
+    for may take a slower path, so only then). ``None, None`` without a test part."""
     if not len(test):
         return None, None
+    if not reports:
+        return trainer.evaluate(test), None
     logits, labels, weights = trainer.predict(test, pooling=True)
     return trainer.measure(logits, labels), (logits.softmax(-1), weights)
 

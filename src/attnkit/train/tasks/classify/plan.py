@@ -96,7 +96,8 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
             train_config=plan.train_config, data=plan.data_settings, out_dir=plan.out, run_id=run_id,
             overwrite=overwrite, resume=plan.mode == "resume", quiet=plan.quiet, dist=info,
             log=None if plan.quiet else echo, tokenizer=plan.tokenizer, label_vocab=plan.label_vocab,
-            init_model=init_model, extra=extra, baseline=base, max_memory=plan.max_memory, flags=plan.flags)
+            init_model=init_model, extra=extra, baseline=base, max_memory=plan.max_memory, flags=plan.flags,
+            reports=True)
     finally:
         shutdown_distributed()
 
