@@ -573,22 +573,27 @@ def _block_kinds(mask_mod: MaskMod, b: int, h: int, tq: int, tk: int, bs: int, d
     rows = _chunk_rows(b, h, nk, bs)
     kinds = torch.empty(b, h, nq, nk, dtype=torch.long, device=device)
     partials: list[Tensor] = []
-    n_partial = 0
     for r0 in range(0, nq * bs, rows):
         q_all = torch.arange(r0, min(r0 + rows, nq * bs), device=device)
         q = q_all.clamp(max=tq - 1).view(1, 1, -1, 1)
         shape = (b, h, q.shape[2], nk * bs)
         m = eval_mod(mask_mod, (b_idx, h_idx, q, kv), shape) & kv_ok & (q_all < tq).view(1, 1, -1, 1)
         blocks = m.reshape(b, h, -1, bs, nk, bs).transpose(3, 4)  # (B, H, rq, nK, bs, bs)
-        any_, all_ = blocks.any(dim=(4, 5)), blocks.all(dim=(4, 5))
-        part = any_ & ~all_
-        chunk = all_.long()
-        p = int(part.sum())
-        chunk[part] = torch.arange(2 + n_partial, 2 + n_partial + p, device=device)
-        partials.append(blocks[part])
-        n_partial += p
+        chunk = _numbered(blocks, partials)
         kinds[:, :, r0 // bs: r0 // bs + chunk.shape[2]] = chunk
     return kinds, partials
+
+
+def _numbered(blocks: Tensor, partials: list[Tensor]) -> Tensor:
+    """The kind of each ``(bs, bs)`` block of ``blocks`` (its last two dimensions): 0 empty, 1 full, 2 + i
+    partial ``i``, numbered after the ``partials`` found so far, to which this call's partial blocks are added."""
+    any_, all_ = blocks.any(dim=(-2, -1)), blocks.all(dim=(-2, -1))
+    part = any_ & ~all_
+    kind = all_.long()
+    n_partial = sum(int(t.shape[0]) for t in partials)
+    kind[part] = torch.arange(2 + n_partial, 2 + n_partial + int(part.sum()), device=blocks.device)
+    partials.append(blocks[part])
+    return kind
 
 
 def _ruled_block_kinds(mask_mod: MaskMod, rule: BlockRule, b: int, h: int, tq: int, tk: int, bs: int,
@@ -617,7 +622,6 @@ def _ruled_block_kinds(mask_mod: MaskMod, rule: BlockRule, b: int, h: int, tq: i
     kinds = full_t.long()
     undecided = ~(empty_t | full_t)
     partials: list[Tensor] = []
-    n_partial = 0
     per_call = max(1, _CHUNK_ELEMENTS // (bs * bs))
     rows = _chunk_rows(b, h, nk, bs) // bs
     found = torch.nonzero(undecided)  # (N, 4) in (b, h, q block, k block) order
@@ -630,14 +634,7 @@ def _ruled_block_kinds(mask_mod: MaskMod, rule: BlockRule, b: int, h: int, tq: i
     for s0 in range(0, found.shape[0], per_call):
         where = found[s0: s0 + per_call]
         blocks = _eval_blocks(mask_mod, where, q_pos, k_pos, tq, tk)  # (n, bs, bs)
-        any_, all_ = blocks.any(dim=(1, 2)), blocks.all(dim=(1, 2))
-        part = any_ & ~all_
-        kind = all_.long()
-        p = int(part.sum())
-        kind[part] = torch.arange(2 + n_partial, 2 + n_partial + p, device=device)
-        partials.append(blocks[part])
-        n_partial += p
-        kinds[where[:, 0], where[:, 1], where[:, 2], where[:, 3]] = kind
+        kinds[where[:, 0], where[:, 1], where[:, 2], where[:, 3]] = _numbered(blocks, partials)
     return kinds, partials
 
 

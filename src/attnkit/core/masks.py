@@ -89,12 +89,15 @@ __all__ = [
 Align = Literal["bottom_right", "top_left"]
 
 
-def _offset(tq: int, tk: int, align: str) -> int:
-    if align == "bottom_right":
-        return tk - tq
-    if align == "top_left":
-        return 0
-    raise ValueError(f"align must be 'bottom_right' or 'top_left', got {align!r}")
+def _grid(tq: int, tk: int, align: str, device: torch.device | str | None) -> tuple[Tensor, Tensor]:
+    """Each query's place on the key axis, ``i + offset`` ``(Tq, 1)`` (``align``, see :func:`causal`), and
+    each key's, ``j`` ``(1, Tk)``."""
+    _check_length("tq", tq)
+    _check_length("tk", tk)
+    if align not in ("bottom_right", "top_left"):
+        raise ValueError(f"align must be 'bottom_right' or 'top_left', got {align!r}")
+    offset = tk - tq if align == "bottom_right" else 0
+    return torch.arange(tq, device=device).unsqueeze(1) + offset, torch.arange(tk, device=device).unsqueeze(0)
 
 
 def _check_length(name: str, value: int) -> None:
@@ -119,12 +122,8 @@ def causal(
     Shape:
         returns ``(Tq, Tk)`` bool.
     """
-    _check_length("tq", tq)
-    _check_length("tk", tk)
-    offset = _offset(tq, tk, align)
-    i = torch.arange(tq, device=device).unsqueeze(1)  # (Tq, 1)
-    j = torch.arange(tk, device=device).unsqueeze(0)  # (1, Tk)
-    return j <= i + offset
+    i, j = _grid(tq, tk, align, device)
+    return j <= i
 
 
 def sliding_window(
@@ -144,14 +143,10 @@ def sliding_window(
     Shape:
         returns ``(Tq, Tk)`` bool.
     """
-    _check_length("tq", tq)
-    _check_length("tk", tk)
+    i, j = _grid(tq, tk, align, device)
     if not isinstance(window, int) or isinstance(window, bool) or window < 0:
         raise ValueError(f"window must be a non-negative int, got {window!r}")
-    offset = _offset(tq, tk, align)
-    i = torch.arange(tq, device=device).unsqueeze(1)  # (Tq, 1)
-    j = torch.arange(tk, device=device).unsqueeze(0)  # (1, Tk)
-    return (j - (i + offset)).abs() <= window
+    return (j - i).abs() <= window
 
 
 def from_lengths(lengths: Tensor | Sequence[int], max_len: int | None = None) -> Tensor:

@@ -28,6 +28,7 @@ Tl local length, Dh head width, Dv value head width, tq/tk the queries and keys 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -108,16 +109,18 @@ def _fold_heads(x: Tensor, hkv: int) -> Tensor:
     return x if h == hkv else x.view(b, hkv, h // hkv, tk, d).sum(2)
 
 
-def q_tiles(runs: list[tuple[int, int]], b: int, h: int, tk: int) -> list[tuple[int, int, slice]]:
-    """The query tiles of a process holding ``runs``: (global start, global stop, local slice)."""
-    size = max(1, TILE_ELEMENTS // max(1, b * h * tk))
-    tiles, at = [], 0
+def q_tiles(runs: list[tuple[int, int]], pairs: GlobalPairs, b: int, h: int, ka: int, tk: int
+            ) -> Iterator[tuple[int, int, slice, Allowed]]:
+    """The query tiles of a process holding ``runs`` that may attend to a key of ``[ka, ka + tk)``:
+    (global start, global stop, local slice, which pairs may attend)."""
+    size, at = max(1, TILE_ELEMENTS // max(1, b * h * tk)), 0
     for a, z in runs:
         for q0 in range(a, z, size):
             q1 = min(z, q0 + size)
-            tiles.append((q0, q1, slice(at + q0 - a, at + q1 - a)))
+            allowed = pairs.block(q0, q1, ka, ka + tk)
+            if allowed is not False:
+                yield q0, q1, slice(at + q0 - a, at + q1 - a), allowed
         at += z - a
-    return tiles
 
 
 def forward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, pairs: GlobalPairs, runs: list[tuple[int, int]],
@@ -129,10 +132,7 @@ def forward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, pairs: GlobalPairs, 
         lse ``(B, H, Tl)``, both in the working dtype.
     """
     b, h, tk = q.shape[0], q.shape[1], k.shape[2]
-    for qa, qb, loc in q_tiles(runs, b, h, tk):
-        allowed = pairs.block(qa, qb, ka, ka + tk)
-        if allowed is False:
-            continue
+    for qa, qb, loc, allowed in q_tiles(runs, pairs, b, h, ka, tk):
         if m.fused:
             o, blk = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 q[:, :, loc], *expand_heads(h, k, v),
@@ -164,10 +164,7 @@ def backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: Saved, pairs
     b, h, hkv, tk = q.shape[0], q.shape[1], k.shape[1], k.shape[2]
     kw, vw = expand_heads(h, k, v) if m.fused else (k.to(m.dtype), v.to(m.dtype))
     dk, dv = torch.zeros_like(kw, dtype=m.dtype), torch.zeros_like(vw, dtype=m.dtype)
-    for qa, qb, loc in q_tiles(runs, b, h, tk):
-        allowed = pairs.block(qa, qb, ka, ka + tk)
-        if allowed is False:
-            continue
+    for qa, qb, loc, allowed in q_tiles(runs, pairs, b, h, ka, tk):
         if m.fused:
             gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
                 saved.go[:, :, loc].contiguous(), q[:, :, loc], kw, vw, saved.out[:, :, loc],
