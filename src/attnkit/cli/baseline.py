@@ -22,7 +22,6 @@ the reports, linked at the run's root. The baseline is scored before training
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,7 @@ from attnkit.cli.options import (
 )
 from attnkit.train.config import TrainConfig
 
-__all__ = ["baseline", "after_training", "write_reports", "print_cv_baseline"]
+__all__ = ["baseline", "after_training", "write_reports"]
 
 SEED_DEFAULT = "attnkit.train.config:TrainConfig.seed"
 
@@ -74,21 +73,6 @@ def write_reports(out: Path, result: Any, metric: str, base: dict[str, Any] | No
                f"its faithfulness, words that moved the decision, confidently wrong examples)")
 
 
-def print_cv_baseline(examples: Sequence[Any], results: Sequence[dict[str, Any]], folds: int, seed: int,
-                      max_folds: int | None, metric: str = "accuracy", class_weight: str = "none") -> dict[str, Any]:
-    """Score the baseline (with the run's ``class_weight``) on ``cv``'s folds, print the comparison of
-    ``metric``; the figures for ``--json``."""
-    from attnkit.train.tasks.classify.baseline import fold_baselines, paired_test
-    from attnkit.train.tasks.classify.reports import cv_comparison_lines, measure
-
-    base = fold_baselines(examples, folds=folds, seed=seed, max_folds=max_folds, class_weight=class_weight)
-    test = paired_test([measure(r, metric) or 0.0 for r in results], [measure(b, metric) or 0.0 for b in base])
-    for line in cv_comparison_lines(results, base, test, metric):
-        click.echo(line)
-    return {"folds": base, "mean_accuracy": statistics.mean(b["accuracy"] for b in base),
-            f"mean_{metric}": statistics.mean(measure(b, metric) or 0.0 for b in base), "paired_test": test}
-
-
 @click.command()
 @config_option
 @click.option("--data", required=True, type=click.Path(exists=True), help="Labelled data (file or folder).")
@@ -114,6 +98,7 @@ def baseline(**values: Any) -> None:
     """
     require_extra("attnkit baseline", "sklearn")
     from attnkit.train.tasks.classify.baseline import BASELINE_NAME, fold_baselines, split_baseline
+    from attnkit.train.tasks.classify.reports import fold_mean_line
 
     seed = values["seed"] if values["seed"] is not None else resolve_default(SEED_DEFAULT)
     if values["folds"] is None:
@@ -132,7 +117,5 @@ def baseline(**values: Any) -> None:
     for r in rows:
         click.echo(f"fold {r['fold']:>2}/{values['folds']}  accuracy {r['accuracy']:.4f}  "
                    f"macro-F1 {r['macro_f1']:.4f}")
-    accs = [r["accuracy"] for r in rows]
-    spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
-    click.echo(f"baseline ({BASELINE_NAME}, C=4) mean accuracy over {len(accs)} fold(s): "
-               f"{statistics.mean(accs):.4f}{spread}  macro-F1 {statistics.mean(r['macro_f1'] for r in rows):.4f}")
+    click.echo(fold_mean_line(f"baseline ({BASELINE_NAME}, C=4) ", rows)
+               + f"  macro-F1 {statistics.mean(r['macro_f1'] for r in rows):.4f}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import statistics
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -334,6 +333,7 @@ def cv(ctx: click.Context, **values: Any) -> None:
     """
     from attnkit.train.runs.checkpoint import atomic_write_json
     from attnkit.train.tasks.classify.pipeline import cross_validate
+    from attnkit.train.tasks.classify.reports import cv_summary
 
     try:
         settings = start.cv_settings(values, parse_model_options(ctx, values["model_opt"]))
@@ -342,19 +342,10 @@ def cv(ctx: click.Context, **values: Any) -> None:
     examples = read_data(values["data"], values)
     results = cross_validate(examples, folds=values["folds"], val=values["val_ratio"], max_folds=values["max_folds"],
                              max_memory=values["max_memory"], quiet=values["quiet"], log=echo, **settings)
-    model_name, train_config = settings["model_name"], settings["train_config"]
-    accs = [r["accuracy"] for r in results]
-    spread = f" ± {statistics.stdev(accs):.4f}" if len(accs) > 1 else ""
-    click.echo(f"mean accuracy over {len(accs)} fold(s): {statistics.mean(accs):.4f}{spread}")
-    metric = train_config.metric
-    if metric != "accuracy":
-        click.echo(f"mean {metric} over {len(accs)} fold(s): {statistics.mean(r[metric] for r in results):.4f}")
-    base = None
-    if values["baseline"]:
-        from attnkit.cli.baseline import print_cv_baseline
-
-        base = print_cv_baseline(examples, results, values["folds"], train_config.seed, values["max_folds"],
-                                 metric, train_config.class_weight)
+    train_config = settings["train_config"]
+    lines, record = cv_summary(examples, results, folds=values["folds"], seed=train_config.seed,
+                               max_folds=values["max_folds"], metric=train_config.metric,
+                               class_weight=train_config.class_weight, baseline=values["baseline"])
+    click.echo("\n".join(lines))
     if values["out_json"]:
-        atomic_write_json(values["out_json"], {"model": model_name, "folds": values["folds"], "results": results,
-                                               "mean_accuracy": statistics.mean(accs), "baseline": base})
+        atomic_write_json(values["out_json"], {"model": settings["model_name"], **record})

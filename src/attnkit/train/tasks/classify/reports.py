@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["result_of_run", "measure", "headline_lines", "comparison_lines", "cv_comparison_lines", "results_analysis",
+__all__ = ["result_of_run", "measure", "headline_lines", "comparison_lines", "cv_comparison_lines", "cv_summary",
+           "fold_mean_line", "results_analysis",
            "format_report", "report_sections", "write_html_report", "html_report", "write_reports"]
 
 WRONG_SHOWN = 5  # confidently wrong test examples in the report
@@ -103,6 +104,34 @@ def cv_comparison_lines(results: Sequence[dict[str, Any]], base: Sequence[dict[s
                      f"{test['confidence']:.0%} interval [{_signed(test['ci_low'])}, {_signed(test['ci_high'])}], "
                      f"t = {test['t']:.2f}, p = {test['p_value']:.3g}")
     return lines
+
+
+def fold_mean_line(what: str, rows: Sequence[dict[str, Any]], metric: str = "accuracy") -> str:
+    """``{what} mean {metric} over N fold(s): M ± SD`` (the spread from two folds on)."""
+    values = [measure(r, metric) or 0.0 for r in rows]
+    spread = f" ± {statistics.stdev(values):.4f}" if len(values) > 1 else ""
+    return f"{what}mean {metric} over {len(values)} fold(s): {statistics.mean(values):.4f}{spread}"
+
+
+def cv_summary(examples: Sequence[Any], results: Sequence[dict[str, Any]], *, folds: int, seed: int,
+               max_folds: int | None, metric: str, class_weight: str, baseline: bool
+               ) -> tuple[list[str], dict[str, Any]]:
+    """What ``attnkit cv`` reports of its fold ``results``: the lines (the means; with ``baseline`` the
+    baseline on the same folds, with the run's ``class_weight``, beside the model by ``metric``, and the
+    paired test) and the record ``--json`` writes."""
+    from attnkit.train.tasks.classify.baseline import fold_baselines, paired_test
+
+    lines = [fold_mean_line("", results)] + ([fold_mean_line("", results, metric)] if metric != "accuracy" else [])
+    record = {"folds": folds, "results": list(results),
+              "mean_accuracy": statistics.mean(r["accuracy"] for r in results), "baseline": None}
+    if baseline:
+        base = fold_baselines(examples, folds=folds, seed=seed, max_folds=max_folds, class_weight=class_weight)
+        test = paired_test([measure(r, metric) or 0.0 for r in results], [measure(b, metric) or 0.0 for b in base])
+        lines += cv_comparison_lines(results, base, test, metric)
+        record["baseline"] = {"folds": base, "mean_accuracy": statistics.mean(b["accuracy"] for b in base),
+                              f"mean_{metric}": statistics.mean(measure(b, metric) or 0.0 for b in base),
+                              "paired_test": test}
+    return lines, record
 
 
 def write_reports(out: Path, result: Any, metric: str, base: dict[str, Any] | None) -> None:
