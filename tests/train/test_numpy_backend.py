@@ -96,6 +96,24 @@ def test_run_reloads_and_predicts_the_same(numpy_run: tuple[Path, str], corpus: 
     assert all(len(r["top_tokens"]) == 2 for r in rows)
 
 
+def test_a_loaded_numpy_run_predicts_as_a_torch_run_does(numpy_run: tuple[Path, str], corpus: Path) -> None:
+    """``load_run`` gives a NumPy run's predictions as the Prediction objects of a torch run, and their fields
+    are what ``attnkit predict --json`` prints (and ``/v1/predict`` answers), to the last digit."""
+    import attnkit
+    from attnkit.train.tasks.classify.prediction import Prediction
+
+    out, _ = numpy_run
+    texts = [line.split("\t", 1)[1] for line in corpus.read_text().splitlines()[:3]]
+    predictor = attnkit.load_run(out)
+    predictions = predictor.explain(texts, top=2)
+    assert all(isinstance(p, Prediction) and len(p.top_tokens) == 2 for p in predictions)
+    result = CliRunner().invoke(cli, ["predict", str(out), *texts, "--json", "--explain", "--top", "2"])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line) for line in result.output.splitlines()] == [p.fields() for p in predictions]
+    assert predictor.predict(texts) == [p.label for p in predictions]
+    assert predictor.predict_proba(texts).argmax(1).tolist() == [predictor.labels.index(p.label) for p in predictions]
+
+
 def test_evaluate_command_scores_a_numpy_run(numpy_run: tuple[Path, str], corpus: Path) -> None:
     out, _ = numpy_run
     result = CliRunner().invoke(cli, ["evaluate", str(out), "--data", str(corpus), "--format", "label-tab-text",

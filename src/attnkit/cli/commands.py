@@ -42,6 +42,17 @@ def _numpy_backend() -> ModuleType:
     return importlib.import_module("attnkit.train.tasks.numpy.numpy_backend")
 
 
+def _numpy_predictor(run: str, allow_unfinished: bool) -> Any:
+    """The :class:`~attnkit.train.tasks.classify.predictor.Predictor` of NumPy run ``run`` (no torch), its
+    notice said on stderr (an unfinished run served with ``--allow-unfinished``)."""
+    from attnkit.train.tasks.classify.predictor import Predictor
+
+    predictor = Predictor.from_pretrained(run, allow_unfinished=allow_unfinished)
+    if predictor.notice:
+        click.echo(predictor.notice, err=True)
+    return predictor
+
+
 def _is_numpy_run(run: str) -> bool:
     """Whether run ``run`` (its committed config) was trained by the NumPy twin; torch-free."""
     return bool(_numpy_backend().is_numpy_run(run))
@@ -201,16 +212,13 @@ def evaluate(run: str, data: str, as_json: bool, faithfulness: bool, allow_unfin
         raise click.ClickException(f"--faithfulness needs a torch run; {run} is a NumPy run (attnkit train --backend "
                                    "numpy), whose model has no gradients or exact contributions to score")
     if _is_numpy_run(run):
-        backend = _numpy_backend()
-        numpy_run = backend.load_numpy_run(run)
-        examples = backend.read_examples(data, **reader_kwargs(values))
-        if not examples:
-            raise click.ClickException(f"{data} holds no examples")
-        metrics = backend.evaluate_numpy_run(numpy_run, examples)
+        predictor = _numpy_predictor(run, allow_unfinished)
+        examples = read_data(data, values)
+        metrics = predictor.evaluate([e.text for e in examples], [e.label for e in examples])
         if as_json:
             click.echo(json.dumps(metrics, indent=2))
         else:
-            print_metrics(f"{run} on {data}", metrics, numpy_run.labels)
+            print_metrics(f"{run} on {data}", metrics, predictor.labels)
         return
     from attnkit.train.tasks.classify.inference import evaluate_examples
 
@@ -266,42 +274,42 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
         items += read_texts_to_classify(text_file, encoding=encoding, text_field=text_field, delimiter=delimiter)
     if not items:
         raise click.UsageError("give at least one TEXT argument or --file")
-    if _is_numpy_run(run):
-        backend = _numpy_backend()
-        for p in backend.predict_numpy_run(backend.load_numpy_run(run), items, top_k=top if explain else 0):
-            if as_json:
-                click.echo(json.dumps({**p, "top_tokens": [list(t) for t in p["top_tokens"]]}))
-                continue
-            click.echo(f"{shown(p['label'])}\t{p['probability']:.3f}\t{shown(p['text'])}")
-            if explain:
-                click.echo(shown("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p["top_tokens"])))
-        return
-    from attnkit.attribution.report import default_method, explanation_line
-    from attnkit.models.config import reading_length
-    from attnkit.train.runs.rundir import reports_dir
-    from attnkit.train.tasks.classify.inference import format_ngrams, predict_texts
+    if _is_numpy_run(run):  # the NumPy twin's attention weights only
+        predictions = _numpy_predictor(run, allow_unfinished).explain(items, top=top if explain else 0)
+    else:
+        from attnkit.attribution.report import default_method
+        from attnkit.models.config import reading_length
+        from attnkit.train.runs.rundir import reports_dir
+        from attnkit.train.tasks.classify.inference import predict_texts
 
-    model, tokenizer, labels, meta = load_run(run, allow_unfinished)
-    warn_truncated(tokenizer, items, reading_length(model, meta["data_settings"]["max_len"]))
-    predictions = predict_texts(model, tokenizer, labels, items, max_len=meta["data_settings"]["max_len"],
-                                top_k=top if explain else 0,
-                                method=default_method(model, reports_dir(run)) if explain else None)
+        model, tokenizer, labels, meta = load_run(run, allow_unfinished)
+        warn_truncated(tokenizer, items, reading_length(model, meta["data_settings"]["max_len"]))
+        predictions = predict_texts(model, tokenizer, labels, items, max_len=meta["data_settings"]["max_len"],
+                                    top_k=top if explain else 0,
+                                    method=default_method(model, reports_dir(run)) if explain else None)
+    _print_predictions(predictions, run, top if explain else 0, as_json)
+
+
+def _print_predictions(predictions: list[Any], run: str, top: int, as_json: bool) -> None:
+    """Each prediction as a JSON line, or as its label line and, explained (``top``), its explanation, its most
+    attended tokens and, for a model with an n-gram half, what each half adds and the n-grams that add most
+    (a NumPy run's predictions have only the tokens: nothing that needs torch is imported for them)."""
     for p in predictions:
         if as_json:
-            extra = {"top_ngrams": [list(t) for t in p.top_ngrams], "halves": p.halves} if p.halves else {}
-            explained = {"explanation": p.explanation} if p.explanation else {}
-            click.echo(json.dumps({"text": p.text, "label": p.label, "probability": p.probability,
-                                   "probabilities": p.probabilities,
-                                   "top_tokens": [list(t) for t in p.top_tokens], **explained, **extra}))
+            click.echo(json.dumps(p.fields()))
             continue
         click.echo(f"{shown(p.label)}\t{p.probability:.3f}\t{shown(p.text)}")
-        if explain:
+        if top and p.explanation:
+            from attnkit.attribution.report import explanation_line
+
             click.echo(shown("    " + explanation_line(p.explanation, top, run)))
+        if top:
             click.echo(shown("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p.top_tokens)))
-        if explain and p.halves:  # a model with an n-gram half: what each half adds, and the n-grams that add most
+        if top and p.halves:
+            from attnkit.train.tasks.classify.inference import format_ngrams
+
             click.echo(f"    margin from the network {p.halves['network']:+.2f}, "
-                       f"from n-grams {p.halves['ngrams']:+.2f}: "
-                       + shown(format_ngrams(p.top_ngrams)))
+                       f"from n-grams {p.halves['ngrams']:+.2f}: " + shown(format_ngrams(p.top_ngrams)))
 
 
 # --- cv ----------------------------------------------------------------------------------------

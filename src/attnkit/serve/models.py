@@ -107,13 +107,7 @@ class ServedModel:
 
     def predict(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         """What ``attnkit predict --json`` prints for each text (one dict per text)."""
-        if not self.torch:
-            from attnkit.train.tasks.numpy.numpy_backend import predict_numpy_run
-
-            return [{**p, "top_tokens": [list(t) for t in p["top_tokens"]]}
-                    for p in predict_numpy_run(self.predictor._numpy, list(texts), top_k=0)]
-        return [{"text": p.text, "label": p.label, "probability": p.probability, "probabilities": p.probabilities,
-                 "top_tokens": [list(t) for t in p.top_tokens]} for p in self.predictor.explain(texts, top=0)]
+        return [p.fields() for p in self.predictor.explain(texts, top=0)]
 
     def explain(self, text: str, method: str | None) -> dict[str, Any]:
         """The prediction of ``text`` explained by ``method`` (default: the run's most faithful one)."""

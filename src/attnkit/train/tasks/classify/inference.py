@@ -11,7 +11,6 @@ hold (1.0 = all attention on them).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -23,35 +22,10 @@ from attnkit.data.tokenization import encode_batch
 from attnkit.models.config import reading_length
 from attnkit.models.wide import chunked_documents
 from attnkit.train.loop.task import sorted_batches
+from attnkit.train.tasks.classify.prediction import Prediction
 
 __all__ = ["Prediction", "predict_texts", "pooling_weights", "attention_focus", "evaluate_examples",
            "ngram_text", "format_ngrams"]
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """A predicted label, its probability, all class probabilities and the most attended tokens.
-
-    For a model with an n-gram half (:class:`attnkit.models.ngram_half.NgramHalf`)
-    An explained prediction carries ``explanation``: ``{"method", "tokens",
-    "scores"}``, each token's score for the predicted class by the method
-    (:mod:`attnkit.attribution.methods`); for an exact method also ``"logit"``
-    and ``"bias"``, with ``sum(scores) + bias == logit``.
-
-    For a model with an n-gram half it also carries ``halves`` -- how far each half
-    raises the predicted class's logit above the mean of the classes
-    (``{"network": ..., "ngrams": ...}``; the two add up to the whole margin) --
-    and ``top_ngrams``, the n-grams that raise it most, with what each adds.
-    """
-
-    text: str
-    label: str
-    probability: float
-    probabilities: dict[str, float]
-    top_tokens: tuple[tuple[str, float], ...] = ()
-    top_ngrams: tuple[tuple[str, float], ...] = ()
-    halves: dict[str, float] = field(default_factory=dict)
-    explanation: dict[str, object] = field(default_factory=dict)
 
 
 def _batch(ids: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:

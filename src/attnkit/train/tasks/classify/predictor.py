@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Predictor"]
+from attnkit.train.tasks.classify.prediction import Prediction
+
+__all__ = ["Predictor", "Prediction"]
 
 
 class Predictor:
@@ -126,14 +128,14 @@ class Predictor:
 
     # --- using it -------------------------------------------------------------------------------
 
-    def explain(self, texts: Sequence[str], *, top: int = 5) -> list[Any]:
-        """One :class:`attnkit.train.tasks.classify.inference.Prediction` per text, with its ``top`` most attended
-        tokens (``top=0``: none). For a numpy run, the same fields as a dict."""
+    def explain(self, texts: Sequence[str], *, top: int = 5) -> list[Prediction]:
+        """One :class:`Prediction` per text, with its ``top`` most attended tokens (``top=0``: none)."""
         _check_texts(texts)
         if self._numpy is not None:
             from attnkit.train.tasks.numpy.numpy_backend import predict_numpy_run
 
-            return predict_numpy_run(self._numpy, list(texts), top_k=top)
+            return [Prediction(**{**p, "top_tokens": tuple(p["top_tokens"])})
+                    for p in predict_numpy_run(self._numpy, list(texts), top_k=top)]
         from attnkit.train.tasks.classify.inference import predict_texts
 
         model, tokenizer, labels = self._parts()
@@ -141,12 +143,12 @@ class Predictor:
 
     def predict(self, texts: Sequence[str]) -> list[str]:
         """The predicted label of each text (what ``attnkit predict`` prints first)."""
-        return [p["label"] if isinstance(p, dict) else p.label for p in self.explain(texts, top=0)]
+        return [p.label for p in self.explain(texts, top=0)]
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """Class probabilities ``(len(texts), len(labels))``; column ``j`` is ``labels[j]``."""
         labels = self.labels
-        rows = [p["probabilities"] if isinstance(p, dict) else p.probabilities for p in self.explain(texts, top=0)]
+        rows = [p.probabilities for p in self.explain(texts, top=0)]
         return np.asarray([[row[label] for label in labels] for row in rows], dtype=np.float64).reshape(-1,
                                                                                                          len(labels))
 
