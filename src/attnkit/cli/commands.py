@@ -208,36 +208,32 @@ def evaluate(run: str, data: str, as_json: bool, faithfulness: bool, allow_unfin
       attnkit evaluate runs/reviews --data test.csv
       attnkit evaluate runs/reviews --data test.csv --faithfulness --json > scores.json
     """
-    if faithfulness and _is_numpy_run(run):
+    numpy = _is_numpy_run(run)
+    if faithfulness and numpy:
         raise click.ClickException(f"--faithfulness needs a torch run; {run} is a NumPy run (attnkit train --backend "
                                    "numpy), whose model has no gradients or exact contributions to score")
-    if _is_numpy_run(run):
+    if numpy:
         predictor = _numpy_predictor(run, allow_unfinished)
         examples = read_data(data, values)
-        metrics = predictor.evaluate([e.text for e in examples], [e.label for e in examples])
-        if as_json:
-            click.echo(json.dumps(metrics, indent=2))
-        else:
-            print_metrics(f"{run} on {data}", metrics, predictor.labels)
-        return
-    from attnkit.train.tasks.classify.inference import evaluate_examples
+        metrics, names = predictor.evaluate([e.text for e in examples], [e.label for e in examples]), predictor.labels
+    else:
+        from attnkit.train.tasks.classify.inference import evaluate_examples
 
-    model, tokenizer, labels, meta = load_run(run, allow_unfinished)
-    examples = read_data(data, values)
-    metrics = evaluate_examples(model, tokenizer, labels, examples, max_len=meta["data_settings"]["max_len"],
-                                show_progress=True)
+        model, tokenizer, labels, meta = load_run(run, allow_unfinished)
+        examples, names = read_data(data, values), labels.labels
+        metrics = evaluate_examples(model, tokenizer, labels, examples, max_len=meta["data_settings"]["max_len"],
+                                    show_progress=True)
     if faithfulness:
         from attnkit.attribution.faithfulness import format_table, text_faithfulness
 
-        scores = text_faithfulness(model, tokenizer, [e.text for e in examples],
-                                   max_len=meta["data_settings"]["max_len"])
-        metrics["faithfulness"] = scores
+        metrics["faithfulness"] = text_faithfulness(model, tokenizer, [e.text for e in examples],
+                                                    max_len=meta["data_settings"]["max_len"])
     if as_json:
         click.echo(json.dumps(metrics, indent=2))
-    else:
-        print_metrics(f"{run} on {data}", metrics, labels.labels)
-        if faithfulness:
-            click.echo("\n".join(format_table(scores)))
+        return
+    print_metrics(f"{run} on {data}", metrics, names)
+    if faithfulness:
+        click.echo("\n".join(format_table(metrics["faithfulness"])))
 
 
 # --- predict -----------------------------------------------------------------------------------
