@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 __all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of", "dataclass_kwargs",
            "nested_paths_hint", "spell_settings", "setting", "setting_fields", "tree_from_flat", "check_settings",
-           "is_type", "parse_duration"]
+           "is_type", "parse_duration", "shown"]
 
 T = TypeVar("T")
 
@@ -398,3 +398,19 @@ def _shown(value: object) -> str:
     text = repr(value)
     text = text if len(text) <= 60 else text[:57] + "..."
     return f"{text} ({type(value).__name__})"
+
+
+# C0 and C1 controls, DEL, the Arabic letter mark, the left-to-right and right-to-left marks, the line and
+# paragraph separators, the bidirectional embeddings, overrides and isolates, and lone surrogates.
+_UNSHOWABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(text: str) -> str:
+    """``text`` as the terminal may show it: each control, bidirectional formatting character or lone
+    surrogate written as its escape (``"\\x00"``, ``"\\u202e"``); everything else as it is."""
+    return _UNSHOWABLE.sub(_escape, text)

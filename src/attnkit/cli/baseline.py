@@ -1,28 +1,11 @@
-"""``attnkit baseline``, the baseline beside ``train`` and ``cv`` results, and a run's ``report.txt``.
-
-The baseline (:mod:`attnkit.train.tasks.classify.baseline`: TF-IDF word 1–2-grams + logistic
-regression) is scored on the same test examples as the model: the test part of
-``train``'s seeded split, or each fold of ``cv``. ``--baseline`` prints it in
-one table with the model and the difference; for ``cv`` per fold, with the
-paired t-test over the folds.
-
-After ``attnkit train`` the run directory also gets ``report.txt`` and
-``report.html`` (the same figures as escaped tables above the offline
-attention report of the wrong examples), the analysis of the finished model on
-its test part: per-class precision, recall and F1, the confusion matrix, the
-most attended words per class and the test examples the model gets most
-confidently wrong, with the words it attended to. It is derived from the
-committed model, like the demo's report, so it joins the run in a commit of its
-own (:func:`attnkit.train.runs.run.add_to_run`): the finished generation again with
-the reports, linked at the run's root. The baseline is scored before training
-(:func:`attnkit.train.tasks.classify.plan.run_plan`) and committed in config.json as
-``metrics.baseline``; the table printed here is read from there.
-"""
+"""``attnkit baseline``: the baseline (:mod:`attnkit.train.tasks.classify.baseline`: TF-IDF word 1–2-grams +
+logistic regression) scored on the same test examples as a model: the test part of ``train``'s seeded split,
+or each fold of ``cv``. ``train --baseline`` and ``cv --baseline`` print it beside the model
+(:mod:`attnkit.train.tasks.classify.reports`)."""
 
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 from typing import Any
 
 import click
@@ -42,35 +25,9 @@ from attnkit.cli.options import (
 )
 from attnkit.train.config import TrainConfig
 
-__all__ = ["baseline", "after_training", "write_reports"]
+__all__ = ["baseline"]
 
 SEED_DEFAULT = "attnkit.train.config:TrainConfig.seed"
-
-
-def after_training(plan: Any, result: Any, baseline: bool) -> None:
-    """Print the baseline beside the test result (with ``--baseline``), write ``report.txt`` and ``report.html``.
-
-    The baseline is the one :func:`attnkit.train.tasks.classify.plan.run_plan` scored before
-    training and committed as ``metrics.baseline`` in the run's config.json.
-    """
-    from attnkit.train.runs.checkpoint import read_run_config
-    from attnkit.train.tasks.classify.reports import comparison_lines
-
-    out = Path(plan.out)
-    base = read_run_config(out).get("metrics", {}).get("baseline") if baseline else None
-    if base is not None:
-        for line in comparison_lines(result.test, base, plan.train_config.metric):
-            click.echo(line)
-    write_reports(out, result, plan.train_config.metric, base)
-
-
-def write_reports(out: Path, result: Any, metric: str, base: dict[str, Any] | None) -> None:
-    """:func:`attnkit.train.tasks.classify.reports.write_reports`, and the line that says so."""
-    from attnkit.train.tasks.classify.reports import write_reports as write
-
-    write(out, result, metric, base)
-    click.echo(f"wrote {out / 'report.txt'} and report.html (per-class scores, the explanation shown first and "
-               f"its faithfulness, words that moved the decision, confidently wrong examples)")
 
 
 @click.command()

@@ -32,7 +32,7 @@ from attnkit.cli.options import (
     task_option,
     train_options,
 )
-from attnkit.train.runs.resume import RUN_FLAGS, ResumeError
+from attnkit.train.runs.resume import ResumeError, RunOptions
 from attnkit.train.tasks.classify import start
 from attnkit.train.tasks.classify.settings import ClassifyData, ModelChoice
 
@@ -98,50 +98,32 @@ def train(ctx: click.Context, **values: Any) -> None:
       attnkit train --data reviews.csv --model bert --init-from path/to/bert --out runs/bert
       attnkit train --data reviews.csv --backend numpy --out runs/numpy
     """
-    try:
-        if values["backend"] == "numpy":  # before any torch import
-            from attnkit.train.tasks.numpy.numpy_backend import train_numpy
+    from attnkit.train.runs.run import committed_run_id
+    from attnkit.train.tasks.classify.training import train_from_flags
 
-            if not values["data"] or values["baseline"]:
-                raise start.PlanError("--baseline needs --backend torch" if values["baseline"] else
-                                      "missing --data (the training data); see attnkit train --help")
-            train_numpy(values, parse_model_options(ctx, values["model_opt"]),
-                        start.data_plan(values, Path(values["out"]), reader_kwargs(values)), echo=echo,
-                        report=print_metrics)
-            return
-        start.check_model(values)
+    if values["backend"] != "numpy":  # the NumPy twin trains without torch
         require_room_for_torch()
-        if values["resume"] and values["overwrite"]:
-            raise start.PlanError("--resume and --overwrite exclude each other")
-        out = Path(values["out"])
-        if values["resume"]:
-            plan = start.resume_plan(values, _given_settings(ctx, out), reader_kwargs(values), log=echo)
-            if plan is None:
-                click.echo(f"{out} finished training already; nothing to resume (it was left as it is)")
-                return
-        else:
-            plan = start.new_plan(values, parse_model_options(ctx, values["model_opt"]), reader_kwargs(values))
+
+    out = Path(values["out"])
+    try:  # the run there before (a resume's own), to tell after Ctrl-C what this run saved
+        committed = committed_run_id(out)
+    except (OSError, ValueError):  # a damaged folder: the task names what is wrong with it
+        committed = None
+    try:
+        run = RunOptions(values["out"], overwrite=values["overwrite"], resume=values["resume"],
+                         quiet=values["quiet"], max_memory=values["max_memory"], log=echo,
+                         warn=lambda line: click.echo(line, err=True))
+        given = _given_settings(ctx, out) if values["resume"] and values["backend"] != "numpy" else []
+        values["model_opt"] = parse_model_options(ctx, values["model_opt"])
+        done = train_from_flags(values, run, given)
     except (start.PlanError, ResumeError) as err:
         raise click.UsageError(in_flags(str(err))) from None
-    if plan.mode == "new":
-        from attnkit.train.runs.run import refuse_existing_run
-
-        refuse_existing_run(plan.out, lambda saved: start.run_changes(saved, plan), flags=RUN_FLAGS,
-                            resume=f"attnkit train --out {plan.out} --resume")
-    from attnkit.train.tasks.classify.plan import run_plan
-
-    try:
-        result = run_plan(plan, log=echo)
-        if result.is_main:
-            if result.test is not None:
-                print_metrics("test", result.test, result.label_vocab.labels)
-                from attnkit.cli.baseline import after_training
-
-                after_training(plan, result, values["baseline"])
-            click.echo(f"saved run to {out}")
     except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; {start.interrupted_advice(out, plan.run_id)}", err=True)
+        advice = start.interrupted_advice(out, committed if values["resume"] else None, committed)
+        click.echo(f"\ninterrupted; {advice}", err=True)
         sys.exit(130)
+    if done:
+        click.echo(done)
 
 
 # --- report ------------------------------------------------------------------------------------
@@ -168,8 +150,8 @@ def report(run: str, allow_unfinished: bool, **values: Any) -> None:
     Example:
       attnkit report runs/reviews
     """
-    from attnkit.cli.baseline import write_reports
-    from attnkit.train.tasks.classify.reports import result_of_run
+    from attnkit.train.tasks.classify.reports import result_of_run, write_reports
+    from attnkit.train.tasks.classify.training import REPORTS_WRITTEN
 
     if _is_numpy_run(run):
         raise click.ClickException(f"{run} is a NumPy run (attnkit train --backend numpy), which has no reports")
@@ -183,6 +165,7 @@ def report(run: str, allow_unfinished: bool, **values: Any) -> None:
     result = result_of_run(out, loaded, start.data_plan(values, out, reader_kwargs(values)))
     write_reports(out, result, meta["train_config"].get("metric", "accuracy"),
                   (meta.get("metrics") or {}).get("baseline"))
+    click.echo(REPORTS_WRITTEN.format(out=out))
 
 
 # --- evaluate ----------------------------------------------------------------------------------

@@ -19,34 +19,17 @@ encode. JSON output (``--json``) stays exact.
 from __future__ import annotations
 
 import functools
-import re
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from attnkit._checks import spell_settings
+from attnkit._checks import shown, spell_settings
 
 __all__ = ["friendly_errors", "user_os_error", "print_metrics", "in_flags", "echo", "shown"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-# C0 and C1 controls, DEL, the Arabic letter mark, the left-to-right and right-to-left marks, the line and
-# paragraph separators, the bidirectional embeddings, overrides and isolates, and lone surrogates.
-_UNSHOWABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def shown(text: str) -> str:
-    """``text`` as the terminal may show it: each control, bidirectional formatting character or lone
-    surrogate written as its escape (``"\\x00"``, ``"\\u202e"``); everything else as it is."""
-    return _UNSHOWABLE.sub(_escape, text)
-
 
 def in_flags(text: str, command: click.Command | None = None) -> str:
     """``text`` with each `` `setting` `` written as ``command``'s flag for it, else as the bare name.
@@ -105,12 +88,8 @@ def user_os_error(err: OSError) -> str:
 
 
 def print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tuple[str, ...]) -> None:
-    """Echo accuracy, macro-F1 and the confusion matrix of ``metrics`` under ``title``."""
-    click.echo(f"{title}: accuracy {metrics['accuracy']:.4f}  macro-F1 {metrics['macro_f1']:.4f}  "
-               f"(n={metrics.get('n', '?')})")
-    labels = [shown(lb) for lb in labels]
-    width = max(8, *(len(lb) for lb in labels))
-    click.echo("confusion matrix (rows: true, columns: predicted)")
-    click.echo(" " * width + "".join(f"{lb[:width]:>{width + 1}}" for lb in labels))
-    for lb, row in zip(labels, metrics["confusion_matrix"], strict=True):
-        click.echo(f"{lb:<{width}}" + "".join(f"{v:>{width + 1}}" for v in row))
+    """Echo accuracy, macro-F1 and the confusion matrix of ``metrics`` under ``title``
+    (:func:`attnkit.train.metrics.metrics_lines`)."""
+    from attnkit.train.metrics import metrics_lines
+
+    click.echo("\n".join(metrics_lines(title, metrics, labels)))

@@ -38,7 +38,7 @@ Tell did (Xu et al., 2015).
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # torch is not imported here: the captioning commands import 
 
 __all__ = ["CLASS_WEIGHTS", "accuracy", "macro_f1", "weighted_f1", "macro_recall", "confusion_matrix",
            "per_class_scores", "classification_report", "METRICS", "check_metric", "metric_class", "metric_score",
-           "metric_title", "corpus_bleu", "bleu_scores"]
+           "metric_title", "metrics_lines", "corpus_bleu", "bleu_scores"]
 
 CLASS_WEIGHTS = ("none", "balanced")
 """The choices of ``--class-weight`` (the loss weights of
@@ -224,6 +224,20 @@ def classification_report(
         "per_class": rows,
         "confusion_matrix": confusion_matrix(targets, predictions, num_classes).tolist(),
     }
+
+
+def metrics_lines(title: str, metrics: Mapping[str, Any], labels: Sequence[str]) -> list[str]:
+    """Accuracy, macro-F1 and the confusion matrix of ``metrics`` (:func:`classification_report`) under
+    ``title``, as the commands print them (labels as a terminal may show them, :func:`attnkit._checks.shown`)."""
+    from attnkit._checks import shown
+
+    names = [shown(str(lb)) for lb in labels]
+    width = max(8, *(len(lb) for lb in names))
+    return [f"{title}: accuracy {metrics['accuracy']:.4f}  macro-F1 {metrics['macro_f1']:.4f}  "
+            f"(n={metrics.get('n', '?')})", "confusion matrix (rows: true, columns: predicted)",
+            " " * width + "".join(f"{lb[:width]:>{width + 1}}" for lb in names),
+            *(f"{lb:<{width}}" + "".join(f"{v:>{width + 1}}" for v in row)
+              for lb, row in zip(names, metrics["confusion_matrix"], strict=True))]
 
 
 def _reference_streams(hypotheses: Sequence[str],

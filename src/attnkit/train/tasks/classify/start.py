@@ -251,12 +251,12 @@ def run_changes(saved: dict[str, Any], plan: Any) -> list[str]:
     return changes + data_changes(saved.get("data") or {}, plan.data.record)
 
 
-def interrupted_advice(out: Path, run_id: str | None) -> str:
+def interrupted_advice(out: Path, run_id: str | None, before: str | None = None) -> str:
     """:func:`attnkit.train.runs.run.interrupted_advice` for run ``run_id`` of ``attnkit train``: an unfinished
     run goes on with ``--resume``; a finished one whose reports were not all written gets them with
     ``attnkit report``."""
     from attnkit.train.runs.run import interrupted_advice as advice
 
-    return advice(out, run_id, resume=f"attnkit train --out {out} --resume",
+    return advice(out, run_id, before=before, resume=f"attnkit train --out {out} --resume",
                   after=(f"its reports (report.txt, report.html) were not all written; write them with: "
                          f"attnkit report {out}"))
