@@ -132,7 +132,8 @@ def spell_settings(text: str, flags: Mapping[str, str] | None = None) -> str:
 def setting(default: Any, help: str, *, low: float | None = None, high: float | None = None,
             low_open: bool = False, high_open: bool = False, choices: Sequence[Any] | None = None,
             flag: str | None = None, path: str | None = None, duration: bool = False, metavar: str | None = None,
-            required: bool = False, check: Callable[[Any], Any] | None = None, default_from: str | None = None) -> Any:
+            required: bool = False, check: Callable[[Any], Any] | None = None, default_from: str | None = None,
+            multiple: bool = False) -> Any:
     """A settings field that says everything about itself once: its default, its help, its range.
 
     :func:`check_settings` checks a value against it, and the command line builds its flag from it
@@ -147,12 +148,12 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
     ``check`` refuses a value by a ValueError (on the command line: the value it returns is the flag's);
     ``default_from``: for a field whose None leaves the choice to the code that reads it, where that code keeps
     the default it applies (``"module:function.keyword"``, :func:`attnkit.cli.options.resolve_default`), shown
-    in the flag's help.
+    in the flag's help; ``multiple``: a tuple of values, its flag given once for each (``--model-opt``).
     """
     meta = {"help": help, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
             "choices": tuple(choices) if choices is not None else None, "flag": flag, "path": path,
             "duration": duration, "metavar": metavar, "required": required, "check": check,
-            "default_from": default_from}
+            "default_from": default_from, "multiple": multiple}
     return dataclasses.field(default=default, metadata={"attnkit": meta})
 
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import click
 import pytest
 import torch
 from click.testing import CliRunner
@@ -152,7 +153,7 @@ def test_config_takes_internal_names_too_and_json_for_evaluate(tmp_path) -> None
     assert config_keys(evaluate)["json"] == "as_json" and config_keys(evaluate)["as_json"] == "as_json"
     assert config_keys(evaluate)["format"] == config_keys(evaluate)["data_format"] == "data_format"
     assert config_keys(predict)["file"] == "text_file"
-    train_keys = config_keys(cli.commands["train"])
+    train_keys = config_keys(cli.get_command(click.Context(cli), "train"))
     assert train_keys["val"] == "val_path" and train_keys["test"] == "test_path" and "model_options" in train_keys
     assert "model_opt" not in train_keys and "config" not in train_keys
 

@@ -23,6 +23,7 @@ from click.testing import CliRunner
 
 from attnkit.cli import cli, train_tasks
 from attnkit.cli.options import LibraryDefaultOption, resolve_default
+from attnkit.train.registry import tasks
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 HEADER = ["flag", "default", "meaning"]
@@ -201,6 +202,8 @@ def documented_commands() -> dict[str, click.Command]:
         assert command is not None
         out[f"attnkit {name}"] = command
     for task in train_tasks():
+        if tasks()[task].default:  # its command is `attnkit train`'s
+            continue
         _, command, _ = cli.resolve_command(ctx, ["train", "--task", task])
         assert command is not None
         out[f"attnkit train --task {task}"] = command

@@ -40,6 +40,7 @@ import pytest
 
 import attnkit
 from attnkit.cli import LAZY_COMMANDS, cli, train_tasks
+from attnkit.train.registry import tasks
 
 SRC = Path(attnkit.__file__).resolve().parent
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
@@ -113,7 +114,8 @@ def commands() -> dict[str, click.Command]:
     ctx = click.Context(cli)
     found = {name: cli.get_command(ctx, name) for name in cli.list_commands(ctx)}
     for task, command in train_tasks().items():
-        found[f"train --task {task}"] = command
+        if not tasks()[task].default:  # its command is `attnkit train`
+            found[f"train --task {task}"] = command
     assert set(LAZY_COMMANDS) <= set(found)
     return {name: command for name, command in found.items() if command is not None}
 
@@ -204,12 +206,11 @@ def _reached(start: str) -> set[str]:
 
 
 def _starts(name: str, command: click.Command) -> list[str]:
-    """Where a command's code starts: its callback, and for a generated ``train --task NAME`` the task's
-    ``train`` function, which it reaches through the registry (``Task.run``)."""
-    from attnkit.train.registry import tasks
-
+    """Where a command's code starts: its callback, and for a generated ``train --task NAME`` (``train``: the
+    default task's) the task's ``train`` function, which it reaches through the registry (``Task.run``)."""
     starts = [f"{command.callback.__module__}.{command.callback.__name__}"] if command.callback else []
-    task = tasks().get(name.removeprefix("train --task ")) if name.startswith("train --task ") else None
+    task = (tasks().get(name.removeprefix("train --task ")) if name.startswith("train --task ") else
+            next(t for t in tasks().values() if t.default) if name == "train" else None)
     if task is not None and isinstance(task.train, str):
         starts.append(task.train.replace(":", "."))
     return starts

@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -236,11 +237,10 @@ def test_a_numpy_run_opens_in_visualize(numpy_run: tuple[Path, str], tmp_path: P
 
 def test_every_flag_its_help_calls_torch_only_is_refused_by_the_numpy_backend(corpus: Path, tmp_path: Path) -> None:
     """A flag whose help says "Not with --backend numpy" is an error naming it there, never silently dropped."""
-    import click
 
     from attnkit.cli.options import _TORCH_ONLY
 
-    train = cli.commands["train"]
+    train = cli.get_command(click.Context(cli), "train")
     torch_only = [p for p in train.params if getattr(p, "numpy_help", None) == _TORCH_ONLY]
     assert {p.name for p in torch_only} >= {"label_smoothing", "pack", "metric", "class_weight", "token_budget",
                                             "tune_thresholds"}

@@ -136,7 +136,7 @@ def test_an_unknown_task_is_named_with_the_known_ones() -> None:
     result = CliRunner().invoke(cli, ["train", "--task", "tagging", "--out", "runs/t"])
     assert result.exit_code == 2 and "'tagging' is not a task; tasks: caption, classify, translate" \
         in result.output, result.output
-    assert list(train_tasks()) == ["caption", "translate"]  # classification keeps ``attnkit train`` itself
+    assert list(train_tasks()) == ["caption", "classify", "translate"]  # every task's command is generated
 
 
 @pytest.mark.parametrize("kind", ["translation", "captioning"])
@@ -149,6 +149,32 @@ def test_the_classifier_commands_name_a_run_of_another_kind_and_its_command(runs
         assert result.exit_code == 1, result.output
         assert f"{runs[kind]} is a {task.description} run, not a text classifier: use " \
                f"{task.command} {runs[kind]}" in result.output, result.output
+
+
+def test_every_tasks_flags_are_its_settings_tree() -> None:
+    """``attnkit train --task NAME``, classification's ``attnkit train`` included, has one flag per leaf of the
+    task's tree and no other but the run's own: no flag is written by hand."""
+    from attnkit._checks import setting_fields
+
+    run_flags = {"config", "task", "out", "overwrite", "resume", "max_memory", "quiet"}
+    for name, command in train_tasks().items():
+        leaves = {f.name for f, _ in setting_fields(registry.resolve(registry.tasks()[name].settings))}
+        assert {p.name for p in command.params} - run_flags == leaves, name
+    assert {"model", "model_opt", "backend", "baseline", "epochs", "max_len", "data"} <= \
+        {p.name for p in train_tasks()["classify"].params}
+
+
+@pytest.mark.parametrize(("task", "kind"), [("classify", "translation"), ("translate", "classification"),
+                                          ("classify", "captioning")])
+def test_every_task_resumes_only_its_own_runs(runs: dict[str, Path], task: str, kind: str) -> None:
+    """``attnkit train --resume`` of every task (classification's generated command too) refuses another task's
+    run by one rule, naming both, and leaves it as it was."""
+    before = read_run_config(runs[kind])
+    result = CliRunner().invoke(cli, ["train", "--task", task, "--out", str(runs[kind]), "--resume"])
+    assert result.exit_code == 1, result.output
+    assert f"cannot resume: {runs[kind]} holds a {before['model_name']!r} run, not a " \
+           f"{registry.tasks()[task].description} run" in result.output, result.output
+    assert read_run_config(runs[kind]) == before
 
 
 def test_an_interrupted_run_is_told_what_it_saved_by_one_rule(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ GB = 10**9
 
 
 def _command(task: str) -> click.Command:
-    return cli.commands["train"] if task == "classify" else train_tasks()[task]
+    return train_tasks()[task]
 
 
 @pytest.mark.parametrize(("task", "flag", "extra"), [

@@ -41,12 +41,19 @@ LAZY_COMMANDS = {
 
 def train_tasks() -> dict[str, click.Command]:
     """The commands ``attnkit train --task NAME ...`` hands its arguments to: one generated from the settings
-    tree of every registered task that has one (:func:`attnkit.cli.train.task_command`). A task without
-    one keeps its own command (classification: ``attnkit train`` itself)."""
+    tree of every registered task (:func:`attnkit.cli.train.task_command`)."""
     from attnkit.cli.train import task_command
     from attnkit.train.registry import tasks
 
-    return {name: task_command(task) for name, task in tasks().items() if task.settings is not None}
+    return {name: task_command(task) for name, task in tasks().items()}
+
+
+def _default_train() -> click.Command:
+    """``attnkit train`` without ``--task``: the command of the task registered as the default."""
+    from attnkit.cli.train import task_command
+    from attnkit.train.registry import tasks
+
+    return task_command(next(task for task in tasks().values() if task.default))
 
 
 def _load(target: str) -> click.Command:
@@ -78,9 +85,11 @@ class AttnkitGroup(click.Group):
     """A group with lazily imported commands and ``train --task`` routing."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS, "train"})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name == "train":
+            return _default_train()
         if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
             return _load(LAZY_COMMANDS[cmd_name])
         return super().get_command(ctx, cmd_name)
@@ -194,7 +203,7 @@ def bench(quick: bool, out_json: str | None, cases: tuple[str, ...]) -> None:
 
 
 cli.add_command(demo_module.demo)
-for _command in (commands.train, commands.evaluate, commands.predict, commands.cv, commands.report):
+for _command in (commands.evaluate, commands.predict, commands.cv, commands.report):
     cli.add_command(_command)
 
 

@@ -1,11 +1,10 @@
-"""``attnkit train``, ``evaluate``, ``predict``, ``cv`` and ``report``."""
+"""``attnkit evaluate``, ``predict``, ``cv`` and ``report`` (``train`` is generated: :mod:`attnkit.cli.train`)."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import click
 
 from attnkit.cli.inputs import read_data, read_texts_to_classify, warn_truncated
-from attnkit.cli.messages import echo, friendly_errors, in_flags, print_metrics, require_room_for_torch, shown
+from attnkit.cli.messages import echo, friendly_errors, in_flags, print_metrics, shown
 from attnkit.cli.options import (
     allow_unfinished_option,
     baseline_option,
@@ -26,15 +25,11 @@ from attnkit.cli.options import (
     ratio_option,
     reader_kwargs,
     reader_options,
-    refuse_resume_flags,
-    run_options,
     settings_options,
-    task_option,
     train_options,
 )
-from attnkit.train.runs.resume import ResumeError, RunOptions
 from attnkit.train.tasks.classify import start
-from attnkit.train.tasks.classify.settings import ClassifyData, ModelChoice
+from attnkit.train.tasks.classify.settings import ModelChoice
 
 
 def _numpy_backend() -> ModuleType:
@@ -56,74 +51,6 @@ def _numpy_predictor(run: str, allow_unfinished: bool) -> Any:
 def _is_numpy_run(run: str) -> bool:
     """Whether run ``run`` (its committed config) was trained by the NumPy twin; torch-free."""
     return bool(_numpy_backend().is_numpy_run(run))
-
-
-def _given_settings(ctx: click.Context, out: Path) -> list[str]:
-    """The settings flags given with ``--resume``, which the one rule of ``--resume`` checks against the run
-    (:class:`~attnkit.train.tasks.classify.settings.ClassifySettings`' leaves); any other flag but those a
-    resume reads (``RESUME_FLAGS``) is refused by name."""
-    from attnkit._checks import setting_fields
-    from attnkit.train.tasks.classify.settings import ClassifySettings
-
-    leaves = {f.name for f, _ in setting_fields(ClassifySettings)}
-    return [name for name in refuse_resume_flags(ctx, out, start.RESUME_FLAGS | leaves) if name in leaves]
-
-
-# --- train ---------------------------------------------------------------------------------------
-
-
-@click.command()
-@config_option
-@task_option("classify")
-@settings_options(ClassifyData)
-@model_options
-@settings_options(ModelChoice)
-@train_options
-@data_options
-@click.option("--backend", type=click.Choice(["torch", "numpy"]), default="torch", show_default=True,
-              help="numpy: train the NumPy twin's classifier (--model transformer or document) without torch.")
-@run_options(shrinks=True)
-@baseline_option
-@click.pass_context
-@friendly_errors
-def train(ctx: click.Context, **values: Any) -> None:
-    """Train a text classifier and save it as a run directory.
-
-    \b
-    Example:
-      attnkit train --data reviews.csv --out runs/reviews
-    Run on several processes with torchrun (gloo on CPU, nccl on GPU):
-      torchrun --nproc_per_node=2 -m attnkit train --data reviews.csv --out runs/ddp
-    Fine-tune a pretrained BERT folder, or train the NumPy twin:
-      attnkit train --data reviews.csv --model bert --init-from path/to/bert --out runs/bert
-      attnkit train --data reviews.csv --backend numpy --out runs/numpy
-    """
-    from attnkit.train.runs.run import committed_run_id
-    from attnkit.train.tasks.classify.training import train_from_flags
-
-    if values["backend"] != "numpy":  # the NumPy twin trains without torch
-        require_room_for_torch()
-
-    out = Path(values["out"])
-    try:  # the run there before (a resume's own), to tell after Ctrl-C what this run saved
-        committed = committed_run_id(out)
-    except (OSError, ValueError):  # a damaged folder: the task names what is wrong with it
-        committed = None
-    try:
-        run = RunOptions(values["out"], overwrite=values["overwrite"], resume=values["resume"],
-                         quiet=values["quiet"], max_memory=values["max_memory"], log=echo,
-                         warn=lambda line: click.echo(line, err=True))
-        given = _given_settings(ctx, out) if values["resume"] and values["backend"] != "numpy" else []
-        values["model_opt"] = parse_model_options(ctx, values["model_opt"])
-        done = train_from_flags(values, run, given)
-    except (start.PlanError, ResumeError) as err:
-        raise click.UsageError(in_flags(str(err))) from None
-    except KeyboardInterrupt:
-        advice = start.interrupted_advice(out, committed if values["resume"] else None, committed)
-        click.echo(f"\ninterrupted; {advice}", err=True)
-        sys.exit(130)
-    if done:
-        click.echo(done)
 
 
 # --- report ------------------------------------------------------------------------------------

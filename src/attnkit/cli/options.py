@@ -19,6 +19,7 @@ import dataclasses
 import importlib
 import inspect
 import json
+import typing
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,7 +40,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 __all__ = ["SEED", "settings_options", "Duration", "baseline_option", "memory_option", "refusing_memory_option",
            "run_options",
            "MemorySize", "LibraryDefaultOption", "resolve_default", "ratio_option",
-           "config_keys", "allow_unfinished_option", "load_run", "task_option", "config_option", "refuse_resume_flags",
+           "config_keys", "allow_unfinished_option", "load_run", "task_option", "config_option",
            "read_config_file", "train_options", "data_options", "reader_options",
            "model_options", "parse_model_options",
            "reader_kwargs", "report_skipped_rows"]
@@ -218,6 +219,8 @@ class LibraryDefaultOption(click.Option):
 
 _NUMPY_SETTINGS = "attnkit.train.tasks.numpy.settings:NumpyTrainSettings"
 _TORCH_ONLY = "Not with --backend numpy."
+_NUMPY_DEFAULTS = {"model": "attnkit.train.tasks.numpy.numpy_backend:train_numpy_run.kind"}
+"""Where the NumPy backend keeps its own default of a flag whose default is not a field of its settings."""
 
 
 def _library_option(cls: type, f: Any, hint: Any, numpy_help: Mapping[str, str]) -> Callable[[F], F]:
@@ -244,21 +247,23 @@ def _library_option(cls: type, f: Any, hint: Any, numpy_help: Mapping[str, str])
         numpy_help=numpy_help.get(name, _TORCH_ONLY if torch else None))
 
 
-def train_options(f: F) -> F:
-    """Flags of :class:`attnkit.train.TrainConfig`'s user fields (unset flags keep its defaults)."""
-    from attnkit.train.config import USER_TRAIN_FIELDS, TrainConfig
+NUMPY_HELP = {"device": "--backend numpy runs on the CPU (auto or cpu).",
+              "tokenizer": "--backend numpy splits on whitespace and refuses this flag."}
+"""What a recipe-decided flag's help says of the NumPy backend, where it says more than its default."""
 
-    return settings_options(TrainConfig, only=USER_TRAIN_FIELDS, library=True,
-                            numpy_help={"device": "--backend numpy runs on the CPU (auto or cpu)."})(f)
+
+def train_options(f: F) -> F:
+    """Flags of :class:`attnkit.train.TrainConfig`'s settings (unset flags keep its defaults)."""
+    from attnkit.train.config import TrainConfig
+
+    return settings_options(TrainConfig, library=True)(f)
 
 
 def data_options(f: F) -> F:
     """Flags of :class:`attnkit.train.config.DataSettings`."""
-    from attnkit.train.config import USER_DATA_FIELDS, DataSettings
+    from attnkit.train.config import DataSettings
 
-    return settings_options(
-        DataSettings, only=USER_DATA_FIELDS, library=True,
-        numpy_help={"tokenizer": "--backend numpy splits on whitespace and refuses this flag."})(f)
+    return settings_options(DataSettings, library=True)(f)
 
 
 def ratio_option(part: str, help: str) -> Callable[[F], F]:
@@ -373,27 +378,6 @@ def load_run(run: str, allow_unfinished: bool) -> tuple[Any, Any, Any, dict[str,
     return model, tokenizer, labels, meta
 
 
-def refuse_resume_flags(ctx: click.Context, run: Any, keep: Collection[str]) -> list[str]:
-    """The one rule of ``--resume`` for every task: the run goes on with its saved settings, so a flag it
-    would not use is an error naming it, never silently dropped; ``keep`` names the options a resume reads
-    (where the run and its data are, how to report, and a setting the task lets grow, such as ``epochs``).
-    Returns the names of the ``keep`` options the command was given. (A ``--config`` file's values are left
-    alone: the file the run was started with may be given again.)"""
-    from click.core import ParameterSource
-
-    given = [p for p in ctx.command.params
-             if isinstance(p, click.Option) and p.expose_value and p.name is not None
-             and ctx.get_parameter_source(p.name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
-    refused = [p for p in given if p.name not in keep]
-    if refused:
-        flags = ", ".join(max(p.opts, key=len) for p in refused)
-        raise click.UsageError(
-            f"--resume continues {run} with its saved settings and does not take {flags}; leave "
-            f"{'it' if len(refused) == 1 else 'them'} out to resume, or start a new run (another --out, or "
-            "--overwrite) with the new settings")
-    return [str(p.name) for p in given]
-
-
 def task_option(task: str) -> Callable[[F], F]:
     """``--task`` of an ``attnkit train`` command: the group routes ``train --task NAME`` to the task's
     command (:func:`attnkit.train.registry.tasks`), which
@@ -463,32 +447,37 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None, library:
     """One flag per :func:`attnkit._checks.setting` field of settings dataclass ``cls`` and its nested groups
     (:func:`attnkit._checks.setting_fields`; or of ``only``):
     ``--name-with-dashes`` (or the field's ``flag``), its help, its default, its range or choices, its
-    path kind; a bool field is a flag (``--x/--no-x`` when it defaults to true). The value arrives under
-    the field's own name, so ``cls(**{field: values[field]})`` (a tree: :func:`attnkit._checks.tree_from_flat`)
-    builds the settings: a field and its flag cannot disagree.
+    path kind; a bool field is a flag (``--x/--no-x`` when it defaults to true), a ``multiple`` one is given
+    once per value. The value arrives under the field's own name, so ``cls(**{field: values[field]})`` (a tree:
+    :func:`attnkit._checks.tree_from_flat`) builds the settings: a field and its flag cannot disagree.
 
-    ``library``: flags whose default the library decides (a model's recipe, a preset): each arrives ``None``
-    when not given (:class:`LibraryDefaultOption`, a bool field as ``--x/--no-x``), its help showing the
-    field's default and, in brackets, what the default model's recipe sets
-    (:mod:`attnkit.train.tasks.classify.recipe`). The NumPy backend reads the same field of its settings
-    (:class:`~attnkit.train.tasks.numpy.settings.NumpyTrainSettings`); a field it lacks says "Not with
-    --backend numpy." (or ``numpy_help[name]``)."""
+    ``library`` (or, for a tree, its groups named in ``decided_by_recipe``): flags whose default the library
+    decides (a model's recipe, a preset): each arrives ``None`` when not given (:class:`LibraryDefaultOption`,
+    a bool field as ``--x/--no-x``), its help showing the field's default and, in brackets, what the default
+    model's recipe sets (:mod:`attnkit.train.tasks.classify.recipe`). The NumPy backend reads the same field of
+    its settings (:class:`~attnkit.train.tasks.numpy.settings.NumpyTrainSettings`); a field it lacks says "Not
+    with --backend numpy." (or ``numpy_help[name]``)."""
     from attnkit._checks import setting_fields
 
+    decided = {f.name: group for name in getattr(cls, "decided_by_recipe", ())
+               for group in [typing.get_type_hints(cls)[name]] for f, _ in setting_fields(group)}
     decorators = []
     for f, hint in setting_fields(cls):
         meta = f.metadata["attnkit"]
         if only is not None and f.name not in only:
             continue
         flag = flag_name(f.name, meta)
-        if library:
-            decorators.append(_library_option(cls, f, hint, numpy_help or {}))
+        if library or f.name in decided:
+            decorators.append(_library_option(decided.get(f.name, cls), f, hint, {**NUMPY_HELP, **(numpy_help or {})}))
         elif hint is bool:
             decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, f.name]
             decorators.append(click.option(*decls, is_flag=True, default=f.default, help=meta["help"]))
+        elif meta["multiple"]:
+            decorators.append(click.option(flag, f.name, multiple=True, metavar=meta["metavar"], help=meta["help"]))
         else:
-            shown = {} if meta["default_from"] is None else {"cls": LibraryDefaultOption,
-                                                              "default_from": meta["default_from"]}
+            shown = {} if meta["default_from"] is None else {
+                "cls": LibraryDefaultOption, "default_from": meta["default_from"],
+                "numpy_default_from": _NUMPY_DEFAULTS.get(f.name)}
             decorators.append(click.option(flag, f.name, type=_flag_type(hint, meta), default=f.default,
                                            show_default=f.default is not None, help=meta["help"],
                                            required=meta["required"], metavar=meta["metavar"],

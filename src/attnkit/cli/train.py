@@ -1,10 +1,12 @@
-"""``attnkit train --task NAME``: every task with a settings tree gets its command generated from it.
+"""``attnkit train --task NAME``: every task's command is generated from its settings tree.
 
 The flags are the tree's leaves (:func:`attnkit.cli.options.settings_options`: name, type, range, default,
-help) and the run's own (``--out``, ``--overwrite``, ``--resume``, ``--max-memory``, ``--quiet``), and
-``--config`` reads their values from a TOML or YAML file, as every training command does; the help is the
-tree's docstring. The command parses, makes the tree and calls :meth:`attnkit.train.registry.Task.run`,
-which trains, or resumes by the one rule (:mod:`attnkit.train.runs.resume`).
+help; a group a recipe decides arrives None where not given) and the run's own (``--out``, ``--overwrite``,
+``--resume``, ``--max-memory``, ``--quiet``), and ``--config`` reads their values from a TOML or YAML file, as
+every training command does (its ``model_options`` table, with ``--model-opt``, gives a model's options); the
+help is the tree's docstring. The command parses, makes the tree and calls
+:meth:`attnkit.train.registry.Task.run`, which trains, or resumes by the one rule
+(:mod:`attnkit.train.runs.resume`). ``attnkit train`` without ``--task`` is the default task's command.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import click
 
 from attnkit._lazy import missing_extra_message
 from attnkit.cli.messages import echo, friendly_errors, in_flags, require_room_for_torch
-from attnkit.cli.options import config_option, run_options, settings_options, task_option
+from attnkit.cli.options import config_option, parse_model_options, run_options, settings_options, task_option
 
 __all__ = ["task_command"]
 
@@ -32,13 +34,13 @@ def task_command(task: Any) -> click.Command:
     @click.command(task.name, help=tree.__doc__)
     @config_option
     @task_option(task.name)
-    @run_options(task.grows)
+    @run_options(task.grows, shrinks=task.shrinks)
     @settings_options(tree)
     @friendly_errors
     def command(**values: Any) -> None:
         from click.core import ParameterSource
 
-        from attnkit.train.runs.resume import ResumeError, RunOptions
+        from attnkit.train.runs.resume import PlanError, RunOptions
         from attnkit.train.runs.run import committed_run_id, interrupted_advice
         from attnkit.train.runs.rundir import RunLockedError
 
@@ -46,30 +48,37 @@ def task_command(task: Any) -> click.Command:
         given = [name for name in leaves
                  if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
         try:
-            settings = tree_from_flat(tree, values)
+            if "model_opt" in values:  # with the --config file's model_options table
+                values["model_opt"] = parse_model_options(ctx, values["model_opt"])
+            settings = values if task.takes_flags else tree_from_flat(tree, values)
             run = RunOptions(values["out"], overwrite=values["overwrite"], resume=values["resume"],
                              quiet=values["quiet"], max_memory=values["max_memory"], log=echo,
                              warn=lambda line: click.echo(line, err=True))
         except ValueError as err:
             raise click.UsageError(in_flags(str(err))) from None
-        require_room_for_torch()
+        if values.get("backend") != "numpy":  # the NumPy twin trains without torch
+            require_room_for_torch()
         try:  # the run there before (a resume's own), to tell after Ctrl-C what this run saved
             committed = committed_run_id(run.out)
         except (OSError, ValueError):  # a damaged folder: the task names what is wrong with it
             committed = None
         try:
             done = task.run(settings, run, given)
-        except ResumeError as err:
+        except PlanError as err:
             raise click.UsageError(in_flags(str(err))) from None
         except KeyboardInterrupt:
             advice = interrupted_advice(run.out, committed if run.resume else None, before=committed,
-                                        resume=f"attnkit train --task {task.name} --out {run.out} --resume")
+                                        resume=f"attnkit train{'' if task.default else ' --task ' + task.name} "
+                                               f"--out {run.out} --resume",
+                                        after=task.after.format(out=run.out) if task.after else None)
             click.echo(f"\ninterrupted; {advice}", err=True)
             sys.exit(130)
         except RunLockedError as err:
             raise click.ClickException(str(err)) from None
-        except ImportError as err:  # a part whose library is missing (a backbone, a tokenizer)
-            raise click.ClickException(missing_extra_message(err) or str(err)) from None
+        except ImportError as err:  # a part whose library is missing (a backbone, a tokenizer), or no room for it
+            from attnkit._memory import address_space_failure
+
+            raise click.ClickException(missing_extra_message(err) or address_space_failure(err) or str(err)) from None
         if done:
             click.echo(done)
 

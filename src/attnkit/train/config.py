@@ -130,7 +130,7 @@ class TrainConfig(ClassifierTrainSettings):
 
     warmup_ratio: float = setting(0.1, "Share of steps with linear warm-up, then linear decay.", low=0, high=1,
                                   high_open=True)
-    min_lr_ratio: float = setting(0.0, "The final learning rate as a share of the peak.", low=0, high=1)
+    min_lr_ratio: float = 0.0
     bucket: bool = True
     label_smoothing: float = setting(0.0, "Cross-entropy label smoothing.", low=0, high=1, high_open=True)
     device: str = setting("auto", "auto, cpu, cuda or cuda:N.")
@@ -165,14 +165,17 @@ class TrainConfig(ClassifierTrainSettings):
             raise ValueError("warmup_ratio must be a number in [0, 1), got None (a constant rate is the NumPy "
                              "trainer's alone)")
         super().__post_init__()
+        if isinstance(self.min_lr_ratio, bool) or not isinstance(self.min_lr_ratio, (int, float)) \
+                or not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"min_lr_ratio must be a number in [0, 1], got {self.min_lr_ratio!r}")
         check_metric(self.metric)
         if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 
 
-USER_TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("min_lr_ratio", "bucket"))
+USER_TRAIN_FIELDS = tuple(f.name for f, _ in setting_fields(TrainConfig))
 """The :class:`TrainConfig` fields a user sets (``train``'s and ``cv``'s flags, :class:`attnkit.TextClassifier`'s
-arguments): all but ``min_lr_ratio`` and ``bucket``, which are the library's."""
+arguments): its settings (``min_lr_ratio`` and ``bucket`` are the library's)."""
 
 
 @dataclass(frozen=True)

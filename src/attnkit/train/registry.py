@@ -45,9 +45,15 @@ class Task:
     ``settings`` is a dataclass tree of :func:`attnkit._checks.setting` leaves in groups
     (:func:`attnkit._checks.tree_from_flat` builds it from a command's flags) with a ``from_run(config)``
     (the tree a committed ``config.json`` records); ``train(settings, run)`` trains a run
-    (:class:`~attnkit.train.runs.resume.RunOptions`) and returns the line the command prints, or None. A task
-    without ``settings`` keeps a command of its own (classification's ``attnkit train``). ``grows`` names
-    the settings a resume may change (said in one line); ``serve`` wraps a loaded run for the server.
+    (:class:`~attnkit.train.runs.resume.RunOptions`) and returns the line the command prints, or None.
+    ``grows`` names the settings a resume may change (said in one line); ``serve`` wraps a loaded run for the
+    server.
+
+    A task whose recipe decides the settings not given (its tree's ``decided_by_recipe`` groups arrive None)
+    ``takes_flags``: ``train(values, run, given)`` gets the command's values by name and resumes by the one
+    rule itself (classification). ``shrinks``: its run shrinks to fit ``--max-memory`` instead of being refused;
+    ``after``: what is left to do once a run interrupted after its training is saved (``{out}``: the run);
+    ``default``: ``attnkit train`` without ``--task`` trains it.
     """
 
     name: str
@@ -60,6 +66,10 @@ class Task:
     settings: Any = None
     train: Any = None
     grows: tuple[str, ...] = ("epochs",)
+    takes_flags: bool = False
+    shrinks: bool = False
+    after: str | None = None
+    default: bool = False
     serve: Any = None
     """``serve(name, path, loaded)`` -> the run as ``attnkit serve`` answers for it (its ``kind``, ``routes``, a
     method per route, ``info()``); None: served as a classifier (:class:`attnkit.serve.models.ServedModel`)."""
@@ -69,22 +79,32 @@ class Task:
         line gave, which a resume checks by the one rule (:func:`attnkit.train.runs.resume.resumed_settings`).
         A finished run is left as it is, said in one line."""
         from attnkit.train.runs.resume import resumed_settings
-        from attnkit.train.runs.rundir import RunFileError, read_run_config, run_status
+        from attnkit.train.runs.rundir import run_status
 
+        if self.takes_flags:  # its recipe decides what was not given; it applies the one rule itself
+            return resolve(self.train)(settings, run, list(given))
         if run.resume:
-            try:
-                config = read_run_config(run.out)
-            except RunFileError as err:
-                raise RunFileError(f"cannot resume: {err}") from None
-            if not self.claims(config):
-                raise RunFileError(f"cannot resume: {run.out} holds a {config.get('model_name')!r} run, not a "
-                                   f"{self.description} run")
+            config = self.resumed_config(run)
             settings = resumed_settings(resolve(self.settings).from_run(config), settings, given, run=run.out,
                                         grows=() if run_status(config) == "done" else self.grows, log=run.log)
             if run_status(config) == "done":
                 run.log(f"{run.out} finished training already; nothing to resume (it was left as it is)")
                 return None
         return resolve(self.train)(settings, run)
+
+    def resumed_config(self, run: Any) -> dict[str, Any]:
+        """The ``config.json`` of the run ``run.out`` a resume goes on with, refused (naming what is wrong) when
+        there is none or it is another task's run."""
+        from attnkit.train.runs.rundir import RunFileError, read_run_config
+
+        try:
+            config = read_run_config(run.out)
+        except RunFileError as err:
+            raise RunFileError(f"cannot resume: {err}") from None
+        if not self.claims(config):
+            raise RunFileError(f"cannot resume: {run.out} holds a {config.get('model_name')!r} run, not a "
+                               f"{self.description} run")
+        return config
 
 
 _TASKS: dict[str, Task] = {}

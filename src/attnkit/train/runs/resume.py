@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from attnkit._checks import flag_name, setting_fields
 
-__all__ = ["RunOptions", "ResumeError", "resumed_settings", "leaf_values", "flat_config", "RUN_FLAGS"]
+__all__ = ["RunOptions", "PlanError", "ResumeError", "resumed_settings", "leaf_values", "flat_config", "RUN_FLAGS"]
 
 T = TypeVar("T")
 
@@ -54,7 +54,11 @@ class RunOptions:
         return None if self.quiet else self.log
 
 
-class ResumeError(ValueError):
+class PlanError(ValueError):
+    """Settings that make no run, named in the message (a command shows it as a usage error)."""
+
+
+class ResumeError(PlanError):
     """A resume the rule refuses (a changed setting, or ``--resume`` with ``--overwrite``)."""
 
 

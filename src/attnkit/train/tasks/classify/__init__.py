@@ -20,4 +20,8 @@ def _claims(config: dict[str, Any]) -> bool:
 
 TASK = register_task(Task(
     "classify", "text classification", _claims,
-    "attnkit.train.tasks.classify.predictor:Predictor.from_pretrained", "attnkit predict"))
+    "attnkit.train.tasks.classify.predictor:Predictor.from_pretrained", "attnkit predict",
+    settings="attnkit.train.tasks.classify.settings:ClassifyCommand",
+    train="attnkit.train.tasks.classify.training:train_from_flags", grows=(), takes_flags=True, shrinks=True,
+    after="its reports (report.txt, report.html) were not all written; write them with: attnkit report {out}",
+    default=True))

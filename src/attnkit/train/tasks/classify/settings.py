@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from attnkit._checks import flag_name, setting, setting_fields
 from attnkit.data.readers import ReaderSettings
@@ -18,7 +18,8 @@ from attnkit.data.sources import DataSource
 from attnkit.train.config import DataSettings, TrainConfig
 from attnkit.train.tasks.classify.recipe import PRESET_HELP, PRESETS
 
-__all__ = ["ClassifySettings", "ClassifyData", "ModelChoice", "DATA_PATHS", "DATA_KEYS"]
+__all__ = ["ClassifySettings", "ClassifyCommand", "ClassifyData", "ModelChoice", "TrainChoice", "DATA_PATHS",
+           "DATA_KEYS"]
 
 
 @dataclass(frozen=True)
@@ -70,3 +71,42 @@ class ClassifySettings:
         """The settings a run's config.json records (its data record, ``data_settings``, ``train_config``)."""
         return cls(data=ClassifyData.of(config.get("data") or {}), tokenizer=DataSettings(**config["data_settings"]),
                    training=TrainConfig.from_dict(config["train_config"]))
+
+
+@dataclass(frozen=True)
+class TrainChoice(ModelChoice):
+    """What ``attnkit train`` is asked to train besides the settings a run records: the model and its options,
+    the backend, and the baseline scored beside it. A resume refuses them, naming them: the run goes on with
+    its own."""
+
+    model: str | None = setting(
+        None, "Model name: wide, document, sentiment or han; bert fine-tunes a pretrained folder (--init-from); "
+              "--backend numpy: transformer (its default) or document.",
+        default_from="attnkit.train.tasks.classify.recipe:DEFAULT_MODEL")
+    model_opt: tuple[str, ...] = setting(
+        (), "A model config field, e.g. --model-opt num_layers=1, or a field of its layer: --model-opt "
+            "layer.d_model=128 (repeatable).", metavar="KEY=VALUE", multiple=True)
+    backend: str = setting("torch", "numpy: train the NumPy twin's classifier (--model transformer or document) "
+                                    "without torch.", choices=("torch", "numpy"))
+    baseline: bool = setting(False, "Also fit TF-IDF 1-2-grams + logistic regression on the same split or folds "
+                                    "and print it beside the model, with the difference (needs scikit-learn, the "
+                                    "tasks extra).")
+
+
+@dataclass(frozen=True)
+class ClassifyCommand(ClassifySettings):
+    """Train a text classifier and save it as a run directory.
+
+    \b
+    Example:
+      attnkit train --data reviews.csv --out runs/reviews
+    Run on several processes with torchrun (gloo on CPU, nccl on GPU):
+      torchrun --nproc_per_node=2 -m attnkit train --data reviews.csv --out runs/ddp
+    Fine-tune a pretrained BERT folder, or train the NumPy twin:
+      attnkit train --data reviews.csv --model bert --init-from path/to/bert --out runs/bert
+      attnkit train --data reviews.csv --backend numpy --out runs/numpy
+    """
+
+    decided_by_recipe: ClassVar[tuple[str, ...]] = ("tokenizer", "training")
+    """The groups whose flags the model's recipe decides when they are not given (:mod:`.recipe`)."""
+    choice: TrainChoice = dataclasses.field(default_factory=TrainChoice)

@@ -13,22 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.train.runs.data_record import DataRecordError, data_changes, locate_data, record_data
-from attnkit.train.runs.resume import RUN_FLAGS, flat_config
+from attnkit.train.runs.resume import RUN_FLAGS, PlanError, flat_config
 from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, PRETRAINED_PRESETS, data_defaults, train_defaults
 from attnkit.train.tasks.classify.settings import DATA_KEYS, DATA_PATHS
 
-__all__ = ["PlanError", "RESUME_FLAGS", "check_model", "data_plan", "train_config", "data_settings",
+__all__ = ["PlanError", "check_model", "data_plan", "train_config", "data_settings",
            "Recipe", "recipe", "cv_settings", "new_plan", "resume_plan", "run_changes", "resumed_data_source",
            "interrupted_advice"]
-
-
-class PlanError(ValueError):
-    """Flags that make no run, named in the message (the command shows it as a usage error)."""
-
-
-# What ``train --resume`` reads besides the saved settings: where the run and its data are, and how to report.
-RESUME_FLAGS = {"out", "resume", "quiet", "data", "val_path", "test_path", "max_memory", "baseline"}
-
 
 
 def check_model(values: dict[str, Any]) -> None:

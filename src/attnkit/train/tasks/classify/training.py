@@ -28,6 +28,10 @@ def train_from_flags(values: dict[str, Any], run: Any, given: list[str]) -> str 
     from attnkit.data.readers import ReaderSettings
     from attnkit.train.metrics import metrics_lines
 
+    if values["baseline"]:  # before any work: the data is not read, nothing is trained
+        from attnkit._lazy import require_extra
+
+        require_extra("--baseline", "sklearn")
     reader = ReaderSettings.of(values).kwargs(lambda skipped: run.warn(skipped.summary(limit=5)))
     out = Path(run.out)
     if values["backend"] == "numpy":  # before any torch import
@@ -41,6 +45,10 @@ def train_from_flags(values: dict[str, Any], run: Any, given: list[str]) -> str 
         return None
     start.check_model(values)
     if run.resume:
+        from attnkit.train.tasks.classify import TASK
+
+        TASK.resumed_config(run)  # a run of this task, or refused as every task refuses it
+        _refuse_choices(given, out)
         plan = start.resume_plan(values, given, reader, log=run.log)
         if plan is None:
             return f"{out} finished training already; nothing to resume (it was left as it is)"
@@ -66,3 +74,18 @@ def train_from_flags(values: dict[str, Any], run: Any, given: list[str]) -> str 
         write_reports(out, result, plan.train_config.metric, base)
         run.log(REPORTS_WRITTEN.format(out=out))
     return f"saved run to {out}"
+
+
+def _refuse_choices(given: list[str], out: Path) -> None:
+    """A resume goes on with the run's saved settings, so a choice of what to train (the model, its options, a
+    preset, the backend: :class:`~attnkit.train.tasks.classify.settings.TrainChoice`) given with it is refused,
+    naming it, never silently dropped (the baseline is scored again when asked)."""
+    from attnkit._checks import setting_fields
+    from attnkit.train.tasks.classify.settings import TrainChoice
+
+    refused = [name for name in given if name in {f.name for f, _ in setting_fields(TrainChoice)} - {"baseline"}]
+    if refused:
+        raise start.PlanError(
+            f"`resume` continues {out} with its saved settings and does not take "
+            f"{', '.join(f'`{name}`' for name in refused)}; leave {'it' if len(refused) == 1 else 'them'} out to "
+            "resume, or start a new run (another `out`, or `overwrite`) with the new settings")
