@@ -151,6 +151,28 @@ def test_the_classifier_commands_name_a_run_of_another_kind_and_its_command(runs
                f"{task.command} {runs[kind]}" in result.output, result.output
 
 
+def test_a_torch_run_explains_through_the_api_as_predict_does(runs: dict[str, Path],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load_run(...).explain`` scores tokens by the method the run's reports chose, as ``attnkit predict
+    --explain`` does (it took the first method that applies, whatever the run had measured), to the last digit."""
+    import json
+
+    from attnkit.attribution import report
+    from attnkit.attribution.methods import applicable_methods
+
+    predictor = attnkit.load_run(runs["classification"])
+    last = applicable_methods(predictor.model)[-1]
+    assert last != report.PREFERRED[0]
+    monkeypatch.setattr(report, "read_record", lambda run: {"validation": {"shown_first": last}})
+    texts = ["good great fine", "bad awful poor"]
+    predictions = predictor.explain(texts, top=2)
+    assert predictor.default_method() == last and {p.explanation["method"] for p in predictions} == {last}
+    result = CliRunner().invoke(cli, ["predict", str(runs["classification"]), *texts, "--json", "--explain",
+                                      "--top", "2"])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line) for line in result.output.splitlines()] == [p.fields() for p in predictions]
+
+
 def test_every_tasks_flags_are_its_settings_tree() -> None:
     """``attnkit train --task NAME``, classification's ``attnkit train`` included, has one flag per leaf of the
     task's tree and no other but the run's own: no flag is written by hand."""

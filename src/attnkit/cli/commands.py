@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import click
 
+from attnkit._lazy import require_extra
 from attnkit.cli.inputs import read_data, read_texts_to_classify, warn_truncated
 from attnkit.cli.messages import echo, friendly_errors, in_flags, print_metrics, shown
 from attnkit.cli.options import (
     allow_unfinished_option,
-    baseline_option,
     config_option,
     data_options,
-    load_run,
+    load_classifier,
     memory_option,
-    model_options,
     parse_model_options,
     ratio_option,
     reader_kwargs,
@@ -29,29 +25,7 @@ from attnkit.cli.options import (
     train_options,
 )
 from attnkit.train.tasks.classify import start
-from attnkit.train.tasks.classify.settings import ModelChoice
-
-
-def _numpy_backend() -> ModuleType:
-    """``attnkit.train.tasks.numpy.numpy_backend``, imported only when a numpy run needs it (it loads no torch)."""
-    return importlib.import_module("attnkit.train.tasks.numpy.numpy_backend")
-
-
-def _numpy_predictor(run: str, allow_unfinished: bool) -> Any:
-    """The :class:`~attnkit.train.tasks.classify.predictor.Predictor` of NumPy run ``run`` (no torch), its
-    notice said on stderr (an unfinished run served with ``--allow-unfinished``)."""
-    from attnkit.train.tasks.classify.predictor import Predictor
-
-    predictor = Predictor.from_pretrained(run, allow_unfinished=allow_unfinished)
-    if predictor.notice:
-        click.echo(predictor.notice, err=True)
-    return predictor
-
-
-def _is_numpy_run(run: str) -> bool:
-    """Whether run ``run`` (its committed config) was trained by the NumPy twin; torch-free."""
-    return bool(_numpy_backend().is_numpy_run(run))
-
+from attnkit.train.tasks.classify.settings import TrainChoice
 
 # --- report ------------------------------------------------------------------------------------
 
@@ -80,16 +54,16 @@ def report(run: str, allow_unfinished: bool, **values: Any) -> None:
     from attnkit.train.tasks.classify.reports import result_of_run, write_reports
     from attnkit.train.tasks.classify.training import REPORTS_WRITTEN
 
-    if _is_numpy_run(run):
-        raise click.ClickException(f"{run} is a NumPy run (attnkit train --backend numpy), which has no reports")
     out = Path(run)
-    loaded = load_run(run, allow_unfinished)
-    meta = loaded[3]
+    predictor = load_classifier(run, allow_unfinished)
+    if predictor.backend == "numpy":
+        raise click.ClickException(f"{run} is a NumPy run (attnkit train --backend numpy), which has no reports")
+    meta = predictor.config
     try:
         values.update(start.resumed_data_source(meta.get("data") or {}, values, out))
     except start.PlanError as err:
         raise click.UsageError(in_flags(str(err))) from None
-    result = result_of_run(out, loaded, start.data_plan(values, out, reader_kwargs(values)))
+    result = result_of_run(out, predictor, start.data_plan(values, out, reader_kwargs(values)))
     write_reports(out, result, meta["train_config"].get("metric", "accuracy"),
                   (meta.get("metrics") or {}).get("baseline"))
     click.echo(REPORTS_WRITTEN.format(out=out))
@@ -118,30 +92,22 @@ def evaluate(run: str, data: str, as_json: bool, faithfulness: bool, allow_unfin
       attnkit evaluate runs/reviews --data test.csv
       attnkit evaluate runs/reviews --data test.csv --faithfulness --json > scores.json
     """
-    numpy = _is_numpy_run(run)
-    if faithfulness and numpy:
+    predictor = load_classifier(run, allow_unfinished)
+    if faithfulness and predictor.backend == "numpy":
         raise click.ClickException(f"--faithfulness needs a torch run; {run} is a NumPy run (attnkit train --backend "
                                    "numpy), whose model has no gradients or exact contributions to score")
-    if numpy:
-        predictor = _numpy_predictor(run, allow_unfinished)
-        examples = read_data(data, values)
-        metrics, names = predictor.evaluate([e.text for e in examples], [e.label for e in examples]), predictor.labels
-    else:
-        from attnkit.train.tasks.classify.inference import evaluate_examples
-
-        model, tokenizer, labels, meta = load_run(run, allow_unfinished)
-        examples, names = read_data(data, values), labels.labels
-        metrics = evaluate_examples(model, tokenizer, labels, examples, max_len=meta["data_settings"]["max_len"],
-                                    show_progress=True)
+    examples = read_data(data, values)
+    texts = [e.text for e in examples]
+    metrics = predictor.evaluate(texts, [e.label for e in examples], progress=True)
     if faithfulness:
         from attnkit.attribution.faithfulness import format_table, text_faithfulness
 
-        metrics["faithfulness"] = text_faithfulness(model, tokenizer, [e.text for e in examples],
-                                                    max_len=meta["data_settings"]["max_len"])
+        metrics["faithfulness"] = text_faithfulness(predictor.model, predictor.tokenizer, texts,
+                                                    max_len=predictor.max_len)
     if as_json:
         click.echo(json.dumps(metrics, indent=2))
         return
-    print_metrics(f"{run} on {data}", metrics, names)
+    print_metrics(f"{run} on {data}", metrics, predictor.labels)
     if faithfulness:
         click.echo("\n".join(format_table(metrics["faithfulness"])))
 
@@ -180,19 +146,10 @@ def predict(run: str, texts: tuple[str, ...], text_file: str | None, text_field:
         items += read_texts_to_classify(text_file, encoding=encoding, text_field=text_field, delimiter=delimiter)
     if not items:
         raise click.UsageError("give at least one TEXT argument or --file")
-    if _is_numpy_run(run):  # the NumPy twin's attention weights only
-        predictions = _numpy_predictor(run, allow_unfinished).explain(items, top=top if explain else 0)
-    else:
-        from attnkit.attribution.report import default_method
-        from attnkit.models.config import reading_length
-        from attnkit.train.runs.rundir import reports_dir
-        from attnkit.train.tasks.classify.inference import predict_texts
-
-        model, tokenizer, labels, meta = load_run(run, allow_unfinished)
-        warn_truncated(tokenizer, items, reading_length(model, meta["data_settings"]["max_len"]))
-        predictions = predict_texts(model, tokenizer, labels, items, max_len=meta["data_settings"]["max_len"],
-                                    top_k=top if explain else 0,
-                                    method=default_method(model, reports_dir(run)) if explain else None)
+    predictor = load_classifier(run, allow_unfinished)
+    if predictor.tokenizer is not None:  # a NumPy run reads whitespace-split words
+        warn_truncated(predictor.tokenizer, items, predictor.read_len)
+    predictions = predictor.explain(items, top=top if explain else 0)
     _print_predictions(predictions, run, top if explain else 0, as_json)
 
 
@@ -228,14 +185,13 @@ def _print_predictions(predictions: list[Any], run: str, top: int, as_json: bool
 @click.option("--max-folds", type=click.IntRange(min=1), help="Run only the first N folds.")
 @ratio_option("val", help="Share of each fold's training part held out for early stopping.")
 @reader_options
-@model_options
-@settings_options(ModelChoice)
+@settings_options(TrainChoice, only=("model", "model_opt", "preset", "init_from"))
 @train_options
 @data_options
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), help="Also write the fold results here.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @memory_option
-@baseline_option
+@settings_options(TrainChoice, only=("baseline",))
 @click.pass_context
 @friendly_errors
 def cv(ctx: click.Context, **values: Any) -> None:
@@ -249,6 +205,8 @@ def cv(ctx: click.Context, **values: Any) -> None:
     from attnkit.train.tasks.classify.pipeline import cross_validate
     from attnkit.train.tasks.classify.reports import cv_summary
 
+    if values["baseline"]:  # before any work: the data is not read, nothing is trained
+        require_extra("--baseline", "sklearn")
     try:
         settings = start.cv_settings(values, parse_model_options(ctx, values["model_opt"]))
     except start.PlanError as err:

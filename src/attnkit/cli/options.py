@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from attnkit._checks import flag_name
-from attnkit._lazy import require_extra
 from attnkit.train.memory_budget import DEFAULT_HELP
 
 if TYPE_CHECKING:
@@ -37,12 +36,12 @@ import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["SEED", "settings_options", "Duration", "baseline_option", "memory_option", "refusing_memory_option",
+__all__ = ["SEED", "settings_options", "Duration", "memory_option", "refusing_memory_option",
            "run_options",
            "MemorySize", "LibraryDefaultOption", "resolve_default", "ratio_option",
-           "config_keys", "allow_unfinished_option", "load_run", "task_option", "config_option",
+           "config_keys", "allow_unfinished_option", "load_classifier", "task_option", "config_option",
            "read_config_file", "train_options", "data_options", "reader_options",
-           "model_options", "parse_model_options",
+           "parse_model_options",
            "reader_kwargs", "report_skipped_rows"]
 
 MODEL_OPTIONS_KEY = "model_options"
@@ -248,7 +247,8 @@ def _library_option(cls: type, f: Any, hint: Any, numpy_help: Mapping[str, str])
 
 
 NUMPY_HELP = {"device": "--backend numpy runs on the CPU (auto or cpu).",
-              "tokenizer": "--backend numpy splits on whitespace and refuses this flag."}
+              "tokenizer": "--backend numpy splits on whitespace and refuses this flag.",
+              "model": "--backend numpy: transformer or document."}
 """What a recipe-decided flag's help says of the NumPy backend, where it says more than its default."""
 
 
@@ -279,20 +279,6 @@ def reader_options(f: F) -> F:
     from attnkit.data.readers import ReaderSettings
 
     return settings_options(ReaderSettings)(f)
-
-
-def model_options(f: F) -> F:
-    return _stack(
-        click.option("--model", type=str, cls=LibraryDefaultOption,
-                     default_from="attnkit.train.tasks.classify.recipe:DEFAULT_MODEL",
-                     numpy_default_from="attnkit.train.tasks.numpy.numpy_backend:train_numpy_run.kind",
-                     help="Model name: wide, document, sentiment or han; bert fine-tunes a pretrained folder "
-                          "(attnkit train --init-from).",
-                     numpy_help="--backend numpy: transformer or document."),
-        click.option("--model-opt", multiple=True, metavar="KEY=VALUE",
-                     help="A model config field, e.g. --model-opt num_layers=1, or a field of its layer: "
-                          "--model-opt layer.d_model=128 (repeatable)."),
-    )(f)
 
 
 def parse_model_options(ctx: click.Context, pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -358,24 +344,16 @@ def allow_unfinished_option(f: F) -> F:
         help="Use a run whose training did not finish (its best weights so far) instead of refusing it.")(f)
 
 
-def load_run(run: str, allow_unfinished: bool) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """``load_checkpoint`` for a command: an unfinished run is refused, or served with a warning line; a run
-    of another kind (:mod:`attnkit.train.registry`) is named with the command that serves it."""
-    from attnkit.train.registry import task_of_run
-    from attnkit.train.runs.checkpoint import load_checkpoint
-    from attnkit.train.runs.rundir import RunFileError
+def load_classifier(run: str, allow_unfinished: bool) -> Any:
+    """The :class:`~attnkit.train.tasks.classify.predictor.Predictor` of classification run ``run`` (either
+    backend) for a command: an unfinished run is refused, or served with its notice said on stderr; a run of
+    another task is refused naming the command that serves it."""
+    from attnkit.train.tasks.classify.predictor import Predictor
 
-    try:
-        task = task_of_run(run)
-    except RunFileError:
-        task = None  # the loader names what is wrong with the folder
-    if task is not None and task.name != "classify":
-        raise click.ClickException(f"{run} is a {task.description} run, not a text classifier: "
-                                   f"use {task.command} {run} ...")
-    model, tokenizer, labels, meta = load_checkpoint(run, allow_unfinished=allow_unfinished)
-    if meta.get("notice"):
-        click.echo(meta["notice"], err=True)
-    return model, tokenizer, labels, meta
+    predictor = Predictor.from_pretrained(run, allow_unfinished=allow_unfinished)
+    if predictor.notice:
+        click.echo(predictor.notice, err=True)
+    return predictor
 
 
 def task_option(task: str) -> Callable[[F], F]:
@@ -477,7 +455,7 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None, library:
         else:
             shown = {} if meta["default_from"] is None else {
                 "cls": LibraryDefaultOption, "default_from": meta["default_from"],
-                "numpy_default_from": _NUMPY_DEFAULTS.get(f.name)}
+                "numpy_default_from": _NUMPY_DEFAULTS.get(f.name), "numpy_help": NUMPY_HELP.get(f.name)}
             decorators.append(click.option(flag, f.name, type=_flag_type(hint, meta), default=f.default,
                                            show_default=f.default is not None, help=meta["help"],
                                            required=meta["required"], metavar=meta["metavar"],
@@ -547,17 +525,3 @@ def run_options(grows: Collection[str] = (), *, shrinks: bool = False) -> Callab
         memory_option if shrinks else refusing_memory_option,
         click.option("--quiet", "-q", is_flag=True, help="No progress bar or per-epoch lines."),
     )
-
-
-def baseline_option(f: F) -> F:
-    """``--baseline``: score TF-IDF + logistic regression on the same split or folds
-    (:mod:`attnkit.train.tasks.classify.baseline`)."""
-    def check(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-        if value:  # before any work: the data is not read, nothing is trained
-            require_extra("--baseline", "sklearn")
-        return value
-
-    return click.option(
-        "--baseline", is_flag=True, callback=check,
-        help="Also fit TF-IDF 1-2-grams + logistic regression on the same split or folds and print it "
-             "beside the model, with the difference (needs scikit-learn, the tasks extra).")(f)

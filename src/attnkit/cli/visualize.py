@@ -53,12 +53,11 @@ def run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = Fa
     """
     import torch
 
-    from attnkit.cli.options import load_run
+    from attnkit.cli.options import load_classifier
     from attnkit.data.tokenization import encode_batch, tokenizable
-    from attnkit.models.config import reading_length
 
-    model, tokenizer, labels, meta = load_run(str(folder), allow_unfinished)
-    max_len = reading_length(model, meta["data_settings"]["max_len"])
+    predictor = load_classifier(str(folder), allow_unfinished)
+    model, tokenizer, labels, max_len = predictor.model, predictor.tokenizer, predictor.label_vocab, predictor.read_len
     totals = [len(e.ids) for e in tokenizer.encode_batch(tokenizable(texts), add_special_tokens=False)]
     views = []
     for ids, total in zip(encode_batch(tokenizer, texts, max_len), totals, strict=True):

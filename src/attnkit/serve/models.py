@@ -63,20 +63,19 @@ class ServedModel:
         self.name = name
         self.path = path
         self.predictor: Any = predictor
-        self.torch = predictor._torch is not None
+        self.torch = predictor.backend == "torch"
         self.data: dict[str, Any] | None = None
         self._record: dict[str, Any] | None = None
         self._methods: tuple[str, ...] = ()
         self._default: str | None = None
         if self.torch:
             from attnkit.attribution.methods import applicable_methods
-            from attnkit.attribution.report import default_method, read_record
+            from attnkit.attribution.report import read_record
             from attnkit.train.runs.rundir import reports_dir
 
-            model, reports = predictor.model, reports_dir(path)
-            self._record = read_record(reports)
-            self._methods = applicable_methods(model)
-            self._default = default_method(model, reports) if self._methods else None
+            self._record = read_record(reports_dir(path))
+            self._methods = applicable_methods(predictor.model)
+            self._default = predictor.default_method()
 
     # --- what the run is --------------------------------------------------------------------------
 
@@ -116,13 +115,11 @@ class ServedModel:
         if chosen not in self._methods:
             raise RequestError(f"method: {chosen!r} does not apply to this model; it takes "
                                f"{', '.join(self._methods) or 'none'}", "method")
-        from attnkit.train.tasks.classify.inference import predict_texts
 
-        model, tokenizer, labels = self.predictor._parts()
-        p = predict_texts(model, tokenizer, labels, [text], max_len=self.predictor.max_len, top_k=TOP_TOKENS,
-                          method=chosen)[0]
+        p = self.predictor.explain([text], top=TOP_TOKENS, method=chosen)[0]
         from attnkit.data.tokenization import tokenizable
 
+        tokenizer = self.predictor.tokenizer
         offsets = tokenizer.encode(tokenizable([text])[0], add_special_tokens=False).offsets
         return {"model": self.name, "text": text, "label": p.label, "probability": p.probability,
                 "probabilities": p.probabilities, **p.explanation,
@@ -138,7 +135,7 @@ class ServedModel:
         from attnkit.data.tokenization import encode_batch
         from attnkit.inspect import capture
 
-        model, tokenizer, _ = self.predictor._parts()
+        model, tokenizer = self.predictor.model, self.predictor.tokenizer
         ids = encode_batch(tokenizer, [text], self.predictor.read_len)[0] or [1]
         with torch.no_grad(), capture(model) as cap:
             model(torch.tensor([ids]), torch.tensor([len(ids)]))

@@ -13,9 +13,11 @@ __all__ = ["TASK"]
 
 
 def _claims(config: dict[str, Any]) -> bool:
+    if config.get("backend") == "numpy" or "data_settings" in config:  # a NumPy run is claimed without torch
+        return True
     from attnkit.models import MODELS
 
-    return config.get("model_name") in MODELS or "data_settings" in config or config.get("backend") == "numpy"
+    return config.get("model_name") in MODELS
 
 
 TASK = register_task(Task(

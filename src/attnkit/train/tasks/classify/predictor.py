@@ -44,10 +44,21 @@ class Predictor:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike[str], *, allow_unfinished: bool = False,
                         device: str = "cpu") -> Predictor:
-        """Read the classification run in ``path`` (see :func:`load_run`)."""
+        """Read the classification run in ``path`` (see :func:`load_run`); a run of another task is refused,
+        naming the command that serves it."""
+        from attnkit.train.registry import task_of_run
+        from attnkit.train.runs.rundir import RunFileError
+        from attnkit.train.tasks.classify import TASK
         from attnkit.train.tasks.numpy.numpy_backend import is_numpy_run, load_numpy_run
 
         folder = Path(path)
+        try:
+            task = task_of_run(folder)
+        except RunFileError:
+            task = None  # the loader names what is wrong with the folder
+        if task is not None and task is not TASK:
+            raise RunFileError(f"{folder} is a {task.description} run, not a text classifier: use {task.command} "
+                               f"{folder} ...")
         if is_numpy_run(folder):
             from attnkit.train.runs.rundir import require_finished
 
@@ -122,14 +133,45 @@ class Predictor:
         """The torch ``nn.Module`` (in eval mode), or the NumPy twin's model for a numpy run."""
         return self._numpy.model if self._numpy is not None else self._parts()[0]
 
+    @property
+    def backend(self) -> str:
+        """``"torch"``, or ``"numpy"`` for a run of the NumPy twin (``attnkit train --backend numpy``)."""
+        return "numpy" if self._numpy is not None else "torch"
+
+    @property
+    def tokenizer(self) -> Any:
+        """The run's tokenizer (``tokenizers.Tokenizer``); None for a numpy run, which splits on whitespace."""
+        return None if self._numpy is not None else self._parts()[1]
+
+    @property
+    def label_vocab(self) -> Any:
+        """The run's :class:`~attnkit.data.batching.LabelVocab` (torch runs; a numpy run: None)."""
+        return None if self._numpy is not None else self._parts()[2]
+
+    def default_method(self) -> str | None:
+        """The method that explains this run's predictions: the one its reports chose as the most faithful,
+        else the model's first applicable one (:func:`attnkit.attribution.report.default_method`); None for a
+        numpy run (its attention weights only) or a model no method applies to."""
+        if self._numpy is not None:
+            return None
+        from attnkit.attribution.methods import applicable_methods
+        from attnkit.attribution.report import default_method
+        from attnkit.train.runs.rundir import reports_dir
+
+        model = self._parts()[0]
+        if not applicable_methods(model):
+            return None
+        return default_method(model, reports_dir(self.path) if self.path is not None else None)
+
     def _parts(self) -> tuple[Any, Any, Any]:
         assert self._torch is not None
         return self._torch
 
     # --- using it -------------------------------------------------------------------------------
 
-    def explain(self, texts: Sequence[str], *, top: int = 5) -> list[Prediction]:
-        """One :class:`Prediction` per text, with its ``top`` most attended tokens (``top=0``: none)."""
+    def explain(self, texts: Sequence[str], *, top: int = 5, method: str | None = None) -> list[Prediction]:
+        """One :class:`Prediction` per text, with its ``top`` most attended tokens (``top=0``: none) and, for a
+        torch run, every token's score by ``method`` (default: :meth:`default_method`)."""
         _check_texts(texts)
         if self._numpy is not None:
             from attnkit.train.tasks.numpy.numpy_backend import predict_numpy_run
@@ -139,7 +181,8 @@ class Predictor:
         from attnkit.train.tasks.classify.inference import predict_texts
 
         model, tokenizer, labels = self._parts()
-        return predict_texts(model, tokenizer, labels, list(texts), max_len=self.max_len, top_k=top)
+        chosen = method or (self.default_method() if top else None)
+        return predict_texts(model, tokenizer, labels, list(texts), max_len=self.max_len, top_k=top, method=chosen)
 
     def predict(self, texts: Sequence[str]) -> list[str]:
         """The predicted label of each text (what ``attnkit predict`` prints first)."""
@@ -152,9 +195,9 @@ class Predictor:
         return np.asarray([[row[label] for label in labels] for row in rows], dtype=np.float64).reshape(-1,
                                                                                                          len(labels))
 
-    def evaluate(self, texts: Sequence[str], labels: Sequence[str]) -> dict[str, Any]:
+    def evaluate(self, texts: Sequence[str], labels: Sequence[str], *, progress: bool = False) -> dict[str, Any]:
         """Accuracy, macro-F1, per-class scores and the confusion matrix on labelled texts
-        (what ``attnkit evaluate`` reports)."""
+        (what ``attnkit evaluate`` reports; ``progress``: long work says how far it is on stderr)."""
         from attnkit.data.readers import Example
 
         _check_texts(texts)
@@ -168,10 +211,10 @@ class Predictor:
         from attnkit.train.tasks.classify.inference import evaluate_examples
 
         model, tokenizer, vocab = self._parts()
-        return evaluate_examples(model, tokenizer, vocab, examples, max_len=self.max_len)
+        return evaluate_examples(model, tokenizer, vocab, examples, max_len=self.max_len, show_progress=progress)
 
     def __repr__(self) -> str:
-        backend = "numpy" if self._numpy is not None else "torch"
+        backend = self.backend
         name = self.config.get("model_name", self.config.get("model", "?"))
         where = "not saved" if self.path is None else repr(str(self.path))
         return f"Predictor({where}, model={name!r}, backend={backend!r}, labels={self.labels})"

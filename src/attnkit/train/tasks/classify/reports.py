@@ -151,30 +151,27 @@ def write_reports(out: Path, result: Any, metric: str, base: dict[str, Any] | No
     add_to_run(out, files)
 
 
-def result_of_run(out: Path, loaded: tuple[Any, Any, Any, dict[str, Any]], source: Any) -> Any:
+def result_of_run(out: Path, predictor: Any, source: Any) -> Any:
     """What :func:`write_reports` describes of run ``out`` after the fact (``attnkit report``): its test part
     split again from its own data ``source`` (a :class:`~attnkit.data.sources.DataSource`, checked against the
     run's record) with the run's seed, and the test figures it committed (a run whose training did not finish:
-    scored now with the weights ``loaded``: model, tokenizer, labels, config). Its reports are those ``train``
-    writes. A run without a test part is a ValueError: the reports describe the test part."""
+    scored now with the weights ``predictor`` serves, a torch run's
+    :class:`~attnkit.train.tasks.classify.predictor.Predictor`). Its reports are those ``train`` writes. A run
+    without a test part is a ValueError: the reports describe the test part."""
     from attnkit.data.batching import TextClassificationDataset
     from attnkit.data.sources import load_splits
-    from attnkit.models.config import reading_length
     from attnkit.train.tasks.classify.pipeline import FitResult
 
-    model, tokenizer, labels, meta = loaded
+    model, tokenizer, labels, meta = predictor.model, predictor.tokenizer, predictor.label_vocab, predictor.config
     _, val, test = load_splits(source, seed=meta["train_config"]["seed"])
     if not test:
         raise ValueError(f"{out} has no test part (attnkit train --test-ratio 0, without --test): the reports "
                          "describe the test part")
-    max_len = meta["data_settings"]["max_len"]
-    val_ds, test_ds = (TextClassificationDataset(list(part), tokenizer, labels, reading_length(model, max_len))
+    val_ds, test_ds = (TextClassificationDataset(list(part), tokenizer, labels, predictor.read_len)
                        for part in (val, test))
     metrics = meta.get("metrics") or {}
     if metrics.get("test") is None:  # an unfinished run: its test part is scored now, with the weights served
-        from attnkit.train.tasks.classify.inference import evaluate_examples
-
-        metrics["test"] = evaluate_examples(model, tokenizer, labels, test, max_len=max_len)
+        metrics["test"] = predictor.evaluate([e.text for e in test], [e.label for e in test])
     return FitResult(model, tokenizer, labels, meta["model_config"], [], metrics["test"], test_ds,
                      val_data=val_ds if len(val_ds) else None)
 

@@ -80,8 +80,8 @@ class TrainChoice(ModelChoice):
     its own."""
 
     model: str | None = setting(
-        None, "Model name: wide, document, sentiment or han; bert fine-tunes a pretrained folder (--init-from); "
-              "--backend numpy: transformer (its default) or document.",
+        None, "Model name: wide, document, sentiment or han; bert fine-tunes a pretrained folder "
+              "(attnkit train --init-from).",
         default_from="attnkit.train.tasks.classify.recipe:DEFAULT_MODEL")
     model_opt: tuple[str, ...] = setting(
         (), "A model config field, e.g. --model-opt num_layers=1, or a field of its layer: --model-opt "
