@@ -214,11 +214,11 @@ def test_warmup_ratio_trains_with_the_torch_schedule(corpus: Path, tmp_path: Pat
 
 
 def test_a_numpy_run_opens_in_visualize(numpy_run: tuple[Path, str], tmp_path: Path) -> None:
-    from attnkit.cli.visualize import is_attnkit_report, numpy_run_attention
+    from attnkit.cli.visualize import is_attnkit_report, run_attention
 
     out, _ = numpy_run
     text = "the film was good and the cast was good"
-    views = numpy_run_attention(out, [text, "x"])
+    views = run_attention(out, [text, "x"])
     run = load_numpy_run(out)
     predicted = predict_numpy_run(run, [text])[0]
     first = views[0]

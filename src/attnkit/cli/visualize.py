@@ -29,7 +29,7 @@ from attnkit.cli.options import allow_unfinished_option
 from attnkit.viz.views import AttentionView, is_attnkit_report, write_views
 
 __all__ = [
-    "visualize", "AttentionView", "run_attention", "numpy_run_attention", "bert_attention", "write_views",
+    "visualize", "AttentionView", "run_attention", "bert_attention", "write_views",
     "is_attnkit_report",
 ]
 
@@ -46,54 +46,12 @@ def _is_run(folder: Path) -> bool:
 
 
 def run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = False) -> list[AttentionView]:
-    """Run a trained classifier on ``texts`` and collect its attention per text.
-
-    A run whose training did not finish is refused unless ``allow_unfinished``
-    (then a warning line says which weights are shown).
-    """
-    import torch
-
+    """The attention of a trained classification run (either backend) on ``texts``
+    (:meth:`~attnkit.train.tasks.classify.predictor.Predictor.attention_views`). A run whose training did not
+    finish is refused unless ``allow_unfinished`` (then a warning line says which weights are shown)."""
     from attnkit.cli.options import load_classifier
-    from attnkit.data.tokenization import encode_batch, tokenizable
 
-    predictor = load_classifier(str(folder), allow_unfinished)
-    model, tokenizer, labels, max_len = predictor.model, predictor.tokenizer, predictor.label_vocab, predictor.read_len
-    totals = [len(e.ids) for e in tokenizer.encode_batch(tokenizable(texts), add_special_tokens=False)]
-    views = []
-    for ids, total in zip(encode_batch(tokenizer, texts, max_len), totals, strict=True):
-        ids = ids or [0]
-        x = torch.tensor([ids])  # (1, T)
-        with torch.no_grad():
-            logits, weights = model(x, torch.tensor([len(ids)]), return_weights=True)
-        probs = logits.softmax(-1)[0]  # (C,)
-        maps = [w[0] for name, w in weights.items() if name != "pooling" and w.dim() == 4]  # (H, T, T) each
-        layers = torch.stack(maps).numpy() if maps else torch.zeros(0, 1, len(ids), len(ids)).numpy()
-        pooling = weights["pooling"][0].numpy() if "pooling" in weights else None
-        best = int(probs.argmax())
-        tokens = [str(tokenizer.id_to_token(i)) for i in ids]
-        views.append(AttentionView(tokens, layers, pooling, labels.decode(best), float(probs[best]),
-                                   total_tokens=max(total, len(tokens))))
-    return views
-
-
-def numpy_run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = False) -> list[AttentionView]:
-    """The attention of a ``--backend numpy`` run (the NumPy twin's classifier) on ``texts``: every
-    self-attention layer and the pooling weights per text, without torch."""
-    from attnkit.train.runs.rundir import require_finished
-    from attnkit.train.tasks.numpy.numpy_backend import load_numpy_run
-
-    run = load_numpy_run(folder)
-    notice = require_finished(folder, run.meta, allow_unfinished=allow_unfinished)
-    if notice:
-        click.echo(notice, err=True)
-    views = []
-    for text in texts:
-        tokens, layers, pooling, probs = run.attention_maps(text)
-        best = int(probs.argmax())
-        total = len(run.vocab.encode(text.lower() if run.settings.lowercase else text))
-        views.append(AttentionView(tokens, layers, pooling, run.labels[best], float(probs[best]),
-                                   total_tokens=max(total, len(tokens))))
-    return views
+    return list(load_classifier(str(folder), allow_unfinished).attention_views(texts))
 
 
 def bert_attention(folder: Path, texts: list[str], max_len: int) -> list[AttentionView]:
@@ -180,10 +138,7 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
     captured: list[Any] = []
     try:
         if timm_name is None and source.is_dir() and _is_run(source):
-            from attnkit.train.tasks.numpy.numpy_backend import is_numpy_run
-
-            read = numpy_run_attention if is_numpy_run(source) else run_attention
-            views = read(source, items, allow_unfinished=allow_unfinished)
+            views = run_attention(source, items, allow_unfinished=allow_unfinished)
             title = f"attnkit run {source.name}"
             limit = "the run's maximum length"
         elif timm_name is None and is_hf_folder(source) and is_attnkit_bert(source) and not images:

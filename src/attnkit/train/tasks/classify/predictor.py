@@ -184,6 +184,44 @@ class Predictor:
         chosen = method or (self.default_method() if top else None)
         return predict_texts(model, tokenizer, labels, list(texts), max_len=self.max_len, top_k=top, method=chosen)
 
+    def attention_views(self, texts: Sequence[str]) -> list[Any]:
+        """Each text's attention as :class:`~attnkit.viz.views.AttentionView` (what ``attnkit visualize`` draws):
+        the tokens read, every self-attention layer's weights ``(L, H, T, T)``, the pooling weights ``(T,)`` when
+        the model pools by attention, the predicted label and its probability, and how many tokens the text
+        holds (more than those read when it was truncated)."""
+        from attnkit.viz.views import AttentionView
+
+        _check_texts(texts)
+        if self._numpy is not None:
+            run, views = self._numpy, []
+            for text in texts:
+                tokens, layers, pooling, probs = run.attention_maps(text)
+                best = int(probs.argmax())
+                total = len(run.vocab.encode(text.lower() if run.settings.lowercase else text))
+                views.append(AttentionView(tokens, layers, pooling, run.labels[best], float(probs[best]),
+                                           total_tokens=max(total, len(tokens))))
+            return views
+        import torch
+
+        from attnkit.data.tokenization import encode_batch, tokenizable
+
+        model, tokenizer, labels = self._parts()
+        totals = [len(e.ids) for e in tokenizer.encode_batch(tokenizable(list(texts)), add_special_tokens=False)]
+        views = []
+        for ids, total in zip(encode_batch(tokenizer, list(texts), self.read_len), totals, strict=True):
+            ids = ids or [0]
+            with torch.no_grad():
+                logits, weights = model(torch.tensor([ids]), torch.tensor([len(ids)]), return_weights=True)
+            probs = logits.softmax(-1)[0]  # (C,)
+            maps = [w[0] for name, w in weights.items() if name != "pooling" and w.dim() == 4]  # (H, T, T) each
+            layers = torch.stack(maps).numpy() if maps else torch.zeros(0, 1, len(ids), len(ids)).numpy()
+            pooling = weights["pooling"][0].numpy() if "pooling" in weights else None
+            best = int(probs.argmax())
+            views.append(AttentionView([str(tokenizer.id_to_token(i)) for i in ids], layers, pooling,
+                                       labels.decode(best), float(probs[best]),
+                                       total_tokens=max(total, len(ids))))
+        return views
+
     def predict(self, texts: Sequence[str]) -> list[str]:
         """The predicted label of each text (what ``attnkit predict`` prints first)."""
         return [p.label for p in self.explain(texts, top=0)]
