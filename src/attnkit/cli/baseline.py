@@ -17,13 +17,12 @@ from attnkit.cli.options import (
     SEED,
     LibraryDefaultOption,
     config_option,
-    ratio_option,
     reader_kwargs,
-    reader_options,
     resolve_default,
     settings_options,
 )
 from attnkit.train.config import TrainConfig
+from attnkit.train.tasks.classify.settings import ClassifyData
 
 __all__ = ["baseline"]
 
@@ -32,18 +31,13 @@ SEED_DEFAULT = "attnkit.train.config:TrainConfig.seed"
 
 @click.command()
 @config_option
-@click.option("--data", required=True, type=click.Path(exists=True), help="Labelled data (file or folder).")
-@click.option("--val", "val_path", type=click.Path(exists=True), help="Validation data, as for attnkit train.")
-@click.option("--test", "test_path", type=click.Path(exists=True), help="Test data, as for attnkit train.")
+@settings_options(ClassifyData)  # the data flags of attnkit train, read as it reads them
 @click.option("--folds", type=click.IntRange(min=2),
               help="Cross-validate on the folds of attnkit cv --folds K instead of train's split.")
 @click.option("--max-folds", type=click.IntRange(min=1), help="With --folds: only the first N folds.")
-@ratio_option("val", help="Share of --data that attnkit train holds out for validation (the baseline trains on it).")
-@ratio_option("test", help="Share of --data held out for testing when --test is absent.")
 @click.option("--seed", type=SEED, cls=LibraryDefaultOption, default_from=SEED_DEFAULT,
               help="The split or fold seed (train's and cv's --seed).")
 @settings_options(TrainConfig, only=("class_weight",))  # the field train's and cv's --class-weight set
-@reader_options
 @friendly_errors
 def baseline(**values: Any) -> None:
     """Score TF-IDF 1-2-grams + logistic regression on train's split or cv's folds.
@@ -53,6 +47,8 @@ def baseline(**values: Any) -> None:
       attnkit baseline --data reviews.csv
       attnkit baseline --data path/to/mr --encoding latin-1 --folds 10
     """
+    if values["data"] is None:
+        raise click.UsageError("Missing option '--data'.")
     require_extra("attnkit baseline", "sklearn")
     from attnkit.train.tasks.classify.baseline import BASELINE_NAME, fold_baselines, split_baseline
     from attnkit.train.tasks.classify.reports import fold_mean_line

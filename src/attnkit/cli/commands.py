@@ -14,18 +14,15 @@ from attnkit.cli.messages import echo, friendly_errors, in_flags, print_metrics,
 from attnkit.cli.options import (
     allow_unfinished_option,
     config_option,
-    data_options,
     load_classifier,
     memory_option,
     parse_model_options,
-    ratio_option,
     reader_kwargs,
     reader_options,
     settings_options,
-    train_options,
 )
 from attnkit.train.tasks.classify import start
-from attnkit.train.tasks.classify.settings import TrainChoice
+from attnkit.train.tasks.classify.settings import CvCommand
 
 # --- report ------------------------------------------------------------------------------------
 
@@ -180,18 +177,10 @@ def _print_predictions(predictions: list[Any], run: str, top: int, as_json: bool
 
 @click.command()
 @config_option
-@click.option("--data", required=True, type=click.Path(exists=True), help="Labelled data (file or folder).")
-@click.option("--folds", type=click.IntRange(min=2), default=10, show_default=True, help="Number of folds k.")
-@click.option("--max-folds", type=click.IntRange(min=1), help="Run only the first N folds.")
-@ratio_option("val", help="Share of each fold's training part held out for early stopping.")
-@reader_options
-@settings_options(TrainChoice, only=("model", "model_opt", "preset", "init_from"))
-@train_options
-@data_options
+@settings_options(CvCommand)
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), help="Also write the fold results here.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @memory_option
-@settings_options(TrainChoice, only=("baseline",))
 @click.pass_context
 @friendly_errors
 def cv(ctx: click.Context, **values: Any) -> None:

@@ -38,9 +38,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["SEED", "settings_options", "Duration", "memory_option", "refusing_memory_option",
            "run_options",
-           "MemorySize", "LibraryDefaultOption", "resolve_default", "ratio_option",
+           "MemorySize", "LibraryDefaultOption", "resolve_default",
            "config_keys", "allow_unfinished_option", "load_classifier", "task_option", "config_option",
-           "read_config_file", "train_options", "data_options", "reader_options",
+           "read_config_file", "reader_options",
            "parse_model_options",
            "reader_kwargs", "report_skipped_rows"]
 
@@ -250,28 +250,6 @@ NUMPY_HELP = {"device": "--backend numpy runs on the CPU (auto or cpu).",
               "tokenizer": "--backend numpy splits on whitespace and refuses this flag.",
               "model": "--backend numpy: transformer or document."}
 """What a recipe-decided flag's help says of the NumPy backend, where it says more than its default."""
-
-
-def train_options(f: F) -> F:
-    """Flags of :class:`attnkit.train.TrainConfig`'s settings (unset flags keep its defaults)."""
-    from attnkit.train.config import TrainConfig
-
-    return settings_options(TrainConfig, library=True)(f)
-
-
-def data_options(f: F) -> F:
-    """Flags of :class:`attnkit.train.config.DataSettings`."""
-    from attnkit.train.config import DataSettings
-
-    return settings_options(DataSettings, library=True)(f)
-
-
-def ratio_option(part: str, help: str) -> Callable[[F], F]:
-    """``--{part}-ratio``: the share of the data held out for ``part`` (validation or test), below 1, with
-    :class:`attnkit.data.sources.DataSource`'s default."""
-    default = resolve_default(f"attnkit.data.sources:DataSource.{part}_ratio")
-    return click.option(f"--{part}-ratio", type=click.FloatRange(0, 1, max_open=True), default=default,
-                        show_default=True, help=help)
 
 
 def reader_options(f: F) -> F:

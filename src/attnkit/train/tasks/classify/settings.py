@@ -18,8 +18,8 @@ from attnkit.data.sources import DataSource
 from attnkit.train.config import DataSettings, TrainConfig
 from attnkit.train.tasks.classify.recipe import PRESET_HELP, PRESETS
 
-__all__ = ["ClassifySettings", "ClassifyCommand", "ClassifyData", "ModelChoice", "TrainChoice", "DATA_PATHS",
-           "DATA_KEYS"]
+__all__ = ["ClassifySettings", "ClassifyCommand", "ClassifyData", "CvCommand", "ModelChoice", "TrainChoice",
+           "Backend", "DATA_PATHS", "DATA_KEYS"]
 
 
 @dataclass(frozen=True)
@@ -75,22 +75,27 @@ class ClassifySettings:
 
 @dataclass(frozen=True)
 class TrainChoice(ModelChoice):
-    """What ``attnkit train`` is asked to train besides the settings a run records: the model and its options,
-    the backend, and the baseline scored beside it. A resume refuses them, naming them: the run goes on with
-    its own."""
+    """What ``attnkit train`` and ``cv`` are asked to train besides the settings a run records: the model and
+    its options, and the baseline scored beside it. A resume refuses them (the baseline aside), naming them:
+    the run goes on with its own."""
 
     model: str | None = setting(
         None, "Model name: wide, document, sentiment or han; bert fine-tunes a pretrained folder "
-              "(attnkit train --init-from).",
-        default_from="attnkit.train.tasks.classify.recipe:DEFAULT_MODEL")
+              "(attnkit train --init-from).", default_from="attnkit.train.tasks.classify.recipe:DEFAULT_MODEL")
     model_opt: tuple[str, ...] = setting(
         (), "A model config field, e.g. --model-opt num_layers=1, or a field of its layer: --model-opt "
             "layer.d_model=128 (repeatable).", metavar="KEY=VALUE", multiple=True)
-    backend: str = setting("torch", "numpy: train the NumPy twin's classifier (--model transformer or document) "
-                                    "without torch.", choices=("torch", "numpy"))
     baseline: bool = setting(False, "Also fit TF-IDF 1-2-grams + logistic regression on the same split or folds "
                                     "and print it beside the model, with the difference (needs scikit-learn, the "
                                     "tasks extra).")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Which implementation trains the run."""
+
+    backend: str = setting("torch", "numpy: train the NumPy twin's classifier (--model transformer or document) "
+                                    "without torch.", choices=("torch", "numpy"))
 
 
 @dataclass(frozen=True)
@@ -110,3 +115,30 @@ class ClassifyCommand(ClassifySettings):
     decided_by_recipe: ClassVar[tuple[str, ...]] = ("tokenizer", "training")
     """The groups whose flags the model's recipe decides when they are not given (:mod:`.recipe`)."""
     choice: TrainChoice = dataclasses.field(default_factory=TrainChoice)
+    backend: Backend = dataclasses.field(default_factory=Backend)
+
+
+@dataclass(frozen=True)
+class _Folds:
+    data: str | None = setting(None, "Labelled data (file or folder).", path="any", required=True)
+    folds: int = setting(10, "Number of folds k.", low=2)
+    max_folds: int | None = setting(None, "Run only the first N folds.", low=1)
+    val_ratio: float = setting(DataSource.val_ratio, "Share of each fold's training part held out for early "
+                                                     "stopping.", low=0, high=1, high_open=True)
+
+
+@dataclass(frozen=True)
+class CvData(ReaderSettings, _Folds):
+    """The labelled data ``attnkit cv`` splits into stratified folds, and how its files are read."""
+
+
+@dataclass(frozen=True)
+class CvCommand:
+    """The settings of ``attnkit cv``: its data and folds, what it trains in every fold, and the tokenizer and
+    training settings (decided by the model's recipe where not given, as for ``attnkit train``)."""
+
+    decided_by_recipe: ClassVar[tuple[str, ...]] = ("tokenizer", "training")
+    data: CvData = dataclasses.field(default_factory=CvData)
+    choice: TrainChoice = dataclasses.field(default_factory=TrainChoice)
+    tokenizer: DataSettings = dataclasses.field(default_factory=DataSettings)
+    training: TrainConfig = dataclasses.field(default_factory=TrainConfig)

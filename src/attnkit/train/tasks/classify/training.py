@@ -78,12 +78,14 @@ def train_from_flags(values: dict[str, Any], run: Any, given: list[str]) -> str 
 
 def _refuse_choices(given: list[str], out: Path) -> None:
     """A resume goes on with the run's saved settings, so a choice of what to train (the model, its options, a
-    preset, the backend: :class:`~attnkit.train.tasks.classify.settings.TrainChoice`) given with it is refused,
+    preset, the backend: :class:`~attnkit.train.tasks.classify.settings.TrainChoice`, ``Backend``) given with it
+    is refused,
     naming it, never silently dropped (the baseline is scored again when asked)."""
     from attnkit._checks import setting_fields
-    from attnkit.train.tasks.classify.settings import TrainChoice
+    from attnkit.train.tasks.classify.settings import Backend, TrainChoice
 
-    refused = [name for name in given if name in {f.name for f, _ in setting_fields(TrainChoice)} - {"baseline"}]
+    chosen = {f.name for cls in (TrainChoice, Backend) for f, _ in setting_fields(cls)} - {"baseline"}
+    refused = [name for name in given if name in chosen]
     if refused:
         raise start.PlanError(
             f"`resume` continues {out} with its saved settings and does not take "
