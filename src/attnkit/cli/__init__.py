@@ -15,6 +15,7 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -63,13 +64,13 @@ def _load(target: str) -> click.Command:
     return command
 
 
-def _task(ctx: click.Context, train: click.Command, args: list[str]) -> str | None:
+def _task(ctx: click.Context, commands: Iterable[click.Command], args: list[str]) -> str | None:
     """The value of ``--task`` in ``train``'s arguments ``args``, read by click's own parser over the options
-    of every training command (so a value that happens to be spelt ``--task`` is a value, not the flag);
-    the task's command reads it again and refuses another name."""
+    of every training command ``commands`` (so a value that happens to be spelt ``--task`` is a value, not the
+    flag); the task's command reads it again and refuses another name."""
     options: list[click.Parameter] = []
     seen: set[str] = set()
-    for command in (train, *train_tasks().values()):
+    for command in commands:
         for param in command.params:
             if isinstance(param, click.Option) and not seen & {*param.opts, *param.secondary_opts}:
                 options.append(param)
@@ -99,15 +100,13 @@ class AttnkitGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name, command, rest = super().resolve_command(ctx, args)
         if name == "train" and command is not None:
-            from attnkit.train.registry import tasks
-
             commands = train_tasks()
-            task = _task(ctx, command, list(rest))
+            task = _task(ctx, commands.values(), list(rest))
             if task in commands:
                 return name, commands[task], rest
-            if task is not None and task not in tasks():  # before the wrong command's flags are read
+            if task is not None:  # before the wrong command's flags are read
                 raise click.UsageError(f"Invalid value for '--task': {task!r} is not a task; tasks: "
-                                       f"{', '.join(tasks())}", ctx)
+                                       f"{', '.join(commands)}", ctx)
         return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:

@@ -20,7 +20,7 @@ import importlib
 import inspect
 import json
 import typing
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -222,7 +222,7 @@ _NUMPY_DEFAULTS = {"model": "attnkit.train.tasks.numpy.numpy_backend:train_numpy
 """Where the NumPy backend keeps its own default of a flag whose default is not a field of its settings."""
 
 
-def _library_option(cls: type, f: Any, hint: Any, numpy_help: Mapping[str, str]) -> Callable[[F], F]:
+def _library_option(cls: type, f: Any, hint: Any) -> Callable[[F], F]:
     """The flag of field ``f`` of ``cls`` whose default the library decides (:func:`settings_options`)."""
     from attnkit._checks import is_type
     from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
@@ -243,7 +243,7 @@ def _library_option(cls: type, f: Any, hint: Any, numpy_help: Mapping[str, str])
         default=None, help=help, cls=LibraryDefaultOption, shown=f.default,
         default_from=f"{cls.__module__}:{cls.__qualname__}.{name}", metavar=meta["metavar"],
         numpy_default_from=None if torch else f"{_NUMPY_SETTINGS}.{name}",
-        numpy_help=numpy_help.get(name, _TORCH_ONLY if torch else None))
+        numpy_help=NUMPY_HELP.get(name, _TORCH_ONLY if torch else None))
 
 
 NUMPY_HELP = {"device": "--backend numpy runs on the CPU (auto or cpu).",
@@ -398,8 +398,7 @@ def _flag_type(hint: Any, meta: dict[str, Any]) -> Any:
     return str
 
 
-def settings_options(cls: type, *, only: tuple[str, ...] | None = None, library: bool = False,
-                     numpy_help: Mapping[str, str] | None = None) -> Callable[[F], F]:
+def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Callable[[F], F]:
     """One flag per :func:`attnkit._checks.setting` field of settings dataclass ``cls`` and its nested groups
     (:func:`attnkit._checks.setting_fields`; or of ``only``):
     ``--name-with-dashes`` (or the field's ``flag``), its help, its default, its range or choices, its
@@ -407,12 +406,12 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None, library:
     once per value. The value arrives under the field's own name, so ``cls(**{field: values[field]})`` (a tree:
     :func:`attnkit._checks.tree_from_flat`) builds the settings: a field and its flag cannot disagree.
 
-    ``library`` (or, for a tree, its groups named in ``decided_by_recipe``): flags whose default the library
+    The leaves of a tree's groups named in its ``decided_by_recipe`` are flags whose default the library
     decides (a model's recipe, a preset): each arrives ``None`` when not given (:class:`LibraryDefaultOption`,
     a bool field as ``--x/--no-x``), its help showing the field's default and, in brackets, what the default
     model's recipe sets (:mod:`attnkit.train.tasks.classify.recipe`). The NumPy backend reads the same field of
     its settings (:class:`~attnkit.train.tasks.numpy.settings.NumpyTrainSettings`); a field it lacks says "Not
-    with --backend numpy." (or ``numpy_help[name]``)."""
+    with --backend numpy." (or :data:`NUMPY_HELP`'s sentence)."""
     from attnkit._checks import setting_fields
 
     decided = {f.name: group for name in getattr(cls, "decided_by_recipe", ())
@@ -423,8 +422,8 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None, library:
         if only is not None and f.name not in only:
             continue
         flag = flag_name(f.name, meta)
-        if library or f.name in decided:
-            decorators.append(_library_option(decided.get(f.name, cls), f, hint, {**NUMPY_HELP, **(numpy_help or {})}))
+        if f.name in decided:
+            decorators.append(_library_option(decided[f.name], f, hint))
         elif hint is bool:
             decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, f.name]
             decorators.append(click.option(*decls, is_flag=True, default=f.default, help=meta["help"]))
