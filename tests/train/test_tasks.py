@@ -61,6 +61,22 @@ def test_load_run_serves_each_of_the_four_kinds(runs: dict[str, Path]) -> None:
     assert len(captions) == 2 and all(isinstance(c, str) for c in captions)
 
 
+def test_every_kind_of_run_is_committed_in_one_frame(runs: dict[str, Path]) -> None:
+    """One function writes every task's generation (:func:`attnkit.train.runs.run.commit_generation`): each
+    kind's config.json holds its run id (the manifest's), names its model, says its status and the attnkit
+    that wrote it, and the manifest records its files."""
+    import json
+
+    from attnkit._version import __version__
+
+    for kind, path in runs.items():
+        config = read_run_config(path)
+        manifest = json.loads((path / "current.json").read_text(encoding="utf-8"))
+        assert config["run_id"] == manifest["run_id"] and config["status"] == "done", kind
+        assert config["attnkit_version"] == __version__ and config["model_name"], kind
+        assert {"config.json", "model.safetensors"} <= set(manifest["files"]), kind
+
+
 @pytest.fixture
 def fifth_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The folder ``tests/train/fifth_task`` copied in as ``attnkit/train/tasks/count/`` (a second folder of

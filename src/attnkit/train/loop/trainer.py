@@ -268,20 +268,15 @@ class Trainer:
 
     def _bare_run(self) -> Any:
         """Without a ``checkpoint`` callback: commit history and train state to ``out_dir`` each epoch."""
-        from attnkit.train.runs.run import committed_run_id, start_run
+        from attnkit.train.runs.run import commit_generation, committed_run_id, start_run
 
         assert self.out_dir is not None
         writer = start_run(self.out_dir, run_id=committed_run_id(self.out_dir))  # the run there, or a new one
-        run_id = writer.run_id
 
         def commit(state: dict[str, Any]) -> None:
-            staging = writer.stage()
-            ckpt.save_train_state(staging, state)
             lines = "".join(json.dumps(h, sort_keys=True) + "\n" for h in self.history)
-            ckpt.atomic_write_text(staging / "history.jsonl", lines)
-            ckpt.atomic_write_json(staging / "config.json", {"run_id": run_id, "status": "training",
-                                                             "progress": state["summary"]})
-            writer.commit(staging, status="training", epoch=self.epoch)
+            commit_generation(writer, {}, status="training", progress=state["summary"],
+                              files={**ckpt.state_files(state), "history.jsonl": lines})
 
         self.checkpoint = commit
         return writer

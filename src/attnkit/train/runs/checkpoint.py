@@ -35,8 +35,7 @@ from torch import nn
 
 from attnkit._finite import non_finite_names
 from attnkit._memory import memory_budget
-from attnkit._version import __version__
-from attnkit.train.runs.run import save_run
+from attnkit.train.runs.run import commit_generation, save_run
 from attnkit.train.runs.run_files import check_labels, check_tokenizer_fits, refuse_non_finite_file
 from attnkit.train.runs.rundir import (
     RunExistsError,
@@ -92,6 +91,8 @@ __all__ = [
     "optimizer_from_tensors",
     "unwrap",
     "RunCheckpointer",
+    "weights_file",
+    "state_files",
     "load_weights_into",
     "committed_dir",
     "check_unlocked",
@@ -141,28 +142,14 @@ class RunCheckpointer:
                train_state: dict[str, Any] | None = None, progress: dict[str, Any] | None = None,
                meta: dict[str, Any] | None = None) -> Path:
         """Write and commit one generation; ``train_state`` None keeps the previous one's."""
-        carry = list(MODEL_FILES)
-        if train_state is None:
-            carry += [f"{STATE_DIR}/{name}" for name in STATE_FILES]
-        staging = self.writer.stage(carry=carry)
-        save_tensors(staging / "model.safetensors", weights, metadata={"format": "pt"})
-        if not (staging / "tokenizer.json").is_file():
-            atomic_write_text(staging / "tokenizer.json", self.tokenizer.to_str())
-        if not (staging / "labels.json").is_file():
-            atomic_write_json(staging / "labels.json", self.label_vocab.to_dict())
-        atomic_write_text(staging / "history.jsonl",
-                          "".join(json.dumps(h, sort_keys=True) + "\n" for h in history))
-        if train_state is not None:
-            save_train_state(staging, train_state)
         self.meta.update(meta or {})
-        config: dict[str, Any] = {"run_id": self.writer.run_id, "model_name": self.model_name,
-                                  "model_config": self.model_config, **self.meta, "status": status}
-        if progress is not None:
-            config["progress"] = progress
-        config["attnkit_version"] = __version__
-        atomic_write_json(staging / "config.json", config)
-        epoch = progress.get("epoch") if progress else None
-        return self.writer.commit(staging, status=status, epoch=epoch)
+        files = {"model.safetensors": weights_file(weights), "tokenizer.json": self.tokenizer.to_str(),
+                 "labels.json": self.label_vocab.to_dict(),
+                 "history.jsonl": "".join(json.dumps(h, sort_keys=True) + "\n" for h in history),
+                 **state_files(train_state)}
+        return commit_generation(self.writer, {"model_name": self.model_name, "model_config": self.model_config,
+                                               **self.meta}, status=status, files=files, progress=progress,
+                                 carry=[*MODEL_FILES, *([] if train_state else [f"{STATE_DIR}/"])])
 
     def epoch_hook(self) -> Callable[[dict[str, Any]], None]:
         """The :class:`~attnkit.train.loop.trainer.Trainer` ``checkpoint`` callback: one generation per epoch,
@@ -172,6 +159,18 @@ class RunCheckpointer:
             self.commit(weights, status="training", history=state["progress"]["history"], train_state=state,
                         progress=state["summary"])
         return save_epoch
+
+
+def weights_file(weights: dict[str, torch.Tensor]) -> Callable[[Path], None]:
+    """What writes ``weights`` as a generation's ``model.safetensors`` (a file of
+    :func:`~attnkit.train.runs.run.commit_generation`)."""
+    return lambda path: save_tensors(path, weights, metadata={"format": "pt"})
+
+
+def state_files(state: dict[str, Any] | None) -> dict[str, Callable[[Path], None]]:
+    """The resumable train ``state`` (:func:`save_train_state`) as files of
+    :func:`~attnkit.train.runs.run.commit_generation` (none for None: the caller carries the previous one's)."""
+    return {} if state is None else {STATE_DIR: lambda path: save_train_state(path.parent, state)}
 
 
 def save_checkpoint(

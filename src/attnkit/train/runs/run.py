@@ -10,10 +10,12 @@ NumPy backend write their runs through this module; none builds a
    (``resume``) or a new one;
 2. checks every input (data, saved state), then opens the writer
    (``with writer:``), which takes the run's lock;
-3. commits one generation per epoch and a last one, each written into a
-   staging folder by the task's own ``commit_*`` function (which files a run
-   holds is the task's business, how they are published is this module's);
-   an ``overwrite`` replaces the old run only at the first commit.
+3. commits one generation per epoch and a last one through
+   :func:`commit_generation`, the one writer of a generation for every task
+   (which files a run holds is the task's business; its ``config.json``
+   frame, what is carried from the previous generation and how it is
+   published are this module's); an ``overwrite`` replaces the old run only
+   at the first commit.
 
 :func:`save_run` is the same in one step: a finished model saved as one
 generation. The transaction itself (generations, the atomic commit, the
@@ -24,13 +26,16 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from attnkit._version import __version__
+from attnkit.train.runs import fileops
 from attnkit.train.runs.rundir import RunExistsError, RunFileError, RunWriter, read_manifest
 
-__all__ = ["new_run_id", "committed_run_id", "start_run", "save_run", "add_to_run", "interrupted_advice"]
+__all__ = ["new_run_id", "committed_run_id", "start_run", "save_run", "add_to_run", "interrupted_advice",
+           "commit_generation"]
 
 
 def new_run_id() -> str:
@@ -102,6 +107,41 @@ def start_run(directory: str | os.PathLike[str], *, run_id: str | None = None, r
         if run_id is None:
             raise RunFileError(f"cannot resume: {directory} holds no committed run")
     return RunWriter(directory, run_id, overwrite=overwrite, resumable=resumable, flags=flags)
+
+
+def commit_generation(writer: RunWriter, fields: Mapping[str, Any], *, status: str, files: Mapping[str, Any],
+                      progress: Mapping[str, Any] | None = None, carry: Iterable[str] = ()) -> Path:
+    """Write one generation of any task's run into a staging folder of the open ``writer`` and commit it.
+
+    ``files``: name -> text, bytes, a JSON value, or a function that writes the path it is given. A name in
+    ``carry`` (a name ending in ``/``: every file of that folder) is linked from the committed generation
+    where that holds it, and a file of ``files`` so carried is not written again. ``config.json`` is the
+    same frame for every task: the run id, the task's ``fields`` (its model, settings, data, metrics),
+    ``status``, ``progress`` (or ``fields``' own) and the attnkit version that wrote it. Returns the
+    generation folder."""
+    current = writer.current()
+    names = [n for name in carry for n in ([name] if not name.endswith("/") else [] if current is None else [
+        p.relative_to(current).as_posix() for p in sorted((current / name).glob("*")) if p.is_file()])]
+    staging = writer.stage(carry=names)
+    for name, content in files.items():
+        target = staging / name
+        if target.is_file():
+            continue  # carried from the committed generation
+        fileops.fs.mkdir(target.parent)
+        if callable(content):
+            content(target)
+        elif isinstance(content, bytes):
+            fileops.atomic_write_bytes(target, content)
+        elif isinstance(content, str):
+            fileops.atomic_write_text(target, content)
+        else:
+            fileops.atomic_write_json(target, content)
+    config = {"run_id": writer.run_id, **fields, "status": status}
+    if progress is not None:
+        config["progress"] = dict(progress)
+    config["attnkit_version"] = __version__
+    fileops.atomic_write_json(staging / "config.json", config)
+    return writer.commit(staging, status=status, epoch=(config.get("progress") or {}).get("epoch"))
 
 
 def save_run(directory: str | os.PathLike[str], commit: Callable[[RunWriter], Path], *, run_id: str,

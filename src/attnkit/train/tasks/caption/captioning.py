@@ -369,26 +369,20 @@ def commit_caption_run(writer: RunWriter, model: ImageCaptioner, vocab: CaptionV
     ``neighbours`` index of the training images (else the previous generation's, if any)."""
     from attnkit.models.captioning.consensus import NEIGHBOURS_FILE
     from attnkit.train.runs import checkpoint as ckpt
+    from attnkit.train.runs.run import commit_generation
 
-    carry = [] if train_state is not None else [f"{ckpt.STATE_DIR}/{n}" for n in ckpt.STATE_FILES]
-    staging = writer.stage(carry=carry + ([] if neighbours is not None else [NEIGHBOURS_FILE]))
-    if neighbours is not None:
-        neighbours.save(staging / NEIGHBOURS_FILE)
-    if train_state is not None:
-        ckpt.save_train_state(staging, train_state)
-    ckpt.save_tensors(staging / "model.safetensors", model.state_dict(), metadata={"format": "pt"})
+    files: dict[str, Any] = {**({NEIGHBOURS_FILE: neighbours.save} if neighbours is not None else {}),
+                             **ckpt.state_files(train_state),
+                             "model.safetensors": ckpt.weights_file(model.state_dict())}
     if history is not None:
-        ckpt.atomic_write_text(staging / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+        files["history.jsonl"] = "".join(json.dumps(h) + "\n" for h in history)
     if metrics is not None:
-        ckpt.atomic_write_json(staging / "metrics.json", metrics)
-    config = {"run_id": writer.run_id, "model_name": MODEL_NAME, "model_config": model.config.to_dict(),
-              "vocab": vocab.to_dict(), **(meta or {}), "status": status}
-    if progress is not None:
-        config["progress"] = progress
-    if metrics is not None:
-        config["metrics"] = metrics
-    ckpt.atomic_write_json(staging / "config.json", config)
-    return writer.commit(staging, status=status, epoch=(progress or {}).get("epoch"))
+        files["metrics.json"] = metrics
+    fields = {"model_name": MODEL_NAME, "model_config": model.config.to_dict(), "vocab": vocab.to_dict(),
+              **(meta or {}), **({"metrics": metrics} if metrics is not None else {})}
+    return commit_generation(writer, fields, status=status, files=files, progress=progress,
+                             carry=[*([] if train_state is not None else [f"{ckpt.STATE_DIR}/"]),
+                                    *([] if neighbours is not None else [NEIGHBOURS_FILE])])
 
 
 def save_caption_run(directory: str | Path, model: ImageCaptioner, vocab: CaptionVocab, *, run_id: str,

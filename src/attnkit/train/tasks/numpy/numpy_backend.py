@@ -49,13 +49,11 @@ from attnkit.reference.module import Module
 from attnkit.reference.optim import AdamW
 from attnkit.reference.text import Vocabulary, pad_batch
 from attnkit.reference.trainer import Trainer
-from attnkit.train.runs.run import save_run, start_run
+from attnkit.train.runs.run import commit_generation, save_run, start_run
 from attnkit.train.runs.run_files import check_labels, check_vocab_size, refuse_non_finite_file
 from attnkit.train.runs.rundir import (
     RunFileError,
     RunWriter,
-    atomic_write_bytes,
-    atomic_write_json,
     committed_dir,
     read_json,
     read_run_config,
@@ -170,16 +168,11 @@ def _commit(writer: RunWriter, run: NumpyRun) -> Path:
     bad = [k for k, v in tensors.items() if not np.isfinite(v).all()]
     if bad:  # never committed: the folder keeps what it held
         raise NonFiniteError(f"{non_finite_message('the trained model', bad)}; nothing was committed")
-    staging = writer.stage()
-    atomic_write_bytes(staging / "model.safetensors", save(tensors))
-    atomic_write_json(staging / "vocab.json", {"itos": run.vocab.itos})
-    atomic_write_json(staging / "labels.json", {"labels": list(run.labels)})
     config = run.model.config  # type: ignore[attr-defined]
-    meta = {**run.meta, "run_id": writer.run_id, "backend": BACKEND, "model_name": config.kind,
-            "model_config": config.to_dict(), "settings": run.settings.__dict__,
-            "data_settings": {"max_len": run.settings.max_len}, "status": "done"}
-    atomic_write_json(staging / "config.json", meta)
-    return writer.commit(staging, status="done")
+    fields = {**run.meta, "backend": BACKEND, "model_name": config.kind, "model_config": config.to_dict(),
+              "settings": run.settings.__dict__, "data_settings": {"max_len": run.settings.max_len}}
+    return commit_generation(writer, fields, status="done", files={"model.safetensors": save(tensors), "vocab.json": {
+        "itos": run.vocab.itos}, "labels.json": {"labels": list(run.labels)}})
 
 
 def is_numpy_run(directory: str | Path) -> bool:

@@ -26,7 +26,7 @@ from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.runs import checkpoint as ckpt
 from attnkit.train.runs import fileops
-from attnkit.train.runs.run import save_run
+from attnkit.train.runs.run import commit_generation, save_run
 from attnkit.train.runs.run_files import check_run_config, check_tokenizer_fits, settings_check
 from attnkit.train.runs.rundir import RunFileError, RunWriter
 from attnkit.train.tasks.translate import MODEL_NAME
@@ -65,27 +65,18 @@ def commit_translation_run(writer: RunWriter, model: Seq2SeqTransformer, tokeniz
     as the last ones; of ``snapshots`` (epochs to keep for averaging) the
     current ``epoch`` is these weights and the others are carried.
     """
-    names: list[str] = list(TOKENIZER_FILES) if carry else []
-    current = writer.current()
-    if carry and state is None and current is not None and (current / ckpt.STATE_DIR).is_dir():
-        names += [f"{ckpt.STATE_DIR}/{p.name}" for p in (current / ckpt.STATE_DIR).iterdir()]
-    names += [snapshot_name(e) for e in snapshots if e != epoch]
-    staging = writer.stage(carry=names)
     weights = model.tensors_to_save()
-    ckpt.save_tensors(staging / "model.safetensors", weights, metadata={"format": "pt"})
+    files: dict[str, Any] = {"model.safetensors": ckpt.weights_file(weights)}
+    files.update({"tokenizer.json": tokenizers.source.to_str()} if tokenizers.shared else
+                 {"src_tokenizer.json": tokenizers.source.to_str(), "tgt_tokenizer.json": tokenizers.target.to_str()})
     if state is not None:
-        ckpt.save_train_state(staging, {"model": weights, "best": None, **state})
+        files.update(ckpt.state_files({"model": weights, "best": None, **state}))
         if epoch is not None and epoch in snapshots:
-            fileops.fs.link(staging / "model.safetensors", staging / snapshot_name(epoch))
-    sides = {"tokenizer.json": tokenizers.source} if tokenizers.shared else \
-        {"src_tokenizer.json": tokenizers.source, "tgt_tokenizer.json": tokenizers.target}
-    for name, tokenizer in sides.items():
-        if not (staging / name).is_file():
-            ckpt.atomic_write_text(staging / name, tokenizer.to_str())
-    config = {"run_id": writer.run_id, "model_name": MODEL_NAME, "model_config": model.config.to_dict(),
-              "shared_tokenizer": tokenizers.shared, **meta, "status": status}
-    ckpt.atomic_write_json(staging / "config.json", config)
-    return writer.commit(staging, status=status, epoch=epoch)
+            files[snapshot_name(epoch)] = lambda path: fileops.fs.link(path.parents[1] / "model.safetensors", path)
+    carried = [*TOKENIZER_FILES, *([] if state else [f"{ckpt.STATE_DIR}/"])] if carry else []
+    return commit_generation(writer, {"model_name": MODEL_NAME, "model_config": model.config.to_dict(),
+                                      "shared_tokenizer": tokenizers.shared, **meta}, status=status, files=files,
+                             carry=[*carried, *(snapshot_name(e) for e in snapshots if e != epoch)])
 
 
 def snapshot_name(epoch: int) -> str:
