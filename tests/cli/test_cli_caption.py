@@ -195,7 +195,8 @@ def test_load_rejects_other_runs(tmp_path: Path) -> None:
     (tmp_path / "current.json").write_text(json.dumps({"generation": 1}))
     (tmp_path / "checkpoints" / "000001" / "config.json").write_text(
         json.dumps({"run_id": "x", "model_name": "sentiment"}))
-    with pytest.raises(ValueError, match="not an image captioner"):
+    with pytest.raises(ValueError, match="is a text classification run, not an image captioning run: use attnkit "
+                                         "predict"):
         load_caption_run(tmp_path)
     model = ImageCaptioner(CaptionerConfig(vocab_size=len(shapes_vocab()), image_size=32, channels=(2, 2, 2)))
     save_caption_run(tmp_path / "ok", model, shapes_vocab(), run_id="a")

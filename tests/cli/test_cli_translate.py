@@ -327,7 +327,8 @@ def test_train_translate_resume_flag(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert flags.exit_code == 2 and "--d-model is 32 there, given 64; --num-heads is 4 there, given 2" \
         in flags.output, flags.output
     assert (committed_dir(out) / "config.json").read_bytes() == before
-    result = CliRunner().invoke(train_translate, [*base, "--resume", "--epochs", "3"])
+    # the data is found by the run's record, as every task's is: --src and --tgt need not be given again
+    result = CliRunner().invoke(train_translate, ["--out", str(out), "--resume", "--epochs", "3"])
     assert result.exit_code == 0, result.output
     assert f"--epochs 3: {out} was started with 2 and now goes on with 3" in result.output
     assert "resuming" in result.output

@@ -74,7 +74,7 @@ def test_load_run_keeps_the_loader_checks(trained: Path, tmp_path: Path) -> None
     config["status"], config["progress"] = "training", {"epoch": 1, "epochs": 3}
     config_path.write_text(json.dumps(config))
     recorded(config_path)
-    with pytest.raises(ValueError, match="did not finish training.*--allow-unfinished"):
+    with pytest.raises(ValueError, match="did not finish training.*pass `allow_unfinished` to use"):
         attnkit.load_run(copy)
     served = attnkit.load_run(copy, allow_unfinished=True)
     assert served.notice is not None and "unfinished" in served.notice

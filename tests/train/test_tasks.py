@@ -125,7 +125,7 @@ def test_a_fifth_task_is_one_folder(fifth_task: Path, tmp_path: Path) -> None:
     assert attnkit.load_run(out) == {"the": 3.0, "cat": 1.5, "saw": 1.5, "dog": 1.5}
     assert registry.task_of_run(out).name == "count"
     other = runner.invoke(cli, ["predict", str(out), "a text"])
-    assert other.exit_code == 1 and f"{out} is a word counting run, not a text classifier" in other.output
+    assert other.exit_code == 1 and f"{out} is a word counting run, not a text classification run: use" in other.output
     again = runner.invoke(cli, ["train", "--task", "count", "--text", str(text), "--out", str(out), "--resume"])
     assert again.exit_code == 0 and "finished training already" in again.output
     # --config, as on every training command: a file's values are the flags' defaults, a flag overrides them
@@ -163,7 +163,8 @@ def test_the_classifier_commands_name_a_run_of_another_kind_and_its_command(runs
     for args in (["predict", str(runs[kind]), "a text"], ["evaluate", str(runs[kind]), "--data", str(data)]):
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 1, result.output
-        assert f"{runs[kind]} is a {task.description} run, not a text classifier: use " \
+        article = "an" if task.description.startswith("image") else "a"
+        assert f"{runs[kind]} is {article} {task.description} run, not a text classification run: use " \
                f"{task.command} {runs[kind]}" in result.output, result.output
 
 
@@ -203,15 +204,16 @@ def test_every_tasks_flags_are_its_settings_tree() -> None:
 
 
 @pytest.mark.parametrize(("task", "kind"), [("classify", "translation"), ("translate", "classification"),
-                                          ("classify", "captioning")])
+                                          ("classify", "captioning"), ("caption", "translation")])
 def test_every_task_resumes_only_its_own_runs(runs: dict[str, Path], task: str, kind: str) -> None:
     """``attnkit train --resume`` of every task (classification's generated command too) refuses another task's
     run by one rule, naming both, and leaves it as it was."""
     before = read_run_config(runs[kind])
     result = CliRunner().invoke(cli, ["train", "--task", task, "--out", str(runs[kind]), "--resume"])
     assert result.exit_code == 1, result.output
-    assert f"cannot resume: {runs[kind]} holds a {before['model_name']!r} run, not a " \
-           f"{registry.tasks()[task].description} run" in result.output, result.output
+    description = registry.tasks()[task].description
+    assert f"cannot resume: {runs[kind]} holds a {before['model_name']!r} run, not " \
+           f"{'an' if description.startswith('image') else 'a'} {description} run" in result.output, result.output
     assert read_run_config(runs[kind]) == before
 
 

@@ -68,8 +68,7 @@ def task_command(task: Any) -> click.Command:
             raise click.UsageError(in_flags(str(err))) from None
         except KeyboardInterrupt:
             advice = interrupted_advice(run.out, committed if run.resume else None, before=committed,
-                                        resume=f"attnkit train{'' if task.default else ' --task ' + task.name} "
-                                               f"--out {run.out} --resume",
+                                        resume=f"attnkit train{task.task_flag} --out {run.out} --resume",
                                         after=task.after.format(out=run.out) if task.after else None)
             click.echo(f"\ninterrupted; {advice}", err=True)
             sys.exit(130)

@@ -74,6 +74,12 @@ class Task:
     """``serve(name, path, loaded)`` -> the run as ``attnkit serve`` answers for it (its ``kind``, ``routes``, a
     method per route, ``info()``); None: served as a classifier (:class:`attnkit.serve.models.ServedModel`)."""
 
+    @property
+    def task_flag(self) -> str:
+        """What follows ``attnkit train`` to train this task: nothing for the default task, else
+        `` --task NAME``."""
+        return "" if self.default else " --task " + self.name
+
     def run(self, settings: Any, run: Any, given: Collection[str] = ()) -> Any:
         """Train (``run.resume``: go on with) a run of this task; ``given`` names the settings the command
         line gave, which a resume checks by the one rule (:func:`attnkit.train.runs.resume.resumed_settings`).
@@ -84,7 +90,7 @@ class Task:
         if self.takes_flags:  # its recipe decides what was not given; it applies the one rule itself
             return resolve(self.train)(settings, run, list(given))
         if run.resume:
-            config = self.resumed_config(run)
+            config = self.resumed_config(run.out)
             settings = resumed_settings(resolve(self.settings).from_run(config), settings, given, run=run.out,
                                         grows=() if run_status(config) == "done" else self.grows, log=run.log)
             if run_status(config) == "done":
@@ -92,19 +98,42 @@ class Task:
                 return None
         return resolve(self.train)(settings, run)
 
-    def resumed_config(self, run: Any) -> dict[str, Any]:
-        """The ``config.json`` of the run ``run.out`` a resume goes on with, refused (naming what is wrong) when
+    def committed(self, path: str | os.PathLike[str], *, allow_unfinished: bool = False) -> tuple[Path, dict[str, Any]]:
+        """The committed generation folder of run ``path`` and its ``config.json``, for this task's loader, by
+        one rule for every task: a run of another task is refused naming what it is and the command that serves
+        it; one whose training did not finish unless ``allow_unfinished`` (then ``config["notice"]`` says which
+        weights are served), and the refusal says how to go on with it."""
+        from attnkit.train.runs.rundir import RunFileError, committed_dir, read_run_config, require_finished
+
+        folder, config = committed_dir(path), read_run_config(path)
+        if not self.claims(config):
+            other = next((t for t in tasks().values() if t.claims(config)), None)
+            raise RunFileError(f"{path} is {_a(other.description)} run, not {_a(self.description)} run: use "
+                               f"{other.command} {path} ..." if other else
+                               f"{path} holds a {config.get('model_name')!r} run, not {_a(self.description)} run")
+        notice = require_finished(path, config, allow_unfinished=allow_unfinished,
+                                  hint=f"continue it with attnkit train{self.task_flag} --out {path} --resume")
+        if notice:
+            config["notice"] = notice
+        return folder, config
+
+    def resumed_config(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """The ``config.json`` of the run in ``path`` a resume goes on with, refused (naming what is wrong) when
         there is none or it is another task's run."""
         from attnkit.train.runs.rundir import RunFileError, read_run_config
 
         try:
-            config = read_run_config(run.out)
+            config = read_run_config(path)
         except RunFileError as err:
             raise RunFileError(f"cannot resume: {err}") from None
         if not self.claims(config):
-            raise RunFileError(f"cannot resume: {run.out} holds a {config.get('model_name')!r} run, not a "
-                               f"{self.description} run")
+            raise RunFileError(f"cannot resume: {path} holds a {config.get('model_name')!r} run, not "
+                               f"{_a(self.description)} run")
         return config
+
+
+def _a(text: str) -> str:
+    return ("an " if text[:1] in tuple("aeiou") else "a ") + text
 
 
 _TASKS: dict[str, Task] = {}

@@ -10,10 +10,10 @@ from typing import Any
 
 from attnkit.train.runs.data_record import locate_data, record_data
 from attnkit.train.runs.resume import RUN_FLAGS, RunOptions
-from attnkit.train.runs.run import start_run
-from attnkit.train.runs.rundir import atomic_write_json, committed_dir, read_run_config, require_finished
+from attnkit.train.runs.run import commit_generation, start_run
+from attnkit.train.runs.rundir import read_run_config
 
-from . import MODEL_NAME
+from . import MODEL_NAME, TASK
 from .settings import CountSettings
 
 
@@ -31,12 +31,9 @@ def train_counter(settings: CountSettings, run: RunOptions) -> str:
             for word, n in words.items():
                 counts[word] = counts.get(word, 0.0) + settings.training.lr * n
             done = epoch == settings.training.epochs
-            staging = writer.stage()
-            atomic_write_json(staging / "config.json", {
-                "run_id": writer.run_id, "model_name": MODEL_NAME, "settings": dataclasses.asdict(settings),
-                "data": data, "counts": counts, "progress": {"epoch": epoch, "epochs": settings.training.epochs},
-                "status": "done" if done else "training"})
-            writer.commit(staging, status="done" if done else "training", epoch=epoch)
+            commit_generation(writer, {"model_name": MODEL_NAME, "settings": dataclasses.asdict(settings),
+                                       "data": data, "counts": counts}, status="done" if done else "training",
+                              progress={"epoch": epoch, "epochs": settings.training.epochs}, files={})
             if run.epoch_log is not None:
                 run.epoch_log(f"epoch {epoch}: {len(counts)} words")
             if epoch == settings.training.stop_after and not done:
@@ -45,6 +42,5 @@ def train_counter(settings: CountSettings, run: RunOptions) -> str:
 
 
 def load_counter(path: Path, *, allow_unfinished: bool = False, device: str = "cpu") -> dict[str, Any]:
-    config = read_run_config(path)
-    require_finished(path, config, allow_unfinished=allow_unfinished)
-    return json.loads((committed_dir(path) / "config.json").read_text())["counts"]
+    folder, config = TASK.committed(path, allow_unfinished=allow_unfinished)  # another task's run is refused
+    return json.loads((folder / "config.json").read_text())["counts"]

@@ -352,7 +352,7 @@ def require_finished(directory: str | os.PathLike[str], meta: dict[str, Any], *,
         raise UnfinishedRunError(
             f"{directory} did not finish training (stopped after epoch {epoch} of {epochs}); "
             f"{hint or f'continue it with attnkit train --out {directory} --resume'}, or pass "
-            f"--allow-unfinished to use {weights}")
+            f"`allow_unfinished` to use {weights}")
     return f"warning: {directory} is unfinished (epoch {epoch} of {epochs}); using {weights}"
 
 

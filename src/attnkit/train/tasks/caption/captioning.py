@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnkit.train.metrics import corpus_bleu
 from attnkit.train.runs.resume import RUN_FLAGS, RunOptions
-from attnkit.train.tasks.caption import MODEL_NAME
+from attnkit.train.tasks.caption import MODEL_NAME, TASK
 from attnkit.train.tasks.caption.caption_settings import DECODING, GENERATE_BATCH, CaptionSettings
 
 if TYPE_CHECKING:  # torch loads inside the functions, so that importing this module stays quick
@@ -408,14 +408,7 @@ def load_caption_run(directory: str | Path, *, allow_unfinished: bool = False
     from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
     from attnkit.train.runs import checkpoint as ckpt
 
-    path = Path(directory)
-    folder, meta = ckpt.committed_dir(path), ckpt.read_run_config(path)
-    if meta.get("model_name") != MODEL_NAME:
-        raise ckpt.RunFileError(f"{path} holds a {meta.get('model_name')!r} run, not an image captioner")
-    notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished, hint=(
-        f"continue it with attnkit train --task caption --out {path} --resume"))
-    if notice:
-        meta["notice"] = notice
+    folder, meta = TASK.committed(Path(directory), allow_unfinished=allow_unfinished)
     weights = folder / "model.safetensors"
     try:
         model = ImageCaptioner(CaptionerConfig.from_dict(meta["model_config"]))

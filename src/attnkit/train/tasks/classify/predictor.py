@@ -46,28 +46,15 @@ class Predictor:
                         device: str = "cpu") -> Predictor:
         """Read the classification run in ``path`` (see :func:`load_run`); a run of another task is refused,
         naming the command that serves it."""
-        from attnkit.train.registry import task_of_run
-        from attnkit.train.runs.rundir import RunFileError
         from attnkit.train.tasks.classify import TASK
-        from attnkit.train.tasks.numpy.numpy_backend import is_numpy_run, load_numpy_run
+        from attnkit.train.tasks.numpy.numpy_backend import BACKEND, load_numpy_run
 
         folder = Path(path)
-        try:
-            task = task_of_run(folder)
-        except RunFileError:
-            task = None  # the loader names what is wrong with the folder
-        if task is not None and task is not TASK:
-            raise RunFileError(f"{folder} is a {task.description} run, not a text classifier: use {task.command} "
-                               f"{folder} ...")
-        if is_numpy_run(folder):
-            from attnkit.train.runs.rundir import require_finished
-
+        config = TASK.committed(folder, allow_unfinished=allow_unfinished)[1]
+        if config.get("backend") == BACKEND:
             numpy_run = load_numpy_run(folder)
-            meta = dict(numpy_run.meta)
-            notice = require_finished(folder, meta, allow_unfinished=allow_unfinished)
-            if notice:
-                meta["notice"] = notice
-            return cls(folder, meta, numpy_run=numpy_run)
+            return cls(folder, {**numpy_run.meta, **({"notice": config["notice"]} if "notice" in config else {})},
+                       numpy_run=numpy_run)
         from attnkit.train.runs.checkpoint import load_checkpoint
 
         model, tokenizer, labels, meta = load_checkpoint(folder, device=device, allow_unfinished=allow_unfinished)

@@ -47,7 +47,7 @@ def train_from_flags(values: dict[str, Any], run: Any, given: list[str]) -> str 
     if run.resume:
         from attnkit.train.tasks.classify import TASK
 
-        TASK.resumed_config(run)  # a run of this task, or refused as every task refuses it
+        TASK.resumed_config(run.out)  # a run of this task, or refused as every task refuses it
         _refuse_choices(given, out)
         plan = start.resume_plan(values, given, reader, log=run.log)
         if plan is None:

@@ -49,10 +49,10 @@ from attnkit.train.runs import checkpoint as ckpt
 from attnkit.train.runs.resume import RUN_FLAGS, RunOptions, resumed_settings
 from attnkit.train.runs.run import start_run
 from attnkit.train.runs.rundir import RunFileError
+from attnkit.train.tasks.translate import TASK
 from attnkit.train.tasks.translate.settings import TranslationSettings
 from attnkit.train.tasks.translate.translation_memory import check_translation
 from attnkit.train.tasks.translate.translation_run import (
-    MODEL_NAME,
     Translation,
     Translator,
     commit_translation_run,
@@ -126,12 +126,7 @@ class _Start:
 
 def _resume_state(out: Path, train_config: TranslationTrainConfig, keep: int) -> _Start:
     """The committed state of the unfinished run in ``out``, read whole before anything is written."""
-    try:
-        meta = ckpt.read_run_config(out)
-    except RunFileError as err:
-        raise RunFileError(f"cannot resume: {err}") from None
-    if meta.get("model_name") != MODEL_NAME:
-        raise RunFileError(f"cannot resume: {out} holds a {meta.get('model_name')!r} run, not a translation run")
+    meta = TASK.resumed_config(out)
     if ckpt.run_status(meta) == "done":
         raise ValueError(f"{out} finished training already; nothing to resume (it was left as it is)")
     saved = TranslationTrainConfig.from_dict(meta.get("train_config", {}))
@@ -274,12 +269,13 @@ def train_translation_run(settings: TranslationSettings, run: RunOptions) -> str
     from attnkit.data.parallel import read_parallel
     from attnkit.train.runs.data_record import locate_data, record_data
 
-    paths = {"src": settings.data.src, "tgt": settings.data.tgt, "val_src": settings.data.val_src,
-             "val_tgt": settings.data.val_tgt}
+    paths = {key: getattr(settings.data, key) for key in DATA_FLAGS}
+    saved = ckpt.read_run_config(run.out).get("data") if run.resume else None
+    known = locate_data(saved, paths, run.out, DATA_FLAGS) if saved else None  # found by the run's record
+    paths = {key: (known or {}).get(key) or path for key, path in paths.items()}
     if not paths["src"] or not paths["tgt"]:
         raise ValueError("give the training corpus: --src and --tgt")
-    saved = ckpt.read_run_config(run.out).get("data") if run.resume else None
-    data = record_data(paths, run.out, known=locate_data(saved, paths, run.out, DATA_FLAGS) if saved else None)
+    data = record_data(paths, run.out, known=known)
     train = read_parallel(paths["src"], paths["tgt"])
     val = read_parallel(paths["val_src"], paths["val_tgt"]) if paths["val_src"] and paths["val_tgt"] else None
     training = settings.training

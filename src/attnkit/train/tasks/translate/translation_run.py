@@ -29,7 +29,7 @@ from attnkit.train.runs import fileops
 from attnkit.train.runs.run import commit_generation, save_run
 from attnkit.train.runs.run_files import check_run_config, check_tokenizer_fits, settings_check
 from attnkit.train.runs.rundir import RunFileError, RunWriter
-from attnkit.train.tasks.translate import MODEL_NAME
+from attnkit.train.tasks.translate import MODEL_NAME, TASK
 from attnkit.train.tasks.translate.settings import BEAM_SIZE, LENGTH_PENALTY
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "output_limit", "save_translation_run", "load_translation_run",
@@ -216,14 +216,8 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     path = Path(directory)
     if not path.is_dir():
         raise RunFileError(f"checkpoint {str(path)!r} is not a directory")
-    folder, meta = ckpt.committed_dir(path), ckpt.read_run_config(path)
-    if meta.get("model_name") != MODEL_NAME:
-        raise RunFileError(f"{path} holds a {meta.get('model_name')!r} run, not a translation ({MODEL_NAME!r}) run")
+    folder, meta = TASK.committed(path, allow_unfinished=allow_unfinished)
     check_run_config(folder / "config.json", meta, {"train_config": settings_check(TranslationTrainConfig)})
-    notice = ckpt.require_finished(path, meta, allow_unfinished=allow_unfinished, hint=(
-        f"continue it with attnkit train --task translate --src ... --tgt ... --out {path} --resume"))
-    if notice:
-        meta["notice"] = notice
     weights = folder / "model.safetensors"
     try:
         model = Seq2SeqTransformer(Seq2SeqConfig.from_dict(meta["model_config"]))
