@@ -238,10 +238,10 @@ def test_a_numpy_run_opens_in_visualize(numpy_run: tuple[Path, str], tmp_path: P
 def test_every_flag_its_help_calls_torch_only_is_refused_by_the_numpy_backend(corpus: Path, tmp_path: Path) -> None:
     """A flag whose help says "Not with --backend numpy" is an error naming it there, never silently dropped."""
 
-    from attnkit.cli.options import _TORCH_ONLY
+    from attnkit.train.tasks.classify.settings import TORCH_ONLY
 
     train = cli.get_command(click.Context(cli), "train")
-    torch_only = [p for p in train.params if getattr(p, "numpy_help", None) == _TORCH_ONLY]
+    torch_only = [p for p in train.params if getattr(p, "numpy_help", None) == TORCH_ONLY]
     assert {p.name for p in torch_only} >= {"label_smoothing", "pack", "metric", "class_weight", "token_budget",
                                             "tune_thresholds"}
     for param in torch_only:

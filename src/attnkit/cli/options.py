@@ -15,7 +15,6 @@ reads the default from where the library keeps it.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import json
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from attnkit._checks import flag_name
+from attnkit.cli.messages import in_flags
 from attnkit.train.memory_budget import DEFAULT_HELP
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ class LibraryDefaultOption(click.Option):
             if self.numpy_default_from and self.numpy_default() != self.library_default():
                 default += f"; numpy backend: {_shown(self.numpy_default())}"
             if self.numpy_help:
-                help_text = f"{help_text} {self.numpy_help}".strip()
+                help_text = f"{help_text} {in_flags(self.numpy_help, ctx.command)}".strip()
         # Shown as click shows a default, "[default: 10; x>=1]", then put back: the value
         # the command receives stays None, so the dataclass (or a task's own default) decides.
         saved = self.default, self.show_default
@@ -216,40 +216,18 @@ class LibraryDefaultOption(click.Option):
             self.default, self.show_default = saved
 
 
-_NUMPY_SETTINGS = "attnkit.train.tasks.numpy.settings:NumpyTrainSettings"
-_TORCH_ONLY = "Not with --backend numpy."
-_NUMPY_DEFAULTS = {"model": "attnkit.train.tasks.numpy.numpy_backend:train_numpy_run.kind"}
-"""Where the NumPy backend keeps its own default of a flag whose default is not a field of its settings."""
-
-
-def _library_option(cls: type, f: Any, hint: Any) -> Callable[[F], F]:
-    """The flag of field ``f`` of ``cls`` whose default the library decides (:func:`settings_options`)."""
+def _library_option(cls: type, f: Any, hint: Any, notes: dict[str, Any]) -> Callable[[F], F]:
+    """The flag of field ``f`` of ``cls`` whose default the library decides (:func:`settings_options`), with
+    what its tree's ``flag_notes`` say of it (``notes``: ``help``, ``numpy_default_from``, ``numpy_help``)."""
     from attnkit._checks import is_type
-    from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
 
     meta, name = f.metadata["attnkit"], f.name
-    numpy_fields = {g.name for g in dataclasses.fields(resolve_default(_NUMPY_SETTINGS))}
-    recipe = {**train_defaults(DEFAULT_MODEL), **data_defaults(DEFAULT_MODEL)}
-    torch = name not in numpy_fields
-    help = meta["help"]
-    if name in recipe:
-        value = recipe[name]
-        shown = f"{value:,}" if isinstance(value, int) else _shown(value)
-        help = f"{help.rstrip('.')} ({DEFAULT_MODEL}'s recipe: {shown})."
     flag = flag_name(name, meta)
     switch = is_type(hint, bool)
     return click.option(
         f"{flag}/--no-{flag[2:]}" if switch else flag, name, type=None if switch else _flag_type(hint, meta),
-        default=None, help=help, cls=LibraryDefaultOption, shown=f.default,
-        default_from=f"{cls.__module__}:{cls.__qualname__}.{name}", metavar=meta["metavar"],
-        numpy_default_from=None if torch else f"{_NUMPY_SETTINGS}.{name}",
-        numpy_help=NUMPY_HELP.get(name, _TORCH_ONLY if torch else None))
-
-
-NUMPY_HELP = {"device": "--backend numpy runs on the CPU (auto or cpu).",
-              "tokenizer": "--backend numpy splits on whitespace and refuses this flag.",
-              "model": "--backend numpy: transformer or document."}
-"""What a recipe-decided flag's help says of the NumPy backend, where it says more than its default."""
+        default=None, cls=LibraryDefaultOption, shown=f.default, metavar=meta["metavar"],
+        default_from=f"{cls.__module__}:{cls.__qualname__}.{name}", **{"help": meta["help"], **notes})
 
 
 def reader_options(f: F) -> F:
@@ -408,14 +386,16 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Calla
 
     The leaves of a tree's groups named in its ``decided_by_recipe`` are flags whose default the library
     decides (a model's recipe, a preset): each arrives ``None`` when not given (:class:`LibraryDefaultOption`,
-    a bool field as ``--x/--no-x``), its help showing the field's default and, in brackets, what the default
-    model's recipe sets (:mod:`attnkit.train.tasks.classify.recipe`). The NumPy backend reads the same field of
-    its settings (:class:`~attnkit.train.tasks.numpy.settings.NumpyTrainSettings`); a field it lacks says "Not
-    with --backend numpy." (or :data:`NUMPY_HELP`'s sentence)."""
+    a bool field as ``--x/--no-x``), its help showing the field's default. What a flag's help says beyond its
+    field's (the recipe's value, another backend's default) the tree says: its ``flag_notes(name, help,
+    decided)`` gives :class:`LibraryDefaultOption`'s ``help``, ``numpy_default_from`` and ``numpy_help``
+    (classification's: :func:`attnkit.train.tasks.classify.settings.flag_notes`)."""
     from attnkit._checks import setting_fields
 
     decided = {f.name: group for name in getattr(cls, "decided_by_recipe", ())
                for group in [typing.get_type_hints(cls)[name]] for f, _ in setting_fields(group)}
+    notes: Callable[[str, str | None, bool], dict[str, Any]] = getattr(cls, "flag_notes",
+                                                                      lambda name, help, decided: {})
     decorators = []
     for f, hint in setting_fields(cls):
         meta = f.metadata["attnkit"]
@@ -423,7 +403,7 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Calla
             continue
         flag = flag_name(f.name, meta)
         if f.name in decided:
-            decorators.append(_library_option(decided[f.name], f, hint))
+            decorators.append(_library_option(decided[f.name], f, hint, notes(f.name, meta["help"], True)))
         elif hint is bool:
             decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, f.name]
             decorators.append(click.option(*decls, is_flag=True, default=f.default, help=meta["help"]))
@@ -431,8 +411,7 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Calla
             decorators.append(click.option(flag, f.name, multiple=True, metavar=meta["metavar"], help=meta["help"]))
         else:
             shown = {} if meta["default_from"] is None else {
-                "cls": LibraryDefaultOption, "default_from": meta["default_from"],
-                "numpy_default_from": _NUMPY_DEFAULTS.get(f.name), "numpy_help": NUMPY_HELP.get(f.name)}
+                "cls": LibraryDefaultOption, "default_from": meta["default_from"], **notes(f.name, None, False)}
             decorators.append(click.option(flag, f.name, type=_flag_type(hint, meta), default=f.default,
                                            show_default=f.default is not None, help=meta["help"],
                                            required=meta["required"], metavar=meta["metavar"],

@@ -19,7 +19,7 @@ from attnkit.train.config import DataSettings, TrainConfig
 from attnkit.train.tasks.classify.recipe import PRESET_HELP, PRESETS
 
 __all__ = ["ClassifySettings", "ClassifyCommand", "ClassifyData", "CvCommand", "ModelChoice", "TrainChoice",
-           "Backend", "DATA_PATHS", "DATA_KEYS"]
+           "Backend", "DATA_PATHS", "DATA_KEYS", "TORCH_ONLY", "NUMPY_HELP", "flag_notes"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,37 @@ DATA_PATHS = {f.name: flag_name(f.name, f.metadata["attnkit"]) for f, _ in setti
 """Option -> flag of the files a classification run reads (recorded with their sizes and SHA-256)."""
 DATA_KEYS = tuple(f.name for f, _ in setting_fields(ClassifyData) if f.name not in DATA_PATHS)
 """The data settings recorded beside them: the shares split off and how the files are read."""
+
+
+TORCH_ONLY = "Not with `backend` numpy."
+NUMPY_HELP = {"device": "`backend` numpy runs on the CPU (auto or cpu).",
+              "tokenizer": "`backend` numpy splits on whitespace and refuses this flag.",
+              "model": "`backend` numpy: transformer or document."}
+"""What a flag's help says of the NumPy backend, where it says more than its default (shown on a command that
+has ``--backend``, the setting as its flag)."""
+_NUMPY_DEFAULTS = {"model": "attnkit.train.tasks.numpy.numpy_backend:train_numpy_run.kind"}
+"""Where the NumPy backend keeps its own default of a flag whose default is not a field of its settings."""
+
+
+def flag_notes(name: str, help: str | None, decided: bool) -> dict[str, Any]:
+    """What the flag of setting ``name`` of classification's commands says beyond its field's ``help``
+    (:func:`attnkit.cli.options.settings_options` reads it from the tree): where the NumPy backend keeps its
+    default (``numpy_default_from``) or what it says of that backend (``numpy_help``, :data:`TORCH_ONLY` for
+    a setting it refuses); for a setting the recipe decides (``decided``), the help with what the default
+    model's recipe sets."""
+    from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, data_defaults, train_defaults
+    from attnkit.train.tasks.numpy.settings import NumpyTrainSettings
+
+    if not decided:
+        return {"numpy_default_from": _NUMPY_DEFAULTS.get(name), "numpy_help": NUMPY_HELP.get(name)}
+    numpy = name in {f.name for f in dataclasses.fields(NumpyTrainSettings)}
+    recipe = {**train_defaults(DEFAULT_MODEL), **data_defaults(DEFAULT_MODEL)}
+    if name in recipe and help is not None:
+        value = recipe[name]
+        shown = f"{value:,}" if isinstance(value, int) else f"{value:g}" if isinstance(value, float) else str(value)
+        help = f"{help.rstrip('.')} ({DEFAULT_MODEL}'s recipe: {shown})."
+    return {"help": help, "numpy_help": NUMPY_HELP.get(name, None if numpy else TORCH_ONLY),
+            "numpy_default_from": f"{NumpyTrainSettings.__module__}:NumpyTrainSettings.{name}" if numpy else None}
 
 
 @dataclass(frozen=True)
@@ -114,6 +145,7 @@ class ClassifyCommand(ClassifySettings):
 
     decided_by_recipe: ClassVar[tuple[str, ...]] = ("tokenizer", "training")
     """The groups whose flags the model's recipe decides when they are not given (:mod:`.recipe`)."""
+    flag_notes = staticmethod(flag_notes)
     choice: TrainChoice = dataclasses.field(default_factory=TrainChoice)
     backend: Backend = dataclasses.field(default_factory=Backend)
 
@@ -138,6 +170,7 @@ class CvCommand:
     training settings (decided by the model's recipe where not given, as for ``attnkit train``)."""
 
     decided_by_recipe: ClassVar[tuple[str, ...]] = ("tokenizer", "training")
+    flag_notes = staticmethod(flag_notes)
     data: CvData = dataclasses.field(default_factory=CvData)
     choice: TrainChoice = dataclasses.field(default_factory=TrainChoice)
     tokenizer: DataSettings = dataclasses.field(default_factory=DataSettings)
