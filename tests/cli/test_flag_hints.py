@@ -267,9 +267,9 @@ def wrong_flags(message: Message) -> list[str]:
 def test_messages_are_found() -> None:
     modules = {m.module for m in MESSAGES}
     assert len(MESSAGES) > 60 and {"cli/commands.py", "data/readers.py", "train/runs/rundir.py"} <= modules
-    resume = [m for m in MESSAGES if m.module == "train/tasks/classify/start.py"
+    resume = [m for m in MESSAGES if m.module == "train/tasks/classify/training.py"
               and "attnkit train --out {} --resume" in m.text]
-    assert resume and resume[0].function == "interrupted_advice"
+    assert resume and resume[0].function == "train_from_flags"
     assert {"train", "predict", "visualize", "train --task translate", "train --task caption"} <= set(COMMANDS)
     assert "--resume" in FLAGS["train"] and "--resume" not in FLAGS["demo"]
 

@@ -28,7 +28,7 @@ from typing import Any
 from attnkit._memory import MemoryBudget, available_memory, format_bytes, memory_budget, peak_rss_mib
 
 __all__ = ["DEFAULT_FRACTION", "DEFAULT_CAP", "DEFAULT_HELP", "MemoryLimitError", "MemoryEstimate", "MemoryBudget",
-           "parse_memory_size", "format_bytes", "available_memory", "memory_budget", "default_limit",
+           "parse_memory_size", "format_bytes", "available_memory", "memory_budget",
            "limit_and_source", "peak_rss_mib", "module_bytes"]
 
 DEFAULT_FRACTION = 0.8
@@ -67,12 +67,6 @@ def parse_memory_size(text: str | int, *, name: str = "--max-memory") -> int:
     if value < 1:
         raise ValueError(f"{name} must be above zero, got {text!r}")
     return int(value)
-
-
-def default_limit() -> int | None:
-    """The smaller of :data:`DEFAULT_CAP` and :data:`DEFAULT_FRACTION` of :func:`attnkit._memory.memory_budget`
-    (None: the budget is unknown, no limit)."""
-    return limit_and_source(None)[0]
 
 
 _RANDOM_FILLS = frozenset({"normal_", "uniform_", "bernoulli_", "random_", "exponential_", "cauchy_",

@@ -18,8 +18,7 @@ from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, PRETRAINED_PRESET
 from attnkit.train.tasks.classify.settings import DATA_KEYS, DATA_PATHS
 
 __all__ = ["PlanError", "check_model", "data_plan", "train_config", "data_settings",
-           "Recipe", "recipe", "cv_settings", "new_plan", "resume_plan", "run_changes", "resumed_data_source",
-           "interrupted_advice"]
+           "Recipe", "recipe", "cv_settings", "new_plan", "resume_plan", "run_changes", "resumed_data_source"]
 
 
 def check_model(values: dict[str, Any]) -> None:
@@ -240,14 +239,3 @@ def run_changes(saved: dict[str, Any], plan: Any) -> list[str]:
                       ("data_settings", dataclasses.asdict(plan.data_settings))):
         compare(saved.get(part) or {}, now, lambda k, b, n: f"`{k}` {b!r} there, {n!r} now")
     return changes + data_changes(saved.get("data") or {}, plan.data.record)
-
-
-def interrupted_advice(out: Path, run_id: str | None, before: str | None = None) -> str:
-    """:func:`attnkit.train.runs.run.interrupted_advice` for run ``run_id`` of ``attnkit train``: an unfinished
-    run goes on with ``--resume``; a finished one whose reports were not all written gets them with
-    ``attnkit report``."""
-    from attnkit.train.runs.run import interrupted_advice as advice
-
-    return advice(out, run_id, before=before, resume=f"attnkit train --out {out} --resume",
-                  after=(f"its reports (report.txt, report.html) were not all written; write them with: "
-                         f"attnkit report {out}"))
