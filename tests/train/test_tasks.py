@@ -77,6 +77,32 @@ def test_every_kind_of_run_is_committed_in_one_frame(runs: dict[str, Path]) -> N
         assert {"config.json", "model.safetensors"} <= set(manifest["files"]), kind
 
 
+def test_one_generation_writer_keeps_the_frame_and_carries_what_it_is_told(tmp_path: Path) -> None:
+    """:func:`commit_generation`: text, JSON, bytes and written files; the frame's run id and status are the
+    writer's whatever the task's fields say; a carried file is linked from the committed generation, not
+    written again; a carried folder brings all its files."""
+    import json
+
+    from attnkit.train.runs.run import commit_generation, start_run
+
+    out = tmp_path / "run"
+    with start_run(out) as writer:
+        commit_generation(writer, {"run_id": "not-this", "status": "nor-this", "model_name": "m"}, status="training",
+                          progress={"epoch": 1}, files={"a.txt": "first", "b.json": {"k": 1}, "c.bin": b"\0\1",
+                                                        "state/x.txt": lambda path: path.write_text("x")})
+        first = committed_dir(out)
+        commit_generation(writer, {"model_name": "m", "run_id": "not-this"}, status="done", progress={"epoch": 2},
+                          files={"a.txt": "second"}, carry=["a.txt", "state/"])
+    config, folder = read_run_config(out), committed_dir(out)
+    assert config["run_id"] == writer.run_id and config["status"] == "done" and config["progress"] == {"epoch": 2}
+    assert json.loads((out / "current.json").read_text(encoding="utf-8"))["epoch"] == 2
+    assert json.loads((first / "b.json").read_text(encoding="utf-8")) == {"k": 1}
+    assert (first / "c.bin").read_bytes() == b"\0\1"
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "first"  # carried, not written again
+    assert (folder / "a.txt").stat().st_ino == (first / "a.txt").stat().st_ino
+    assert (folder / "state" / "x.txt").read_text(encoding="utf-8") == "x" and not (folder / "b.json").exists()
+
+
 @pytest.fixture
 def fifth_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The folder ``tests/train/fifth_task`` copied in as ``attnkit/train/tasks/count/`` (a second folder of

@@ -149,7 +149,7 @@ class RunCheckpointer:
                  **state_files(train_state)}
         return commit_generation(self.writer, {"model_name": self.model_name, "model_config": self.model_config,
                                                **self.meta}, status=status, files=files, progress=progress,
-                                 carry=[*MODEL_FILES, *([] if train_state else [f"{STATE_DIR}/"])])
+                                 carry=[*MODEL_FILES, *([] if train_state is not None else [f"{STATE_DIR}/"])])
 
     def epoch_hook(self) -> Callable[[dict[str, Any]], None]:
         """The :class:`~attnkit.train.loop.trainer.Trainer` ``checkpoint`` callback: one generation per epoch,

@@ -136,7 +136,7 @@ def commit_generation(writer: RunWriter, fields: Mapping[str, Any], *, status: s
             fileops.atomic_write_text(target, content)
         else:
             fileops.atomic_write_json(target, content)
-    config = {"run_id": writer.run_id, **fields, "status": status}
+    config = {**fields, "run_id": writer.run_id, "status": status}  # the frame's own keys are the writer's
     if progress is not None:
         config["progress"] = dict(progress)
     config["attnkit_version"] = __version__

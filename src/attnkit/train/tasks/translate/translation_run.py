@@ -73,7 +73,7 @@ def commit_translation_run(writer: RunWriter, model: Seq2SeqTransformer, tokeniz
         files.update(ckpt.state_files({"model": weights, "best": None, **state}))
         if epoch is not None and epoch in snapshots:
             files[snapshot_name(epoch)] = lambda path: fileops.fs.link(path.parents[1] / "model.safetensors", path)
-    carried = [*TOKENIZER_FILES, *([] if state else [f"{ckpt.STATE_DIR}/"])] if carry else []
+    carried = [*TOKENIZER_FILES, *([] if state is not None else [f"{ckpt.STATE_DIR}/"])] if carry else []
     return commit_generation(writer, {"model_name": MODEL_NAME, "model_config": model.config.to_dict(),
                                       "shared_tokenizer": tokenizers.shared, **meta}, status=status, files=files,
                              carry=[*carried, *(snapshot_name(e) for e in snapshots if e != epoch)])
