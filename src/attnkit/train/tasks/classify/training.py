@@ -79,8 +79,7 @@ def train_from_flags(values: dict[str, Any], run: Any, given: list[str]) -> str 
 def _refuse_choices(given: list[str], out: Path) -> None:
     """A resume goes on with the run's saved settings, so a choice of what to train (the model, its options, a
     preset, the backend: :class:`~attnkit.train.tasks.classify.settings.TrainChoice`, ``Backend``) given with it
-    is refused,
-    naming it, never silently dropped (the baseline is scored again when asked)."""
+    is refused, naming it, never silently dropped (the baseline is scored again when asked)."""
     from attnkit._checks import setting_fields
     from attnkit.train.tasks.classify.settings import Backend, TrainChoice
 
