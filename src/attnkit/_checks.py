@@ -133,27 +133,27 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
             low_open: bool = False, high_open: bool = False, choices: Sequence[Any] | None = None,
             flag: str | None = None, path: str | None = None, duration: bool = False, metavar: str | None = None,
             required: bool = False, check: Callable[[Any], Any] | None = None, default_from: str | None = None,
-            multiple: bool = False) -> Any:
+            multiple: bool = False, argument: bool = False) -> Any:
     """A settings field that says everything about itself once: its default, its help, its range.
 
     :func:`check_settings` checks a value against it, and the command line builds its flag from it
-    (:func:`attnkit.cli.options.settings_options`: ``--name-with-dashes`` unless ``flag``, the help, the
-    default, the range), so a field and its flag cannot disagree. ``low``/``high`` bound a number
-    (``*_open``: the bound itself is refused); ``choices`` lists the values a string may take; ``path`` is
-    ``"dir"``, ``"file"``, ``"any"`` (each must exist; any: a file or a folder) or ``"new-dir"`` (a folder that
-    may not exist yet) for the command line; ``duration`` marks seconds, which the command line reads as
-    ``90s``, ``30m``, ``1.5h`` (:func:`parse_duration`); ``metavar`` names the flag's value in its help
-    (``TOKENS``); ``required``: the command line refuses to run without the flag (the dataclass keeps its
-    default, for code that fills it later);
-    ``check`` refuses a value by a ValueError (on the command line: the value it returns is the flag's);
-    ``default_from``: for a field whose None leaves the choice to the code that reads it, where that code keeps
-    the default it applies (``"module:function.keyword"``, :func:`attnkit.cli.options.resolve_default`), shown
-    in the flag's help; ``multiple``: a tuple of values, its flag given once for each (``--model-opt``).
+    (:func:`attnkit.cli.options.settings_options`: ``--name-with-dashes`` unless ``flag``, the help, the default,
+    the range), so a field and its flag cannot disagree. ``low``/``high`` bound a number (``*_open``: the bound
+    itself is refused); ``choices`` lists the values a string may take; ``path`` is ``"dir"``, ``"file"``, ``"any"``
+    (each must exist; any: a file or a folder), ``"new-dir"`` (a folder that may not exist yet) or ``"new-file"`` (a
+    file to write) for the command line; ``duration`` marks seconds, which the command line reads as ``90s``,
+    ``30m``, ``1.5h`` (:func:`parse_duration`); ``metavar`` names the flag's value in its help (``TOKENS``);
+    ``required``: the command line refuses to run without the flag (the dataclass keeps its default, for code that
+    fills it later); ``check`` refuses a value by a ValueError (on the command line: the value it returns is the
+    flag's); ``default_from``: for a field whose None leaves the choice to the code that reads it, where that code
+    keeps the default it applies (``"module:function.keyword"``, :func:`attnkit.cli.options.resolve_default`), shown
+    in the flag's help; ``multiple``: a tuple of values, its flag given once for each (``--model-opt``);
+    ``argument``: on the command line a positional argument (``RUN``; ``multiple``: any number of them), not a flag.
     """
     meta = {"help": help, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
             "choices": tuple(choices) if choices is not None else None, "flag": flag, "path": path,
             "duration": duration, "metavar": metavar, "required": required, "check": check,
-            "default_from": default_from, "multiple": multiple}
+            "default_from": default_from, "multiple": multiple, "argument": argument}
     return dataclasses.field(default=default, metadata={"attnkit": meta})
 
 
@@ -184,13 +184,18 @@ def setting_fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
 
 
 def tree_from_flat(cls: type, values: Mapping[str, Any]) -> Any:
-    """Settings tree ``cls`` (a dataclass whose fields are settings groups, each a dataclass) from leaf
-    values by name, as a command's flags give them: each group takes the values of its fields that
-    ``values`` holds and keeps its defaults for the rest; other keys are ignored."""
+    """Settings tree ``cls`` from leaf values by name, as a command's flags give them: a field takes the value
+    ``values`` holds for it, a nested settings group (a field whose type is a dataclass, not None by default) is
+    built the same way from ``values``, and every field not given keeps its default; other keys are ignored."""
     hints = typing.get_type_hints(cls)
-    groups = {f.name: _nested_dataclass(hints[f.name]) for f in dataclasses.fields(cls)}
-    return cls(**{name: group(**{f.name: values[f.name] for f in dataclasses.fields(group) if f.name in values})
-                  for name, group in groups.items() if group is not None})
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        group = None if "attnkit" in f.metadata or f.default is None else _nested_dataclass(hints[f.name])
+        if group is not None:
+            kwargs[f.name] = tree_from_flat(group, values)
+        elif f.name in values:
+            kwargs[f.name] = values[f.name]
+    return cls(**kwargs)
 
 
 def _range_text(meta: Mapping[str, Any]) -> str:

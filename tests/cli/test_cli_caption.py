@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from attnkit.cli.caption import caption
+from attnkit.cli import command
 from attnkit.data.captions import encode_captions, images_to_tensor
 from attnkit.data.shapes import generate_scenes, shapes_vocab
 from attnkit.models.captioning import CaptionerConfig, ImageCaptioner
@@ -24,6 +24,8 @@ from attnkit.train.tasks.caption.captioning import (
     save_caption_run,
 )
 from tests.support.cli import train_caption
+
+caption = command("caption")
 
 SMALL = ["--train-size", "24", "--val-size", "4", "--epochs", "1", "--image-size", "32", "--batch-size", "12"]
 

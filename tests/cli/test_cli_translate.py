@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 
 from attnkit.blocks import TransformerLayerConfig
-from attnkit.cli.translate import translate
+from attnkit.cli import command
 from attnkit.data.parallel import (
     BOS_ID,
     EOS_ID,
@@ -28,6 +28,8 @@ from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train.runs.rundir import committed_dir
 from attnkit.train.tasks.translate.translation import Translator, load_translation_run, save_translation_run
 from tests.support.cli import train_translate
+
+translate = command("translate")
 
 WORDS_DE = ["ein", "hund", "mann", "läuft", "rot", "blau", "haus", "kind", "spielt", "im"]
 WORDS_EN = ["a", "dog", "man", "runs", "red", "blue", "house", "child", "plays", "in"]

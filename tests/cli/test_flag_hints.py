@@ -40,6 +40,7 @@ import pytest
 
 import attnkit
 from attnkit.cli import LAZY_COMMANDS, cli, train_tasks
+from attnkit.cli.train import task_commands
 from attnkit.train.registry import tasks
 
 SRC = Path(attnkit.__file__).resolve().parent
@@ -206,13 +207,17 @@ def _reached(start: str) -> set[str]:
 
 
 def _starts(name: str, command: click.Command) -> list[str]:
-    """Where a command's code starts: its callback, and for a generated ``train --task NAME`` (``train``: the
-    default task's) the task's ``train`` function, which it reaches through the registry (``Task.run``)."""
+    """Where a command's code starts: its callback, for a generated ``train --task NAME`` (``train``: the
+    default task's) the task's ``train`` function, which it reaches through the registry (``Task.run``), and for
+    a task's own command (``translate``) its ``run``."""
     starts = [f"{command.callback.__module__}.{command.callback.__name__}"] if command.callback else []
     task = (tasks().get(name.removeprefix("train --task ")) if name.startswith("train --task ") else
             next(t for t in tasks().values() if t.default) if name == "train" else None)
     if task is not None and isinstance(task.train, str):
         starts.append(task.train.replace(":", "."))
+    spec = task_commands().get(name)  # a task's own command: its run function
+    if spec is not None and isinstance(spec.run, str):
+        starts.append(spec.run.replace(":", "."))
     return starts
 
 

@@ -253,7 +253,8 @@ def test_train_on_flickr8k_caches_features_and_resumes(tmp_path: Path) -> None:
     assert again.exit_code == 1 and "already holds a different run" in again.output
     assert (cache / "manifest.json").read_text() == manifest
     # the caption command describes a photograph with that run and draws the per-word attention
-    from attnkit.cli.caption import caption
+    from attnkit.cli import command
+    caption = command("caption")
 
     photo = root / "images" / (root / "Flickr_8k.testImages.txt").read_text().split()[0]
     shown = CliRunner().invoke(caption, [str(out), str(photo), "--beam-size", "2", "--length-penalty", "0.7",

@@ -11,13 +11,15 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from attnkit.cli.caption import caption
+from attnkit.cli import command
 from attnkit.data.captions import CaptionVocab, images_to_tensor
 from attnkit.data.shapes import generate_scenes, shapes_vocab
 from attnkit.decoding import ensemble_steps, greedy_over_steps
 from attnkit.models.captioning import CaptionEnsemble, CaptionerConfig, ImageCaptioner
 from attnkit.train.tasks.caption.captioning import load_caption_ensemble, save_caption_run
 from tests.support.cli import train_caption
+
+caption = command("caption")
 
 VOCAB = shapes_vocab()
 TINY = {"image_size": 32, "channels": (4, 8, 8), "embed_dim": 8, "hidden_dim": 16, "attention_dim": 8,

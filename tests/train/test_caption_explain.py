@@ -11,10 +11,12 @@ from click.testing import CliRunner
 
 import attnkit
 from attnkit.attribution.generation import GENERATION_METHODS
-from attnkit.cli.caption import caption
+from attnkit.cli import command
 from attnkit.data.captions import images_to_tensor
 from attnkit.data.shapes import generate_scenes
 from tests.support.cli import train_caption
+
+caption = command("caption")
 
 
 @pytest.fixture(scope="module")

@@ -126,7 +126,8 @@ def test_translation_resume_of_a_finished_run_changes_nothing(tmp_path: Path) ->
 
 
 def test_translate_refuses_an_unfinished_run_unless_allowed(unfinished_translation: Path) -> None:
-    from attnkit.cli.translate import translate
+    from attnkit.cli import command
+    translate = command("translate")
 
     out = unfinished_translation
     refused = CliRunner().invoke(translate, [str(out), "ein hund", "--beam-size", "1"])
@@ -161,7 +162,8 @@ def kill_captioner_at_call(monkeypatch: pytest.MonkeyPatch, call: int) -> None:
 
 def test_caption_overwrite_killed_keeps_the_old_run_and_unfinished_runs_say_so(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from attnkit.cli.caption import caption
+    from attnkit.cli import command
+    caption = command("caption")
     from attnkit.data.shapes import generate_scenes
     from attnkit.train.tasks.caption.captioning import load_caption_run
     from tests.support.cli import train_caption

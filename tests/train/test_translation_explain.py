@@ -16,9 +16,11 @@ from attnkit.attribution.generation import (
     attribute_generation,
     explain_generation,
 )
-from attnkit.cli.translate import translate
+from attnkit.cli import command
 from tests.cli.test_cli_translate import toy_corpus, write_pair
 from tests.support.cli import train_translate
+
+translate = command("translate")
 
 TEXTS = ["ein hund läuft im haus .", "rot kind spielt .", "ein mann läuft ."]
 

@@ -25,14 +25,12 @@ from attnkit.cli import commands
 from attnkit.cli import demo as demo_module
 from attnkit.cli.messages import user_os_error
 
-__all__ = ["main", "cli", "AttnkitGroup", "DEBUG_HINT", "train_tasks"]
+__all__ = ["main", "cli", "command", "AttnkitGroup", "DEBUG_HINT", "train_tasks"]
 
 DEBUG_HINT = "run with --debug or ATTNKIT_DEBUG=1 for the traceback"
 
 # Commands that live in their own modules, imported only when used.
 LAZY_COMMANDS = {
-    "translate": "attnkit.cli.translate:translate",
-    "caption": "attnkit.cli.caption:caption",
     "visualize": "attnkit.cli.visualize:visualize",
     "baseline": "attnkit.cli.baseline:baseline",
     "serve": "attnkit.cli.serve:serve",
@@ -47,6 +45,14 @@ def train_tasks() -> dict[str, click.Command]:
     from attnkit.train.registry import tasks
 
     return {name: task_command(task) for name, task in tasks().items()}
+
+
+def command(name: str) -> click.Command:
+    """The ``attnkit`` command ``name`` (``attnkit train``: the default task's), as the group runs it."""
+    found = cli.get_command(click.Context(cli), name)
+    if found is None:
+        raise KeyError(f"attnkit has no command {name!r}")
+    return found
 
 
 def _default_train() -> click.Command:
@@ -86,11 +92,17 @@ class AttnkitGroup(click.Group):
     """A group with lazily imported commands and ``train --task`` routing."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS, "train"})
+        from attnkit.cli.train import task_commands
+
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS, *task_commands(), "train"})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from attnkit.cli.train import served_command, task_commands
+
         if cmd_name == "train":
             return _default_train()
+        if (spec := task_commands().get(cmd_name)) is not None:
+            return served_command(cmd_name, spec)
         if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
             return _load(LAZY_COMMANDS[cmd_name])
         return super().get_command(ctx, cmd_name)

@@ -366,8 +366,8 @@ def _flag_type(hint: Any, meta: dict[str, Any]) -> Any:
     if meta["choices"] is not None:
         return click.Choice([str(c) for c in meta["choices"]])
     if meta["path"] is not None:
-        return click.Path(exists=meta["path"] != "new-dir", file_okay=meta["path"] in ("file", "any"),
-                          dir_okay=meta["path"] != "file")
+        return click.Path(exists=not meta["path"].startswith("new-"), file_okay=meta["path"] not in ("dir", "new-dir"),
+                          dir_okay=meta["path"] not in ("file", "new-file"))
     bounds = {"min": meta["low"], "max": meta["high"], "min_open": meta["low_open"], "max_open": meta["high_open"]}
     if is_type(hint, int):
         return click.IntRange(**bounds) if meta["low"] is not None or meta["high"] is not None else int
@@ -402,13 +402,17 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Calla
         if only is not None and f.name not in only:
             continue
         flag = flag_name(f.name, meta)
-        if f.name in decided:
+        if meta.get("argument"):
+            decorators.append(click.argument(f.name, nargs=-1 if meta["multiple"] else 1, required=meta["required"],
+                                             type=_flag_type(hint, meta)))
+        elif f.name in decided:
             decorators.append(_library_option(decided[f.name], f, hint, notes(f.name, meta["help"], True)))
         elif hint is bool:
             decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, f.name]
             decorators.append(click.option(*decls, is_flag=True, default=f.default, help=meta["help"]))
         elif meta["multiple"]:
-            decorators.append(click.option(flag, f.name, multiple=True, metavar=meta["metavar"], help=meta["help"]))
+            decorators.append(click.option(flag, f.name, multiple=True, metavar=meta["metavar"], help=meta["help"],
+                                           type=_flag_type(hint, meta) if meta["path"] else None))
         else:
             shown = {} if meta["default_from"] is None else {
                 "cls": LibraryDefaultOption, "default_from": meta["default_from"], **notes(f.name, None, False)}

@@ -1,4 +1,5 @@
-"""``attnkit train --task NAME``: every task's command is generated from its settings tree.
+"""Every task's commands are generated from its settings trees: ``attnkit train --task NAME``
+(:func:`task_command`) and the task's own (``attnkit translate``, ``attnkit predict``: :func:`served_command`).
 
 The flags are the tree's leaves (:func:`attnkit.cli.options.settings_options`: name, type, range, default,
 help; a group a recipe decides arrives None where not given) and the run's own (``--out``, ``--overwrite``,
@@ -20,7 +21,7 @@ from attnkit._lazy import missing_extra_message
 from attnkit.cli.messages import echo, friendly_errors, in_flags, require_room_for_torch
 from attnkit.cli.options import config_option, parse_model_options, run_options, settings_options, task_option
 
-__all__ = ["task_command"]
+__all__ = ["task_command", "served_command", "task_commands"]
 
 
 def task_command(task: Any) -> click.Command:
@@ -80,5 +81,43 @@ def task_command(task: Any) -> click.Command:
             raise click.ClickException(missing_extra_message(err) or address_space_failure(err) or str(err)) from None
         if done:
             click.echo(done)
+
+    return command
+
+
+def task_commands() -> dict[str, Any]:
+    """Every registered task's own commands by name (:class:`attnkit.train.registry.TaskCommand`)."""
+    from attnkit.train.registry import tasks
+
+    return {name: spec for task in tasks().values() for name, spec in task.commands.items()}
+
+
+def served_command(name: str, spec: Any) -> click.Command:
+    """Command ``name`` of a task (:class:`attnkit.train.registry.TaskCommand` ``spec``): its arguments and flags
+    are its tree's leaves (with ``--config``, as every command's), its help the tree's docstring; it makes the
+    tree, calls the task's ``run`` and prints the lines it returns."""
+    from attnkit._checks import tree_from_flat
+    from attnkit.train.registry import resolve
+
+    tree = resolve(spec.settings)
+
+    @click.command(name, help=tree.__doc__)
+    @config_option
+    @settings_options(tree)
+    @friendly_errors
+    def command(**values: Any) -> None:
+        from attnkit.train.runs.resume import PlanError
+
+        try:
+            if "model_opt" in values:  # with the --config file's model_options table
+                values["model_opt"] = parse_model_options(click.get_current_context(), values["model_opt"])
+            settings = tree_from_flat(tree, values)
+        except ValueError as err:
+            raise click.UsageError(in_flags(str(err))) from None
+        try:
+            for line in resolve(spec.run)(settings, lambda line: click.echo(line, err=True)) or ():
+                click.echo(line)
+        except PlanError as err:
+            raise click.UsageError(in_flags(str(err))) from None
 
     return command

@@ -20,11 +20,20 @@ import importlib
 import os
 import pkgutil
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Task", "register_task", "tasks", "task_of_run", "load_run", "resolve"]
+__all__ = ["Task", "TaskCommand", "register_task", "tasks", "task_of_run", "load_run", "resolve", "allow_unfinished"]
+
+ALLOW_UNFINISHED = "Use a run whose training did not finish (its best weights so far) instead of refusing it."
+
+
+def allow_unfinished() -> Any:
+    """The ``allow_unfinished`` setting of every command that reads a run (``--allow-unfinished``)."""
+    from attnkit._checks import setting
+
+    return setting(False, ALLOW_UNFINISHED)
 
 
 def resolve(target: Any) -> Any:
@@ -36,6 +45,19 @@ def resolve(target: Any) -> Any:
     for attribute in path.split("."):
         value = getattr(value, attribute)
     return value
+
+
+@dataclass(frozen=True)
+class TaskCommand:
+    """A command a task answers besides training it (``attnkit translate``, ``attnkit predict``), generated as
+    ``attnkit train --task NAME`` is (:func:`attnkit.cli.train.served_command`). ``settings``: its tree of
+    :func:`attnkit._checks.setting` leaves (its arguments and flags; the docstring is its help); ``run(settings,
+    warn)`` does its work and returns (or yields) the lines it prints, ``warn`` taking those for standard error
+    (a :class:`~attnkit.train.runs.resume.PlanError` is a usage error). Both may be ``"module:attribute"``
+    strings."""
+
+    settings: Any
+    run: Any
 
 
 @dataclass(frozen=True)
@@ -53,7 +75,8 @@ class Task:
     ``takes_flags``: ``train(values, run, given)`` gets the command's values by name and resumes by the one
     rule itself (classification). ``shrinks``: its run shrinks to fit ``--max-memory`` instead of being refused;
     ``after``: what is left to do once a run interrupted after its training is saved (``{out}``: the run);
-    ``default``: ``attnkit train`` without ``--task`` trains it.
+    ``default``: ``attnkit train`` without ``--task`` trains it; ``commands``: the task's own commands by name
+    (:class:`TaskCommand`).
     """
 
     name: str
@@ -70,6 +93,7 @@ class Task:
     shrinks: bool = False
     after: str | None = None
     default: bool = False
+    commands: dict[str, TaskCommand] = field(default_factory=dict)
     serve: Any = None
     """``serve(name, path, loaded)`` -> the run as ``attnkit serve`` answers for it (its ``kind``, ``routes``, a
     method per route, ``info()``); None: served as a classifier (:class:`attnkit.serve.models.ServedModel`)."""

@@ -1,7 +1,8 @@
 """Image captioning: training and serving (``captioning``), its data (``caption_data``), settings
-(``caption_settings``), memory plan (``caption_memory``) and cached encoder features (``feature_cache``)."""
+(``caption_settings``), memory plan (``caption_memory``), cached encoder features (``feature_cache``) and
+``attnkit caption`` (``command``)."""
 
-from attnkit.train.registry import Task, register_task
+from attnkit.train.registry import Task, TaskCommand, register_task
 
 __all__ = ["MODEL_NAME", "TASK"]
 
@@ -14,4 +15,6 @@ TASK = register_task(Task(
     "attnkit.train.tasks.caption.captioning:CaptionRun.load", "attnkit caption",
     settings="attnkit.train.tasks.caption.caption_settings:CaptionSettings",
     train="attnkit.train.tasks.caption.captioning:train_caption_run",
-    serve="attnkit.train.tasks.caption.served:ServedCaptioner"))
+    serve="attnkit.train.tasks.caption.served:ServedCaptioner",
+    commands={"caption": TaskCommand("attnkit.train.tasks.caption.command:CaptionCommand",
+                                     "attnkit.train.tasks.caption.command:caption_command")}))

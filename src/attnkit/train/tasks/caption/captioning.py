@@ -22,7 +22,7 @@ stochastic attention regulariser when the config asks for it),
 Training commits one generation per epoch (status ``training``) and a last
 one (status ``done``); readers refuse an unfinished run unless asked.
 
-``attnkit train --task caption`` and ``attnkit caption`` (:mod:`attnkit.cli.caption`) read
+``attnkit train --task caption`` and ``attnkit caption`` (:mod:`attnkit.train.tasks.caption.command`) read
 their flags and call these.
 """
 

@@ -1,7 +1,8 @@
 """Translation: training a sequence-to-sequence Transformer (``translation``), its settings (``settings``), and
-its run folder and :class:`~attnkit.train.tasks.translate.translation_run.Translator` (``translation_run``)."""
+its run folder and :class:`~attnkit.train.tasks.translate.translation_run.Translator` (``translation_run``),
+``attnkit translate`` (``command``)."""
 
-from attnkit.train.registry import Task, register_task
+from attnkit.train.registry import Task, TaskCommand, register_task
 
 MODEL_NAME = "seq2seq"
 """The ``model_name`` of a translation run's config.json."""
@@ -11,4 +12,6 @@ TASK = register_task(Task(
     "attnkit.train.tasks.translate.translation_run:load_translation_run", "attnkit translate",
     settings="attnkit.train.tasks.translate.settings:TranslationSettings",
     train="attnkit.train.tasks.translate.translation:train_translation_run",
-    serve="attnkit.train.tasks.translate.served:ServedTranslator"))
+    serve="attnkit.train.tasks.translate.served:ServedTranslator",
+    commands={"translate": TaskCommand("attnkit.train.tasks.translate.command:TranslateCommand",
+                                       "attnkit.train.tasks.translate.command:translate_command")}))
