@@ -147,8 +147,10 @@ def test_a_config_key_given_twice_is_refused(tmp_path, data_csv, text, message) 
 
 
 def test_config_takes_internal_names_too_and_json_for_evaluate(tmp_path) -> None:
-    from attnkit.cli.commands import evaluate, predict
+    from attnkit.cli import command
     from attnkit.cli.options import config_keys
+
+    evaluate, predict = command("evaluate"), command("predict")
 
     assert config_keys(evaluate)["json"] == "as_json" and config_keys(evaluate)["as_json"] == "as_json"
     assert config_keys(evaluate)["format"] == config_keys(evaluate)["data_format"] == "data_format"

@@ -10,7 +10,6 @@ import textwrap
 from fractions import Fraction
 from pathlib import Path
 
-import click
 import pytest
 import torch
 from click.testing import CliRunner
@@ -19,7 +18,8 @@ import attnkit.cli as cli_module
 import attnkit.cli.visualize as visualize_module
 from attnkit._lazy import missing_extra_message
 from attnkit.cli import DEBUG_HINT, cli, unexpected_error_message
-from attnkit.cli.inputs import read_text_lines, truncation_notice, warn_truncated
+from attnkit.data.readers import read_text_lines, truncation_notice
+from attnkit.train.tasks.classify.command import truncation_line
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD_UTF8 = b"a fine film\n\xe9t\xe9 ruined it\n"  # latin-1 bytes, not UTF-8
@@ -166,18 +166,18 @@ def test_entry_point_without_click_names_the_extra() -> None:
 def test_read_text_lines_names_file_line_and_byte(tmp_path: Path) -> None:
     path = tmp_path / "texts.txt"
     path.write_bytes(BAD_UTF8)
-    with pytest.raises(click.ClickException) as info:
+    with pytest.raises(ValueError) as info:
         read_text_lines(path)
-    message = info.value.message
+    message = str(info.value)
     assert f"{path}, line 2, column 1" in message and "byte 0xe9" in message and "save the file as UTF-8" in message
-    with pytest.raises(click.ClickException, match="pass --encoding with the file's encoding"):
+    with pytest.raises(ValueError, match="pass --encoding with the file's encoding"):
         read_text_lines(path, encoding_flag="--encoding")
     assert read_text_lines(path, "latin-1") == ["a fine film", "été ruined it", ""]
     path.write_bytes(b"\xef\xbb\xbffirst\r\nsecond")
     assert read_text_lines(path) == ["first", "second"]
-    with pytest.raises(click.ClickException, match="'klingon' is not a known text encoding"):
+    with pytest.raises(ValueError, match="'klingon' is not a known text encoding"):
         read_text_lines(path, "klingon")
-    with pytest.raises(click.ClickException, match="cannot read .*missing.txt"):
+    with pytest.raises(ValueError, match="cannot read .*missing.txt"):
         read_text_lines(tmp_path / "missing.txt")
 
 
@@ -203,16 +203,15 @@ def test_truncation_notice() -> None:
         "note: 2 of 3 texts were cut to 64 tokens (the model's maximum length); the longest had 700"
 
 
-def test_warn_truncated_counts_as_the_run_does(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_cut_text_is_counted_as_the_run_reads_it() -> None:
     from attnkit.data.tokenization import encode_batch, train_tokenizer
 
     tokenizer = train_tokenizer(["a quietly moving film", "dull and boring plot"] * 3, kind="word")
     texts = ["a quietly moving film " * 5, "dull plot"]
-    warn_truncated(tokenizer, texts, 8)
     assert len(encode_batch(tokenizer, texts, 8)[0]) == 8
-    assert capsys.readouterr().err == "note: kept the first 8 of 20 tokens of text 1 (the run's maximum length, 8)\n"
-    warn_truncated(tokenizer, texts, 20)
-    assert capsys.readouterr().err == ""
+    assert truncation_line(tokenizer, texts, 8) == \
+        "note: kept the first 8 of 20 tokens of text 1 (the run's maximum length, 8)"
+    assert truncation_line(tokenizer, texts, 20) is None
 
 
 def test_visualize_says_how_much_of_a_long_text_it_kept(demo_run: Path, tmp_path: Path) -> None:

@@ -214,8 +214,7 @@ def bench(quick: bool, out_json: str | None, cases: tuple[str, ...]) -> None:
 
 
 cli.add_command(demo_module.demo)
-for _command in (commands.evaluate, commands.predict, commands.cv, commands.report):
-    cli.add_command(_command)
+cli.add_command(commands.cv)
 
 
 def main() -> None:

@@ -24,8 +24,8 @@ from typing import Any
 import click
 
 from attnkit._lazy import require_extra
-from attnkit.cli.inputs import read_text_lines, truncation_notice
 from attnkit.cli.options import allow_unfinished_option
+from attnkit.data.readers import read_text_lines, truncation_notice
 from attnkit.viz.views import AttentionView, is_attnkit_report, write_views
 
 __all__ = [
@@ -120,7 +120,10 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
 
     items = list(texts)
     if text_file is not None:
-        lines = read_text_lines(text_file, encoding, encoding_flag="--encoding")
+        try:
+            lines = read_text_lines(text_file, encoding, encoding_flag="--encoding")
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
         items += [line for line in lines if line.strip()]
     if not items and not images:
         raise click.UsageError("give at least one TEXT argument, --file or --image")

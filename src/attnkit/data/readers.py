@@ -81,7 +81,7 @@ from attnkit.data.examples import (
 __all__ = ["Example", "DataFormatError", "BadRow", "SkippedRows", "MAX_REPORTED", "FORMATS", "read_examples",
            "ReaderSettings",
            "read_lines", "guess_format", "read_texts", "detect_unicode_encoding", "encoding_hint", "sniff_delimiter",
-           "check_delimiter", "format_from_name"]
+           "check_delimiter", "format_from_name", "read_text_lines", "truncation_notice"]
 
 FORMATS = ("csv", "tsv", "jsonl", "label-tab-text", "label-space-text", "folder", "polarity")
 """The format names :func:`read_examples` accepts."""
@@ -612,3 +612,63 @@ def read_texts(path: str | os.PathLike[str], *, format: str | None = None, encod
             return [row[ti] for row in reader if len(row) > ti and row[ti].strip()]
         except csv.Error as exc:
             raise DataFormatError(p, reader.line_num, f"malformed row ({exc})") from None
+
+
+def read_text_lines(path: str | Path, encoding: str = "utf-8", *,
+                    encoding_flag: str | None = None) -> list[str]:
+    """Every line of the text file ``path``, without its line ending.
+
+    A UTF-8 byte-order mark is dropped. A byte that is not ``encoding`` raises a ValueError naming the file, the
+    1-based line, the column and the byte; it suggests ``encoding_flag`` (e.g. ``"--encoding"``) when the command
+    has such an option.
+    """
+    path = Path(path)
+    try:
+        codec = codecs.lookup(encoding).name
+    except LookupError:
+        flag = f"{encoding_flag} " if encoding_flag else ""
+        raise ValueError(f"{flag}{encoding!r} is not a known text encoding "
+                         "(examples: utf-8, latin-1, cp1252, utf-16)") from None
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror or err}") from None
+    hint = encoding_hint(data, encoding, flag=encoding_flag)
+    if hint is not None:
+        raise ValueError(f"{path}: {hint}")
+    try:
+        text = data.decode("utf-8-sig" if codec == "utf-8" else encoding)
+    except UnicodeDecodeError as err:
+        raise ValueError(_decode_error(path, data, err, encoding, encoding_flag)) from None
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
+def _decode_error(path: Path, data: bytes, err: UnicodeDecodeError, encoding: str,
+                  encoding_flag: str | None) -> str:
+    line = data.count(b"\n", 0, err.start) + 1
+    column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+    bad = data[err.start:max(err.end, err.start + 1)][:4].hex(" ")
+    where = f"{path}, line {line}, column {column} (byte offset {err.start})"
+    if encoding_flag:
+        advice = f"pass {encoding_flag} with the file's encoding (for example {encoding_flag} latin-1)"
+    else:
+        advice = "save the file as UTF-8"
+    return f"{where}: byte 0x{bad} is not valid {encoding} ({err.reason}); {advice}"
+
+
+def truncation_notice(counts: Sequence[tuple[int, int]], *, what: str = "the model's maximum length") -> str | None:
+    """One line saying which texts were cut, or None when none was.
+
+    ``counts`` holds ``(kept, total)`` tokens per text, in order.
+    """
+    cut = [(i, kept, total) for i, (kept, total) in enumerate(counts, 1) if total > kept]
+    if not cut:
+        return None
+    if len(cut) == 1:
+        i, kept, total = cut[0]
+        label = "the text" if len(counts) == 1 else f"text {i}"
+        return f"note: kept the first {kept} of {total} tokens of {label} ({what})"
+    longest = max(total for _, _, total in cut)
+    limit = max(kept for _, kept, _ in cut)
+    return (f"note: {len(cut)} of {len(counts)} texts were cut to {limit} tokens ({what}); "
+            f"the longest had {longest}")

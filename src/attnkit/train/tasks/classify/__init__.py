@@ -1,13 +1,13 @@
 """Text classification: the pipeline from labelled texts to a run (``pipeline``, ``plan``), the default recipe
 (``recipe``), the TF-IDF baseline (``baseline``), what it is trained for (``objective``), BERT fine-tuning
-(``finetune``) and the trained classifier served (``predictor``, ``inference``). The NumPy twin's classifiers
-(``train/tasks/numpy``) are a backend of this task: its runs are claimed and served here."""
+(``finetune``), the trained classifier served (``predictor``, ``inference``) and its commands (``command``). The
+NumPy twin's classifiers (``train/tasks/numpy``) are a backend of this task: its runs are claimed and served here."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from attnkit.train.registry import Task, register_task
+from attnkit.train.registry import Task, TaskCommand, register_task
 
 __all__ = ["TASK"]
 
@@ -26,4 +26,7 @@ TASK = register_task(Task(
     settings="attnkit.train.tasks.classify.settings:ClassifyCommand",
     train="attnkit.train.tasks.classify.training:train_from_flags", grows=(), takes_flags=True, shrinks=True,
     after="its reports (report.txt, report.html) were not all written; write them with: attnkit report {out}",
-    default=True))
+    default=True,
+    commands={name: TaskCommand(f"attnkit.train.tasks.classify.command:{name.title()}Command",
+                                f"attnkit.train.tasks.classify.command:{name}_command")
+              for name in ("predict", "evaluate", "report")}))

@@ -1,0 +1,239 @@
+"""The classifiers' own commands, generated from the trees here (:func:`attnkit.cli.train.served_command`):
+``attnkit predict``, ``evaluate`` and ``report`` read a run; each function returns (or yields) the lines the
+command prints and says its notices through ``warn``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnkit._checks import setting, shown
+from attnkit.data.readers import ReaderSettings
+from attnkit.train.registry import allow_unfinished
+
+__all__ = ["PredictCommand", "EvaluateCommand", "ReportCommand", "predict_command", "evaluate_command",
+           "report_command", "texts_to_classify", "truncation_line"]
+
+Warn = Callable[[str], None]
+
+
+def _run() -> Any:
+    return setting("", "The classification run.", argument=True, required=True, path="dir")
+
+
+def load_classifier(run: str, allow_unfinished: bool, warn: Warn) -> Any:
+    """The :class:`~attnkit.train.tasks.classify.predictor.Predictor` of run ``run`` (either backend): an
+    unfinished run is refused, or served with its notice said through ``warn``; a run of another task is refused
+    naming the command that serves it."""
+    from attnkit.train.tasks.classify.predictor import Predictor
+
+    predictor = Predictor.from_pretrained(run, allow_unfinished=allow_unfinished)
+    if predictor.notice:
+        warn(predictor.notice)
+    return predictor
+
+
+def labelled_examples(path: str, reader: ReaderSettings, warn: Warn) -> list[Any]:
+    """The labelled examples of data file ``path`` read with ``reader`` (skipped rows said through ``warn``);
+    a file of none is an error."""
+    from attnkit.data.readers import read_examples
+
+    examples = read_examples(path, **reader.kwargs(lambda skipped: warn(skipped.summary(limit=5))))
+    if not examples:
+        raise ValueError(f"{path} holds no examples")
+    return examples
+
+
+# --- predict -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PredictCommand:
+    """Classify texts with a trained run.
+
+    \b
+    Example:
+      attnkit predict runs/reviews "a quietly moving film" --explain
+    """
+
+    run: str = _run()
+    texts: tuple[str, ...] = setting((), "Texts to classify.", argument=True, multiple=True)
+    text_file: str | None = setting(None, "Classify the texts of this file as well: the --text-field column of a "
+                                          ".csv, .tsv or .jsonl file, every non-empty line of any other.",
+                                    flag="--file", path="file")
+    text_field: str = setting("text", "Text column/field of a --file .csv/.tsv/.jsonl.")
+    delimiter: str | None = setting(None, "Column separator of a --file .csv/.tsv, e.g. ';' or tab.", metavar="CHAR")
+    encoding: str = setting("utf-8", "Text encoding of --file.")
+    explain: bool = setting(False, "List the most attended tokens of each prediction (and, for a model with an "
+                                   "n-gram half, what each half adds and the n-grams that add most).")
+    top: int = setting(5, "How many tokens --explain lists.", low=1)
+    as_json: bool = setting(False, "One JSON object per line.", flag="--json")
+    allow_unfinished: bool = allow_unfinished()
+
+
+def predict_command(s: PredictCommand, warn: Warn) -> Iterator[str]:
+    """Each text's label, probability and text (``as_json``: a JSON object), and with ``explain`` its
+    explanation, its most attended tokens and, for a model with an n-gram half, what each half adds and the
+    n-grams that add most (a NumPy run's predictions have only the tokens: nothing that needs torch is imported
+    for them)."""
+    from attnkit.train.runs.resume import PlanError
+
+    items = list(s.texts)
+    if s.text_file:
+        items += texts_to_classify(s.text_file, warn, encoding=s.encoding, text_field=s.text_field,
+                                   delimiter=s.delimiter)
+    if not items:
+        raise PlanError("give at least one TEXT argument or `text_file`")
+    predictor = load_classifier(s.run, s.allow_unfinished, warn)
+    if predictor.tokenizer is not None and (notice := truncation_line(predictor.tokenizer, items,
+                                                                      predictor.read_len)):
+        warn(notice)  # a NumPy run reads whitespace-split words
+    top = s.top if s.explain else 0
+    for p in predictor.explain(items, top=top):
+        if s.as_json:
+            yield json.dumps(p.fields())
+            continue
+        yield f"{shown(p.label)}\t{p.probability:.3f}\t{shown(p.text)}"
+        if top and p.explanation:
+            from attnkit.attribution.report import explanation_line
+
+            yield shown("    " + explanation_line(p.explanation, top, s.run))
+        if top:
+            yield shown("    attended: " + ", ".join(f"{tok} ({w:.2f})" for tok, w in p.top_tokens))
+        if top and p.halves:
+            from attnkit.train.tasks.classify.inference import format_ngrams
+
+            yield (f"    margin from the network {p.halves['network']:+.2f}, "
+                   f"from n-grams {p.halves['ngrams']:+.2f}: " + shown(format_ngrams(p.top_ngrams)))
+
+
+def texts_to_classify(path: str | Path, warn: Warn, *, encoding: str = "utf-8", text_field: str = "text",
+                      delimiter: str | None = None) -> list[str]:
+    """The texts of a file given to ``predict --file``: the ``--text-field`` column of a .csv/.tsv/.jsonl
+    (never its header or its label column; a note says which column was read), else every non-empty line, with
+    a warning when the first line looks like a header of columns (both through ``warn``)."""
+    from attnkit.data.readers import format_from_name, read_text_lines, read_texts, sniff_delimiter
+
+    p = Path(path)
+    fmt = format_from_name(p)
+    if fmt in ("csv", "tsv", "jsonl"):
+        texts = read_texts(p, format=fmt, encoding=encoding, text_field=text_field, delimiter=delimiter)
+        warn(f"note: classifying the {text_field!r} {'field' if fmt == 'jsonl' else 'column'} of {p} "
+             f"({len(texts)} texts)")
+        return texts
+    lines = [line for line in read_text_lines(p, encoding, encoding_flag="--encoding") if line.strip()]
+    if lines and sniff_delimiter(lines[0], [text_field], "") is not None and lines[0].count(" ") == 0:
+        warn(f"warning: the first line of {p}, {lines[0][:60]!r}, looks like a header of columns; --file "
+             f"classifies every line of a plain text file as one text (a .csv, .tsv or .jsonl file is read by "
+             f"its --text-field column)")
+    return lines
+
+
+def truncation_line(tokenizer: Any, texts: Sequence[str], max_len: int) -> str | None:
+    """:func:`~attnkit.data.readers.truncation_notice` for a run's tokenizer and ``max_len``, counting tokens as
+    :func:`attnkit.data.tokenization.encode_batch` does (no special tokens), so ``kept`` is what the run's
+    model sees."""
+    from attnkit.data.readers import truncation_notice
+    from attnkit.data.tokenization import tokenizable
+
+    encodings = tokenizer.encode_batch(tokenizable(texts), add_special_tokens=False)
+    counts = [(min(len(e.ids), max_len), len(e.ids)) for e in encodings]
+    return truncation_notice(counts, what=f"the run's maximum length, {max_len}")
+
+
+# --- evaluate ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvaluateCommand:
+    """Score a trained run on labelled data: accuracy, macro-F1, confusion matrix.
+
+    \b
+    Example:
+      attnkit evaluate runs/reviews --data test.csv
+      attnkit evaluate runs/reviews --data test.csv --faithfulness --json > scores.json
+    """
+
+    run: str = _run()
+    data: str | None = setting(None, "Labelled data to score.", path="any", required=True)
+    reader: ReaderSettings = dataclasses.field(default_factory=ReaderSettings)
+    as_json: bool = setting(False, "Print the metrics as JSON.", flag="--json")
+    faithfulness: bool = setting(False, "Also score how faithful each explanation method is on --data: "
+                                        "comprehensiveness and sufficiency (ERASER AOPC) beside a random-order "
+                                        "control.")
+    allow_unfinished: bool = allow_unfinished()
+
+
+def evaluate_command(s: EvaluateCommand, warn: Warn) -> Iterator[str]:
+    """The run's metrics on ``data`` (``as_json``: as JSON), with ``faithfulness`` each explanation method's."""
+    from attnkit.train.metrics import metrics_lines
+
+    predictor = load_classifier(s.run, s.allow_unfinished, warn)
+    if s.faithfulness and predictor.backend == "numpy":
+        raise ValueError(f"`faithfulness` needs a torch run; {s.run} is a NumPy run (attnkit train --backend "
+                         "numpy), whose model has no gradients or exact contributions to score")
+    examples = labelled_examples(s.data, s.reader, warn)
+    texts = [e.text for e in examples]
+    metrics = predictor.evaluate(texts, [e.label for e in examples], progress=True)
+    if s.faithfulness:
+        from attnkit.attribution.faithfulness import text_faithfulness
+
+        metrics["faithfulness"] = text_faithfulness(predictor.model, predictor.tokenizer, texts,
+                                                    max_len=predictor.max_len)
+    if s.as_json:
+        yield json.dumps(metrics, indent=2)
+        return
+    yield from metrics_lines(f"{s.run} on {s.data}", metrics, predictor.labels)
+    if s.faithfulness:
+        from attnkit.attribution.faithfulness import format_table
+
+        yield from format_table(metrics["faithfulness"])
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportCommand:
+    """Write report.txt and report.html of a trained run, as train does when training ends.
+
+    The test part is split again from the run's own data, so the reports
+    are those train writes. For a run interrupted after its training ended,
+    before the reports were written (with --allow-unfinished, also for a run
+    whose training did not finish: its best weights so far).
+
+    \b
+    Example:
+      attnkit report runs/reviews
+    """
+
+    run: str = _run()
+    data: str | None = setting(None, "The run's training data, if it has moved (default: where the run read it; "
+                                     "the content must be the same).", path="any")
+    val_path: str | None = setting(None, "The run's --val file, if it has moved.", path="any", flag="--val")
+    test_path: str | None = setting(None, "The run's --test file, if it has moved.", path="any", flag="--test")
+    allow_unfinished: bool = allow_unfinished()
+
+
+def report_command(s: ReportCommand, warn: Warn) -> Iterator[str]:
+    """Write the run's reports; the line saying so."""
+    from attnkit.train.tasks.classify import start
+    from attnkit.train.tasks.classify.reports import result_of_run, write_reports
+    from attnkit.train.tasks.classify.training import REPORTS_WRITTEN
+
+    out = Path(s.run)
+    predictor = load_classifier(s.run, s.allow_unfinished, warn)
+    if predictor.backend == "numpy":
+        raise ValueError(f"{s.run} is a NumPy run (attnkit train --backend numpy), which has no reports")
+    meta = predictor.config
+    values: dict[str, Any] = {"data": s.data, "val_path": s.val_path, "test_path": s.test_path}
+    values.update(start.resumed_data_source(meta.get("data") or {}, values, out))
+    reader = ReaderSettings.of(values).kwargs(lambda skipped: warn(skipped.summary(limit=5)))
+    result = result_of_run(out, predictor, start.data_plan(values, out, reader))
+    write_reports(out, result, meta["train_config"].get("metric", "accuracy"),
+                  (meta.get("metrics") or {}).get("baseline"))
+    yield REPORTS_WRITTEN.format(out=out)
