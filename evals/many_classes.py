@@ -89,9 +89,9 @@ _DEFAULT = r"""
 import atexit, json, sys, time
 from attnkit._memory import peak_rss_mib
 from attnkit.models.ngram_half import NgramHalf
-from attnkit.train.tasks.classify import pipeline, plan
+from attnkit.train.tasks.classify import pipeline, plan, reports
 from attnkit.train.loop import trainer
-from attnkit.cli import baseline as reports, cli
+from attnkit.cli import cli
 
 spent = {}
 start = time.perf_counter()

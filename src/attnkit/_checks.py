@@ -37,7 +37,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 __all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of", "dataclass_kwargs",
-           "nested_paths_hint", "spell_settings", "setting", "setting_fields", "tree_from_flat", "check_settings",
+           "nested_paths_hint", "spell_settings", "setting", "setting_of", "setting_fields", "tree_from_flat",
+           "check_settings",
            "is_type", "parse_duration", "shown"]
 
 T = TypeVar("T")
@@ -133,7 +134,7 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
             low_open: bool = False, high_open: bool = False, choices: Sequence[Any] | None = None,
             flag: str | None = None, path: str | None = None, duration: bool = False, metavar: str | None = None,
             required: bool = False, check: Callable[[Any], Any] | None = None, default_from: str | None = None,
-            multiple: bool = False, argument: bool = False) -> Any:
+            multiple: bool = False, argument: bool = False, short: str | None = None, size: bool = False) -> Any:
     """A settings field that says everything about itself once: its default, its help, its range.
 
     :func:`check_settings` checks a value against it, and the command line builds its flag from it
@@ -148,13 +149,21 @@ def setting(default: Any, help: str, *, low: float | None = None, high: float | 
     flag's); ``default_from``: for a field whose None leaves the choice to the code that reads it, where that code
     keeps the default it applies (``"module:function.keyword"``, :func:`attnkit.cli.options.resolve_default`), shown
     in the flag's help; ``multiple``: a tuple of values, its flag given once for each (``--model-opt``);
-    ``argument``: on the command line a positional argument (``RUN``; ``multiple``: any number of them), not a flag.
+    ``argument``: on the command line a positional argument (``RUN``; ``multiple``: any number of them), not a flag;
+    ``short``: the flag's one-letter alias (``-q``); ``size``: bytes, which the command line reads as ``4GB``.
     """
     meta = {"help": help, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
             "choices": tuple(choices) if choices is not None else None, "flag": flag, "path": path,
             "duration": duration, "metavar": metavar, "required": required, "check": check,
-            "default_from": default_from, "multiple": multiple, "argument": argument}
+            "default_from": default_from, "multiple": multiple, "argument": argument, "short": short, "size": size}
     return dataclasses.field(default=default, metadata={"attnkit": meta})
+
+
+def setting_of(cls: type, name: str) -> Any:
+    """Setting ``name`` of settings dataclass ``cls`` again (its default, help, range): for a command that takes
+    one setting of a group (``attnkit baseline``'s ``class_weight``), so the two cannot disagree."""
+    found = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return dataclasses.field(default=found.default, metadata=found.metadata)
 
 
 class FieldError(ValueError):

@@ -301,10 +301,10 @@ def test_every_suggested_flag_exists_on_its_command(message: Message) -> None:
     ("pass --epochs 3", "viz/report.py", None, []),
     ("pass --epoch 3", "viz/report.py", None, ["--epoch is no option of any attnkit command"]),
     ("continue with attnkit demo --resume", "viz/report.py", None, ["--resume is no option of attnkit demo"]),
-    ("give --src and --tgt", "cli/commands.py", "cv", ["--src is no option of the command(s) cli/commands.py "
-                                                       "defines", "--tgt is no option of the command(s) "
-                                                       "cli/commands.py defines"]),
-    ("give --folds", "cli/commands.py", "cv", []),
+    ("give --src and --tgt", "cli/visualize.py", "visualize", ["--src is no option of the command(s) "
+                                                               "cli/visualize.py defines", "--tgt is no option of "
+                                                               "the command(s) cli/visualize.py defines"]),
+    ("give --file", "cli/visualize.py", "visualize", []),
     # rule 4: read_texts is predict --file's reader, and predict has no --skip-bad-rows
     ("or pass --skip-bad-rows", "data/readers.py", "read_texts",
      ["--skip-bad-rows is no option of attnkit predict, which reaches this message"]),
@@ -316,7 +316,7 @@ def test_every_suggested_flag_exists_on_its_command(message: Message) -> None:
       for c in ("demo", "train --task caption", "train --task translate")]),
     ("retrain with a lower --lr", "train/runs/run_files.py", "refuse_non_finite_file",
      [f"--lr is no option of attnkit {c}, which reaches this message"
-      for c in ("caption", "evaluate", "predict", "report", "serve", "visualize")]),
+      for c in ("caption", "evaluate", "predict", "report", "serve")]),
     ("start it again with attnkit train --overwrite", "train/runs/rundir.py", "committed_dir", []),
 ])
 def test_the_rules_catch_a_wrong_flag(text: str, module: str, function: str | None, expected: list[str]) -> None:

@@ -333,6 +333,28 @@ def test_no_shared_module_imports_a_task() -> None:
     assert shared_task_imports(planted) == ["attnkit.train.config -> attnkit.train.tasks.classify.objective"]
 
 
+def cli_task_names(graph: dict[str, set[str]], sources: dict[str, str]) -> list[str]:
+    """``"cli module -> task module"`` for each module of the command line that imports a task, or names one in a
+    string (``"attnkit.train.tasks.translate.command:translate_command"``): every command of a task is generated
+    from the task's own trees through the registry (:func:`attnkit.cli.train.served_command`), so the command line
+    names no task."""
+    imports = [f"{name} -> {dep}" for name, deps in graph.items() if name.startswith("attnkit.cli")
+               for dep in deps if dep.startswith(TASKS + ".")]
+    strings = [f"{name} -> {node.value}" for name, source in sources.items() if name.startswith("attnkit.cli")
+               for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Constant)
+               and isinstance(node.value, str) and node.value.startswith(TASKS + ".")]
+    return sorted(imports + strings)
+
+
+def test_the_command_line_names_no_task() -> None:
+    sources = {name: p.read_text(encoding="utf-8") for name, p in MODULES.items()}
+    assert not cli_task_names(import_graph(), sources)
+    assert cli_task_names({"attnkit.cli.serve": {"attnkit.train.tasks.classify.predictor", "attnkit.data"}},
+                          {"attnkit.cli.x": 'RUN = "attnkit.train.tasks.translate.command:run"\n'}) == \
+        ["attnkit.cli.serve -> attnkit.train.tasks.classify.predictor",
+         "attnkit.cli.x -> attnkit.train.tasks.translate.command:run"]
+
+
 def test_the_new_parts_are_covered() -> None:
     """integrations, api and estimator have their rules: an upward import from each is caught."""
     assert imported_parts("from attnkit.train.registry import load_run") - MAY_IMPORT["integrations"] == {"train"}

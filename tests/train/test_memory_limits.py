@@ -440,7 +440,7 @@ def test_train_names_the_limit_when_memory_runs_out_under_it(tmp_path, monkeypat
 _FLOOR = r"""
 import importlib.util, json
 from pathlib import Path
-import attnkit.cli, attnkit.cli.commands
+import attnkit.cli, attnkit.cli.options
 from attnkit._memory import START_MARGIN, TORCH_MAP_FACTOR, status_bytes
 folder = Path(importlib.util.find_spec("torch").origin).parent
 libraries = sum(f.stat().st_size for f in [*folder.glob("*.so"), *(folder / "lib").glob("*.so*")])

@@ -31,11 +31,9 @@ def test_a_run_writer_is_built_in_one_place() -> None:
 def test_the_command_line_holds_no_run_pipeline(name: str) -> None:
     """Commands call one library function per task; they never open a run or train a model themselves,
     except through that function (run_plan, a task's train, the numpy backend's train_numpy)."""
-    allowed = {"fit_translation": {"cli/translate.py"},
-               "fit_classifier": {"cli/demo.py"}}.get(name, set())
     used = {str(p.relative_to(SRC)) for p in sorted((SRC / "cli").glob("*.py"))
             if _calls(p.read_text(encoding="utf-8"), name)}
-    assert used <= allowed, f"{name} called from {sorted(used - allowed)}"
+    assert not used, f"{name} called from {sorted(used)}"
 
 
 def test_the_counter_sees_a_call() -> None:

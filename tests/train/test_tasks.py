@@ -150,6 +150,14 @@ def test_a_fifth_task_is_one_folder(fifth_task: Path, tmp_path: Path) -> None:
     assert f"counted 4 words into {out}" in resumed.output
     assert attnkit.load_run(out) == {"the": 3.0, "cat": 1.5, "saw": 1.5, "dog": 1.5}
     assert registry.task_of_run(out).name == "count"
+    # its own command, generated from its tree: listed, its flags and arguments, a usage error by the one rule
+    assert "weigh" in runner.invoke(cli, ["--help"]).output
+    assert "--digits INTEGER RANGE" in runner.invoke(cli, ["weigh", "--help"]).output
+    weighed = runner.invoke(cli, ["weigh", str(out), "the", "dog", "owl", "--digits", "1"])
+    assert weighed.exit_code == 0 and weighed.output == "the\t3.0\ndog\t1.5\nowl\t0.0\n", weighed.output
+    assert runner.invoke(cli, ["weigh", str(out), "the", "--digits", "7"]).exit_code == 2  # its range
+    nothing = runner.invoke(cli, ["weigh", str(out)])
+    assert nothing.exit_code == 2 and "give at least one WORD" in nothing.output
     other = runner.invoke(cli, ["predict", str(out), "a text"])
     assert other.exit_code == 1 and f"{out} is a word counting run, not a text classification run: use" in other.output
     again = runner.invoke(cli, ["train", "--task", "count", "--text", str(text), "--out", str(out), "--resume"])

@@ -21,8 +21,6 @@ from typing import Any
 import click
 
 from attnkit._lazy import missing_extra_message
-from attnkit.cli import commands
-from attnkit.cli import demo as demo_module
 from attnkit.cli.messages import user_os_error
 
 __all__ = ["main", "cli", "command", "AttnkitGroup", "DEBUG_HINT", "train_tasks"]
@@ -32,7 +30,6 @@ DEBUG_HINT = "run with --debug or ATTNKIT_DEBUG=1 for the traceback"
 # Commands that live in their own modules, imported only when used.
 LAZY_COMMANDS = {
     "visualize": "attnkit.cli.visualize:visualize",
-    "baseline": "attnkit.cli.baseline:baseline",
     "serve": "attnkit.cli.serve:serve",
     "verify": "attnkit.cli.verify:verify",
 }
@@ -213,8 +210,6 @@ def bench(quick: bool, out_json: str | None, cases: tuple[str, ...]) -> None:
     bench_module.run(selected, quick=quick, out_json=out_json, echo=click.echo)
 
 
-cli.add_command(demo_module.demo)
-cli.add_command(commands.cv)
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ import click
 
 from attnkit._checks import flag_name
 from attnkit.cli.messages import in_flags
-from attnkit.train.memory_budget import DEFAULT_HELP
+from attnkit.train.memory_budget import MEMORY_HELP, SHRINKING_MEMORY_HELP
 
 if TYPE_CHECKING:
     from attnkit.data.readers import SkippedRows
@@ -39,7 +39,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 __all__ = ["SEED", "settings_options", "Duration", "memory_option", "refusing_memory_option",
            "run_options",
            "MemorySize", "LibraryDefaultOption", "resolve_default",
-           "config_keys", "allow_unfinished_option", "load_classifier", "task_option", "config_option",
+           "config_keys", "allow_unfinished_option", "task_option", "config_option",
            "read_config_file", "reader_options",
            "parse_model_options",
            "reader_kwargs", "report_skipped_rows"]
@@ -295,21 +295,9 @@ def reader_kwargs(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def allow_unfinished_option(f: F) -> F:
-    return click.option(
-        "--allow-unfinished", is_flag=True,
-        help="Use a run whose training did not finish (its best weights so far) instead of refusing it.")(f)
+    from attnkit.train.registry import ALLOW_UNFINISHED
 
-
-def load_classifier(run: str, allow_unfinished: bool) -> Any:
-    """The :class:`~attnkit.train.tasks.classify.predictor.Predictor` of classification run ``run`` (either
-    backend) for a command: an unfinished run is refused, or served with its notice said on stderr; a run of
-    another task is refused naming the command that serves it."""
-    from attnkit.train.tasks.classify.predictor import Predictor
-
-    predictor = Predictor.from_pretrained(run, allow_unfinished=allow_unfinished)
-    if predictor.notice:
-        click.echo(predictor.notice, err=True)
-    return predictor
+    return click.option("--allow-unfinished", is_flag=True, help=ALLOW_UNFINISHED)(f)
 
 
 def task_option(task: str) -> Callable[[F], F]:
@@ -363,6 +351,8 @@ def _flag_type(hint: Any, meta: dict[str, Any]) -> Any:
 
     if meta["duration"]:
         return Duration()
+    if meta.get("size"):
+        return MemorySize()
     if meta["choices"] is not None:
         return click.Choice([str(c) for c in meta["choices"]])
     if meta["path"] is not None:
@@ -408,7 +398,7 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Calla
         elif f.name in decided:
             decorators.append(_library_option(decided[f.name], f, hint, notes(f.name, meta["help"], True)))
         elif hint is bool:
-            decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, f.name]
+            decls = [f"{flag}/--no-{flag[2:]}" if f.default else flag, *_short(meta), f.name]
             decorators.append(click.option(*decls, is_flag=True, default=f.default, help=meta["help"]))
         elif meta["multiple"]:
             decorators.append(click.option(flag, f.name, multiple=True, metavar=meta["metavar"], help=meta["help"],
@@ -416,11 +406,15 @@ def settings_options(cls: type, *, only: tuple[str, ...] | None = None) -> Calla
         else:
             shown = {} if meta["default_from"] is None else {
                 "cls": LibraryDefaultOption, "default_from": meta["default_from"], **notes(f.name, None, False)}
-            decorators.append(click.option(flag, f.name, type=_flag_type(hint, meta), default=f.default,
+            decorators.append(click.option(flag, *_short(meta), f.name, type=_flag_type(hint, meta), default=f.default,
                                            show_default=f.default is not None, help=meta["help"],
                                            required=meta["required"], metavar=meta["metavar"],
                                            callback=_checked(meta["check"], flag), **shown))
     return _stack(*decorators)
+
+
+def _short(meta: dict[str, Any]) -> list[str]:
+    return [meta["short"]] if meta.get("short") else []
 
 
 def _checked(check: Callable[[Any], Any] | None, flag: str) -> Any:
@@ -452,23 +446,18 @@ class MemorySize(click.ParamType):
             self.fail(str(err).removeprefix("--max-memory "), param, ctx)
 
 
-_MEMORY_HELP = (f"Memory the run may plan to use, e.g. 4GB or 800MB (default: {DEFAULT_HELP} at the start, "
-                "whatever the machine's size; never more than that memory). Above it ")
-
-
 def memory_option(f: F) -> F:
     """``--max-memory``: what a run may plan to allocate (:mod:`attnkit.train.memory_budget`)."""
     return click.option(
         "--max-memory", type=MemorySize(), metavar="SIZE",
-        help=_MEMORY_HELP + "the n-gram half keeps fewer bigram rows, and says so, or the run is refused "
-             "before anything large is allocated.")(f)
+        help=SHRINKING_MEMORY_HELP)(f)
 
 
 def refusing_memory_option(f: F) -> F:
     """``--max-memory`` of a run that cannot shrink to fit (translation): above it the run is refused."""
     return click.option(
         "--max-memory", type=MemorySize(), metavar="SIZE",
-        help=_MEMORY_HELP + "the run is refused before the model is trained, naming its plan.")(f)
+        help=MEMORY_HELP + "the run is refused before the model is trained, naming its plan.")(f)
 
 
 def run_options(grows: Collection[str] = (), *, shrinks: bool = False) -> Callable[[F], F]:

@@ -95,7 +95,7 @@ def task_commands() -> dict[str, Any]:
 def served_command(name: str, spec: Any) -> click.Command:
     """Command ``name`` of a task (:class:`attnkit.train.registry.TaskCommand` ``spec``): its arguments and flags
     are its tree's leaves (with ``--config``, as every command's), its help the tree's docstring; it makes the
-    tree, calls the task's ``run`` and prints the lines it returns."""
+    tree (``takes_flags``: the values by name), calls the task's ``run`` and prints the lines it returns."""
     from attnkit._checks import tree_from_flat
     from attnkit.train.registry import resolve
 
@@ -106,16 +106,17 @@ def served_command(name: str, spec: Any) -> click.Command:
     @settings_options(tree)
     @friendly_errors
     def command(**values: Any) -> None:
+        from attnkit.train.registry import Say
         from attnkit.train.runs.resume import PlanError
 
         try:
             if "model_opt" in values:  # with the --config file's model_options table
                 values["model_opt"] = parse_model_options(click.get_current_context(), values["model_opt"])
-            settings = tree_from_flat(tree, values)
+            settings = values if spec.takes_flags else tree_from_flat(tree, values)
         except ValueError as err:
             raise click.UsageError(in_flags(str(err))) from None
         try:
-            for line in resolve(spec.run)(settings, lambda line: click.echo(line, err=True)) or ():
+            for line in resolve(spec.run)(settings, Say(echo, lambda line: click.echo(line, err=True))) or ():
                 click.echo(line)
         except PlanError as err:
             raise click.UsageError(in_flags(str(err))) from None

@@ -46,12 +46,19 @@ def _is_run(folder: Path) -> bool:
 
 
 def run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = False) -> list[AttentionView]:
-    """The attention of a trained classification run (either backend) on ``texts``
-    (:meth:`~attnkit.train.tasks.classify.predictor.Predictor.attention_views`). A run whose training did not
-    finish is refused unless ``allow_unfinished`` (then a warning line says which weights are shown)."""
-    from attnkit.cli.options import load_classifier
+    """The attention of a trained run on ``texts``, through the task that claims it (a run that serves
+    ``attention_views``: a classification run, either backend). A run whose training did not finish is refused
+    unless ``allow_unfinished`` (then a warning line says which weights are shown)."""
+    from attnkit.train.registry import resolve, task_of_run
 
-    return list(load_classifier(str(folder), allow_unfinished).attention_views(texts))
+    task = task_of_run(folder)
+    served = resolve(task.load)(folder, allow_unfinished=allow_unfinished, device="cpu")
+    if not hasattr(served, "attention_views"):
+        raise click.ClickException(f"{folder} is a {task.description} run, whose attention attnkit visualize does "
+                                   f"not draw over texts: use {task.command} {folder} ...")
+    if getattr(served, "notice", None):
+        click.echo(served.notice, err=True)
+    return list(served.attention_views(texts))
 
 
 def bert_attention(folder: Path, texts: list[str], max_len: int) -> list[AttentionView]:

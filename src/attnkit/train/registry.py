@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Task", "TaskCommand", "register_task", "tasks", "task_of_run", "load_run", "resolve", "allow_unfinished"]
+__all__ = ["Task", "TaskCommand", "Say", "register_task", "tasks", "task_of_run", "load_run", "resolve",
+           "allow_unfinished"]
 
 ALLOW_UNFINISHED = "Use a run whose training did not finish (its best weights so far) instead of refusing it."
 
@@ -48,16 +49,27 @@ def resolve(target: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Say:
+    """Where a task's command says things: ``log`` a line of its progress on standard output (its
+    `` `settings` `` written as the command's flags), ``warn`` a notice on standard error."""
+
+    log: Callable[[str], None]
+    warn: Callable[[str], None]
+
+
+@dataclass(frozen=True)
 class TaskCommand:
     """A command a task answers besides training it (``attnkit translate``, ``attnkit predict``), generated as
     ``attnkit train --task NAME`` is (:func:`attnkit.cli.train.served_command`). ``settings``: its tree of
     :func:`attnkit._checks.setting` leaves (its arguments and flags; the docstring is its help); ``run(settings,
-    warn)`` does its work and returns (or yields) the lines it prints, ``warn`` taking those for standard error
-    (a :class:`~attnkit.train.runs.resume.PlanError` is a usage error). Both may be ``"module:attribute"``
-    strings."""
+    say)`` does its work and returns (or yields) the lines it prints (:class:`Say`: what it says on the way; a
+    :class:`~attnkit.train.runs.resume.PlanError` is a usage error). Both may be ``"module:attribute"`` strings.
+    A command whose recipe decides what is not given (its tree's ``decided_by_recipe`` groups arrive None)
+    ``takes_flags``: ``run`` gets the values by name, as :class:`Task`'s ``train`` does."""
 
     settings: Any
     run: Any
+    takes_flags: bool = False
 
 
 @dataclass(frozen=True)

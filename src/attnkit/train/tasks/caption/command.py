@@ -4,12 +4,12 @@ generated from :class:`CaptionCommand` (:func:`attnkit.cli.train.served_command`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnkit._checks import setting
-from attnkit.train.registry import allow_unfinished
+from attnkit.train.registry import Say, allow_unfinished
 from attnkit.train.tasks.caption.caption_settings import CaptionDecoding
 
 __all__ = ["CaptionCommand", "caption_command"]
@@ -45,7 +45,7 @@ class CaptionCommand:
     allow_unfinished: bool = allow_unfinished()
 
 
-def caption_command(settings: CaptionCommand, warn: Callable[[str], None]) -> Iterator[str]:
+def caption_command(settings: CaptionCommand, say: Say) -> Iterator[str]:
     """The caption of the image (``(empty caption)`` when none), its explanation's lines with ``explain``, and
     the line saying where the attention figure went."""
     from attnkit.data.captions import images_to_tensor, load_image
@@ -59,7 +59,7 @@ def caption_command(settings: CaptionCommand, warn: Callable[[str], None]) -> It
     model, vocab, metas = load_caption_ensemble([s.checkpoint, *s.others], allow_unfinished=s.allow_unfinished)
     for meta in metas:
         if meta.get("notice"):
-            warn(meta["notice"])
+            say.warn(meta["notice"])
     rerank = Consensus(load_caption_neighbours(s.checkpoint), s.consensus, s.consensus_weight) if s.consensus else None
     pixels = load_image(s.image, model.config.image_size)
     (result,) = generate(model, images_to_tensor(pixels[None]), **dataclasses.asdict(decoding), consensus=rerank)

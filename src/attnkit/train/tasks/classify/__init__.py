@@ -27,6 +27,8 @@ TASK = register_task(Task(
     train="attnkit.train.tasks.classify.training:train_from_flags", grows=(), takes_flags=True, shrinks=True,
     after="its reports (report.txt, report.html) were not all written; write them with: attnkit report {out}",
     default=True,
-    commands={name: TaskCommand(f"attnkit.train.tasks.classify.command:{name.title()}Command",
-                                f"attnkit.train.tasks.classify.command:{name}_command")
-              for name in ("predict", "evaluate", "report")}))
+    commands={**{name: TaskCommand(f"attnkit.train.tasks.classify.command:{name.title()}Command",
+                                   f"attnkit.train.tasks.classify.command:{name}_command")
+                 for name in ("predict", "evaluate", "report", "baseline", "demo")},
+              "cv": TaskCommand("attnkit.train.tasks.classify.settings:CvCommand",
+                                "attnkit.train.tasks.classify.command:cv_command", takes_flags=True)}))

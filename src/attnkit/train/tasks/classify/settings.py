@@ -16,9 +16,10 @@ from attnkit._checks import flag_name, setting, setting_fields
 from attnkit.data.readers import ReaderSettings
 from attnkit.data.sources import DataSource
 from attnkit.train.config import DataSettings, TrainConfig
+from attnkit.train.memory_budget import SHRINKING_MEMORY_HELP
 from attnkit.train.tasks.classify.recipe import PRESET_HELP, PRESETS
 
-__all__ = ["ClassifySettings", "ClassifyCommand", "ClassifyData", "CvCommand", "ModelChoice", "TrainChoice",
+__all__ = ["ClassifySettings", "ClassifyCommand", "ClassifyData", "CvCommand", "CvOutput", "ModelChoice", "TrainChoice",
            "Backend", "DATA_PATHS", "DATA_KEYS", "TORCH_ONLY", "NUMPY_HELP", "flag_notes"]
 
 
@@ -165,13 +166,29 @@ class CvData(ReaderSettings, _Folds):
 
 
 @dataclass(frozen=True)
+class CvOutput:
+    """What ``attnkit cv`` writes besides its lines, how it reports, and the memory each fold may plan."""
+
+    out_json: str | None = setting(None, "Also write the fold results here.", flag="--json", path="new-file")
+    quiet: bool = setting(False, "No progress bars.", short="-q")
+    max_memory: int | None = setting(None, SHRINKING_MEMORY_HELP, size=True, metavar="SIZE")
+
+
+@dataclass(frozen=True)
 class CvCommand:
-    """The settings of ``attnkit cv``: its data and folds, what it trains in every fold, and the tokenizer and
-    training settings (decided by the model's recipe where not given, as for ``attnkit train``)."""
+    """Stratified k-fold cross-validation; prints per-fold and mean accuracy.
+
+    \b
+    Example:
+      attnkit cv --data path/to/mr --encoding latin-1 --folds 10
+    """
 
     decided_by_recipe: ClassVar[tuple[str, ...]] = ("tokenizer", "training")
+    """Its data and folds, what it trains in every fold, and the tokenizer and training settings (decided by
+    the model's recipe where not given, as for ``attnkit train``)."""
     flag_notes = staticmethod(flag_notes)
     data: CvData = dataclasses.field(default_factory=CvData)
     choice: TrainChoice = dataclasses.field(default_factory=TrainChoice)
     tokenizer: DataSettings = dataclasses.field(default_factory=DataSettings)
     training: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    output: CvOutput = dataclasses.field(default_factory=CvOutput)

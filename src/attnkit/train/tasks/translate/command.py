@@ -7,11 +7,11 @@ from :class:`TranslateCommand` (:func:`attnkit.cli.train.served_command`)::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from attnkit._checks import setting
-from attnkit.train.registry import allow_unfinished
+from attnkit.train.registry import Say, allow_unfinished
 from attnkit.train.tasks.translate.settings import TranslationDecoding
 
 __all__ = ["TranslateCommand", "translate_command"]
@@ -39,7 +39,7 @@ class TranslateCommand:
     allow_unfinished: bool = allow_unfinished()
 
 
-def translate_command(settings: TranslateCommand, warn: Callable[[str], None]) -> Iterator[str]:
+def translate_command(settings: TranslateCommand, say: Say) -> Iterator[str]:
     """Each text's translation (and, with ``explain``, its explanation's lines); the alignment figure of the
     first one written to ``alignment``."""
     from attnkit.data.parallel import read_lines
@@ -52,7 +52,7 @@ def translate_command(settings: TranslateCommand, warn: Callable[[str], None]) -
         raise PlanError("give at least one TEXT argument or `file`")
     translator = load_translation_run(settings.checkpoint, allow_unfinished=settings.allow_unfinished)
     if translator.meta.get("notice"):
-        warn(translator.meta["notice"])
+        say.warn(translator.meta["notice"])
     decoding = dataclasses.asdict(settings.decoding)
     results = translator.translate(items, **decoding, return_alignment=settings.alignment is not None)
     for text, r in zip(items, results, strict=True):
@@ -68,4 +68,4 @@ def translate_command(settings: TranslateCommand, warn: Callable[[str], None]) -
         assert first.alignment is not None
         targets = first.target_tokens + ["[EOS]"] * (first.alignment.shape[0] - len(first.target_tokens))
         plot_alignment(first.alignment.numpy(), first.source_tokens, targets, path=settings.alignment)
-        warn(f"alignment written to {settings.alignment}")
+        say.warn(f"alignment written to {settings.alignment}")
