@@ -36,20 +36,11 @@ import tomllib
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["SEED", "settings_options", "Duration", "memory_option", "refusing_memory_option",
-           "run_options",
-           "MemorySize", "LibraryDefaultOption", "resolve_default",
-           "config_keys", "allow_unfinished_option", "task_option", "config_option",
-           "read_config_file", "reader_options",
-           "parse_model_options",
-           "reader_kwargs", "report_skipped_rows"]
+__all__ = ["settings_options", "run_options", "Duration", "MemorySize", "LibraryDefaultOption", "resolve_default",
+           "config_keys", "allow_unfinished_option", "task_option", "config_option", "read_config_file",
+           "reader_options", "parse_model_options", "reader_kwargs", "report_skipped_rows"]
 
 MODEL_OPTIONS_KEY = "model_options"
-
-
-# Every --seed: a seed torch, NumPy and Python all take (a larger one overflows torch's 64-bit seed
-# after the offsets the training adds), so the flag names the range instead.
-SEED = click.IntRange(min=0, max=2**32 - 1)
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -446,24 +437,10 @@ class MemorySize(click.ParamType):
             self.fail(str(err).removeprefix("--max-memory "), param, ctx)
 
 
-def memory_option(f: F) -> F:
-    """``--max-memory``: what a run may plan to allocate (:mod:`attnkit.train.memory_budget`)."""
-    return click.option(
-        "--max-memory", type=MemorySize(), metavar="SIZE",
-        help=SHRINKING_MEMORY_HELP)(f)
-
-
-def refusing_memory_option(f: F) -> F:
-    """``--max-memory`` of a run that cannot shrink to fit (translation): above it the run is refused."""
-    return click.option(
-        "--max-memory", type=MemorySize(), metavar="SIZE",
-        help=MEMORY_HELP + "the run is refused before the model is trained, naming its plan.")(f)
-
-
 def run_options(grows: Collection[str] = (), *, shrinks: bool = False) -> Callable[[F], F]:
     """The flags of where a training run is written and how it reports, alike on every ``attnkit train``
     command: ``--out``, ``--overwrite``, ``--resume`` (``grows``: the settings a resume may change),
-    ``--max-memory`` (``shrinks``: a run that shrinks to fit, :func:`memory_option`) and ``--quiet``."""
+    ``--max-memory`` (``shrinks``: a run that shrinks to fit; else one refused above it) and ``--quiet``."""
     may = f"; {', '.join('--' + name.replace('_', '-') for name in grows)} may change" if grows else ""
     return _stack(
         click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write."),
@@ -471,6 +448,7 @@ def run_options(grows: Collection[str] = (), *, shrinks: bool = False) -> Callab
         click.option("--resume", is_flag=True,
                      help="Go on with the unfinished run in --out after its last finished epoch, with its saved "
                           f"settings (a setting given with another value is refused{may})."),
-        memory_option if shrinks else refusing_memory_option,
+        click.option("--max-memory", type=MemorySize(), metavar="SIZE", help=SHRINKING_MEMORY_HELP if shrinks else
+                     MEMORY_HELP + "the run is refused before the model is trained, naming its plan."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bar or per-epoch lines."),
     )
