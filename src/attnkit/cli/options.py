@@ -18,10 +18,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import tomllib
 import typing
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
@@ -29,16 +30,11 @@ from attnkit._checks import flag_name
 from attnkit.cli.messages import in_flags
 from attnkit.train.memory_budget import MEMORY_HELP, SHRINKING_MEMORY_HELP
 
-if TYPE_CHECKING:
-    from attnkit.data.readers import SkippedRows
-
-import tomllib
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["settings_options", "run_options", "Duration", "MemorySize", "LibraryDefaultOption", "resolve_default",
            "config_keys", "allow_unfinished_option", "task_option", "config_option", "read_config_file",
-           "reader_options", "parse_model_options", "reader_kwargs", "report_skipped_rows"]
+           "reader_options", "parse_model_options", "reader_kwargs"]
 
 MODEL_OPTIONS_KEY = "model_options"
 
@@ -267,22 +263,12 @@ def _set_option(options: dict[str, Any], key: str, value: Any, flag: str) -> Non
     node[name] = value
 
 
-def report_skipped_rows(report: SkippedRows) -> None:
-    """Print a :class:`attnkit.data.readers.SkippedRows` as one line on stderr.
-
-    ``skipped 3 bad row(s) in data.csv: line 4 (empty text), line 9 (empty label), ...``
-    -- the first five positions, then ``…``.
-    """
-    click.echo(report.summary(limit=5), err=True)
-
-
 def reader_kwargs(values: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments for ``read_examples`` from the reader flags in ``values``
-    (:meth:`attnkit.data.readers.ReaderSettings.kwargs`); rows ``--skip-bad-rows`` skips are said by
-    :func:`report_skipped_rows`, so every command that reads through these keywords reports them."""
+    (:meth:`attnkit.data.readers.ReaderSettings.kwargs`), rows ``--skip-bad-rows`` skips said on stderr."""
     from attnkit.data.readers import ReaderSettings
 
-    return ReaderSettings.of(values).kwargs(report_skipped_rows)
+    return ReaderSettings.of(values).kwargs(lambda line: click.echo(line, err=True))
 
 
 def allow_unfinished_option(f: F) -> F:

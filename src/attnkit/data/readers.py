@@ -521,11 +521,15 @@ class ReaderSettings:
         """The settings among ``values`` (a command's flags, a saved data record): other keys are ignored."""
         return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if values.get(f.name) is not None})
 
-    def kwargs(self, on_skipped: Callable[[SkippedRows], None] | None = None) -> dict[str, Any]:
-        """The keywords of :func:`read_examples` these settings give (``on_skipped``: where skipped rows are said)."""
+    def kwargs(self, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """The keywords of :func:`read_examples` these settings give; ``say`` takes the one line that says which
+        rows were skipped (their first five positions, :meth:`SkippedRows.summary`)."""
         out: dict[str, Any] = {"format": self.data_format} if self.data_format else {}
         out |= {k: getattr(self, k) for k in ("encoding", "text_field", "label_field", "delimiter") if getattr(self, k)}
-        return out | ({"skip_bad_rows": True, "on_skipped": on_skipped} if self.skip_bad_rows else {})
+        if not self.skip_bad_rows:
+            return out
+        return out | {"skip_bad_rows": True,
+                      "on_skipped": None if say is None else lambda skipped: say(skipped.summary(limit=5))}
 
 
 def _read_format(p: Path, format: str | None, encoding: str, text_field: str, label_field: str,

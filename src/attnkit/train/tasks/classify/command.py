@@ -47,8 +47,7 @@ def labelled_examples(path: str | None, reader: ReaderSettings, warn: Warn) -> l
     from attnkit.data.readers import read_examples
 
     assert path is not None  # the commands require it
-
-    examples = read_examples(path, **reader.kwargs(lambda skipped: warn(skipped.summary(limit=5))))
+    examples = read_examples(path, **reader.kwargs(warn))
     if not examples:
         raise ValueError(f"{path} holds no examples")
     return examples
@@ -238,7 +237,7 @@ def report_command(s: ReportCommand, say: Say) -> Iterator[str]:
     meta = predictor.config
     values: dict[str, Any] = {"data": s.data, "val_path": s.val_path, "test_path": s.test_path}
     values.update(start.resumed_data_source(meta.get("data") or {}, values, out))
-    reader = ReaderSettings.of(values).kwargs(lambda skipped: say.warn(skipped.summary(limit=5)))
+    reader = ReaderSettings.of(values).kwargs(say.warn)
     result = result_of_run(out, predictor, start.data_plan(values, out, reader))
     write_reports(out, result, meta["train_config"].get("metric", "accuracy"),
                   (meta.get("metrics") or {}).get("baseline"))
@@ -320,7 +319,7 @@ def baseline_command(s: BaselineCommand, say: Say) -> Iterator[str]:
     from attnkit.train.tasks.classify.reports import fold_mean_line
 
     seed = TrainConfig.seed if split.seed is None else split.seed
-    reader = data.kwargs(lambda skipped: say.warn(skipped.summary(limit=5)))
+    reader = data.kwargs(say.warn)
     if split.folds is None:
         from attnkit.data.sources import DataSource
 

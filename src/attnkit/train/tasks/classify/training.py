@@ -32,7 +32,7 @@ def train_from_flags(values: dict[str, Any], run: Any, given: list[str]) -> str 
         from attnkit._lazy import require_extra
 
         require_extra("--baseline", "sklearn")
-    reader = ReaderSettings.of(values).kwargs(lambda skipped: run.warn(skipped.summary(limit=5)))
+    reader = ReaderSettings.of(values).kwargs(run.warn)
     out = Path(run.out)
     if values["backend"] == "numpy":  # before any torch import
         from attnkit.train.tasks.numpy.numpy_backend import train_numpy
