@@ -28,7 +28,7 @@ import click
 
 from attnkit._checks import flag_name
 from attnkit.cli.messages import in_flags
-from attnkit.train.memory_budget import MEMORY_HELP, SHRINKING_MEMORY_HELP
+from attnkit.train.memory_budget import max_memory_help
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -423,10 +423,10 @@ class MemorySize(click.ParamType):
             self.fail(str(err).removeprefix("--max-memory "), param, ctx)
 
 
-def run_options(grows: Collection[str] = (), *, shrinks: bool = False) -> Callable[[F], F]:
+def run_options(grows: Collection[str] = (), *, shrinks: str = "") -> Callable[[F], F]:
     """The flags of where a training run is written and how it reports, alike on every ``attnkit train``
     command: ``--out``, ``--overwrite``, ``--resume`` (``grows``: the settings a resume may change),
-    ``--max-memory`` (``shrinks``: a run that shrinks to fit; else one refused above it) and ``--quiet``."""
+    ``--max-memory`` (``shrinks``: how a run shrinks to fit; none: refused above it) and ``--quiet``."""
     may = f"; {', '.join('--' + name.replace('_', '-') for name in grows)} may change" if grows else ""
     return _stack(
         click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to write."),
@@ -434,7 +434,6 @@ def run_options(grows: Collection[str] = (), *, shrinks: bool = False) -> Callab
         click.option("--resume", is_flag=True,
                      help="Go on with the unfinished run in --out after its last finished epoch, with its saved "
                           f"settings (a setting given with another value is refused{may})."),
-        click.option("--max-memory", type=MemorySize(), metavar="SIZE", help=SHRINKING_MEMORY_HELP if shrinks else
-                     MEMORY_HELP + "the run is refused before the model is trained, naming its plan."),
+        click.option("--max-memory", type=MemorySize(), metavar="SIZE", help=max_memory_help(shrinks)),
         click.option("--quiet", "-q", is_flag=True, help="No progress bar or per-epoch lines."),
     )

@@ -27,7 +27,7 @@ from typing import Any
 
 from attnkit._memory import MemoryBudget, available_memory, format_bytes, memory_budget, peak_rss_mib
 
-__all__ = ["DEFAULT_FRACTION", "DEFAULT_CAP", "DEFAULT_HELP", "MEMORY_HELP", "SHRINKING_MEMORY_HELP",
+__all__ = ["DEFAULT_FRACTION", "DEFAULT_CAP", "DEFAULT_HELP", "max_memory_help",
            "MemoryLimitError", "MemoryEstimate", "MemoryBudget",
            "parse_memory_size", "format_bytes", "available_memory", "memory_budget",
            "limit_and_source", "peak_rss_mib", "module_bytes"]
@@ -45,12 +45,15 @@ classes, 10,000 documents of 300-3,000 words) stay within it; ``--max-memory`` r
 DEFAULT_HELP = f"the smaller of {DEFAULT_CAP / 10**9:g} GB and {DEFAULT_FRACTION:.0%} of the memory available"
 """The default in words, for ``--help`` and the messages."""
 
-MEMORY_HELP = (f"Memory the run may plan to use, e.g. 4GB or 800MB (default: {DEFAULT_HELP} at the start, "
-               "whatever the machine's size; never more than that memory). Above it ")
-"""How ``--max-memory``'s help begins; it ends with what a run does above the limit."""
-SHRINKING_MEMORY_HELP = MEMORY_HELP + ("the n-gram half keeps fewer bigram rows, and says so, or the run is refused "
-                                       "before anything large is allocated.")
-"""``--max-memory``'s help for a classification run, which shrinks to fit."""
+
+
+def max_memory_help(shrinks: str = "") -> str:
+    """``--max-memory``'s help: the limit, and above it what the run does: ``shrinks`` (how a task's run shrinks
+    to fit, said by the task), else it is refused before the model is trained."""
+    above = (f"{shrinks}, or the run is refused before anything large is allocated." if shrinks else
+             "the run is refused before the model is trained, naming its plan.")
+    return (f"Memory the run may plan to use, e.g. 4GB or 800MB (default: {DEFAULT_HELP} at the start, whatever "
+            f"the machine's size; never more than that memory). Above it {above}")
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}

@@ -84,11 +84,11 @@ class Task:
     server.
 
     A task whose recipe decides the settings not given (its tree's ``decided_by_recipe`` groups arrive None)
-    ``takes_flags``: ``train(values, run, given)`` gets the command's values by name and resumes by the one
-    rule itself (classification). ``shrinks``: its run shrinks to fit ``--max-memory`` instead of being refused;
-    ``after``: what is left to do once a run interrupted after its training is saved (``{out}``: the run);
-    ``default``: ``attnkit train`` without ``--task`` trains it; ``commands``: the task's own commands by name
-    (:class:`TaskCommand`).
+    ``takes_flags``: ``train(values, run, given)`` gets the command's values by name and resumes by the one rule
+    itself (classification). ``shrinks``: how its run shrinks to fit ``--max-memory`` instead of being refused (the
+    flag's help says it); ``after``: what is left to do once a run interrupted after its training is saved
+    (``{out}``: the run); ``default``: ``attnkit train`` without ``--task`` trains it; ``commands``: the task's own
+    commands by name (:class:`TaskCommand`).
     """
 
     name: str
@@ -102,7 +102,7 @@ class Task:
     train: Any = None
     grows: tuple[str, ...] = ("epochs",)
     takes_flags: bool = False
-    shrinks: bool = False
+    shrinks: str = ""
     after: str | None = None
     default: bool = False
     commands: dict[str, TaskCommand] = field(default_factory=dict)

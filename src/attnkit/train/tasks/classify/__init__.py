@@ -9,7 +9,7 @@ from typing import Any
 
 from attnkit.train.registry import Task, TaskCommand, register_task
 
-__all__ = ["TASK"]
+__all__ = ["TASK", "SHRINKS"]
 
 
 def _claims(config: dict[str, Any]) -> bool:
@@ -20,11 +20,14 @@ def _claims(config: dict[str, Any]) -> bool:
     return config.get("model_name") in MODELS
 
 
+SHRINKS = "the n-gram half keeps fewer bigram rows, and says so"
+"""How a classification run shrinks to fit ``--max-memory`` (:mod:`.memory`)."""
+
 TASK = register_task(Task(
     "classify", "text classification", _claims,
     "attnkit.train.tasks.classify.predictor:Predictor.from_pretrained", "attnkit predict",
     settings="attnkit.train.tasks.classify.settings:ClassifyCommand",
-    train="attnkit.train.tasks.classify.training:train_from_flags", grows=(), takes_flags=True, shrinks=True,
+    train="attnkit.train.tasks.classify.training:train_from_flags", grows=(), takes_flags=True, shrinks=SHRINKS,
     after="its reports (report.txt, report.html) were not all written; write them with: attnkit report {out}",
     default=True,
     commands={**{name: TaskCommand(f"attnkit.train.tasks.classify.command:{name.title()}Command",

@@ -16,7 +16,8 @@ from attnkit._checks import flag_name, setting, setting_fields
 from attnkit.data.readers import ReaderSettings
 from attnkit.data.sources import DataSource
 from attnkit.train.config import DataSettings, TrainConfig
-from attnkit.train.memory_budget import SHRINKING_MEMORY_HELP
+from attnkit.train.memory_budget import max_memory_help
+from attnkit.train.tasks.classify import SHRINKS
 from attnkit.train.tasks.classify.recipe import PRESET_HELP, PRESETS
 
 __all__ = ["ClassifySettings", "ClassifyCommand", "ClassifyData", "CvCommand", "CvOutput", "ModelChoice", "TrainChoice",
@@ -171,7 +172,7 @@ class CvOutput:
 
     out_json: str | None = setting(None, "Also write the fold results here.", flag="--json", path="new-file")
     quiet: bool = setting(False, "No progress bars.", short="-q")
-    max_memory: int | None = setting(None, SHRINKING_MEMORY_HELP, size=True, metavar="SIZE")
+    max_memory: int | None = setting(None, max_memory_help(SHRINKS), size=True, metavar="SIZE")
 
 
 @dataclass(frozen=True)
