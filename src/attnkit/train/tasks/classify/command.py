@@ -251,14 +251,12 @@ def cv_command(values: dict[str, Any], say: Say) -> Iterator[str]:
     """Cross-validate on ``values["data"]`` (the flags of :class:`~attnkit.train.tasks.classify.settings.CvCommand`
     by name, its recipe deciding what is not given): each fold's progress said, then the means (with
     ``baseline`` the baseline's beside them); the fold results written to ``out_json``."""
-    from attnkit._lazy import require_extra
     from attnkit.train.runs.checkpoint import atomic_write_json
     from attnkit.train.tasks.classify import start
     from attnkit.train.tasks.classify.pipeline import cross_validate
     from attnkit.train.tasks.classify.reports import cv_summary
 
-    if values["baseline"]:  # before any work: the data is not read, nothing is trained
-        require_extra("--baseline", "sklearn")
+    start.require_baseline(values)
     settings = start.cv_settings(values, values["model_opt"])
     examples = labelled_examples(values["data"], ReaderSettings.of(values), say.warn)
     results = cross_validate(examples, folds=values["folds"], val=values["val_ratio"], max_folds=values["max_folds"],

@@ -17,8 +17,17 @@ from attnkit.train.runs.resume import RUN_FLAGS, PlanError, flat_config
 from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, PRETRAINED_PRESETS, data_defaults, train_defaults
 from attnkit.train.tasks.classify.settings import DATA_KEYS, DATA_PATHS
 
-__all__ = ["PlanError", "check_model", "data_plan", "train_config", "data_settings",
+__all__ = ["PlanError", "check_model", "require_baseline", "data_plan", "train_config", "data_settings",
            "Recipe", "recipe", "cv_settings", "new_plan", "resume_plan", "run_changes", "resumed_data_source"]
+
+
+def require_baseline(values: dict[str, Any]) -> None:
+    """Before any work (the data not read, nothing trained): ``--baseline`` needs scikit-learn (the tasks extra),
+    for ``train`` and ``cv`` alike."""
+    if values.get("baseline"):
+        from attnkit._lazy import require_extra
+
+        require_extra("--baseline", "sklearn")
 
 
 def check_model(values: dict[str, Any]) -> None:

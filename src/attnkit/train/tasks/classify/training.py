@@ -28,10 +28,7 @@ def train_from_flags(values: dict[str, Any], run: Any, given: list[str]) -> str 
     from attnkit.data.readers import ReaderSettings
     from attnkit.train.metrics import metrics_lines
 
-    if values["baseline"]:  # before any work: the data is not read, nothing is trained
-        from attnkit._lazy import require_extra
-
-        require_extra("--baseline", "sklearn")
+    start.require_baseline(values)
     reader = ReaderSettings.of(values).kwargs(run.warn)
     out = Path(run.out)
     if values["backend"] == "numpy":  # before any torch import
