@@ -179,6 +179,13 @@ def test_a_task_name_registered_twice_is_refused(monkeypatch: pytest.MonkeyPatch
     before = dict(registry.tasks())
     with pytest.raises(ValueError, match="a task named 'translate' is registered already"):
         registry.register_task(registry.Task("translate", "x", lambda config: False, lambda *a, **k: None))
+    command = registry.TaskCommand("x:Tree", "x:run")
+    with pytest.raises(ValueError, match="registers the command 'predict', which 'classify' answers already"):
+        registry.register_task(registry.Task("y", "x", lambda config: False, lambda *a, **k: None,
+                                             commands={"predict": command}))
+    with pytest.raises(ValueError, match="registers the command 'train', which 'every task' answers already"):
+        registry.register_task(registry.Task("y", "x", lambda config: False, lambda *a, **k: None,
+                                             commands={"train": command}))
     assert registry.tasks() == before
 
 

@@ -98,11 +98,12 @@ class AttnkitGroup(click.Group):
 
         if cmd_name == "train":
             return _default_train()
-        if (spec := task_commands().get(cmd_name)) is not None:
-            return served_command(cmd_name, spec)
         if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
             return _load(LAZY_COMMANDS[cmd_name])
-        return super().get_command(ctx, cmd_name)
+        if cmd_name in self.commands:  # the group's own commands before a task's of the same name
+            return super().get_command(ctx, cmd_name)
+        spec = task_commands().get(cmd_name)
+        return None if spec is None else served_command(cmd_name, spec)
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]

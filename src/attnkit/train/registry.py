@@ -177,9 +177,14 @@ _found = False
 
 
 def register_task(task: Task) -> Task:
-    """Add ``task``; a name registered twice is an error (one owner per task)."""
+    """Add ``task``; a name registered twice is an error (one owner per task), and so is a command another task
+    answers already, or ``train`` (one owner per command)."""
     if task.name in _TASKS:
         raise ValueError(f"a task named {task.name!r} is registered already")
+    owners = {name: other.name for other in _TASKS.values() for name in other.commands} | {"train": "every task"}
+    if taken := sorted(set(task.commands) & set(owners)):
+        raise ValueError(f"task {task.name!r} registers the command {taken[0]!r}, which {owners[taken[0]]!r} "
+                         "answers already")
     _TASKS[task.name] = task
     return task
 
