@@ -39,9 +39,13 @@ from typing import Any, TypeVar
 __all__ = ["positive_int", "non_negative_int", "positive_float", "probability", "one_of", "dataclass_kwargs",
            "nested_paths_hint", "spell_settings", "setting", "setting_of", "setting_fields", "tree_from_flat",
            "check_settings",
-           "is_type", "parse_duration", "shown"]
+           "is_type", "parse_duration", "shown", "MAX_SEED"]
 
 T = TypeVar("T")
+
+MAX_SEED = 2**32 - 1
+"""The largest seed torch, NumPy and Python all take (a larger one overflows torch's 64-bit seed after the offsets
+the training adds): every seed setting's upper bound."""
 
 
 def positive_int(name: str, value: object) -> int:

@@ -50,7 +50,7 @@ NAMED = re.compile(r"\battnkit (train --task (?:translate|caption)|[a-z]+)\b([^;
 # Flags of other programs that messages may name, with the program.
 FOREIGN = {"--force-reinstall": "pip", "--as": "prlimit"}
 # cli modules shared by several commands: rule 3 does not apply (rules 1 and 2 do)
-SHARED_CLI = {"cli/options.py", "cli/inputs.py", "cli/messages.py", "cli/__init__.py"}
+SHARED_CLI = {"cli/options.py", "cli/messages.py", "cli/__init__.py"}
 # commands that read a run's own data again, checked by its SHA-256, with the run's reader settings
 REREADS = {"report"}
 

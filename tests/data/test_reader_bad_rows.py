@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from attnkit.cli import cli
-from attnkit.cli.options import reader_kwargs, reader_options
-from attnkit.data.readers import DataFormatError, Example, SkippedRows, read_examples
+from attnkit.cli.options import reader_options
+from attnkit.data.readers import DataFormatError, Example, ReaderSettings, SkippedRows, read_examples
 
 GOOD = [Example("a fine film", "pos"), Example("dull , slow", "neg")]
 
@@ -178,7 +178,7 @@ def test_encoding_error_names_the_flag_and_the_keyword(tmp_path: Path) -> None:
 @reader_options
 def _read_command(path: str, **values: Any) -> None:
     """What train, evaluate and cv do with their reader options."""
-    click.echo(len(read_examples(path, **reader_kwargs(values))))
+    click.echo(len(ReaderSettings.of(values).read(path, lambda line: click.echo(line, err=True))))
 
 
 def test_skip_bad_rows_flag_reaches_the_reader_and_reports_on_stderr(tmp_path: Path) -> None:
@@ -189,7 +189,7 @@ def test_skip_bad_rows_flag_reaches_the_reader_and_reports_on_stderr(tmp_path: P
     assert result.exit_code == 0, result.output
     assert result.stdout == "2\n"
     assert result.stderr == f"skipped 2 bad row(s) in {path}: line 2 (empty text), line 3 (label is null)\n"
-    assert reader_kwargs({"skip_bad_rows": False}) == {}
+    assert ReaderSettings.of({"skip_bad_rows": False}).kwargs() == {}
     for command in ("train", "evaluate", "cv"):
         assert "--skip-bad-rows" in CliRunner().invoke(cli, [command, "--help"]).output
 
@@ -216,3 +216,16 @@ def test_a_label_spelt_as_a_missing_value_is_a_bad_row_not_a_class(tmp_path: Pat
         assert read_examples(path, skip_bad_rows=True) == GOOD
     path.write_text("text,label\na fine film,NA\n\"dull , slow\",neg\n")  # "NA" may name a class
     assert [e.label for e in read_examples(path)] == ["NA", "neg"]
+
+
+def test_a_data_file_of_no_examples_is_named(tmp_path: Path) -> None:
+    """The empty header: a file of column names and no rows is refused by name, by the library and by the
+    commands that read labelled data through it."""
+    path = tmp_path / "empty.csv"
+    path.write_text("text,label\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"{path} holds no examples"):
+        ReaderSettings().read(path)
+    assert ReaderSettings().read(tmp_path.joinpath("one.csv").write_text("text,label\nfine,pos\n") and
+                                 tmp_path / "one.csv") == [Example("fine", "pos")]
+    result = CliRunner().invoke(cli, ["baseline", "--data", str(path), "--folds", "2"])
+    assert result.exit_code == 1 and f"Error: {path} holds no examples" in result.output, result.output

@@ -84,7 +84,6 @@ def test_the_reader_flags_are_the_reader_settings_and_check_their_values_as_pyth
     from click.testing import CliRunner
 
     from attnkit.cli import cli
-    from attnkit.cli.options import reader_kwargs
     from attnkit.data.readers import ReaderSettings
 
     fields = [f.name for f in dataclasses.fields(ReaderSettings)]
@@ -93,7 +92,7 @@ def test_the_reader_flags_are_the_reader_settings_and_check_their_values_as_pyth
         assert set(fields) <= {p.name for p in command.params}, name
     with pytest.raises(ValueError, match="--delimiter must be one character"):
         ReaderSettings(delimiter="ab")
-    assert reader_kwargs({"delimiter": "tab", "encoding": None, "skip_bad_rows": False, "other": 1}) == \
+    assert ReaderSettings.of({"delimiter": "tab", "encoding": None, "skip_bad_rows": False, "other": 1}).kwargs() == \
         {"delimiter": "tab"}
     data = tmp_path / "d.csv"
     data.write_text("text;label\na fine film;pos\n", encoding="utf-8")

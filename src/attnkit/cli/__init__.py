@@ -211,8 +211,6 @@ def bench(quick: bool, out_json: str | None, cases: tuple[str, ...]) -> None:
     bench_module.run(selected, quick=quick, out_json=out_json, echo=click.echo)
 
 
-
-
 def main() -> None:
     """Run the ``attnkit`` group (the console script starts in :mod:`attnkit._console`).
 

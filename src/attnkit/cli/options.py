@@ -34,7 +34,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["settings_options", "run_options", "Duration", "MemorySize", "LibraryDefaultOption", "resolve_default",
            "config_keys", "allow_unfinished_option", "task_option", "config_option", "read_config_file",
-           "reader_options", "parse_model_options", "reader_kwargs"]
+           "reader_options", "parse_model_options"]
 
 MODEL_OPTIONS_KEY = "model_options"
 
@@ -261,14 +261,6 @@ def _set_option(options: dict[str, Any], key: str, value: Any, flag: str) -> Non
                                      param_hint=flag)
         node[group] = node = dict(inner or {})
     node[name] = value
-
-
-def reader_kwargs(values: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments for ``read_examples`` from the reader flags in ``values``
-    (:meth:`attnkit.data.readers.ReaderSettings.kwargs`), rows ``--skip-bad-rows`` skips said on stderr."""
-    from attnkit.data.readers import ReaderSettings
-
-    return ReaderSettings.of(values).kwargs(lambda line: click.echo(line, err=True))
 
 
 def allow_unfinished_option(f: F) -> F:

@@ -120,9 +120,9 @@ def _load(runs: tuple[str, ...], hf: tuple[str, ...], data: str | None, reader: 
         if m.info().get("notice"):
             click.echo(m.info()["notice"], err=True)
     if data:
-        from attnkit.cli.inputs import read_data
+        from attnkit.data.readers import ReaderSettings
 
-        examples = read_data(data, reader)
+        examples = ReaderSettings.of(reader).read(data, lambda line: click.echo(line, err=True))
         for m in models:
             if "predict" in m.routes:  # the data view is a labelled set's: classifiers'
                 m.load_data([e.text for e in examples], [e.label for e in examples])

@@ -531,6 +531,14 @@ class ReaderSettings:
         return out | {"skip_bad_rows": True,
                       "on_skipped": None if say is None else lambda skipped: say(skipped.summary(limit=5))}
 
+    def read(self, path: str | os.PathLike[str], say: Callable[[str], None] | None = None) -> list[Example]:
+        """The labelled examples of data file ``path`` read with these settings (``say``: as :meth:`kwargs`); a
+        file of none is a ValueError naming it."""
+        examples = read_examples(path, **self.kwargs(say))
+        if not examples:
+            raise ValueError(f"{path} holds no examples")
+        return examples
+
 
 def _read_format(p: Path, format: str | None, encoding: str, text_field: str, label_field: str,
                  bad: BadRowPolicy, delimiter: str | None = None) -> list[Example]:

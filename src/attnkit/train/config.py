@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from attnkit._checks import check_settings, dataclass_kwargs, setting, setting_fields
+from attnkit._checks import MAX_SEED, check_settings, dataclass_kwargs, setting, setting_fields
 from attnkit._finite import ON_NAN
 from attnkit.reference.trainer import lr_factor as warmup_linear_factor
 from attnkit.train.metrics import CLASS_WEIGHTS, check_metric
@@ -48,7 +48,7 @@ class TrainSettings:
     epochs: int = setting(10, "Maximum epochs.", low=1)
     lr: float = setting(1e-3, "Peak learning rate.", low=0, low_open=True)
     clip_norm: float = setting(1.0, "Gradient-norm clipping, 0 = off.", low=0)
-    seed: int = setting(0, "Seed for weights, dropout and batch order.", low=0, high=2**32 - 1)
+    seed: int = setting(0, "Seed for weights, dropout and batch order.", low=0, high=MAX_SEED)
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnkit._checks import check_settings, dataclass_kwargs, setting, tree_from_flat
+from attnkit._checks import MAX_SEED, check_settings, dataclass_kwargs, setting, tree_from_flat
 from attnkit.train.config import EXPLAIN_OUTPUTS
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class CaptionTrainingSettings:
 
     epochs: int = setting(12, "Training epochs.", low=1)
     seed: int = setting(0, "Seed for the generated scenes, the split, the weights and the batch order.", low=0,
-                        high=2**32 - 1)
+                        high=MAX_SEED)
     batch_size: int = setting(64, "Images per step.", low=1)
     lr: float = setting(3e-3, "Initial Adam learning rate (then a cosine decay).", low=0, low_open=True)
     patience: int = setting(0, "With --data: stop after this many epochs without a better dev BLEU-4 (0: never).",

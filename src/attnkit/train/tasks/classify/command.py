@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnkit._checks import setting, setting_of, shown
+from attnkit._checks import MAX_SEED, setting, setting_of, shown
 from attnkit.data.readers import ReaderSettings
 from attnkit.train.config import TrainConfig
 from attnkit.train.registry import Say, allow_unfinished
@@ -20,7 +20,7 @@ from attnkit.train.tasks.classify.settings import ClassifyData
 
 __all__ = ["PredictCommand", "EvaluateCommand", "ReportCommand", "BaselineCommand", "DemoCommand", "predict_command",
            "evaluate_command", "report_command", "cv_command", "baseline_command", "demo_command",
-           "texts_to_classify", "truncation_line", "load_classifier", "labelled_examples"]
+           "texts_to_classify", "truncation_line", "load_classifier"]
 
 Warn = Callable[[str], None]
 
@@ -39,18 +39,6 @@ def load_classifier(run: str, allow_unfinished: bool, warn: Warn) -> Any:
     if predictor.notice:
         warn(predictor.notice)
     return predictor
-
-
-def labelled_examples(path: str | None, reader: ReaderSettings, warn: Warn) -> list[Any]:
-    """The labelled examples of data file ``path`` read with ``reader`` (skipped rows said through ``warn``);
-    a file of none is an error."""
-    from attnkit.data.readers import read_examples
-
-    assert path is not None  # the commands require it
-    examples = read_examples(path, **reader.kwargs(warn))
-    if not examples:
-        raise ValueError(f"{path} holds no examples")
-    return examples
 
 
 # --- predict -----------------------------------------------------------------------------------
@@ -181,7 +169,8 @@ def evaluate_command(s: EvaluateCommand, say: Say) -> Iterator[str]:
     if s.faithfulness and predictor.backend == "numpy":
         raise ValueError(f"`faithfulness` needs a torch run; {s.run} is a NumPy run (attnkit train --backend "
                          "numpy), whose model has no gradients or exact contributions to score")
-    examples = labelled_examples(s.data, s.reader, say.warn)
+    assert s.data is not None  # a required flag
+    examples = s.reader.read(s.data, say.warn)
     texts = [e.text for e in examples]
     metrics = predictor.evaluate(texts, [e.label for e in examples], progress=True)
     if s.faithfulness:
@@ -258,7 +247,7 @@ def cv_command(values: dict[str, Any], say: Say) -> Iterator[str]:
 
     start.require_baseline(values)
     settings = start.cv_settings(values, values["model_opt"])
-    examples = labelled_examples(values["data"], ReaderSettings.of(values), say.warn)
+    examples = ReaderSettings.of(values).read(values["data"], say.warn)
     results = cross_validate(examples, folds=values["folds"], val=values["val_ratio"], max_folds=values["max_folds"],
                              max_memory=values["max_memory"], quiet=values["quiet"], log=say.log, **settings)
     train_config = settings["train_config"]
@@ -280,7 +269,7 @@ class BaselineSplit:
     folds: int | None = setting(None, "Cross-validate on the folds of attnkit cv --folds K instead of train's split.",
                                 low=2)
     max_folds: int | None = setting(None, "With --folds: only the first N folds.", low=1)
-    seed: int | None = setting(None, "The split or fold seed (train's and cv's --seed).", low=0, high=2**32 - 1,
+    seed: int | None = setting(None, "The split or fold seed (train's and cv's --seed).", low=0, high=MAX_SEED,
                                default_from="attnkit.train.config:TrainConfig.seed")
     class_weight: str = setting_of(TrainConfig, "class_weight")  # the field train's and cv's --class-weight set
 
@@ -328,7 +317,7 @@ def baseline_command(s: BaselineCommand, say: Say) -> Iterator[str]:
         return
     if data.val_path or data.test_path:
         raise PlanError("--folds splits --data itself; it takes no --val or --test")
-    rows = fold_baselines(labelled_examples(data.data, data, say.warn), folds=split.folds, seed=seed,
+    rows = fold_baselines(data.read(data.data, say.warn), folds=split.folds, seed=seed,
                           max_folds=split.max_folds, class_weight=split.class_weight)
     for r in rows:
         yield f"fold {r['fold']:>2}/{split.folds}  accuracy {r['accuracy']:.4f}  macro-F1 {r['macro_f1']:.4f}"
@@ -352,7 +341,7 @@ class DemoCommand:
 
     out: str = setting("runs/demo", "Run directory for the checkpoint and report.txt.", path="new-dir")
     quick: bool = setting(False, "A smaller corpus and fewer epochs (for tests).")
-    seed: int = setting(0, "Corpus and training seed.", low=0, high=2**32 - 1)
+    seed: int = setting(0, "Corpus and training seed.", low=0, high=MAX_SEED)
     overwrite: bool = setting(False, "Replace a run in --out that the demo did not write (its own earlier run is "
                                      "replaced anyway).")
     quiet: bool = setting(False, "No progress bar or per-epoch lines.", short="-q")
