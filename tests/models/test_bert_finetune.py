@@ -272,6 +272,24 @@ def test_frozen_layers_keep_their_weights_and_get_no_backward_pass() -> None:
         BertClassifierConfig(num_classes=2, vocab_size=200, num_hidden_layers=2, frozen_layers=3)
 
 
+def test_frozen_word_embeddings_keep_the_table_and_train_the_rest() -> None:
+    model = BertClassifier(dataclasses.replace(_tiny_classifier().config, frozen_word_embeddings=True)).train()
+    table = model.bert.embeddings.word_embeddings.weight
+    before = table.detach().clone()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids, lengths = torch.randint(5, 50, (4, 7)), torch.tensor([7, 5, 3, 2])
+    torch.nn.functional.cross_entropy(model(ids, lengths), torch.tensor([0, 1, 2, 1])).backward()
+    with_grad = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert "bert.embeddings.word_embeddings.weight" not in with_grad
+    assert {"bert.embeddings.position_embeddings.weight", "bert.encoder.layer.0.attention.self.query.weight",
+            "classifier.weight"} <= with_grad
+    opt.step()
+    assert torch.equal(table, before)
+    saved = json.loads(json.dumps(model.config.to_dict()))
+    assert saved["frozen_word_embeddings"] is True
+    assert build_model("bert", saved).bert.embeddings.word_embeddings.weight.requires_grad is False
+
+
 def test_config_errors_name_the_field() -> None:
     with pytest.raises(ValueError, match="max_len=30 plus"):
         BertClassifierConfig(num_classes=2, vocab_size=200, max_position_embeddings=30, max_len=30)
