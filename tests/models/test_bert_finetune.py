@@ -221,6 +221,40 @@ def test_with_ngram_len_the_half_reads_past_the_encoder() -> None:
         assert scores.shape == (3, 10), method
 
 
+def test_with_encoder_tail_the_encoder_reads_a_long_documents_head_and_tail() -> None:
+    """encoder_tail=3 of max_len 5: a document of 10 tokens is read at 0, 1, 7, 8, 9; a shorter one whole.
+    The pooling weights and every attribution method score those tokens and give the skipped middle 0."""
+    base = _tiny_classifier()
+    model = BertClassifier(dataclasses.replace(base.config, max_len=5, ngram_len=12, encoder_tail=3)).eval()
+    head_only = BertClassifier(dataclasses.replace(model.config, encoder_tail=0)).eval()
+    head_only.load_state_dict(model.state_dict())
+    docs = [[5 + i % 7, 20 + i % 5, 30 + i % 3, 40 + i % 4, 10 + i % 3, 15 + i % 2] for i in range(24)]
+    model.init_from_training_data(docs, [i % 3 for i in range(24)])
+    ids = torch.tensor([[6, 7, 8, 9, 11, 12, 13, 14, 16, 17], [21, 22, 23, 24, 25, 0, 0, 0, 0, 0],
+                        [31, 32, 33, 34, 35, 36, 37, 0, 0, 0]])
+    lengths = torch.tensor([10, 5, 7])
+    assert model.encoder_places(lengths, 10).tolist() == [[0, 1, 7, 8, 9], [0, 1, 2, 3, 4], [0, 1, 4, 5, 6]]
+    assert head_only.encoder_places(lengths, 10).tolist() == [list(range(5))] * 3
+    read = torch.tensor([[6, 7, 14, 16, 17], [21, 22, 23, 24, 25], [31, 32, 35, 36, 37]])
+    mask, read_mask = model.prepare(ids, lengths)[2], model.prepare(read, lengths.clamp(max=5))[2]
+    with torch.no_grad():
+        torch.testing.assert_close(model.own_logits(ids, lengths, mask),
+                                   head_only.own_logits(read, lengths.clamp(max=5), read_mask))
+        assert not torch.allclose(model.own_logits(ids, lengths, mask)[0], head_only.own_logits(ids, lengths, mask)[0])
+        pooling = model(ids, lengths, return_weights="pooling")[1]["pooling"]
+    assert (pooling > 0).tolist() == [[i in (0, 1, 7, 8, 9) for i in range(10)], [i < 5 for i in range(10)],
+                                      [i in (0, 1, 4, 5, 6) for i in range(10)]]
+    from attnkit.attribution.methods import applicable_methods, attribute
+
+    for method in applicable_methods(model):
+        scores = attribute(model, ids, lengths, method)
+        assert scores[0, 2:7].eq(0).all() and scores[0, 7:].ne(0).any(), method  # the tail scored, not the middle
+    with pytest.raises(ValueError, match="encoder_tail must be at most max_len=5, got 6"):
+        dataclasses.replace(model.config, encoder_tail=6)
+    with pytest.raises(ValueError, match="its n-gram half must read past it"):
+        dataclasses.replace(model.config, ngram_len=0)
+
+
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_padding_changes_nothing_and_pooling_is_a_distribution(pooling: str) -> None:
     model = _tiny_classifier(pooling)

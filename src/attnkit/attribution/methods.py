@@ -179,10 +179,9 @@ def _contributions(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, ste
 @torch.no_grad()
 def _attention(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
     if _is_hf(model):
-        _, layers, row, tokens = _layer_attention(model, ids, lengths)
+        _, layers, row, on_tokens = _layer_attention(model, ids, lengths)
         last = layers[-1].float().mean(1)  # (B, S, S): the last layer, mean of the heads
-        # the row of the position the classifier reads
-        return _on_tokens((row.to(last)[:, None] @ last)[:, 0], tokens, ids.shape[1])
+        return on_tokens((row.to(last)[:, None] @ last)[:, 0])  # the row of the position the classifier reads
     return model(ids, lengths, return_weights="pooling")[1]["pooling"]
 
 
@@ -203,17 +202,22 @@ def _attention_norm(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, st
     return weights * seen[-1].norm(dim=-1)  # (B, T): ||alpha_t v_t||
 
 
-def _on_tokens(per_position: Tensor, tokens: Tensor, t: int) -> Tensor:
+def _on_tokens(per_position: Tensor, tokens: Tensor, t: int, places: Tensor | None = None) -> Tensor:
     """The scores ``(B, T)`` of ``T = t`` tokens from per-position ones ``(B, S)``: the positions ``tokens``
-    in order, then 0 for each token past them (a BERT classifier's encoder reads the first ``max_len``
-    tokens when its n-gram half reads more)."""
+    are the tokens ``places`` ``(B, n)`` of each document (None: the first ones, in order), and a token
+    no position read gets 0 (a BERT classifier's encoder reads ``max_len`` of a document its n-gram half
+    reads further: :meth:`~attnkit.models.bert_classifier.BertClassifier.encoder_places`)."""
     got = per_position[:, tokens]
-    return nn.functional.pad(got, (0, t - got.shape[1]))
+    if places is None:
+        return nn.functional.pad(got, (0, t - got.shape[1]))
+    return got.new_zeros(got.shape[0], t).scatter(1, places, got)
 
 
-def _layer_attention(model: Any, ids: Tensor, lengths: Tensor) -> tuple[Tensor, list[Tensor], Tensor, Tensor]:
-    """The logits, the self-attention maps in layer order, the pooling row and its token slice (the
-    tokens the attention read: :func:`_on_tokens` gives the others 0).
+def _layer_attention(model: Any, ids: Tensor, lengths: Tensor
+                     ) -> tuple[Tensor, list[Tensor], Tensor, Callable[[Tensor], Tensor]]:
+    """The logits, the self-attention maps in layer order, the pooling row and what turns scores of its
+    positions ``(B, S)`` into the tokens' ``(B, T)`` (:func:`_on_tokens`: a token the attention did not
+    read gets 0).
 
     For the document model: its encoder's and parameter-free layers' weights
     ``(B, H, T, T)`` and the pooling weights ``(B, T)``; for BERT, its layers'
@@ -222,7 +226,8 @@ def _layer_attention(model: Any, ids: Tensor, lengths: Tensor) -> tuple[Tensor, 
     classifier, a one-hot row at the position it reads.
     """
     if _is_hf(model):
-        return layer_attention(model, ids, lengths, live=weights_kept_for_gradients())
+        logits, maps, row, tokens = layer_attention(model, ids, lengths, live=weights_kept_for_gradients())
+        return logits, maps, row, lambda per: _on_tokens(per, tokens, ids.shape[1])
     if hasattr(model, "bert"):  # a BertClassifier
         layers: list[Tensor] = []  # each layer's own weights (the stacked copy is outside the graph)
         handles = [layer.register_forward_hook(lambda _m, _a, out: layers.append(out[1]))
@@ -241,27 +246,28 @@ def _layer_attention(model: Any, ids: Tensor, lengths: Tensor) -> tuple[Tensor, 
             read = lengths.clamp(max=t)
             real = (torch.arange(t, device=ids.device)[None] < read[:, None]).to(row.dtype)
             row[:, 1 : t + 1] = real / read[:, None].to(row.dtype)
-        return logits, layers, row, torch.arange(1, t + 1, device=ids.device)
+        tokens, places = torch.arange(1, t + 1, device=ids.device), model.encoder_places(lengths, ids.shape[1])
+        return logits, layers, row, lambda per: _on_tokens(per, tokens, ids.shape[1], places)
     logits, found = model(ids, lengths, return_weights=True)
     names = sorted((k for k in found if k.startswith("encoder.")), key=lambda k: int(k.split(".")[1]))
     names += sorted((k for k in found if k.startswith("parameter_free.")), key=lambda k: int(k.split(".")[1]))
-    return logits, [found[k] for k in names], found["pooling"], torch.arange(ids.shape[1], device=ids.device)
+    return logits, [found[k] for k in names], found["pooling"], lambda per: per
 
 
 @torch.no_grad()
 def _rollout(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
     from attnkit.viz.measures import attention_rollout
 
-    _, layers, row, tokens = _layer_attention(model, ids, lengths)
+    _, layers, row, on_tokens = _layer_attention(model, ids, lengths)
     per_layer = [w.float().mean(1, keepdim=True).cpu().numpy() for w in layers]  # L x (B, 1, S, S)
     flow = torch.from_numpy(np.asarray(attention_rollout(per_layer), dtype=np.float32))  # (B, S, S)
     scores = (row.float().cpu()[:, None] @ flow)[:, 0]  # (B, S): the pooling row through the layers
-    return _on_tokens(scores.to(ids.device), tokens, ids.shape[1])
+    return on_tokens(scores.to(ids.device))
 
 
 def _chefer(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
     with torch.enable_grad(), weights_in_graph():
-        logits, layers, row, tokens = _layer_attention(model, ids, lengths)
+        logits, layers, row, on_tokens = _layer_attention(model, ids, lengths)
         wanted = [x for x in (*layers, row) if x.requires_grad]  # a one-hot row ([CLS]'s) is a constant
         found = iter(torch.autograd.grad(_pick(logits, target), wanted, allow_unused=True))
         grads = [next(found) if x.requires_grad else None for x in (*layers, row)]
@@ -273,7 +279,7 @@ def _chefer(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int
         relevance = relevance + cam @ relevance
     g_row = grads[-1]
     pool = row.detach() if g_row is None else (g_row * row).clamp_min(0).detach()  # (B, S)
-    return _on_tokens((pool[:, None] @ relevance)[:, 0], tokens, ids.shape[1]).detach()
+    return on_tokens((pool[:, None] @ relevance)[:, 0]).detach()
 
 
 def _embedding_module(model: Any) -> nn.Module:
@@ -298,12 +304,13 @@ def _with_embeddings(model: Any, ids: Tensor, lengths: Tensor, scale: float) -> 
     return logits, leaf[0], leaf[1]
 
 
-def _token_axis(model: Any, per: Tensor, t: int) -> Tensor:
+def _token_axis(model: Any, per: Tensor, lengths: Tensor, t: int) -> Tensor:
     """Per-position scores of the embedded sequence, cut to the tokens (BERT's ``[CLS]``/``[SEP]`` dropped)."""
     if _is_hf(model):
         return per[:, model.offset : model.offset + t]
-    if hasattr(model, "bert"):  # [CLS] tokens [SEP]: every token, or the first max_len (an n-gram half reads on)
-        return _on_tokens(per, torch.arange(1, per.shape[1] - 1, device=per.device), t)
+    if hasattr(model, "bert"):  # [CLS] tokens [SEP]: every token, or max_len of them (an n-gram half reads on)
+        positions = torch.arange(1, per.shape[1] - 1, device=per.device)
+        return _on_tokens(per, positions, t, model.encoder_places(lengths, t))
     return per
 
 
@@ -311,7 +318,7 @@ def _grad_input(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps:
     with torch.enable_grad():
         logits, e, _ = _with_embeddings(model, ids, lengths, 1.0)
         (grad,) = torch.autograd.grad(_pick(logits, target), [e])
-    return _token_axis(model, (grad * e).sum(-1), ids.shape[1]).detach()
+    return _token_axis(model, (grad * e).sum(-1), lengths, ids.shape[1]).detach()
 
 
 def _integrated_gradients(model: Any, ids: Tensor, lengths: Tensor, target: Tensor, steps: int) -> Tensor:
@@ -325,7 +332,7 @@ def _integrated_gradients(model: Any, ids: Tensor, lengths: Tensor, target: Tens
             (grad,) = torch.autograd.grad(_pick(logits, target), [e])
             total = grad if total is None else total + grad
     assert total is not None and e_full is not None
-    return _token_axis(model, (total / steps * e_full).sum(-1), ids.shape[1])
+    return _token_axis(model, (total / steps * e_full).sum(-1), lengths, ids.shape[1])
 
 
 _METHODS: dict[str, Callable[[Any, Tensor, Tensor, Tensor, int], Tensor]] = {

@@ -98,6 +98,11 @@ class BertClassifierConfig(BertConfig, ModelConfig):
             (the pretrained ones), the embeddings with them when any do; 0: every weight trains.
             Nothing below the lowest trained layer needs a backward pass: with 2 of MiniLM's 6 layers
             frozen a step costs about two thirds of a full one (``--preset balanced``).
+        encoder_tail: of the ``max_len`` tokens the encoder reads of a document its n-gram half reads
+            further (``ngram_len``), how many are the document's last ones: the encoder reads its first
+            ``max_len - encoder_tail`` tokens and its last ``encoder_tail`` (head and tail, Sun et al., 2019:
+            a review's verdict often ends it); 0: its first ``max_len``. A document of at most ``max_len``
+            tokens is read whole either way.
         frozen_word_embeddings: the WordPiece table (MiniLM: 11.7 of its 22.7 million weights) keeps its
             pretrained rows while every layer trains: a step then skips that table's dense gradient and
             its optimizer update (about 9% of a step of 32 sentences of 32 tokens on a CPU).
@@ -112,6 +117,7 @@ class BertClassifierConfig(BertConfig, ModelConfig):
     ngram_rows: int = 200_000
     ngram_len: int = 0
     frozen_layers: int = 0
+    encoder_tail: int = 0
     frozen_word_embeddings: bool = False
 
     def __post_init__(self) -> None:
@@ -126,6 +132,13 @@ class BertClassifierConfig(BertConfig, ModelConfig):
         if self.frozen_layers > self.num_hidden_layers:
             raise ValueError(f"frozen_layers must be at most num_hidden_layers={self.num_hidden_layers}, "
                              f"got {self.frozen_layers}")
+        check_positive_int("encoder_tail", self.encoder_tail, allow_zero=True)
+        if self.encoder_tail > self.max_len:
+            raise ValueError(f"encoder_tail must be at most max_len={self.max_len}, got {self.encoder_tail}")
+        if self.encoder_tail and not (self.ngram_rows and self.ngram_len > self.max_len):
+            raise ValueError(f"encoder_tail={self.encoder_tail} reads the end of a document longer than max_len="
+                             f"{self.max_len}, which this model is not given: its n-gram half must read past it "
+                             f"(ngram_len above max_len, ngram_rows above 0)")
         check_choice("pooling", self.pooling, BERT_POOLINGS)
         check_fraction("classifier_dropout", self.classifier_dropout)
         for name in ("pad_token_id", "cls_token_id", "sep_token_id"):
@@ -244,7 +257,7 @@ class BertClassifier(NgramHalf, TextClassifier):
             ids ``(B, T)``, lengths ``(B,)``, mask allowed ``(B, 1, 1, T)``; returns ``(B, C)`` and a dict
             of weights.
         """
-        read = ids.shape[1]
+        read, doc_lengths = ids.shape[1], lengths
         ids, lengths, mask = self._encoder_part(ids, lengths, mask)
         t = ids.shape[1]
         if t > self.config.max_position_embeddings - 2:
@@ -271,7 +284,8 @@ class BertClassifier(NgramHalf, TextClassifier):
         cls_row = out.attentions[-1][:, :, 0, 1 : t + 1].mean(1)  # (B, T): [CLS] -> real tokens, mean of heads
         cls_row = cls_row * real
         total = cls_row.sum(-1, keepdim=True).clamp_min(torch.finfo(cls_row.dtype).tiny)
-        found = {"pooling": nn.functional.pad(cls_row / total, (0, read - t))}  # (B, T): none past the encoder's
+        places = self.encoder_places(doc_lengths, read)  # (B, t): the document's token at each position read
+        found = {"pooling": cls_row.new_zeros(cls_row.shape[0], read).scatter(1, places, cls_row / total)}  # (B, T)
         if "layers" in weights:
             found["layers"] = torch.stack(out.attentions, 1)  # (B, L, H, S, S)
         return logits, found
@@ -282,14 +296,29 @@ class BertClassifier(NgramHalf, TextClassifier):
         c = self.config
         return c.max_len if c.ngram_len and c.ngram_rows else None
 
+    def encoder_places(self, lengths: Tensor, width: int) -> Tensor:
+        """The token positions the encoder reads of each document of a batch ``width`` tokens wide, in
+        order: ``(B, n)``, ``n`` the smaller of ``width`` and ``max_len`` when the n-gram half reads past
+        ``max_len``, else ``width``. A longer document gives its first ``n - encoder_tail`` and its last
+        ``encoder_tail``; the places past a shorter one's end are its padding, as in the batch."""
+        cut = self._encoder_cut()
+        n = width if cut is None else min(width, cut)
+        places = torch.arange(n, device=lengths.device).expand(lengths.shape[0], n)
+        if self.config.encoder_tail and n == cut:
+            skipped = (lengths - n).clamp_min(0)[:, None]  # (B, 1): the middle a long document's reading skips
+            places = torch.where(places < n - self.config.encoder_tail, places, places + skipped)
+        return places
+
     def _encoder_part(self, ids: Tensor, lengths: Tensor, mask: AttentionMask
                       ) -> tuple[Tensor, Tensor, AttentionMask]:
-        """The batch as the encoder reads it: each document's first ``max_len`` tokens when the n-gram
-        half reads past them (``ngram_len``), else the batch itself."""
+        """The batch as the encoder reads it (:meth:`encoder_places`) when the n-gram half reads past
+        ``max_len`` (``ngram_len``), else the batch itself."""
         cut = self._encoder_cut()
         if cut is None or ids.shape[1] <= cut:
             return ids, lengths, mask
-        return ids[:, :cut], lengths.clamp(max=cut), AttentionMask(mask.key_mask()[:, None, None, :cut])
+        places = self.encoder_places(lengths, ids.shape[1])
+        return (ids.gather(1, places), lengths.clamp(max=cut),
+                AttentionMask(mask.key_mask().gather(1, places)[:, None, None]))
 
     def classify_packed(self, packed: PackedBatch, want_pooling: bool) -> tuple[Tensor, Tensor | None]:
         """Logits of packed documents: ``[CLS] doc [SEP]`` for each, several to a row.
