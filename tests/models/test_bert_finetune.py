@@ -221,12 +221,13 @@ def test_with_ngram_len_the_half_reads_past_the_encoder() -> None:
         assert scores.shape == (3, 10), method
 
 
-def test_with_encoder_tail_the_encoder_reads_a_long_documents_head_and_tail() -> None:
-    """encoder_tail=3 of max_len 5: a document of 10 tokens is read at 0, 1, 7, 8, 9; a shorter one whole.
-    The pooling weights and every attribution method score those tokens and give the skipped middle 0."""
+def test_with_tail_share_the_encoder_reads_a_long_documents_head_and_tail() -> None:
+    """tail_share 0.6 of max_len 5, three tokens of the end: a document of 10 tokens is read at 0, 1, 7, 8, 9,
+    a shorter one whole. The pooling weights and every attribution method score those tokens and give the
+    skipped middle 0."""
     base = _tiny_classifier()
-    model = BertClassifier(dataclasses.replace(base.config, max_len=5, ngram_len=12, encoder_tail=3)).eval()
-    head_only = BertClassifier(dataclasses.replace(model.config, encoder_tail=0)).eval()
+    model = BertClassifier(dataclasses.replace(base.config, max_len=5, ngram_len=12, tail_share=0.6)).eval()
+    head_only = BertClassifier(dataclasses.replace(model.config, tail_share=0.0)).eval()
     head_only.load_state_dict(model.state_dict())
     docs = [[5 + i % 7, 20 + i % 5, 30 + i % 3, 40 + i % 4, 10 + i % 3, 15 + i % 2] for i in range(24)]
     model.init_from_training_data(docs, [i % 3 for i in range(24)])
@@ -249,8 +250,8 @@ def test_with_encoder_tail_the_encoder_reads_a_long_documents_head_and_tail() ->
     for method in applicable_methods(model):
         scores = attribute(model, ids, lengths, method)
         assert scores[0, 2:7].eq(0).all() and scores[0, 7:].ne(0).any(), method  # the tail scored, not the middle
-    with pytest.raises(ValueError, match="encoder_tail must be at most max_len=5, got 6"):
-        dataclasses.replace(model.config, encoder_tail=6)
+    with pytest.raises(ValueError, match="tail_share must be"):
+        dataclasses.replace(model.config, tail_share=1.0)
     with pytest.raises(ValueError, match="its n-gram half must read past it"):
         dataclasses.replace(model.config, ngram_len=0)
 

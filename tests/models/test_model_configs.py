@@ -84,7 +84,7 @@ def test_the_bert_classifier_config_is_a_bert_config_plus_the_head() -> None:
     bert_fields = [f.name for f in dataclasses.fields(BertConfig)]
     own = [f.name for f in dataclasses.fields(BertClassifierConfig) if f.name not in bert_fields]
     assert own == ["num_classes", "cls_token_id", "sep_token_id", "pooling", "classifier_dropout", "max_len",
-                   "ngram_rows", "ngram_len", "frozen_layers", "encoder_tail", "frozen_word_embeddings"]
+                   "ngram_rows", "ngram_len", "frozen_layers", "tail_share", "frozen_word_embeddings"]
     assert config.ngram_rows == 200_000  # a missing field takes its default
     assert config.bert_config() == BertConfig(**{k: OLD_BERT_RUN_CONFIG[k] for k in bert_fields})
     assert type(config.bert_config()) is BertConfig

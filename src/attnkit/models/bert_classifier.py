@@ -98,11 +98,11 @@ class BertClassifierConfig(BertConfig, ModelConfig):
             (the pretrained ones), the embeddings with them when any do; 0: every weight trains.
             Nothing below the lowest trained layer needs a backward pass: with 2 of MiniLM's 6 layers
             frozen a step costs about two thirds of a full one (``--preset balanced``).
-        encoder_tail: of the ``max_len`` tokens the encoder reads of a document its n-gram half reads
-            further (``ngram_len``), how many are the document's last ones: the encoder reads its first
-            ``max_len - encoder_tail`` tokens and its last ``encoder_tail`` (head and tail, Sun et al., 2019:
-            a review's verdict often ends it); 0: its first ``max_len``. A document of at most ``max_len``
-            tokens is read whole either way.
+        tail_share: of the ``max_len`` tokens the encoder reads of a document its n-gram half reads
+            further (``ngram_len``), the share that are the document's last ones: ``k = round(max_len *
+            tail_share)``, and the encoder reads its first ``max_len - k`` tokens and its last ``k`` (head
+            and tail, Sun et al., 2019: a review's verdict often ends it); 0: its first ``max_len``. A
+            document of at most ``max_len`` tokens is read whole either way.
         frozen_word_embeddings: the WordPiece table (MiniLM: 11.7 of its 22.7 million weights) keeps its
             pretrained rows while every layer trains: a step then skips that table's dense gradient and
             its optimizer update (about 9% of a step of 32 sentences of 32 tokens on a CPU).
@@ -117,7 +117,7 @@ class BertClassifierConfig(BertConfig, ModelConfig):
     ngram_rows: int = 200_000
     ngram_len: int = 0
     frozen_layers: int = 0
-    encoder_tail: int = 0
+    tail_share: float = 0.0
     frozen_word_embeddings: bool = False
 
     def __post_init__(self) -> None:
@@ -132,11 +132,9 @@ class BertClassifierConfig(BertConfig, ModelConfig):
         if self.frozen_layers > self.num_hidden_layers:
             raise ValueError(f"frozen_layers must be at most num_hidden_layers={self.num_hidden_layers}, "
                              f"got {self.frozen_layers}")
-        check_positive_int("encoder_tail", self.encoder_tail, allow_zero=True)
-        if self.encoder_tail > self.max_len:
-            raise ValueError(f"encoder_tail must be at most max_len={self.max_len}, got {self.encoder_tail}")
-        if self.encoder_tail and not (self.ngram_rows and self.ngram_len > self.max_len):
-            raise ValueError(f"encoder_tail={self.encoder_tail} reads the end of a document longer than max_len="
+        check_fraction("tail_share", self.tail_share)
+        if self.tail_share and not (self.ngram_rows and self.ngram_len > self.max_len):
+            raise ValueError(f"tail_share={self.tail_share} reads the end of a document longer than max_len="
                              f"{self.max_len}, which this model is not given: its n-gram half must read past it "
                              f"(ngram_len above max_len, ngram_rows above 0)")
         check_choice("pooling", self.pooling, BERT_POOLINGS)
@@ -299,14 +297,15 @@ class BertClassifier(NgramHalf, TextClassifier):
     def encoder_places(self, lengths: Tensor, width: int) -> Tensor:
         """The token positions the encoder reads of each document of a batch ``width`` tokens wide, in
         order: ``(B, n)``, ``n`` the smaller of ``width`` and ``max_len`` when the n-gram half reads past
-        ``max_len``, else ``width``. A longer document gives its first ``n - encoder_tail`` and its last
-        ``encoder_tail``; the places past a shorter one's end are its padding, as in the batch."""
+        ``max_len``, else ``width``. A longer document gives its first ``n - k`` and its last ``k``
+        (``tail_share``); the places past a shorter one's end are its padding, as in the batch."""
         cut = self._encoder_cut()
         n = width if cut is None else min(width, cut)
         places = torch.arange(n, device=lengths.device).expand(lengths.shape[0], n)
-        if self.config.encoder_tail and n == cut:
+        tail = round(n * self.config.tail_share) if n == cut else 0
+        if tail:
             skipped = (lengths - n).clamp_min(0)[:, None]  # (B, 1): the middle a long document's reading skips
-            places = torch.where(places < n - self.config.encoder_tail, places, places + skipped)
+            places = torch.where(places < n - tail, places, places + skipped)
         return places
 
     def _encoder_part(self, ids: Tensor, lengths: Tensor, mask: AttentionMask
