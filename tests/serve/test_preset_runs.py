@@ -19,7 +19,8 @@ from tests.support.bert import install_fake_pretrained, write_tiny_bert
 from tests.support.cli import write_keyword_csv
 from tests.support.serve import ServerProcess, env, post_json, serving
 
-TEXTS = ["superb brilliant film", "dreadful boring plot", "a film"]
+TEXTS = ["superb brilliant film", "dreadful boring plot", "a film",
+         "a film " * 6 + "dreadful boring plot"]  # past --max-len 8: its head and tail are read
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def balanced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         install_fake_pretrained(patch, minilm)
         result = CliRunner().invoke(cli, ["train", "--data", str(data), "--preset", "balanced", "--epochs", "2",
-                                          "--device", "cpu", "--out", str(run), "-q"])
+                                          "--max-len", "8", "--device", "cpu", "--out", str(run), "-q"])
     assert result.exit_code == 0, result.output
     shutil.rmtree(minilm)  # the run holds every weight: nothing below reads the folder it started from
     return run
@@ -57,6 +58,7 @@ def test_load_run_predict_and_serve_answer_alike(balanced_run: Path, server: Ser
 
     predictor = attnkit.load_run(balanced_run)
     assert predictor.config["model_config"]["frozen_layers"] == 2
+    assert (predictor.config["model_config"]["tail_share"], predictor.config["data_settings"]["max_len"]) == (0.75, 8)
     cli_out = subprocess.run([sys.executable, "-m", "attnkit", "predict", str(balanced_run), *TEXTS, "--json"],
                              capture_output=True, text=True, env=env(), check=True)
     expected = [json.loads(line) for line in cli_out.stdout.splitlines()]
@@ -69,3 +71,6 @@ def test_load_run_predict_and_serve_answer_alike(balanced_run: Path, server: Ser
     assert explained.status_code == 200, explained.text
     assert explained.json()["method"] == record["shown_first"]
     assert len(explained.json()["scores"]) == len(explained.json()["tokens"]) > 0
+    long = post_json(server, "/v1/explain", {"text": TEXTS[3]}).json()  # the encoder read 2 + 6 of 15 tokens
+    assert len(long["tokens"]) == len(long["scores"]) == 15
+    assert all(score == 0 for score in long["scores"][2:9]) and any(long["scores"][9:]), long

@@ -340,7 +340,8 @@ def test_preset_balanced_resolves_to_its_settings_and_resumes_to_identical_weigh
 
     defaults, max_len, model = finetune_defaults("balanced")
     assert (defaults["epochs"], defaults["lr"], max_len, model) == (1, 1e-4, 64, {
-        "frozen_layers": 2, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "ngram_len": 1024})
+        "frozen_layers": 2, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "tail_share": 0.75,
+        "ngram_len": 1024})
     assert {k: v for k, v in defaults.items() if k not in ("epochs", "lr")} == {
         k: v for k, v in FINETUNE_DEFAULTS.items() if k not in ("epochs", "lr")}
     assert finetune_defaults("accurate") == finetune_defaults(None) == (FINETUNE_DEFAULTS, 128, {"ngram_len": 1024})

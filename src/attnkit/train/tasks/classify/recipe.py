@@ -59,7 +59,7 @@ its n-gram half, as ``--model bert --init-from FOLDER`` does with that package's
 
 PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     "balanced": {"epochs": 1, "lr": 1e-4, "max_len": 64, "frozen_layers": 2, "hidden_dropout_prob": 0.0,
-                 "attention_probs_dropout_prob": 0.0},
+                 "attention_probs_dropout_prob": 0.0, "tail_share": 0.75},
     "accurate": {},
 }
 """The presets that fine-tune the MiniLM folder, each with what it changes over fine-tuning's defaults
@@ -68,21 +68,23 @@ epochs, 128 tokens; a field of :class:`attnkit.models.bert_classifier.BertClassi
 option). ``balanced`` keeps the embeddings and the bottom two of the six layers as pretrained (no
 backward pass below them: a step costs about two thirds of a full one) and reads the data once, at twice
 the paper's peak rate, 64 tokens a document and without dropout in the encoder (one pass over the data
-needs no regulariser, and its masks cost 13-15% of the run: MR 83.22 -> 83.79% and 82 -> 71 s, fold 1);
+needs no regulariser, and its masks cost 13-15% of the run), and of a longer document the encoder reads
+its first 16 tokens and its last 48 (``tail_share``: a review's verdict often ends it);
 ``accurate`` is fine-tuning's defaults, every weight for three epochs. In both the n-gram half reads up to
-1,024 tokens of a document (``ngram_len``, fine-tuning's default), the encoder its first ``max_len``. What
+1,024 tokens of a document (``ngram_len``, fine-tuning's default), the encoder ``max_len`` of them. What
 each costs and gains: docs/results.md (presets), measured by ``evals/presets.py``."""
 
 PRESET_HELP = (
     "fast (the default): attention over word embeddings + an n-gram half; on a 2-core CPU about 15 s for "
     "10,000 sentences, 1 min for 7,600 news articles, 5 min for IMDB's 25,000 reviews. balanced: fine-tune "
-    "all-MiniLM-L6-v2 with its n-gram half for one epoch (lr 1e-4, max-len 64, the bottom 2 of 6 layers "
-    "frozen, no dropout); about 1.2 min for 10,000 sentences, 1.5 min for 7,000 news articles, under 10 min for "
-    "IMDB, most of accurate's gain (MR +5.4 points over fast, AG News +2.4). accurate: fine-tune every weight "
+    "all-MiniLM-L6-v2 with its n-gram half for one epoch (lr 1e-4, max-len 64: of a longer document its "
+    "first 16 and last 48 tokens; the bottom 2 of 6 layers frozen, no dropout); about 1.2 min for 10,000 "
+    "sentences, 1.5 min for 7,000 news articles, under 10 min for IMDB, most of accurate's gain (MR +5.4 "
+    "points over fast, AG News +2.0, IMDB +1.2). accurate: fine-tune every weight "
     "for 3 epochs (lr 5e-5, max-len 128); about 4.5-6.5 min for 10,000 sentences or 7,000 news articles, "
     "50 min for IMDB (estimated; MR +5.7 points over fast, AG News +2.9). "
     "Both train in bfloat16 where the CPU has it (--precision); their n-gram half reads a long document's "
-    "first 1,024 tokens, the encoder the first max-len. These times are cv's: train also writes a report, whose "
+    "first 1,024 tokens, the encoder max-len of them. These times are cv's: train also writes a report, whose "
     "explanations' faithfulness adds minutes for a fine-tuned encoder (MR: 320 s after balanced's 116 s on one "
     "thread). "
     "balanced and accurate need the 'pretrained' extra; flags given beside a preset override its settings."
