@@ -91,7 +91,7 @@ class BertClassifierConfig(BertConfig, ModelConfig):
             over the WordPiece ids), fitted on the training part and added to the
             head's logits to predict; 0: no n-gram half.
         ngram_len: tokens of each document the n-gram half reads when it reads more than the encoder:
-            the encoder reads the first ``max_len`` of them, the half (a sum over n-grams, whose cost
+            the encoder reads ``max_len`` of them (``tail_share``), the half (a sum over n-grams, whose cost
             hardly grows with the length) all of them, so a long document is not judged by its first
             ``max_len`` tokens alone; 0 (or no half): both read the first ``max_len``.
         frozen_layers: how many of the encoder's bottom layers keep the weights they start with
