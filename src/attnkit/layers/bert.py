@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from attnkit._checks import non_negative_int, positive_float, positive_int
 from attnkit.core.functional import attention, merge_heads, split_heads
 from attnkit.core.masks import MaskLike, as_attention_mask, from_hf_attention_mask
-from attnkit.layers.multi_head import check_dropout, check_sequence, zero_rows_without_key
+from attnkit.layers.multi_head import Dropout, check_dropout, check_sequence, zero_rows_without_key
 
 __all__ = [
     "BertSelfAttention",
@@ -162,7 +162,7 @@ class BertSelfOutput(nn.Module):
         eps = positive_float("layer_norm_eps", layer_norm_eps)
         self.dense = nn.Linear(hidden_size, hidden_size)
         self.LayerNorm = nn.LayerNorm(hidden_size, eps=eps)
-        self.dropout = nn.Dropout(check_dropout(hidden_dropout_prob))
+        self.dropout = Dropout(check_dropout(hidden_dropout_prob))
 
     def forward(self, hidden_states: Tensor, input_tensor: Tensor, *, mask: MaskLike = None) -> Tensor:
         """Project, drop out, add the residual ``input_tensor`` and normalise.

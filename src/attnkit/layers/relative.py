@@ -50,12 +50,12 @@ import math
 from typing import Literal, overload
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit._checks import positive_int
 from attnkit.core import masks as _masks
 from attnkit.core.functional import merge_heads, safe_softmax, split_heads
+from attnkit.core.kernels.dense import apply_dropout
 from attnkit.layers.multi_head import (
     check_dropout,
     check_sequence,
@@ -118,7 +118,7 @@ def _block(
     scores[..., hi:] += rel_logits[..., -1:]
     scores[..., lo:hi] += rel_logits.gather(-1, window)
     probs = safe_softmax(scores, mask)  # (B, H, Tb, Tk): zero rows for queries with no key
-    used = F.dropout(probs, p=dropout, training=True) if dropout > 0.0 else probs
+    used = apply_dropout(probs, dropout)
     # Σ_j α_ij w^V_b(i,j): sum the weights per bucket; outside the window a row sum suffices.
     buckets = used.new_zeros(b, h, tb, rel_v.shape[0]).scatter_add(-1, window, used[..., lo:hi])
     edges = torch.cat(

@@ -32,6 +32,7 @@ from attnkit.core.masks import (
     as_attention_mask,
 )
 from attnkit.layers.bert import BertAttention, from_hf_attention_mask
+from attnkit.layers.multi_head import Dropout
 from attnkit.positional import check_positions
 
 __all__ = ["BertConfig", "BertModel", "BertModelOutput", "load_bert_tokenizer"]
@@ -116,7 +117,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, d)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, d)
         self.LayerNorm = nn.LayerNorm(d, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor | None = None) -> Tensor:
         if position_ids is None:
@@ -148,7 +149,7 @@ class BertOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden: Tensor, residual: Tensor) -> Tensor:
         return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)  # (B, T, D)

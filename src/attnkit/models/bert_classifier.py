@@ -48,6 +48,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.core.masks import AttentionMask
+from attnkit.layers.multi_head import Dropout
 from attnkit.models.base import TextClassifier, WeightSelection
 from attnkit.models.bert import BertConfig, BertModel
 from attnkit.models.config import (
@@ -201,7 +202,7 @@ class BertClassifier(NgramHalf, TextClassifier):
             raise TypeError(f"config must be a BertClassifierConfig, got {type(config).__name__}")
         self.config = config
         self.bert = BertModel(config.bert_config())
-        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.dropout = Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_classes)
         nn.init.normal_(self.classifier.weight, std=0.02)  # BERT's initializer_range
         nn.init.zeros_(self.classifier.bias)

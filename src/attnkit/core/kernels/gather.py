@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.core.block_mask import BlockMask
-from attnkit.core.kernels.dense import HALF, expand_heads, softmax_open_rows, zero_rows
+from attnkit.core.kernels.dense import HALF, apply_dropout, expand_heads, softmax_open_rows, zero_rows
 from attnkit.core.kernels.runs import kept_masks, neg_inf_where
 from attnkit.core.score_mods import apply_score_mod
 from attnkit.core.types import ScoreMod
@@ -162,7 +162,7 @@ def block_sparse_attention(
         scores = apply_score_mod(score_mod, scores, _score_index(bm, b, h))
     fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
     weights = softmax_open_rows(scores, fill)  # (B, H, nQ, bs, K*bs), float32
-    dropped = F.dropout(weights, p=dropout, training=True) if dropout > 0.0 else weights
+    dropped = apply_dropout(weights, dropout)
     if group == 1:
         out = dropped.to(v.dtype) @ vg  # (B, H, nQ, bs, Dv)
     else:

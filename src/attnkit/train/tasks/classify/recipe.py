@@ -60,7 +60,7 @@ its n-gram half, as ``--model bert --init-from FOLDER`` does with that package's
 PRETRAINED_PRESETS: dict[str, dict[str, Any]] = {
     "balanced": {"epochs": 1, "lr": 1e-4, "max_len": 64, "frozen_layers": 2, "hidden_dropout_prob": 0.0,
                  "attention_probs_dropout_prob": 0.0, "tail_share": 0.75},
-    "accurate": {},
+    "accurate": {"frozen_word_embeddings": True},
 }
 """The presets that fine-tune the MiniLM folder, each with what it changes over fine-tuning's defaults
 (:data:`attnkit.train.tasks.classify.finetune.FINETUNE_DEFAULTS` and ``FINETUNE_MAX_LEN``: lr 5e-5, 3
