@@ -344,7 +344,9 @@ def test_preset_balanced_resolves_to_its_settings_and_resumes_to_identical_weigh
         "ngram_len": 1024})
     assert {k: v for k, v in defaults.items() if k not in ("epochs", "lr")} == {
         k: v for k, v in FINETUNE_DEFAULTS.items() if k not in ("epochs", "lr")}
-    assert finetune_defaults("accurate") == finetune_defaults(None) == (FINETUNE_DEFAULTS, 128, {"ngram_len": 1024})
+    assert finetune_defaults(None) == (FINETUNE_DEFAULTS, 128, {"ngram_len": 1024})
+    assert finetune_defaults("accurate") == (FINETUNE_DEFAULTS, 128, {"ngram_len": 1024,
+                                                                     "frozen_word_embeddings": True})
     flags = ["--data", str(imbalanced_csv), "--preset", "balanced", "--epochs", "2", "--device", "cpu", "-q"]
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     assert CliRunner().invoke(cli, ["train", *flags, "--out", str(whole)]).exit_code == 0

@@ -27,7 +27,7 @@ import click
 
 from attnkit._checks import shown, spell_settings
 
-__all__ = ["friendly_errors", "user_os_error", "print_metrics", "in_flags", "echo", "shown"]
+__all__ = ["friendly_errors", "user_os_error", "in_flags", "echo", "shown"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,11 +85,3 @@ def user_os_error(err: OSError) -> str:
     if limit is not None:
         return limit
     return str(err) if err.errno is None or err.filename is None and err.strerror is None else os_error_message(err)
-
-
-def print_metrics(title: str, metrics: dict[str, Any], labels: list[str] | tuple[str, ...]) -> None:
-    """Echo accuracy, macro-F1 and the confusion matrix of ``metrics`` under ``title``
-    (:func:`attnkit.train.metrics.metrics_lines`)."""
-    from attnkit.train.metrics import metrics_lines
-
-    click.echo("\n".join(metrics_lines(title, metrics, labels)))

@@ -36,7 +36,7 @@ HALF = (torch.float16, torch.bfloat16)
 
 def apply_dropout(x: Tensor, p: float) -> Tensor:
     """``x`` with each element zeroed with probability ``p`` and the others scaled by ``1 / (1 - p)``: the
-    dropout of every attention kernel (and of :class:`attnkit.layers.Dropout`).
+    dropout of every attention kernel (and of :class:`attnkit.layers.multi_head.Dropout`).
 
     What ``torch.nn.functional.dropout`` computes, with masks drawn about 3x faster on a CPU: one 64-bit draw of
     the device's generator gives four 16-bit uniform numbers (``bernoulli_`` draws one per element), each kept
