@@ -1,4 +1,4 @@
-"""The one dropout of the attention kernels and the BERT models (``apply_dropout``, ``layers.Dropout``)."""
+"""The one dropout of the attention kernels and the BERT models (``apply_dropout``, ``layers.multi_head.Dropout``)."""
 
 import pytest
 import torch

@@ -175,9 +175,7 @@ def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
 def math_output(weights: Tensor, v: Tensor, dropout: float) -> Tensor:
     b, h, tq, tk = weights.shape
     hkv, dv = v.shape[1], v.shape[-1]
-    if dropout > 0.0:
-        weights = apply_dropout(weights, dropout)
-    wg = weights.to(v.dtype).reshape(b, hkv, h // hkv, tq, tk)  # (B, Hkv, G, Tq, Tk)
+    wg = apply_dropout(weights, dropout).to(v.dtype).reshape(b, hkv, h // hkv, tq, tk)  # (B, Hkv, G, Tq, Tk)
     out = wg @ v.unsqueeze(2)  # (B, Hkv, G, Tq, Dv)
     return out.reshape(b, h, tq, dv)  # (B, H, Tq, Dv)
 
