@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from attnkit.core.kernels.dense import expand_heads
+from attnkit.core.kernels.runs import neg_inf_where
 from attnkit.core.kernels.tiles import score_index, span_backward, span_forward
 from attnkit.core.score_mods import bias_of, refuse_non_finite
 from attnkit.core.types import ScoreMod
@@ -92,14 +93,9 @@ def _additive(allowed: Allowed, m: BlockMath, span: tuple[int, int, int, int], b
         bias = torch.broadcast_to(bias_fn(*idx), (b, h, qb - qa, kb - ka)).to(m.dtype)
         refuse_non_finite("score_mod", bias, None, idx)
     if isinstance(allowed, Tensor):
-        blocked = torch.zeros(allowed.shape, dtype=m.dtype, device=device).masked_fill_(~allowed, float("-inf"))
+        blocked = neg_inf_where(~allowed, m.dtype)
         bias = blocked if bias is None else bias + blocked
     return bias
-
-
-def _blocked(allowed: Allowed) -> Tensor | None:
-    """Where a tile's queries may not attend (None: nowhere), as the core's tiles take it."""
-    return ~allowed if isinstance(allowed, Tensor) else None
 
 
 def _fold_heads(x: Tensor, hkv: int) -> Tensor:
@@ -133,15 +129,16 @@ def forward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, pairs: GlobalPairs, 
     """
     b, h, tk = q.shape[0], q.shape[1], k.shape[2]
     for qa, qb, loc, allowed in q_tiles(runs, pairs, b, h, ka, tk):
+        blocked = ~allowed if isinstance(allowed, Tensor) else None  # as the core's tiles take it
         if m.fused:
             o, blk = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 q[:, :, loc], *expand_heads(h, k, v),
                 attn_mask=_additive(allowed, m, (qa, qb, ka, ka + tk), b, h, q.device), scale=m.scale)
-            if isinstance(allowed, Tensor):  # a row with no key in this block: the kernel says 0, it is -inf
-                blk = blk.masked_fill(~allowed.any(-1), float("-inf"))
+            if blocked is not None:  # a row with no key in this block: the kernel says 0, it is -inf
+                blk = blk.masked_fill(blocked.all(-1), float("-inf"))
         else:  # the core's tile (attnkit.core.kernels.tiles)
             o, blk = span_forward(q[:, :, loc].to(m.dtype) * m.scale, k.to(m.dtype), v.to(m.dtype),
-                                  (qa, qb, ka, ka + tk), _blocked(allowed), m.score_mod)
+                                  (qa, qb, ka, ka + tk), blocked, m.score_mod)
             blk = blk[..., 0].masked_fill(torch.isposinf(blk[..., 0]), float("-inf"))  # no key here: weight 0
         old = lse[:, :, loc]
         new = torch.logaddexp(old, blk)  # (B, H, tq)
@@ -165,6 +162,7 @@ def backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: Saved, pairs
     kw, vw = expand_heads(h, k, v) if m.fused else (k.to(m.dtype), v.to(m.dtype))
     dk, dv = torch.zeros_like(kw, dtype=m.dtype), torch.zeros_like(vw, dtype=m.dtype)
     for qa, qb, loc, allowed in q_tiles(runs, pairs, b, h, ka, tk):
+        blocked = ~allowed if isinstance(allowed, Tensor) else None
         if m.fused:
             gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
                 saved.go[:, :, loc].contiguous(), q[:, :, loc], kw, vw, saved.out[:, :, loc],
@@ -173,7 +171,7 @@ def backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: Saved, pairs
         else:  # the core's tile; its dq is still to be scaled
             gq, gk, gv = span_backward(q[:, :, loc].to(m.dtype) * m.scale, kw, vw, saved.go[:, :, loc],
                                        saved.lse_open[:, :, loc, None], saved.delta[:, :, loc, None],
-                                       (qa, qb, ka, ka + tk), _blocked(allowed), m.score_mod)
+                                       (qa, qb, ka, ka + tk), blocked, m.score_mod)
             gq = gq * m.scale
         dq[:, :, loc] += gq
         dk += gk

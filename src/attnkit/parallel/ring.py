@@ -181,9 +181,7 @@ def _ring_backward(q: Tensor, k: Tensor, v: Tensor, saved: Saved, plan: _Plan,
                    m: BlockMath) -> tuple[Tensor, Tensor, Tensor]:
     """dq, dk, dv of this process's slice: its own blocks, then each received piece's, sent back to its owner."""
     g, n, tag0 = plan.g, len(plan.rounds), _BACKWARD_TAGS
-    dq = torch.zeros(q.shape, dtype=m.dtype, device=q.device)
-    dk = torch.zeros(k.shape, dtype=m.dtype, device=k.device)
-    dv = torch.zeros(v.shape, dtype=m.dtype, device=v.device)
+    dq, dk, dv = (torch.zeros(x.shape, dtype=m.dtype, device=x.device) for x in (q, k, v))
     posted = _post_pieces(plan, 0, k, v, "backward", tag0) if n else None
     for lo, hi in plan.own_spans():
         loc = plan.local(lo, hi)

@@ -107,8 +107,7 @@ def run_plan(bm: BlockMask) -> list[Call] | None:
     None when the mask depends on the batch or head, when some query block's
     key blocks have a gap, or when some query row keeps no key.
     """
-    plan: list[Call] | None = bm.cached(("runs",), lambda: _find_plan(bm))
-    return plan
+    return bm.cached(("runs",), lambda: _find_plan(bm))
 
 
 def _find_plan(bm: BlockMask) -> list[Call] | None:
