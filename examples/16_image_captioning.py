@@ -60,7 +60,8 @@ def main() -> None:
     n_train, epochs = (600, 4) if small() else (1500, 12)
     scenes = generate_scenes(n_train + 8, seed=0)
     quick_mode("600 scenes, 4 epochs: the first object's colour is learnt (right in 8 of 8 captions), its shape "
-               "and place are not yet: every shape comes out a triangle and the place is right in only some of the 8; "
+               "and place are not yet: most shapes come out a triangle, and shape and place are right in only some of "
+               "the 8; "
                "the full run (1500 scenes x 12 epochs) writes all 8 captions exactly")
     vocab = shapes_vocab()
     images = images_to_tensor([s.image for s in scenes])  # (N, 3, S, S) in [0, 1]
