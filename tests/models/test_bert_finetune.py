@@ -108,7 +108,7 @@ def test_evaluate_on_the_run(finetuned: tuple[Path, str], corpus: Path) -> None:
 
 def test_a_word_past_max_len_decides_when_the_half_reads_it(bert_folder: Path, tmp_path: Path) -> None:
     """Documents whose class shows only after 12 filler words: cut at --max-len 8 a run cannot tell
-    them apart (the model option ngram_len=0); by default the n-gram half reads on, up to 1,024 tokens, and
+    them apart (the model option ngram_len=0); by default the n-gram half reads on, up to 4,096 tokens, and
     the run (and the run loaded back, which reads as far) can."""
     import random
 
@@ -126,7 +126,7 @@ def test_a_word_past_max_len_decides_when_the_half_reads_it(bert_folder: Path, t
     data.write_text("".join(f"{label}\t{text}\n" for label, text in rows), encoding="utf-8")
     held_out = [(label, doc(label)) for label in list(keys) * 20]
     accuracy = {}
-    for name, options in (("cut", ["--model-opt", "ngram_len=0"]), ("read", [])):  # fine-tuning reads 1,024
+    for name, options in (("cut", ["--model-opt", "ngram_len=0"]), ("read", [])):  # fine-tuning reads 4,096
         out = tmp_path / name
         result = CliRunner().invoke(cli, [
             "train", "--data", str(data), "--format", "label-tab-text", "--model", "bert", "--init-from",
@@ -134,7 +134,7 @@ def test_a_word_past_max_len_decides_when_the_half_reads_it(bert_folder: Path, t
             *options, "-q"])
         assert result.exit_code == 0, result.output
         run = load_run(out)
-        assert run.read_len == (1024 if name == "read" else 8)
+        assert run.read_len == (4096 if name == "read" else 8)
         predicted = run.predict([text for _, text in held_out])
         accuracy[name] = sum(p == label for p, (label, _) in zip(predicted, held_out, strict=True)) / len(held_out)
     assert accuracy["read"] >= 0.95 and accuracy["cut"] <= 0.75, accuracy

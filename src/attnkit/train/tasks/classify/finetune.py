@@ -37,10 +37,11 @@ FINETUNE_DEFAULTS: dict[str, Any] = {"lr": 5e-5, "epochs": 3, "batch_size": 32, 
 kernel: the same accuracy as the reference kernel, up to 1.1x faster a run (docs/results.md, presets)."""
 FINETUNE_MAX_LEN = 128
 """Default truncation length (WordPiece tokens, without ``[CLS]``/``[SEP]``)."""
-FINETUNE_NGRAM_LEN = 1024
-"""Tokens of each document the n-gram half reads by default (the model option ``ngram_len``), while the
-encoder reads the first ``max_len``: a long document is judged by all its words, as the default recipe
-reads whole reviews (:data:`attnkit.train.tasks.classify.recipe.MODEL_DATA_DEFAULTS`), at the encoder's cost."""
+FINETUNE_NGRAM_LEN = 4096
+"""Tokens of each document the n-gram half reads by default (the model option ``ngram_len``, about 3,000
+words), while the encoder reads the first ``max_len``: a long document is judged by all its words, as the
+default recipe reads whole reviews (:data:`attnkit.train.tasks.classify.recipe.MODEL_DATA_DEFAULTS`), at the
+encoder's cost (docs/results.md, presets: 1,024 tokens cut the long documents of ``mixed``)."""
 
 
 def finetune_defaults(preset: str | None = None) -> tuple[dict[str, Any], int, dict[str, Any]]:

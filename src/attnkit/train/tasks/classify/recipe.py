@@ -73,7 +73,7 @@ its first 16 tokens and its last 48 (``tail_share``: a review's verdict often en
 ``accurate`` is fine-tuning's defaults, every layer for three epochs, with the WordPiece table kept as
 pretrained (``frozen_word_embeddings``: half of MiniLM's weights, whose dense gradient and optimizer update
 a step then skips). In both the n-gram half reads up to
-1,024 tokens of a document (``ngram_len``, fine-tuning's default), the encoder ``max_len`` of them. What
+4,096 tokens of a document (``ngram_len``, fine-tuning's default), the encoder ``max_len`` of them. What
 each costs and gains: docs/results.md (presets), measured by ``evals/presets.py``."""
 
 PRESET_HELP = (
@@ -87,7 +87,7 @@ PRESET_HELP = (
     "10,000 sentences or 7,000 news articles, under an hour for IMDB (estimated; MR +5.4 points over fast, "
     "AG News +2.8). "
     "Both train in bfloat16 where the CPU has it (--precision); their n-gram half reads a long document's "
-    "first 1,024 tokens, the encoder max-len of them. These times are cv's: train also writes a report, whose "
+    "first 4,096 tokens, the encoder max-len of them. These times are cv's: train also writes a report, whose "
     "explanations' faithfulness adds minutes for a fine-tuned encoder (MR: 320 s after balanced's 116 s on one "
     "thread). "
     "balanced and accurate need the 'pretrained' extra; flags given beside a preset override its settings."
