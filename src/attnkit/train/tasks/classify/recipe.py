@@ -85,7 +85,7 @@ PRESET_HELP = (
     "points over fast, AG News +2.0, IMDB +1.2). accurate: fine-tune every layer "
     "for 3 epochs (lr 5e-5, max-len 128; the word-embedding table kept as pretrained); about 4-7 min for "
     "10,000 sentences or 7,000 news articles, under an hour for IMDB (estimated; MR +5.4 points over fast, "
-    "AG News +2.8). "
+    "AG News +2.8); on a CPU with AMX both take about half those times. "
     "Both train in bfloat16 where the CPU has it (--precision); their n-gram half reads a long document's "
     "first 4,096 tokens, the encoder max-len of them. These times are cv's: train also writes a report, whose "
     "explanations' faithfulness adds minutes for a fine-tuned encoder (MR: 320 s after balanced's 116 s on one "
