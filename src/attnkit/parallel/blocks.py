@@ -77,9 +77,9 @@ def fusable(q: Tensor, v: Tensor, score_mod: ScoreMod | None) -> bool:
             and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward"))
 
 
-def _additive(allowed: Allowed, m: BlockMath, span: tuple[int, int, int, int], b: int, h: int,
+def _additive(blocked: Tensor | None, m: BlockMath, span: tuple[int, int, int, int], b: int, h: int,
               device: torch.device) -> Tensor | None:
-    """A tile's additive mask for the fused kernel: the bias_mod's term, ``-inf`` where not allowed.
+    """A tile's additive mask for the fused kernel: the bias_mod's term, ``-inf`` where ``blocked``.
 
     Shape:
         returns ``(B|1, H|1, tq, tk)`` in the working dtype, or ``None``.
@@ -92,9 +92,9 @@ def _additive(allowed: Allowed, m: BlockMath, span: tuple[int, int, int, int], b
         idx = score_index(b, h, span, device)
         bias = torch.broadcast_to(bias_fn(*idx), (b, h, qb - qa, kb - ka)).to(m.dtype)
         refuse_non_finite("score_mod", bias, None, idx)
-    if isinstance(allowed, Tensor):
-        blocked = neg_inf_where(~allowed, m.dtype)
-        bias = blocked if bias is None else bias + blocked
+    if blocked is not None:
+        refused = neg_inf_where(blocked, m.dtype)
+        bias = refused if bias is None else bias + refused
     return bias
 
 
@@ -133,7 +133,7 @@ def forward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, pairs: GlobalPairs, 
         if m.fused:
             o, blk = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 q[:, :, loc], *expand_heads(h, k, v),
-                attn_mask=_additive(allowed, m, (qa, qb, ka, ka + tk), b, h, q.device), scale=m.scale)
+                attn_mask=_additive(blocked, m, (qa, qb, ka, ka + tk), b, h, q.device), scale=m.scale)
             if blocked is not None:  # a row with no key in this block: the kernel says 0, it is -inf
                 blk = blk.masked_fill(blocked.all(-1), float("-inf"))
         else:  # the core's tile (attnkit.core.kernels.tiles)
@@ -167,7 +167,7 @@ def backward_block(q: Tensor, k: Tensor, v: Tensor, ka: int, saved: Saved, pairs
             gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
                 saved.go[:, :, loc].contiguous(), q[:, :, loc], kw, vw, saved.out[:, :, loc],
                 saved.lse_open[:, :, loc], 0.0, False, scale=m.scale,
-                attn_mask=_additive(allowed, m, (qa, qb, ka, ka + tk), b, h, q.device))
+                attn_mask=_additive(blocked, m, (qa, qb, ka, ka + tk), b, h, q.device))
         else:  # the core's tile; its dq is still to be scaled
             gq, gk, gv = span_backward(q[:, :, loc].to(m.dtype) * m.scale, kw, vw, saved.go[:, :, loc],
                                        saved.lse_open[:, :, loc, None], saved.delta[:, :, loc, None],
