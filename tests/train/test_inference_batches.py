@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+from typing import Any
+
+import pytest
 import torch
 
-from attnkit.data.batching import LabelVocab
+from attnkit.data.batching import LabelVocab, collate
 from attnkit.data.readers import Example
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.models import build_model
 from attnkit.train.loop.task import in_input_order, sorted_batches
 from attnkit.train.tasks.classify.inference import evaluate_examples, predict_texts
+from attnkit.train.tasks.classify.task import ClassificationTask
 
 WORDS = [f"w{i}" for i in range(30)]
 
@@ -80,10 +86,72 @@ def test_the_halves_are_weighed_in_batches_capped_as_training_s() -> None:
     parts = model.each_half(val.ids, batches=sorted_batches(val.lengths, 256, 64))
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(whole, parts, strict=True))
     assert len(sizes) > 1 and all(b == 1 or b * t <= 64 for b, t in sizes), sizes
-    sizes.clear()
-    fit_decision(model, lambda data: (None, None), val, metric="accuracy", class_weight="none", tune=False,
-                 names=labels.labels, batches=sorted_batches(val.lengths, 256, 64))
-    assert len(sizes) > 1 and all(b == 1 or b * t <= 64 for b, t in sizes), sizes  # the weighing is capped too
+    task = ClassificationTask(val, val, max_tokens=64)
+    read: list[tuple[int, int]] = []
+    halves = model.halves
+
+    def recording_halves(ids, lengths):  # each batch a prediction pass reads one half at a time
+        read.append(tuple(ids.shape))
+        return halves(ids, lengths)
+
+    model.halves = recording_halves  # type: ignore[method-assign]
+    fit_decision(model, functools.partial(task.predict, model), val, metric="accuracy", class_weight="none",
+                 tune=False, names=labels.labels)
+    assert len(read) > 1 and all(b == 1 or b * t <= 64 for b, t in read), read  # the weighing is capped too
+
+
+def _weighed_model() -> tuple[Any, Any, Any, Any]:
+    from attnkit.data.batching import TextClassificationDataset
+
+    examples = _texts()
+    tok = train_tokenizer([e.text for e in examples], kind="word")
+    val, other = (TextClassificationDataset(part, tok, LabelVocab(["a", "b"]), max_len=64)
+                  for part in (examples, examples[::-1]))
+    torch.manual_seed(0)
+    model = build_model("wide", {"vocab_size": tok.get_vocab_size(), "num_classes": 2, "embed_dim": 8,
+                                 "attention_dim": 4, "hidden_size": 4, "ngram_rows": 16})
+    model.init_from_training_data(val.ids, val.labels)
+    return model, val, other, ClassificationTask(val, val)
+
+
+def test_the_halves_weighing_reuses_the_validation_pass_of_the_same_weights() -> None:
+    """The validation pass keeps each half's logits: the weighing after it reads nothing again, weighs exactly
+    what a fresh pass over the documents gives, and the pass's logits are the model's own."""
+    from attnkit.train.tasks.classify.objective import fit_decision
+
+    model, val, _, task = _weighed_model()
+    fresh = copy.deepcopy(model)
+    logits, _ = task.predict(model, val)
+    batch = collate([val[i] for i in range(len(val))])
+    with torch.no_grad():
+        whole = copy.deepcopy(model).eval()(batch["ids"], batch["lengths"])  # the halves together, one batch
+    assert torch.allclose(logits, whole, atol=1e-5)
+    calls: list[int] = []
+    halves = model.halves
+    model.halves = lambda ids, lengths: (calls.append(1), halves(ids, lengths))[1]  # type: ignore[method-assign]
+    got = fit_decision(model, functools.partial(task.predict, model), val, metric="accuracy", class_weight="none",
+                       tune=False, names=["a", "b"])
+    assert calls == []  # the kept halves were used
+    assert got["halves"] == list(fresh.weigh_halves(val.ids, val.labels))
+    assert torch.equal(model.classifier.weight, fresh.classifier.weight) and torch.equal(model.wide_scale,
+                                                                                      fresh.wide_scale)
+
+
+@pytest.mark.parametrize("change", ["weight", "data"])
+def test_kept_halves_are_never_served_stale(change: str) -> None:
+    """Weights changed in place after the pass (a step, a load), or other documents: a new pass, not the kept one."""
+    model, val, other, task = _weighed_model()
+    task.predict(model, val)
+    data = val
+    if change == "weight":
+        with torch.no_grad():
+            model.classifier.weight.add_(0.5)
+    else:
+        data = other  # the same documents in another order
+    own, wide, labels = task.predict(model, data, halves=True)
+    want_own, want_wide = model.each_half(data.ids)
+    assert labels.tolist() == data.labels
+    assert torch.allclose(own, want_own, atol=1e-6) and torch.allclose(wide, want_wide, atol=1e-6)
 
 
 def test_a_texts_numbers_do_not_depend_on_the_texts_beside_it() -> None:
@@ -148,3 +216,22 @@ def test_the_test_pass_gives_the_reports_probabilities_and_weights_without_anoth
     for a, b in zip(kept["confidently_wrong"], fresh["confidently_wrong"], strict=True):
         assert a["text"] == b["text"] and abs(a["probability"] - b["probability"]) < 1e-5
     assert kept["most_attended"].keys() == fresh["most_attended"].keys()
+
+
+def test_a_one_epoch_run_reads_its_validation_part_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The epoch's validation pass chose the weights the run keeps (nothing is put back over them), so the
+    halves' weighing after it reads no document again: each validation and test document is read once."""
+    from attnkit.models.ngram_half import NgramHalf
+    from attnkit.train.config import DataSettings, TrainConfig
+    from attnkit.train.tasks.classify.pipeline import fit_classifier
+
+    examples = _texts() * 3
+    read: list[int] = []
+    halves = NgramHalf.halves
+    monkeypatch.setattr(NgramHalf, "halves", lambda self, ids, lengths: read.append(len(ids)) or halves(self, ids,
+                                                                                                      lengths))
+    result = fit_classifier(examples[:18], examples[18:24], examples[24:], model_name="wide",
+                            model_options={"embed_dim": 8, "attention_dim": 4, "hidden_size": 4, "ngram_rows": 16},
+                            data=DataSettings(max_len=64), quiet=True,
+                            train_config=TrainConfig(epochs=1, batch_size=4, device="cpu", seed=0))
+    assert sum(read) == 6 + 6 and result.extra["decision"]["halves"]

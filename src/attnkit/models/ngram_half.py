@@ -666,6 +666,17 @@ class NgramHalf:
         """
         return self.classify_own(ids, lengths, mask, None)[0]
 
+    def halves(self, ids: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """The model's own logits and the half's, each alone, for a padded batch (in the mode the model is in);
+        in eval mode ``own + wide_scale * wide`` is :meth:`classify`'s logits, the same operations.
+
+        Shape:
+            ids ``(B, T)`` (or as the model's ``prepare`` takes them), lengths ``(B,)``; returns two ``(B, C)``.
+        """
+        module: Any = self
+        ids, lengths, mask = module.prepare(ids, lengths)
+        return self.own_logits(ids, lengths, mask), self.wide_logits(*self.ngram_input(ids, mask))
+
     def ngram_input(self, ids: Tensor, mask: AttentionMask) -> tuple[Tensor, AttentionMask]:
         """The token ids ``(B, T)`` and mask (allowed ``(B, 1, 1, T)``) the half reads from a prepared batch
         (itself here)."""
@@ -707,20 +718,34 @@ class NgramHalf:
         given: :func:`attnkit.train.tasks.classify.objective.stacking_weights`); ``a`` is folded into the
         ``classifier`` layer (its weight and bias times ``a``) and ``b``
         becomes ``wide_scale``, so the saved weights predict with both and runs
-        saved before this rule load unchanged. Called by
-        :func:`attnkit.train.tasks.classify.pipeline.fit_classifier` after training, with the
-        validation part; returns ``(a, b)``. The training mode is left as it was.
-        ``batches``: as :meth:`each_half` reads the documents.
+        saved before this rule load unchanged. After training
+        :func:`attnkit.train.tasks.classify.pipeline.fit_classifier` weighs them on the validation part
+        (:meth:`weigh_logits`, with the halves its last validation pass kept); returns ``(a, b)``. The training
+        mode is left as it was. ``batches``: as :meth:`each_half` reads the documents.
 
         Shape:
             documents: token-id lists; labels: class indices, one per document.
         """
-        self._table()
-        assert self.wide_scale is not None
         if len(documents) != len(labels) or not documents:
             raise ValueError(f"need the same, non-zero number of documents and labels, got {len(documents)} "
                              f"and {len(labels)}")
-        own, wide = self.each_half(documents, chunk=chunk, batches=batches)
+        return self.weigh_logits(*self.each_half(documents, chunk=chunk, batches=batches), labels,
+                                 class_weights=class_weights)
+
+    def weigh_logits(self, own: Tensor, wide: Tensor, labels: Sequence[int], *,
+                     class_weights: Sequence[float] | None = None) -> tuple[float, float]:
+        """:meth:`weigh_halves` from each half's logits on the held-out documents, already computed (by
+        :meth:`each_half`, or kept from the validation pass that scored the same weights:
+        :meth:`attnkit.train.tasks.classify.task.ClassificationTask.predict`); returns ``(a, b)``.
+
+        Shape:
+            own, wide ``(N, C)``; labels: ``N`` class indices.
+        """
+        self._table()
+        assert self.wide_scale is not None
+        if own.shape != wide.shape or own.shape[0] != len(labels) or not len(labels):
+            raise ValueError(f"need the same, non-zero number of rows of each half's logits and of labels, got "
+                             f"{tuple(own.shape)}, {tuple(wide.shape)} and {len(labels)} labels")
         a, b = fit_stacking_weights(own, wide, labels, class_weights)
         with torch.no_grad():
             self.classifier.weight.mul_(a)

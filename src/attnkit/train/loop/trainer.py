@@ -179,10 +179,12 @@ class Trainer:
 
     # --- evaluation (classification) -----------------------------------------------------------
 
-    def predict(self, data: Dataset, *, batch_size: int | None = None, pooling: bool = False) -> Any:
+    def predict(self, data: Dataset, *, batch_size: int | None = None, pooling: bool = False,
+                halves: bool = False) -> Any:
         """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data`` (classification task; ``pooling``: also
-        the pooling weights of the same pass, :meth:`~attnkit.train.tasks.classify.task.ClassificationTask.predict`)."""
-        return self._classification().predict(self.model, data, pooling=pooling,
+        the pooling weights of the same pass; ``halves``: each half's logits instead,
+        :meth:`~attnkit.train.tasks.classify.task.ClassificationTask.predict`)."""
+        return self._classification().predict(self.model, data, pooling=pooling, halves=halves,
                                               batch_size=batch_size or max(self.config.batch_size, 64))
 
     def evaluate(self, data: Dataset) -> dict[str, Any]:
@@ -343,8 +345,10 @@ class Trainer:
         keep_best = getattr(self.task, "keep_best", False)
         stopped = self._patience_spent()
         self.out_of_time = self.time_budget_s is not None and self.seconds > self.time_budget_s
+        best_is_last = False  # the weights now are the best ones, copied this epoch: nothing to put back
         while self.epoch < self.config.epochs and not stopped and not self.out_of_time:
             start = time.perf_counter()
+            best_is_last = False
             train = self._train_epoch(self.epoch)
             self._check_finite(self.epoch + 1)
             record: dict[str, Any] = {"epoch": self.epoch + 1, "step": self.step,
@@ -360,6 +364,7 @@ class Trainer:
                     self.best_score = score
                     if keep_best:
                         self.best_state = {k: v.detach().clone() for k, v in _weights(self.model).items()}
+                        best_is_last = True
                     self.bad_epochs = 0
                 else:
                     self.bad_epochs += 1
@@ -372,7 +377,7 @@ class Trainer:
             self.log(self._format(record))
         if stopped and self.epoch < self.config.epochs:
             self.log(self._early_stop_line(keep_best))
-        if keep_best and self.best_state is not None:
+        if keep_best and self.best_state is not None and not best_is_last:
             _load_weights(self.model, self.best_state, Path("the best weights"))
         return self.history
 

@@ -13,7 +13,8 @@ from torch import nn
 
 from attnkit.train.runs.fileops import RunFileError, atomic_write_bytes
 
-__all__ = ["save_tensors", "load_tensors", "load_weights_into", "check_tensors_fit", "unwrap"]
+__all__ = ["save_tensors", "load_tensors", "load_weights_into", "check_tensors_fit", "unwrap",
+           "weights_version"]
 
 
 def save_tensors(path: str | os.PathLike[str], tensors: dict[str, torch.Tensor],
@@ -74,3 +75,9 @@ def unwrap(model: nn.Module) -> nn.Module:
     """The module inside a DistributedDataParallel / DataParallel wrapper (or the model itself)."""
     inner = getattr(model, "module", None)
     return inner if isinstance(inner, nn.Module) else model
+
+
+def weights_version(model: nn.Module) -> tuple[int, ...]:
+    """The version counters of ``model``'s parameters and buffers: an in-place change to any of them (an
+    optimizer step, a load, a fold into a layer) moves its counter, so an equal tuple means the same weights."""
+    return tuple(t._version for t in (*model.parameters(), *model.buffers()))

@@ -166,27 +166,26 @@ def check_objective(metric: str, class_weight: str, train_labels: Sequence[int],
     return class_weights(train_labels, len(names), class_weight, names)
 
 
-def fit_decision(model: nn.Module, predict: Callable[[Any], tuple[Any, Any]], val_data: Any, *, metric: str,
+def fit_decision(model: nn.Module, predict: Callable[..., tuple[Any, ...]], val_data: Any, *, metric: str,
                  class_weight: str, tune: bool | None, names: Sequence[str],
-                 log: Callable[[str], None] | None = None,
-                 batches: Sequence[Sequence[int]] | None = None) -> dict[str, Any]:
+                 log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """After training, on the validation part: weigh the halves (a model with an n-gram half), then tune offsets.
 
-    ``predict(val_data)`` gives the model's logits ``(N, C)`` and labels;
-    ``val_data`` has ``ids`` and ``labels`` (a
+    ``predict(val_data)`` gives the model's logits ``(N, C)`` and labels, and ``predict(val_data, halves=True)``
+    each half's logits and the labels
+    (:meth:`~attnkit.train.tasks.classify.task.ClassificationTask.predict`: those the validation pass kept
+    when it read the same weights); ``val_data`` has ``labels`` (a
     :class:`~attnkit.data.batching.TextClassificationDataset`). Returns what
     was fitted, for the run's metrics: ``halves`` ``[a, b]`` and
-    ``offsets`` with the validation measure ``before`` and ``after`` them. ``batches``: the spans of
-    ``val_data`` the halves' weighing reads at a time (capped in tokens as training's batches;
-    :func:`attnkit.train.loop.task.sorted_batches`), None: 256 documents at a time.
+    ``offsets`` with the validation measure ``before`` and ``after`` them.
     """
     out: dict[str, Any] = {"metric": metric}
     if not len(val_data):
         return out
     if getattr(model, "has_ngram_half", False):
         weights = stacking_weights(metric, val_data.labels, len(names), class_weight)
-        a, b = model.weigh_halves(val_data.ids, val_data.labels, class_weights=weights,  # type: ignore[operator]
-                                  batches=batches)
+        own, wide, _ = predict(val_data, halves=True)
+        a, b = model.weigh_logits(own, wide, val_data.labels, class_weights=weights)  # type: ignore[operator]
         out["halves"] = [a, b]
         if log is not None:
             log(f"halves weighed on the validation part: network x {a:.3g}, n-gram regression x {b:.3g}")

@@ -29,7 +29,6 @@ from attnkit.data.splits import kfold
 from attnkit.data.tokenization import train_tokenizer
 from attnkit.train.config import DataSettings, TrainConfig
 from attnkit.train.loop.distributed import DistInfo
-from attnkit.train.loop.task import sorted_batches
 from attnkit.train.loop.trainer import Trainer
 from attnkit.train.memory_budget import peak_rss_mib
 from attnkit.train.runs import checkpoint as ckpt
@@ -169,8 +168,7 @@ def fit_classifier(
         # the halves weighed and the class offsets tuned on the validation part, for the run's metric
         decision = fit_decision(unwrap(model), trainer.predict, val_ds, metric=train_config.metric,
                                 class_weight=train_config.class_weight, tune=train_config.tune_thresholds,
-                                names=label_vocab.labels, log=log if dist.is_main else None,
-                                batches=sorted_batches(val_ds.lengths, 256, cap))
+                                names=label_vocab.labels, log=log if dist.is_main else None)
         test_metrics, test_scores = _scored_test(trainer, test_ds, reports)
         chunked = _chunked(unwrap(model), test_metrics, train=train_ds, val=val_ds, test=test_ds)
         if run is not None:

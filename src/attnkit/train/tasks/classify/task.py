@@ -14,6 +14,7 @@ from attnkit._checks import positive_int
 from attnkit._modes import eval_mode
 from attnkit.train.loop.task import Batch, Collate, StepOutput, epoch_batches, in_input_order, sorted_batches
 from attnkit.train.metrics import classification_report, metric_score
+from attnkit.train.runs.tensors import unwrap, weights_version
 
 __all__ = ["ClassificationTask"]
 
@@ -83,6 +84,7 @@ class ClassificationTask:
         vocab = getattr(train_data, "label_vocab", None)
         self.label_names: list[str] | None = list(vocab.labels) if vocab is not None else None
         self.loss_weights: Tensor | None = None
+        self._halves: tuple[Any, ...] | None = None  # predict's last halves: data, weights' versions, own, wide, labels
         if class_weight != "none":
             from attnkit.train.tasks.classify.objective import class_weights
 
@@ -118,21 +120,41 @@ class ClassificationTask:
         return self.loss_weights.to(device=logits.device, dtype=logits.dtype)
 
     @torch.no_grad()
-    def predict(self, model: nn.Module, data: Dataset, *, batch_size: int = 64, pooling: bool = False) -> Any:
+    def predict(self, model: nn.Module, data: Dataset, *, batch_size: int = 64, pooling: bool = False,
+                halves: bool = False) -> Any:
         """Logits ``(N, C)`` and labels ``(N,)`` of every item of ``data``, in order (eval mode); with ``pooling``
         a third item from the same pass: each item's pooling weights over its tokens, in order (None for a model
         that pools without attention; :func:`~attnkit.train.tasks.classify.inference.pooling_weights`).
 
         With a ``data.lengths``, documents of like length share a batch
         (:func:`~attnkit.train.loop.task.sorted_batches`) and, with ``max_tokens``, a batch also stops short of
-        that many padded tokens."""
+        that many padded tokens.
+
+        A model with an n-gram half is read one half at a time
+        (:meth:`~attnkit.models.ngram_half.NgramHalf.halves`, the same logits), and the last such pass keeps
+        both halves' logits with the version counters of the weights it read. ``halves`` returns them instead,
+        ``own (N, C)``, ``wide (N, C)`` and labels: the kept ones when that pass read ``data`` with the same
+        weights (the validation pass that chose them: no second pass for the halves' weighing), otherwise
+        from a new pass; an in-place change to any weight or buffer (a step, a load) moves its counter."""
         from attnkit.train.tasks.classify.inference import pooling_weights
 
+        net: Any = unwrap(model)
+        split = bool(getattr(net, "has_ngram_half", False)) and not pooling
+        if halves:
+            if not split:
+                raise ValueError(f"{type(net).__name__} has no n-gram half to read apart")
+            kept = self._halves
+            if kept is None or kept[0] is not data or kept[1] != weights_version(net):
+                self.predict(model, data, batch_size=batch_size)
+                kept = self._halves
+            assert kept is not None
+            return kept[2:]
         n = len(data)  # type: ignore[arg-type]
         lengths = getattr(data, "lengths", None)
         spans = sorted_batches(lengths if lengths is not None else [0] * n, batch_size,
                                self.max_tokens if lengths is not None else None)
         logits, labels, weights = [], [], ([None] * n if pooling else None)
+        seen: list[tuple[Tensor, Tensor]] = []
         with eval_mode(model):
             for span in spans:
                 batch = self._to_device(self.collate([data[i] for i in span]))
@@ -144,6 +166,10 @@ class ClassificationTask:
                             weights[i] = row[: int(length)].float().tolist()
                     except ValueError:  # a model without pooling attention (mean pooling)
                         weights = None
+                if split:
+                    own, wide = net.halves(batch["ids"], batch["lengths"])
+                    seen.append((own.float().cpu(), wide.float().cpu()))
+                    out = own + net.wide_scale * wide  # classify's own sum
                 if out is None:
                     out = model(batch["ids"], batch["lengths"])
                 logits.append(out.float().cpu())
@@ -152,6 +178,9 @@ class ClassificationTask:
             found = torch.zeros(0, 0), torch.zeros(0, dtype=torch.long)
         else:
             found = in_input_order(spans, logits), in_input_order(spans, labels)
+            if split:
+                self._halves = (data, weights_version(net), in_input_order(spans, [o for o, _ in seen]),
+                                in_input_order(spans, [w for _, w in seen]), found[1])
         return (*found, weights) if pooling else found
 
     def evaluate(self, model: nn.Module, data: Dataset) -> dict[str, Any]:
