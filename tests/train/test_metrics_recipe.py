@@ -339,11 +339,11 @@ def test_preset_balanced_resolves_to_its_settings_and_resumes_to_identical_weigh
     from attnkit.train.tasks.classify.finetune import FINETUNE_DEFAULTS, finetune_defaults
 
     defaults, max_len, model = finetune_defaults("balanced")
-    assert (defaults["epochs"], defaults["lr"], max_len, model) == (1, 1e-4, 64, {
+    assert (defaults["epochs"], defaults["lr"], defaults["batch_size"], max_len, model) == (1, 2e-4, 64, 64, {
         "frozen_layers": 2, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "tail_share": 0.75,
         "ngram_len": 4096})
-    assert {k: v for k, v in defaults.items() if k not in ("epochs", "lr")} == {
-        k: v for k, v in FINETUNE_DEFAULTS.items() if k not in ("epochs", "lr")}
+    assert {k: v for k, v in defaults.items() if k not in ("epochs", "lr", "batch_size")} == {
+        k: v for k, v in FINETUNE_DEFAULTS.items() if k not in ("epochs", "lr", "batch_size")}
     assert finetune_defaults(None) == (FINETUNE_DEFAULTS, 128, {"ngram_len": 4096})
     assert finetune_defaults("accurate") == (FINETUNE_DEFAULTS, 128, {"ngram_len": 4096,
                                                                      "frozen_word_embeddings": True})
@@ -352,7 +352,8 @@ def test_preset_balanced_resolves_to_its_settings_and_resumes_to_identical_weigh
     assert CliRunner().invoke(cli, ["train", *flags, "--out", str(whole)]).exit_code == 0
     saved = read_run_config(whole)
     assert saved["model_name"] == "bert" and saved["init_from"] == str(fake_pretrained.resolve())
-    assert (saved["train_config"]["lr"], saved["data_settings"]["max_len"]) == (1e-4, 64)
+    assert (saved["train_config"]["lr"], saved["train_config"]["batch_size"], saved["data_settings"]["max_len"]) == (
+        2e-4, 64, 64)
     assert saved["model_config"]["ngram_len"] == 4096  # the n-gram half reads past the encoder's 64 tokens
     assert (saved["model_config"]["hidden_dropout_prob"], saved["model_config"]["attention_probs_dropout_prob"]) == (
         0.0, 0.0)  # one epoch without dropout
