@@ -206,7 +206,8 @@ def test_preset_balanced_fine_tunes_the_same_folder_once_at_its_own_settings(tin
     balanced = attnkit.TextClassifier(preset="balanced").fit(X, Y)
     config = balanced.predictor_.config
     assert config["model_name"] == "bert" and config["init_from"] == str(tiny_bert.resolve())
-    assert (config["train_config"]["epochs"], config["train_config"]["lr"]) == (1, 1e-4)
+    assert (config["train_config"]["epochs"], config["train_config"]["lr"], config["train_config"]["batch_size"]) == (
+        1, 2e-4, 64)
     assert config["data_settings"]["max_len"] == 64 and config["model_config"]["frozen_layers"] == 2
     given = attnkit.TextClassifier(preset="balanced", epochs=2, max_len=16,
                                    model_options={"frozen_layers": 0}).fit(X, Y).predictor_.config
