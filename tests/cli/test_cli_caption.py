@@ -219,3 +219,9 @@ def test_one_decoding_default_for_the_command_and_the_library() -> None:
     for name, value in vars(DECODING).items():
         assert flags[name] == value, name
     assert library["beam_size"] == DECODING.beam_size and library["length_penalty"] == DECODING.length_penalty
+    # the model and the shared search keep no beam width of their own that could differ from the task's
+    from attnkit.decoding import beam_search_over_steps, n_best_over_steps
+    from attnkit.models.captioning import ImageCaptioner
+
+    for searcher in (ImageCaptioner.beam_search, beam_search_over_steps, n_best_over_steps):
+        assert inspect.signature(searcher).parameters["beam_size"].default is inspect.Parameter.empty, searcher

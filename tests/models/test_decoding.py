@@ -276,7 +276,7 @@ def test_block_repeats_forbids_the_token_just_generated() -> None:
 def test_bad_search_constraints(options: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         beam_search_over_steps(fixed_step({EOS: -1.0}, {EOS: -1.0}), torch.zeros(1, 1), batch_size=1, bos_id=BOS,
-                               eos_id=EOS, max_len=4, **options)  # type: ignore[arg-type]
+                               eos_id=EOS, max_len=4, beam_size=4, **options)  # type: ignore[arg-type]
 
 
 def test_the_captioner_never_generates_pad_or_bos() -> None:
@@ -312,3 +312,25 @@ def test_one_output_limit_per_source_decodes_each_as_it_would_alone(beam: int) -
         search(model, src, lengths, max_len=[4, 4])
     with pytest.raises(ValueError, match=r"max_len\[1\]"):
         search(model, src, lengths, max_len=[4, 0, 4])
+
+
+def test_translation_decodes_by_one_default_stated_once() -> None:
+    """attnkit translate, ``load_run(RUN).translate``, the server and :func:`beam_search` take
+    ``attnkit.decoding.BEAM_SIZE`` and ``LENGTH_PENALTY``, stated there once."""
+    import inspect
+
+    from attnkit.cli import command
+    from attnkit.decoding import BEAM_SIZE, LENGTH_PENALTY, beam_alternatives
+    from attnkit.train.tasks.translate.served import ServedTranslator
+    from attnkit.train.tasks.translate.settings import DECODING
+    from attnkit.train.tasks.translate.translation_run import Translator
+
+    assert (BEAM_SIZE, LENGTH_PENALTY) == (4, 0.6)
+    assert (DECODING.beam_size, DECODING.length_penalty) == (BEAM_SIZE, LENGTH_PENALTY)
+    flags = {p.name: p.default for p in command("translate").params}
+    assert (flags["beam_size"], flags["length_penalty"]) == (BEAM_SIZE, LENGTH_PENALTY)
+    for f in (beam_search, beam_alternatives, Translator.translate, Translator.explain, Translator.alternatives,
+              ServedTranslator.translate):
+        params = inspect.signature(f).parameters
+        assert params["beam_size"].default == BEAM_SIZE, f
+        assert "length_penalty" not in params or params["length_penalty"].default == LENGTH_PENALTY, f

@@ -62,24 +62,39 @@ Shape legend: B batch (inputs), K beam size, N = B·K hypotheses, V vocabulary,
 Ts source length, X attended positions.
 """
 
-from attnkit.decoding.search import (
-    Hypothesis,
-    StepFunction,
-    beam_search_over_steps,
-    ensemble_steps,
-    gnmt_length_penalty,
-    greedy_over_steps,
-    n_best_over_steps,
-    reorder_state,
-)
-from attnkit.decoding.translation import (
-    DecodeResult,
-    IncrementalDecoder,
-    beam_alternatives,
-    beam_search,
-    greedy_decode,
-)
+from typing import TYPE_CHECKING
+
+from attnkit._lazy import lazy_exports
+from attnkit.decoding.defaults import BEAM_SIZE, LENGTH_PENALTY
+
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("Hypothesis", "StepFunction", "beam_search_over_steps", "ensemble_steps", "gnmt_length_penalty",
+                     "greedy_over_steps", "n_best_over_steps", "reorder_state"), "attnkit.decoding.search"),
+    **dict.fromkeys(("DecodeResult", "IncrementalDecoder", "beam_alternatives", "beam_search", "greedy_decode"),
+                    "attnkit.decoding.translation"),
+}
+
+if TYPE_CHECKING:
+    from attnkit.decoding.search import (
+        Hypothesis,
+        StepFunction,
+        beam_search_over_steps,
+        ensemble_steps,
+        gnmt_length_penalty,
+        greedy_over_steps,
+        n_best_over_steps,
+        reorder_state,
+    )
+    from attnkit.decoding.translation import (
+        DecodeResult,
+        IncrementalDecoder,
+        beam_alternatives,
+        beam_search,
+        greedy_decode,
+    )
 
 __all__ = ["IncrementalDecoder", "DecodeResult", "Hypothesis", "StepFunction", "greedy_decode", "beam_search",
            "beam_alternatives", "greedy_over_steps", "beam_search_over_steps", "n_best_over_steps", "reorder_state",
-           "gnmt_length_penalty", "ensemble_steps"]
+           "gnmt_length_penalty", "ensemble_steps", "BEAM_SIZE", "LENGTH_PENALTY"]
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

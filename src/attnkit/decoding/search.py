@@ -177,7 +177,7 @@ def greedy_over_steps(step: StepFunction[State], state: State, *, batch_size: in
 @torch.no_grad()
 def beam_search_over_steps(
     step: StepFunction[State], state: State, *, batch_size: int, bos_id: int, eos_id: int, max_len: int,
-    beam_size: int = 4, length_penalty: float = 0.0, length_bonus: float = 0.0, min_len: int = 0,
+    beam_size: int, length_penalty: float = 0.0, length_bonus: float = 0.0, min_len: int = 0,
     block_repeats: bool = False, device: torch.device | str = "cpu",
     reorder: Callable[[State, Tensor], State] = reorder_state,
 ) -> list[Hypothesis]:
@@ -197,7 +197,7 @@ def beam_search_over_steps(
 @torch.no_grad()
 def n_best_over_steps(
     step: StepFunction[State], state: State, *, batch_size: int, bos_id: int, eos_id: int,
-    max_len: int | Sequence[int], beam_size: int = 4, length_penalty: float = 0.0, length_bonus: float = 0.0,
+    max_len: int | Sequence[int], beam_size: int, length_penalty: float = 0.0, length_bonus: float = 0.0,
     min_len: int = 0, block_repeats: bool = False, device: torch.device | str = "cpu",
     reorder: Callable[[State, Tensor], State] = reorder_state, n_best: int = 1,
 ) -> list[list[Hypothesis]]:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from attnkit.decoding.defaults import BEAM_SIZE, LENGTH_PENALTY
 from attnkit.decoding.search import (
     Hypothesis,
     StepFunction,
@@ -128,8 +129,8 @@ def greedy_decode(
 
 @torch.no_grad()
 def beam_search(
-    model: IncrementalDecoder, src_ids: Tensor, src_lengths: Tensor, *, beam_size: int = 4,
-    max_len: int | Sequence[int], length_penalty: float = 0.6, return_alignment: bool = False,
+    model: IncrementalDecoder, src_ids: Tensor, src_lengths: Tensor, *, beam_size: int = BEAM_SIZE,
+    max_len: int | Sequence[int], length_penalty: float = LENGTH_PENALTY, return_alignment: bool = False,
     alignment_layer: int = -1,
 ) -> DecodeResult:
     """Beam search with the GNMT length penalty; ``beam_size=1`` equals :func:`greedy_decode`.
@@ -154,8 +155,8 @@ def beam_search(
 
 @torch.no_grad()
 def beam_alternatives(
-    model: IncrementalDecoder, src_ids: Tensor, src_lengths: Tensor, *, beam_size: int = 4,
-    max_len: int | Sequence[int], length_penalty: float = 0.6, n_best: int | None = None,
+    model: IncrementalDecoder, src_ids: Tensor, src_lengths: Tensor, *, beam_size: int = BEAM_SIZE,
+    max_len: int | Sequence[int], length_penalty: float = LENGTH_PENALTY, n_best: int | None = None,
 ) -> list[list[Hypothesis]]:
     """The beam's finished hypotheses of each source, best first: :func:`beam_search`'s search with
     ``n_best`` (default ``beam_size``) answers per source instead of one; the first is :func:`beam_search`'s.

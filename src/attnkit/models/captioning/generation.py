@@ -146,7 +146,7 @@ class CaptionGenerator:
         return self.generate_greedy(self.encode(images), limit)
 
     @torch.no_grad()
-    def beam_search(self, images: Tensor, *, beam_size: int = 3, max_len: int | None = None,
+    def beam_search(self, images: Tensor, *, beam_size: int, max_len: int | None = None,
                     length_penalty: float = 0.0, length_bonus: float = 0.0, min_len: int = 0,
                     block_repeats: bool = False) -> list[GeneratedCaption]:
         """Keep the ``beam_size`` best partial captions of each image at each step.

@@ -14,26 +14,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnkit._checks import check_settings, setting
+from attnkit.decoding import BEAM_SIZE, LENGTH_PENALTY
 from attnkit.train.config import TranslationTrainConfig
 
 __all__ = ["TranslationSettings", "TranslationDataSettings", "TranslationTokenizerSettings",
-           "TranslationModelSettings", "TranslationDecoding", "DECODING", "BEAM_SIZE", "LENGTH_PENALTY"]
+           "TranslationModelSettings", "TranslationDecoding", "DECODING"]
 
 @dataclass(frozen=True)
 class TranslationDecoding:
-    """How a translation run decodes unless told otherwise, stated once: ``attnkit translate``'s flags and
-    ``Translator.translate``'s (``load_run(RUN).translate``) defaults, as :func:`attnkit.decoding.beam_search`'s
-    own."""
+    """How a translation run decodes unless told otherwise: ``attnkit translate``'s flags and
+    ``Translator.translate``'s (``load_run(RUN).translate``) defaults, :func:`attnkit.decoding.beam_search`'s
+    own (:data:`attnkit.decoding.BEAM_SIZE`, :data:`attnkit.decoding.LENGTH_PENALTY`, stated once there)."""
 
-    beam_size: int = setting(4, "Beam size (1: greedy).", low=1)
-    length_penalty: float = setting(0.6, "GNMT length-penalty exponent alpha (0: raw log-probability).", low=0)
+    beam_size: int = setting(BEAM_SIZE, "Beam size (1: greedy).", low=1)
+    length_penalty: float = setting(LENGTH_PENALTY, "GNMT length-penalty exponent alpha (0: raw log-probability).",
+                                    low=0)
 
     def __post_init__(self) -> None:
         check_settings(self)
 
 
 DECODING = TranslationDecoding()
-BEAM_SIZE, LENGTH_PENALTY = DECODING.beam_size, DECODING.length_penalty
 
 
 @dataclass(frozen=True)

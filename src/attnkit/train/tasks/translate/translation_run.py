@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 from attnkit._modes import eval_mode
 from attnkit.data.parallel import TranslationTokenizers, collate_pairs
-from attnkit.decoding import beam_alternatives, beam_search, greedy_decode
+from attnkit.decoding import BEAM_SIZE, LENGTH_PENALTY, beam_alternatives, beam_search, greedy_decode
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
 from attnkit.train.config import TranslationTrainConfig
 from attnkit.train.runs import checkpoint as ckpt
@@ -30,7 +30,6 @@ from attnkit.train.runs.run import commit_generation, save_run
 from attnkit.train.runs.run_files import check_run_config, check_tokenizer_fits, settings_check
 from attnkit.train.runs.rundir import RunFileError, RunWriter
 from attnkit.train.tasks.translate import MODEL_NAME, TASK
-from attnkit.train.tasks.translate.settings import BEAM_SIZE, LENGTH_PENALTY
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "output_limit", "save_translation_run", "load_translation_run",
            "commit_translation_run", "snapshot_name"]
@@ -125,7 +124,7 @@ class Translator:
     def translate(self, texts: Sequence[str], *, beam_size: int = BEAM_SIZE, length_penalty: float = LENGTH_PENALTY,
                   batch_size: int = 64, return_alignment: bool = False) -> list[Translation]:
         """Translate ``texts``, by default as ``attnkit translate`` does (beam search of
-        :data:`~attnkit.train.tasks.translate.settings.BEAM_SIZE`; greedy for ``beam_size=1``); output length is at most
+        :data:`attnkit.decoding.BEAM_SIZE`; greedy for ``beam_size=1``); output length is at most
         :func:`output_limit`."""
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, got a single str")
