@@ -278,3 +278,20 @@ def test_train_on_flickr8k_caches_features_and_resumes(tmp_path: Path) -> None:
     missing = CliRunner().invoke(caption, [str(tmp_path / "bare"), str(photo), "--beam-size", "3", "--consensus", "4"])
     assert missing.exit_code == 1 and "keeps no neighbour index" in missing.output
     assert "neighbours.safetensors is missing" in missing.output
+    # the run records what it read of the folder (images, captions, split lists; not the feature cache), and a
+    # resume finds a changed split list by its flag
+    import json
+
+    from attnkit.train.runs.data_record import DataRecordError
+    from attnkit.train.tasks.caption.caption_settings import CaptionDataSettings, CaptionSettings
+    from attnkit.train.tasks.caption.captioning import _resumed
+
+    record = json.loads((committed_dir(out) / "config.json").read_text())["data"]
+    for key in ("images", "captions", "train_split", "dev_split", "test_split"):
+        assert len(record[f"{key}_sha256"]) == 64 and record[f"{key}_bytes"] > 0, key
+    assert record["images"] == str((root / "images").resolve()) and "features" not in json.dumps(record)
+    settings = CaptionSettings(data=CaptionDataSettings(data=str(root)))
+    _resumed(out, settings)  # the same bytes: found and checked
+    (root / "Flickr_8k.devImages.txt").write_text((root / "Flickr_8k.trainImages.txt").read_text())
+    with pytest.raises(DataRecordError, match=r"--data .*Flickr_8k.devImages.txt is not the data"):
+        _resumed(out, settings)

@@ -161,7 +161,7 @@ def prepare_flickr8k(settings: CaptionSettings, *, saved_config: dict[str, Any] 
     import torch
 
     from attnkit.data.captions import CaptionVocab, encode_captions
-    from attnkit.data.flickr8k import load_flickr8k
+    from attnkit.data.flickr8k import FLICKR8K_SPLITS, load_flickr8k
     from attnkit.models.captioning import ImageCaptioner, load_backbone_weights
     from attnkit.models.captioning.efficientnet import EFFICIENTNET_LITE, package_weights_file
 
@@ -185,8 +185,9 @@ def prepare_flickr8k(settings: CaptionSettings, *, saved_config: dict[str, Any] 
     captions = [c for _, caps in train for c in caps]
     ids, lengths = encode_captions(captions, vocab, max_len=config.max_len)
     image_index = torch.tensor([i for i, (_, caps) in enumerate(train) for _ in caps], dtype=torch.long)
-    source = {"flickr8k": str(Path(settings.data.data).resolve()), "captions": str(data.captions_file),
-              "pretrained": weights}
+    root = Path(settings.data.data).resolve()  # its images, captions and split lists are recorded, not its cache
+    source = {"flickr8k": str(root), "images": str(data.images_dir), "captions": str(data.captions_file),
+              "pretrained": weights, **{f"{split}_split": str(root / name) for split, name in FLICKR8K_SPLITS.items()}}
     neighbours = neighbour_index(inputs, data, vocab) if features else None
     return CaptionData(model, vocab, inputs, ids, lengths, image_index, features,
                        (dev_inputs, data.references("dev"), vocab), source, neighbours)

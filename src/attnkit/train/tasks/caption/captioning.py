@@ -56,13 +56,20 @@ __all__ = ["MODEL_NAME", "CaptionRun", "CaptionSettings", "train_caption_run", "
 
 
 DATA_FLAGS = {"images": "--images", "captions": "--captions", "pretrained": "--pretrained"}  # the files a run reads
+# a Flickr8k folder's files, named by its flag: the images, the captions and the split lists (not its feature cache)
+FLICKR8K_FLAGS = {**dict.fromkeys(("images", "captions", "train_split", "dev_split", "test_split"), "--data"),
+                  "pretrained": "--pretrained"}
+
+
+def _data_flags(source: dict[str, Any]) -> dict[str, str]:
+    return FLICKR8K_FLAGS if "flickr8k" in source else DATA_FLAGS
 
 
 def _data_record(source: dict[str, Any], out: Path) -> dict[str, Any]:
     """``source`` with its data files recorded (:func:`attnkit.train.runs.data_record.record_data`)."""
     from attnkit.train.runs.data_record import record_data
 
-    return {**source, **record_data({key: source.get(key) for key in DATA_FLAGS}, out)}
+    return {**source, **record_data({key: source.get(key) for key in _data_flags(source)}, out)}
 
 
 def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], CaptionSettings]:
@@ -74,7 +81,7 @@ def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], Capt
 
     saved = read_run_config(out)
     given = {key: getattr(settings.data, key) for key in ("images", "captions")}
-    located = locate_data(saved.get("data", {}), given, out, DATA_FLAGS)
+    located = locate_data(saved.get("data", {}), given, out, _data_flags(saved.get("data", {})))
     paths = {key: located[key] for key in given if located.get(key) and not settings.data.data}
     return saved, dataclasses.replace(settings, data=dataclasses.replace(settings.data, **paths))
 
