@@ -324,6 +324,9 @@ def test_preset_accurate_fine_tunes_the_packaged_minilm_with_its_ngram_half(tmp_
     assert result.exit_code == 0, result.output
     saved = read_run_config(out)
     assert saved["model_name"] == "bert" and saved["init_from"] == str(fake_pretrained.resolve())
+    from attnkit.train.runs.rundir import data_fingerprint
+
+    assert saved["init_from_sha256"] == data_fingerprint(fake_pretrained) and saved["init_from_bytes"] > 0
     assert saved["model_config"]["hidden_size"] == 16 and saved["model_config"]["ngram_rows"] > 0
     cfg = saved["train_config"]
     assert (cfg["lr"], cfg["batch_size"], cfg["patience"], cfg["epochs"]) == (5e-5, 32, 0, 1)  # fine-tuning's, --epochs

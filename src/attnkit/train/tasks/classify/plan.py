@@ -87,10 +87,11 @@ def run_plan(plan: ClassifierPlan, *, log: Callable[[str], None] | None = None) 
         init_model = None
         extra: dict[str, Any] = {"data": data.record}
         if plan.init_from and plan.mode != "resume":
+            from attnkit.train.runs.data_record import record_data
             from attnkit.train.tasks.classify import finetune
 
             init_model = finetune.pretrained_initializer(plan.init_from)
-            extra["init_from"] = str(Path(plan.init_from).resolve())
+            extra.update(record_data({"init_from": plan.init_from}, plan.out))  # its path, size and SHA-256
         return fit_classifier(
             tr, va, te, model_name=plan.model_name, model_options=plan.model_options,
             train_config=plan.train_config, data=plan.data_settings, out_dir=plan.out, run_id=run_id,
