@@ -486,6 +486,11 @@ def test_train_answers_one_line_naming_the_limit_on_either_side_of_loading_torch
                               capture_output=True, text=True, preexec_fn=limited_below, timeout=300, env=env)
         assert done.returncode == 1 and done.stderr.startswith("Error: the address-space limit RLIMIT_AS"), done.stderr
         assert "loading torch and starting take" in done.stderr and done.stderr.count("\n") == 1
+    # the NumPy twin trains without torch (its task says so): the same limit does not stop it
+    done = subprocess.run([sys.executable, "-m", "attnkit", "train", "--backend", "numpy", "--data", str(data),
+                           "--out", str(tmp_path / "twin"), "--epochs", "1", "--quiet"], capture_output=True, text=True,
+                          preexec_fn=limited_below, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("failure", [MemoryError(), ImportError("libtorch_cpu.so: failed to map segment from "

@@ -57,7 +57,7 @@ def task_command(task: Any) -> click.Command:
                              warn=lambda line: click.echo(line, err=True))
         except ValueError as err:
             raise click.UsageError(in_flags(str(err))) from None
-        if values.get("backend") != "numpy":  # the NumPy twin trains without torch
+        if task.needs_torch(values):
             require_room_for_torch()
         try:  # the run there before (a resume's own), to tell after Ctrl-C what this run saved
             committed = committed_run_id(run.out)

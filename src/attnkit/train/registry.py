@@ -109,6 +109,8 @@ class Task:
     serve: Any = None
     """``serve(name, path, loaded)`` -> the run as ``attnkit serve`` answers for it (its ``kind``, ``routes``, a
     method per route, ``info()``); None: served as a classifier (:class:`attnkit.serve.models.ServedModel`)."""
+    needs_torch: Callable[[dict[str, Any]], bool] = lambda values: True
+    """Whether training with the command's ``values`` loads torch (the command first checks there is room for it)."""
 
     @property
     def task_flag(self) -> str:

@@ -29,7 +29,7 @@ TASK = register_task(Task(
     settings="attnkit.train.tasks.classify.settings:ClassifyCommand",
     train="attnkit.train.tasks.classify.training:train_from_flags", grows=(), takes_flags=True, shrinks=SHRINKS,
     after="its reports (report.txt, report.html) were not all written; write them with: attnkit report {out}",
-    default=True,
+    default=True, needs_torch=lambda values: values.get("backend") != "numpy",  # the NumPy twin trains without it
     commands={**{name: TaskCommand(f"attnkit.train.tasks.classify.command:{name.title()}Command",
                                    f"attnkit.train.tasks.classify.command:{name}_command")
                  for name in ("predict", "evaluate", "report", "baseline", "demo")},
