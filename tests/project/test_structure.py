@@ -316,21 +316,31 @@ REGISTRY = "attnkit.train.registry"
 """The one module outside the tasks' folders that names them: it holds the tasks (and loads them when asked)."""
 
 
+FACES = {
+    "attnkit.api": "attnkit.Predictor, the classifier's loader under its public name",
+    "attnkit.estimator": "TextClassifier: the text classifier as a scikit-learn estimator",
+    "attnkit.serve.models": "ServedModel: a classifier run as the server answers (a Hugging Face classifier too)",
+}
+"""The modules outside the tasks' folders that are one task's public face by name, and why; nothing else may
+import a task (the command line has its own rule, below)."""
+
+
 def shared_task_imports(graph: dict[str, set[str]]) -> list[str]:
-    """``"module -> task module"`` for each module of ``train/`` outside ``train/tasks/`` (the registry
-    aside) that imports a task: the shared modules (config, the loop, the memory checks) serve every task
-    and name none."""
+    """``"module -> task module"`` for each module of attnkit outside ``train/tasks/`` (the registry, the
+    command line and :data:`FACES` aside) that imports a task: the shared modules (config, the loop, the memory
+    checks, the server, the layers below) serve every task and name none."""
     return sorted(f"{name} -> {dep}" for name, deps in graph.items()
-                  if name.startswith("attnkit.train.") and not name.startswith(TASKS + ".") and name != REGISTRY
-                  and name not in ("attnkit.train", TASKS)
+                  if not name.startswith((TASKS + ".", "attnkit.cli")) and name not in (REGISTRY, TASKS, *FACES)
                   for dep in deps if dep.startswith(TASKS + "."))
 
 
 def test_no_shared_module_imports_a_task() -> None:
     assert not shared_task_imports(import_graph())
     planted = {"attnkit.train.config": {"attnkit.train.tasks.classify.objective"},
-               REGISTRY: {"attnkit.train.tasks.caption.captioning"}}
-    assert shared_task_imports(planted) == ["attnkit.train.config -> attnkit.train.tasks.classify.objective"]
+               "attnkit.serve.app": {"attnkit.train.tasks.translate.served"},
+               REGISTRY: {"attnkit.train.tasks.caption.captioning"}, "attnkit.api": {TASKS + ".classify.predictor"}}
+    assert shared_task_imports(planted) == ["attnkit.serve.app -> attnkit.train.tasks.translate.served",
+                                            "attnkit.train.config -> attnkit.train.tasks.classify.objective"]
 
 
 def cli_task_names(graph: dict[str, set[str]], sources: dict[str, str]) -> list[str]:
