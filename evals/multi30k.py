@@ -36,6 +36,7 @@ import torch
 
 from attnkit.data.locations import DataNotFoundError, data_path
 from attnkit.data.parallel import read_parallel
+from attnkit.train.tasks.translate.settings import TranslationModelSettings, TranslationSettings
 from attnkit.train.tasks.translate.translation import (
     TranslationTrainConfig,
     corpus_bleu,
@@ -85,18 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     test = read_parallel(d / "test_2016_flickr.de.gz", d / "test_2016_flickr.en.gz")
     print(f"Multi30k de→en: {len(train)} train, {len(val)} val, {len(test)} test pairs; "
           f"{torch.get_num_threads()} threads; budget {args.time_budget} min", flush=True)
-    layer = {"d_model": 256, "num_heads": 8, "d_ff": 1024, "dropout": args.dropout,
-             "attention_dropout": args.attention_dropout, "activation_dropout": args.activation_dropout,
-             "norm_first": True}
-    model_options = {"layer": layer, "encoder_layers": 3, "decoder_layers": 3, "label_smoothing": 0.1,
-                     "tie_embeddings": True}
+    model = TranslationModelSettings(dropout=args.dropout, attention_dropout=args.attention_dropout,
+                                     activation_dropout=args.activation_dropout)  # 256 wide, 8 heads, 3 + 3 layers
     config = TranslationTrainConfig(epochs=args.epochs, max_tokens=args.max_tokens, lr=args.lr,
                                     warmup_steps=args.warmup, seed=args.seed, vocab_size=args.vocab_size,
                                     time_budget_s=60.0 * args.time_budget, log_every=args.log_every,
                                     eval_sentences=args.val_bleu_sentences, average_last=args.average_last)
     try:
-        summary = fit_translation(train, val, model_options=model_options, train_config=config, out_dir=args.out,
-                                  overwrite=args.overwrite, shared_vocab=True, log=lambda line: print(line, flush=True),
+        summary = fit_translation(train, val, TranslationSettings(model=model, training=config), out_dir=args.out,
+                                  overwrite=args.overwrite, log=lambda line: print(line, flush=True),
                                   resume=args.resume)
     except (ValueError, OSError) as exc:  # RunExistsError is an OSError
         print(f"error: {exc}", file=sys.stderr)

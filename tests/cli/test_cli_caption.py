@@ -119,7 +119,7 @@ def test_overwrite_replaces_the_run(tmp_path: Path) -> None:
     result = CliRunner().invoke(train_caption, [*args, "--overwrite", "--seed", "1"])
     assert result.exit_code == 0, result.output
     meta = json.loads((committed_dir(out) / "config.json").read_text())
-    assert meta["run_id"] != first and meta["train"]["seed"] == 1
+    assert meta["run_id"] != first and meta["options"]["training"]["seed"] == 1 and "train" not in meta
 
 
 def test_real_caption_set(tmp_path: Path) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -25,7 +28,10 @@ from attnkit.data.parallel import (
     train_translation_tokenizers,
 )
 from attnkit.models.seq2seq import Seq2SeqConfig, Seq2SeqTransformer
-from attnkit.train.runs.rundir import committed_dir
+from attnkit.train.config import TranslationTrainConfig
+from attnkit.train.runs.resume import ResumeError
+from attnkit.train.runs.rundir import committed_dir, read_run_config
+from attnkit.train.tasks.translate.settings import TranslationModelSettings, TranslationSettings
 from attnkit.train.tasks.translate.translation import Translator, load_translation_run, save_translation_run
 from tests.support.cli import train_translate
 
@@ -204,16 +210,19 @@ def test_command_errors(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "at least one TEXT" in result.output
 
 
-def _fit(out: Path, epochs: int, *, resume: bool = False, average_last: int = 1, lr: float = 5e-3,
-         dropout: float = 0.1) -> dict:
-    from attnkit.train.tasks.translate.translation import TranslationTrainConfig, fit_translation
+def _settings(epochs: int, *, average_last: int = 1, lr: float = 5e-3, dropout: float = 0.1) -> TranslationSettings:
+    model = TranslationModelSettings(d_model=32, num_heads=4, d_ff=64, dropout=dropout, attention_dropout=0.0,
+                                     encoder_layers=1, decoder_layers=1)
+    return TranslationSettings(model=model, training=TranslationTrainConfig(
+        epochs=epochs, max_tokens=300, lr=lr, warmup_steps=10, vocab_size=60, average_last=average_last))
 
-    options = {"layer": {"d_model": 32, "num_heads": 4, "d_ff": 64, "dropout": dropout, "attention_dropout": 0.0},
-               "encoder_layers": 1, "decoder_layers": 1, "label_smoothing": 0.1}
-    config = TranslationTrainConfig(epochs=epochs, max_tokens=300, lr=lr, warmup_steps=10, vocab_size=60,
-                                    average_last=average_last)
-    return fit_translation(toy_corpus(120), toy_corpus(12, seed=1), model_options=options, train_config=config,
-                           out_dir=out, resume=resume)
+
+def _fit(out: Path, epochs: int, *, resume: bool = False, log: Callable[[str], None] | None = None,
+         **settings: Any) -> dict:
+    from attnkit.train.tasks.translate.translation import fit_translation
+
+    return fit_translation(toy_corpus(120), toy_corpus(12, seed=1), _settings(epochs, **settings),
+                           out_dir=out, resume=resume, log=log)
 
 
 def _weights(out: Path) -> dict[str, torch.Tensor]:
@@ -276,6 +285,56 @@ def test_resume_refuses_changed_settings_and_missing_runs(tmp_path: Path, monkey
             _fit(tmp_path / "run", 2)
     with pytest.raises(ValueError, match=r"--lr is 0\.005 there, given 0\.001"):
         _fit(tmp_path / "run", 2, resume=True, lr=1e-3)
+
+
+def test_a_run_records_its_whole_settings_tree_and_a_library_resume_keeps_the_one_rule(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fit_translation(resume=True)`` checks every setting as ``attnkit train --resume`` does: a changed one
+    (a model setting too) is refused by name with both values, a changed ``epochs`` is applied and said once."""
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        interrupt_in_epoch(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            _fit(out, 2)
+    config = json.loads((committed_dir(out) / "config.json").read_text())
+    assert config["settings"] == dataclasses.asdict(_settings(2)) and "train_config" not in config
+    assert TranslationSettings.from_run(config) == _settings(2)
+    moved = {**config, "settings": {**config["settings"], "data": {"src": "gone.de", "tgt": "gone.en"}}}
+    assert TranslationSettings.from_run(moved) == _settings(2)  # the data record finds the data
+    with pytest.raises(ResumeError, match=rf"continues {out} with its saved settings: --dropout is 0\.1 there, "
+                                          r"given 0\.2; leave it out"):
+        _fit(out, 2, resume=True, dropout=0.2)
+    lines: list[str] = []
+    _fit(out, 3, resume=True, log=lines.append)
+    assert [line for line in lines if "--epochs" in line] == [
+        f"--epochs 3: {out} was started with 2 and now goes on with 3"]
+    assert TranslationSettings.from_run(read_run_config(out)) == _settings(3)
+
+
+def test_a_run_saved_before_the_settings_tree_loads_and_resumes(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run written before runs recorded ``settings`` (it holds ``train_config`` and ``model_config``) loads,
+    gives back its settings from those, and resumes by the same rule."""
+    from tests.support.runs import recorded
+
+    out = tmp_path / "old"
+    with monkeypatch.context() as patch:
+        interrupt_in_epoch(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            _fit(out, 2, dropout=0.0, lr=1e-3)
+    path = committed_dir(out) / "config.json"
+    config = json.loads(path.read_text())
+    config["train_config"] = config.pop("settings")["training"]  # what such a run recorded
+    path.unlink()  # committed files may be linked between generations: never write through one
+    path.write_text(json.dumps(config), encoding="utf-8")
+    recorded(path)
+    assert TranslationSettings.from_run(read_run_config(out)) == _settings(2, dropout=0.0, lr=1e-3)
+    assert load_translation_run(out, allow_unfinished=True).max_src_len == 100
+    with pytest.raises(ResumeError, match=r"--dropout is 0 there, given 0\.1"):
+        _fit(out, 2, resume=True, lr=1e-3)
+    _fit(out, 2, resume=True, dropout=0.0, lr=1e-3)
+    resumed = read_run_config(out)
+    assert resumed["status"] == "done" and TranslationSettings.from_run(resumed) == _settings(2, dropout=0.0, lr=1e-3)
 
 
 def test_weight_averaging_is_the_mean_of_the_last_epochs(tmp_path: Path) -> None:

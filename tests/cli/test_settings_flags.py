@@ -100,7 +100,7 @@ def test_a_caption_run_records_its_settings_as_a_tree_and_reads_the_older_flat_f
     flat = {k: v for group in tree.values() for k, v in group.items() if k != "time_budget_s"}
     assert CaptionSettings.from_saved({**flat, "time_budget": 2}) == dataclasses.replace(
         settings, training=dataclasses.replace(settings.training, time_budget_s=120.0))
-    with pytest.raises(TypeError, match="options.training field epochs must be an int"):
+    with pytest.raises(TypeError, match="options field training.epochs must be an int"):
         CaptionSettings.from_saved({**tree, "training": {**tree["training"], "epochs": "3"}})
 
 

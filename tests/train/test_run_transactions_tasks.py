@@ -43,14 +43,14 @@ def corpus(n: int, seed: int = 0) -> ParallelCorpus:
 
 
 def fit(out: Path, epochs: int = 2, *, resume: bool = False, overwrite: bool = False, seed: int = 0) -> dict:
+    from attnkit.train.tasks.translate.settings import TranslationModelSettings, TranslationSettings
     from attnkit.train.tasks.translate.translation import TranslationTrainConfig, fit_translation
 
-    options = {"layer": {"d_model": 16, "num_heads": 2, "d_ff": 32, "dropout": 0.0}, "encoder_layers": 1,
-               "decoder_layers": 1}
+    model = TranslationModelSettings(d_model=16, num_heads=2, d_ff=32, dropout=0.0, encoder_layers=1, decoder_layers=1)
     config = TranslationTrainConfig(epochs=epochs, max_tokens=200, lr=5e-3, warmup_steps=5, vocab_size=40, seed=seed,
                                     average_last=2)
-    return fit_translation(corpus(40), corpus(4, seed=1), model_options=options, train_config=config, out_dir=out,
-                           resume=resume, overwrite=overwrite)
+    return fit_translation(corpus(40), corpus(4, seed=1), TranslationSettings(model=model, training=config),
+                           out_dir=out, resume=resume, overwrite=overwrite)
 
 
 def interrupt_translation(monkeypatch: pytest.MonkeyPatch, epoch: int, seed: int = 0) -> None:

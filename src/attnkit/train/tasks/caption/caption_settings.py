@@ -158,9 +158,8 @@ class CaptionSettings:
     def from_saved(cls, options: Mapping[str, Any]) -> CaptionSettings:
         """The settings a run recorded in its config.json: the tree, or the flat form of older runs (whose
         ``time_budget`` was in minutes)."""
-        if any(isinstance(options.get(name), Mapping) for name in _GROUPS):
-            return cls(**{name: group(**dataclass_kwargs(group, options.get(name, {}), what=f"options.{name}"))
-                          for name, group in _GROUPS.items()})
+        if any(isinstance(value, Mapping) for value in options.values()):
+            return cls(**dataclass_kwargs(cls, options, what="options"))
         flat = dict(options)
         if flat.get("time_budget") is not None:  # runs written before the budget was in seconds: minutes
             flat["time_budget_s"] = 60.0 * flat["time_budget"]
@@ -197,8 +196,3 @@ class CaptionSettings:
             attention_reg=m.attention_reg, attend_with=m.attend_with, embed_dim=m.embed_dim,
             hidden_dim=m.hidden_dim, attention_dim=m.attention_dim, dropout=m.dropout, gate=not m.no_gate,
             max_len=self.tokenizer.max_len, fine_tune_blocks=m.fine_tune_blocks, region_dim=m.region_dim)
-
-
-_GROUPS: dict[str, type] = {"data": CaptionDataSettings, "tokenizer": CaptionTokenizerSettings,
-                            "model": CaptionModelSettings, "training": CaptionTrainingSettings}
-"""The groups of :class:`CaptionSettings`, by field name."""

@@ -131,9 +131,7 @@ def train_caption_run(settings: CaptionSettings, run: RunOptions) -> str:
     val_inputs, val_refs, _ = prep.validation
     log(f"{MODEL_NAME}: {len(prep.ids)} training pairs, {len(val_refs)} held-out images, "
         f"{len(vocab)} words, grid {model.grid}" + (" (cached features)" if prep.features else ""))
-    meta = {"data": _data_record(prep.source, path), "options": dataclasses.asdict(settings),
-            "train": {**{k: getattr(settings.training, k) for k in ("epochs", "seed", "batch_size", "lr", "patience")},
-                      "pretrained": settings.model.pretrained}}
+    meta = {"data": _data_record(prep.source, path), "options": dataclasses.asdict(settings)}
     unwritten = [prep.neighbours]  # the index goes into this process's first commit; later ones carry it
 
     def neighbours() -> Any:

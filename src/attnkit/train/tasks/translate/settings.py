@@ -2,8 +2,8 @@
 files), the ``tokenizer`` (one vocabulary or one per language), the ``model`` (:class:`TranslationModelSettings`,
 which becomes the :class:`~attnkit.models.seq2seq.Seq2SeqConfig` options) and the ``training``
 (:class:`~attnkit.train.config.TranslationTrainConfig`, which also holds the vocabulary size, lowercasing and
-sentence length a run records in its ``train_config``). Every leaf is a :func:`~attnkit._checks.setting`, so
-``attnkit train --task translate``'s flags are built from them.
+sentence length). Every leaf is a :func:`~attnkit._checks.setting`, so ``attnkit train --task translate``'s flags
+are built from them, and a run records the tree whole in its ``config.json`` (``settings``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from attnkit._checks import check_settings, setting
+from attnkit._checks import check_settings, dataclass_kwargs, setting, tree_from_flat
 from attnkit.decoding import BEAM_SIZE, LENGTH_PENALTY
 from attnkit.train.config import TranslationTrainConfig
+from attnkit.train.runs.resume import flat_config
 
 __all__ = ["TranslationSettings", "TranslationDataSettings", "TranslationTokenizerSettings",
            "TranslationModelSettings", "TranslationDecoding", "DECODING"]
@@ -82,12 +83,13 @@ class TranslationModelSettings:
         check_settings(self)
 
     def model_options(self) -> dict[str, Any]:
-        """The :class:`~attnkit.models.seq2seq.Seq2SeqConfig` options these settings give (tied embeddings)."""
-        layer = {"d_model": self.d_model, "num_heads": self.num_heads, "d_ff": self.d_ff, "dropout": self.dropout,
-                 "attention_dropout": self.attention_dropout, "activation_dropout": self.activation_dropout,
-                 "norm_first": not self.post_norm}
-        return {"layer": layer, "encoder_layers": self.encoder_layers, "decoder_layers": self.decoder_layers,
-                "label_smoothing": self.label_smoothing, "tie_embeddings": True}
+        """The :class:`~attnkit.models.seq2seq.Seq2SeqConfig` options these settings give (tied embeddings): each
+        field of the layer's config in ``layer``, the others as they are named."""
+        from attnkit.blocks import TransformerLayerConfig
+
+        options = dataclasses.asdict(self)
+        layer = {f.name: options.pop(f.name) for f in dataclasses.fields(TransformerLayerConfig) if f.name in options}
+        return {"layer": {**layer, "norm_first": not options.pop("post_norm")}, **options, "tie_embeddings": True}
 
 
 @dataclass(frozen=True)
@@ -107,15 +109,13 @@ class TranslationSettings:
 
     @classmethod
     def from_run(cls, config: Mapping[str, Any]) -> TranslationSettings:
-        """The settings a run's ``config.json`` records: its ``train_config``, tokenizers and model config (the
-        data paths are its data record's, :mod:`attnkit.train.runs.data_record`)."""
-        layer = config["model_config"].get("layer", {})
-        defaults = TranslationModelSettings()
-        model = TranslationModelSettings(
-            **{k: layer.get(k, getattr(defaults, k)) for k in ("d_model", "num_heads", "d_ff", "dropout",
-                                                               "attention_dropout", "activation_dropout")},
-            post_norm=not layer.get("norm_first", True),
-            **{k: config["model_config"].get(k, getattr(defaults, k)) for k in ("encoder_layers", "decoder_layers",
-                                                                                 "label_smoothing")})
+        """The settings a run's ``config.json`` records: its ``settings`` tree, or (a run saved before it was
+        recorded) its ``train_config``, tokenizers and model config; the data paths are its data record's
+        (:mod:`attnkit.train.runs.data_record`), which finds data that moved."""
+        if "settings" in config:
+            return cls(**dataclass_kwargs(cls, {**config["settings"], "data": {}}, what="settings"))
+        model = {key.rsplit(".", 1)[-1]: value for key, value in flat_config(config["model_config"]).items()}
+        model["post_norm"] = not model.get("norm_first", True)
         return cls(tokenizer=TranslationTokenizerSettings(separate_vocab=not config.get("shared_tokenizer", True)),
-                   model=model, training=TranslationTrainConfig.from_dict(config.get("train_config", {})))
+                   model=tree_from_flat(TranslationModelSettings, model),
+                   training=TranslationTrainConfig.from_dict(config.get("train_config", {})))

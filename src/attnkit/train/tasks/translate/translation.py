@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from attnkit._checks import setting_fields
 from attnkit._modes import eval_mode
 from attnkit.data.parallel import (
     ParallelCorpus,
@@ -81,10 +82,6 @@ def _validation_loss(model: Seq2SeqTransformer, pairs: list[tuple[list[int], lis
     return total / max(count, 1)
 
 
-RESUMABLE = ("epochs", "time_budget_s", "eval_beam_size", "eval_sentences", "log_every", "average_last")
-"""The training settings a library caller may change when it resumes a run (the command line: ``epochs``)."""
-
-
 def _average_snapshots(model: Seq2SeqTransformer, snapshots: list[dict[str, torch.Tensor]],
                        val_pairs: list[tuple[list[int], list[int]]], train_config: TranslationTrainConfig,
                        history: list[dict[str, Any]], extra: dict[str, Any], say: Callable[[str], None]) -> None:
@@ -124,14 +121,11 @@ class _Start:
     snapshots: list[dict[str, torch.Tensor]] = dataclasses.field(default_factory=list)
 
 
-def _resume_state(out: Path, train_config: TranslationTrainConfig, keep: int) -> _Start:
+def _resume_state(out: Path, keep: int) -> _Start:
     """The committed state of the unfinished run in ``out``, read whole before anything is written."""
     meta = TASK.resumed_config(out)
     if ckpt.run_status(meta) == "done":
         raise ValueError(f"{out} finished training already; nothing to resume (it was left as it is)")
-    saved = TranslationTrainConfig.from_dict(meta.get("train_config", {}))
-    resumed_settings(saved, train_config, [f.name for f in dataclasses.fields(saved)], run=str(out),
-                     grows=RESUMABLE, log=lambda _line: None)
     translator = load_translation_run(out, allow_unfinished=True)
     state = ckpt.load_train_state(out)
     folder = ckpt.committed_dir(out)
@@ -182,12 +176,12 @@ class TranslationTask:
 
 
 def fit_translation(
-    train: ParallelCorpus, val: ParallelCorpus | None, *, model_options: dict[str, Any],
-    train_config: TranslationTrainConfig, out_dir: str | os.PathLike[str], overwrite: bool = False,
-    shared_vocab: bool = True, log: Callable[[str], None] | None = None, resume: bool = False,
-    flags: Mapping[str, str] | None = None, max_memory: int | None = None,
+    train: ParallelCorpus, val: ParallelCorpus | None, settings: TranslationSettings, *,
+    out_dir: str | os.PathLike[str], overwrite: bool = False, log: Callable[[str], None] | None = None,
+    resume: bool = False, flags: Mapping[str, str] | None = None, max_memory: int | None = None,
     data: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Train tokenizers (on ``train`` only) and a Seq2SeqTransformer, save the run, return its summary.
+    """Train tokenizers (on ``train`` only) and a Seq2SeqTransformer with ``settings`` (its ``data`` paths are
+    only recorded), save the run, return its summary.
 
     The loop is :class:`~attnkit.train.Trainer`'s with :class:`TranslationTask`:
     Adam (0.9, 0.98) at the inverse square-root schedule. It commits the run
@@ -197,9 +191,9 @@ def fit_translation(
     spent (time before an interruption counts). With ``resume=True`` the
     unfinished run in ``out_dir`` goes on after its last committed epoch with
     the saved tokenizers, weights, optimizer and RNG state, so the result
-    equals an uninterrupted run; ``model_options`` and ``shared_vocab`` are then
-    taken from the run, and ``train_config`` may differ from the run's only in :data:`RESUMABLE` (by the one
-    rule, :mod:`attnkit.train.runs.resume`). Every input is checked before the directory is touched, and
+    equals an uninterrupted run; ``settings`` must then be the run's, by the one rule
+    (:func:`~attnkit.train.runs.resume.resumed_settings`: a changed setting is refused by name, a changed
+    ``epochs`` applied and said). Every input is checked before the directory is touched, and
     ``overwrite`` replaces the old run only at the first commit (``flags``: for ``check_run_dir``).
     Before the folder is touched the run's memory plan
     (:func:`~attnkit.train.tasks.translate.translation_memory.check_translation`:
@@ -210,19 +204,30 @@ def fit_translation(
     (:func:`attnkit.train.runs.data_record.record_data`), stored in the run's config as every task's is.
     Returns ``{"run_id", "history", "val_bleu" (when val is given), "steps", "seconds"}``.
     """
-    say = log or (lambda _line: None)
-    out = Path(out_dir)
     if resume and overwrite:
         raise ValueError("resume continues the run in out_dir and overwrite replaces it; give one")
+    if resume:
+        names = [f.name for f, _ in setting_fields(TranslationSettings)]
+        settings = resumed_settings(TranslationSettings.from_run(TASK.resumed_config(out_dir)), settings, names,
+                                    run=str(out_dir), grows=TASK.grows, log=log or (lambda _line: None))
+    return _fit(train, val, settings, Path(out_dir), overwrite=overwrite, log=log, resume=resume, flags=flags,
+                max_memory=max_memory, data=data)
+
+
+def _fit(train: ParallelCorpus, val: ParallelCorpus | None, settings: TranslationSettings, out: Path, *,
+         overwrite: bool, log: Callable[[str], None] | None, resume: bool, flags: Mapping[str, str] | None,
+         max_memory: int | None, data: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:func:`fit_translation` once a resume's settings are the run's."""
+    say, train_config = log or (lambda _line: None), settings.training
     if out.is_dir():
         ckpt.check_unlocked(out)
     keep = max(1, train_config.average_last)
     if resume:
-        start = _resume_state(out, train_config, keep)
+        start = _resume_state(out, keep)
         say(f"resuming {out} after epoch {start.epoch} (step {start.step}, {start.seconds:.0f} s of training)")
     writer = start_run(out, run_id=start.run_id if resume else None, overwrite=overwrite, flags=flags)  # refuses now
     if not resume:
-        start = _fresh_start(writer.run_id, train, train_config, model_options, shared_vocab)
+        start = _fresh_start(writer.run_id, train, settings)
     tokenizers, model = start.tokenizers, start.model
     task = TranslationTask(encode_pairs(tokenizers, train, max_len=train_config.max_len),
                            encode_pairs(tokenizers, val, max_len=train_config.max_len) if val is not None else [],
@@ -235,7 +240,7 @@ def fit_translation(
     say(f"memory: {need.describe()}")
     epochs = train_config.epochs
     snapshots: collections.deque[dict[str, torch.Tensor]] = collections.deque(start.snapshots, maxlen=keep)
-    meta: dict[str, Any] = {"train_config": dataclasses.asdict(train_config), "history": start.history,
+    meta: dict[str, Any] = {"settings": dataclasses.asdict(settings), "history": start.history,
                             "progress": {"epoch": start.epoch, "epochs": epochs}, "data": dict(data or {})}
 
     def commit_epoch(state: dict[str, Any]) -> None:
@@ -264,8 +269,9 @@ def fit_translation(
 
 
 def train_translation_run(settings: TranslationSettings, run: RunOptions) -> str:
-    """``attnkit train --task translate``: read the corpus of ``settings.data``, record it, train (or resume)
-    the run ``run.out``, and return the line that says where it is."""
+    """``attnkit train --task translate``: read the corpus of ``settings.data``, record it, train (or resume:
+    ``settings`` are then the run's, as :meth:`attnkit.train.registry.Task.run` gives them) the run ``run.out``,
+    and return the line that says where it is."""
     from attnkit.data.parallel import read_parallel
     from attnkit.train.runs.data_record import locate_data, record_data
 
@@ -282,10 +288,9 @@ def train_translation_run(settings: TranslationSettings, run: RunOptions) -> str
     if not run.resume and (notice := warmup_notice(train.sources, train.targets, training.max_tokens,
                                                    training.epochs, training.warmup_steps)) is not None:
         run.warn(notice)
-    summary = fit_translation(train, val, model_options=settings.model.model_options(), train_config=training,
-                              out_dir=run.out, overwrite=run.overwrite,
-                              shared_vocab=not settings.tokenizer.separate_vocab, log=run.epoch_log,
-                              resume=run.resume, flags=RUN_FLAGS, max_memory=run.max_memory, data=data)
+    settings = dataclasses.replace(settings, data=dataclasses.replace(settings.data, **paths))
+    summary = _fit(train, val, settings, Path(run.out), overwrite=run.overwrite, log=run.epoch_log,
+                   resume=run.resume, flags=RUN_FLAGS, max_memory=run.max_memory, data=data)
     return f"saved run to {run.out} ({summary['steps']} steps, {summary['seconds']:.0f} s)"
 
 
@@ -332,15 +337,15 @@ def _trainer(model: Any, task: TranslationTask, train_config: TranslationTrainCo
         time_budget_s=train_config.time_budget_s, log_every=train_config.log_every)
 
 
-def _fresh_start(run_id: str, train: ParallelCorpus, train_config: TranslationTrainConfig,
-                 model_options: dict[str, Any], shared_vocab: bool) -> _Start:
+def _fresh_start(run_id: str, train: ParallelCorpus, settings: TranslationSettings) -> _Start:
     """A new run: the seed, tokenizers trained on ``train`` only, a freshly initialised model."""
+    train_config, shared_vocab = settings.training, not settings.tokenizer.separate_vocab
     torch.manual_seed(train_config.seed)
     tokenizers = train_translation_tokenizers(train, vocab_size=train_config.vocab_size, shared=shared_vocab,
                                               lowercase=train_config.lowercase)
     model = Seq2SeqTransformer(Seq2SeqConfig.from_dict({
         "src_vocab_size": tokenizers.source.get_vocab_size(), "tgt_vocab_size": tokenizers.target.get_vocab_size(),
-        "shared_vocab": shared_vocab, **model_options}))
+        "shared_vocab": shared_vocab, **settings.model.model_options()}))
     return _Start(run_id, tokenizers, model)
 
 

@@ -30,6 +30,7 @@ from attnkit.train.runs.run import commit_generation, save_run
 from attnkit.train.runs.run_files import check_run_config, check_tokenizer_fits, settings_check
 from attnkit.train.runs.rundir import RunFileError, RunWriter
 from attnkit.train.tasks.translate import MODEL_NAME, TASK
+from attnkit.train.tasks.translate.settings import TranslationSettings
 
 __all__ = ["MODEL_NAME", "Translation", "Translator", "output_limit", "save_translation_run", "load_translation_run",
            "commit_translation_run", "snapshot_name"]
@@ -216,7 +217,8 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     if not path.is_dir():
         raise RunFileError(f"checkpoint {str(path)!r} is not a directory")
     folder, meta = TASK.committed(path, allow_unfinished=allow_unfinished)
-    check_run_config(folder / "config.json", meta, {"train_config": settings_check(TranslationTrainConfig)})
+    check_run_config(folder / "config.json", meta, {"settings": settings_check(TranslationSettings),
+                                                    "train_config": settings_check(TranslationTrainConfig)})
     weights = folder / "model.safetensors"
     try:
         model = Seq2SeqTransformer(Seq2SeqConfig.from_dict(meta["model_config"]))
@@ -242,5 +244,6 @@ def load_translation_run(directory: str | os.PathLike[str], *, device: str = "cp
     for field, tokenizer, name in zip(("src_vocab_size", "tgt_vocab_size"), (tokenizers.source, tokenizers.target),
                                       files, strict=True):
         check_tokenizer_fits(folder / name, tokenizer, getattr(model.config, field), field=field)
-    max_src = meta.get("train_config", {}).get("max_len", 256)
+    training = meta["settings"]["training"] if "settings" in meta else meta.get("train_config", {})  # older runs
+    max_src = training.get("max_len", 256)
     return Translator(model, tokenizers, max_src_len=max_src, meta=meta)
