@@ -7,13 +7,14 @@ Run with::
 Every process builds the same batch (one seed), keeps its slice of the tokens
 (``shard_sequence``, the balanced layout) and their global positions
 (``local_positions``, for the rotary embedding), and runs the model inside
-``attnkit.parallel.hf.context_parallel``: every attention layer attends over
-the whole sequence through ``ring_attention``, everything else runs on the
-local tokens. The loss is the whole batch's (labels shifted over the full
-sequence, local token losses summed, divided by the batch's token count), and
-the gradients summed over the processes are the unsharded step's. Rank 0
-prints the loss, which falls as the model learns the repeating pattern; add
-``--check`` to compare the first step with the same step on one process.
+``context_parallel`` (``attnkit.integrations.context_parallel``): every
+attention layer attends over the whole sequence through ``ring_attention``,
+everything else runs on the local tokens. The loss is the whole batch's
+(labels shifted over the full sequence, local token losses summed, divided by
+the batch's token count), and the gradients summed over the processes are the
+unsharded step's. Rank 0 prints the loss, which falls as the model learns the
+repeating pattern; add ``--check`` to compare the first step with the same
+step on one process.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from attnkit.integrations.context_parallel import context_parallel
 from attnkit.parallel import local_positions, shard_sequence
-from attnkit.parallel.hf import context_parallel
 
 
 def batch(length: int) -> torch.Tensor:

@@ -180,3 +180,14 @@ def test_a_captured_bias_is_not_written_into() -> None:
         tiled_attention.FUSED_TILE_ELEMENTS = monkeypatched
     assert torch.equal(keep, before)
     torch.testing.assert_close(out, attention(q, k, v, mask=bm.to_dense(), backend="math"), atol=1e-5, rtol=1e-5)
+
+
+def test_the_readable_path_does_not_write_into_a_score_mods_result() -> None:
+    table = torch.randn(B, H, T, T, generator=torch.Generator().manual_seed(4))  # the caller's: returned as it is
+    before = table.clone()
+    q, k, v = (x.detach() for x in _qkv())
+    causal = masks.causal(T, T)
+    out = attention(q, k, v, mask=causal, score_mod=lambda s, b, h, qi, ki: table, backend="math")
+    assert last_backend().route == "score-mod-math"
+    assert torch.equal(table, before)
+    torch.testing.assert_close(out, torch.softmax(table.masked_fill(~causal, float("-inf")), -1) @ v)

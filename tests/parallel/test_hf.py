@@ -21,10 +21,10 @@ def test_llama_step_on_slices_gives_the_unsharded_loss_and_gradients(two: list[d
 
 def test_outside_the_block_the_ring_entry_refuses() -> None:
     pytest.importorskip("transformers")
-    from attnkit.parallel.hf import ring_attention_forward
+    from attnkit.integrations.context_parallel import ring_attention_forward
 
     q = torch.zeros(1, 2, 4, 8)
-    with pytest.raises(RuntimeError, match="runs only inside attnkit.parallel.hf.context_parallel"):
+    with pytest.raises(RuntimeError, match="runs only inside attnkit.integrations.context_parallel.context_parallel"):
         ring_attention_forward(torch.nn.Module(), q, q, q, None)
 
 
@@ -32,7 +32,7 @@ def test_without_a_process_group_the_block_says_so() -> None:
     pytest.importorskip("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from attnkit.parallel.hf import context_parallel
+    from attnkit.integrations.context_parallel import context_parallel
 
     model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                                          num_attention_heads=2, max_position_embeddings=16))
@@ -44,7 +44,7 @@ def test_without_a_process_group_the_block_says_so() -> None:
 
 
 def test_the_backend_module_offers_the_same_block() -> None:
+    from attnkit.integrations import context_parallel
     from attnkit.integrations import transformers as backend
-    from attnkit.parallel import hf
 
-    assert backend.context_parallel is hf.context_parallel
+    assert backend.context_parallel is context_parallel.context_parallel

@@ -70,7 +70,7 @@ def llama_alone_with_documents(alone: Any) -> float:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from attnkit.core.block_mask import create_block_mask, document_mod
-    from attnkit.parallel.hf import context_parallel
+    from attnkit.integrations.context_parallel import context_parallel
 
     t, cut = 16, 6
     torch.manual_seed(0)
@@ -184,8 +184,8 @@ def llama(rank: int, world: int) -> dict[str, float]:
     import torch.nn.functional as F
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from attnkit.integrations.context_parallel import context_parallel
     from attnkit.parallel import local_positions
-    from attnkit.parallel.hf import context_parallel
 
     t = 32
     torch.manual_seed(0)

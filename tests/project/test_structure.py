@@ -98,6 +98,29 @@ def test_imports_only_go_downward() -> None:
     assert not bad, f"modules importing against the layering of docs/design.md: {bad}"
 
 
+# The parts written for Hugging Face transformers (the hf extra): the backend and its context parallelism, capture, the
+# server. Below them nothing names the library: attnkit.parallel runs a transformers model only through integrations.
+HF_PARTS = {"integrations", "inspect", "serve"}
+
+
+def imports_transformers(source: str) -> bool:
+    """Does ``source`` import the ``transformers`` library (at any depth)?"""
+    for node in ast.walk(ast.parse(source)):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else \
+            [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if any(name.split(".")[0] == "transformers" for name in names):
+            return True
+    return False
+
+
+def test_only_the_hf_parts_import_transformers() -> None:
+    found = [str(p.relative_to(SRC)) for p in FILES if _part(p) not in HF_PARTS
+             and imports_transformers(p.read_text(encoding="utf-8"))]
+    assert not found, f"modules outside {sorted(HF_PARTS)} importing transformers: {found}"
+    assert imports_transformers("def f():\n    from transformers.masking_utils import X\n")
+    assert not imports_transformers("from attnkit.integrations import transformers\nfrom . import transformers\n")
+
+
 def _module_name(path: Path) -> str:
     rel = path.relative_to(SRC.parent).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts

@@ -103,8 +103,8 @@ from attnkit.core.functional import attention
 from attnkit.core.masks import restart_documents
 from attnkit.core.score_mods import bias_mod, soft_cap_mod
 from attnkit.core.types import MaskMod, ScoreMod
+from attnkit.integrations.context_parallel import context_parallel  # one sequence across processes
 from attnkit.integrations.positions import FORWARD_POSITION_IDS
-from attnkit.parallel.hf import context_parallel  # one sequence across processes (docs/context-parallel.md)
 
 __all__ = ["NAME", "SUPPORTED", "FAMILY_SINCE", "POSITIONS_UNSEEN", "HFBackendError", "register", "check_model",
            "attnkit_mask",

@@ -28,7 +28,7 @@ from attnkit.core.score_mods import apply_score_mod
 from attnkit.core.types import ScoreMod
 
 __all__ = ["apply_dropout", "safe_softmax", "attention_weights", "math_output", "fused_output", "nan_rows",
-           "score_mod_attention", "kernel_name", "softmax_open_rows", "zero_rows", "expand_heads", "HALF"]
+           "score_mod_attention", "kernel_name", "zero_rows", "expand_heads", "HALF"]
 
 HALF = (torch.float16, torch.bfloat16)
 """The half-precision dtypes, whose logits and softmax run in float32."""
@@ -152,16 +152,17 @@ def attention_weights(
     return _masked_softmax(scores, full).to(q.dtype)
 
 
-def _masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+def _masked_softmax(scores: Tensor, mask: Tensor | None, own: bool = True) -> Tensor:
     """:func:`safe_softmax` for scores without ``-inf``, through ``torch.softmax``.
 
     ``torch.softmax`` is one fused kernel forward and one backward, where the
     step-by-step formula makes several passes over the ``(B, H, Tq, Tk)``
     tensor each way. A row with no allowed key is let attend everywhere (so
     no ``-inf - -inf`` NaN arises, forward or backward) and then zeroed, which
-    also zeroes its gradient.
+    also zeroes its gradient. With ``own`` (nothing else holds ``scores``) and
+    no graph, the weights are written over ``scores``.
     """
-    fresh = not _tracks_grad(scores) and scores.is_contiguous() and not torch.compiler.is_compiling()
+    fresh = own and not _tracks_grad(scores) and scores.is_contiguous() and not torch.compiler.is_compiling()
     if mask is None:
         return _softmax_in_place(scores) if fresh else torch.softmax(scores, dim=-1)
     row_ok = _masks.rows_with_keys(mask)  # (..., Tq, 1)
@@ -227,15 +228,6 @@ def nan_rows(out: Tensor, q: Tensor, row_ok: Tensor | None) -> Tensor:
     return out if row_ok is None else out.masked_fill(~row_ok, 0.0)
 
 
-def softmax_open_rows(scores: Tensor, fill: Tensor | None) -> Tensor:
-    """Softmax with the ``fill`` entries at ``-inf``; ``fill`` leaves rows without a key open.
-
-    Those rows (no NaN forward or backward) are zeroed by the caller, on the
-    output, which zeroes their gradients too.
-    """
-    return torch.softmax(scores if fill is None else scores.masked_fill(fill, float("-inf")), dim=-1)
-
-
 def expand_heads(h: int, *xs: Tensor) -> tuple[Tensor, ...]:
     """Each of ``xs``, key or value heads ``(B, Hkv, T, D)``, repeated for the ``h`` query heads they serve
     (grouped-query attention): ``(B, H, T, D)``."""
@@ -270,9 +262,7 @@ def score_mod_attention(
         scores = apply_score_mod(score_mod, scores, idx)
     if causal:
         mask = _masks.combine(mask, _masks.causal(tq, tk, device=q.device))
-    row_ok = _masks.rows_with_keys(mask) if mask is not None else None  # (..., Tq, 1)
-    fill = None if mask is None or row_ok is None else ~mask & row_ok
-    weights = zero_rows(softmax_open_rows(scores, fill), row_ok)  # (B, H, Tq, Tk), float32
+    weights = _masked_softmax(scores, mask, own=score_mod is None)  # (B, H, Tq, Tk): a score_mod's result may be shared
     dropped = apply_dropout(weights, dropout)
     wg = dropped.to(v.dtype).view(b, hkv, h // hkv, tq, tk)
     out = (wg @ v.unsqueeze(2)).view(b, h, tq, v.shape[-1])  # (B, H, Tq, Dv)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.core.block_mask import BlockMask
-from attnkit.core.kernels.dense import HALF, apply_dropout, expand_heads, softmax_open_rows, zero_rows
+from attnkit.core.kernels.dense import HALF, apply_dropout, expand_heads, zero_rows
 from attnkit.core.kernels.runs import kept_masks, neg_inf_where
 from attnkit.core.score_mods import apply_score_mod
 from attnkit.core.types import ScoreMod
@@ -161,7 +161,8 @@ def block_sparse_attention(
     if score_mod is not None:
         scores = apply_score_mod(score_mod, scores, _score_index(bm, b, h))
     fill, row_ok = bm.kept_mask()  # (Bm, Hm, nQ, bs, K*bs), (Bm, Hm, nQ, bs, 1)
-    weights = softmax_open_rows(scores, fill)  # (B, H, nQ, bs, K*bs), float32
+    # rows without a key stay open (no NaN forward or backward); their output is zeroed below
+    weights = torch.softmax(scores if fill is None else scores.masked_fill(fill, float("-inf")), dim=-1)
     dropped = apply_dropout(weights, dropout)
     if group == 1:
         out = dropped.to(v.dtype) @ vg  # (B, H, nQ, bs, Dv)

@@ -71,7 +71,8 @@ def ring_attention_forward(module: Any, query: Tensor, key: Tensor, value: Tenso
         query ``(B, H, Tl, Dh)``, key ``(B, Hkv, Tl, Dh)``, value ``(B, Hkv, Tl, Dv)``; returns ``(B, Tl, H, Dv)``.
     """
     if not _ACTIVE:
-        raise RuntimeError(f"attn_implementation={NAME!r} runs only inside attnkit.parallel.hf.context_parallel")
+        raise RuntimeError(f"attn_implementation={NAME!r} runs only inside "
+                           "attnkit.integrations.context_parallel.context_parallel(model)")
     s = _ACTIVE[-1]
     if dropout and module.training:
         raise ValueError("context_parallel takes no attention dropout: set the model's attention_dropout to 0")
