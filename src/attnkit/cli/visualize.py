@@ -4,10 +4,11 @@ The source is either an attnkit run directory (its manifest ``current.json``
 and committed ``config.json`` with a ``model_name``, written by ``attnkit
 train`` or ``attnkit demo``) or a Hugging
 Face BERT folder (``config.json`` + ``model.safetensors`` + a tokenizer), read
-with attnkit's own :class:`~attnkit.models.bert.BertModel`. Any other Hugging
+with attnkit's own :class:`~attnkit.models.bert.BertModel`
+(:func:`~attnkit.models.bert_attentions.attentions_per_text`). Any other Hugging
 Face folder (GPT-2, LLaMA, ViT, ...), and a timm model given by name with a
 local weights file, run under :func:`attnkit.inspect.capture`
-(:mod:`attnkit.cli.visualize_models`).
+(:func:`attnkit.inspect.sources.model_views`).
 
 The output's extension picks the form: ``.html`` writes the interactive,
 offline report (every layer and head, every text of the batch); ``.png``,
@@ -23,6 +24,7 @@ from typing import Any
 
 import click
 
+from attnkit._hf_folder import hf_model_type
 from attnkit._lazy import require_extra
 from attnkit.cli.options import allow_unfinished_option
 from attnkit.data.readers import read_text_lines, truncation_notice
@@ -63,26 +65,11 @@ def run_attention(folder: Path, texts: list[str], *, allow_unfinished: bool = Fa
 
 def bert_attention(folder: Path, texts: list[str], max_len: int) -> list[AttentionView]:
     """Run a BERT folder on ``texts`` with attnkit's BertModel; all layers and heads per text."""
-    import torch
-
     from attnkit.data.tokenization import tokenizable
-    from attnkit.models.bert import BertModel, load_bert_tokenizer
+    from attnkit.models.bert_attentions import attentions_per_text
 
-    texts = tokenizable(texts)
-    model = BertModel.from_pretrained(folder)
-    tokenizer = load_bert_tokenizer(folder)
-    tokenizer.no_truncation()
-    totals = [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
-    tokenizer.enable_truncation(max_length=min(max_len, model.config.max_position_embeddings))
-    views = []
-    for text, total in zip(texts, totals, strict=True):
-        enc = tokenizer.encode(text)
-        with torch.no_grad():
-            out = model(torch.tensor([enc.ids]), return_weights=True)
-        assert out.attentions is not None
-        layers = torch.stack([a[0] for a in out.attentions]).numpy()  # (L, H, T, T)
-        views.append(AttentionView(list(enc.tokens), layers, None, total_tokens=total))
-    return views
+    return [AttentionView(tokens, layers, None, total_tokens=total)
+            for tokens, layers, total in attentions_per_text(folder, tokenizable(texts), max_len=max_len)]
 
 
 @click.command()
@@ -118,13 +105,6 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
       attnkit visualize path/to/t5-folder "translate: a cat" --target "eine Katze" -o t5.html
       attnkit visualize vit.safetensors --timm vit_tiny_patch16_224 --image cat.png -o rollout.png
     """
-    from attnkit.cli.visualize_models import (
-        is_attnkit_bert,
-        is_hf_folder,
-        model_views,
-        write_image_rollout,
-    )
-
     items = list(texts)
     if text_file is not None:
         try:
@@ -146,18 +126,20 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
         raise click.ClickException(f"{out} already exists and is not a report attnkit wrote; "
                                    "pass --overwrite to replace it")
     captured: list[Any] = []
+    model_type = hf_model_type(source) if timm_name is None else None
     try:
         if timm_name is None and source.is_dir() and _is_run(source):
             views = run_attention(source, items, allow_unfinished=allow_unfinished)
             title = f"attnkit run {source.name}"
             limit = "the run's maximum length"
-        elif timm_name is None and is_hf_folder(source) and is_attnkit_bert(source) and not images:
+        elif model_type == "bert" and (source / "model.safetensors").is_file() and not images:
             views = bert_attention(source, items, max_len)
             title = f"BERT {source.name}"
             limit = "--max-len or the model's position limit"
-        elif timm_name is not None or is_hf_folder(source):
-            rows, title, captured = model_views(source, items, list(images), timm_name, max_len, list(targets))
-            views = [AttentionView(tokens, layers, None, source=keys, name=name) for tokens, layers, keys, name in rows]
+        elif timm_name is not None or model_type is not None:
+            from attnkit.inspect.sources import model_views
+
+            views, title, captured = model_views(source, items, list(images), timm_name, max_len, list(targets))
             limit = "--max-len or the model's position limit"
         else:
             if (source / "config.json").is_file():  # name a config.json that is not JSON at all
@@ -176,6 +158,8 @@ def visualize(source: Path, texts: tuple[str, ...], out: Path, text_file: Path |
             raise click.BadParameter("only an encoder-decoder Hugging Face folder reads a target text",
                                      param_hint="--target")
         if captured and captured[0][1] is not None and out.suffix != ".html":
+            from attnkit.inspect.sources import write_image_rollout
+
             path = write_image_rollout(captured[0], views[0].tokens, out)
         else:
             path = write_views(views, out, title)

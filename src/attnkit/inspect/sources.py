@@ -10,6 +10,8 @@ downloading anything (a registered architecture name only: no ``hf-hub:`` or
 ``local-dir:`` source), loads a local weights file (safetensors, or a ``.pth``
 read with ``weights_only=True``) and runs it on images. Both return the tokens
 and the :class:`~attnkit.inspect.Capture` of one forward pass per input.
+:func:`model_views` turns those captures into the report views of ``attnkit
+visualize``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import inspect as _pyinspect
 import json
 import os
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +28,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnkit._hf_folder import check_finite_weights, check_model_folder, check_safetensors_file
+from attnkit._hf_folder import check_finite_weights, check_model_folder, check_safetensors_file, hf_model_type
 from attnkit.inspect.capture import Capture, capture
+from attnkit.viz.views import AttentionView
 
 __all__ = ["hf_folder_attention", "hf_seq2seq_attention", "timm_attention", "load_image", "folder_kind",
-           "is_encoder_decoder"]
+           "is_encoder_decoder", "model_views", "write_image_rollout"]
 
 
 def folder_kind(folder: str | os.PathLike[str]) -> str:
@@ -255,4 +260,68 @@ def timm_attention(
         count = _token_count(name, cap)
         tokens = None if count is None else _patch_tokens(count, int(getattr(model, "num_prefix_tokens", 1)))
         out.append((tokens, cap, pixels))
+    return out
+
+
+def _self_attention(tokens: list[str], cap: Capture) -> np.ndarray:
+    """The ``(L, H, T, T)`` self-attention of one input: the calls of the commonest square shape."""
+    shapes = Counter(tuple(w.shape) for w in cap.weights.values() if w.shape[-1] == w.shape[-2] == len(tokens))
+    if not shapes:
+        raise ValueError(f"no self-attention over the {len(tokens)} input tokens was recorded")
+    shape = shapes.most_common(1)[0][0]
+    return cap.stacked([n for n, w in cap.weights.items() if tuple(w.shape) == shape])[0]
+
+
+def model_views(source: Path, texts: list[str], images: list[str], timm_name: str | None, max_len: int,
+                targets: list[str] | None = None) -> tuple[list[AttentionView], str, list[tuple[Capture, Any]]]:
+    """Run ``source`` (a Hugging Face folder, or a weights file with ``timm_name``) on the inputs, as report views.
+
+    Each text or image gives the self-attention over its tokens (the calls of
+    the commonest square shape, in call order); a windowed or channel timm model
+    its :meth:`~attnkit.inspect.Capture.image_views`. An encoder-decoder folder
+    reads each text as the source and ``targets`` (one per text, optional) as
+    what the decoder reads, and gives three views per text, one per role
+    (:meth:`~attnkit.inspect.Capture.role_maps`). Returns the views, a title,
+    and one ``(capture, pixels)`` per input (pixels None but for an image of a
+    model with self-attention over its patches).
+
+    Shape:
+        each view's layers ``(L, H, Tq, Tk)``.
+    """
+    if timm_name is None and is_encoder_decoder(source):
+        if images:
+            raise ValueError(f"{source} is an encoder-decoder over text: --image does not apply")
+        pairs = hf_seq2seq_attention(source, texts, targets, max_len=max_len)
+        views = [AttentionView(queries, maps, None, source=keys, name=f"text {i + 1} · {role}")
+                 for i, (src, tgt, cap) in enumerate(pairs) for role, queries, keys, maps in cap.role_maps(src, tgt)]
+        return views, f"{hf_model_type(source)} {source.name}", [(cap, None) for _, _, cap in pairs]
+    if targets:
+        raise ValueError("--target: only an encoder-decoder folder (T5, BART, Marian...) reads a target text")
+    results: Sequence[tuple[list[str] | None, Capture, Any]]
+    if timm_name is not None:
+        if not source.is_file():
+            raise ValueError(f"--timm: SOURCE must be the weights file of {timm_name!r}, got {source}")
+        results, title = timm_attention(timm_name, source, images), f"timm {timm_name}"
+        if all(tokens is None for tokens, _, _ in results):  # windowed or channel maps only
+            views = [AttentionView(tokens, maps, None, name=f"image {i + 1} · {name}")
+                     for i, (_, cap, _) in enumerate(results) for name, tokens, maps in cap.image_views()]
+            return views, title, [(cap, None) for _, cap, _ in results]
+    else:
+        results = hf_folder_attention(source, texts or None, images or None, max_len=max_len)
+        title = f"{hf_model_type(source)} {source.name}"
+    views = [AttentionView(tokens or [], _self_attention(tokens or [], cap), None) for tokens, cap, _ in results]
+    return views, title, [(cap, pixels) for _, cap, pixels in results]
+
+
+def write_image_rollout(captured: tuple[Capture, Any], tokens: list[str], out: Path) -> Path:
+    """The class token's rollout over the image ``pixels`` of ``captured = (capture, pixels)``, as a figure at
+    ``out``; ``tokens`` are the capture's (those not named ``patch ...`` lead the patches).
+
+    Shape:
+        pixels ``(H, W, 3)``; the capture's self-attention ``(1, H, T, T)`` with ``T = len(tokens)``.
+    """
+    cap, pixels = captured
+    prefix = sum(1 for t in tokens if not t.startswith("patch "))
+    names = [n for n, w in cap.weights.items() if w.shape[-1] == len(tokens)]
+    cap.image_rollout(pixels, prefix_tokens=prefix, names=names, path=out)
     return out

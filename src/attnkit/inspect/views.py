@@ -34,6 +34,7 @@ class CaptureViews:
     weights: dict[str, Tensor]
     vectors: dict[str, tuple[Tensor, Tensor]]
     roles: dict[str, str]
+    missed: dict[str, str]
     layouts: dict[str, WindowLayout]
 
     def _names(self, names: Sequence[str] | None) -> list[str]:
@@ -117,15 +118,42 @@ class CaptureViews:
             data["neuron"] = neuron_data(first, q, k, w, layer_names=chosen)
         return ReportView(data)
 
-    def roles_view(self, source_tokens: Sequence[str], target_tokens: Sequence[str], *, example: int = 0,
-                   title: str = "Attention") -> ReportView:
-        """An encoder-decoder's report: encoder self, decoder self and cross attention, one example each.
+    def role_maps(self, source_tokens: Sequence[str], target_tokens: Sequence[str], *,
+                  example: int = 0) -> list[tuple[str, list[str], list[str] | None, np.ndarray]]:
+        """An encoder-decoder's maps of one example by role: ``(role, queries, keys, maps)`` for encoder
+        self, decoder self and cross, each role's calls stacked in call order.
 
         Queries and keys carry the tokens of their side: the source for the
-        encoder, the target (what the decoder read) for the decoder's queries.
+        encoder, the target (what the decoder read) for the decoder's queries;
+        ``keys`` is None where they are the queries.
 
         Raises:
             ValueError: a role was not recorded, or the tokens do not match its maps' lengths.
+
+        Shape:
+            source_tokens ``Ts`` strings, target_tokens ``Tt`` strings; each maps ``(L, H, Tq, Tk)``.
+        """
+        out: list[tuple[str, list[str], list[str] | None, np.ndarray]] = []
+        for role, q_tok, k_tok in (("encoder self", source_tokens, None), ("decoder self", target_tokens, None),
+                                   ("cross", target_tokens, source_tokens)):
+            chosen = [n for n in self.weights if self.roles.get(n) == role]
+            if not chosen:
+                missed = f"; not recorded: {self.missed}" if self.missed else ""
+                raise ValueError(f"no {role}-attention was recorded; recorded roles: "
+                                 f"{sorted(set(self.roles.values()))}{missed}")
+            a = self.stacked(chosen)[example]  # (L, H, Tq, Tk)
+            want = (len(q_tok), len(k_tok if k_tok is not None else q_tok))
+            if a.shape[-2:] != want:
+                side = "source_tokens" if role == "encoder self" else "target_tokens"
+                raise ValueError(f"{side}: the {role} maps are {a.shape[-2]} x {a.shape[-1]} (queries x keys), "
+                                 f"the tokens give {want[0]} x {want[1]}")
+            out.append((role, [str(t) for t in q_tok], None if k_tok is None else [str(t) for t in k_tok], a))
+        return out
+
+    def roles_view(self, source_tokens: Sequence[str], target_tokens: Sequence[str], *, example: int = 0,
+                   title: str = "Attention") -> ReportView:
+        """An encoder-decoder's report: encoder self, decoder self and cross attention
+        (:meth:`role_maps`), one named example each.
 
         Shape:
             source_tokens ``Ts`` strings, target_tokens ``Tt`` strings.
@@ -133,25 +161,10 @@ class CaptureViews:
         from attnkit.viz.notebook import ReportView
         from attnkit.viz.report import ExampleMaps, report_data
 
-        roles: dict[str, str] = getattr(self, "roles", {})
-        maps, queries, keys, names = [], [], [], []
-        for role, q_tok, k_tok in (("encoder self", source_tokens, None), ("decoder self", target_tokens, None),
-                                   ("cross", target_tokens, source_tokens)):
-            chosen = [n for n in self.weights if roles.get(n) == role]
-            if not chosen:
-                raise ValueError(f"no {role}-attention was recorded; recorded roles: {sorted(set(roles.values()))}")
-            a = self.stacked(chosen)[example]  # (L, H, Tq, Tk)
-            want = (len(q_tok), len(k_tok if k_tok is not None else q_tok))
-            if a.shape[-2:] != want:
-                side = "source_tokens" if role == "encoder self" else "target_tokens"
-                raise ValueError(f"{side}: the {role} maps are {a.shape[-2]} x {a.shape[-1]} (queries x keys), "
-                                 f"the tokens give {want[0]} x {want[1]}")
-            maps.append(a)
-            queries.append([str(t) for t in q_tok])
-            keys.append(None if k_tok is None else [str(t) for t in k_tok])
-            names.append(role)
-        return ReportView(report_data(queries, ExampleMaps(maps), title=title, source_tokens=keys,
-                                      example_names=names))
+        views = self.role_maps(source_tokens, target_tokens, example=example)
+        return ReportView(report_data([q for _, q, _, _ in views], ExampleMaps([m for *_, m in views]), title=title,
+                                      source_tokens=[k for _, _, k, _ in views],
+                                      example_names=[role for role, *_ in views]))
 
     def image_views(self, *, example: int = 0) -> list[tuple[str, list[str], np.ndarray]]:
         """A windowed or channel model's maps of one example, as views for a report.

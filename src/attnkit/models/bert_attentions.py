@@ -4,7 +4,8 @@
 (``config.json``, ``model.safetensors``, ``tokenizer.json`` or ``vocab.txt``)
 on a text and returns its tokens and every layer's attention weights as NumPy
 arrays, ready for :func:`~attnkit.viz.report.write_report` and the plots (viz itself
-reads arrays only and runs no model).
+reads arrays only and runs no model); :func:`attentions_per_text` runs each text
+alone and counts its tokens before truncation (``attnkit visualize``).
 Only local files are read.
 
 The model is attnkit's own :class:`~attnkit.models.bert.BertModel` (equal to
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["attentions_from_bert_dir", "bundled_minilm_dir"]
+__all__ = ["attentions_from_bert_dir", "attentions_per_text", "bundled_minilm_dir"]
 
 
 def bundled_minilm_dir(*, required: bool = False) -> Path | None:
@@ -92,9 +93,14 @@ def attentions_from_bert_dir(
     if not isinstance(max_len, int) or max_len < 2:
         raise ValueError(f"max_len: expected an int >= 2, got {max_len!r}")
 
+    tokens, attn = _run(*_load(str(root.resolve())), texts, max_len)
+    return (tokens, attn) if batch else (tokens[0], attn[0])
+
+
+def _run(model: Any, tokenizer: Any, texts: list[str], max_len: int) -> tuple[list[list[str]], np.ndarray]:
+    """One padded batch through ``model``: each text's tokens and the ``(B, L, H, T, T)`` weights."""
     import torch
 
-    model, tokenizer = _load(str(root.resolve()))
     tokenizer.enable_truncation(max_len)  # keeps [CLS] ... [SEP]
     encodings = [tokenizer.encode(t) for t in texts]
     longest = max(len(e.ids) for e in encodings)
@@ -107,5 +113,29 @@ def attentions_from_bert_dir(
         out = model(ids, attention_mask=keep, return_weights=True)
     assert out.attentions is not None
     attn = np.stack([a.float().numpy() for a in out.attentions], axis=1)  # (B, L, H, T, T)
-    tokens = [list(e.tokens) for e in encodings]
-    return (tokens, attn) if batch else (tokens[0], attn[0])
+    return [list(e.tokens) for e in encodings], attn
+
+
+def attentions_per_text(
+    folder: str | os.PathLike[str], texts: list[str], *, max_len: int = 512
+) -> list[tuple[list[str], np.ndarray, int]]:
+    """Run the BERT in ``folder`` on each text alone: ``[(tokens, attentions, total)]``, one per text.
+
+    Texts are cut to ``max_len`` tokens, or to the model's position limit when
+    that is shorter; ``total`` counts the text's tokens before the cut. The
+    folder is read anew (errors name it as given), not kept for the next call.
+
+    Shape:
+        each attentions ``(L, H, T, T)``, ``T = len(tokens)``.
+    """
+    from attnkit.models.bert import BertModel, load_bert_tokenizer
+
+    model, tokenizer = BertModel.from_pretrained(Path(folder)), load_bert_tokenizer(Path(folder))
+    tokenizer.no_truncation()
+    totals = [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
+    limit = min(max_len, model.config.max_position_embeddings)
+    out = []
+    for text, total in zip(texts, totals, strict=True):
+        (tokens,), attn = _run(model, tokenizer, [text], limit)
+        out.append((tokens, attn[0], total))
+    return out
