@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -141,6 +142,27 @@ def test_real_caption_set(tmp_path: Path) -> None:
     assert {"an", "image", "a"} <= words
     assert words - {"<pad>", "<bos>", "<eos>", "<unk>"} <= set(shapes_vocab().words) | {"an", "image"}
     assert meta["data"]["captions"].endswith("captions.txt")
+    # a resume finds the data beside a run moved with it, or where a flag points, and checks the bytes
+    import shutil
+
+    from attnkit.train.runs.data_record import DataRecordError
+    from attnkit.train.tasks.caption.caption_settings import CaptionSettings
+    from attnkit.train.tasks.caption.captioning import _resumed
+
+    settings = CaptionSettings.from_run(meta)
+    shutil.copytree(tmp_path, tmp_path.parent / "moved")
+    shutil.rmtree(folder)
+    (tmp_path / "captions.txt").unlink()
+    moved = tmp_path.parent / "moved"
+    data = _resumed(moved / "run", settings)[1].data
+    assert (data.images, data.captions) == (str(moved / "images"), str(moved / "captions.txt"))
+    with pytest.raises(DataRecordError, match="the data run .* was trained on is gone"):
+        _resumed(out, settings)
+    (moved / "captions.txt").write_text("img0.png#0\tother words\n", encoding="utf-8")
+    given = dataclasses.replace(settings, data=dataclasses.replace(settings.data, images=str(moved / "images"),
+                                                                   captions=str(moved / "captions.txt")))
+    with pytest.raises(DataRecordError, match=r"--captions .*captions.txt is not the data"):
+        _resumed(out, given)
 
 
 def test_command_errors(tmp_path: Path, shapes_run: Path) -> None:

@@ -291,7 +291,17 @@ def test_train_on_flickr8k_caches_features_and_resumes(tmp_path: Path) -> None:
         assert len(record[f"{key}_sha256"]) == 64 and record[f"{key}_bytes"] > 0, key
     assert record["images"] == str((root / "images").resolve()) and "features" not in json.dumps(record)
     settings = CaptionSettings(data=CaptionDataSettings(data=str(root)))
-    _resumed(out, settings)  # the same bytes: found and checked
+    assert _resumed(out, settings)[1].data.data == str(root)  # the same bytes: found and checked
+    import shutil
+
+    moved = tmp_path / "moved"  # the run and its folder moved together: found beside the run
+    shutil.copytree(root, moved / "f8k", ignore=shutil.ignore_patterns("features"))
+    shutil.copytree(out, moved / "run")
+    shutil.rmtree(root)
+    assert _resumed(moved / "run", settings)[1].data.data == str(moved / "f8k")
+    copy = CaptionSettings(data=CaptionDataSettings(data=str(moved / "f8k")))  # --data given: its files there
+    assert _resumed(out, copy)[1].data.data == str(moved / "f8k")
+    root = moved / "f8k"
     (root / "Flickr_8k.devImages.txt").write_text((root / "Flickr_8k.trainImages.txt").read_text())
     with pytest.raises(DataRecordError, match=r"--data .*Flickr_8k.devImages.txt is not the data"):
-        _resumed(out, settings)
+        _resumed(out, copy)

@@ -75,15 +75,28 @@ def _data_record(source: dict[str, Any], out: Path) -> dict[str, Any]:
 def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], CaptionSettings]:
     """The committed config of the unfinished run ``out``, and ``settings`` (the run's, by the one rule of
     ``--resume``) with its data found and checked by every task's rule
-    (:func:`~attnkit.train.runs.data_record.locate_data`)."""
+    (:func:`~attnkit.train.runs.data_record.locate_data`): where the run recorded it, beside a moved run, or
+    where a path flag points (a Flickr8k folder: its files at the same places under it)."""
     from attnkit.train.runs.data_record import locate_data
     from attnkit.train.runs.rundir import read_run_config
 
     saved = read_run_config(out)
-    given = {key: getattr(settings.data, key) for key in ("images", "captions")}
-    located = locate_data(saved.get("data", {}), given, out, _data_flags(saved.get("data", {})))
-    paths = {key: located[key] for key in given if located.get(key) and not settings.data.data}
-    return saved, dataclasses.replace(settings, data=dataclasses.replace(settings.data, **paths))
+    record, data = saved.get("data", {}), settings.data
+    flags = _data_flags(record)
+    if "flickr8k" in record:  # the folder's files, under the folder given if it is another
+        root = Path(record["flickr8k"])
+        moved = data.data is not None and Path(data.data).resolve() != root
+        given = {key: Path(data.data, Path(record[key]).relative_to(root)) for key in flags
+                 if moved and record.get(key) and Path(record[key]).is_relative_to(root)}
+    else:  # a path the run recorded stands for itself: the record's places are tried for it
+        given = {key: getattr(data, key) for key in ("images", "captions")
+                 if getattr(data, key) and Path(getattr(data, key)).resolve() != Path(record.get(key) or "")}
+    located = locate_data(record, given, out, flags)
+    if "flickr8k" in record:  # the split lists lie at the folder's root (older runs recorded none)
+        paths = {"data": str(Path(located["train_split"]).parent)} if located.get("train_split") else {}
+    else:
+        paths = {key: located[key] for key in ("images", "captions") if located.get(key)}
+    return saved, dataclasses.replace(settings, data=dataclasses.replace(data, **paths))
 
 
 def _memory_check(batch_size: int, max_memory: int | None, log: Callable[[str], None]) -> Callable[..., None]:
