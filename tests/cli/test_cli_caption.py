@@ -247,3 +247,17 @@ def test_one_decoding_default_for_the_command_and_the_library() -> None:
 
     for searcher in (ImageCaptioner.beam_search, beam_search_over_steps, n_best_over_steps):
         assert inspect.signature(searcher).parameters["beam_size"].default is inspect.Parameter.empty, searcher
+
+
+def test_every_model_setting_reaches_the_captioners_config() -> None:
+    """Each model setting named as a config field is that field (no hand-kept list), ``no_gate`` its opposite."""
+    from attnkit.models.captioning import CaptionerConfig
+    from attnkit.train.tasks.caption.caption_settings import CaptionModelSettings, CaptionSettings
+
+    changed = {"embed_dim": 7, "hidden_dim": 9, "attention_dim": 5, "dropout": 0.25, "region_dim": 6,
+               "backbone": "resnet18", "attention_reg": 0.5, "attend_with": "previous_state", "no_gate": True}
+    config = CaptionSettings(model=CaptionModelSettings(**changed)).resolved().model_config(11)
+    names = set(CaptionerConfig.field_names())
+    assert {f.name for f in dataclasses.fields(CaptionModelSettings)} - names == {"pretrained", "no_gate"}
+    assert all(getattr(config, k) == v for k, v in changed.items() if k in names) and config.gate is False
+    assert (config.vocab_size, config.max_len) == (11, 20)

@@ -184,15 +184,13 @@ class CaptionSettings:
         return dataclasses.replace(self, data=dataclasses.replace(self.data, image_size=size))
 
     def model_config(self, vocab_size: int, saved: dict[str, Any] | None = None) -> CaptionerConfig:
-        """The captioner's config: ``saved`` (a resumed run's) as it is, else built from these settings."""
+        """The captioner's config: ``saved`` (a resumed run's) as it is, else built from these settings (each
+        model setting named as a config field is that field)."""
         from attnkit.models.captioning import CaptionerConfig
 
         if saved is not None:
             return CaptionerConfig.from_dict(saved)
         assert self.data.image_size is not None, "resolve the settings first"
-        m = self.model
-        return CaptionerConfig(
-            vocab_size=vocab_size, image_size=self.data.image_size, backbone=m.backbone,
-            attention_reg=m.attention_reg, attend_with=m.attend_with, embed_dim=m.embed_dim,
-            hidden_dim=m.hidden_dim, attention_dim=m.attention_dim, dropout=m.dropout, gate=not m.no_gate,
-            max_len=self.tokenizer.max_len, fine_tune_blocks=m.fine_tune_blocks, region_dim=m.region_dim)
+        named = {k: v for k, v in dataclasses.asdict(self.model).items() if k in CaptionerConfig.field_names()}
+        return CaptionerConfig(**named, gate=not self.model.no_gate, vocab_size=vocab_size,
+                               image_size=self.data.image_size, max_len=self.tokenizer.max_len)
