@@ -83,20 +83,22 @@ def _resumed(out: Path, settings: CaptionSettings) -> tuple[dict[str, Any], Capt
     saved = read_run_config(out)
     record, data = saved.get("data", {}), settings.data
     flags = _data_flags(record)
+    given: dict[str, Any]
     if "flickr8k" in record:  # the folder's files, under the folder given if it is another
-        root = Path(record["flickr8k"])
-        moved = data.data is not None and Path(data.data).resolve() != root
-        given = {key: Path(data.data, Path(record[key]).relative_to(root)) for key in flags
-                 if moved and record.get(key) and Path(record[key]).is_relative_to(root)}
+        root, folder = Path(record["flickr8k"]), Path(data.data or record["flickr8k"])
+        given = {key: folder / Path(record[key]).relative_to(root) for key in flags
+                 if folder.resolve() != root and record.get(key) and Path(record[key]).is_relative_to(root)}
     else:  # a path the run recorded stands for itself: the record's places are tried for it
         given = {key: getattr(data, key) for key in ("images", "captions")
                  if getattr(data, key) and Path(getattr(data, key)).resolve() != Path(record.get(key) or "")}
     located = locate_data(record, given, out, flags)
     if "flickr8k" in record:  # the split lists lie at the folder's root (older runs recorded none)
-        paths = {"data": str(Path(located["train_split"]).parent)} if located.get("train_split") else {}
+        split = located.get("train_split")
+        data = dataclasses.replace(data, data=str(Path(split).parent) if split else data.data)
     else:
-        paths = {key: located[key] for key in ("images", "captions") if located.get(key)}
-    return saved, dataclasses.replace(settings, data=dataclasses.replace(data, **paths))
+        data = dataclasses.replace(data, images=located.get("images") or data.images,
+                                   captions=located.get("captions") or data.captions)
+    return saved, dataclasses.replace(settings, data=data)
 
 
 def _memory_check(batch_size: int, max_memory: int | None, log: Callable[[str], None]) -> Callable[..., None]:
