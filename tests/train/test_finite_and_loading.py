@@ -147,7 +147,7 @@ def test_skip_step_never_commits_a_diverged_model(data_csv, tmp_path) -> None:
     assert not (run / "checkpoints").exists()
 
 
-def test_numpy_backend_stops_and_commits_nothing(data_csv, tmp_path) -> None:
+def test_numpy_backend_stops_and_commits_no_diverged_epoch(data_csv, tmp_path) -> None:
     run = tmp_path / "np"
     result = _invoke("train", "--backend", "numpy", "--data", str(data_csv), "--out", str(run), "--epochs", "2",
                      "--lr", "1e30")
@@ -157,8 +157,9 @@ def test_numpy_backend_stops_and_commits_nothing(data_csv, tmp_path) -> None:
     assert not (run / "checkpoints").exists()
     result = _invoke("train", "--backend", "numpy", "--data", str(data_csv), "--out", str(run), "--epochs", "2",
                      "--lr", "1e30", "--on-nan", "skip-step")
-    assert result.exit_code != 0 and "training diverged" in result.output, result.output
-    assert not (run / "checkpoints").exists()
+    assert result.exit_code != 0 and "training diverged by epoch 2" in result.output, result.output
+    progress = json.loads((committed_dir(run) / "config.json").read_text())["progress"]
+    assert progress["epoch"] == 1  # the epoch that ended finite, and no more
 
 
 # --- loading: the files agree with the model, or the load is refused naming the file ----------------

@@ -64,13 +64,24 @@ def test_cli_training_learns_the_keywords(numpy_run: tuple[Path, str]) -> None:
 
 
 def test_cli_training_imports_no_torch(corpus: Path, tmp_path: Path) -> None:
+    """Neither training, nor a Ctrl-C in epoch 2 and the resume, nor predicting imports torch."""
     script = (
         "import sys\n"
         "from click.testing import CliRunner\n"
         "from attnkit.cli import cli\n"
+        "from attnkit.reference.trainer import Trainer\n"
+        "step = Trainer.train_step\n"
+        "def stop(self, *args):\n"
+        "    if self.epoch == 2:\n"
+        "        raise KeyboardInterrupt\n"
+        "    return step(self, *args)\n"
+        "Trainer.train_step = stop\n"
         f"args = ['train', '--data', {str(corpus)!r}, '--format', 'label-tab-text', '--backend', 'numpy',\n"
-        f"        '--out', {str(tmp_path / 'run')!r}, '-q', '--epochs', '1', '--model-opt', 'layer.d_model=16']\n"
+        f"        '--out', {str(tmp_path / 'run')!r}, '-q', '--epochs', '2', '--model-opt', 'layer.d_model=16']\n"
         "r = CliRunner().invoke(cli, args)\n"
+        "assert r.exit_code == 130, r.output\n"
+        "Trainer.train_step = step\n"
+        f"r = CliRunner().invoke(cli, ['train', '--out', {str(tmp_path / 'run')!r}, '--resume', '-q'])\n"
         "assert r.exit_code == 0, r.output\n"
         f"r = CliRunner().invoke(cli, ['predict', {str(tmp_path / 'run')!r}, 'a b c', '--explain'])\n"
         "assert r.exit_code == 0, r.output\n"
@@ -146,9 +157,9 @@ def test_occupied_out_is_refused(numpy_run: tuple[Path, str], corpus: Path) -> N
 
 def test_unsupported_flags_are_named(corpus: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--backend", "numpy", "--out",
-                                      str(tmp_path / "r"), "--resume", "--label-smoothing", "0.1"])
+                                      str(tmp_path / "r"), "--init-from", str(tmp_path), "--label-smoothing", "0.1"])
     assert result.exit_code == 1
-    assert "--resume" in result.output and "--label-smoothing" in result.output
+    assert "does not support --label-smoothing, --init-from;" in result.output
     result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--format", "label-tab-text", "--backend",
                                       "numpy", "--out", str(tmp_path / "r"), "--model", "han"])
     assert result.exit_code == 1 and "--model of --backend numpy must be one of ['transformer', 'document']" \
@@ -254,3 +265,75 @@ def test_every_flag_its_help_calls_torch_only_is_refused_by_the_numpy_backend(co
                                           "--backend", "numpy", "--out", str(tmp_path / "run"), *given])
         assert result.exit_code != 0 and f"does not support {flag}" in result.output, (flag, result.output)
         assert not (tmp_path / "run").exists()
+
+
+SMALL = ["--format", "label-tab-text", "--backend", "numpy", "-q", "--epochs", "3", "--lr", "0.005",
+         "--model-opt", "layer.d_model=16", "--model-opt", "layer.d_ff=32"]  # dropout 0.1: its generator counts
+
+
+def _stop_in_epoch_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attnkit.reference.trainer import Trainer
+
+    step = Trainer.train_step
+
+    def stop(self: Trainer, *args: np.ndarray) -> float:
+        if self.epoch == 2:
+            raise KeyboardInterrupt
+        return step(self, *args)
+
+    monkeypatch.setattr(Trainer, "train_step", stop)
+
+
+def test_an_interrupted_run_resumes_to_the_weights_of_one_never_stopped(
+        corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every epoch is committed with what going on needs (weights, AdamW's moments, the shuffling and dropout
+    generators, the history); Ctrl-C in epoch 2 says how to go on, and ``--resume`` ends bit for bit where an
+    uninterrupted run does. A changed flag or other data is refused naming it; a finished run is left as it is."""
+    import attnkit
+
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--out", str(whole), *SMALL])
+    assert result.exit_code == 0, result.output
+    with monkeypatch.context() as patch:
+        _stop_in_epoch_2(patch)
+        result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--out", str(cut), *SMALL])
+    assert result.exit_code == 130 and f"interrupted; continue with: attnkit train --out {cut} --resume" \
+        in result.output, result.output
+    meta = json.loads((committed_dir(cut) / "config.json").read_text())
+    assert (meta["status"], meta["progress"]["epoch"], meta["progress"]["epochs"]) == ("training", 1, 3)
+    assert sorted(p.name for p in (committed_dir(cut) / "train_state").iterdir()) == [
+        "best.safetensors", "last.safetensors", "optimizer.safetensors", "state.json"]
+    assert "epoch 1 of 3" in attnkit.load_run(cut, allow_unfinished=True).config["notice"]
+    for flags, said in ((["--lr", "0.01"], "--lr is 0.005 there, given 0.01"),
+                        (["--epochs", "4"], "--epochs is 3 there, given 4"),
+                        (["--backend", "torch"], "does not take --backend;"),
+                        (["--data", str(tmp_path / "other.tsv")], "is not the data run")):
+        (tmp_path / "other.tsv").write_text("pos\tgood\nneg\tbad\n", encoding="utf-8")
+        result = CliRunner().invoke(cli, ["train", "--out", str(cut), "--resume", *flags])
+        assert result.exit_code != 0 and said in result.output, (flags, result.output)
+    result = CliRunner().invoke(cli, ["train", "--backend", "numpy", "--out", str(cut), "--resume", "--lr", "0.005"])
+    assert result.exit_code == 0, result.output
+    done = [json.loads((committed_dir(run) / "config.json").read_text()) for run in (whole, cut)]
+    assert done[1]["status"] == "done" and done[0]["history"] == done[1]["history"]
+    assert (committed_dir(whole) / "model.safetensors").read_bytes() == \
+        (committed_dir(cut) / "model.safetensors").read_bytes()
+    before = (cut / "current.json").read_bytes()
+    result = CliRunner().invoke(cli, ["train", "--out", str(cut), "--resume"])
+    assert result.exit_code == 0 and "finished training already; nothing to resume (it was left as it is)" \
+        in result.output and (cut / "current.json").read_bytes() == before
+
+
+def test_a_damaged_train_state_is_named_and_the_run_left_as_it_was(
+        corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "cut"
+    with monkeypatch.context() as patch:
+        _stop_in_epoch_2(patch)
+        result = CliRunner().invoke(cli, ["train", "--data", str(corpus), "--out", str(out), *SMALL])
+    assert result.exit_code == 130, result.output
+    state = committed_dir(out) / "train_state" / "optimizer.safetensors"
+    state.unlink()
+    state.write_bytes(b"not safetensors")
+    before = (out / "current.json").read_bytes()
+    result = CliRunner().invoke(cli, ["train", "--out", str(out), "--resume"])
+    assert result.exit_code == 1 and str(state) in result.output and "Traceback" not in result.output, result.output
+    assert (out / "current.json").read_bytes() == before

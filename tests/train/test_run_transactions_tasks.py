@@ -231,7 +231,7 @@ def train_numpy(out: Path, log: list[str] | None = None):  # type: ignore[no-unt
                            log=None if log is None else log.append)
 
 
-def test_numpy_run_is_one_committed_generation(tmp_path: Path) -> None:
+def test_numpy_run_commits_its_epoch_then_is_done(tmp_path: Path) -> None:
     from attnkit.train.runs.rundir import read_manifest
     from attnkit.train.tasks.numpy.numpy_backend import is_numpy_run, load_numpy_run
 
@@ -239,7 +239,7 @@ def test_numpy_run_is_one_committed_generation(tmp_path: Path) -> None:
     run, _ = train_numpy(out)
     assert sorted(p.name for p in out.iterdir()) == [".lock", "checkpoints", "current.json"]
     folder = committed_dir(out)
-    assert folder == out / "checkpoints" / "000001"
+    assert folder == out / "checkpoints" / "000002"  # epoch 1 (with its train state), then done (without)
     assert sorted(p.name for p in folder.iterdir()) == [".attnkit-generation", "config.json", "labels.json",
                                                          "model.safetensors", "vocab.json"]
     manifest = read_manifest(out)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Module", "ModuleList", "check_array", "check_positive", "check_dropout"]
+__all__ = ["Module", "ModuleList", "check_array", "check_positive", "check_dropout", "load_arrays"]
 
 
 def check_positive(name: str, value: object) -> int:
@@ -45,6 +45,17 @@ def check_array(name: str, x: object, ndim: int, legend: str, width: int | None 
     if x.ndim != ndim or (width is not None and x.shape[-1] != width):
         raise ValueError(f"{name} must be {ndim}-D {legend}, got shape {x.shape}")
     return x
+
+
+def load_arrays(into: dict[str, np.ndarray], arrays: dict[str, np.ndarray], what: str) -> None:
+    """Copy ``arrays`` into the arrays of ``into`` in place; other names, shapes or dtypes are a ValueError
+    naming ``what``, and nothing is copied."""
+    wrong = sorted(set(into) ^ set(arrays)) or [k for k, v in into.items()
+                                                 if (arrays[k].shape, arrays[k].dtype) != (v.shape, v.dtype)]
+    if wrong:
+        raise ValueError(f"{what} does not fit: {', '.join(wrong[:4])}")
+    for k, v in into.items():
+        v[...] = arrays[k]
 
 
 class Module:

@@ -16,6 +16,8 @@ import math
 
 import numpy as np
 
+from attnkit.reference.module import load_arrays
+
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "clip_grad_norm"]
 
 Params = dict[str, np.ndarray]
@@ -51,6 +53,14 @@ class Optimizer:
 
     def step(self) -> None:
         raise NotImplementedError
+
+    def state_dict(self) -> Params:
+        """The arrays a resume restores (:meth:`load_state_dict`)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no resumable state")
+
+    def load_state_dict(self, state: Params) -> None:
+        """Restore :meth:`state_dict`; arrays of other names, shapes or dtypes are a ValueError."""
+        load_arrays(self.state_dict(), state, "the optimizer's state")
 
 
 class SGD(Optimizer):
@@ -106,6 +116,15 @@ class Adam(Optimizer):
             v *= self.b2
             v += (1.0 - self.b2) * g * g
             p -= (self.lr * (m / c1) / (np.sqrt(v / c2) + self.eps)).astype(p.dtype, copy=False)
+
+    def state_dict(self) -> Params:
+        """The step count ``t`` (0-d) and the moments ``m.NAME``, ``v.NAME``."""
+        return {"t": np.asarray(self.t, dtype=np.int64), **{f"m.{n}": a for n, a in self.m.items()},
+                **{f"v.{n}": a for n, a in self.v.items()}}
+
+    def load_state_dict(self, state: Params) -> None:
+        super().load_state_dict(state)
+        self.t = int(state["t"])
 
 
 class AdamW(Adam):

@@ -6,14 +6,16 @@ runs forward, softmax cross-entropy, backward, optional gradient clipping and
 one optimizer step. After each epoch it records the mean training loss and,
 with validation data, the validation accuracy; early stopping keeps the
 parameters of the best epoch and stops after ``patience`` epochs without a
-better one.
+better one. :meth:`Trainer.state` is what going on exactly after an epoch needs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +23,7 @@ from attnkit._finite import StepGuard, refuse_non_finite, refuse_non_finite_metr
 from attnkit._modes import eval_mode
 from attnkit.reference.analysis import accuracy
 from attnkit.reference.losses import SoftmaxCrossEntropy
-from attnkit.reference.module import Module
+from attnkit.reference.module import Module, load_arrays
 from attnkit.reference.optim import Optimizer, clip_grad_norm
 from attnkit.reference.text import pad_batch
 
@@ -112,6 +114,8 @@ class Trainer:
         self.guard = StepGuard(on_nan)
         self.epoch = 0  # the epoch under way (1-based) and the steps taken, for the guard's messages
         self.step = 0
+        self.history = History()  # the epochs run: fit goes on after them
+        self.best: dict[str, np.ndarray] | None = None  # the best epoch's weights (with validation data)
 
     def train_step(self, ids: np.ndarray, labels: np.ndarray) -> float:
         """One forward/backward/update on a padded batch; returns the loss."""
@@ -131,18 +135,18 @@ class Trainer:
 
     def fit(self, train_x: Sequences, train_y: np.ndarray, *, epochs: int,
             val_x: Sequences | None = None, val_y: np.ndarray | None = None,
-            log: Callable[[str], None] | None = None) -> History:
-        """Train for up to ``epochs`` epochs; returns the :class:`History`."""
+            log: Callable[[str], None] | None = None, on_epoch: Callable[[], None] | None = None) -> History:
+        """Train up to epoch ``epochs``, after those :attr:`history` holds (a trainer given a saved
+        :meth:`state` goes on as if never stopped), calling ``on_epoch()`` after each; returns :attr:`history`."""
         if len(train_x) != len(train_y):
             raise ValueError(f"train_x has {len(train_x)} examples, train_y {len(train_y)}")
-        history = History()
-        best_acc, best_params, waited = -1.0, None, 0
-        labels = np.asarray(train_y)
-        base_lr, step = self.optimizer.lr, 0
-        total = epochs * -(-len(train_x) // self.batch_size)
+        history, labels = self.history, np.asarray(train_y)
+        base_lr, per_epoch = self.optimizer.lr, -(-len(train_x) // self.batch_size)
+        total = epochs * per_epoch
         warmup = int((self.warmup_ratio or 0.0) * total)
-        for epoch in range(epochs):
-            start = time.perf_counter()
+        while len(history.train_loss) < epochs and not history.stopped_early:
+            epoch = len(history.train_loss)
+            step, start = epoch * per_epoch, time.perf_counter()
             order = self.rng.permutation(len(train_x))
             losses = []
             self.epoch, skipped = epoch + 1, self.guard.skipped
@@ -169,19 +173,49 @@ class Trainer:
                     acc = accuracy(predict(self.model, val_x, max_len=self.max_len), np.asarray(val_y))
                 history.val_accuracy.append(acc)
                 line += f"  val acc {acc:.4f}"
-                if acc > best_acc:
-                    best_acc, waited, history.best_epoch = acc, 0, epoch
-                    best_params = {k: v.copy() for k, v in self.model.parameters().items()}
-                else:
-                    waited += 1
+                if self.best is None or acc > history.val_accuracy[history.best_epoch]:
+                    history.best_epoch, self.best = epoch, {k: v.copy() for k, v in params.items()}
+                waited = len(history.val_accuracy) - 1 - history.best_epoch
+                history.stopped_early = self.patience is not None and waited >= self.patience
             line += f"  ({history.epoch_seconds[-1]:.1f}s)"
             if log is not None:
                 log(line)
-            if self.patience is not None and best_params is not None and waited >= self.patience:
-                history.stopped_early = True
-                break
-        if best_params is not None:
-            for k, v in self.model.parameters().items():
-                v[...] = best_params[k]
+            if on_epoch is not None:
+                on_epoch()
+        if self.best is not None:
+            load_arrays(self.model.parameters(), self.best, "the best weights")
         self.optimizer.lr = base_lr
         return history
+
+    def state(self) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]:
+        """What :meth:`fit` needs to go on exactly (:meth:`load_state`): arrays by group (the ``last`` weights,
+        the ``optimizer``'s state, the ``best`` weights when kept) and the JSON-ready rest (the history, the step
+        and skip counters, the state of every generator training draws from: the shuffling and the dropout)."""
+        arrays = {"last": self.model.parameters(), "optimizer": self.optimizer.state_dict(),
+                  **({"best": self.best} if self.best is not None else {})}
+        return arrays, {"history": dataclasses.asdict(self.history), "step": self.step,
+                        "skipped": [self.guard.skipped, self.guard.in_a_row],
+                        "rng": {name: g.bit_generator.state for name, g in self._generators().items()}}
+
+    def load_state(self, arrays: dict[str, dict[str, np.ndarray]], rest: dict[str, Any]) -> None:
+        """Restore :meth:`state`; a part that does not fit this trainer is a KeyError, TypeError or ValueError."""
+        load_arrays(self.model.parameters(), arrays["last"], "the last weights")
+        self.optimizer.load_state_dict(arrays["optimizer"])
+        if "best" in arrays:
+            self.best = {k: v.copy() for k, v in self.model.parameters().items()}
+            load_arrays(self.best, arrays["best"], "the best weights")
+        self.history = History(**rest["history"])
+        self.step = int(rest["step"])
+        self.guard.skipped, self.guard.in_a_row = (int(n) for n in rest["skipped"])
+        for name, generator in self._generators().items():
+            generator.bit_generator.state = rest["rng"][name]
+
+    def _generators(self) -> dict[str, np.random.Generator]:
+        """Every NumPy generator training draws from, by the first attribute that holds it: ``rng`` (the
+        shuffling) and the model's (``dropout.rng``...)."""
+        found = {"rng": self.rng}
+        for path, module in self.model.named_modules():
+            for attr, value in vars(module).items():
+                if isinstance(value, np.random.Generator) and all(value is not g for g in found.values()):
+                    found[path + attr] = value
+        return found

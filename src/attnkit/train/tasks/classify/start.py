@@ -15,10 +15,12 @@ from typing import Any
 from attnkit.train.runs.data_record import DataRecordError, data_changes, locate_data, record_data
 from attnkit.train.runs.resume import RUN_FLAGS, PlanError, flat_config
 from attnkit.train.tasks.classify.recipe import DEFAULT_MODEL, PRETRAINED_PRESETS, data_defaults, train_defaults
-from attnkit.train.tasks.classify.settings import DATA_KEYS, DATA_PATHS
+from attnkit.train.tasks.classify.settings import DATA_KEYS, DATA_PATHS, ClassifyData
+from attnkit.train.tasks.numpy.settings import NumpyTrainSettings
 
 __all__ = ["PlanError", "check_model", "require_baseline", "data_plan", "train_config", "data_settings",
-           "Recipe", "recipe", "cv_settings", "new_plan", "resume_plan", "run_changes", "resumed_data_source"]
+           "Recipe", "recipe", "cv_settings", "new_plan", "resume_plan", "numpy_resume", "run_changes",
+           "resumed_data_source"]
 
 
 def require_baseline(values: dict[str, Any]) -> None:
@@ -217,6 +219,36 @@ def resume_plan(values: dict[str, Any], given: list[str], reader: dict[str, Any]
         train_config=train_config({}, **saved["train_config"]), data_settings=DataSettings(**saved["data_settings"]),
         data=data_plan(values, out, reader), quiet=values["quiet"], baseline=bool(values.get("baseline")),
         max_memory=values.get("max_memory"), flags=RUN_FLAGS)
+
+
+@dataclasses.dataclass(frozen=True)
+class _NumpyRecord:
+    """What a NumPy run records and a resume compares: its data and its training settings."""
+
+    data: ClassifyData
+    training: NumpyTrainSettings
+
+
+def numpy_resume(values: dict[str, Any], given: list[str], log: Any = None) -> dict[str, Any] | None:
+    """The flags' values that go on with the NumPy run ``values["out"]``: its model, its saved settings (the
+    settings ``given`` checked by the one rule of ``--resume``) and its data, located and checked
+    (:func:`resumed_data_source`); None when it is finished."""
+    from attnkit._checks import tree_from_flat
+    from attnkit.train.runs.resume import resumed_settings
+    from attnkit.train.runs.rundir import run_status
+    from attnkit.train.tasks.classify import TASK
+    from attnkit.train.tasks.numpy.numpy_backend import load_numpy_run
+
+    out = Path(values["out"])
+    saved = load_numpy_run(out)  # its settings checked, a damaged file named
+    done = run_status(saved.meta) == "done"
+    tree = resumed_settings(_NumpyRecord(ClassifyData.of(saved.meta.get("data") or {}), saved.settings),
+                            tree_from_flat(_NumpyRecord, {n: values[n] for n in given}), given, run=str(out),
+                            grows=() if done else TASK.grows, log=log)
+    if done:
+        return None
+    return {**values, **resumed_data_source(saved.meta.get("data", {}), values, out),
+            **dataclasses.asdict(tree.training), "model": saved.meta["model_name"]}
 
 
 def run_changes(saved: dict[str, Any], plan: Any) -> list[str]:

@@ -31,25 +31,30 @@ def train_from_flags(values: dict[str, Any], run: Any, given: list[str]) -> str 
     start.require_baseline(values)
     reader = ReaderSettings.of(values).kwargs(run.warn)
     out = Path(run.out)
-    if values["backend"] == "numpy":  # before any torch import
+    backend: str = values["backend"]
+    plan: Any = None  # a resume's: a numpy run's is its flags' values
+    if run.resume:
+        from attnkit.train.tasks.classify import TASK
+
+        backend = TASK.resumed_config(run.out).get("backend", "torch")  # a run of this task, or refused
+        _refuse_choices([name for name in given if name != "backend" or values["backend"] != backend], out)
+        plan = (start.numpy_resume(values, given, log=run.log) if backend == "numpy"
+                else start.resume_plan(values, given, reader, log=run.log))
+        if plan is None:
+            return f"{out} finished training already; nothing to resume (it was left as it is)"
+    if backend == "numpy":  # before any torch import
         from attnkit.train.tasks.numpy.numpy_backend import train_numpy
 
+        values = plan or values
         if not values["data"] or values["baseline"]:
             raise start.PlanError("--baseline needs --backend torch" if values["baseline"] else
                                   "missing --data (the training data); see attnkit train --help")
+        reader = ReaderSettings.of(values).kwargs(run.warn)  # a resume reads as the run did
         train_numpy(values, values["model_opt"], start.data_plan(values, out, reader), echo=run.log,
                     report=lambda title, metrics, labels: run.log("\n".join(metrics_lines(title, metrics, labels))))
         return None
     start.check_model(values)
-    if run.resume:
-        from attnkit.train.tasks.classify import TASK
-
-        TASK.resumed_config(run.out)  # a run of this task, or refused as every task refuses it
-        _refuse_choices(given, out)
-        plan = start.resume_plan(values, given, reader, log=run.log)
-        if plan is None:
-            return f"{out} finished training already; nothing to resume (it was left as it is)"
-    else:
+    if plan is None:
         plan = start.new_plan(values, values["model_opt"], reader)
     if plan.mode == "new":
         from attnkit.train.runs.run import refuse_existing_run
@@ -76,7 +81,8 @@ def train_from_flags(values: dict[str, Any], run: Any, given: list[str]) -> str 
 def _refuse_choices(given: list[str], out: Path) -> None:
     """A resume goes on with the run's saved settings, so a choice of what to train (the model, its options, a
     preset, the backend: :class:`~attnkit.train.tasks.classify.settings.TrainChoice`, ``Backend``) given with it
-    is refused, naming it, never silently dropped (the baseline is scored again when asked)."""
+    is refused, naming it, never silently dropped (the baseline is scored again when asked; the caller leaves
+    out a backend that is the run's)."""
     from attnkit._checks import setting_fields
     from attnkit.train.tasks.classify.settings import Backend, TrainChoice
 

@@ -10,13 +10,17 @@ run directory that ``attnkit evaluate`` and ``attnkit predict`` read -- and
 never imports torch, so it runs where torch is not installed.
 
 A numpy run directory is a transaction (:mod:`attnkit.train.runs.rundir`, which
-loads no torch) committed once, when training is done; ``RUN/checkpoints/NNNNNN/`` holds::
+loads no torch) committed after every epoch (status "training") and when training is done; its
+generation ``RUN/checkpoints/NNNNNN/`` holds::
 
     config.json        "backend": "numpy", model kind and ClassifierConfig (its layer a nested dict), training
-                       settings, data settings, run id, status "done", metrics
-    model.safetensors  the weights, torch-style names (attnkit.reference.io)
+                       settings, data settings, run id, status, progress, metrics
+    model.safetensors  the weights, torch-style names (attnkit.reference.io): while training the best so far
     vocab.json         {"itos": [...]}: the whitespace vocabulary, 0 = <pad>, 1 = <unk>
     labels.json        {"labels": [...]}: class id -> label
+    train_state/       while training, what ``--resume`` goes on from exactly (Trainer.state): last.safetensors,
+                       best.safetensors, optimizer.safetensors (AdamW's step and moments), state.json (history,
+                       counters, the states of the shuffling and dropout generators)
 
 The writer's lock is taken before training, so a second writer is refused at
 once; a different run in the directory is replaced only with ``overwrite``, at the commit.
@@ -32,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +56,13 @@ from attnkit.reference.trainer import Trainer
 from attnkit.train.runs.run import commit_generation, save_run, start_run
 from attnkit.train.runs.run_files import check_labels, check_vocab_size, refuse_non_finite_file
 from attnkit.train.runs.rundir import (
+    RESUME_ONLY,
     RunFileError,
     RunWriter,
     committed_dir,
     read_json,
     read_run_config,
+    verify_committed,
 )
 from attnkit.train.tasks.numpy.settings import NumpyTrainSettings
 
@@ -156,23 +162,50 @@ def _label_ids(labels: Sequence[str], examples: Sequence[Any]) -> np.ndarray:
 
 def save_numpy_run(run: NumpyRun, directory: str | Path, *, run_id: str, overwrite: bool = False) -> Path:
     """Commit ``run`` to ``directory`` as one generation (status ``"done"``); returns its folder."""
-    return save_run(directory, lambda writer: _commit(writer, run), run_id=run_id, overwrite=overwrite,
-                    resumable=False)
+    return save_run(directory, lambda writer: _commit(writer, run), run_id=run_id, overwrite=overwrite)
 
 
-def _commit(writer: RunWriter, run: NumpyRun) -> Path:
-    """Write ``run`` into a staging folder of the open ``writer`` and commit it."""
+def _commit(writer: RunWriter, run: NumpyRun, *, weights: dict[str, np.ndarray] | None = None,
+            state: tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]] | None = None,
+            progress: dict[str, Any] | None = None) -> Path:
+    """Commit ``run`` (serving its model's weights, or ``weights``) through the open ``writer``: finished, or
+    with the trainer's ``state`` (:meth:`~attnkit.reference.trainer.Trainer.state`) a generation to resume."""
     from safetensors.numpy import save
 
-    tensors = {k: np.ascontiguousarray(v) for k, v in run.model.parameters().items()}
+    tensors = {k: np.ascontiguousarray(v) for k, v in (weights or run.model.parameters()).items()}
     bad = [k for k, v in tensors.items() if not np.isfinite(v).all()]
     if bad:  # never committed: the folder keeps what it held
         raise NonFiniteError(f"{non_finite_message('the trained model', bad)}; nothing was committed")
     config = run.model.config  # type: ignore[attr-defined]
     fields = {**run.meta, "backend": BACKEND, "model_name": config.kind, "model_config": config.to_dict(),
               "settings": run.settings.__dict__, "data_settings": {"max_len": run.settings.max_len}}
-    return commit_generation(writer, fields, status="done", files={"model.safetensors": save(tensors), "vocab.json": {
-        "itos": run.vocab.itos}, "labels.json": {"labels": list(run.labels)}})
+    files: dict[str, Any] = {"model.safetensors": save(tensors), "vocab.json": {"itos": run.vocab.itos},
+                             "labels.json": {"labels": list(run.labels)}}
+    if state is not None:
+        files |= {f"{RESUME_ONLY}{name}.safetensors": save(dict(group))
+                  for name, group in state[0].items()} | {f"{RESUME_ONLY}state.json": state[1]}
+    return commit_generation(writer, fields, status="done" if state is None else "training", files=files,
+                             progress=progress, carry=("vocab.json", "labels.json"))
+
+
+def _load_state(trainer: Trainer, directory: str | Path) -> None:
+    """Give ``trainer`` the train state committed in run ``directory``; a damaged or foreign file is a
+    :class:`~attnkit.train.runs.rundir.RunFileError` naming it."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    folder = verify_committed(directory, under=RESUME_ONLY) / RESUME_ONLY
+    arrays = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            arrays[path.stem] = load_file(path)
+        except (SafetensorError, OSError, ValueError) as err:
+            raise RunFileError(f"{path} is not a readable safetensors file: {' '.join(str(err).split())}") from None
+    rest = read_json(folder / "state.json")
+    try:
+        trainer.load_state(arrays, rest)
+    except (KeyError, TypeError, ValueError) as err:
+        raise RunFileError(f"{folder} is not the train state of this run: {err!r}") from None
 
 
 def is_numpy_run(directory: str | Path) -> bool:
@@ -224,8 +257,8 @@ def load_numpy_run(directory: str | Path) -> NumpyRun:
 def train_numpy_run(
     train: Sequence[Any], val: Sequence[Any], test: Sequence[Any], *, kind: str = "transformer",
     model_options: dict[str, Any] | None = None, settings: NumpyTrainSettings = _DEFAULTS,
-    out_dir: str | Path | None = None, overwrite: bool = False, log: Callable[[str], None] | None = None,
-    extra: dict[str, Any] | None = None,
+    out_dir: str | Path | None = None, overwrite: bool = False, resume: bool = False,
+    log: Callable[[str], None] | None = None, extra: dict[str, Any] | None = None,
 ) -> tuple[NumpyRun, dict[str, Any] | None]:
     """Train the NumPy classifier ``kind`` on ``train`` (early stopping on ``val``); score ``test``.
 
@@ -233,25 +266,31 @@ def train_numpy_run(
     ``model_options`` are :class:`~attnkit.reference.models.ClassifierConfig`
     fields, the layer's as a nested dict (``{"layer": {"d_model": 32}}``; ``vocab_size``,
     ``num_classes`` and ``seed`` come from the data and the settings: :func:`numpy_model_config`).
+    With ``out_dir`` each finished epoch is committed; ``resume`` goes on with the unfinished run there after
+    its last one (its model, vocabulary, labels and train state; ``kind`` and ``model_options`` unused).
     Returns the run and the test metrics (None without test data).
     """
     if kind not in NUMPY_KINDS:
         raise ValueError(f"--backend numpy trains model 'transformer' or 'document', got {kind!r}")
     if not train:
         raise ValueError("the training data is empty")
+    if resume and out_dir is None:
+        raise ValueError("resume goes on with the run in out_dir: give out_dir")
     # Refuses an occupied out_dir now; the lock is taken once the inputs are checked, before training.
-    writer = None if out_dir is None else start_run(out_dir, overwrite=overwrite, resumable=False)
-    labels = sorted({e.label for e in train})
-    if len(labels) < 2:
-        raise ValueError(f"need at least 2 classes in the training data, got {labels}")
-    lower = settings.lowercase
-    vocab = Vocabulary.build([e.text.lower() if lower else e.text for e in train],
-                             min_frequency=settings.min_frequency, max_size=settings.vocab_size)
-    config = numpy_model_config(kind, model_options or {}, vocab_size=len(vocab), num_classes=len(labels),
-                                seed=settings.seed)
-    run = NumpyRun(build_model(config), vocab, labels, settings)
-    encode = run.encode
-    model = run.model
+    writer = None if out_dir is None else start_run(out_dir, overwrite=overwrite, resume=resume)
+    if resume and out_dir is not None:
+        run = replace(load_numpy_run(out_dir), settings=settings, meta={})
+    else:
+        labels = sorted({e.label for e in train})
+        if len(labels) < 2:
+            raise ValueError(f"need at least 2 classes in the training data, got {labels}")
+        lower = settings.lowercase
+        vocab = Vocabulary.build([e.text.lower() if lower else e.text for e in train],
+                                 min_frequency=settings.min_frequency, max_size=settings.vocab_size)
+        config = numpy_model_config(kind, model_options or {}, vocab_size=len(vocab), num_classes=len(labels),
+                                    seed=settings.seed)
+        run = NumpyRun(build_model(config), vocab, labels, settings)
+    encode, model, labels = run.encode, run.model, run.labels
     optimizer = AdamW(model.parameters(), model.gradients(), lr=settings.lr, weight_decay=settings.weight_decay)
     trainer = Trainer(model, optimizer, batch_size=settings.batch_size, clip_norm=settings.clip_norm or None,
                       patience=settings.patience or None, seed=settings.seed, max_len=settings.max_len,
@@ -260,16 +299,28 @@ def train_numpy_run(
     val_x, val_y = (encode([e.text for e in val]), _label_ids(labels, val)) if val else (None, None)
     if test:
         _label_ids(labels, test)
+    if resume and out_dir is not None:
+        _load_state(trainer, out_dir)
+    history = trainer.history
+
+    def summary() -> dict[str, Any]:
+        return {**(extra or {}), "epochs_run": len(history.train_loss),
+                "history": {"train_loss": history.train_loss, "val_accuracy": history.val_accuracy,
+                            "best_epoch": history.best_epoch + 1,
+                            **({"skipped_steps": history.skipped_steps} if settings.on_nan == "skip-step" else {})}}
+
+    def commit_epoch() -> None:
+        assert writer is not None
+        _commit(writer, replace(run, meta=summary()), weights=trainer.best, state=trainer.state(),
+                progress={"epoch": len(history.train_loss), "epochs": settings.epochs, "step": trainer.step,
+                          "best_epoch": history.best_epoch + 1 or None})
+
     with writer if writer is not None else contextlib.nullcontext():
         start = time.perf_counter()
-        history = trainer.fit(train_x, train_y, epochs=settings.epochs, val_x=val_x, val_y=val_y, log=log)
+        trainer.fit(train_x, train_y, epochs=settings.epochs, val_x=val_x, val_y=val_y, log=log,
+                    on_epoch=None if writer is None else commit_epoch)
         test_metrics = evaluate_numpy_run(run, test) if test else None
-        run.meta = {**(extra or {}), "status": "done", "epochs_run": len(history.train_loss),
-                    "seconds": round(time.perf_counter() - start, 2),
-                    "history": {"train_loss": history.train_loss, "val_accuracy": history.val_accuracy,
-                                "best_epoch": history.best_epoch + 1,
-                                **({"skipped_steps": history.skipped_steps} if settings.on_nan == "skip-step"
-                                   else {})},
+        run.meta = {**summary(), "seconds": round(time.perf_counter() - start, 2),
                     "metrics": {"test": test_metrics,
                                 "val_best": max(history.val_accuracy) if history.val_accuracy else None}}
         if writer is not None:
@@ -326,14 +377,14 @@ def predict_numpy_run(run: NumpyRun, texts: Sequence[str], *, top_k: int = 0) ->
 
 def _torch_only(values: dict[str, Any]) -> list[str]:
     """The flags given that the NumPy trainer has no field for: the torch classifier's settings
-    (``TrainConfig``, ``DataSettings``) outside ``NumpyTrainSettings``, and ``--resume``, ``--init-from``."""
+    (``TrainConfig``, ``DataSettings``) outside ``NumpyTrainSettings``, and ``--init-from``."""
     import dataclasses
 
     from attnkit.train.config import DataSettings, TrainConfig
 
     own = {f.name for f in dataclasses.fields(NumpyTrainSettings)}
     names = [f.name for cls in (TrainConfig, DataSettings) for f in dataclasses.fields(cls)
-             if f.name not in own and f.name != "device"] + ["resume", "init_from"]
+             if f.name not in own and f.name != "device"] + ["init_from"]
     return ["--" + name.replace("_", "-") for name in names if values.get(name)]
 
 
@@ -341,8 +392,9 @@ def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: A
                 echo: Callable[[str], None], report: Callable[[str, dict[str, Any], list[str]], None]) -> Any:
     """``attnkit train --backend numpy``: train the NumPy classifier on ``source`` (a
     :class:`attnkit.data.sources.DataSource`) with the settings in the command's option ``values`` (a flag
-    the NumPy trainer has no field for is a ValueError naming it); ``report`` the test metrics and save the
-    run to ``--out``. Torch is never imported on this path."""
+    the NumPy trainer has no field for is a ValueError naming it; ``resume``: go on with the run in ``--out``,
+    ``values`` being its saved settings); ``report`` the test metrics and save the run to ``--out``. Torch is
+    never imported on this path."""
     import dataclasses
 
     from attnkit._checks import one_of
@@ -355,22 +407,23 @@ def train_numpy(values: dict[str, Any], model_options: dict[str, Any], source: A
         given.append("--device")
     if given:
         raise ValueError(f"--backend numpy does not support {', '.join(given)}; "
-                         "the NumPy trainer runs on the CPU for --epochs, without label smoothing, packing, "
-                         "resume or a measure other than accuracy")
+                         "the NumPy trainer runs on the CPU for --epochs, without label smoothing, packing "
+                         "or a measure other than accuracy")
     kind = values.get("model") or "transformer"
     settings = NumpyTrainSettings(**{f.name: values[f.name] for f in dataclasses.fields(NumpyTrainSettings)
                                      if values.get(f.name) is not None})
-    if not values.get("overwrite"):
+    if not values.get("overwrite") and not values.get("resume"):
         from attnkit.train.runs.resume import RUN_FLAGS
         from attnkit.train.runs.run import refuse_existing_run
 
         refuse_existing_run(values["out"], lambda saved: _changes(saved, kind, model_options, settings, source.record),
-                            flags=RUN_FLAGS)
+                            flags=RUN_FLAGS, resume=f"attnkit train --out {values['out']} --resume")
     tr, va, te = load_splits(source, seed=settings.seed)
     echo(f"numpy {kind}: {len(tr)} train, {len(va)} validation, {len(te)} test examples")
     run, test_metrics = train_numpy_run(
         tr, va, te, kind=kind, model_options=model_options, settings=settings, out_dir=values["out"],
-        overwrite=bool(values.get("overwrite")), log=None if values.get("quiet") else echo,
+        overwrite=bool(values.get("overwrite")), resume=bool(values.get("resume")),
+        log=None if values.get("quiet") else echo,
         extra={"data": source.record})
     if test_metrics is not None:
         report("test", test_metrics, run.labels)
