@@ -314,3 +314,34 @@ def test_train_routes_by_the_task_click_parses_not_by_the_first_word_spelt_task(
     assert routed.exit_code == 0 and "Train an attention image captioner" in routed.output, routed.output
     plain = CliRunner().invoke(cli, ["train", "--model-opt", "task=caption", "--help"])
     assert plain.exit_code == 0 and "Train a text classifier" in plain.output, plain.output
+
+
+def test_a_resume_reads_the_data_as_the_run_did(tmp_path, data_csv, monkeypatch) -> None:
+    """A run trained with reader flags (delimiter, columns) resumes without them: the run's data record keeps
+    them, and the resumed run reads its files with them to the weights of a run never stopped."""
+    import csv
+
+    rows = list(csv.DictReader(data_csv.open(encoding="utf-8")))
+    semi = tmp_path / "reviews.txt"
+    semi.write_text("y;body\n" + "".join(f"{r['label']};{r['text']}\n" for r in rows), encoding="utf-8")
+    reader = ["--format", "csv", "--delimiter", ";", "--text-field", "body", "--label-field", "y"]
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    assert _invoke("train", "--data", str(semi), "--out", str(straight), *reader, *TINY).exit_code == 0
+    from attnkit.train.loop.trainer import Trainer
+
+    original = Trainer._train_epoch
+
+    def interrupt_in_epoch_two(self, epoch):
+        if epoch == 1:
+            raise KeyboardInterrupt
+        return original(self, epoch)
+
+    monkeypatch.setattr(Trainer, "_train_epoch", interrupt_in_epoch_two)
+    stopped = CliRunner().invoke(cli, ["train", "--data", str(semi), "--out", str(run), *reader, *TINY])
+    assert stopped.exit_code == 130, stopped.output
+    monkeypatch.setattr(Trainer, "_train_epoch", original)
+    resumed = CliRunner().invoke(cli, ["train", "--out", str(run), "--resume", "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    a = load_tensors(committed_dir(straight) / "model.safetensors")
+    b = load_tensors(committed_dir(run) / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

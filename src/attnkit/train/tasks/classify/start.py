@@ -183,12 +183,13 @@ def new_plan(values: dict[str, Any], model_options: dict[str, Any], reader: dict
                           baseline=bool(values.get("baseline")), max_memory=values.get("max_memory"), flags=RUN_FLAGS)
 
 
-def resume_plan(values: dict[str, Any], given: list[str], reader: dict[str, Any],
-                log: Any = None) -> Any:
+def resume_plan(values: dict[str, Any], given: list[str], warn: Any = None, log: Any = None) -> Any:
     """The plan that goes on with run ``values["out"]`` with its saved settings (None when it is finished);
     the settings ``given`` are checked by the one rule of ``--resume`` (a changed one is refused naming both
-    values, :class:`~attnkit.train.runs.resume.ResumeError`)."""
+    values, :class:`~attnkit.train.runs.resume.ResumeError`). Its files are read as the run read them (its
+    recorded reader settings; ``warn`` takes the skipped rows' line)."""
     from attnkit._checks import tree_from_flat
+    from attnkit.data.readers import ReaderSettings
     from attnkit.models import MODELS
     from attnkit.train.config import DataSettings
     from attnkit.train.runs import checkpoint as ckpt
@@ -213,6 +214,7 @@ def resume_plan(values: dict[str, Any], given: list[str], reader: dict[str, Any]
         return None
     tokenizer, label_vocab = ckpt.load_run_vocabularies(out, saved)
     values = {**values, **resumed_data_source(saved.get("data", {}), values, out)}
+    reader = ReaderSettings.of(values).kwargs(warn)
     return ClassifierPlan(
         out=out, model_name=saved["model_name"], mode="resume", model_options=dict(saved["model_config"]),
         run_id=saved["run_id"], tokenizer=tokenizer, label_vocab=label_vocab,

@@ -39,7 +39,7 @@ def train_from_flags(values: dict[str, Any], run: Any, given: list[str]) -> str 
         backend = TASK.resumed_config(run.out).get("backend", "torch")  # a run of this task, or refused
         _refuse_choices([name for name in given if name != "backend" or values["backend"] != backend], out)
         plan = (start.numpy_resume(values, given, log=run.log) if backend == "numpy"
-                else start.resume_plan(values, given, reader, log=run.log))
+                else start.resume_plan(values, given, run.warn, log=run.log))
         if plan is None:
             return f"{out} finished training already; nothing to resume (it was left as it is)"
     if backend == "numpy":  # before any torch import
