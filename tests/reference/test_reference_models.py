@@ -206,6 +206,16 @@ def test_trainer_is_seeded() -> None:
     assert runs[0] == runs[1]
 
 
+def test_a_trainers_state_holds_every_generator_it_draws_from() -> None:
+    """The shuffling generator and each of the model's, a generator the model holds as ``rng`` included."""
+    model = TransformerClassifier(ClassifierConfig(vocab_size=12, seed=4, layer=replace(SMALL, dropout=0.1)))
+    model.rng = np.random.default_rng(5)  # type: ignore[attr-defined]  # a root generator named as the trainer's
+    trainer = Trainer(model, AdamW(model.parameters(), model.gradients()), batch_size=16, seed=9)
+    states = trainer.state()[1]["rng"]
+    assert len(states) == 3 and states["rng"] == trainer.rng.bit_generator.state
+    assert states["model.rng"] == model.rng.bit_generator.state  # type: ignore[attr-defined]
+
+
 def test_analysis() -> None:
     w = np.zeros((1, 1, 3, 3))
     w[0, 0] = [[0.7, 0.2, 0.1], [0.6, 0.3, 0.1], [0.0, 0.0, 0.0]]  # last row: no key

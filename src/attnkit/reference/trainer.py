@@ -212,9 +212,9 @@ class Trainer:
 
     def _generators(self) -> dict[str, np.random.Generator]:
         """Every NumPy generator training draws from, by the first attribute that holds it: ``rng`` (the
-        shuffling) and the model's (``dropout.rng``...)."""
+        shuffling) and the model's (``model.dropout.rng``...)."""
         found = {"rng": self.rng}
-        for path, module in self.model.named_modules():
+        for path, module in self.model.named_modules("model."):
             for attr, value in vars(module).items():
                 if isinstance(value, np.random.Generator) and all(value is not g for g in found.values()):
                     found[path + attr] = value
